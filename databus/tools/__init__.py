@@ -1,0 +1,1 @@
+"""Command-line tools that operate on local files (no network)."""

@@ -1,0 +1,1 @@
+"""Shared test fixtures.  Per-area fixtures live in each tests/<area>/conftest.py."""
