@@ -1,0 +1,1 @@
+"""Benchmarks behind ``databus bench NAME``: each module prints figures (rich tables), never asserts."""

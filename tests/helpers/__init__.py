@@ -1,0 +1,1 @@
+"""Reusable test harnesses (real processes on loopback, ports chosen by the OS)."""
