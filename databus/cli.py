@@ -22,6 +22,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
 
 # databus bench NAME -> (module, one-line help)
 BENCHMARKS: dict[str, tuple[str, str]] = {
+    "records": ("databus.bench.records", "RecordBatch v2 encode/decode cost per record"),
 }
 
 

@@ -1,5 +1,12 @@
 """RecordBatch v2 (Kafka's "magic 2" message format): the batch header, validation, and
-(further down) record encoding/decoding with the four codecs.
+(further down) the records inside a batch.
+
+This module owns the format.  The broker uses only the header half (parse_header,
+validate_batch, iter_headers, set_base_offset): it stores batches opaquely.  Clients and the
+log compactor use the record half: BatchBuilder (the producer's incremental encoder),
+build_batch (a whole batch at once, keeping explicit offsets), decode_records /
+decode_batches (validated, decompressed, one Record per record).  Codecs live in codecs.py
+and varints in varint.py; their public names are re-exported here.
 
 Batch layout (all big-endian)::
 
@@ -26,18 +33,38 @@ The broker stores batches opaquely: it needs only this header, never the records
 from __future__ import annotations
 
 import struct
-from typing import Iterator, NamedTuple
+from collections.abc import Iterator
+from typing import NamedTuple
 
 import crc32c as _crc32c
+
+from .codecs import (  # noqa: F401  (re-exported: the codec ids belong to the batch format)
+    CODEC_BY_NAME,
+    CODEC_GZIP,
+    CODEC_LZ4,
+    CODEC_NAMES,
+    CODEC_NONE,
+    CODEC_SNAPPY,
+    CODEC_ZSTD,
+    CodecError,
+    UnsupportedCodecError,
+    compress,
+    decompress,
+)
+from .varint import (
+    ZIGZAG_BYTES,
+    ZIGZAG_ONE_BYTE,
+    ZIGZAG_TABLE_SIZE,
+    ZIGZAG_TWO_BYTES,
+    decode_zigzag,
+    encode_zigzag,
+)
 
 MAGIC_V2 = 2
 HEADER_SIZE = 61
 LOG_OVERHEAD = 12  # baseOffset + batchLength: the bytes not counted in batchLength
 CRC_START = 21
 
-CODEC_NONE, CODEC_GZIP, CODEC_SNAPPY, CODEC_LZ4, CODEC_ZSTD = range(5)
-CODEC_NAMES = {0: "none", 1: "gzip", 2: "snappy", 3: "lz4", 4: "zstd"}
-CODEC_BY_NAME = {v: k for k, v in CODEC_NAMES.items()}
 ATTR_CODEC_MASK = 0x07
 ATTR_TIMESTAMP_TYPE = 0x08  # 0 = CreateTime, 1 = LogAppendTime
 ATTR_TRANSACTIONAL = 0x10
@@ -174,3 +201,572 @@ def set_base_offset(buf: bytearray | memoryview, pos: int, base_offset: int) -> 
 
 def set_partition_leader_epoch(buf: bytearray | memoryview, pos: int, epoch: int) -> None:
     _I32.pack_into(buf, pos + 12, epoch)
+
+
+# ---------------------------------------------------------------------------------------
+# Records.  Inside the (possibly compressed) payload, each record is::
+#
+#     length           varint   bytes after this field
+#     attributes       int8     unused, 0
+#     timestampDelta   varlong  against baseTimestamp
+#     offsetDelta      varint   against baseOffset
+#     keyLength        varint   -1 = null key
+#     key              bytes
+#     valueLength      varint   -1 = null value (a tombstone)
+#     value            bytes
+#     headersCount     varint
+#     headers          [keyLength varint, key UTF-8, valueLength varint (-1 = null), value]
+#
+# All varints are zigzag (see varint.py).  Encoding and decoding run once per record on the
+# producer and consumer paths, so both loops below are written for CPython's speed: table
+# lookups for the common one- and two-byte varints, bytes slicing, no per-field objects.
+# ---------------------------------------------------------------------------------------
+
+CONTROL_ABORT, CONTROL_COMMIT = 0, 1
+_CONTROL_TYPE_NAMES = {CONTROL_ABORT: "ABORT", CONTROL_COMMIT: "COMMIT"}
+
+# Bytes 0..20 (outside the CRC) and 21..60 (the CRC-covered part of the header).
+_HEAD = struct.Struct(">qiibI")
+_TAIL = struct.Struct(">hiqqqhii")
+_CONTROL_KEY = struct.Struct(">hh")
+
+# Upper bound of a record's framing beyond key, value and headers: length (5), attributes
+# (1), timestampDelta (10), offsetDelta (5).
+MAX_RECORD_OVERHEAD = 21
+
+_NULL = b"\x01"  # zigzag(-1)
+_ZERO = b"\x00"
+_INT32_MAX = 2**31 - 1
+
+
+class Record(NamedTuple):
+    offset: int  # absolute
+    timestamp: int  # ms since the epoch, absolute
+    key: bytes | None
+    value: bytes | None
+    headers: tuple[tuple[str, bytes | None], ...] = ()
+
+
+_tuple_new = tuple.__new__
+
+
+def _as_bytes(data, what: str):
+    if data is None or type(data) is bytes:
+        return data
+    if isinstance(data, (bytearray, memoryview)):
+        return bytes(data)
+    raise TypeError(f"record {what} must be bytes or None, not {type(data).__name__}")
+
+
+def _encode_headers(headers) -> bytes:
+    parts = [encode_zigzag(len(headers))]
+    for name, hvalue in headers:
+        if not isinstance(name, str):
+            raise TypeError(f"header keys must be str, not {type(name).__name__}")
+        raw = name.encode("utf-8")
+        parts.append(encode_zigzag(len(raw)))
+        parts.append(raw)
+        if hvalue is None:
+            parts.append(_NULL)
+        else:
+            hvalue = _as_bytes(hvalue, "header value")
+            parts.append(encode_zigzag(len(hvalue)))
+            parts.append(hvalue)
+    return b"".join(parts)
+
+
+def _headers_size(headers) -> int:
+    return len(_encode_headers(headers)) if headers else 1
+
+
+def estimate_size_in_bytes(key, value, headers=()) -> int:
+    """Upper bound of a batch holding only this record (the producer's max.request.size check)."""
+    size = HEADER_SIZE + MAX_RECORD_OVERHEAD + _headers_size(headers)
+    size += 1 if key is None else len(key) + 5
+    size += 1 if value is None else len(value) + 5
+    return size
+
+
+class BatchBuilder:
+    """Encodes records one at a time into a RecordBatch v2, for the producer's accumulator.
+
+    ``append`` encodes the record immediately and answers whether it fit in ``batch_size``
+    (uncompressed bytes, header included, as Kafka's ``batch.size``); the first record always
+    fits, so a record larger than batch.size travels in a batch of its own.  ``build`` then
+    compresses once and writes the header.  Producer id, epoch and base sequence may be set
+    at any time before ``build`` (the sender assigns sequences when it drains the batch), and
+    ``build`` may be called again after changing them without recompressing.
+    """
+
+    __slots__ = (
+        "_base_ts",
+        "_count",
+        "_last_delta",
+        "_max_ts",
+        "_parts",
+        "_payload",
+        "_size",
+        "base_offset",
+        "base_sequence",
+        "batch_size",
+        "codec",
+        "compression_level",
+        "control",
+        "partition_leader_epoch",
+        "producer_epoch",
+        "producer_id",
+        "timestamp_type",
+        "transactional",
+    )
+
+    def __init__(
+        self,
+        *,
+        codec: int = CODEC_NONE,
+        batch_size: int = 16384,
+        base_offset: int = 0,
+        producer_id: int = NO_PRODUCER_ID,
+        producer_epoch: int = -1,
+        base_sequence: int = NO_SEQUENCE,
+        partition_leader_epoch: int = -1,
+        transactional: bool = False,
+        control: bool = False,
+        timestamp_type: int = 0,
+        compression_level: int | None = None,
+    ) -> None:
+        if codec not in CODEC_NAMES:
+            raise UnsupportedCodecError(f"unknown compression codec id {codec} (Kafka knows 0-4)")
+        if timestamp_type not in (0, 1):
+            raise ValueError(
+                f"timestamp_type must be 0 (CreateTime) or 1 (LogAppendTime), not {timestamp_type}"
+            )
+        self.codec = codec
+        self.compression_level = compression_level
+        self.batch_size = batch_size
+        self.base_offset = base_offset
+        self.producer_id = producer_id
+        self.producer_epoch = producer_epoch
+        self.base_sequence = base_sequence
+        self.partition_leader_epoch = partition_leader_epoch
+        self.transactional = transactional
+        self.control = control
+        self.timestamp_type = timestamp_type
+        self._parts: list[bytes] = []
+        self._size = HEADER_SIZE
+        self._count = 0
+        self._last_delta = -1
+        self._base_ts = -1
+        self._max_ts = -1
+        self._payload: bytes | None = None
+
+    @property
+    def size_estimate(self) -> int:
+        """Bytes of the batch so far before compression, header included."""
+        return self._size
+
+    @property
+    def record_count(self) -> int:
+        return self._count
+
+    @property
+    def last_offset_delta(self) -> int:
+        """Offset delta of the last record appended (-1 while empty)."""
+        return self._last_delta
+
+    @property
+    def base_timestamp(self) -> int:
+        return self._base_ts
+
+    @property
+    def max_timestamp(self) -> int:
+        return self._max_ts
+
+    def set_producer_state(
+        self, producer_id: int, producer_epoch: int, base_sequence: int, transactional: bool = False
+    ) -> None:
+        self.producer_id = producer_id
+        self.producer_epoch = producer_epoch
+        self.base_sequence = base_sequence
+        self.transactional = transactional
+
+    def append(
+        self, timestamp: int, key, value, headers=(), offset_delta: int | None = None
+    ) -> bool:
+        """Encode one record; False (and nothing appended) when it would overflow batch_size.
+
+        ``offset_delta`` defaults to one past the previous record's; an explicit one must be
+        larger than the previous (offsets increase within a batch).
+        """
+        zz = ZIGZAG_BYTES
+        limit = ZIGZAG_TABLE_SIZE
+        if offset_delta is None:
+            od = self._last_delta + 1
+        else:
+            od = offset_delta
+            if not self._last_delta < od <= _INT32_MAX:
+                raise ValueError(
+                    f"offset delta {od} must exceed the previous one ({self._last_delta}) "
+                    "and fit an int32"
+                )
+        if type(timestamp) is not int:
+            raise TypeError(f"record timestamp must be an int (ms), not {type(timestamp).__name__}")
+        if self._count:
+            tsd = timestamp - self._base_ts
+        else:
+            tsd = 0
+        tsb = zz[tsd] if 0 <= tsd < limit else encode_zigzag(tsd)
+        odb = zz[od] if od < limit else encode_zigzag(od)
+        if key is None:
+            kb = _NULL
+            key = b""
+        else:
+            if type(key) is not bytes:
+                key = _as_bytes(key, "key")
+            n = len(key)
+            kb = zz[n] if n < limit else encode_zigzag(n)
+        if value is None:
+            vb = _NULL
+            value = b""
+        else:
+            if type(value) is not bytes:
+                value = _as_bytes(value, "value")
+            n = len(value)
+            vb = zz[n] if n < limit else encode_zigzag(n)
+        hb = _encode_headers(headers) if headers else _ZERO
+        body = 1 + len(tsb) + len(odb) + len(kb) + len(key) + len(vb) + len(value) + len(hb)
+        lb = zz[body] if body < limit else encode_zigzag(body)
+        size = len(lb) + body
+        if self._count:
+            if self._size + size > self.batch_size:
+                return False
+            if timestamp > self._max_ts:  # noqa: PLR1730  (max() costs a call per record)
+                self._max_ts = timestamp
+        else:
+            self._base_ts = self._max_ts = timestamp
+        self._parts += (lb, _ZERO, tsb, odb, kb, key, vb, value, hb)
+        self._size += size
+        self._count += 1
+        self._last_delta = od
+        self._payload = None
+        return True
+
+    def build(self, last_offset_delta: int | None = None) -> bytes:
+        """The finished batch.  ``last_offset_delta`` overrides the last record's (the
+        compactor keeps a batch's original lastOffsetDelta when it drops trailing records)."""
+        payload = self._payload
+        if payload is None:
+            payload = b"".join(self._parts)
+            if self.codec != CODEC_NONE:
+                payload = compress(self.codec, payload, self.compression_level)
+            self._payload = payload
+        if last_offset_delta is None:
+            last_offset_delta = max(self._last_delta, 0)
+        elif not self._last_delta <= last_offset_delta <= _INT32_MAX:
+            raise ValueError(
+                f"last_offset_delta {last_offset_delta} is below the last record's offset "
+                f"delta {self._last_delta}"
+            )
+        attributes = self.codec
+        if self.timestamp_type:
+            attributes |= ATTR_TIMESTAMP_TYPE
+        if self.transactional:
+            attributes |= ATTR_TRANSACTIONAL
+        if self.control:
+            attributes |= ATTR_CONTROL
+        tail = _TAIL.pack(
+            attributes,
+            last_offset_delta,
+            self._base_ts,
+            self._max_ts,
+            self.producer_id,
+            self.producer_epoch,
+            self.base_sequence,
+            self._count,
+        )
+        crc = _crc32c.crc32c(payload, _crc32c.crc32c(tail))
+        head = _HEAD.pack(
+            self.base_offset,
+            HEADER_SIZE - LOG_OVERHEAD + len(payload),
+            self.partition_leader_epoch,
+            MAGIC_V2,
+            crc,
+        )
+        return b"".join((head, tail, payload))
+
+
+def _record_fields(item):
+    """(offset or None, timestamp, key, value, headers) of a Record-like object or tuple."""
+    if type(item) is Record:
+        return item
+    if isinstance(item, tuple) and not hasattr(item, "_fields"):
+        if len(item) == 4:
+            key, value, headers, timestamp = item
+            return None, timestamp, key, value, headers
+        if len(item) == 5:
+            key, value, headers, timestamp, offset = item
+            return offset, timestamp, key, value, headers
+        raise ValueError(
+            f"record tuples are (key, value, headers, timestamp[, offset]), got {len(item)} items"
+        )
+    try:
+        return item.offset, item.timestamp, item.key, item.value, tuple(item.headers or ())
+    except AttributeError:
+        raise TypeError(
+            f"cannot take a record from {type(item).__name__}: need offset, timestamp, key, "
+            "value and headers, or a (key, value, headers, timestamp[, offset]) tuple"
+        ) from None
+
+
+def build_batch(
+    records,
+    *,
+    base_offset: int = 0,
+    codec: int = CODEC_NONE,
+    producer_id: int = NO_PRODUCER_ID,
+    producer_epoch: int = -1,
+    base_sequence: int = NO_SEQUENCE,
+    partition_leader_epoch: int = -1,
+    transactional: bool = False,
+    control: bool = False,
+    timestamp_type: int = 0,
+    last_offset_delta: int | None = None,
+    compression_level: int | None = None,
+) -> bytes:
+    """Encode ``records`` as one RecordBatch v2 (no size limit).
+
+    ``records``: Record-like objects (offset, timestamp, key, value, headers) or
+    ``(key, value, headers, timestamp[, offset])`` tuples.  A record's offset None means
+    one past the previous record's (base_offset + its index when no record has an explicit
+    offset); an explicit absolute offset keeps its delta from base_offset,
+    so a compacted batch keeps its records' original offsets.  An empty batch (allowed after
+    compaction) has timestamps -1 and lastOffsetDelta 0 unless given.
+    """
+    builder = BatchBuilder(
+        codec=codec,
+        batch_size=2**62,  # build_batch has no size limit
+        base_offset=base_offset,
+        producer_id=producer_id,
+        producer_epoch=producer_epoch,
+        base_sequence=base_sequence,
+        partition_leader_epoch=partition_leader_epoch,
+        transactional=transactional,
+        control=control,
+        timestamp_type=timestamp_type,
+        compression_level=compression_level,
+    )
+    append = builder.append
+    for item in records:
+        offset, timestamp, key, value, headers = _record_fields(item)
+        append(timestamp, key, value, headers, None if offset is None else offset - base_offset)
+    return builder.build(last_offset_delta)
+
+
+def _corrupt(batch_pos: int, detail: str) -> CorruptRecordError:
+    return CorruptRecordError(f"batch at byte {batch_pos}: {detail}")
+
+
+def _decode_payload(data: bytes, h: BatchHeader, batch_pos: int) -> list[Record]:
+    # Each varint read is inlined (one-byte and two-byte forms, then the general decoder):
+    # a function call per field would double the cost of decoding a record.
+    one = ZIGZAG_ONE_BYTE
+    two = ZIGZAG_TWO_BYTES
+    slow = decode_zigzag
+    new = _tuple_new
+    record_cls = Record
+    base_offset = h.base_offset
+    base_ts = h.base_timestamp
+    log_append_ts = h.max_timestamp if h.attributes & ATTR_TIMESTAMP_TYPE else None
+    end = len(data)
+    pos = 0
+    out: list[Record] = []
+    append = out.append
+    for index in range(h.records_count):
+        b = data[pos]
+        if b < 0x80:
+            length = one[b]
+            pos += 1
+        elif data[pos + 1] < 0x80:
+            length = two[(data[pos + 1] << 7) | (b & 0x7F)]
+            pos += 2
+        else:
+            length, pos = slow(data, pos)
+        record_end = pos + length
+        if length < 6 or record_end > end:
+            raise _corrupt(batch_pos, f"record {index} has invalid length {length}")
+        pos += 1  # attributes: unused
+        b = data[pos]
+        if b < 0x80:
+            tsd = one[b]
+            pos += 1
+        elif data[pos + 1] < 0x80:
+            tsd = two[(data[pos + 1] << 7) | (b & 0x7F)]
+            pos += 2
+        else:
+            tsd, pos = slow(data, pos)
+        b = data[pos]
+        if b < 0x80:
+            od = one[b]
+            pos += 1
+        elif data[pos + 1] < 0x80:
+            od = two[(data[pos + 1] << 7) | (b & 0x7F)]
+            pos += 2
+        else:
+            od, pos = slow(data, pos)
+        b = data[pos]
+        if b == 1:
+            key = None
+            pos += 1
+        else:
+            if b < 0x80:
+                n = one[b]
+                pos += 1
+            elif data[pos + 1] < 0x80:
+                n = two[(data[pos + 1] << 7) | (b & 0x7F)]
+                pos += 2
+            else:
+                n, pos = slow(data, pos)
+            if n < 0:
+                raise _corrupt(batch_pos, f"record {index} has key length {n}")
+            key = data[pos : pos + n]
+            pos += n
+        b = data[pos]
+        if b == 1:
+            value = None
+            pos += 1
+        else:
+            if b < 0x80:
+                n = one[b]
+                pos += 1
+            elif data[pos + 1] < 0x80:
+                n = two[(data[pos + 1] << 7) | (b & 0x7F)]
+                pos += 2
+            else:
+                n, pos = slow(data, pos)
+            if n < 0:
+                raise _corrupt(batch_pos, f"record {index} has value length {n}")
+            value = data[pos : pos + n]
+            pos += n
+        if data[pos] == 0:
+            headers = ()
+            pos += 1
+        else:
+            headers, pos = _decode_headers(data, pos, batch_pos, index)
+        if pos != record_end:
+            raise _corrupt(
+                batch_pos,
+                f"record {index} declares {length} bytes but its fields take "
+                f"{length + pos - record_end}",
+            )
+        append(
+            new(
+                record_cls,
+                (
+                    base_offset + od,
+                    base_ts + tsd if log_append_ts is None else log_append_ts,
+                    key,
+                    value,
+                    headers,
+                ),
+            )
+        )
+    if pos != end:
+        raise _corrupt(batch_pos, f"{end - pos} bytes left after its {h.records_count} records")
+    return out
+
+
+def _decode_headers(data: bytes, pos: int, batch_pos: int, index: int):
+    count, pos = decode_zigzag(data, pos)
+    if count < 0:
+        raise _corrupt(batch_pos, f"record {index} has header count {count}")
+    headers = []
+    for _ in range(count):
+        n, pos = decode_zigzag(data, pos)
+        if n < 0:
+            raise _corrupt(batch_pos, f"record {index} has a header key of length {n}")
+        if pos + n > len(data):
+            raise _corrupt(batch_pos, f"record {index} has a header key past the batch end")
+        try:
+            name = data[pos : pos + n].decode("utf-8")
+        except UnicodeDecodeError:
+            raise _corrupt(
+                batch_pos, f"record {index} has a header key that is not UTF-8"
+            ) from None
+        pos += n
+        n, pos = decode_zigzag(data, pos)
+        if n >= 0:
+            hvalue = data[pos : pos + n]
+            pos += n
+        elif n == -1:
+            hvalue = None
+        else:
+            raise _corrupt(batch_pos, f"record {index} has a header value of length {n}")
+        headers.append((name, hvalue))
+    return tuple(headers), pos
+
+
+def decode_records(
+    buf, pos: int = 0, *, verify_crc: bool = True
+) -> tuple[BatchHeader, list[Record]]:
+    """Decode the batch at ``pos``: its header and all its records, decompressed.
+
+    The batch is validated first (length, magic and, unless ``verify_crc`` is False,
+    CRC-32C); any malformation, including a payload its codec cannot decompress, raises
+    CorruptRecordError naming the batch position and the problem.  Records of a
+    LogAppendTime batch carry the batch's maxTimestamp, as Kafka's consumers report.
+    """
+    if verify_crc:
+        h = validate_batch(buf, pos)
+    else:
+        h = parse_header(buf, pos)
+        if h.batch_length < HEADER_SIZE - LOG_OVERHEAD or pos + h.size > len(buf):
+            raise _corrupt(
+                pos, f"length {h.batch_length} does not fit the {len(buf) - pos} bytes left"
+            )
+        if h.magic != MAGIC_V2:
+            raise _corrupt(pos, f"magic {h.magic}, only 2 is supported")
+        if h.records_count < 0:
+            raise _corrupt(pos, f"negative record count {h.records_count}")
+    data = buf[pos + HEADER_SIZE : pos + h.size]
+    if type(data) is not bytes:
+        data = bytes(data)
+    try:
+        codec = h.attributes & ATTR_CODEC_MASK
+        if codec:
+            data = decompress(codec, data)
+        return h, _decode_payload(data, h, pos)
+    except CorruptRecordError:
+        raise
+    except CodecError as exc:
+        raise _corrupt(pos, str(exc)) from exc
+    except IndexError:
+        raise _corrupt(pos, "a record runs past the end of the batch") from None
+    except ValueError as exc:  # varints longer than 64 bits
+        raise _corrupt(pos, str(exc)) from exc
+
+
+def decode_batches(
+    buf, pos: int = 0, end: int | None = None
+) -> list[tuple[BatchHeader, list[Record]]]:
+    """Decode every complete batch in buf[pos:end] (a fetch response's records field).
+
+    A trailing partial batch is ignored, as Kafka's consumers do (the broker may cut the
+    last batch at the fetch size); a complete but corrupt batch raises CorruptRecordError.
+    """
+    end = len(buf) if end is None else end
+    view = buf if end == len(buf) else memoryview(buf)[:end]
+    out = []
+    for batch_pos, _h in iter_headers(view, pos, end):
+        out.append(decode_records(view, batch_pos))
+    return out
+
+
+def control_record_type(key: bytes | None) -> int:
+    """CONTROL_ABORT or CONTROL_COMMIT from a control record's key (version, type int16s)."""
+    if key is None or len(key) < _CONTROL_KEY.size:
+        raise CorruptRecordError("control record key must hold a version and a type (4 bytes)")
+    _version, kind = _CONTROL_KEY.unpack_from(key)
+    return kind
+
+
+def control_type_name(kind: int) -> str:
+    return _CONTROL_TYPE_NAMES.get(kind, f"UNKNOWN({kind})")
