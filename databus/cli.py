@@ -2,8 +2,8 @@
 
 Each subcommand lives in its own module exposing ``add_arguments(parser)`` and
 ``run(args) -> int``; this file only wires names to modules, so adding a command is one line
-in COMMANDS (or BENCHMARKS for ``databus bench NAME``).  Modules import their heavy
-dependencies inside ``run`` so that ``databus --help`` stays fast.
+in COMMANDS (or BENCHMARKS for ``databus bench NAME``).  Only the module of the command being
+run is imported.
 """
 
 from __future__ import annotations
@@ -23,50 +23,70 @@ COMMANDS: dict[str, tuple[str, str]] = {
 # databus bench NAME -> (module, one-line help)
 BENCHMARKS: dict[str, tuple[str, str]] = {
     "records": ("databus.bench.records", "RecordBatch v2 encode/decode cost per record"),
+    "storage": ("databus.bench.storage", "log append (with/without group-commit fsync) and read throughput"),
 }
 
 
-def _add_module_command(subparsers, name: str, module_name: str, help_text: str):
-    module = importlib.import_module(module_name)
-    parser = subparsers.add_parser(name, help=help_text, description=help_text)
-    module.add_arguments(parser)
-    parser.set_defaults(_run=module.run)
-    return parser
+def _command_table(title: str, table: dict[str, tuple[str, str]]) -> str:
+    width = max(map(len, table), default=0)
+    lines = [f"  {name:<{width}}  {help_text}" for name, (_, help_text) in table.items()]
+    return f"{title}:\n" + "\n".join(lines)
 
 
-def build_parser() -> argparse.ArgumentParser:
+def _top_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="databus",
         description="databus: message bus with a per-host sidecar and a Kafka-compatible broker",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog=_command_table("commands", COMMANDS)
+        + "\n  bench  run a benchmark: databus bench NAME --help\n\n"
+        + _command_table("benchmarks", BENCHMARKS),
     )
     parser.add_argument("--version", action="version", version=f"databus {__version__}")
     parser.add_argument(
         "--log-level", default="INFO", help="logging level for stderr (default: INFO)"
     )
-    subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
-    for name, (module_name, help_text) in COMMANDS.items():
-        _add_module_command(subparsers, name, module_name, help_text)
-    if BENCHMARKS:
-        bench = subparsers.add_parser("bench", help="run a benchmark and print its figures")
-        bench_sub = bench.add_subparsers(dest="benchmark", metavar="BENCHMARK", required=True)
-        for name, (module_name, help_text) in BENCHMARKS.items():
-            _add_module_command(bench_sub, name, module_name, help_text)
+    parser.add_argument("command", metavar="COMMAND", choices=[*COMMANDS, "bench"],
+                        help="one of the commands below")
+    parser.add_argument("args", nargs=argparse.REMAINDER, help=argparse.SUPPRESS)
     return parser
 
 
+def _command_parser(prog: str, module_name: str, help_text: str):
+    # Only the chosen command's module is imported: a broken or slow module elsewhere in the
+    # tree never takes the other commands down, and `databus --help` stays instant.
+    module = importlib.import_module(module_name)
+    parser = argparse.ArgumentParser(prog=prog, description=help_text)
+    module.add_arguments(parser)
+    return parser, module.run
+
+
 def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
+    top = _top_parser()
+    ns = top.parse_args(argv)
+    rest = list(ns.args)
+    if ns.command == "bench":
+        bench = argparse.ArgumentParser(
+            prog="databus bench", formatter_class=argparse.RawDescriptionHelpFormatter,
+            epilog=_command_table("benchmarks", BENCHMARKS),
+        )
+        bench.add_argument("benchmark", metavar="BENCHMARK", choices=list(BENCHMARKS))
+        bench.add_argument("args", nargs=argparse.REMAINDER, help=argparse.SUPPRESS)
+        bns = bench.parse_args(rest)
+        module_name, help_text = BENCHMARKS[bns.benchmark]
+        prog, rest = f"databus bench {bns.benchmark}", list(bns.args)
+    else:
+        module_name, help_text = COMMANDS[ns.command]
+        prog = f"databus {ns.command}"
+    parser, run = _command_parser(prog, module_name, help_text)
+    args = parser.parse_args(rest)
     logging.basicConfig(
-        level=getattr(logging, str(args.log_level).upper(), logging.INFO),
+        level=getattr(logging, str(ns.log_level).upper(), logging.INFO),
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
         stream=sys.stderr,
     )
-    if not getattr(args, "_run", None):
-        parser.print_help()
-        return 2
     try:
-        return int(args._run(args) or 0)
+        return int(run(args) or 0)
     except KeyboardInterrupt:
         return 130
 

@@ -1,0 +1,182 @@
+"""Topic-level log configuration: Kafka's topic config names, defaults and validation.
+
+``LogConfig`` is immutable; a topic's effective config is the broker's defaults (``base``)
+with the topic's overrides applied by ``LogConfig.from_topic_config``.  Unknown names and bad
+values raise ``InvalidConfigError`` naming the key and the value, as Kafka's AdminClient
+reports them.  ``to_topic_config`` gives every key back as strings for DescribeConfigs.
+
+Supported keys (Kafka's names; see docs/storage.md):
+segment.bytes, segment.ms, segment.index.bytes, index.interval.bytes, retention.ms,
+retention.bytes, max.message.bytes, cleanup.policy, flush.messages, flush.ms,
+min.compaction.lag.ms, max.compaction.lag.ms, min.cleanable.dirty.ratio, delete.retention.ms,
+file.delete.delay.ms, message.timestamp.type, compression.type (only "producer": batches are
+stored as the producer compressed them) and min.insync.replicas (accepted; a single node has
+one replica).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from .errors import InvalidConfigError
+
+LONG_MAX = 2**63 - 1
+INT_MAX = 2**31 - 1
+GIB = 1 << 30
+MIB = 1 << 20
+DAY_MS = 24 * 3600 * 1000
+
+
+@dataclass(frozen=True)
+class LogConfig:
+    segment_bytes: int = GIB
+    segment_ms: int = 7 * DAY_MS
+    segment_index_bytes: int = 10 * MIB
+    index_interval_bytes: int = 4096
+    retention_ms: int = 7 * DAY_MS  # -1 = unlimited
+    retention_bytes: int = -1  # -1 = unlimited
+    max_message_bytes: int = 1048588
+    cleanup_policy: str = "delete"  # "delete", "compact" or "compact,delete"
+    flush_interval_messages: int = LONG_MAX
+    flush_interval_ms: int = LONG_MAX
+    min_compaction_lag_ms: int = 0
+    max_compaction_lag_ms: int = LONG_MAX
+    min_cleanable_dirty_ratio: float = 0.5
+    delete_retention_ms: int = DAY_MS
+    file_delete_delay_ms: int = 60000
+    message_timestamp_type: str = "CreateTime"  # or "LogAppendTime"
+    compression_type: str = "producer"
+    min_insync_replicas: int = 1
+
+    @property
+    def compact(self) -> bool:
+        return "compact" in self.cleanup_policy.split(",")
+
+    @property
+    def delete(self) -> bool:
+        return "delete" in self.cleanup_policy.split(",")
+
+    @property
+    def log_append_time(self) -> bool:
+        return self.message_timestamp_type == "LogAppendTime"
+
+    @classmethod
+    def from_topic_config(
+        cls, overrides: Mapping[str, Any], base: LogConfig | None = None
+    ) -> LogConfig:
+        """``base`` (default: Kafka's defaults) with the Kafka-named ``overrides`` applied."""
+        base = base if base is not None else cls()
+        changes: dict[str, Any] = {}
+        for key, raw in overrides.items():
+            spec = _SPECS.get(key)
+            if spec is None:
+                raise InvalidConfigError(f"unknown topic config {key!r}")
+            changes[spec.field] = spec.parse(key, raw)
+        return dataclasses.replace(base, **changes)
+
+    def to_topic_config(self) -> dict[str, str]:
+        """Every supported key with its value, as Kafka's DescribeConfigs strings."""
+        return {key: spec.render(getattr(self, spec.field)) for key, spec in _SPECS.items()}
+
+    def overrides_against(self, base: LogConfig) -> dict[str, str]:
+        """The keys whose value differs from ``base`` (a topic's overrides)."""
+        mine, theirs = self.to_topic_config(), base.to_topic_config()
+        return {k: v for k, v in mine.items() if theirs[k] != v}
+
+
+@dataclass(frozen=True)
+class _Spec:
+    field: str
+    parse_value: Callable[[str, str], Any]
+
+    def parse(self, key: str, raw: Any) -> Any:
+        text = str(raw).strip() if not isinstance(raw, bool) else str(raw).lower()
+        return self.parse_value(key, text)
+
+    @staticmethod
+    def render(value: Any) -> str:
+        return repr(value) if isinstance(value, float) else str(value)
+
+
+def _integer(minimum: int, maximum: int = LONG_MAX) -> Callable[[str, str], int]:
+    def parse(key: str, text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise InvalidConfigError(
+                f"invalid value {text!r} for configuration {key}: not an integer"
+            ) from None
+        if not minimum <= value <= maximum:
+            raise InvalidConfigError(
+                f"invalid value {value} for configuration {key}: must be in [{minimum}, {maximum}]"
+            )
+        return value
+
+    return parse
+
+
+def _ratio(key: str, text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise InvalidConfigError(f"invalid value {text!r} for configuration {key}: not a number")
+    if not 0.0 <= value <= 1.0:
+        raise InvalidConfigError(f"invalid value {value} for configuration {key}: must be in [0, 1]")
+    return value
+
+
+def _choice(*allowed: str) -> Callable[[str, str], str]:
+    def parse(key: str, text: str) -> str:
+        if text not in allowed:
+            raise InvalidConfigError(
+                f"invalid value {text!r} for configuration {key}: must be one of {', '.join(allowed)}"
+            )
+        return text
+
+    return parse
+
+
+def _cleanup_policy(key: str, text: str) -> str:
+    parts = sorted({p.strip() for p in text.split(",") if p.strip()})
+    if not parts or any(p not in ("compact", "delete") for p in parts):
+        raise InvalidConfigError(
+            f"invalid value {text!r} for configuration {key}: "
+            "must be delete, compact, or compact,delete"
+        )
+    return ",".join(parts)
+
+
+def _compression_type(key: str, text: str) -> str:
+    if text != "producer":
+        raise InvalidConfigError(
+            f"unsupported value {text!r} for configuration {key}: databus stores batches as "
+            "the producer compressed them, only 'producer' is supported"
+        )
+    return text
+
+
+_SPECS: dict[str, _Spec] = {
+    "segment.bytes": _Spec("segment_bytes", _integer(14, INT_MAX)),
+    "segment.ms": _Spec("segment_ms", _integer(1)),
+    "segment.index.bytes": _Spec("segment_index_bytes", _integer(8, INT_MAX)),
+    "index.interval.bytes": _Spec("index_interval_bytes", _integer(0, INT_MAX)),
+    "retention.ms": _Spec("retention_ms", _integer(-1)),
+    "retention.bytes": _Spec("retention_bytes", _integer(-1)),
+    "max.message.bytes": _Spec("max_message_bytes", _integer(0, INT_MAX)),
+    "cleanup.policy": _Spec("cleanup_policy", _cleanup_policy),
+    "flush.messages": _Spec("flush_interval_messages", _integer(1)),
+    "flush.ms": _Spec("flush_interval_ms", _integer(0)),
+    "min.compaction.lag.ms": _Spec("min_compaction_lag_ms", _integer(0)),
+    "max.compaction.lag.ms": _Spec("max_compaction_lag_ms", _integer(1)),
+    "min.cleanable.dirty.ratio": _Spec("min_cleanable_dirty_ratio", _ratio),
+    "delete.retention.ms": _Spec("delete_retention_ms", _integer(0)),
+    "file.delete.delay.ms": _Spec("file_delete_delay_ms", _integer(0)),
+    "message.timestamp.type": _Spec("message_timestamp_type", _choice("CreateTime", "LogAppendTime")),
+    "compression.type": _Spec("compression_type", _compression_type),
+    "min.insync.replicas": _Spec("min_insync_replicas", _integer(1, INT_MAX)),
+}
+
+TOPIC_CONFIG_NAMES = tuple(_SPECS)

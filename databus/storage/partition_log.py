@@ -1,0 +1,571 @@
+"""One partition's log: an ordered list of segments, the offsets, durability, and the
+idempotent-producer state.  This module owns the segment lifecycle (create, roll, seal,
+delete, swap after compaction) and the recovery point.
+
+Public surface (the broker codes against it):
+
+* ``append(batches, *, now_ms=None, assign_offsets=True) -> AppendInfo``: validates every
+  batch first (length, magic 2, CRC-32C, ``max.message.bytes``, record count vs offsets,
+  producer sequence/epoch); on any problem raises and appends nothing.  Then it rewrites base
+  offsets in place (no record parsing) and writes the request's bytes with one ``pwrite``.
+  A duplicate idempotent batch returns its ORIGINAL offsets with ``duplicate=True``.
+  ``message.timestamp.type=LogAppendTime`` sets each batch's maxTimestamp and timestamp-type
+  bit and recomputes its CRC (header only).  Disk errors raise ``KafkaStorageError`` after
+  cutting the files back: nothing half-written is ever visible.
+* ``read(offset, max_bytes, *, max_offset=None) -> bytes``: whole batches from the one holding
+  ``offset`` (at least one, even above max_bytes), from a single segment; b"" at the log end
+  or when ``max_offset`` excludes the first batch; ``OffsetOutOfRangeError`` outside
+  [log_start_offset, log_end_offset].
+* ``offset_for_timestamp(ts) -> (offset, timestamp) | None``: the first batch whose max
+  timestamp >= ts (its base offset, or the log start offset if greater; and that max).
+* ``flush() -> recovery point``: group commit.  Safe against ONE concurrent appender thread:
+  the lock is held only to snapshot which files to fsync (dup'ed descriptors) and the log end
+  offset; the fsyncs run without it.  ``needs_flush(now_ms)`` applies ``flush.messages`` /
+  ``flush.ms``; ``is_durable(offset)``; ``recovery_point`` (every offset below it is on disk).
+* ``check_producer(batches) -> BatchMetadata | None``: the idempotence rule alone (see
+  producer_state), for callers that want to know before appending.
+
+Threading: everything except ``flush`` runs on one thread (the broker's trio thread).
+"""
+
+from __future__ import annotations
+
+import errno
+import logging
+import os
+import re
+import struct
+import threading
+import time
+from bisect import bisect_right
+from dataclasses import dataclass, field
+
+import crc32c as _crc32c
+
+from databus.protocol.records import (
+    ATTR_TIMESTAMP_TYPE,
+    CRC_START,
+    BatchHeader,
+    iter_headers,
+    set_base_offset,
+    validate_batch,
+)
+
+from .checkpoints import fsync_dir
+from .config import LogConfig
+from .errors import (
+    InvalidRecordError,
+    KafkaStorageError,
+    OffsetOutOfRangeError,
+    UnknownTopicError,
+)
+from .producer_state import BatchMetadata, ProducerEntry, ProducerStateManager
+from .recovery import load_segments
+from .segment import PlannedBatch, Segment, segment_name
+
+log = logging.getLogger(__name__)
+
+_SNAPSHOT = re.compile(r"^(\d{20})\.snapshot$")
+_SNAPSHOTS_KEPT = 2
+_ATTRS = struct.Struct(">h")
+_I64 = struct.Struct(">q")
+_U32 = struct.Struct(">I")
+
+
+@dataclass
+class AppendInfo:
+    first_offset: int
+    last_offset: int
+    log_append_time: int = -1
+    log_start_offset: int = 0
+    batches: list[tuple[int, BatchHeader]] = field(default_factory=list)
+    records_count: int = 0
+    duplicate: bool = False
+
+
+def _storage_error(action: str, path: str, exc: OSError) -> KafkaStorageError:
+    where = os.path.dirname(path) or path
+    if exc.errno == errno.ENOSPC:
+        what = f"no space left on the device holding {where}"
+    else:
+        what = f"{exc.strerror or exc} ({where})"
+    err = KafkaStorageError(f"cannot {action} {os.path.basename(path)}: {what}")
+    err.errno = exc.errno
+    return err
+
+
+class PartitionLog:
+    def __init__(self, directory: str, topic: str, partition: int, config: LogConfig,
+                 *, clock=time.time) -> None:
+        self.directory = directory
+        self.topic = topic
+        self.partition = partition
+        self.config = config
+        self._clock = clock
+        self.segments: list[Segment] = []
+        self._bases: list[int] = []
+        self.log_start_offset = 0
+        self.log_end_offset = 0
+        self.recovery_point = 0
+        self.producer_state = ProducerStateManager()
+        self._lock = threading.Lock()  # appender vs flusher: held only to snapshot
+        # Flushes run one at a time: a later flush finishing first must not publish a
+        # recovery point that covers files an earlier one is still syncing.
+        self._flush_lock = threading.Lock()
+        self._unflushed: dict[int, Segment] = {}
+        self._unflushed_messages = 0
+        self._dir_dirty = False
+        self._last_flush_ms = self._now_ms()
+        self.closed = False
+        self.deleted = False
+        # compaction bookkeeping (see compaction.py)
+        self.first_dirty_offset = 0
+        self.tombstone_expiry_ms: int | None = None
+
+    @property
+    def name(self) -> str:
+        return f"{self.topic}-{self.partition}"
+
+    def _now_ms(self) -> int:
+        return int(self._clock() * 1000)
+
+    @property
+    def active_segment(self) -> Segment:
+        return self.segments[-1]
+
+    @property
+    def size_in_bytes(self) -> int:
+        return sum(seg.size for seg in self.segments)
+
+    # -- opening ----------------------------------------------------------------------------
+
+    @classmethod
+    def open(cls, directory: str, topic: str, partition: int, config: LogConfig, *,
+             recovery_point: int = 0, log_start_offset: int = 0, clean: bool = False,
+             clock=time.time) -> tuple[PartitionLog, list[str]]:
+        """Load (recovering if needed) or create the partition's log; returns the log and the
+        recovery actions taken."""
+        self = cls(directory, topic, partition, config, clock=clock)
+        os.makedirs(directory, exist_ok=True)
+        now = self._now_ms()
+        result = load_segments(directory, self.name,
+                               index_interval_bytes=config.index_interval_bytes,
+                               segment_index_bytes=config.segment_index_bytes,
+                               recovery_point=recovery_point, clean=clean, now_ms=now)
+        actions = result.actions
+        segments = result.segments
+        if not segments:
+            segments = [self._new_segment(max(log_start_offset, 0), now)]
+            self._dir_dirty = True
+        self.segments = segments
+        self._bases = [s.base_offset for s in segments]
+        self.log_end_offset = segments[-1].next_offset
+        self.log_start_offset = min(max(log_start_offset, segments[0].base_offset),
+                                    self.log_end_offset)
+        self.first_dirty_offset = self.log_start_offset
+        if clean:
+            self.recovery_point = self.log_end_offset
+        else:
+            self.recovery_point = min(recovery_point, self.log_end_offset)
+        if result.recovered:
+            for seg in segments:
+                if seg.next_offset > self.recovery_point:
+                    self._unflushed[id(seg)] = seg
+            self.flush()  # the re-validated tail becomes the new recovery point
+        actions += self._load_producer_state()
+        return self, actions
+
+    def _new_segment(self, base_offset: int, now_ms: int) -> Segment:
+        return Segment.create(self.directory, base_offset,
+                              index_interval_bytes=self.config.index_interval_bytes,
+                              segment_index_bytes=self.config.segment_index_bytes, now_ms=now_ms)
+
+    # -- producer state snapshots -----------------------------------------------------------
+
+    def _snapshot_offsets(self) -> list[int]:
+        return sorted(int(m.group(1)) for f in os.listdir(self.directory)
+                      if (m := _SNAPSHOT.match(f)))
+
+    def _snapshot_path(self, offset: int) -> str:
+        return os.path.join(self.directory, segment_name(offset) + ".snapshot")
+
+    def _load_producer_state(self) -> list[str]:
+        actions = []
+        start = self.log_start_offset
+        for offset in reversed(self._snapshot_offsets()):
+            path = self._snapshot_path(offset)
+            if offset > self.log_end_offset:
+                os.unlink(path)
+                actions.append(f"{self.name}: deleted producer snapshot {os.path.basename(path)}"
+                               " beyond the log end")
+                continue
+            try:
+                with open(path, "rb") as f:
+                    self.producer_state = ProducerStateManager.load_snapshot(f.read())
+                start = offset
+                break
+            except (OSError, ValueError) as exc:
+                os.unlink(path)
+                actions.append(f"{self.name}: ignored damaged producer snapshot "
+                               f"{os.path.basename(path)} ({exc})")
+        if start < self.log_end_offset:
+            replayed = 0
+            for _pos, h in self._headers_from(start):
+                if h.producer_id >= 0:
+                    self.producer_state.update_from_header(h)
+                    replayed += 1
+            if replayed:
+                actions.append(f"{self.name}: rebuilt producer state from {replayed} batch "
+                               f"headers after offset {start}")
+        for line in actions:
+            log.info("recovery: %s", line)
+        return actions
+
+    def _headers_from(self, offset: int):
+        i = max(bisect_right(self._bases, offset) - 1, 0)
+        for seg in self.segments[i:]:
+            start = seg.index.lookup(offset)[1] if seg.base_offset <= offset else 0
+            for pos, h in seg.iter_headers(start, seg.size):
+                if h.base_offset + h.last_offset_delta >= offset:
+                    yield pos, h
+
+    def take_producer_snapshot(self, offset: int | None = None) -> None:
+        """Write ``<offset>.snapshot`` (state of every batch below ``offset``, default the log
+        end) and keep only the newest few.  Not fsynced: a torn one fails its CRC and the
+        headers after an older one are replayed instead."""
+        offset = self.log_end_offset if offset is None else offset
+        path = self._snapshot_path(offset)
+        with open(path + ".tmp", "wb") as f:
+            f.write(self.producer_state.snapshot_bytes())
+        os.replace(path + ".tmp", path)
+        for old in self._snapshot_offsets()[:-_SNAPSHOTS_KEPT]:
+            os.unlink(self._snapshot_path(old))
+
+    # -- appending --------------------------------------------------------------------------
+
+    def check_producer(self, batches) -> BatchMetadata | None:
+        """The idempotence rule for each batch of ``batches`` (headers only, in order, as if
+        the earlier ones were appended): the first duplicate's metadata, or None."""
+        for _pos, h in iter_headers(batches):
+            dup = self.producer_state.check(h)
+            if dup is not None:
+                return dup
+        return None
+
+    def append(self, batches, *, now_ms: int | None = None,
+               assign_offsets: bool = True) -> AppendInfo:
+        if self.deleted:
+            raise UnknownTopicError(f"{self.name} was deleted")
+        if self.closed:
+            raise KafkaStorageError(f"{self.name} is closed")
+        now_ms = self._now_ms() if now_ms is None else now_ms
+        buf = bytearray(batches)
+        total = len(buf)
+        if total == 0:
+            raise InvalidRecordError(f"{self.name}: an append needs at least one record batch")
+        max_size = self.config.max_message_bytes
+        headers: list[tuple[int, BatchHeader]] = []
+        pos = 0
+        while pos < total:
+            h = validate_batch(buf, pos, max_size)
+            if assign_offsets and (h.records_count <= 0
+                                   or h.records_count != h.last_offset_delta + 1):
+                raise InvalidRecordError(
+                    f"batch at byte {pos} has {h.records_count} records but lastOffsetDelta "
+                    f"{h.last_offset_delta}"
+                )
+            headers.append((pos, h))
+            pos += h.size
+        if assign_offsets:
+            dup = self._check_producers(headers)
+            if dup is not None:
+                return AppendInfo(dup.first_offset, dup.last_offset, -1, self.log_start_offset,
+                                  duplicate=True)
+        log_append_time = -1
+        if self.config.log_append_time:
+            log_append_time = now_ms
+            for pos, h in headers:
+                _set_log_append_time(buf, pos, h, now_ms)
+        with self._lock:
+            planned: list[PlannedBatch] = []
+            assigned: list[tuple[int, BatchHeader]] = []
+            next_offset = self.log_end_offset
+            records = 0
+            for pos, h in headers:
+                if assign_offsets:
+                    base = next_offset
+                    set_base_offset(buf, pos, base)
+                else:
+                    base = h.base_offset
+                    if base < next_offset:
+                        raise InvalidRecordError(
+                            f"{self.name}: batch at byte {pos} has offset {base}, below the "
+                            f"log end offset {next_offset}"
+                        )
+                max_ts = log_append_time if log_append_time >= 0 else h.max_timestamp
+                h = h._replace(base_offset=base, max_timestamp=max_ts)
+                assigned.append((base, h))
+                planned.append(PlannedBatch(pos, h.size, base, base + h.last_offset_delta, max_ts))
+                next_offset = base + h.last_offset_delta + 1
+                records += h.records_count
+            first_offset, last_offset = planned[0].base_offset, planned[-1].last_offset
+            seg = self._maybe_roll(total, first_offset, last_offset,
+                                   max(p.max_timestamp for p in planned), now_ms)
+            try:
+                seg.append(buf, planned)
+            except OSError as exc:
+                raise _storage_error("append to", seg.log_path, exc) from exc
+            self.log_end_offset = next_offset
+            self._unflushed[id(seg)] = seg
+            self._unflushed_messages += records
+        for _base, h in assigned:
+            if h.producer_id >= 0:
+                self.producer_state.update_from_header(h)
+        return AppendInfo(first_offset, last_offset, log_append_time, self.log_start_offset,
+                          assigned, records)
+
+    def _check_producers(self, headers) -> BatchMetadata | None:
+        # Check each batch as if the previous ones of this request were appended: on a
+        # scratch copy of the entries involved, so a rejected request changes nothing.
+        pids = {h.producer_id for _, h in headers if h.producer_id >= 0}
+        if not pids:
+            return None
+        if len(headers) == 1:
+            return self.producer_state.check(headers[0][1])
+        scratch = ProducerStateManager()
+        for pid in pids:
+            entry = self.producer_state.entry(pid)
+            if entry is not None:
+                scratch.producers[pid] = _copy_entry(entry)
+        fake = self.log_end_offset
+        for _pos, h in headers:
+            dup = scratch.check(h)
+            if dup is not None:
+                return dup
+            scratch.update_from_header(h._replace(base_offset=fake))
+            fake += h.last_offset_delta + 1
+        return None
+
+    def _maybe_roll(self, size: int, first_offset: int, last_offset: int,
+                    max_timestamp: int, now_ms: int) -> Segment:
+        seg = self.segments[-1]
+        if seg.size == 0:
+            return seg
+        config = self.config
+        reason = None
+        if seg.size + size > config.segment_bytes:
+            reason = f"segment.bytes {config.segment_bytes} reached"
+        elif seg.time_waited_for_roll(now_ms, max_timestamp) > config.segment_ms:
+            reason = f"segment.ms {config.segment_ms} elapsed"
+        elif seg.indexes_full:
+            reason = f"segment.index.bytes {config.segment_index_bytes} reached"
+        elif not seg.can_hold_offset(last_offset):
+            reason = "relative offsets would overflow"
+        if reason is None:
+            return seg
+        return self._roll(first_offset, now_ms, reason)
+
+    def _roll(self, base_offset: int, now_ms: int, reason: str) -> Segment:
+        old = self.segments[-1]
+        try:
+            old.seal()
+            new = self._new_segment(base_offset, now_ms)
+        except OSError as exc:
+            raise _storage_error("roll", old.log_path, exc) from exc
+        self.segments.append(new)
+        self._bases.append(base_offset)
+        self._unflushed[id(old)] = old
+        self._dir_dirty = True
+        log.debug("%s: rolled new segment at offset %d (%s)", self.name, base_offset, reason)
+        try:
+            self.take_producer_snapshot(base_offset)
+        except OSError as exc:  # a snapshot only saves replay time on recovery
+            log.warning("%s: could not write producer snapshot: %s", self.name, exc)
+        return new
+
+    def roll(self, now_ms: int | None = None) -> Segment:
+        """Force a new active segment at the log end (no-op if the active one is empty)."""
+        with self._lock:
+            if self.segments[-1].size == 0:
+                return self.segments[-1]
+            return self._roll(self.log_end_offset, self._now_ms() if now_ms is None else now_ms,
+                              "requested")
+
+    # -- reading ----------------------------------------------------------------------------
+
+    def _check_range(self, offset: int) -> None:
+        if not self.log_start_offset <= offset <= self.log_end_offset:
+            raise OffsetOutOfRangeError(
+                f"offset {offset} is outside {self.name}'s range "
+                f"[{self.log_start_offset}, {self.log_end_offset}]"
+            )
+
+    def read(self, offset: int, max_bytes: int, *, max_offset: int | None = None) -> bytes:
+        self._check_range(offset)
+        if offset == self.log_end_offset or (max_offset is not None and offset >= max_offset):
+            return b""
+        i = max(bisect_right(self._bases, offset) - 1, 0)
+        segments = self.segments
+        for seg in segments[i:]:
+            data = seg.read(offset, max_bytes, max_offset)
+            if data is not None:
+                return data
+        return b""
+
+    def offset_for_timestamp(self, timestamp: int) -> tuple[int, int] | None:
+        for seg in self.segments:
+            if seg.max_timestamp < timestamp or seg.next_offset <= self.log_start_offset:
+                continue
+            start_offset = max(seg.time_index.lookup(timestamp), self.log_start_offset)
+            _, pos = seg.index.lookup(start_offset)
+            for _pos, h in seg.iter_headers(pos, seg.size):
+                if h.max_timestamp >= timestamp and h.last_offset >= self.log_start_offset:
+                    return max(h.base_offset, self.log_start_offset), h.max_timestamp
+        return None
+
+    # -- durability -------------------------------------------------------------------------
+
+    def is_dirty(self) -> bool:
+        return bool(self._unflushed) or self._dir_dirty
+
+    def is_durable(self, offset: int) -> bool:
+        return offset < self.recovery_point
+
+    def needs_flush(self, now_ms: int | None = None) -> bool:
+        if not self._unflushed:
+            return False
+        if self._unflushed_messages >= self.config.flush_interval_messages:
+            return True
+        now_ms = self._now_ms() if now_ms is None else now_ms
+        return now_ms - self._last_flush_ms >= self.config.flush_interval_ms
+
+    def flush(self) -> int:
+        """fsync everything appended so far; returns the new recovery point."""
+        with self._flush_lock:
+            return self._flush()
+
+    def _flush(self) -> int:
+        with self._lock:
+            if self.deleted:
+                # a waiter for durability must fail, not wait forever for a recovery point
+                raise UnknownTopicError(f"{self.name} was deleted before it was flushed")
+            if self.closed or not (self._unflushed or self._dir_dirty):
+                return self.recovery_point
+            target = self.log_end_offset
+            segments = list(self._unflushed.values())
+            self._unflushed.clear()
+            dir_dirty, self._dir_dirty = self._dir_dirty, False
+            messages, self._unflushed_messages = self._unflushed_messages, 0
+            fds = [(os.dup(fd), seg.log_path) for seg in segments
+                   for fd in seg.file_descriptors() if fd >= 0]
+        try:
+            for fd, path in fds:
+                try:
+                    os.fsync(fd)
+                except OSError as exc:
+                    raise _storage_error("fsync", path, exc) from exc
+            if dir_dirty:
+                try:
+                    fsync_dir(self.directory)
+                except OSError as exc:
+                    raise _storage_error("fsync", self.directory, exc) from exc
+        except KafkaStorageError:
+            with self._lock:
+                for seg in segments:
+                    if seg.fd >= 0:
+                        self._unflushed[id(seg)] = seg
+                self._dir_dirty |= dir_dirty
+                self._unflushed_messages += messages
+            raise
+        finally:
+            for fd, _ in fds:
+                os.close(fd)
+        with self._lock:
+            self.recovery_point = max(self.recovery_point, target)
+            self._last_flush_ms = self._now_ms()
+            return self.recovery_point
+
+    def flush_to(self, offset: int) -> int:
+        """Make ``offset`` durable (fsync only if it is not yet)."""
+        if offset < self.recovery_point:
+            return self.recovery_point
+        return self.flush()
+
+    # -- segment removal and replacement (retention, compaction) -----------------------------
+
+    def delete_oldest_segments(self, count: int) -> list[Segment]:
+        """Delete the ``count`` oldest segments (never the active one); the log start offset
+        moves to the first remaining segment."""
+        count = min(count, len(self.segments) - 1)
+        if count <= 0:
+            return []
+        with self._lock:
+            doomed = self.segments[:count]
+            del self.segments[:count]
+            del self._bases[:count]
+            for seg in doomed:
+                self._unflushed.pop(id(seg), None)
+                seg.close()
+            self.log_start_offset = max(self.log_start_offset, self.segments[0].base_offset)
+            self._dir_dirty = True
+        for seg in doomed:
+            seg.delete_files()
+        return doomed
+
+    def replace_segment(self, old: Segment, new: Segment | None) -> None:
+        """Swap ``old`` for ``new`` (already on disk under old's names), or drop it."""
+        with self._lock:
+            i = self.segments.index(old)
+            self._unflushed.pop(id(old), None)
+            old.close()
+            if new is None:
+                del self.segments[i]
+                del self._bases[i]
+            else:
+                self.segments[i] = new
+            self._dir_dirty = True
+
+    # -- closing ----------------------------------------------------------------------------
+
+    def close(self) -> None:
+        """Seal the active segment's time index, flush, snapshot producer state, close."""
+        if self.closed:
+            return
+        try:
+            self.segments[-1].seal()
+            with self._lock:
+                self._unflushed[id(self.segments[-1])] = self.segments[-1]
+            self.flush()
+            self.take_producer_snapshot()
+        finally:
+            with self._lock:
+                self.closed = True
+                for seg in self.segments:
+                    seg.close()
+                self._unflushed.clear()
+
+    def delete(self) -> None:
+        """Close without flushing (the directory is about to be removed); a later ``flush``
+        raises UnknownTopicError."""
+        with self._lock:
+            self.closed = True
+            self.deleted = True
+            for seg in self.segments:
+                seg.close()
+            self._unflushed.clear()
+
+
+def _copy_entry(entry: ProducerEntry) -> ProducerEntry:
+    copy = ProducerEntry(epoch=entry.epoch, last_timestamp=entry.last_timestamp)
+    copy.batches.extend(entry.batches)
+    return copy
+
+
+def _set_log_append_time(buf: bytearray, pos: int, h: BatchHeader, now_ms: int) -> None:
+    """LogAppendTime: the broker's clock becomes the batch's maxTimestamp; the timestamp-type
+    bit is set and the CRC recomputed (header fields only, records untouched)."""
+    _ATTRS.pack_into(buf, pos + 21, h.attributes | ATTR_TIMESTAMP_TYPE)
+    _I64.pack_into(buf, pos + 35, now_ms)
+    crc = _crc32c.crc32c(memoryview(buf)[pos + CRC_START: pos + h.size])
+    _U32.pack_into(buf, pos + 17, crc)
+

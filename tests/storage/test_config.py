@@ -1,0 +1,50 @@
+import pytest
+
+from databus.storage.config import TOPIC_CONFIG_NAMES, LogConfig
+from databus.storage.errors import InvalidConfigError
+
+
+def test_defaults_are_kafkas():
+    c = LogConfig()
+    assert c.segment_bytes == 1 << 30
+    assert c.retention_ms == 7 * 24 * 3600 * 1000
+    assert c.retention_bytes == -1
+    assert c.max_message_bytes == 1048588
+    assert c.index_interval_bytes == 4096
+    assert c.segment_index_bytes == 10 << 20
+    assert c.cleanup_policy == "delete"
+    assert c.delete_retention_ms == 86400000
+
+
+def test_overrides_apply_on_base():
+    base = LogConfig(retention_ms=1000)
+    c = LogConfig.from_topic_config({"segment.bytes": "2048", "cleanup.policy": "delete,compact",
+                                     "flush.messages": 1}, base=base)
+    assert (c.segment_bytes, c.retention_ms, c.flush_interval_messages) == (2048, 1000, 1)
+    assert c.cleanup_policy == "compact,delete" and c.compact and c.delete
+
+
+def test_round_trip_through_topic_config():
+    c = LogConfig.from_topic_config({"retention.bytes": "77", "min.cleanable.dirty.ratio": "0.25",
+                                     "message.timestamp.type": "LogAppendTime"})
+    rendered = c.to_topic_config()
+    assert set(rendered) == set(TOPIC_CONFIG_NAMES)
+    assert LogConfig.from_topic_config(rendered) == c
+    assert c.overrides_against(LogConfig()) == {
+        "retention.bytes": "77", "min.cleanable.dirty.ratio": "0.25",
+        "message.timestamp.type": "LogAppendTime"}
+
+
+@pytest.mark.parametrize("key,value,fragment", [
+    ("retention.msx", "1", "unknown topic config 'retention.msx'"),
+    ("retention.ms", "soon", "'soon' for configuration retention.ms"),
+    ("retention.ms", "-2", "-2 for configuration retention.ms"),
+    ("segment.bytes", "13", "segment.bytes"),
+    ("cleanup.policy", "shred", "cleanup.policy"),
+    ("compression.type", "gzip", "only 'producer'"),
+    ("min.cleanable.dirty.ratio", "1.5", "min.cleanable.dirty.ratio"),
+    ("message.timestamp.type", "Now", "message.timestamp.type"),
+])
+def test_bad_config_names_the_key(key, value, fragment):
+    with pytest.raises(InvalidConfigError, match=fragment.replace(".", r"\.").replace("(", r"\(")):
+        LogConfig.from_topic_config({key: value})
