@@ -17,13 +17,23 @@ from . import __version__
 
 # name -> (module, one-line help)
 COMMANDS: dict[str, tuple[str, str]] = {
+    "produce": ("databus.tools.console_producer", "send stdin lines to a topic, one message per line"),
+    "consume": ("databus.tools.console_consumer", "print a topic's messages, one value per line"),
+    "topics": ("databus.tools.topics", "create, delete, list and describe topics"),
     "dump-log": ("databus.tools.dump_log", "print the batches (and records) of a .log segment"),
+    "broker": ("databus.broker.command", "run the built-in Kafka-compatible broker"),
+    "groups": ("databus.tools.groups", "list, describe, reset offsets of, delete consumer groups"),
 }
 
 # databus bench NAME -> (module, one-line help)
 BENCHMARKS: dict[str, tuple[str, str]] = {
+    "groups": ("databus.bench.groups", "consumer groups: offset commit rate/latency, group formation, rebalance"),
+    "client-produce": ("databus.bench.client_produce", "our producer's throughput beside librdkafka's, same broker"),
+    "client-consume": ("databus.bench.client_consume", "our consumer's throughput beside librdkafka's, same broker"),
     "records": ("databus.bench.records", "RecordBatch v2 encode/decode cost per record"),
     "storage": ("databus.bench.storage", "log append (with/without group-commit fsync) and read throughput"),
+    "produce": ("databus.bench.produce", "produce throughput against the broker (librdkafka)"),
+    "consume": ("databus.bench.consume", "consume throughput from the broker (librdkafka)"),
 }
 
 

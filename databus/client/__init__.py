@@ -1,0 +1,13 @@
+"""databus's own trio Kafka client: producer, consumer (groups, assignors), admin.
+
+It speaks the Kafka protocol (databus.protocol) to any Kafka cluster, not only databus's
+broker.  Modules: connection (one broker connection, pipelined), cluster (metadata and
+connections), accumulator + sender + producer, fetcher + group + consumer, assignors/,
+partitioners, admin, sync (blocking facades), config (Kafka's settings), errors.
+"""
+
+from .admin import Admin
+from .consumer import Consumer, ConsumerRecord
+from .producer import DeliveryFuture, Producer, RecordMetadata
+
+__all__ = ["Admin", "Consumer", "ConsumerRecord", "DeliveryFuture", "Producer", "RecordMetadata"]

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import io
 import struct
+from collections import deque
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
@@ -191,34 +192,79 @@ class FrameBuffer:
 
     ``feed(data)`` then iterate ``frames()``; the size prefix is checked against
     ``max_frame_bytes`` *before* anything is buffered for the frame, so a hostile 2 GiB
-    prefix costs nothing.
+    prefix costs nothing.  Received chunks are kept as they are (a deque plus a read offset)
+    and each frame is cut out once: a frame inside one chunk is one slice, a frame spanning
+    chunks is one join, so the cost per frame is O(frame size) whatever the chunking.
     """
 
     def __init__(self, max_frame_bytes: int) -> None:
         self.max_frame_bytes = max_frame_bytes
-        self._buf = bytearray()
+        self._chunks: deque[bytes] = deque()
+        self._offset = 0  # bytes of _chunks[0] already consumed
+        self._size = 0  # bytes fed and not yet consumed
+        self._frame_size: int | None = None  # prefix of the frame being assembled
+        self._error: FramingError | None = None
 
     def feed(self, data: bytes) -> None:
-        self._buf += data
+        if data:
+            self._chunks.append(bytes(data))
+            self._size += len(data)
+
+    def _take(self, n: int) -> bytes:
+        """Remove and return the next ``n`` buffered bytes (``n <= self._size``)."""
+        first = self._chunks[0]
+        offset = self._offset
+        if len(first) - offset >= n:
+            out = first[offset : offset + n]  # the whole chunk when it is exactly one frame
+            offset += n
+            if offset == len(first):
+                self._chunks.popleft()
+                offset = 0
+            self._offset = offset
+            self._size -= n
+            return out
+        parts = []
+        need = n
+        while need:
+            first = self._chunks[0]
+            available = len(first) - self._offset
+            if available <= need:
+                parts.append(memoryview(first)[self._offset :])
+                self._chunks.popleft()
+                self._offset = 0
+                need -= available
+            else:
+                parts.append(memoryview(first)[self._offset : self._offset + need])
+                self._offset += need
+                need = 0
+        self._size -= n
+        return b"".join(parts)
 
     def next_frame(self) -> bytes | None:
         """Return the next complete frame (without its prefix), or None if more bytes are needed.
 
-        Raises FramingError for a negative or oversized size prefix.
+        Raises FramingError for a negative or oversized size prefix (and keeps raising it:
+        the stream cannot be resynchronised).
         """
-        if len(self._buf) < 4:
+        if self._error is not None:
+            raise self._error
+        if self._frame_size is None:
+            if self._size < 4:
+                return None
+            (size,) = _I32.unpack(self._take(4))
+            if size < 0:
+                self._error = FramingError(f"negative frame size {size}")
+            elif size > self.max_frame_bytes:
+                self._error = FramingError(
+                    f"frame of {size} bytes exceeds the limit of {self.max_frame_bytes} bytes"
+                )
+            if self._error is not None:
+                raise self._error
+            self._frame_size = size
+        if self._size < self._frame_size:
             return None
-        (size,) = _I32.unpack_from(self._buf, 0)
-        if size < 0:
-            raise FramingError(f"negative frame size {size}")
-        if size > self.max_frame_bytes:
-            raise FramingError(
-                f"frame of {size} bytes exceeds the limit of {self.max_frame_bytes} bytes"
-            )
-        if len(self._buf) < 4 + size:
-            return None
-        frame = bytes(self._buf[4 : 4 + size])
-        del self._buf[: 4 + size]
+        frame = self._take(self._frame_size) if self._frame_size else b""
+        self._frame_size = None
         return frame
 
     def frames(self):
@@ -227,4 +273,4 @@ class FrameBuffer:
 
     @property
     def buffered(self) -> int:
-        return len(self._buf)
+        return self._size + (4 if self._frame_size is not None else 0)

@@ -1,0 +1,133 @@
+"""``databus bench consume``: librdkafka (confluent-kafka) consuming from the broker.
+
+Fills a topic with ``--records`` records (produced as in ``databus bench produce``), then
+reads them all from the beginning with one consumer and reports records/s and MB/s of the
+read alone.  The consumer assigns the partitions itself (no group), so the figure is the
+Fetch path: broker reads, response encoding, loopback, librdkafka parsing, Python delivery.
+A last row reads the same records with bare Fetch requests from a minimal client (no
+per-record work), which shows how fast the broker itself serves.
+"""
+
+from __future__ import annotations
+
+import time
+
+from .produce import BrokerCpu, Result, broker_for, create_topic, produce_records, result_table
+
+
+def add_arguments(parser) -> None:
+    parser.add_argument("--bootstrap", help="HOST:PORT of a running broker (default: start one)")
+    parser.add_argument("--records", type=int, default=2_000_000, help="records to read")
+    parser.add_argument("--record-size", type=int, default=100, help="value bytes per record")
+    parser.add_argument("--partitions", type=int, default=4, help="partitions of the topic")
+    parser.add_argument("--compression", default="none", help="compression.type of the fill")
+    parser.add_argument("--rounds", type=int, default=2, help="read the topic this many times")
+    parser.add_argument("-o", "--broker-option", action="append", default=[],
+                        metavar="KEY=VALUE", help="option for the started broker")
+
+
+def consume_all(bootstrap: str, topic: str, partitions: int, records: int) -> float:
+    """Read ``records`` records from the start of every partition; the seconds it took."""
+    from confluent_kafka import Consumer, TopicPartition
+
+    consumer = Consumer({
+        "bootstrap.servers": bootstrap, "group.id": f"bench-{time.time_ns()}",
+        "enable.auto.commit": False, "enable.partition.eof": False,
+        "fetch.max.bytes": 64 * 1024 * 1024, "max.partition.fetch.bytes": 8 * 1024 * 1024,
+        "queued.max.messages.kbytes": 1024 * 1024, "fetch.wait.max.ms": 100,
+        # librdkafka's default (1000 ms) idles the fetcher for a second whenever its
+        # prefetch queue is above queued.min.messages: the consumer, not the broker, waits
+        "fetch.queue.backoff.ms": 5,
+    })
+    try:
+        consumer.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
+        seen = 0
+        start = time.perf_counter()
+        deadline = start + 600
+        consume = consumer.consume
+        while seen < records:
+            batch = consume(num_messages=10_000, timeout=0.1)
+            seen += len(batch)
+            if time.perf_counter() > deadline:
+                raise RuntimeError(f"only {seen} of {records} records arrived in 600 s")
+        return time.perf_counter() - start
+    finally:
+        consumer.close()
+
+
+def raw_fetch_all(bootstrap: str, topic: str, partitions: int, records: int) -> float:
+    """Read every record with bare Fetch requests (kio decode, no per-record work): the rate
+    at which the broker serves, without librdkafka's and Python's per-message costs."""
+    import datetime
+    import socket
+    import struct
+    import sys
+
+    from databus.broker.api import build
+    from databus.protocol.framing import decode_response, encode_request, request_schema
+    from databus.protocol.records import iter_headers
+
+    version = 11
+    schema = request_schema(1, version)
+    module = sys.modules[schema.__module__]
+    host, port = bootstrap.rsplit(":", 1)
+    offsets = dict.fromkeys(range(partitions), 0)
+    with socket.create_connection((host, int(port))) as sock:
+        reader = sock.makefile("rb", buffering=1 << 20)
+        seen = 0
+        start = time.perf_counter()
+        correlation = 0
+        while seen < records:
+            correlation += 1
+            request = build(
+                schema, replica_id=-1, max_wait=datetime.timedelta(milliseconds=500),
+                min_bytes=1, max_bytes=64 << 20, isolation_level=0, session_id=0,
+                session_epoch=-1, forgotten_topics_data=(), rack_id="",
+                topics=(build(module.FetchTopic, topic=topic, partitions=tuple(
+                    build(module.FetchPartition, partition=p, fetch_offset=o,
+                          partition_max_bytes=8 << 20, current_leader_epoch=-1,
+                          log_start_offset=-1)
+                    for p, o in offsets.items())),),
+            )
+            sock.sendall(encode_request(request, correlation, "bench-raw"))
+            (size,) = struct.unpack(">i", reader.read(4))
+            _, response = decode_response(reader.read(size), 1, version)
+            for part in response.responses[0].partitions:
+                for _pos, header in iter_headers(part.records or b""):
+                    if header.base_offset + header.last_offset_delta >= offsets[
+                            part.partition_index]:
+                        seen += header.records_count
+                        offsets[part.partition_index] = (
+                            header.base_offset + header.last_offset_delta + 1)
+        return time.perf_counter() - start
+
+
+def run(args) -> int:
+    from rich.console import Console
+
+    console = Console(width=120)
+    results = []
+    with broker_for(args) as (bootstrap, cpu):
+        topic = f"bench-consume-{time.time_ns()}"
+        create_topic(bootstrap, topic, args.partitions)
+        fill = produce_records(bootstrap, topic, args.records, args.record_size,
+                               compression=args.compression)
+        results.append(Result("fill (produce acks=1)", args.records, fill, args.record_size))
+        for round_no in range(1, args.rounds + 1):
+            before = cpu.seconds()
+            seconds = consume_all(bootstrap, topic, args.partitions, args.records)
+            used = None if before is None else cpu.seconds() - before
+            results.append(Result(f"consume round {round_no}", args.records, seconds,
+                                  args.record_size, used))
+        before = cpu.seconds()
+        seconds = raw_fetch_all(bootstrap, topic, args.partitions, args.records)
+        used = None if before is None else cpu.seconds() - before
+        results.append(Result("bare Fetch requests (no client)", args.records, seconds,
+                              args.record_size, used))
+    console.print(result_table(
+        f"databus bench consume: {args.records:,} x {args.record_size} B, "
+        f"{args.partitions} partitions, compression {args.compression}", results))
+    return 0
+
+
+__all__ = ["BrokerCpu", "add_arguments", "consume_all", "raw_fetch_all", "run"]

@@ -1,0 +1,165 @@
+"""The handler registry: which Kafka API (key, version range) is answered by which coroutine.
+
+Every handler module registers its handlers with ``@handles(api_key, min_version,
+max_version)``.  The server looks handlers up here, and ApiVersions is answered from this
+registry, so what the broker advertises is exactly what is registered (and
+docs/protocol.md is checked against it by a test).
+
+A handler is ``async def handler(ctx: RequestContext, request) -> response | None``: it takes
+a decoded kio request and returns a kio response of the same API and version (see
+``response_class``), or None to send nothing (Produce with acks=0).  Handlers never touch
+sockets; only the server loop does.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from databus.protocol.framing import RequestHeader, response_schema
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .server import Broker
+
+Handler = Callable[["RequestContext", Any], Awaitable[Any]]
+
+
+@dataclass
+class RequestContext:
+    """What a handler knows about the request besides its body."""
+
+    broker: Broker
+    header: RequestHeader
+    client_host: str = ""
+    client_port: int = 0
+    # The whole request frame (header included): for handlers that parse versions kio lacks.
+    frame: bytes = b""
+
+    @property
+    def api_key(self) -> int:
+        return self.header.api_key
+
+    @property
+    def api_version(self) -> int:
+        return self.header.api_version
+
+    @property
+    def client_id(self) -> str | None:
+        return self.header.client_id
+
+    def response_class(self) -> type:
+        """The kio response schema matching this request's API key and version."""
+        return response_schema(self.header.api_key, self.header.api_version)
+
+    def response_module(self):
+        """The kio module holding the response schema and its nested entity classes."""
+        import sys
+
+        return sys.modules[self.response_class().__module__]
+
+
+@dataclass(frozen=True)
+class Registration:
+    api_key: int
+    min_version: int
+    max_version: int
+    handler: Handler
+
+    def supports(self, version: int) -> bool:
+        return self.min_version <= version <= self.max_version
+
+
+_REGISTRY: dict[int, Registration] = {}
+
+
+class RegistryError(RuntimeError):
+    """Two handlers claimed the same API key, or a version range is invalid."""
+
+
+def handles(api_key: int, min_version: int, max_version: int) -> Callable[[Handler], Handler]:
+    """Register the decorated coroutine as the handler of ``api_key`` versions min..max.
+
+    Versions in the range that kio has no schema for must be answered by the handler without
+    a decoded body (only Produce v0-2 do that, see handlers/produce.py).
+    """
+    if not 0 <= min_version <= max_version:
+        raise RegistryError(f"invalid version range {min_version}..{max_version}")
+
+    def register(handler: Handler) -> Handler:
+        existing = _REGISTRY.get(api_key)
+        # the same function registered again (a module re-imported) is not a conflict
+        if existing is not None and _name(existing.handler) != _name(handler):
+            raise RegistryError(
+                f"api key {api_key} is already handled by {_name(existing.handler)}"
+            )
+        _REGISTRY[api_key] = Registration(api_key, min_version, max_version, handler)
+        return handler
+
+    return register
+
+
+def _name(handler: Handler) -> str:
+    return f"{handler.__module__}.{handler.__qualname__}"
+
+
+def lookup(api_key: int) -> Registration | None:
+    return _REGISTRY.get(api_key)
+
+
+def registrations() -> list[Registration]:
+    """Every registered API, sorted by key (the order ApiVersions lists them in)."""
+    return [_REGISTRY[key] for key in sorted(_REGISTRY)]
+
+
+def load_handlers() -> list:
+    """Import every module of HANDLER_MODULES (which registers its handlers); return them."""
+    import importlib
+
+    from .handlers import HANDLER_MODULES
+
+    return [importlib.import_module(name) for name in HANDLER_MODULES]
+
+
+@dataclass
+class RawResponse:
+    """A response body already encoded by the handler (everything after the response header).
+
+    ``parts`` are sent in order without being joined, so a handler can put stored record
+    bytes on the wire without copying them into an encoder buffer (Fetch does).
+    """
+
+    parts: list
+
+
+class Deferred:
+    """A response that is ready later: the server keeps reading and handling the next
+    requests on the connection, and awaits this one (in order) only when it is its turn to be
+    written.  Produce with acks=all returns one after appending, so that pipelined requests
+    share one fsync (group commit) while appends and responses both stay in request order.
+    """
+
+    __slots__ = ("_wait",)
+
+    def __init__(self, wait: Callable[[], Awaitable[Any]]) -> None:
+        self._wait = wait
+
+    async def result(self) -> Any:
+        return await self._wait()
+
+
+_FIELD_NAMES: dict[type, frozenset[str]] = {}
+
+
+def build(schema: type, **fields: Any) -> Any:
+    """Instantiate a kio entity from the fields it has, ignoring the others.
+
+    One handler serves many versions of an API; fields appear and disappear between
+    versions, so handlers pass everything they know and each version takes what it has.
+    """
+    names = _FIELD_NAMES.get(schema)
+    if names is None:
+        import dataclasses
+
+        names = _FIELD_NAMES[schema] = frozenset(f.name for f in dataclasses.fields(schema))
+    return schema(**{key: value for key, value in fields.items() if key in names})

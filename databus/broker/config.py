@@ -1,0 +1,227 @@
+"""Broker settings: one pydantic model whose aliases are Kafka's broker config names.
+
+``databus broker -o key=value`` fills it (values are strings, pydantic converts them); the
+sidecar helper renders docs/configuration.md from the field descriptions.  Topic-level
+defaults (segment size, retention, ...) are derived from the ``log.*`` settings exactly as
+Kafka derives a topic's config from its broker (``topic_defaults``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from pydantic import AliasChoices, BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+LONG_MAX = 2**63 - 1
+
+
+class BrokerConfigError(ValueError):
+    """A broker option is unknown or has a bad value; the message is one line for the user."""
+
+
+def split_host_port(value: str) -> tuple[str, int]:
+    """``HOST:PORT`` (or ``PLAINTEXT://HOST:PORT``, or ``[v6]:PORT``) -> (host, port)."""
+    text = value.split("://", 1)[-1].split(",", 1)[0]
+    host, sep, port = text.rpartition(":")
+    if not sep or not port.isdigit() or not 0 <= int(port) <= 65535:
+        raise ValueError(f"expected HOST:PORT, got {value!r}")
+    return host.strip("[]"), int(port)
+
+
+class BrokerConfig(BaseModel):
+    """Settings of the built-in broker (Kafka's names and defaults)."""
+
+    model_config = ConfigDict(extra="forbid", populate_by_name=True, frozen=True)
+
+    node_id: int = Field(
+        1, alias="node.id", ge=0,
+        description="The id of this broker, reported in Metadata as the only node and the "
+        "controller.",
+    )
+    log_dir: str | None = Field(
+        None, validation_alias=AliasChoices("log.dirs", "log.dir", "log_dir"),
+        serialization_alias="log.dirs",
+        description="Directory holding the topic-partition logs (`--data-dir` sets it).",
+    )
+    listeners: str = Field(
+        "127.0.0.1:9092", alias="listeners",
+        description="HOST:PORT the broker listens on (`--listen` sets it; port 0 picks a "
+        "free port, logged as `listening on HOST:PORT`).",
+    )
+    advertised_listeners: str | None = Field(
+        None, alias="advertised.listeners",
+        description="HOST:PORT given to clients in Metadata (`--advertised-listener`); "
+        "defaults to the listening address.",
+    )
+    num_partitions: int = Field(
+        1, alias="num.partitions", ge=1,
+        description="Partitions of an auto-created topic, and of a created topic that does "
+        "not say.",
+    )
+    auto_create_topics_enable: bool = Field(
+        True, alias="auto.create.topics.enable",
+        description="Create a topic when a client asks Metadata for it (never for internal "
+        "`__` topics).",
+    )
+    message_max_bytes: int = Field(
+        1048588, alias="message.max.bytes", ge=0,
+        description="Largest record batch the broker accepts (topic override: "
+        "`max.message.bytes`).",
+    )
+    socket_request_max_bytes: int = Field(
+        104857600, alias="socket.request.max.bytes", ge=1024,
+        description="Largest request frame; a bigger size prefix closes the connection "
+        "before anything is buffered.",
+    )
+    fetch_max_bytes: int = Field(
+        57671680, alias="fetch.max.bytes", ge=1024,
+        description="Most record bytes one Fetch response carries, whatever the client asks "
+        "(the first batch is always sent whole, even if larger).",
+    )
+    log_segment_bytes: int = Field(
+        1073741824, alias="log.segment.bytes", ge=14,
+        description="Roll a new segment when the active one reaches this size (topic: "
+        "`segment.bytes`).",
+    )
+    log_roll_ms: int = Field(
+        604800000, alias="log.roll.ms", ge=1,
+        description="Roll a new segment when the active one is this old (topic: `segment.ms`).",
+    )
+    log_retention_ms: int = Field(
+        604800000, alias="log.retention.ms", ge=-1,
+        description="Delete segments whose newest record is older than this; -1 keeps "
+        "forever (topic: `retention.ms`).",
+    )
+    log_retention_bytes: int = Field(
+        -1, alias="log.retention.bytes", ge=-1,
+        description="Delete the oldest segments while a partition is larger than this; -1 "
+        "= no limit (topic: `retention.bytes`).",
+    )
+    log_retention_check_interval_ms: int = Field(
+        300000, alias="log.retention.check.interval.ms", ge=1,
+        description="How often retention (and compaction of compacted topics) runs.",
+    )
+    log_cleanup_policy: str = Field(
+        "delete", alias="log.cleanup.policy",
+        description="`delete` or `compact` (or `compact,delete`) for topics that do not say "
+        "(topic: `cleanup.policy`).",
+    )
+    log_flush_interval_messages: int = Field(
+        LONG_MAX, alias="log.flush.interval.messages", ge=1,
+        description="fsync a partition after this many unflushed messages (topic: "
+        "`flush.messages`). acks=all produces are fsynced regardless (group commit).",
+    )
+    log_flush_interval_ms: int | None = Field(
+        None, alias="log.flush.interval.ms", ge=0,
+        description="fsync a partition whose oldest unflushed data is this old (topic: "
+        "`flush.ms`); unset = only on acks=all, on flush.messages and at shutdown.",
+    )
+    log_flush_scheduler_interval_ms: int = Field(
+        1000, alias="log.flush.scheduler.interval.ms", ge=1,
+        description="How often the flusher checks partitions against flush.messages/flush.ms.",
+    )
+    log_flush_offset_checkpoint_interval_ms: int = Field(
+        60000, alias="log.flush.offset.checkpoint.interval.ms", ge=1,
+        description="How often the recovery points and log start offsets are checkpointed "
+        "(a shorter interval means less to re-validate after a crash).",
+    )
+    group_initial_rebalance_delay_ms: int = Field(
+        3000, alias="group.initial.rebalance.delay.ms", ge=0,
+        description="How long a new consumer group waits for more members before its first "
+        "rebalance completes.",
+    )
+    offsets_topic_num_partitions: int = Field(
+        50, alias="offsets.topic.num.partitions", ge=1,
+        description="Partitions of the internal `__consumer_offsets` topic (fixed once "
+        "created).",
+    )
+    offsets_retention_minutes: int = Field(
+        10080, alias="offsets.retention.minutes", ge=1,
+        description="Committed offsets of a group are dropped this long after the group "
+        "became empty (KIP-211).",
+    )
+
+    @field_validator("log_cleanup_policy")
+    @classmethod
+    def _cleanup_policy(cls, value: str) -> str:
+        parts = [p.strip() for p in value.split(",") if p.strip()]
+        if not parts or any(p not in ("delete", "compact") for p in parts):
+            raise ValueError("must be delete, compact or compact,delete")
+        return ",".join(parts)
+
+    @field_validator("listeners", "advertised_listeners")
+    @classmethod
+    def _host_port(cls, value: str | None) -> str | None:
+        if value is not None:
+            split_host_port(value)
+        return value
+
+    @classmethod
+    def from_options(cls, options: Iterable[str], **fields) -> BrokerConfig:
+        """Build from ``key=value`` strings (Kafka names) plus keyword fields (flags).
+
+        Raises BrokerConfigError with a one-line message naming the bad key or value.
+        """
+        values: dict[str, object] = {}
+        known = cls.option_names()
+        for option in options:
+            key, sep, value = option.partition("=")
+            key = key.strip()
+            if not sep or not key:
+                raise BrokerConfigError(f"option {option!r} is not key=value")
+            if key not in known:
+                raise BrokerConfigError(
+                    f"unknown broker option {key!r} (known: {', '.join(sorted(known))})"
+                )
+            values[known[key]] = value.strip()
+        for name, value in fields.items():
+            if value is not None:
+                values[name] = value
+        try:
+            return cls.model_validate(values)
+        except ValidationError as exc:
+            problems = []
+            for error in exc.errors():
+                loc = error["loc"][0] if error["loc"] else "?"
+                alias = cls._alias_of(str(loc))
+                problems.append(f"{alias}={error.get('input')!r}: {error['msg']}")
+            raise BrokerConfigError("bad broker option " + "; ".join(problems)) from None
+
+    @classmethod
+    def option_names(cls) -> dict[str, str]:
+        """Kafka name -> field name, for every option ``-o`` accepts."""
+        names: dict[str, str] = {}
+        for name, info in cls.model_fields.items():
+            if info.alias:
+                names[info.alias] = name
+            choices = getattr(info.validation_alias, "choices", None) or ()
+            for choice in choices:
+                if "." in choice:
+                    names[choice] = name
+        return names
+
+    @classmethod
+    def _alias_of(cls, name: str) -> str:
+        info = cls.model_fields.get(name)
+        if info is None:  # the error was reported under an alias already
+            return name
+        return info.alias or info.serialization_alias or name
+
+    @property
+    def listen_address(self) -> tuple[str, int]:
+        return split_host_port(self.listeners)
+
+    def topic_defaults(self) -> dict[str, str]:
+        """Topic-level config derived from the broker's ``log.*`` settings (Kafka's mapping)."""
+        defaults = {
+            "segment.bytes": str(self.log_segment_bytes),
+            "segment.ms": str(self.log_roll_ms),
+            "retention.ms": str(self.log_retention_ms),
+            "retention.bytes": str(self.log_retention_bytes),
+            "max.message.bytes": str(self.message_max_bytes),
+            "cleanup.policy": self.log_cleanup_policy,
+            "flush.messages": str(self.log_flush_interval_messages),
+        }
+        if self.log_flush_interval_ms is not None:
+            defaults["flush.ms"] = str(self.log_flush_interval_ms)
+        return defaults

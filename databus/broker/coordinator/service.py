@@ -1,0 +1,537 @@
+"""The group coordinator service: the trio side of consumer groups in a running broker.
+
+It wires the sans-I/O parts to the broker:
+- group_state.GroupCoordinator (the state machine): requests go in, effects come out; a
+  parked JoinGroup/SyncGroup waits on a trio.Event until a ``Reply`` effect fills it, one
+  timer task sleeps until the machine's next deadline (session expiry, rebalance timeout,
+  initial rebalance delay) and calls ``advance``;
+- offset_store.OffsetStore (committed offsets), rebuilt at start by replaying
+  ``__consumer_offsets`` and updated after each commit is fsynced;
+- ``__consumer_offsets`` itself (records from offsets_topic.py): commits, group metadata and
+  tombstones are appended through ``broker.append`` / ``broker.append_durably``, the same path
+  Produce uses, so an acknowledged commit survives kill -9.
+
+Handlers (handlers/groups.py, handlers/offsets.py) translate kio messages to the calls here.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+
+import trio
+from kio.schema.errors import ErrorCode
+
+from databus.protocol.records import build_batch, decode_batches
+
+from .consumer_protocol import CONSUMER_PROTOCOL_TYPE, subscription_topics
+from .group_state import (
+    CoordinatorConfig,
+    Effect,
+    GroupCoordinator,
+    GroupSnapshot,
+    GroupState,
+    JoinRequest,
+    JoinResult,
+    Persist,
+    Rebalanced,
+    Reply,
+    SyncRequest,
+    SyncResult,
+)
+from .offset_store import CommittedOffset, OffsetStore, TopicPartition
+from .offsets_topic import (
+    OFFSETS_TOPIC,
+    GroupKey,
+    OffsetKey,
+    OffsetsRecordError,
+    decode_group_value,
+    decode_key,
+    decode_offset_value,
+    encode_group_key,
+    encode_group_value,
+    encode_offset_key,
+    encode_offset_value,
+    partition_for,
+)
+
+log = logging.getLogger(__name__)
+
+# Kafka's offsets.topic.segment.bytes: small segments so compaction has something to clean.
+OFFSETS_TOPIC_SEGMENT_BYTES = 104_857_600
+# Kafka's offset.metadata.max.bytes.
+OFFSET_METADATA_MAX_BYTES = 4096
+# Kafka's offsets.retention.check.interval.ms.
+OFFSETS_RETENTION_CHECK_INTERVAL_MS = 600_000
+# A parked request outliving every timeout the state machine knows means a bug: answer it
+# anyway rather than hang the client (and say so in the log).
+_PARK_SAFETY_MARGIN_S = 30.0
+_REPLAY_READ_BYTES = 1 << 20
+
+
+def wall_clock_ms() -> int:
+    return int(time.time() * 1000)
+
+
+class _Waiter:
+    __slots__ = ("event", "result")
+
+    def __init__(self) -> None:
+        self.event = trio.Event()
+        self.result: JoinResult | SyncResult | None = None
+
+
+@dataclass(frozen=True)
+class OffsetCommitEntry:
+    topic: str
+    partition: int
+    offset: int
+    leader_epoch: int
+    metadata: str | None
+
+
+@dataclass(frozen=True)
+class FetchedOffset:
+    offset: int
+    leader_epoch: int
+    metadata: str
+
+
+class GroupService:
+    """Consumer groups of one broker.  ``await nursery.start(service.run)``."""
+
+    def __init__(
+        self,
+        broker,
+        config: CoordinatorConfig,
+        *,
+        num_partitions: int = 50,
+        retention_ms: int = 7 * 24 * 3600 * 1000,
+        retention_check_interval_ms: int = OFFSETS_RETENTION_CHECK_INTERVAL_MS,
+        metadata_max_bytes: int = OFFSET_METADATA_MAX_BYTES,
+        clock: Callable[[], int] = wall_clock_ms,
+    ) -> None:
+        self.broker = broker
+        self.config = config
+        self.num_partitions = num_partitions
+        self.retention_ms = retention_ms
+        self.retention_check_interval_ms = retention_check_interval_ms
+        self.metadata_max_bytes = metadata_max_bytes
+        self.clock = clock
+        self.coordinator = GroupCoordinator(config)
+        self.offsets = OffsetStore()
+        self.loaded = False
+        self._rearm = trio.Event()
+        # (group, topic, partition) -> log offset of the record that set the stored value, so
+        # commits that finish their fsync out of order cannot regress the store.
+        self._applied_at: dict[tuple[str, str, int], int] = {}
+        self._partition_cache: dict[str, int] = {}
+
+    # -- lifecycle --------------------------------------------------------------------------
+
+    async def run(self, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
+        """Create/replay ``__consumer_offsets``, then drive timers until cancelled."""
+        try:
+            self._ensure_offsets_topic()
+            self.replay()
+            self.loaded = True
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(self._timer_loop)
+                nursery.start_soon(self._expiry_loop)
+                task_status.started(self)
+        finally:
+            self._apply(self.coordinator.fail_all())
+
+    def _ensure_offsets_topic(self) -> None:
+        info = self.broker.topic(OFFSETS_TOPIC)
+        if info is None:
+            info = self.broker.create_topic(
+                OFFSETS_TOPIC,
+                self.num_partitions,
+                {"cleanup.policy": "compact", "segment.bytes": str(OFFSETS_TOPIC_SEGMENT_BYTES)},
+            )
+        elif info.partitions != self.num_partitions:
+            # Kafka keeps the topic's real partition count; so do we, or groups would move.
+            log.warning(
+                "%s has %d partitions, offsets.topic.num.partitions=%d is ignored",
+                OFFSETS_TOPIC, info.partitions, self.num_partitions,
+            )
+        self.num_partitions = info.partitions
+        self._partition_cache.clear()
+
+    def partition_of(self, group_id: str) -> int:
+        partition = self._partition_cache.get(group_id)
+        if partition is None:
+            partition = self._partition_cache[group_id] = partition_for(
+                group_id, self.num_partitions
+            )
+        return partition
+
+    # -- replay -----------------------------------------------------------------------------
+
+    def replay(self) -> None:
+        """Rebuild offsets and groups from ``__consumer_offsets`` (Kafka's loadGroupsAndOffsets)."""
+        groups: dict[str, GroupSnapshot | None] = {}
+        records = 0
+        for partition in range(self.num_partitions):
+            plog = self.broker.get_log(OFFSETS_TOPIC, partition)
+            if plog is None:
+                continue
+            offset = plog.log_start_offset
+            while offset < plog.log_end_offset:
+                data = bytes(plog.read(offset, _REPLAY_READ_BYTES))
+                if not data:
+                    break
+                progressed = False
+                for header, batch_records in decode_batches(data):
+                    if header.is_control:
+                        offset = max(offset, header.next_offset)
+                        progressed = True
+                        continue
+                    for record in batch_records:
+                        if record.offset >= offset:
+                            records += 1
+                            self._replay_record(record.key, record.value, record.offset, groups)
+                    if header.next_offset > offset:
+                        offset = header.next_offset
+                        progressed = True
+                if not progressed:
+                    log.error("%s-%d: no progress replaying at offset %d; stopping this "
+                              "partition", OFFSETS_TOPIC, partition, offset)
+                    break
+        now = self.clock()
+        for group_id, snapshot in groups.items():
+            if snapshot is not None:
+                self.coordinator.load_group(snapshot, now)
+        for group_id in self.offsets.group_ids():
+            self.coordinator.ensure_group(group_id, now)
+        log.info(
+            "loaded %d groups and %d committed offsets from %d records of %s",
+            len(self.coordinator.group_ids()),
+            sum(len(self.offsets.offsets(g)) for g in self.offsets.group_ids()),
+            records, OFFSETS_TOPIC,
+        )
+
+    def _replay_record(self, key: bytes | None, value: bytes | None, log_offset: int,
+                       groups: dict[str, GroupSnapshot | None]) -> None:
+        if key is None:
+            return
+        try:
+            decoded = decode_key(key)
+            if isinstance(decoded, OffsetKey):
+                committed = (
+                    None if value is None else CommittedOffset.from_value(decode_offset_value(value))
+                )
+                tp = (decoded.topic, decoded.partition)
+                self.offsets.put(decoded.group_id, tp, committed)
+                self._applied_at[(decoded.group_id, *tp)] = log_offset
+            elif isinstance(decoded, GroupKey):
+                groups[decoded.group_id] = (
+                    None if value is None else decode_group_value(decoded.group_id, value)
+                )
+        except OffsetsRecordError as exc:
+            # One bad record must not cost every other group its offsets.
+            log.error("%s: skipping record at offset %d: %s", OFFSETS_TOPIC, log_offset, exc)
+
+    # -- effects and timers -----------------------------------------------------------------
+
+    def _apply(self, effects: Iterable[Effect]) -> None:
+        for effect in effects:
+            if isinstance(effect, Reply):
+                waiter = effect.waiter
+                if isinstance(waiter, _Waiter) and waiter.result is None:
+                    waiter.result = effect.result
+                    waiter.event.set()
+            elif isinstance(effect, Persist):
+                self._persist_group(effect.snapshot)
+            elif isinstance(effect, Rebalanced):
+                snap = effect.snapshot
+                log.info("group %s: generation %d, protocol %s, leader %s, %d member(s)",
+                         snap.group_id, snap.generation_id, snap.protocol_name, snap.leader_id,
+                         len(snap.members))
+        self._rearm.set()
+
+    def _persist_group(self, snapshot: GroupSnapshot) -> None:
+        value = encode_group_value(snapshot)
+        self._append_nowait(snapshot.group_id, [(encode_group_key(GroupKey(snapshot.group_id)),
+                                                 value)])
+
+    def _append_nowait(self, group_id: str, kvs: list[tuple[bytes, bytes | None]]) -> None:
+        """Append group records without waiting for the fsync (the next flush covers them)."""
+        try:
+            self.broker.append(OFFSETS_TOPIC, self.partition_of(group_id), self._batch(kvs))
+        except Exception:
+            log.exception("could not write group metadata of %r", group_id)
+
+    def _batch(self, kvs: list[tuple[bytes, bytes | None]]) -> bytes:
+        now = self.clock()
+        return build_batch([(k, v, (), now) for k, v in kvs])
+
+    async def _timer_loop(self) -> None:
+        while True:
+            self._rearm = trio.Event()
+            deadline = self.coordinator.next_deadline()
+            if deadline is None:
+                await self._rearm.wait()
+                continue
+            delay_s = (deadline - self.clock()) / 1000
+            if delay_s > 0:
+                with trio.move_on_after(delay_s):
+                    await self._rearm.wait()
+                continue
+            self._apply(self.coordinator.advance(self.clock()))
+
+    async def _park(self, waiter: _Waiter, effects: list[Effect], bound_ms: int, timeout_result):
+        self._apply(effects)
+        with trio.move_on_after(bound_ms / 1000 + _PARK_SAFETY_MARGIN_S):
+            await waiter.event.wait()
+        if waiter.result is None:
+            log.error("a parked group request outlived every timeout; answering it anyway")
+            waiter.result = timeout_result
+        return waiter.result
+
+    # -- group membership -------------------------------------------------------------------
+
+    async def join(self, request: JoinRequest) -> JoinResult:
+        waiter = _Waiter()
+        effects = self.coordinator.join_group(self.clock(), waiter, request)
+        bound = max(request.rebalance_timeout_ms, request.session_timeout_ms,
+                    self.config.initial_rebalance_delay_ms) * 2
+        return await self._park(
+            waiter, effects, bound, JoinResult(ErrorCode.rebalance_in_progress, request.member_id)
+        )
+
+    async def sync(self, request: SyncRequest) -> SyncResult:
+        waiter = _Waiter()
+        effects = self.coordinator.sync_group(self.clock(), waiter, request)
+        snapshot = self.coordinator.snapshot(request.group_id)
+        bound = max(
+            [m.rebalance_timeout_ms for m in snapshot.members] if snapshot else [0], default=0
+        ) + max([m.session_timeout_ms for m in snapshot.members] if snapshot else [0], default=0)
+        return await self._park(waiter, effects, bound, SyncResult(ErrorCode.rebalance_in_progress))
+
+    def heartbeat(self, group_id: str, member_id: str, generation_id: int) -> ErrorCode:
+        error = self.coordinator.heartbeat(self.clock(), group_id, member_id, generation_id)
+        self._rearm.set()
+        return error
+
+    def resolve_member(self, group_id: str, member_id: str, instance_id: str | None) -> str:
+        """LeaveGroup v3+ may name a member by its group.instance.id alone."""
+        if member_id or not instance_id:
+            return member_id
+        snapshot = self.coordinator.snapshot(group_id)
+        for m in snapshot.members if snapshot else ():
+            if m.group_instance_id == instance_id:
+                return m.member_id
+        return member_id
+
+    def leave(self, group_id: str, member_ids: list[str]) -> tuple[ErrorCode, list[ErrorCode]]:
+        top, errors, effects = self.coordinator.leave_group(self.clock(), group_id, member_ids)
+        self._apply(effects)
+        return top, errors
+
+    # -- offsets ----------------------------------------------------------------------------
+
+    async def commit_offsets(
+        self, group_id: str, member_id: str, generation_id: int,
+        entries: list[OffsetCommitEntry], *, retention_ms: int = -1,
+    ) -> list[ErrorCode]:
+        """Validate, append durably, then apply; one error per entry, in order.
+
+        ``retention_ms`` (OffsetCommit v2-v4's retention time, -1 = broker default) gives
+        the offsets an explicit expire timestamp.
+        """
+        if not group_id:
+            return [ErrorCode.invalid_group_id] * len(entries)
+        error = self.coordinator.validate_offset_commit(group_id, member_id, generation_id)
+        if error != ErrorCode.none:
+            return [error] * len(entries)
+        errors: list[ErrorCode] = []
+        accepted: list[tuple[int, OffsetCommitEntry]] = []
+        now = self.clock()
+        for entry in entries:
+            info = self.broker.topic(entry.topic)
+            if info is None or not 0 <= entry.partition < info.partitions:
+                errors.append(ErrorCode.unknown_topic_or_partition)
+            elif entry.metadata is not None and len(entry.metadata.encode()) > (
+                self.metadata_max_bytes
+            ):
+                errors.append(ErrorCode.offset_metadata_too_large)
+            else:
+                errors.append(ErrorCode.none)
+                accepted.append((len(errors) - 1, entry))
+        if not accepted:
+            return errors
+        expire = now + retention_ms if retention_ms >= 0 else -1
+        values = [
+            CommittedOffset(e.offset, e.leader_epoch, e.metadata or "", now, expire)
+            for _, e in accepted
+        ]
+        kvs = [
+            (encode_offset_key(OffsetKey(group_id, e.topic, e.partition)),
+             encode_offset_value(v.to_value()))
+            for (_, e), v in zip(accepted, values)
+        ]
+        try:
+            info = await self.broker.append_durably(
+                OFFSETS_TOPIC, self.partition_of(group_id), self._batch(kvs)
+            )
+        except Exception as exc:
+            code = _append_error_code(exc)
+            log.warning("offset commit of group %r failed: %s", group_id, exc)
+            for index, _ in accepted:
+                errors[index] = code
+            return errors
+        self.coordinator.note_offset_commit(self.clock(), group_id, member_id)
+        self._rearm.set()
+        for i, ((_, entry), value) in enumerate(zip(accepted, values)):
+            self._store(group_id, (entry.topic, entry.partition), value, info.first_offset + i)
+        return errors
+
+    def _store(self, group_id: str, tp: TopicPartition, value: CommittedOffset | None,
+               log_offset: int) -> None:
+        key = (group_id, *tp)
+        if self._applied_at.get(key, -1) > log_offset:
+            return  # a newer record for this partition was already applied
+        self._applied_at[key] = log_offset
+        self.offsets.put(group_id, tp, value)
+
+    def fetch_offsets(
+        self, group_id: str, partitions: list[TopicPartition] | None
+    ) -> dict[TopicPartition, FetchedOffset]:
+        """Committed offsets; partitions=None means every partition the group committed."""
+        stored = self.offsets.offsets(group_id)
+        wanted = sorted(stored) if partitions is None else partitions
+        out = {}
+        for tp in wanted:
+            committed = stored.get(tp)
+            if committed is None:
+                out[tp] = FetchedOffset(-1, -1, "")
+            else:
+                out[tp] = FetchedOffset(
+                    committed.offset, committed.leader_epoch, committed.metadata
+                )
+        return out
+
+    # -- administration ---------------------------------------------------------------------
+
+    def group_ids(self) -> list[str]:
+        return sorted(set(self.coordinator.group_ids()) | set(self.offsets.group_ids()))
+
+    def describe(self, group_id: str) -> GroupSnapshot | None:
+        return self.coordinator.snapshot(group_id)
+
+    async def delete_group(self, group_id: str) -> ErrorCode:
+        error = self.coordinator.delete_group(group_id, self.clock())
+        if error == ErrorCode.group_id_not_found and self.offsets.has_offsets(group_id):
+            error = ErrorCode.none  # offsets without a group (replayed from an old log)
+        if error != ErrorCode.none:
+            return error
+        self._rearm.set()
+        partitions = self.offsets.drop_group(group_id)
+        kvs: list[tuple[bytes, bytes | None]] = [
+            (encode_offset_key(OffsetKey(group_id, t, p)), None) for t, p in partitions
+        ]
+        kvs.append((encode_group_key(GroupKey(group_id)), None))
+        try:
+            await self.broker.append_durably(
+                OFFSETS_TOPIC, self.partition_of(group_id), self._batch(kvs)
+            )
+        except Exception as exc:
+            log.warning("tombstones of deleted group %r not written: %s", group_id, exc)
+            return _append_error_code(exc)
+        return ErrorCode.none
+
+    async def delete_offsets(
+        self, group_id: str, partitions: list[TopicPartition]
+    ) -> tuple[ErrorCode, dict[TopicPartition, ErrorCode]]:
+        """OffsetDelete: only for an empty group or topics no member subscribes to."""
+        snapshot = self.coordinator.snapshot(group_id)
+        if snapshot is None and not self.offsets.has_offsets(group_id):
+            return ErrorCode.group_id_not_found, {}
+        results: dict[TopicPartition, ErrorCode] = {}
+        subscribed: set[str] = set()
+        if snapshot is not None and snapshot.members:
+            if snapshot.protocol_type != CONSUMER_PROTOCOL_TYPE:
+                return ErrorCode.non_empty_group, {}
+            subscribed = self.coordinator.subscribed_topics(group_id, subscription_topics)
+        deletable = []
+        for tp in partitions:
+            if tp[0] in subscribed:
+                results[tp] = ErrorCode.group_subscribed_to_topic
+            else:
+                results[tp] = ErrorCode.none
+                if self.offsets.get(group_id, tp) is not None:
+                    deletable.append(tp)
+        if deletable:
+            kvs = [(encode_offset_key(OffsetKey(group_id, t, p)), None) for t, p in deletable]
+            try:
+                info = await self.broker.append_durably(
+                    OFFSETS_TOPIC, self.partition_of(group_id), self._batch(kvs)
+                )
+            except Exception as exc:
+                return _append_error_code(exc), {}
+            for i, tp in enumerate(deletable):
+                self._store(group_id, tp, None, info.first_offset + i)
+        return ErrorCode.none, results
+
+    # -- expiry -----------------------------------------------------------------------------
+
+    async def _expiry_loop(self) -> None:
+        while True:
+            await trio.sleep(self.retention_check_interval_ms / 1000)
+            try:
+                self.expire_offsets(self.clock())
+            except Exception:
+                log.exception("offset expiration failed; will retry next interval")
+
+    def expire_offsets(self, now_ms: int) -> tuple[int, int]:
+        """Drop expired offsets and forgotten empty groups; returns (offsets, groups) removed.
+
+        Tombstones are appended without waiting for the fsync: losing one in a crash only
+        means the offset expires again after restart.
+        """
+        removed_offsets = removed_groups = 0
+        for group_id in self.group_ids():
+            snapshot = self.coordinator.snapshot(group_id)
+            subscribed = None
+            if snapshot is not None and snapshot.state is GroupState.STABLE:
+                subscribed = self.coordinator.subscribed_topics(group_id, subscription_topics)
+            expired = self.offsets.expired(group_id, snapshot, subscribed, now_ms,
+                                           self.retention_ms)
+            kvs: list[tuple[bytes, bytes | None]] = [
+                (encode_offset_key(OffsetKey(group_id, t, p)), None) for t, p in expired
+            ]
+            for tp in expired:
+                self.offsets.put(group_id, tp, None)
+                self._applied_at.pop((group_id, *tp), None)
+            removed_offsets += len(expired)
+            if not self.offsets.has_offsets(group_id) and (
+                snapshot is None or self.coordinator.expire_if_empty(group_id, now_ms)
+            ):
+                kvs.append((encode_group_key(GroupKey(group_id)), None))
+                removed_groups += 1
+            if kvs:
+                self._append_nowait(group_id, kvs)
+        if removed_offsets or removed_groups:
+            log.info("removed %d expired offsets and %d empty groups", removed_offsets,
+                     removed_groups)
+        self._rearm.set()
+        return removed_offsets, removed_groups
+
+
+def _append_error_code(exc: BaseException) -> ErrorCode:
+    """Kafka's mapping of a failed __consumer_offsets write to a commit error."""
+    from databus.broker.errors import error_code_for
+
+    try:
+        code = error_code_for(exc)
+    except Exception:
+        return ErrorCode.unknown_server_error
+    if code in (ErrorCode.message_too_large, ErrorCode.record_list_too_large):
+        return ErrorCode.invalid_commit_offset_size
+    if code == ErrorCode.unknown_topic_or_partition:
+        return ErrorCode.coordinator_not_available
+    return code

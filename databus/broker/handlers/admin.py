@@ -1,0 +1,262 @@
+"""Admin APIs: CreateTopics (19), DeleteTopics (20), CreatePartitions (37),
+DescribeConfigs (32), DescribeCluster (60).
+
+One node: a replication factor other than 1 (or -1, "broker default") is
+INVALID_REPLICATION_FACTOR, manual replica assignments may only name this node.  Topic
+configs use Kafka's topic config names (validated by storage's LogConfig); DescribeConfigs
+reports a topic's overrides as DYNAMIC_TOPIC_CONFIG and the rest as DEFAULT_CONFIG, and the
+broker resource lists the ``-o`` settings by their Kafka names.  Internal topics (``__``)
+cannot be created, deleted or grown by clients.
+"""
+
+from __future__ import annotations
+
+import datetime
+import logging
+
+from kio.schema.errors import ErrorCode
+
+from ..api import RequestContext, build, handles
+from ..broker import is_internal_topic
+from ..config import BrokerConfig
+from ..errors import error_code_for
+
+log = logging.getLogger(__name__)
+
+CREATE_TOPICS = 19
+DELETE_TOPICS = 20
+DESCRIBE_CONFIGS = 32
+CREATE_PARTITIONS = 37
+DESCRIBE_CLUSTER = 60
+
+# DescribeConfigs resource types and config sources (Kafka's ConfigResource / ConfigSource)
+RESOURCE_TOPIC = 2
+RESOURCE_BROKER = 4
+SOURCE_DYNAMIC_TOPIC = 1
+SOURCE_STATIC_BROKER = 4
+SOURCE_DEFAULT = 5
+NO_THROTTLE = datetime.timedelta(0)
+
+
+def _failure(exc: Exception, what: str) -> tuple[ErrorCode, str]:
+    code = error_code_for(exc)
+    if code is ErrorCode.unknown_server_error:
+        log.exception("%s failed", what)
+    return code, str(exc)
+
+
+def _validate_create(broker, topic) -> tuple[int, dict[str, str]]:
+    """(partitions, configs) of a CreatableTopic; ValueError-like errors carry codes."""
+    from databus.storage.config import LogConfig
+
+    if topic.replication_factor not in (-1, 1):
+        raise _Refused(ErrorCode.invalid_replication_factor,
+                       f"replication factor {topic.replication_factor}: this broker is a "
+                       "single node, only 1 is possible")
+    partitions = topic.num_partitions
+    if topic.assignments:
+        if partitions != -1:
+            raise _Refused(ErrorCode.invalid_request,
+                           "give either num_partitions or assignments, not both")
+        for assignment in topic.assignments:
+            if tuple(assignment.broker_ids) not in ((), (broker.node_id,)):
+                raise _Refused(ErrorCode.invalid_replica_assignment,
+                               f"only node {broker.node_id} exists")
+        partitions = len(topic.assignments)
+    if partitions == -1:
+        partitions = broker.config.num_partitions
+    if partitions <= 0:
+        raise _Refused(ErrorCode.invalid_partitions, f"number of partitions {partitions} < 1")
+    configs = {c.name: c.value for c in topic.configs if c.value is not None}
+    LogConfig.from_topic_config(configs, base=broker.default_log_config)  # validates
+    return partitions, configs
+
+
+class _Refused(Exception):
+    def __init__(self, code: ErrorCode, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+def _config_entries(module_cls, broker, name: str) -> tuple:
+    return tuple(
+        build(module_cls, name=key, value=value, read_only=False,
+              config_source=SOURCE_DYNAMIC_TOPIC if overridden else SOURCE_DEFAULT,
+              is_sensitive=False)
+        for key, (value, overridden) in sorted(broker.topic_configs(name).items())
+    )
+
+
+@handles(CREATE_TOPICS, 2, 7)
+async def create_topics(ctx: RequestContext, request) -> object:
+    broker = ctx.broker
+    module = ctx.response_module()
+    results = []
+    for topic in request.topics:
+        code, message, info = ErrorCode.none, None, None
+        try:
+            if is_internal_topic(topic.name):
+                raise _Refused(ErrorCode.invalid_request,
+                               f"{topic.name!r}: names starting with '__' are internal")
+            partitions, configs = _validate_create(broker, topic)
+            if broker.topic(topic.name) is not None:
+                raise _Refused(ErrorCode.topic_already_exists,
+                               f"topic {topic.name!r} already exists")
+            if not request.validate_only:
+                info = broker.create_topic(topic.name, partitions, configs)
+        except _Refused as exc:
+            code, message = exc.code, str(exc)
+        except Exception as exc:
+            code, message = _failure(exc, f"creating topic {topic.name!r}")
+        fields = dict(name=topic.name, error_code=code, error_message=message,
+                      topic_id=info.topic_id if info is not None else None,
+                      num_partitions=-1, replication_factor=-1, configs=None)
+        if info is not None and hasattr(module, "CreatableTopicConfigs"):  # v5+
+            fields.update(num_partitions=info.partitions, replication_factor=1,
+                          configs=_config_entries(module.CreatableTopicConfigs, broker, topic.name))
+        if fields["topic_id"] is None:
+            import uuid
+
+            fields["topic_id"] = uuid.UUID(int=0)
+        results.append(build(module.CreatableTopicResult, **fields))
+    return build(ctx.response_class(), throttle_time=NO_THROTTLE, topics=tuple(results))
+
+
+@handles(DELETE_TOPICS, 1, 6)
+async def delete_topics(ctx: RequestContext, request) -> object:
+    import uuid
+
+    broker = ctx.broker
+    module = ctx.response_module()
+    wanted: list[tuple[str | None, uuid.UUID | None]] = []
+    if ctx.api_version >= 6:
+        wanted = [(t.name, t.topic_id) for t in request.topics]
+    else:
+        wanted = [(name, None) for name in request.topic_names]
+    results = []
+    for name, topic_id in wanted:
+        code, message = ErrorCode.none, None
+        if name is None and topic_id is not None:
+            name = next((n for n, i in broker.log_manager.topics().items()
+                         if i.topic_id == topic_id), None)
+            if name is None:
+                code, message = ErrorCode.unknown_topic_id, f"no topic with id {topic_id}"
+        info = broker.topic(name) if name is not None else None
+        if code is ErrorCode.none:
+            if name is not None and is_internal_topic(name):
+                code, message = ErrorCode.invalid_request, f"{name} is internal: not deleted"
+            elif info is None:
+                code, message = ErrorCode.unknown_topic_or_partition, f"no topic {name!r}"
+            else:
+                try:
+                    broker.delete_topic(name)
+                except Exception as exc:
+                    code, message = _failure(exc, f"deleting topic {name!r}")
+        results.append(build(
+            module.DeletableTopicResult, name=name, error_code=code, error_message=message,
+            topic_id=info.topic_id if info is not None else (topic_id or uuid.UUID(int=0)),
+        ))
+    return build(ctx.response_class(), throttle_time=NO_THROTTLE, responses=tuple(results))
+
+
+@handles(CREATE_PARTITIONS, 0, 3)
+async def create_partitions(ctx: RequestContext, request) -> object:
+    broker = ctx.broker
+    module = ctx.response_module()
+    results = []
+    for topic in request.topics:
+        code, message = ErrorCode.none, None
+        info = broker.topic(topic.name)
+        if info is None:
+            code, message = ErrorCode.unknown_topic_or_partition, f"no topic {topic.name!r}"
+        elif is_internal_topic(topic.name):
+            code, message = ErrorCode.invalid_request, f"{topic.name} is internal: fixed size"
+        elif topic.count <= info.partitions:
+            code = ErrorCode.invalid_partitions
+            message = (f"topic {topic.name!r} has {info.partitions} partitions; the new count "
+                       f"must be larger, got {topic.count}")
+        elif topic.assignments and any(
+            tuple(a.broker_ids) not in ((), (broker.node_id,)) for a in topic.assignments
+        ):
+            code = ErrorCode.invalid_replica_assignment
+            message = f"only node {broker.node_id} exists"
+        elif not request.validate_only:
+            try:
+                broker.add_partitions(topic.name, topic.count)
+            except Exception as exc:
+                code, message = _failure(exc, f"adding partitions to {topic.name!r}")
+        results.append(build(module.CreatePartitionsTopicResult, name=topic.name,
+                             error_code=code, error_message=message))
+    return build(ctx.response_class(), throttle_time=NO_THROTTLE, results=tuple(results))
+
+
+def _broker_config_entries(config: BrokerConfig) -> dict[str, tuple[str | None, int]]:
+    """Kafka name -> (value, source) of every broker setting."""
+    entries = {}
+    explicit = config.model_fields_set
+    for name, info in BrokerConfig.model_fields.items():
+        alias = info.alias or info.serialization_alias or name
+        value = getattr(config, name)
+        if isinstance(value, bool):
+            text = str(value).lower()
+        else:
+            text = None if value is None else str(value)
+        entries[alias] = (text, SOURCE_STATIC_BROKER if name in explicit else SOURCE_DEFAULT)
+    return entries
+
+
+@handles(DESCRIBE_CONFIGS, 1, 4)
+async def describe_configs(ctx: RequestContext, request) -> object:
+    broker = ctx.broker
+    module = ctx.response_module()
+    results = []
+    for resource in request.resources:
+        keys = set(resource.configuration_keys) if resource.configuration_keys else None
+        code, message, entries = ErrorCode.none, None, {}
+        if resource.resource_type == RESOURCE_TOPIC:
+            info = broker.topic(resource.resource_name)
+            if info is None:
+                code = ErrorCode.unknown_topic_or_partition
+                message = f"no topic {resource.resource_name!r}"
+            else:
+                entries = {
+                    key: (value, SOURCE_DYNAMIC_TOPIC if overridden else SOURCE_DEFAULT)
+                    for key, (value, overridden) in broker.topic_configs(info.name).items()
+                }
+        elif resource.resource_type == RESOURCE_BROKER:
+            if resource.resource_name not in ("", str(broker.node_id)):
+                code = ErrorCode.invalid_request
+                message = f"no broker {resource.resource_name!r}; this is node {broker.node_id}"
+            else:
+                entries = _broker_config_entries(broker.config)
+        else:
+            code = ErrorCode.invalid_request
+            message = f"resource type {resource.resource_type} is not supported"
+        configs = tuple(
+            build(module.DescribeConfigsResourceResult, name=key, value=value,
+                  read_only=resource.resource_type == RESOURCE_BROKER,
+                  config_source=source, is_default=source == SOURCE_DEFAULT,
+                  is_sensitive=False, synonyms=(), config_type=0, documentation=None)
+            for key, (value, source) in sorted(entries.items())
+            if keys is None or key in keys
+        )
+        results.append(build(
+            module.DescribeConfigsResult, error_code=code, error_message=message,
+            resource_type=resource.resource_type, resource_name=resource.resource_name,
+            configs=configs,
+        ))
+    return build(ctx.response_class(), throttle_time=NO_THROTTLE, results=tuple(results))
+
+
+@handles(DESCRIBE_CLUSTER, 0, 1)
+async def describe_cluster(ctx: RequestContext, request) -> object:
+    broker = ctx.broker
+    module = ctx.response_module()
+    node = build(module.DescribeClusterBroker, broker_id=broker.node_id,
+                 host=broker.advertised_host, port=broker.advertised_port, rack=None)
+    return build(
+        ctx.response_class(), throttle_time=NO_THROTTLE, error_code=ErrorCode.none,
+        error_message=None, endpoint_type=1, cluster_id=broker.cluster_id,
+        controller_id=broker.node_id, brokers=(node,),
+        cluster_authorized_operations=-2147483648,
+    )

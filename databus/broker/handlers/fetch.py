@@ -1,0 +1,102 @@
+"""Fetch (key 1): stored batches, untouched, with a long poll woken by appends.
+
+- Each partition's data starts with the whole batch containing the fetch offset (clients
+  skip the records before it); the first partition with data always gets at least one whole
+  batch even beyond max_bytes, later ones only what fits (Kafka's rule, so a big batch can
+  never wedge a consumer).  ``partition_max_bytes`` caps each partition, the broker's
+  ``fetch.max.bytes`` the whole response.
+- Long poll: with fewer than ``min_bytes`` available, the request sleeps until an append to
+  one of its partitions (AppendNotifier) or ``max_wait_ms``, then reads again; never polls.
+- Single node: high watermark = log end offset, last stable offset = high watermark (no
+  transactions), log start offset from the log; an offset outside
+  [log start, log end] is OFFSET_OUT_OF_RANGE.
+- Fetch sessions (KIP-227): we answer session_id 0, which tells clients to keep sending full
+  fetch requests.
+- The response is hand-encoded (fetch_encoding.py) so record bytes are not copied again.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import trio
+from kio.schema.errors import ErrorCode
+
+from ..api import RawResponse, RequestContext, handles
+from ..errors import error_code_for
+from ..fetch_encoding import MAX_VERSION, MIN_VERSION, PartitionResult, encode_fetch_body
+
+log = logging.getLogger(__name__)
+
+FETCH = 1
+READ_COMMITTED = 1
+
+
+def _read_partition(broker, topic: str, fetch, budget: int, first: bool, committed: bool):
+    """One partition's PartitionResult and the number of record bytes it carries."""
+    empty_aborted = () if committed else None
+    plog = broker.get_log(topic, fetch.partition)
+    if plog is None:
+        return PartitionResult(fetch.partition, ErrorCode.unknown_topic_or_partition), 0
+    end = plog.log_end_offset
+    start = plog.log_start_offset
+    result = PartitionResult(
+        fetch.partition, 0, end, end, start, empty_aborted, None
+    )
+    offset = fetch.fetch_offset
+    if offset < start or offset > end:
+        result.error_code = ErrorCode.offset_out_of_range
+        return result, 0
+    limit = min(fetch.partition_max_bytes, budget)
+    if offset == end or limit <= 0 and not first:
+        result.records = b""
+        return result, 0
+    try:
+        data = plog.read(offset, max(limit, 1))
+    except Exception as exc:
+        code = error_code_for(exc)
+        if code is ErrorCode.unknown_server_error:
+            log.exception("read of %s-%d at %d failed", topic, fetch.partition, offset)
+        result.error_code = code
+        return result, 0
+    if len(data) > limit and not first:
+        data = b""  # only the first partition with data may exceed the budget
+    result.records = data
+    return result, len(data)
+
+
+def _read_all(ctx: RequestContext, request) -> tuple[list, int, bool]:
+    broker = ctx.broker
+    # the broker's fetch.max.bytes caps what a client may ask for (memory per request)
+    budget = min(request.max_bytes, broker.config.fetch_max_bytes)
+    committed = request.isolation_level == READ_COMMITTED
+    total = 0
+    errors = False
+    topics = []
+    for topic in request.topics:
+        partitions = []
+        for fetch in topic.partitions:
+            result, size = _read_partition(
+                broker, topic.topic, fetch, budget - total, total == 0, committed
+            )
+            errors = errors or result.error_code != 0
+            total += size
+            partitions.append(result)
+        topics.append((topic.topic, partitions))
+    return topics, total, errors
+
+
+@handles(FETCH, MIN_VERSION, MAX_VERSION)
+async def fetch(ctx: RequestContext, request) -> RawResponse:
+    deadline = trio.current_time() + request.max_wait.total_seconds()
+    keys = [(t.topic, p.partition) for t in request.topics for p in t.partitions]
+    while True:
+        topics, total, errors = _read_all(ctx, request)
+        if total >= request.min_bytes or errors or not keys:
+            break
+        if trio.current_time() >= deadline:
+            break
+        if not await ctx.broker.notifier.wait_any(keys, deadline):
+            topics, total, errors = _read_all(ctx, request)
+            break
+    return RawResponse(encode_fetch_body(ctx.api_version, topics))

@@ -1,0 +1,291 @@
+"""Group membership APIs: FindCoordinator, JoinGroup, SyncGroup, Heartbeat, LeaveGroup,
+ListGroups, DescribeGroups, DeleteGroups; and ``serve``, which starts the coordinator.
+
+Thin translations between kio messages (every advertised version) and
+coordinator/service.py; all group logic lives in coordinator/group_state.py.  This broker is
+the coordinator of every group (one node), so FindCoordinator always names itself.
+"""
+
+from __future__ import annotations
+
+import trio
+from kio.schema.errors import ErrorCode
+
+from databus.broker.coordinator.group_state import (
+    CoordinatorConfig,
+    GroupState,
+    JoinRequest,
+    SyncRequest,
+)
+from databus.broker.coordinator.service import GroupService
+from databus.client.messages import build_entity, ms
+
+from ..api import RequestContext, handles
+
+FIND_COORDINATOR, JOIN_GROUP, HEARTBEAT, LEAVE_GROUP, SYNC_GROUP = 10, 11, 12, 13, 14
+DESCRIBE_GROUPS, LIST_GROUPS, DELETE_GROUPS = 15, 16, 42
+KEY_TYPE_GROUP = 0
+
+
+def _config_value(config, name: str, default):
+    return getattr(config, name, default)
+
+
+async def serve(broker, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
+    """Create ``__consumer_offsets`` if needed, replay it, then run the coordinator."""
+    config = broker.config
+    service = GroupService(
+        broker,
+        CoordinatorConfig(
+            initial_rebalance_delay_ms=config.group_initial_rebalance_delay_ms,
+            min_session_timeout_ms=_config_value(config, "group_min_session_timeout_ms", 6000),
+            max_session_timeout_ms=_config_value(config, "group_max_session_timeout_ms",
+                                                 1_800_000),
+        ),
+        num_partitions=config.offsets_topic_num_partitions,
+        retention_ms=config.offsets_retention_minutes * 60_000,
+        retention_check_interval_ms=_config_value(
+            config, "offsets_retention_check_interval_ms", 600_000
+        ),
+    )
+    broker.groups = service
+    await service.run(task_status=task_status)
+
+
+def groups_of(ctx: RequestContext) -> GroupService | None:
+    service = getattr(ctx.broker, "groups", None)
+    return service if service is not None and service.loaded else None
+
+
+def _response(ctx: RequestContext, **values):
+    values.setdefault("throttle_time", 0)
+    return build_entity(ctx.response_class(), values)
+
+
+# -- FindCoordinator ------------------------------------------------------------------------
+
+
+@handles(FIND_COORDINATOR, 0, 4)
+async def find_coordinator(ctx: RequestContext, request):
+    broker = ctx.broker
+    key_type = getattr(request, "key_type", KEY_TYPE_GROUP)
+    if key_type != KEY_TYPE_GROUP:
+        # No transaction coordinator in this broker.
+        error, message = ErrorCode.coordinator_not_available, "transactions are not supported"
+    elif groups_of(ctx) is None:
+        error, message = ErrorCode.coordinator_load_in_progress, None
+    else:
+        error, message = ErrorCode.none, None
+    ok = error == ErrorCode.none
+    entry = {
+        "node_id": broker.node_id if ok else -1,
+        "host": broker.advertised_host if ok else "",
+        "port": broker.advertised_port if ok else -1,
+        "error_code": error,
+        "error_message": message,
+    }
+    if ctx.api_version >= 4:
+        keys = list(request.coordinator_keys)
+        return _response(ctx, coordinators=[{"key": k, **entry} for k in keys])
+    return _response(ctx, **entry)
+
+
+# -- JoinGroup ------------------------------------------------------------------------------
+
+
+@handles(JOIN_GROUP, 0, 9)
+async def join_group(ctx: RequestContext, request):
+    service = groups_of(ctx)
+    if service is None:
+        return _join_error(ctx, request, ErrorCode.coordinator_load_in_progress)
+    result = await service.join(
+        JoinRequest(
+            group_id=request.group_id,
+            member_id=request.member_id,
+            protocol_type=request.protocol_type,
+            protocols=tuple((p.name, bytes(p.metadata)) for p in request.protocols),
+            session_timeout_ms=ms(request.session_timeout),
+            # JoinGroup v0 has no rebalance timeout: the session timeout serves as one.
+            rebalance_timeout_ms=ms(getattr(request, "rebalance_timeout", -1)),
+            group_instance_id=getattr(request, "group_instance_id", None),
+            client_id=ctx.client_id or "",
+            client_host="/" + ctx.client_host if ctx.client_host else "",
+            require_known_member_id=ctx.api_version >= 4,
+        )
+    )
+    protocol_name = result.protocol_name
+    if protocol_name is None and ctx.api_version < 7:
+        protocol_name = ""  # nullable only from v7
+    return _response(
+        ctx,
+        error_code=result.error,
+        generation_id=result.generation_id,
+        protocol_type=result.protocol_type,
+        protocol_name=protocol_name,
+        leader=result.leader_id,
+        skip_assignment=False,
+        member_id=result.member_id,
+        members=[
+            {"member_id": m.member_id, "group_instance_id": m.group_instance_id,
+             "metadata": m.metadata}
+            for m in result.members
+        ],
+    )
+
+
+def _join_error(ctx: RequestContext, request, error: ErrorCode):
+    return _response(
+        ctx, error_code=error, generation_id=-1, protocol_type=None,
+        protocol_name=None if ctx.api_version >= 7 else "", leader="", skip_assignment=False,
+        member_id=request.member_id, members=[],
+    )
+
+
+# -- SyncGroup ------------------------------------------------------------------------------
+
+
+@handles(SYNC_GROUP, 0, 5)
+async def sync_group(ctx: RequestContext, request):
+    service = groups_of(ctx)
+    if service is None:
+        return _response(ctx, error_code=ErrorCode.coordinator_load_in_progress, assignment=b"",
+                         protocol_type=None, protocol_name=None)
+    result = await service.sync(
+        SyncRequest(
+            group_id=request.group_id,
+            member_id=request.member_id,
+            generation_id=request.generation_id,
+            assignments=tuple((a.member_id, bytes(a.assignment)) for a in request.assignments),
+            protocol_type=getattr(request, "protocol_type", None),
+            protocol_name=getattr(request, "protocol_name", None),
+            group_instance_id=getattr(request, "group_instance_id", None),
+        )
+    )
+    return _response(
+        ctx, error_code=result.error, protocol_type=result.protocol_type,
+        protocol_name=result.protocol_name, assignment=result.assignment,
+    )
+
+
+# -- Heartbeat ------------------------------------------------------------------------------
+
+
+@handles(HEARTBEAT, 0, 4)
+async def heartbeat(ctx: RequestContext, request):
+    service = groups_of(ctx)
+    if service is None:
+        return _response(ctx, error_code=ErrorCode.coordinator_load_in_progress)
+    error = service.heartbeat(request.group_id, request.member_id, request.generation_id)
+    return _response(ctx, error_code=error)
+
+
+# -- LeaveGroup -----------------------------------------------------------------------------
+
+
+@handles(LEAVE_GROUP, 0, 5)
+async def leave_group(ctx: RequestContext, request):
+    service = groups_of(ctx)
+    if service is None:
+        return _response(ctx, error_code=ErrorCode.coordinator_load_in_progress, members=[])
+    if ctx.api_version < 3:
+        _, errors = service.leave(request.group_id, [request.member_id])
+        return _response(ctx, error_code=errors[0] if errors else ErrorCode.none)
+    identities = [(m.member_id, m.group_instance_id) for m in request.members]
+    member_ids = [service.resolve_member(request.group_id, mid, iid) for mid, iid in identities]
+    top, errors = service.leave(request.group_id, member_ids)
+    return _response(
+        ctx,
+        error_code=top,
+        members=[
+            {"member_id": mid, "group_instance_id": iid, "error_code": err}
+            for (mid, iid), err in zip(identities, errors or [top] * len(identities))
+        ],
+    )
+
+
+# -- ListGroups / DescribeGroups / DeleteGroups ---------------------------------------------
+
+
+@handles(LIST_GROUPS, 0, 5)
+async def list_groups(ctx: RequestContext, request):
+    service = groups_of(ctx)
+    if service is None:
+        return _response(ctx, error_code=ErrorCode.coordinator_load_in_progress, groups=[])
+    states = {s.lower() for s in getattr(request, "states_filter", ()) or ()}
+    types = {t.lower() for t in getattr(request, "types_filter", ()) or ()}
+    listed = []
+    for group_id in service.group_ids():
+        snapshot = service.describe(group_id)
+        state = snapshot.state.value if snapshot else GroupState.EMPTY.value
+        if states and state.lower() not in states:
+            continue
+        if types and "classic" not in types:
+            continue
+        listed.append({
+            "group_id": group_id,
+            "protocol_type": (snapshot.protocol_type if snapshot else None) or "",
+            "group_state": state,
+            "group_type": "classic",
+        })
+    return _response(ctx, error_code=ErrorCode.none, groups=listed)
+
+
+@handles(DESCRIBE_GROUPS, 0, 5)
+async def describe_groups(ctx: RequestContext, request):
+    service = groups_of(ctx)
+    described = []
+    for group_id in request.groups:
+        if service is None:
+            described.append(_described(group_id, ErrorCode.coordinator_load_in_progress))
+            continue
+        snapshot = service.describe(group_id)
+        if snapshot is None:
+            # Kafka describes an unknown group as Dead, without an error.
+            described.append(_described(group_id, ErrorCode.none))
+            continue
+        stable = snapshot.state is GroupState.STABLE
+        described.append({
+            "error_code": ErrorCode.none,
+            "error_message": None,
+            "group_id": group_id,
+            "group_state": snapshot.state.value,
+            "protocol_type": snapshot.protocol_type or "",
+            # Kafka reports the protocol and member metadata only once the group is Stable.
+            "protocol_data": (snapshot.protocol_name or "") if stable else "",
+            "members": [
+                {
+                    "member_id": m.member_id,
+                    "group_instance_id": m.group_instance_id,
+                    "client_id": m.client_id,
+                    "client_host": m.client_host,
+                    "member_metadata": m.subscription if stable else b"",
+                    "member_assignment": m.assignment if stable else b"",
+                }
+                for m in snapshot.members
+            ],
+            "authorized_operations": -(2**31),
+        })
+    return _response(ctx, groups=described)
+
+
+def _described(group_id: str, error: ErrorCode) -> dict:
+    return {
+        "error_code": error, "error_message": None, "group_id": group_id,
+        "group_state": GroupState.DEAD.value, "protocol_type": "", "protocol_data": "",
+        "members": [], "authorized_operations": -(2**31),
+    }
+
+
+@handles(DELETE_GROUPS, 0, 2)
+async def delete_groups(ctx: RequestContext, request):
+    service = groups_of(ctx)
+    results = []
+    for group_id in request.groups_names:
+        if service is None:
+            error = ErrorCode.coordinator_load_in_progress
+        elif not group_id:
+            error = ErrorCode.invalid_group_id
+        else:
+            error = await service.delete_group(group_id)
+        results.append({"group_id": group_id, "error_code": error})
+    return _response(ctx, results=results)

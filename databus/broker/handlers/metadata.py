@@ -1,0 +1,104 @@
+"""Metadata (key 3): one node (this broker, also the controller), topics and partitions.
+
+Topics a client names but that do not exist are auto-created when
+``auto.create.topics.enable`` is on and the request allows it (v4+), except internal topics
+(``__`` prefix), which are created only by the broker itself and listed with
+``is_internal=True``.  Every partition's leader, replica and ISR is this node.
+"""
+
+from __future__ import annotations
+
+import datetime
+import uuid
+
+from kio.schema.errors import ErrorCode
+
+from ..api import RequestContext, build, handles
+from ..broker import is_internal_topic
+from ..errors import error_code_for
+
+METADATA = 3
+ZERO_UUID = uuid.UUID(int=0)
+
+
+def _topic_entry(module, broker, name: str, info) -> object:
+    node = broker.node_id
+    partitions = tuple(
+        build(
+            module.MetadataResponsePartition,
+            error_code=ErrorCode.none, partition_index=p, leader_id=node, leader_epoch=0,
+            replica_nodes=(node,), isr_nodes=(node,), offline_replicas=(),
+        )
+        for p in range(info.partitions)
+    )
+    return build(
+        module.MetadataResponseTopic,
+        error_code=ErrorCode.none, name=name, topic_id=info.topic_id,
+        is_internal=is_internal_topic(name), partitions=partitions,
+    )
+
+
+def _error_entry(module, name: str | None, code: ErrorCode, topic_id=ZERO_UUID) -> object:
+    return build(
+        module.MetadataResponseTopic,
+        error_code=code, name=name, topic_id=topic_id, is_internal=False, partitions=(),
+    )
+
+
+def _requested(ctx: RequestContext, request) -> list | None:
+    """The requested topics, or None for "all topics" (null list; empty list in v0)."""
+    if request.topics is None or (ctx.api_version == 0 and not request.topics):
+        return None
+    return list(request.topics)
+
+
+@handles(METADATA, 0, 12)
+async def metadata(ctx: RequestContext, request) -> object:
+    broker = ctx.broker
+    module = ctx.response_module()
+    topics = broker.log_manager.topics()
+    entries = []
+    requested = _requested(ctx, request)
+    if requested is None:
+        for name in sorted(topics):
+            entries.append(_topic_entry(module, broker, name, topics[name]))
+    else:
+        by_id = None
+        allow_create = getattr(request, "allow_auto_topic_creation", True)
+        for wanted in requested:
+            name = wanted.name
+            if name is None:  # by topic id (v10+)
+                if by_id is None:
+                    by_id = {info.topic_id: n for n, info in topics.items()}
+                name = by_id.get(wanted.topic_id)
+                if name is None:
+                    entries.append(
+                        _error_entry(module, None, ErrorCode.unknown_topic_id, wanted.topic_id)
+                    )
+                    continue
+            info = topics.get(name)
+            if info is None and allow_create:
+                try:
+                    info = broker.auto_create(name)
+                except Exception as exc:  # invalid name and the like: an error per topic
+                    entries.append(_error_entry(module, name, error_code_for(exc)))
+                    continue
+                if info is not None:
+                    topics = broker.log_manager.topics()
+            if info is None:
+                entries.append(_error_entry(module, name, ErrorCode.unknown_topic_or_partition))
+            else:
+                entries.append(_topic_entry(module, broker, name, info))
+    brokers = (
+        build(
+            module.MetadataResponseBroker,
+            node_id=broker.node_id, host=broker.advertised_host, port=broker.advertised_port,
+            rack=None,
+        ),
+    )
+    return build(
+        ctx.response_class(),
+        throttle_time=datetime.timedelta(0), brokers=brokers, cluster_id=broker.cluster_id,
+        controller_id=broker.node_id, topics=tuple(entries),
+        cluster_authorized_operations=-2147483648,
+    )

@@ -1,0 +1,103 @@
+"""Committed-offset APIs: OffsetCommit, OffsetFetch, OffsetDelete.
+
+Translations between kio messages and coordinator/service.py, which validates commits
+against the group's generation, appends them to ``__consumer_offsets`` and waits for the
+fsync before they are acknowledged (so an acknowledged commit survives kill -9).
+"""
+
+from __future__ import annotations
+
+from kio.schema.errors import ErrorCode
+
+from databus.broker.coordinator.service import OffsetCommitEntry
+from databus.client.messages import build_entity, ms
+
+from ..api import RequestContext, handles
+from .groups import groups_of
+
+OFFSET_COMMIT, OFFSET_FETCH, OFFSET_DELETE = 8, 9, 47
+
+
+def _response(ctx: RequestContext, **values):
+    values.setdefault("throttle_time", 0)
+    return build_entity(ctx.response_class(), values)
+
+
+@handles(OFFSET_COMMIT, 2, 9)
+async def offset_commit(ctx: RequestContext, request):
+    entries = [
+        OffsetCommitEntry(
+            topic=topic.name,
+            partition=p.partition_index,
+            offset=p.committed_offset,
+            leader_epoch=getattr(p, "committed_leader_epoch", -1),
+            metadata=p.committed_metadata,
+        )
+        for topic in request.topics
+        for p in topic.partitions
+    ]
+    service = groups_of(ctx)
+    if service is None:
+        errors = [ErrorCode.coordinator_load_in_progress] * len(entries)
+    else:
+        errors = await service.commit_offsets(
+            request.group_id, request.member_id, request.generation_id_or_member_epoch, entries,
+            retention_ms=ms(getattr(request, "retention_time", -1)),
+        )
+    topics: dict[str, list] = {}
+    for entry, error in zip(entries, errors):
+        topics.setdefault(entry.topic, []).append(
+            {"partition_index": entry.partition, "error_code": error}
+        )
+    return _response(
+        ctx, topics=[{"name": name, "partitions": parts} for name, parts in topics.items()]
+    )
+
+
+def _fetch_group(service, group_id: str, topics) -> tuple[list[dict], ErrorCode]:
+    """The response topics of one group (topics None = every committed partition)."""
+    if service is None:
+        return [], ErrorCode.coordinator_load_in_progress
+    wanted = None
+    if topics is not None:
+        wanted = [(t.name, p) for t in topics for p in t.partition_indexes]
+    fetched = service.fetch_offsets(group_id, wanted)
+    by_topic: dict[str, list[dict]] = {}
+    for (topic, partition), committed in fetched.items():
+        by_topic.setdefault(topic, []).append({
+            "partition_index": partition,
+            "committed_offset": committed.offset,
+            "committed_leader_epoch": committed.leader_epoch,
+            "metadata": committed.metadata,
+            "error_code": ErrorCode.none,
+        })
+    return [{"name": t, "partitions": parts} for t, parts in by_topic.items()], ErrorCode.none
+
+
+@handles(OFFSET_FETCH, 1, 9)
+async def offset_fetch(ctx: RequestContext, request):
+    service = groups_of(ctx)
+    if ctx.api_version >= 8:
+        groups = []
+        for group in request.groups:
+            topics, error = _fetch_group(service, group.group_id, group.topics)
+            groups.append({"group_id": group.group_id, "topics": topics, "error_code": error})
+        return _response(ctx, groups=groups)
+    topics, error = _fetch_group(service, request.group_id, request.topics)
+    return _response(ctx, topics=topics, error_code=error)
+
+
+@handles(OFFSET_DELETE, 0, 0)
+async def offset_delete(ctx: RequestContext, request):
+    service = groups_of(ctx)
+    partitions = [(t.name, p.partition_index) for t in request.topics for p in t.partitions]
+    if service is None:
+        return _response(ctx, error_code=ErrorCode.coordinator_load_in_progress, topics=[])
+    top, results = await service.delete_offsets(request.group_id, partitions)
+    by_topic: dict[str, list[dict]] = {}
+    for (topic, partition), error in results.items():
+        by_topic.setdefault(topic, []).append({"partition_index": partition, "error_code": error})
+    return _response(
+        ctx, error_code=top,
+        topics=[{"name": t, "partitions": parts} for t, parts in by_topic.items()],
+    )

@@ -1,0 +1,170 @@
+"""Produce (key 0): append the stored batches untouched, answer per partition.
+
+- acks=0: nothing is sent back; acks=1: answered after the append; acks=-1 (all): answered
+  after an fsync covers the batch (group commit, single-node durability: see durability.py).
+  Any other acks value is INVALID_REQUIRED_ACKS for every partition.  Internal topics
+  (``__`` prefix) are written only by the broker: INVALID_TOPIC_EXCEPTION.
+- The batches are checked and appended by the storage engine (magic, CRC, size, idempotent
+  producer sequence/epoch); its errors become per-partition error codes
+  (CORRUPT_MESSAGE, MESSAGE_TOO_LARGE, OUT_OF_ORDER_SEQUENCE_NUMBER, ...) and nothing of a
+  rejected batch is appended.  A duplicate idempotent batch gets its original offsets.
+- Produce is advertised from v0 (librdkafka before 2.11.1 stops compressing when a broker's
+  minimum is 3), but only record format v2 is stored: v0-2, which kio has no schema for, are
+  parsed and answered here by hand with UNSUPPORTED_VERSION (``_answer_legacy``).
+"""
+
+from __future__ import annotations
+
+import datetime
+import logging
+import struct
+
+from kio.schema.errors import ErrorCode
+
+from databus.protocol.framing import FramingError, decode_request_header
+
+from ..api import Deferred, RawResponse, RequestContext, build, handles
+from ..broker import is_internal_topic
+from ..errors import error_code_for
+
+log = logging.getLogger(__name__)
+
+PRODUCE = 0
+NO_TIME = None  # encodes as -1: the topic uses CreateTime
+
+
+def _append_time(info) -> datetime.datetime | None:
+    ts = getattr(info, "log_append_time", -1)
+    if ts is None or ts < 0:
+        return NO_TIME
+    return datetime.datetime.fromtimestamp(ts / 1000, datetime.UTC)
+
+
+def _append_all(ctx: RequestContext, request) -> list:
+    """Append every partition's records; [(topic, [(index, info | None, code, message)])]."""
+    broker = ctx.broker
+    results = []
+    valid_acks = request.acks in (0, 1, -1)
+    for topic in request.topic_data:
+        partitions = []
+        for pdata in topic.partition_data:
+            info, code, message = None, ErrorCode.none, None
+            if not valid_acks:
+                code = ErrorCode.invalid_required_acks
+            elif is_internal_topic(topic.name):
+                # only the broker writes internal topics (the group coordinator appends to
+                # __consumer_offsets through Broker.append, not through Produce)
+                code = ErrorCode.invalid_topic_exception
+                message = f"{topic.name} is an internal topic: clients cannot produce to it"
+            elif pdata.records is None:
+                code, message = ErrorCode.corrupt_message, "null records"
+            else:
+                try:
+                    info = broker.append(topic.name, pdata.index, pdata.records)
+                except Exception as exc:
+                    code, message = error_code_for(exc), str(exc)
+                    if code is ErrorCode.unknown_server_error:
+                        log.exception("append to %s-%d failed", topic.name, pdata.index)
+            partitions.append((pdata.index, info, code, message))
+        results.append((topic.name, partitions))
+    return results
+
+
+def _response(ctx: RequestContext, results, failed: dict | None = None) -> object:
+    module = ctx.response_module()
+    failed = failed or {}
+    topics = []
+    for name, partitions in results:
+        entries = []
+        for index, info, code, message in partitions:
+            failure = failed.get((name, index))
+            if failure is not None:
+                info, code, message = None, failure[0], failure[1]
+            entries.append(
+                build(
+                    module.PartitionProduceResponse,
+                    index=index, error_code=code,
+                    base_offset=info.first_offset if info is not None else -1,
+                    log_append_time=_append_time(info) if info is not None else NO_TIME,
+                    log_start_offset=info.log_start_offset if info is not None else -1,
+                    record_errors=(), error_message=message,
+                )
+            )
+        topics.append(build(module.TopicProduceResponse, name=name,
+                            partition_responses=tuple(entries)))
+    return build(ctx.response_class(), responses=tuple(topics),
+                 throttle_time=datetime.timedelta(0))
+
+
+@handles(PRODUCE, 0, 9)
+async def produce(ctx: RequestContext, request) -> object:
+    if request is None:
+        return _answer_legacy(ctx)
+    results = _append_all(ctx, request)
+    if request.acks == 0:
+        return None
+    if request.acks != -1:
+        return _response(ctx, results)
+
+    async def after_fsync():
+        failed = {}
+        for name, partitions in results:
+            for index, info, _code, _message in partitions:
+                if info is None:
+                    continue
+                try:
+                    await ctx.broker.wait_durable(name, index, info.last_offset)
+                except Exception as exc:
+                    failed[(name, index)] = (error_code_for(exc), str(exc))
+        return _response(ctx, results, failed)
+
+    return Deferred(after_fsync)
+
+
+# -- Produce v0-2 (message format v0/v1): parsed by hand, refused ------------------------
+
+_I16 = struct.Struct(">h")
+_I32 = struct.Struct(">i")
+
+
+def _answer_legacy(ctx: RequestContext) -> RawResponse | None:
+    version = ctx.api_version
+    frame = ctx.frame
+    _header, pos = decode_request_header(frame)
+    try:
+        (acks,) = _I16.unpack_from(frame, pos)
+        pos += 2 + 4  # acks, timeout
+        (topic_count,) = _I32.unpack_from(frame, pos)
+        pos += 4
+        topics = []
+        for _ in range(max(topic_count, 0)):
+            (name_len,) = _I16.unpack_from(frame, pos)
+            pos += 2
+            name = bytes(frame[pos:pos + name_len])
+            pos += name_len
+            (partition_count,) = _I32.unpack_from(frame, pos)
+            pos += 4
+            partitions = []
+            for _ in range(max(partition_count, 0)):
+                index, size = struct.unpack_from(">ii", frame, pos)
+                pos += 8 + max(size, 0)
+                partitions.append(index)
+            topics.append((name, partitions))
+        if pos > len(frame):
+            raise struct.error("truncated")
+    except struct.error:
+        raise FramingError(f"malformed produce v{version} request") from None
+    log.info("refusing produce v%d from %s: only record format v2 (produce v3+) is stored",
+             version, ctx.client_host)
+    if acks == 0:
+        return None
+    out = [_I32.pack(len(topics))]
+    for name, partitions in topics:
+        out.append(_I16.pack(len(name)) + name + _I32.pack(len(partitions)))
+        for index in partitions:
+            out.append(struct.pack(">ihq", index, ErrorCode.unsupported_version, -1))
+            if version >= 2:
+                out.append(struct.pack(">q", -1))  # log_append_time
+    if version >= 1:
+        out.append(_I32.pack(0))  # throttle_time_ms
+    return RawResponse([b"".join(out)])

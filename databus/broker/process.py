@@ -1,0 +1,188 @@
+"""Run ``databus broker`` as a child process and find its port: for tests, benchmarks and
+anything else that wants a real broker process (tests/helpers/broker.py re-exports it).
+
+    from databus.broker.process import BrokerProcess
+
+    with BrokerProcess(tmp_path, options={"num.partitions": 3}) as broker:
+        producer = confluent_kafka.Producer({"bootstrap.servers": broker.bootstrap})
+        ...
+        broker.kill9()        # SIGKILL, like a crash (no flush, no clean-shutdown marker)
+        broker.restart()      # same data dir and port, waits until it listens again
+        broker.stop()         # SIGTERM: clean shutdown; returns the exit status
+
+- Runs ``python -m databus.cli broker --data-dir DIR --listen 127.0.0.1:0 -o k=v ...`` with
+  the test's interpreter, waits (up to ``start_timeout``) for the ``listening on HOST:PORT``
+  line on stderr and takes the real port from it.  After a restart the same port is asked for
+  so that clients holding the bootstrap address reconnect by themselves.
+- stderr is copied to ``DIR/../broker.log`` (``.log_text()`` reads it) so a failing test can
+  show what the broker said.
+- The process is always killed when the context exits, even if the test failed; use it
+  with ``with`` or call ``close()`` in a finally.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Mapping
+from pathlib import Path
+
+_LISTENING = re.compile(r"listening on (\S+):(\d+)")
+
+
+class BrokerStartError(RuntimeError):
+    pass
+
+
+def _child_env() -> dict[str, str]:
+    """Our environment, with this databus importable even when it is not installed."""
+    env = dict(os.environ)
+    package_root = str(Path(__file__).resolve().parents[2])
+    env["PYTHONPATH"] = os.pathsep.join(
+        p for p in (package_root, env.get("PYTHONPATH", "")) if p
+    )
+    return env
+
+
+class BrokerProcess:
+    def __init__(
+        self,
+        root: str | os.PathLike,
+        options: Mapping[str, object] | None = None,
+        *,
+        start_timeout: float = 30.0,
+        log_level: str = "INFO",
+    ) -> None:
+        self.root = Path(root)
+        self.data_dir = self.root / "data"
+        self.log_path = self.root / "broker.log"
+        self.options = dict(options or {})
+        self.start_timeout = start_timeout
+        self.log_level = log_level
+        self.port = 0
+        self.host = "127.0.0.1"
+        self.process: subprocess.Popen | None = None
+        self._reader: threading.Thread | None = None
+        self._listening = threading.Event()
+
+    # -- lifecycle --------------------------------------------------------------------------
+
+    def start(self) -> BrokerProcess:
+        if self.process is not None and self.process.poll() is None:
+            raise BrokerStartError("already running")
+        self.root.mkdir(parents=True, exist_ok=True)
+        cmd = [
+            sys.executable, "-m", "databus.cli", "--log-level", self.log_level, "broker",
+            "--data-dir", str(self.data_dir), "--listen", f"{self.host}:{self.port}",
+        ]
+        for key, value in self.options.items():
+            if isinstance(value, bool):
+                value = str(value).lower()
+            cmd += ["-o", f"{key}={value}"]
+        self._listening.clear()
+        self.process = subprocess.Popen(
+            cmd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+            env=_child_env(),
+        )
+        self._reader = threading.Thread(target=self._pump, args=(self.process,), daemon=True)
+        self._reader.start()
+        deadline = time.monotonic() + self.start_timeout
+        while not self._listening.wait(0.05):
+            if self.process.poll() is not None:
+                self._reader.join(2)
+                raise BrokerStartError(
+                    f"broker exited with {self.process.returncode}:\n{self.log_text()[-4000:]}"
+                )
+            if time.monotonic() > deadline:
+                self.close()
+                raise BrokerStartError(f"broker did not listen in {self.start_timeout}s:\n"
+                                       f"{self.log_text()[-4000:]}")
+        return self
+
+    def _pump(self, process: subprocess.Popen) -> None:
+        with open(self.log_path, "ab") as log:
+            for line in process.stderr:
+                log.write(line)
+                log.flush()
+                match = _LISTENING.search(line.decode(errors="replace"))
+                if match and not self._listening.is_set():
+                    self.port = int(match.group(2))
+                    self._listening.set()
+
+    @property
+    def bootstrap(self) -> str:
+        return f"{self.host}:{self.port}"
+
+    @property
+    def pid(self) -> int:
+        assert self.process is not None
+        return self.process.pid
+
+    def alive(self) -> bool:
+        return self.process is not None and self.process.poll() is None
+
+    def kill9(self) -> None:
+        """SIGKILL and reap: a crash with no chance to flush."""
+        if self.process is not None and self.process.poll() is None:
+            self.process.send_signal(signal.SIGKILL)
+            self.process.wait(10)
+        self._join_reader()
+
+    def stop(self, timeout: float = 30.0) -> int:
+        """SIGTERM (clean shutdown) and wait; returns the exit status (SIGKILL on timeout)."""
+        if self.process is None:
+            return 0
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+            try:
+                self.process.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait(10)
+        self._join_reader()
+        return self.process.returncode
+
+    def restart(self, *, clean: bool = False) -> BrokerProcess:
+        """Kill (-9, or SIGTERM when ``clean``) and start again on the same port and data."""
+        if clean:
+            self.stop()
+        else:
+            self.kill9()
+        deadline = time.monotonic() + 10
+        while True:  # the port can linger a moment after the kill
+            seen = len(self.log_text())
+            try:
+                return self.start()
+            except BrokerStartError:
+                fresh = self.log_text()[seen:]
+                if time.monotonic() > deadline or "Address already in use" not in fresh:
+                    raise
+                time.sleep(0.2)
+
+    def close(self) -> None:
+        if self.process is not None and self.process.poll() is None:
+            self.process.kill()
+            self.process.wait(10)
+        self._join_reader()
+
+    def _join_reader(self) -> None:
+        if self._reader is not None:
+            self._reader.join(5)
+            self._reader = None
+
+    def log_text(self) -> str:
+        try:
+            return self.log_path.read_text(errors="replace")
+        except FileNotFoundError:
+            return ""
+
+    def __enter__(self) -> BrokerProcess:
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.close()

@@ -1,0 +1,331 @@
+"""The producer's record accumulator: a plain data structure, no I/O, clock passed in.
+
+It owns the producer's queued data: per topic-partition deques of ProducerBatch, the memory
+accounting against ``buffer.memory``, and the decisions "which partitions are ready to send"
+(batch full, ``linger.ms`` elapsed, flush requested, retry backoff over) and "what goes in
+the next request to broker N" (one batch per partition, up to ``max.request.size``).  The
+sender (sender.py) asks, sends, and reports back; every method takes ``now_ms`` so the
+logic is tested without sockets or sleeps (as aiokafka's message_accumulator is separate
+from its sender).
+
+Ordering: up to ``max_in_flight`` batches of one partition may be in flight (pipelined, each
+in its own request).  When one fails and is put back for a retry, the partition enters
+*recovery*: batches return to the queue in creation order, and the partition sends one batch
+at a time, after everything in flight has come back, until the retried batches are through.
+With the idempotent producer the broker rejects any batch after a missing one (sequence
+numbers), so this keeps the order across retries; without idempotence and with
+``max_in_flight > 1`` retries may reorder, as in Kafka.
+"""
+
+from __future__ import annotations
+
+import collections
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..protocol.records import HEADER_SIZE, MAX_RECORD_OVERHEAD, BatchBuilder
+
+TopicPartition = tuple[str, int]
+
+BATCH_OVERHEAD = HEADER_SIZE
+
+
+def estimate_record_size(
+    key: bytes | None, value: bytes | None, headers: Iterable[tuple[str, bytes | None]] | None
+) -> int:
+    """Upper bound of a record's encoded size (uncompressed), checked against buffer.memory
+    before the record is encoded."""
+    size = MAX_RECORD_OVERHEAD + 2 + (len(key) if key else 0) + (len(value) if value else 0)
+    if headers:
+        for hk, hv in headers:
+            size += 10 + len(hk) * 3 + (len(hv) if hv else 0)
+    return size
+
+
+@dataclass(eq=False)
+class ProducerBatch:
+    """Records for one partition, encoded as they arrive (records.BatchBuilder), sent and
+    retried as one RecordBatch.  ``futures[i]`` and ``timestamps[i]`` belong to record i."""
+
+    topic: str
+    partition: int
+    created_ms: float
+    deadline_ms: float
+    builder: BatchBuilder
+    futures: list[Any] = field(default_factory=list)
+    timestamps: list[int] = field(default_factory=list)
+    attempts: int = 0
+    retry_at_ms: float = 0.0
+    closed: bool = False  # no more appends (full, or drained once)
+    # Idempotence: fixed at the first drain and kept across retries so the broker dedups.
+    base_sequence: int = -1
+    payload: bytes | None = None
+    done: bool = False
+    accounted: int = 0  # bytes charged to buffer.memory
+    order: int = 0  # creation order within the accumulator
+    in_flight: bool = False
+    last_error: BaseException | None = None  # why the last attempt failed, for the report
+
+    @property
+    def tp(self) -> TopicPartition:
+        return (self.topic, self.partition)
+
+    @property
+    def record_count(self) -> int:
+        return len(self.futures)
+
+    @property
+    def size(self) -> int:
+        return self.builder.size_estimate
+
+    def build(self, producer_id: int, producer_epoch: int, base_sequence: int) -> bytes:
+        """The batch bytes with this producer state (compressed once, however often called)."""
+        self.builder.set_producer_state(producer_id, producer_epoch, base_sequence)
+        self.base_sequence = base_sequence
+        self.payload = self.builder.build()
+        return self.payload
+
+    def reset_payload(self) -> None:
+        """Forget the built bytes and sequence (producer id was reset): rebuilt on next drain."""
+        self.payload = None
+        self.base_sequence = -1
+
+
+class RecordAccumulator:
+    """Queued batches per partition plus memory accounting; see the module docstring."""
+
+    def __init__(
+        self,
+        *,
+        batch_size: int,
+        linger_ms: float,
+        buffer_memory: int,
+        delivery_timeout_ms: float,
+        retry_backoff_ms: float,
+        codec: int = 0,
+        max_in_flight: int = 1,
+        on_batch_complete: Callable[[str, int], None] | None = None,
+    ) -> None:
+        self.batch_size = batch_size
+        self.linger_ms = linger_ms
+        self.buffer_memory = buffer_memory
+        self.delivery_timeout_ms = delivery_timeout_ms
+        self.retry_backoff_ms = retry_backoff_ms
+        self.on_batch_complete = on_batch_complete
+        self.codec = codec
+        self.batches: dict[TopicPartition, collections.deque[ProducerBatch]] = {}
+        self.max_in_flight = max_in_flight
+        self.in_flight: dict[TopicPartition, int] = {}
+        self.recovering: set[TopicPartition] = set()
+        self._created = 0  # creation order of batches, for re-queueing retries in order
+        self.buffered_bytes = 0
+        self.flushing = 0  # flush() calls in progress: linger is ignored while > 0
+        self._drain_start = 0  # rotates which partition goes first, for fairness
+
+    # -- appending -------------------------------------------------------------------------
+
+    def has_room(self, size: int) -> bool:
+        return self.buffered_bytes + size <= self.buffer_memory
+
+    def append(
+        self,
+        topic: str,
+        partition: int,
+        timestamp: int,
+        key: bytes | None,
+        value: bytes | None,
+        headers: tuple[tuple[str, bytes | None], ...],
+        future: Any,
+        now_ms: float,
+    ) -> ProducerBatch:
+        """Encode and queue one record; the caller has checked has_room().  Returns its batch."""
+        tp = (topic, partition)
+        dq = self.batches.get(tp)
+        if dq is None:
+            dq = self.batches[tp] = collections.deque()
+        batch = dq[-1] if dq else None
+        if batch is None or batch.closed or not batch.builder.append(timestamp, key, value, headers):
+            if batch is not None:
+                self._close(batch)
+            batch = ProducerBatch(
+                topic,
+                partition,
+                now_ms,
+                now_ms + self.delivery_timeout_ms,
+                BatchBuilder(codec=self.codec, batch_size=self.batch_size),
+            )
+            self._created += 1
+            batch.order = self._created
+            batch.builder.append(timestamp, key, value, headers)  # the first always fits
+            dq.append(batch)
+        batch.futures.append(future)
+        batch.timestamps.append(timestamp)
+        grown = batch.builder.size_estimate - batch.accounted
+        batch.accounted += grown
+        self.buffered_bytes += grown
+        if batch.size >= self.batch_size:
+            self._close(batch)
+        return batch
+
+    def _close(self, batch: ProducerBatch) -> None:
+        if not batch.closed:
+            batch.closed = True
+            if self.on_batch_complete is not None:
+                self.on_batch_complete(batch.topic, batch.partition)
+
+    # -- deciding what to send --------------------------------------------------------------
+
+    def _may_send(self, tp: TopicPartition) -> bool:
+        """Room in the partition's in-flight window (one at a time while recovering)."""
+        n = self.in_flight.get(tp, 0)
+        if tp in self.recovering:
+            return n == 0
+        return n < self.max_in_flight
+
+    def _sendable(self, batch: ProducerBatch, now_ms: float) -> bool:
+        if batch.attempts and now_ms < batch.retry_at_ms:
+            return False
+        if batch.closed or self.flushing:
+            return True
+        return now_ms - batch.created_ms >= self.linger_ms
+
+    def ready(
+        self, now_ms: float, leader_of: Callable[[str, int], int]
+    ) -> tuple[set[int], float | None, set[str]]:
+        """(broker ids with something to send now, ms until the next batch may become ready
+        or None when nothing waits, topics whose partitions have no known leader)."""
+        nodes: set[int] = set()
+        unknown: set[str] = set()
+        next_ms: float | None = None
+        for tp, dq in self.batches.items():
+            if not dq or not self._may_send(tp):
+                continue
+            leader = leader_of(*tp)
+            if leader < 0:
+                unknown.add(tp[0])
+                continue
+            batch = dq[0]
+            if self._sendable(batch, now_ms):
+                nodes.add(leader)
+            else:
+                if batch.attempts and now_ms < batch.retry_at_ms:
+                    wait = batch.retry_at_ms - now_ms
+                else:
+                    wait = batch.created_ms + self.linger_ms - now_ms
+                wait = max(wait, 0.0)
+                next_ms = wait if next_ms is None else min(next_ms, wait)
+        return nodes, next_ms, unknown
+
+    def drain(
+        self,
+        now_ms: float,
+        node: int,
+        leader_of: Callable[[str, int], int],
+        max_request_size: int,
+    ) -> list[ProducerBatch]:
+        """Take the sendable head batch of each partition led by ``node`` with room in its
+        in-flight window (at least one batch, then as many as fit in ``max_request_size``)."""
+        out: list[ProducerBatch] = []
+        total = 0
+        tps = [tp for tp, dq in self.batches.items() if dq and self._may_send(tp)]
+        if not tps:
+            return out
+        start = self._drain_start % len(tps)
+        self._drain_start += 1
+        for tp in tps[start:] + tps[:start]:
+            if leader_of(*tp) != node:
+                continue
+            dq = self.batches[tp]
+            batch = dq[0]
+            if not self._sendable(batch, now_ms):
+                continue
+            if out and total + batch.size > max_request_size:
+                break
+            dq.popleft()
+            if not dq:
+                del self.batches[tp]
+            self._close(batch)
+            batch.attempts += 1
+            batch.in_flight = True
+            self.in_flight[tp] = self.in_flight.get(tp, 0) + 1
+            total += batch.size
+            out.append(batch)
+        return out
+
+    # -- completions -------------------------------------------------------------------------
+
+    def complete(self, batch: ProducerBatch) -> None:
+        """The batch is finished (delivered or failed): free its slot and its memory."""
+        if batch.done:
+            return
+        batch.done = True
+        if batch.in_flight:
+            self._landed(batch)
+        self.buffered_bytes -= batch.accounted
+        batch.accounted = 0
+
+    def reenqueue(self, batch: ProducerBatch, now_ms: float) -> None:
+        """Put an in-flight batch back for a retry after backoff, before every batch of its
+        partition created after it (retries of one partition come back in creation order)."""
+        batch.retry_at_ms = now_ms + self.retry_backoff_ms
+        self._landed(batch)
+        self.recovering.add(batch.tp)
+        dq = self.batches.get(batch.tp)
+        if dq is None:
+            dq = self.batches[batch.tp] = collections.deque()
+        i = 0
+        while i < len(dq) and dq[i].order < batch.order:
+            i += 1
+        dq.insert(i, batch)
+
+    def _landed(self, batch: ProducerBatch) -> None:
+        batch.in_flight = False
+        tp = batch.tp
+        n = self.in_flight.get(tp, 0) - 1
+        if n > 0:
+            self.in_flight[tp] = n
+            return
+        self.in_flight.pop(tp, None)
+        if tp in self.recovering:
+            dq = self.batches.get(tp)
+            if not dq or not dq[0].attempts:
+                self.recovering.discard(tp)  # every retried batch is through
+
+    def expire(self, now_ms: float) -> list[ProducerBatch]:
+        """Remove and return queued (not in-flight) batches past ``delivery.timeout.ms``.
+
+        The caller fails their records and then calls complete() on each.
+        """
+        out = []
+        for tp in list(self.batches):
+            if self.in_flight.get(tp):
+                continue
+            dq = self.batches[tp]
+            while dq and dq[0].deadline_ms <= now_ms:
+                out.append(dq.popleft())
+            if not dq:
+                del self.batches[tp]
+        return out
+
+    def abort_all(self) -> list[ProducerBatch]:
+        """Remove and return every queued batch (on close after a fatal error)."""
+        out = [b for dq in self.batches.values() for b in dq]
+        self.batches.clear()
+        return out
+
+    def next_expiry_ms(self) -> float | None:
+        deadlines = [
+            dq[0].deadline_ms for tp, dq in self.batches.items() if dq and not self.in_flight.get(tp)
+        ]
+        return min(deadlines) if deadlines else None
+
+    @property
+    def queued_batches(self) -> int:
+        return sum(len(dq) for dq in self.batches.values())
+
+    def reset_sequences(self) -> None:
+        """The producer id changed: every queued batch must be rebuilt with new sequences."""
+        for dq in self.batches.values():
+            for batch in dq:
+                batch.reset_payload()

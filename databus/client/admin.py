@@ -1,0 +1,341 @@
+"""The admin client: topics, partitions, configs and consumer groups.
+
+::
+
+    async with Admin("localhost:9092") as admin:
+        await admin.create_topics({"events": 6}, configs={"retention.ms": "86400000"})
+        print(await admin.describe_topics(["events"]))
+
+Topic changes go to the controller named in metadata (any broker when the cluster names
+none).  Group operations go to each group's coordinator (FindCoordinator).  Per-topic and
+per-group failures come back as values (``{name: KafkaError | None}``) so one bad name does
+not hide what happened to the others; whole-request failures raise.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import trio
+
+from . import errors
+from .assignors import decode_assignment
+from .cluster import Cluster, PartitionMetadata
+from .config import AdminConfig
+from .connection import (
+    CREATE_PARTITIONS,
+    CREATE_TOPICS,
+    DELETE_GROUPS,
+    DELETE_TOPICS,
+    DESCRIBE_CONFIGS,
+    DESCRIBE_GROUPS,
+    FIND_COORDINATOR,
+    LIST_GROUPS,
+    OFFSET_FETCH,
+)
+from .offsets import EARLIEST, LATEST, list_offsets
+
+TopicPartition = tuple[str, int]
+
+RESOURCE_TOPIC = 2
+RESOURCE_BROKER = 4
+
+
+@dataclass(frozen=True)
+class TopicDescription:
+    name: str
+    partitions: tuple[PartitionMetadata, ...]
+    is_internal: bool = False
+    topic_id: Any = None
+
+
+@dataclass(frozen=True)
+class MemberDescription:
+    member_id: str
+    group_instance_id: str | None
+    client_id: str
+    client_host: str
+    assignment: tuple[TopicPartition, ...]
+
+
+@dataclass(frozen=True)
+class GroupDescription:
+    group_id: str
+    state: str
+    protocol_type: str
+    protocol: str
+    members: tuple[MemberDescription, ...] = field(default_factory=tuple)
+    error: errors.KafkaError | None = None
+
+
+@dataclass(frozen=True)
+class ConfigEntry:
+    name: str
+    value: str | None
+    read_only: bool
+    is_default: bool
+    is_sensitive: bool
+
+
+class Admin:
+    """Trio-native admin client; use as ``async with Admin(bootstrap) as admin``."""
+
+    def __init__(
+        self,
+        bootstrap_servers: str | Sequence[str],
+        config: Mapping[str, Any] | AdminConfig | None = None,
+    ) -> None:
+        self.config = (
+            config if isinstance(config, AdminConfig) else AdminConfig.from_kafka(config or {})
+        )
+        self._cluster = Cluster(bootstrap_servers, self.config, allow_auto_create=False)
+        self._stack: contextlib.AsyncExitStack | None = None
+
+    @property
+    def cluster(self) -> Cluster:
+        return self._cluster
+
+    async def __aenter__(self) -> Admin:
+        self._stack = contextlib.AsyncExitStack()
+        await self._stack.enter_async_context(self._running())
+        return self
+
+    async def __aexit__(self, *exc) -> bool:
+        await self.close()
+        return False
+
+    @contextlib.asynccontextmanager
+    async def _running(self):
+        try:
+            async with trio.open_nursery() as nursery:
+                self._cluster.start(nursery)
+                try:
+                    yield
+                finally:
+                    nursery.cancel_scope.cancel()
+        finally:
+            with trio.CancelScope(shield=True):
+                await self._cluster.aclose()
+
+    async def close(self) -> None:
+        if self._stack is not None:
+            stack, self._stack = self._stack, None
+            await stack.aclose()
+
+    @property
+    def _timeout_ms(self) -> int:
+        return self.config.request_timeout_ms
+
+    async def _controller(self) -> int | None:
+        await self._cluster.refresh_metadata(all_topics=False)
+        controller = self._cluster.controller_id
+        return controller if controller in self._cluster.brokers else None
+
+    # -- topics --------------------------------------------------------------------------
+
+    async def list_topics(self, include_internal: bool = False) -> list[str]:
+        await self._cluster.refresh_metadata(all_topics=True, allow_auto_create=False)
+        return sorted(
+            name for name, t in self._cluster.topics.items()
+            if not t.error_code and (include_internal or not t.is_internal)
+        )
+
+    async def describe_topics(self, topics: Iterable[str] | None = None) -> dict[str, TopicDescription | errors.KafkaError]:
+        """Partitions (leader, replicas, ISR) of ``topics`` (all topics when None)."""
+        if topics is None:
+            await self._cluster.refresh_metadata(all_topics=True, allow_auto_create=False)
+            names = sorted(self._cluster.topics)
+        else:
+            names = list(topics)
+            await self._cluster.refresh_metadata(names, allow_auto_create=False)
+        out: dict[str, TopicDescription | errors.KafkaError] = {}
+        for name in names:
+            meta = self._cluster.topics.get(name)
+            if meta is None:
+                out[name] = errors.UnknownTopicOrPartitionError(f"topic {name!r} not found")
+            elif meta.error_code:
+                out[name] = errors.from_code(meta.error_code, f"topic {name!r}")
+            else:
+                out[name] = TopicDescription(
+                    name, tuple(meta.partitions[p] for p in sorted(meta.partitions)),
+                    meta.is_internal, meta.topic_id,
+                )
+        return out
+
+    async def create_topics(
+        self,
+        topics: Mapping[str, int] | Iterable[str],
+        *,
+        replication_factor: int = -1,
+        configs: Mapping[str, str] | None = None,
+        validate_only: bool = False,
+    ) -> dict[str, errors.KafkaError | None]:
+        """Create ``{name: partitions}`` (or names with the broker's num.partitions: -1).
+        ``replication_factor`` -1 means the broker's default."""
+        wanted = dict(topics) if isinstance(topics, Mapping) else {t: -1 for t in topics}
+        fields = {
+            "topics": [
+                {
+                    "name": name,
+                    "num_partitions": count,
+                    "replication_factor": replication_factor,
+                    "assignments": [],
+                    "configs": [{"name": k, "value": str(v)} for k, v in (configs or {}).items()],
+                }
+                for name, count in wanted.items()
+            ],
+            "timeout": self._timeout_ms,
+            "validate_only": validate_only,
+        }
+        response = await self._cluster.request(await self._controller(), CREATE_TOPICS, fields)
+        out = {
+            t.name: (errors.from_code(t.error_code, getattr(t, "error_message", None) or t.name)
+                     if int(t.error_code) else None)
+            for t in response.topics
+        }
+        await self._cluster.refresh_metadata([n for n, e in out.items() if e is None] or (), allow_auto_create=False)
+        return out
+
+    async def delete_topics(self, topics: Iterable[str]) -> dict[str, errors.KafkaError | None]:
+        names = list(topics)
+        response = await self._cluster.request(
+            await self._controller(),
+            DELETE_TOPICS,
+            {"topic_names": names, "topics": [{"name": n} for n in names], "timeout": self._timeout_ms},
+        )
+        for name in names:
+            self._cluster.topics.pop(name, None)
+            self._cluster.wanted_topics.discard(name)
+        return {
+            r.name: (errors.from_code(r.error_code, getattr(r, "error_message", None) or r.name)
+                     if int(r.error_code) else None)
+            for r in response.responses
+        }
+
+    async def create_partitions(
+        self, new_totals: Mapping[str, int], *, validate_only: bool = False
+    ) -> dict[str, errors.KafkaError | None]:
+        """Grow each topic to ``new_totals[topic]`` partitions."""
+        response = await self._cluster.request(
+            await self._controller(),
+            CREATE_PARTITIONS,
+            {
+                "topics": [{"name": t, "count": n, "assignments": None} for t, n in new_totals.items()],
+                "timeout": self._timeout_ms,
+                "validate_only": validate_only,
+            },
+        )
+        await self._cluster.refresh_metadata(list(new_totals), allow_auto_create=False)
+        return {
+            r.name: (errors.from_code(r.error_code, getattr(r, "error_message", None) or r.name)
+                     if int(r.error_code) else None)
+            for r in response.results
+        }
+
+    async def describe_configs(
+        self, topics: Iterable[str] = (), brokers: Iterable[int] = ()
+    ) -> dict[str, dict[str, ConfigEntry] | errors.KafkaError]:
+        """Effective configs of topics (keyed by name) and brokers (keyed by ``broker:ID``)."""
+        resources = [
+            {"resource_type": RESOURCE_TOPIC, "resource_name": t, "configuration_keys": None}
+            for t in topics
+        ] + [
+            {"resource_type": RESOURCE_BROKER, "resource_name": str(b), "configuration_keys": None}
+            for b in brokers
+        ]
+        response = await self._cluster.request(
+            None, DESCRIBE_CONFIGS,
+            {"resources": resources, "include_synonyms": False, "include_documentation": False},
+        )
+        out: dict[str, dict[str, ConfigEntry] | errors.KafkaError] = {}
+        for r in response.results:
+            key = r.resource_name if int(r.resource_type) == RESOURCE_TOPIC else f"broker:{r.resource_name}"
+            if int(r.error_code):
+                out[key] = errors.from_code(r.error_code, getattr(r, "error_message", None) or key)
+                continue
+            entries = {}
+            for c in r.configs:
+                source = int(getattr(c, "config_source", -1))
+                is_default = bool(getattr(c, "is_default", False)) or source == 5
+                entries[c.name] = ConfigEntry(c.name, c.value, bool(c.read_only), is_default, bool(c.is_sensitive))
+            out[key] = entries
+        return out
+
+    # -- groups --------------------------------------------------------------------------
+
+    async def list_groups(self) -> list[tuple[str, str]]:
+        """(group id, protocol type) of every group on every broker."""
+        await self._cluster.refresh_metadata(allow_auto_create=False)
+        found: dict[str, str] = {}
+        for node in sorted(self._cluster.brokers):
+            response = await self._cluster.request(node, LIST_GROUPS, {"states_filter": []})
+            errors.raise_for_code(response.error_code, f"ListGroups on broker {node}")
+            for g in response.groups:
+                found[g.group_id] = g.protocol_type
+        return sorted(found.items())
+
+    async def _coordinator(self, group_id: str) -> int:
+        response = await self._cluster.request(None, FIND_COORDINATOR, {"key": group_id, "key_type": 0})
+        errors.raise_for_code(response.error_code, f"FindCoordinator for group {group_id!r}")
+        node = int(response.node_id)
+        if node not in self._cluster.brokers:
+            self._cluster.register_address(node, response.host, int(response.port))
+        return node
+
+    async def describe_groups(self, group_ids: Iterable[str]) -> dict[str, GroupDescription]:
+        out = {}
+        for group_id in group_ids:
+            node = await self._coordinator(group_id)
+            response = await self._cluster.request(
+                node, DESCRIBE_GROUPS, {"groups": [group_id], "include_authorized_operations": False}
+            )
+            for g in response.groups:
+                members = []
+                for m in g.members:
+                    try:
+                        assignment = decode_assignment(m.member_assignment).partitions if g.protocol_type == "consumer" else ()
+                    except ValueError:
+                        assignment = ()
+                    members.append(MemberDescription(
+                        m.member_id, getattr(m, "group_instance_id", None), m.client_id,
+                        m.client_host, tuple(assignment),
+                    ))
+                out[g.group_id] = GroupDescription(
+                    g.group_id, g.group_state, g.protocol_type, g.protocol_data, tuple(members),
+                    errors.from_code(g.error_code, g.group_id) if int(g.error_code) else None,
+                )
+        return out
+
+    async def delete_groups(self, group_ids: Iterable[str]) -> dict[str, errors.KafkaError | None]:
+        out = {}
+        for group_id in group_ids:
+            node = await self._coordinator(group_id)
+            response = await self._cluster.request(node, DELETE_GROUPS, {"groups_names": [group_id]})
+            for r in response.results:
+                out[r.group_id] = errors.from_code(r.error_code, r.group_id) if int(r.error_code) else None
+        return out
+
+    async def list_group_offsets(self, group_id: str) -> dict[TopicPartition, int]:
+        """Committed offsets of every partition the group has committed (OffsetFetch)."""
+        node = await self._coordinator(group_id)
+        response = await self._cluster.request(
+            node, OFFSET_FETCH, {"group_id": group_id, "topics": None, "require_stable": False}
+        )
+        errors.raise_for_code(getattr(response, "error_code", 0), f"OffsetFetch {group_id!r}")
+        return {
+            (t.name, int(p.partition_index)): int(p.committed_offset)
+            for t in response.topics for p in t.partitions if int(p.committed_offset) >= 0
+        }
+
+    async def list_offsets(
+        self, partitions: Iterable[TopicPartition], spec: str | int = "latest"
+    ) -> dict[TopicPartition, int]:
+        """Offsets of ``partitions``: ``"earliest"``, ``"latest"`` or a timestamp (ms)."""
+        target = {"earliest": EARLIEST, "latest": LATEST}.get(spec, spec)
+        got = await list_offsets(
+            self._cluster, {tp: int(target) for tp in partitions}, timeout=self._timeout_ms / 1000
+        )
+        return {tp: off for tp, (off, _ts) in got.items()}

@@ -1,0 +1,315 @@
+"""The client's view of a cluster: bootstrap, metadata cache, one connection per broker.
+
+``Cluster`` owns the broker connections (opened lazily, one per node id, re-opened after a
+failure with ``reconnect.backoff.ms``) and the metadata (brokers, topics, partition leaders).
+Producer, consumer and admin each own one Cluster and run it inside their nursery.
+
+Metadata refreshes are coalesced: callers that ask for a refresh while one is running wait
+for it instead of sending another.  A refresh asks for the union of the topics anyone has
+asked about, so the cache stays complete.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import trio
+
+from . import errors
+from .connection import METADATA, BrokerConnection
+
+log = logging.getLogger(__name__)
+
+
+def parse_bootstrap(bootstrap: str | Sequence[str]) -> list[tuple[str, int]]:
+    """``"h1:9092,h2:9093"`` or a list of ``"host:port"`` -> [(host, port), ...]."""
+    items = bootstrap.split(",") if isinstance(bootstrap, str) else list(bootstrap)
+    out = []
+    for item in items:
+        item = item.strip()
+        if not item:
+            continue
+        for prefix in ("PLAINTEXT://", "plaintext://"):
+            item = item.removeprefix(prefix)
+        host, sep, port = item.rpartition(":")
+        if not sep or not port.isdigit():
+            raise errors.ConfigError(
+                f"bootstrap server {item!r} is not HOST:PORT"
+            )
+        out.append((host.strip("[]") or "localhost", int(port)))
+    if not out:
+        raise errors.ConfigError("bootstrap.servers is empty")
+    return out
+
+
+@dataclass(frozen=True)
+class PartitionMetadata:
+    partition: int
+    leader: int
+    leader_epoch: int
+    replicas: tuple[int, ...]
+    isr: tuple[int, ...]
+    error_code: int = 0
+
+
+@dataclass
+class TopicMetadata:
+    name: str
+    error_code: int
+    partitions: dict[int, PartitionMetadata] = field(default_factory=dict)
+    is_internal: bool = False
+    topic_id: Any = None
+    sorted_ids: list[int] | None = None  # cache for partitions_for
+
+
+@dataclass(frozen=True)
+class BrokerMetadata:
+    node_id: int
+    host: str
+    port: int
+    rack: str | None = None
+
+
+class Cluster:
+    """Connections and metadata for one cluster.  ``await cluster.start(nursery)`` first."""
+
+    def __init__(
+        self, bootstrap: str | Sequence[str], config: Any, *, allow_auto_create: bool = True
+    ) -> None:
+        self.bootstrap = parse_bootstrap(bootstrap)
+        # Whether Metadata requests may create missing topics (brokers with
+        # auto.create.topics.enable do): yes for producers, never for the admin client.
+        self.allow_auto_create = allow_auto_create
+        self.config = config
+        self.brokers: dict[int, BrokerMetadata] = {}
+        self.topics: dict[str, TopicMetadata] = {}
+        self.controller_id: int = -1
+        self.cluster_id: str | None = None
+        self.wanted_topics: set[str] = set()
+        self.metadata_version = 0  # bumps on every successful refresh
+        self.metadata_updated = trio.Event()
+        self._connections: dict[int, BrokerConnection] = {}
+        self._connect_locks: dict[int, trio.Lock] = {}
+        self._refresh_lock = trio.Lock()
+        self._nursery: trio.Nursery | None = None
+        self._last_failure: dict[int, float] = {}
+        self._extra_addresses: dict[int, tuple[str, int]] = {}
+        self.closed = False
+        self.connections_opened = 0
+
+    # -- lifecycle -----------------------------------------------------------------------
+
+    def start(self, nursery: trio.Nursery) -> None:
+        """Attach to ``nursery`` (connection reader tasks run there)."""
+        self._nursery = nursery
+
+    async def aclose(self) -> None:
+        self.closed = True
+        for conn in list(self._connections.values()):
+            await conn.aclose()
+        self._connections.clear()
+
+    # -- connections ---------------------------------------------------------------------
+
+    def register_address(self, node_id: int, host: str, port: int) -> None:
+        """Name an extra node id (e.g. a group coordinator's dedicated connection)."""
+        if self._extra_addresses.get(node_id) != (host, port):
+            self._extra_addresses[node_id] = (host, port)
+            old = self._connections.pop(node_id, None)
+            if old is not None:
+                self._nursery.start_soon(old.aclose)
+
+    def _address(self, node_id: int) -> tuple[str, int]:
+        if node_id in self._extra_addresses:
+            return self._extra_addresses[node_id]
+        if node_id in self.brokers:
+            b = self.brokers[node_id]
+            return b.host, b.port
+        if node_id < 0 and -node_id - 1 < len(self.bootstrap):
+            return self.bootstrap[-node_id - 1]
+        raise errors.KafkaConnectionError(f"unknown broker id {node_id}")
+
+    async def connection(self, node_id: int) -> BrokerConnection:
+        """The open connection to ``node_id``, connecting (once, even if many ask) if needed."""
+        if self.closed:
+            raise errors.KafkaConnectionError("client is closed")
+        conn = self._connections.get(node_id)
+        if conn is not None and not conn.closed:
+            return conn
+        lock = self._connect_locks.setdefault(node_id, trio.Lock())
+        async with lock:
+            conn = self._connections.get(node_id)
+            if conn is not None and not conn.closed:
+                return conn
+            last = self._last_failure.get(node_id)
+            if last is not None:
+                wait = last + self.config.reconnect_backoff_ms / 1000 - trio.current_time()
+                if wait > 0:
+                    await trio.sleep(wait)
+            host, port = self._address(node_id)
+            conn = BrokerConnection(
+                host,
+                port,
+                node_id=node_id,
+                client_id=self.config.client_id,
+                request_timeout_ms=self.config.request_timeout_ms,
+                connect_timeout_ms=self.config.socket_connection_setup_timeout_ms,
+            )
+            try:
+                await conn.connect(self._nursery)
+            except errors.KafkaError:
+                self._last_failure[node_id] = trio.current_time()
+                raise
+            self._last_failure.pop(node_id, None)
+            self._connections[node_id] = conn
+            self.connections_opened += 1
+            return conn
+
+    def connected_nodes(self) -> list[int]:
+        return [n for n, c in self._connections.items() if not c.closed]
+
+    async def any_connection(self) -> BrokerConnection:
+        """A connection to some live broker: known brokers first, then bootstrap addresses."""
+        candidates = self.connected_nodes()
+        if candidates:
+            return self._connections[random.choice(candidates)]
+        nodes = list(self.brokers) or []
+        random.shuffle(nodes)
+        nodes += [-(i + 1) for i in range(len(self.bootstrap))]
+        failures = []
+        for node in nodes:
+            try:
+                return await self.connection(node)
+            except errors.KafkaError as exc:
+                failures.append(f"{exc}")
+        raise errors.KafkaConnectionError(
+            "no broker reachable: " + "; ".join(failures[-len(self.bootstrap) - 1 :])
+        )
+
+    async def request(self, node_id: int | None, api_key: int, fields: Mapping[str, Any], **kw):
+        """Send a request to ``node_id`` (None: any broker) and return the response."""
+        conn = await (self.any_connection() if node_id is None else self.connection(node_id))
+        return await conn.request(api_key, fields, **kw)
+
+    # -- metadata ------------------------------------------------------------------------
+
+    async def refresh_metadata(
+        self, topics: Iterable[str] = (), *, all_topics: bool = False,
+        allow_auto_create: bool | None = None,
+    ) -> None:
+        """Fetch metadata for ``topics`` plus every topic asked about before."""
+        self.wanted_topics.update(topics)
+        seen = self.metadata_version
+        async with self._refresh_lock:
+            if self.metadata_version != seen and not all_topics and not topics:
+                return  # someone refreshed while we waited
+            names = None if all_topics else sorted(self.wanted_topics)
+            response = await self.request(
+                None,
+                METADATA,
+                {
+                    "topics": None if names is None else [{"name": n} for n in names],
+                    "allow_auto_topic_creation": (
+                        self.allow_auto_create if allow_auto_create is None
+                        else allow_auto_create and self.allow_auto_create
+                    ),
+                    "include_topic_authorized_operations": False,
+                    "include_cluster_authorized_operations": False,
+                },
+            )
+            self._apply_metadata(response, replace_all=names is None)
+
+    def _apply_metadata(self, response: Any, replace_all: bool) -> None:
+        brokers = {
+            int(b.node_id): BrokerMetadata(int(b.node_id), b.host, int(b.port), getattr(b, "rack", None))
+            for b in response.brokers
+        }
+        if brokers:
+            self.brokers = brokers
+        self.controller_id = int(getattr(response, "controller_id", -1))
+        self.cluster_id = getattr(response, "cluster_id", None)
+        topics = {} if replace_all else self.topics
+        for t in response.topics:
+            parts = {
+                int(p.partition_index): PartitionMetadata(
+                    int(p.partition_index),
+                    int(p.leader_id),
+                    int(getattr(p, "leader_epoch", -1)),
+                    tuple(int(r) for r in p.replica_nodes),
+                    tuple(int(r) for r in p.isr_nodes),
+                    int(p.error_code),
+                )
+                for p in t.partitions
+            }
+            topics[t.name] = TopicMetadata(
+                t.name, int(t.error_code), parts, bool(getattr(t, "is_internal", False)),
+                getattr(t, "topic_id", None),
+            )
+        self.topics = topics
+        self.metadata_version += 1
+        event, self.metadata_updated = self.metadata_updated, trio.Event()
+        event.set()
+        # Connections to brokers that left the cluster are closed.
+        for node_id in list(self._connections):
+            if 0 <= node_id and node_id not in self.brokers and node_id not in self._extra_addresses:
+                conn = self._connections.pop(node_id)
+                self._nursery.start_soon(conn.aclose)
+
+    def partitions_for(self, topic: str) -> list[int] | None:
+        """Sorted partition ids of ``topic`` if its metadata is known and usable, else None."""
+        meta = self.topics.get(topic)
+        if meta is None or meta.error_code or not meta.partitions:
+            return None
+        ids = meta.sorted_ids
+        if ids is None:
+            ids = meta.sorted_ids = sorted(meta.partitions)
+        return ids
+
+    def leader_for(self, topic: str, partition: int) -> int:
+        """Leader broker id of a partition, or -1 when unknown / leaderless."""
+        meta = self.topics.get(topic)
+        if meta is None:
+            return -1
+        p = meta.partitions.get(partition)
+        if p is None or p.leader < 0 or p.leader not in self.brokers:
+            return -1
+        return p.leader
+
+    async def wait_for_topic(self, topic: str, timeout: float) -> list[int]:
+        """Refresh metadata until ``topic`` has partitions, for at most ``timeout`` seconds.
+
+        Raises the topic's Kafka error (e.g. UnknownTopicOrPartitionError) or
+        RequestTimedOutError naming the topic when it never appears.
+        """
+        parts = self.partitions_for(topic)
+        if parts is not None:
+            return parts
+        backoff = self.config.retry_backoff_ms / 1000
+        last_error: BaseException | None = None
+        with trio.move_on_after(timeout):
+            while True:
+                try:
+                    await self.refresh_metadata([topic])
+                except errors.KafkaError as exc:
+                    last_error = exc
+                    if not exc.retriable:
+                        raise
+                parts = self.partitions_for(topic)
+                if parts is not None:
+                    return parts
+                meta = self.topics.get(topic)
+                if meta is not None and meta.error_code:
+                    err = errors.from_code(meta.error_code, f"topic {topic!r}")
+                    if not err.retriable:
+                        raise err
+                    last_error = err
+                await trio.sleep(backoff)
+                backoff = min(backoff * 2, self.config.retry_backoff_max_ms / 1000)
+        detail = f" (last error: {last_error})" if last_error else ""
+        raise errors.RequestTimedOutError(
+            f"topic {topic!r} not present in metadata after {timeout * 1000:.0f} ms{detail}"
+        )

@@ -1,0 +1,315 @@
+"""One TCP connection to one broker: pipelined requests, responses matched in order.
+
+Kafka answers the requests of one connection in the order they were sent, so the connection
+keeps a FIFO of pending requests; a single reader task splits the byte stream into frames
+(protocol.framing.FrameBuffer), checks each frame's correlation id against the head of the
+FIFO, decodes it with the api key/version that request used, and wakes the caller.  Writers
+register and write under one lock, so FIFO order is wire order.
+
+On connect the client sends ApiVersions and, for each api key, uses the highest version that
+the broker, kio and this client (CLIENT_VERSIONS) all support.
+
+Failure rules: a request not answered within ``request.timeout.ms`` closes the connection
+(as Kafka's clients do: the stream position is unknowable after that) and raises
+RequestTimedOutError; a closed or broken socket fails every pending request with
+KafkaConnectionError.  Nothing waits forever.
+"""
+
+from __future__ import annotations
+
+import collections
+import logging
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import trio
+
+from .. import __version__
+from ..protocol.framing import FrameBuffer, FramingError, decode_response, encode_request
+from . import errors
+from .messages import build_request
+
+log = logging.getLogger(__name__)
+
+# Api keys the client uses.
+PRODUCE, FETCH, LIST_OFFSETS, METADATA = 0, 1, 2, 3
+OFFSET_COMMIT, OFFSET_FETCH, FIND_COORDINATOR, JOIN_GROUP = 8, 9, 10, 11
+HEARTBEAT, LEAVE_GROUP, SYNC_GROUP, DESCRIBE_GROUPS, LIST_GROUPS = 12, 13, 14, 15, 16
+API_VERSIONS, CREATE_TOPICS, DELETE_TOPICS, INIT_PRODUCER_ID = 18, 19, 20, 22
+DESCRIBE_CONFIGS, CREATE_PARTITIONS, DELETE_GROUPS = 32, 37, 42
+
+# (min, max) versions this client speaks, per api key.  Floors: record format v2 (Produce 3,
+# Fetch 4).  Ceilings stop before versions that address topics by id only.
+CLIENT_VERSIONS: dict[int, tuple[int, int]] = {
+    PRODUCE: (3, 9),
+    FETCH: (4, 12),
+    LIST_OFFSETS: (1, 7),
+    METADATA: (1, 12),
+    # Group APIs stop at their last non-flexible version: librdkafka's mock cluster misreads
+    # flexible JoinGroup (v6+) and SyncGroup (v4+) requests, and the older versions carry
+    # everything the classic protocol needs.
+    OFFSET_COMMIT: (2, 7),
+    OFFSET_FETCH: (1, 5),
+    FIND_COORDINATOR: (0, 2),
+    JOIN_GROUP: (0, 5),
+    HEARTBEAT: (0, 3),
+    LEAVE_GROUP: (0, 2),  # the mock never answers v3 (its members array); v2 suffices
+    SYNC_GROUP: (0, 3),
+    DESCRIBE_GROUPS: (0, 4),
+    LIST_GROUPS: (0, 2),
+    API_VERSIONS: (0, 3),
+    CREATE_TOPICS: (2, 7),
+    DELETE_TOPICS: (1, 5),
+    INIT_PRODUCER_ID: (0, 4),
+    DESCRIBE_CONFIGS: (1, 4),
+    CREATE_PARTITIONS: (0, 3),
+    DELETE_GROUPS: (0, 2),
+}
+
+MAX_RESPONSE_BYTES = 512 * 1024 * 1024
+_RECV_CHUNK = 256 * 1024
+
+
+@dataclass(eq=False)
+class _Pending:
+    correlation_id: int
+    api_key: int
+    version: int
+    done: trio.Event = field(default_factory=trio.Event)
+    response: Any = None
+    error: BaseException | None = None
+
+
+class BrokerConnection:
+    """A connection to ``host:port``; open it with ``await conn.connect(nursery)``.
+
+    ``node_id`` is the broker's id from metadata (-1, -2, ... for bootstrap addresses).
+    """
+
+    def __init__(
+        self,
+        host: str,
+        port: int,
+        *,
+        node_id: int = -1,
+        client_id: str = "databus",
+        request_timeout_ms: int = 30000,
+        connect_timeout_ms: int = 10000,
+    ) -> None:
+        self.host, self.port, self.node_id = host, port, node_id
+        self.client_id = client_id
+        self.request_timeout = request_timeout_ms / 1000
+        self.connect_timeout = connect_timeout_ms / 1000
+        self.versions: dict[int, int] = {}
+        self.broker_versions: dict[int, tuple[int, int]] = {}
+        self._stream: trio.SocketStream | None = None
+        self._pending: collections.deque[_Pending] = collections.deque()
+        self._send_lock = trio.Lock()
+        self._next_correlation_id = 0
+        self._closed = False
+        self._close_reason: BaseException | None = None
+        self.closed_event = trio.Event()
+
+    def __repr__(self) -> str:
+        return f"<BrokerConnection node={self.node_id} {self.host}:{self.port}>"
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    @property
+    def in_flight(self) -> int:
+        return len(self._pending)
+
+    async def connect(self, nursery: trio.Nursery) -> None:
+        """Open the socket, start the reader in ``nursery`` and negotiate api versions."""
+        try:
+            with trio.fail_after(self.connect_timeout):
+                self._stream = await trio.open_tcp_stream(self.host, self.port)
+        except (OSError, trio.TooSlowError) as exc:
+            self._closed = True
+            self.closed_event.set()
+            raise errors.KafkaConnectionError(
+                f"cannot connect to broker {self.node_id} at {self.host}:{self.port}: {exc}"
+            ) from None
+        nursery.start_soon(self._reader)
+        try:
+            await self._negotiate_versions()
+        except BaseException:
+            await self.aclose()
+            raise
+
+    async def _negotiate_versions(self) -> None:
+        fields = {"client_software_name": "databus", "client_software_version": __version__}
+        try:
+            response = await self._request_version(API_VERSIONS, 3, fields)
+        except errors.KafkaConnectionError:
+            raise
+        except (FramingError, errors.UnsupportedVersionError):
+            response = None
+        if response is None or response.error_code == 35:
+            # An old broker answers an unknown ApiVersions version with UNSUPPORTED_VERSION
+            # in the v0 body; v0 is understood by every broker.
+            response = await self._request_version(API_VERSIONS, 0, {})
+        errors.raise_for_code(response.error_code, f"ApiVersions from {self}")
+        self.broker_versions = {
+            int(k.api_key): (int(k.min_version), int(k.max_version)) for k in response.api_keys
+        }
+        for key, (lo, hi) in CLIENT_VERSIONS.items():
+            if key not in self.broker_versions:
+                continue
+            blo, bhi = self.broker_versions[key]
+            best = min(hi, bhi)
+            if best >= max(lo, blo):
+                self.versions[key] = best
+
+    def version(self, api_key: int) -> int:
+        """The negotiated version for ``api_key``; UnsupportedVersionError if none."""
+        try:
+            return self.versions[api_key]
+        except KeyError:
+            raise errors.UnsupportedVersionError(
+                f"broker {self.node_id} ({self.host}:{self.port}) supports no version of api key "
+                f"{api_key} that this client speaks (broker: {self.broker_versions.get(api_key)}, "
+                f"client: {CLIENT_VERSIONS.get(api_key)})"
+            ) from None
+
+    async def request(
+        self,
+        api_key: int,
+        fields: Mapping[str, Any],
+        *,
+        expect_response: bool = True,
+        timeout: float | None = None,
+    ) -> Any:
+        """Send one request built from ``fields`` at the negotiated version; return the response.
+
+        ``timeout`` (seconds) defaults to request.timeout.ms; it should cover any broker-side
+        wait the request asks for (e.g. a Fetch's max wait).
+        """
+        return await self._request_version(
+            api_key, self.version(api_key), fields, expect_response=expect_response,
+            timeout=timeout,
+        )
+
+    async def _request_version(
+        self,
+        api_key: int,
+        version: int,
+        fields: Mapping[str, Any],
+        *,
+        expect_response: bool = True,
+        timeout: float | None = None,
+    ) -> Any:
+        body = build_request(api_key, version, fields)
+        return await self.send_body(body, expect_response=expect_response, timeout=timeout)
+
+    async def send_body(
+        self, body: Any, *, expect_response: bool = True, timeout: float | None = None
+    ) -> Any:
+        """Send an already-built kio request; see request()."""
+        pending = await self.write(body, expect_response=expect_response)
+        if pending is None:
+            return None
+        return await self.wait(pending, timeout)
+
+    async def write(self, body: Any, *, expect_response: bool = True) -> _Pending | None:
+        """Put a request on the wire; returns the handle to wait() on (None when no response
+        is expected).  Requests written one after the other are answered in that order, so
+        a caller that must keep an order (the producer) writes in order, then waits."""
+        if self._closed or self._stream is None:
+            raise self._closed_error()
+        async with self._send_lock:
+            if self._closed:
+                raise self._closed_error()
+            correlation_id = self._next_correlation_id
+            self._next_correlation_id = (correlation_id + 1) & 0x7FFFFFFF
+            frame = encode_request(body, correlation_id, self.client_id)
+            pending = None
+            if expect_response:
+                pending = _Pending(correlation_id, body.__api_key__, body.__version__)
+                self._pending.append(pending)
+            stream = self._stream
+            try:
+                if stream is None:
+                    raise trio.ClosedResourceError("stream closed")
+                await stream.send_all(frame)
+            except (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as exc:
+                self._fail(errors.KafkaConnectionError(f"{self}: send failed: {exc}"))
+                raise self._closed_error() from None
+        return pending
+
+    async def wait(self, pending: _Pending, timeout: float | None = None) -> Any:
+        """The response to a written request, within ``timeout`` (default request.timeout.ms)."""
+        limit = self.request_timeout if timeout is None else timeout
+        with trio.move_on_after(limit if limit is not None else math.inf):
+            await pending.done.wait()
+        if not pending.done.is_set():
+            err = errors.RequestTimedOutError(
+                f"{self}: no response to api key {pending.api_key} within {limit:.3f}s"
+            )
+            self._fail(err)
+            raise err
+        if pending.error is not None:
+            raise pending.error
+        return pending.response
+
+    def _closed_error(self) -> errors.KafkaError:
+        reason = self._close_reason
+        if isinstance(reason, errors.KafkaError):
+            return type(reason)(str(reason))
+        return errors.KafkaConnectionError(f"{self} is closed")
+
+    async def _reader(self) -> None:
+        frames = FrameBuffer(MAX_RESPONSE_BYTES)
+        stream = self._stream
+        try:
+            while True:
+                data = await stream.receive_some(_RECV_CHUNK)
+                if not data:
+                    raise errors.KafkaConnectionError(f"{self}: broker closed the connection")
+                frames.feed(data)
+                for frame in frames.frames():
+                    self._deliver(frame)
+        except errors.KafkaError as exc:
+            self._fail(exc)
+        except FramingError as exc:
+            self._fail(errors.KafkaConnectionError(f"{self}: undecodable response: {exc}"))
+        except (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as exc:
+            self._fail(errors.KafkaConnectionError(f"{self}: connection lost: {exc!r}"))
+        finally:
+            with trio.CancelScope(shield=True):
+                await self.aclose()
+
+    def _deliver(self, frame: bytes) -> None:
+        if not self._pending:
+            raise errors.KafkaConnectionError(f"{self}: response without a request")
+        pending = self._pending.popleft()
+        correlation_id, body = decode_response(frame, pending.api_key, pending.version)
+        if correlation_id != pending.correlation_id:
+            raise errors.KafkaConnectionError(
+                f"{self}: correlation id {correlation_id} does not match the oldest pending "
+                f"request ({pending.correlation_id})"
+            )
+        pending.response = body
+        pending.done.set()
+
+    def _fail(self, exc: BaseException) -> None:
+        if not self._closed:
+            self._closed = True
+            self._close_reason = exc
+            log.debug("%s closed: %s", self, exc)
+        while self._pending:
+            pending = self._pending.popleft()
+            pending.error = exc
+            pending.done.set()
+        self.closed_event.set()
+
+    async def aclose(self) -> None:
+        self._fail(errors.KafkaConnectionError(f"{self} was closed"))
+        if self._stream is not None:
+            stream, self._stream = self._stream, None
+            with trio.CancelScope(shield=True):
+                await stream.aclose()

@@ -1,0 +1,142 @@
+"""The client's exceptions: one class per Kafka error code, plus the client-side failures.
+
+Kafka's error table (code, name, retriable) comes from ``kio.schema.errors.ErrorCode``, so
+the names and the retriable flag are Kafka's own.  ``for_code(code)`` returns the exception
+class for a code; classes for the codes the client reacts to are named here
+(``NotLeaderOrFollowerError``, ...) so callers can catch them; every other code gets a
+generated subclass of KafkaError with Kafka's upper-case name.
+
+Client-side failures that have no broker error code: BufferExhaustedError (``buffer.memory``
+stayed full for ``max.block.ms``), DeliveryTimeoutError (``delivery.timeout.ms`` expired),
+KafkaConnectionError (socket closed/refused), RequestTimedOutError (no answer within
+``request.timeout.ms``), ConfigError (bad configuration key or value).
+"""
+
+from __future__ import annotations
+
+from kio.schema.errors import ErrorCode
+
+
+class KafkaError(Exception):
+    """Base of every client error.  ``code`` is Kafka's error code (-1 when there is none)."""
+
+    code: int = -1
+    name: str = "UNKNOWN_SERVER_ERROR"
+    retriable: bool = False
+
+    def __init__(self, message: str | None = None) -> None:
+        super().__init__(message or self.name)
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.args[0]!r})"
+
+
+def _class_name(code_name: str) -> str:
+    parts = code_name.split("_")
+    base = "".join(p.capitalize() for p in parts)
+    return base if base.endswith(("Error", "Exception")) else base + "Error"
+
+
+_BY_CODE: dict[int, type[KafkaError]] = {}
+
+
+def _define(code: ErrorCode) -> type[KafkaError]:
+    cls = type(
+        _class_name(code.name),
+        (KafkaError,),
+        {"code": int(code), "name": code.name.upper(), "retriable": bool(code.retriable),
+         "__doc__": f"Kafka error {int(code)} {code.name.upper()}."},
+    )
+    _BY_CODE[int(code)] = cls
+    return cls
+
+
+for _code in ErrorCode:
+    if _code is not ErrorCode.none:
+        _define(_code)
+
+
+def for_code(code: int) -> type[KafkaError]:
+    """The exception class for a Kafka error code (KafkaError itself for unknown codes)."""
+    return _BY_CODE.get(int(code), KafkaError)
+
+
+def from_code(code: int, detail: str | None = None) -> KafkaError:
+    cls = for_code(code)
+    name = cls.name if cls is not KafkaError else f"error code {int(code)}"
+    return cls(f"{name}: {detail}" if detail else name)
+
+
+def raise_for_code(code: int, detail: str | None = None) -> None:
+    if code:
+        raise from_code(code, detail)
+
+
+# Named handles for the codes the client branches on (generated above, re-exported here).
+UnknownServerError = _BY_CODE[-1]
+OffsetOutOfRangeError = _BY_CODE[1]
+CorruptMessageError = _BY_CODE[2]
+UnknownTopicOrPartitionError = _BY_CODE[3]
+LeaderNotAvailableError = _BY_CODE[5]
+NotLeaderOrFollowerError = _BY_CODE[6]
+RequestTimedOutError = _BY_CODE[7]
+MessageTooLargeError = _BY_CODE[10]
+NetworkExceptionError = _BY_CODE[13]
+CoordinatorLoadInProgressError = _BY_CODE[14]
+CoordinatorNotAvailableError = _BY_CODE[15]
+NotCoordinatorError = _BY_CODE[16]
+IllegalGenerationError = _BY_CODE[22]
+UnknownMemberIdError = _BY_CODE[25]
+RebalanceInProgressError = _BY_CODE[27]
+TopicAlreadyExistsError = _BY_CODE[36]
+UnsupportedVersionError = _BY_CODE[35]
+OutOfOrderSequenceNumberError = _BY_CODE[45]
+DuplicateSequenceNumberError = _BY_CODE[46]
+InvalidProducerEpochError = _BY_CODE[47]
+UnknownProducerIdError = _BY_CODE[59]
+MemberIdRequiredError = _BY_CODE[79]
+FencedInstanceIdError = _BY_CODE[82]
+
+
+class KafkaConnectionError(KafkaError):
+    """The connection to a broker failed or was closed (retriable, like NETWORK_EXCEPTION)."""
+
+    code = 13
+    name = "NETWORK_EXCEPTION"
+    retriable = True
+
+
+class BufferExhaustedError(KafkaError):
+    """``buffer.memory`` stayed full for ``max.block.ms``; the record was not queued."""
+
+    name = "BUFFER_EXHAUSTED"
+
+
+class DeliveryTimeoutError(KafkaError):
+    """The record was not acknowledged within ``delivery.timeout.ms``."""
+
+    code = 7
+    name = "DELIVERY_TIMEOUT"
+
+
+class ProducerClosedError(KafkaError):
+    """send() after the producer was closed."""
+
+    name = "PRODUCER_CLOSED"
+
+
+class ConsumerClosedError(KafkaError):
+    name = "CONSUMER_CLOSED"
+
+
+class ConfigError(KafkaError, ValueError):
+    """An unknown configuration key or an invalid value; the message names the key."""
+
+    name = "INVALID_CONFIG"
+    code = 40
+
+
+class NoOffsetForPartitionError(KafkaError):
+    """``auto.offset.reset=none`` and the group has no committed offset for a partition."""
+
+    name = "NO_OFFSET_FOR_PARTITION"

@@ -1,0 +1,329 @@
+"""The consumer's fetcher: background Fetch requests (prefetch, long poll) and the record buffer.
+
+The fetch loop sends one Fetch per partition leader for every assigned, unpaused partition
+that has a position, no buffered records and no fetch in flight; the broker holds the
+request up to ``fetch.max.wait.ms`` until ``fetch.min.bytes`` are there (long poll), and
+returns at most ``max.partition.fetch.bytes`` per partition / ``fetch.max.bytes`` in all.
+Responses are decoded right away (records.decode_batches: CRC checked when ``check.crcs``,
+all four codecs) into a per-partition buffer, so the next poll() finds records ready while the
+next fetch is already on the wire: that is the prefetch.
+
+Decoding rules, as Kafka's consumers: records before the fetch offset inside the first batch
+are skipped (the broker returns whole batches); control batches are skipped; with
+``isolation.level=read_committed`` batches of aborted transactions are skipped; a batch cut
+at the fetch size is ignored (it comes whole next time).  A buffered fetch whose partition
+was seeked meanwhile is dropped (``PartitionState.epoch``).
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import NamedTuple
+
+import trio
+
+from ..protocol.records import (
+    CONTROL_ABORT,
+    CorruptRecordError,
+    control_record_type,
+    decode_records,
+    iter_headers,
+)
+from . import errors
+from .cluster import Cluster
+from .config import ConsumerConfig
+from .connection import FETCH
+from .subscription import SubscriptionState
+
+log = logging.getLogger(__name__)
+
+TopicPartition = tuple[str, int]
+
+_LEADER_ERRORS = {3, 5, 6, 9, 74, 75}  # unknown topic, no leader, not leader, fenced/unknown epoch
+
+
+class ConsumerRecord(NamedTuple):
+    topic: str
+    partition: int
+    offset: int
+    timestamp: int
+    timestamp_type: int  # 0 CreateTime, 1 LogAppendTime
+    key: bytes | None
+    value: bytes | None
+    headers: tuple[tuple[str, bytes | None], ...]
+
+
+@dataclass
+class CompletedFetch:
+    tp: TopicPartition
+    epoch: int
+    fetch_offset: int
+    records: list[ConsumerRecord]
+    next_offset: int  # where the next fetch starts once these are consumed
+    index: int = 0
+
+
+def decode_fetched(
+    topic: str,
+    partition: int,
+    data: bytes,
+    fetch_offset: int,
+    *,
+    check_crcs: bool = True,
+    aborted: list[tuple[int, int]] | None = None,
+) -> tuple[list[ConsumerRecord], int]:
+    """Records at or after ``fetch_offset`` in a Fetch response's records, and the offset
+    after the last complete batch (== fetch_offset when no complete batch was there)."""
+    out: list[ConsumerRecord] = []
+    next_offset = fetch_offset
+    aborted_sorted = sorted(aborted or [], key=lambda a: a[1])
+    active_aborted: set[int] = set()
+    for pos, h in iter_headers(data):
+        if h.next_offset <= fetch_offset:
+            continue
+        next_offset = max(next_offset, h.next_offset)
+        while aborted_sorted and aborted_sorted[0][1] <= h.last_offset:
+            active_aborted.add(aborted_sorted.pop(0)[0])
+        if h.is_control:
+            if h.producer_id in active_aborted:
+                _, control = decode_records(data, pos, verify_crc=check_crcs)
+                if control and control_record_type(control[0].key) == CONTROL_ABORT:
+                    active_aborted.discard(h.producer_id)
+            continue
+        if h.is_transactional and h.producer_id in active_aborted:
+            continue
+        _, records = decode_records(data, pos, verify_crc=check_crcs)
+        ts_type = h.timestamp_type
+        # Per record: one tuple built directly (Record is (offset, timestamp, key, value,
+        # headers)); the NamedTuple constructor would cost as much again.
+        new, cls = tuple.__new__, ConsumerRecord
+        if h.base_offset >= fetch_offset:
+            out += [new(cls, (topic, partition, r[0], r[1], ts_type, r[2], r[3], r[4])) for r in records]
+        else:  # the first batch: skip the records before the fetch offset
+            out += [
+                new(cls, (topic, partition, r[0], r[1], ts_type, r[2], r[3], r[4]))
+                for r in records if r[0] >= fetch_offset
+            ]
+    return out, next_offset
+
+
+class Fetcher:
+    """Runs as ``await nursery.start(fetcher.run)``; poll() drains it with ``drain()``."""
+
+    def __init__(self, cluster: Cluster, subscriptions: SubscriptionState, config: ConsumerConfig) -> None:
+        self.cluster = cluster
+        self.subscriptions = subscriptions
+        self.config = config
+        self.buffer: dict[TopicPartition, CompletedFetch] = {}
+        self.in_flight: set[TopicPartition] = set()
+        self.in_flight_nodes: set[int] = set()
+        self.errors: list[BaseException] = []  # raised to the caller of the next poll
+        self._wakeup = trio.Event()
+        self.data_ready = trio.Event()
+        self._metadata_task = False
+        self._isolation = 1 if config.isolation_level == "read_committed" else 0
+
+    def wakeup(self) -> None:
+        self._wakeup.set()
+
+    def notify(self) -> None:
+        """Wake pollers (new assignment or records): they re-check positions and buffers."""
+        self.data_ready.set()
+        self.data_ready = trio.Event()
+        self.wakeup()
+
+    async def run(self, task_status=trio.TASK_STATUS_IGNORED) -> None:
+        async with trio.open_nursery() as nursery:
+            self._nursery = nursery
+            task_status.started()
+            while True:
+                self._start_fetches(nursery)
+                with trio.move_on_after(self.config.retry_backoff_ms / 1000 * 5):
+                    await self._wakeup.wait()
+                self._wakeup = trio.Event()
+
+    def _start_fetches(self, nursery: trio.Nursery) -> None:
+        by_node: dict[int, list[TopicPartition]] = {}
+        unknown = False
+        for tp in self.subscriptions.fetchable():
+            if tp in self.buffer or tp in self.in_flight:
+                continue
+            leader = self.cluster.leader_for(*tp)
+            if leader < 0:
+                unknown = True
+                continue
+            if leader in self.in_flight_nodes:
+                continue
+            by_node.setdefault(leader, []).append(tp)
+        if unknown:
+            self._refresh_metadata()
+        for node, tps in by_node.items():
+            self.in_flight_nodes.add(node)
+            self.in_flight.update(tps)
+            nursery.start_soon(self._fetch, node, tps)
+
+    def _refresh_metadata(self) -> None:
+        if self._metadata_task:
+            return
+        self._metadata_task = True
+
+        async def refresh() -> None:
+            try:
+                await trio.sleep(self.config.retry_backoff_ms / 1000)
+                await self.cluster.refresh_metadata(allow_auto_create=False)
+            except errors.KafkaError as exc:
+                log.debug("metadata refresh failed: %s", exc)
+            finally:
+                self._metadata_task = False
+                self.wakeup()
+
+        self._nursery.start_soon(refresh)
+
+    async def _fetch(self, node: int, tps: list[TopicPartition]) -> None:
+        try:
+            await self._fetch_once(node, tps)
+        except errors.KafkaError as exc:
+            log.debug("fetch from broker %s failed: %s", node, exc)
+            self._refresh_metadata()
+            await trio.sleep(self.config.retry_backoff_ms / 1000)
+        finally:
+            self.in_flight_nodes.discard(node)
+            self.in_flight.difference_update(tps)
+            self.wakeup()
+
+    async def _fetch_once(self, node: int, tps: list[TopicPartition]) -> None:
+        cfg = self.config
+        sent: dict[TopicPartition, tuple[int, int]] = {}
+        topics: dict[str, list[dict]] = {}
+        for tp in tps:
+            st = self.subscriptions.partitions.get(tp)
+            if st is None or st.position is None:
+                continue
+            sent[tp] = (st.position, st.epoch)
+            topics.setdefault(tp[0], []).append(
+                {
+                    "partition": tp[1],
+                    "fetch_offset": st.position,
+                    "partition_max_bytes": cfg.max_partition_fetch_bytes,
+                    "current_leader_epoch": -1,
+                    "log_start_offset": -1,
+                    "last_fetched_epoch": -1,
+                }
+            )
+        if not sent:
+            return
+        conn = await self.cluster.connection(node)
+        response = await conn.request(
+            FETCH,
+            {
+                "replica_id": -1,
+                "max_wait": cfg.fetch_max_wait_ms,
+                "min_bytes": cfg.fetch_min_bytes,
+                "max_bytes": cfg.fetch_max_bytes,
+                "isolation_level": self._isolation,
+                "session_id": 0,
+                "session_epoch": -1,
+                "topics": [{"topic": t, "partitions": ps} for t, ps in topics.items()],
+                "forgotten_topics_data": [],
+                "rack_id": cfg.client_rack,
+            },
+            timeout=(cfg.request_timeout_ms + cfg.fetch_max_wait_ms) / 1000,
+        )
+        errors.raise_for_code(getattr(response, "error_code", 0), f"Fetch from broker {node}")
+        got_data = False
+        for topic in response.responses:
+            for p in topic.partitions:
+                tp = (topic.topic, int(p.partition_index))
+                if tp not in sent:
+                    continue
+                fetch_offset, epoch = sent[tp]
+                st = self.subscriptions.partitions.get(tp)
+                if st is None or st.epoch != epoch or st.position != fetch_offset:
+                    continue  # seeked or revoked meanwhile
+                code = int(p.error_code)
+                if code:
+                    self._partition_error(tp, code)
+                    continue
+                st.high_watermark = int(p.high_watermark)
+                data = p.records or b""
+                aborted = None
+                if self._isolation and getattr(p, "aborted_transactions", None):
+                    aborted = [(int(a.producer_id), int(a.first_offset)) for a in p.aborted_transactions]
+                try:
+                    records, next_offset = decode_fetched(
+                        tp[0], tp[1], bytes(data), fetch_offset,
+                        check_crcs=cfg.check_crcs, aborted=aborted,
+                    )
+                except CorruptRecordError as exc:
+                    self.errors.append(
+                        errors.CorruptMessageError(f"{tp[0]}-{tp[1]} at offset {fetch_offset}: {exc}")
+                    )
+                    got_data = True
+                    continue
+                if not records and next_offset == fetch_offset:
+                    continue  # nothing new (Kafka >= 0.10.1 always returns a whole batch)
+                self.buffer[tp] = CompletedFetch(tp, epoch, fetch_offset, records, next_offset)
+                got_data = True
+        if got_data:
+            self.notify()
+
+    def _partition_error(self, tp: TopicPartition, code: int) -> None:
+        if code == errors.OffsetOutOfRangeError.code:
+            strategy = self.config.auto_offset_reset
+            st = self.subscriptions.partitions[tp]
+            if strategy == "none":
+                self.errors.append(
+                    errors.OffsetOutOfRangeError(
+                        f"{tp[0]}-{tp[1]}: offset {st.position} is out of range and "
+                        "auto.offset.reset=none"
+                    )
+                )
+                st.paused = True  # stop refetching it until the application seeks
+            else:
+                self.subscriptions.request_reset(tp, -2 if strategy == "earliest" else -1)
+            return
+        if code in _LEADER_ERRORS or errors.for_code(code).retriable:
+            self._refresh_metadata()
+            return
+        self.errors.append(errors.from_code(code, f"fetch {tp[0]}-{tp[1]}"))
+
+    def drain(
+        self, max_records: int, only: set[TopicPartition] | None = None
+    ) -> dict[TopicPartition, list[ConsumerRecord]]:
+        """Up to ``max_records`` buffered records (per partition in offset order), advancing
+        each partition's position past what is returned."""
+        out: dict[TopicPartition, list[ConsumerRecord]] = {}
+        budget = max_records
+        for tp in list(self.buffer):
+            if budget <= 0:
+                break
+            if only is not None and tp not in only:
+                continue
+            fetch = self.buffer[tp]
+            st = self.subscriptions.partitions.get(tp)
+            if st is None or st.epoch != fetch.epoch or st.position is None:
+                del self.buffer[tp]
+                continue
+            if st.paused:
+                continue
+            chunk = fetch.records[fetch.index : fetch.index + budget]
+            fetch.index += len(chunk)
+            if chunk:
+                out[tp] = chunk
+                budget -= len(chunk)
+                st.position = chunk[-1].offset + 1
+            if fetch.index >= len(fetch.records):
+                st.position = max(st.position, fetch.next_offset)
+                del self.buffer[tp]
+                self.wakeup()
+        return out
+
+    def discard(self, tps) -> None:
+        for tp in tps:
+            self.buffer.pop(tp, None)
+        self.wakeup()
+
+    def take_errors(self) -> list[BaseException]:
+        errs, self.errors = self.errors, []
+        return errs

@@ -1,0 +1,376 @@
+"""The trio-native Kafka producer: ``Producer``, ``DeliveryFuture``, ``RecordMetadata``.
+
+::
+
+    async with Producer("localhost:9092", {"linger.ms": 5, "compression.type": "lz4"}) as p:
+        fut = await p.send("events", b"value", key=b"k", headers=[("h", b"v")])
+        meta = await fut.wait()          # RecordMetadata(topic, partition, offset, timestamp)
+
+``send`` chooses the partition (explicit partition > partitioner), waits for
+``buffer.memory`` space for at most ``max.block.ms`` (then BufferExhaustedError: nothing was
+queued), encodes the record into its partition's open batch (accumulator.py) and returns a
+DeliveryFuture at once.  The sender (sender.py) delivers in the background.  Every future
+ends with RecordMetadata or an exception — delivery timeout, a non-retriable broker error,
+or ProducerClosedError if the producer is torn down first.  ``__aexit__`` flushes (unless
+the block was cancelled), then closes.  Settings: config.ProducerConfig (Kafka's names).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import math
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Any, NamedTuple
+
+import trio
+
+from ..protocol.codecs import CODEC_BY_NAME
+from . import errors
+from .accumulator import ProducerBatch, RecordAccumulator, estimate_record_size
+from .cluster import Cluster
+from .config import ProducerConfig
+from .partitioners import PARTITIONERS, Partitioner
+from .sender import Sender
+
+log = logging.getLogger(__name__)
+
+
+class RecordMetadata(NamedTuple):
+    """Where a record landed.  ``offset`` is -1 with acks=0; ``timestamp`` is the broker's
+    LogAppendTime when the topic uses it, else the record's CreateTime."""
+
+    topic: str
+    partition: int
+    offset: int
+    timestamp: int
+
+
+class DeliveryFuture:
+    """The outcome of one send: ``await fut.wait()``, or ``done()`` / ``result()`` /
+    ``exception()`` / ``add_done_callback(cb)`` (cb(fut) runs once, when it completes, in the
+    producer's task; it must not block)."""
+
+    __slots__ = ("_callbacks", "_done", "_event", "_exception", "_result", "partition", "topic")
+
+    def __init__(self, topic: str, partition: int) -> None:
+        self.topic = topic
+        self.partition = partition
+        self._result: RecordMetadata | None = None
+        self._exception: BaseException | None = None
+        self._done = False
+        self._event: trio.Event | None = None
+        self._callbacks: list[Callable[[DeliveryFuture], Any]] | None = None
+
+    def done(self) -> bool:
+        return self._done
+
+    def result(self) -> RecordMetadata:
+        """The RecordMetadata; raises the delivery error, or RuntimeError if not done yet."""
+        if not self._done:
+            raise RuntimeError("delivery not complete yet; await wait() first")
+        if self._exception is not None:
+            raise self._exception
+        return self._result
+
+    def exception(self) -> BaseException | None:
+        if not self._done:
+            raise RuntimeError("delivery not complete yet; await wait() first")
+        return self._exception
+
+    async def wait(self) -> RecordMetadata:
+        if not self._done:
+            if self._event is None:
+                self._event = trio.Event()
+            await self._event.wait()
+        return self.result()
+
+    def add_done_callback(self, callback: Callable[[DeliveryFuture], Any]) -> None:
+        if self._done:
+            _run_callback(callback, self)
+        elif self._callbacks is None:
+            self._callbacks = [callback]
+        else:
+            self._callbacks.append(callback)
+
+    def _set(self, result: RecordMetadata | None, exception: BaseException | None) -> None:
+        if self._done:
+            return
+        self._result, self._exception, self._done = result, exception, True
+        if self._event is not None:
+            self._event.set()
+        if self._callbacks:
+            for cb in self._callbacks:
+                _run_callback(cb, self)
+            self._callbacks = None
+
+    def __repr__(self) -> str:
+        state = "pending" if not self._done else (self._exception or self._result)
+        return f"<DeliveryFuture {self.topic}-{self.partition} {state!r}>"
+
+
+def _run_callback(callback: Callable, future: DeliveryFuture) -> None:
+    # A failing application callback must not take the sender (and every other delivery)
+    # down with it: log it, as Kafka's producer does.
+    try:
+        callback(future)
+    except Exception:
+        log.exception("delivery callback %r raised", callback)
+
+
+def _normalize_headers(headers) -> tuple[tuple[str, bytes | None], ...]:
+    if not headers:
+        return ()
+    items = headers.items() if isinstance(headers, Mapping) else headers
+    out = []
+    for item in items:
+        try:
+            name, value = item
+        except (TypeError, ValueError):
+            raise TypeError(f"headers must be (str, bytes | None) pairs, got {item!r}") from None
+        if not isinstance(name, str):
+            raise TypeError(f"header key must be str, got {type(name).__name__}")
+        if isinstance(value, str):
+            value = value.encode()
+        elif value is not None and not isinstance(value, (bytes, bytearray, memoryview)):
+            raise TypeError(f"header {name!r} value must be bytes or None, got {type(value).__name__}")
+        out.append((name, None if value is None else bytes(value)))
+    return tuple(out)
+
+
+def _as_payload(data: Any, what: str) -> bytes | None:
+    if data is None or type(data) is bytes:
+        return data
+    if isinstance(data, (bytearray, memoryview)):
+        return bytes(data)
+    raise TypeError(f"record {what} must be bytes or None, got {type(data).__name__}")
+
+
+class Producer:
+    """Trio-native Kafka producer; use as ``async with Producer(bootstrap, config) as p``."""
+
+    def __init__(
+        self,
+        bootstrap_servers: str | Sequence[str],
+        config: Mapping[str, Any] | ProducerConfig | None = None,
+        *,
+        partitioner: Partitioner | None = None,
+    ) -> None:
+        self.config = (
+            config if isinstance(config, ProducerConfig) else ProducerConfig.from_kafka(config or {})
+        )
+        self._partitioner = partitioner or PARTITIONERS[self.config.partitioner]()
+        self._cluster = Cluster(bootstrap_servers, self.config)
+        self._accumulator = RecordAccumulator(
+            batch_size=self.config.batch_size,
+            linger_ms=self.config.linger_ms,
+            buffer_memory=self.config.buffer_memory,
+            delivery_timeout_ms=self.config.delivery_timeout_ms,
+            retry_backoff_ms=self.config.retry_backoff_ms,
+            codec=CODEC_BY_NAME[self.config.compression_type],
+            max_in_flight=self.config.max_in_flight_requests_per_connection,
+            on_batch_complete=getattr(self._partitioner, "batch_completed", None),
+        )
+        self._sender = Sender(self._cluster, self._accumulator, self.config, self._batch_done)
+        self._max_record_size = min(self.config.max_request_size, self.config.buffer_memory)
+        self._space_freed = trio.Event()
+        self._all_delivered = trio.Event()
+        self._incomplete = 0
+        self._closed = False
+        self._started = False
+        self._stack: contextlib.AsyncExitStack | None = None
+        self._nursery: trio.Nursery | None = None
+        self.delivered = 0
+        self.failed = 0
+
+    # -- lifecycle -----------------------------------------------------------------------
+
+    async def __aenter__(self) -> Producer:
+        self._stack = contextlib.AsyncExitStack()
+        await self._stack.enter_async_context(self._running())
+        return self
+
+    @contextlib.asynccontextmanager
+    async def _running(self):
+        try:
+            async with trio.open_nursery() as nursery:
+                self._nursery = nursery
+                self._cluster.start(nursery)
+                await nursery.start(self._sender.run)
+                nursery.start_soon(self._refresh_metadata_periodically)
+                self._started = True
+                try:
+                    yield
+                finally:
+                    self._closed = True
+                    nursery.cancel_scope.cancel()
+        finally:
+            with trio.CancelScope(shield=True):
+                await self._cluster.aclose()
+
+    async def __aexit__(self, exc_type, exc, tb) -> bool:
+        try:
+            if exc_type is None or not issubclass(exc_type, trio.Cancelled):
+                try:
+                    await self.flush()
+                except errors.KafkaError:
+                    pass
+        finally:
+            await self.close()
+        return False
+
+    async def close(self) -> None:
+        """Stop at once: queued and in-flight records fail with ProducerClosedError.
+        (Leaving the ``async with`` block flushes first.)"""
+        if self._stack is not None:
+            stack, self._stack = self._stack, None
+            await stack.aclose()
+        self._closed = True
+
+    async def _refresh_metadata_periodically(self) -> None:
+        interval = self.config.metadata_max_age_ms / 1000
+        while True:
+            await trio.sleep(interval)
+            if self._cluster.wanted_topics:
+                self._sender.request_metadata_refresh()
+
+    # -- sending -------------------------------------------------------------------------
+
+    async def send(
+        self,
+        topic: str,
+        value: bytes | None,
+        key: bytes | None = None,
+        headers: Iterable[tuple[str, bytes | None]] | Mapping[str, bytes | None] | None = None,
+        partition: int | None = None,
+        timestamp_ms: int | None = None,
+    ) -> DeliveryFuture:
+        """Queue one record and return its DeliveryFuture (see the module docstring)."""
+        if self._closed or not self._started:
+            raise errors.ProducerClosedError(
+                "producer is closed" if self._closed else "use the producer inside `async with`"
+            )
+        if self._sender.fatal is not None:
+            raise self._sender.fatal
+        if value is not None and type(value) is not bytes:
+            value = _as_payload(value, "value")
+        if key is not None and type(key) is not bytes:
+            key = _as_payload(key, "key")
+        headers = _normalize_headers(headers) if headers else ()
+        size = estimate_record_size(key, value, headers)
+        cfg = self.config
+        if size > self._max_record_size:
+            raise errors.MessageTooLargeError(
+                f"record of about {size} bytes exceeds max.request.size={cfg.max_request_size} "
+                f"or buffer.memory={cfg.buffer_memory}"
+            )
+        now = trio.current_time()
+        partitions = self._cluster.partitions_for(topic)
+        if partitions is None:
+            partitions = await self._cluster.wait_for_topic(topic, cfg.max_block_ms / 1000)
+        if partition is None:
+            partition = partitions[self._partitioner(topic, key, value, len(partitions))]
+        elif partition not in partitions:
+            raise errors.UnknownTopicOrPartitionError(
+                f"partition {partition} of topic {topic!r} does not exist "
+                f"(it has {len(partitions)} partitions)"
+            )
+        acc = self._accumulator
+        if not acc.has_room(size):
+            # max.block.ms covers the metadata wait above and this one, as in Kafka.
+            deadline = now + cfg.max_block_ms / 1000
+            while not acc.has_room(size):
+                remaining = deadline - trio.current_time()
+                if remaining <= 0:
+                    raise errors.BufferExhaustedError(
+                        f"buffer.memory={cfg.buffer_memory} bytes stayed full for "
+                        f"max.block.ms={cfg.max_block_ms}; record for {topic} not queued"
+                    )
+                with trio.move_on_after(remaining):
+                    await self._space_freed.wait()
+                if self._closed:
+                    raise errors.ProducerClosedError("producer closed while waiting for buffer space")
+            now = trio.current_time()
+        if timestamp_ms is None:
+            timestamp_ms = int(time.time() * 1000)
+        future = DeliveryFuture(topic, partition)
+        batches_before = acc.batches.get((topic, partition))
+        tail = batches_before[-1] if batches_before else None
+        batch = acc.append(topic, partition, timestamp_ms, key, value, headers, future, now * 1000.0)
+        if self._incomplete == 0:
+            self._all_delivered = trio.Event()
+        self._incomplete += 1
+        if batch is not tail or batch.closed:
+            # A new batch (its linger timer starts) or a full one: let the sender run now, so
+            # a caller sending in a tight loop still gets its batches on the wire as they fill.
+            # Shielded: the record is queued, so the caller must get its future back.
+            self._sender.wakeup()
+            await trio.lowlevel.cancel_shielded_checkpoint()
+        return future
+
+    def _batch_done(
+        self, batch: ProducerBatch, base_offset: int, append_ms: int, error: BaseException | None
+    ) -> None:
+        n = len(batch.futures)
+        if error is None:
+            topic, partition = batch.topic, batch.partition
+            for i, (future, ts) in enumerate(zip(batch.futures, batch.timestamps)):
+                offset = base_offset + i if base_offset >= 0 else -1
+                future._set(RecordMetadata(topic, partition, offset, ts if append_ms < 0 else append_ms), None)
+            self.delivered += n
+        else:
+            for future in batch.futures:
+                future._set(None, error)
+            self.failed += n
+        self._incomplete -= n
+        if self._incomplete <= 0:
+            self._incomplete = 0
+            self._all_delivered.set()
+        self._space_freed.set()
+        self._space_freed = trio.Event()
+
+    async def flush(self, timeout: float | None = None) -> None:
+        """Send everything queued now (ignoring linger.ms) and wait until every record sent so
+        far is delivered or failed.  ``timeout`` in seconds; RequestTimedOutError on expiry."""
+        if self._incomplete == 0:
+            return
+        self._accumulator.flushing += 1
+        self._sender.wakeup()
+        try:
+            with trio.move_on_after(math.inf if timeout is None else timeout):
+                while self._incomplete:
+                    await self._all_delivered.wait()
+                return
+            raise errors.RequestTimedOutError(
+                f"flush: {self._incomplete} record(s) still undelivered after {timeout}s"
+            )
+        finally:
+            self._accumulator.flushing -= 1
+
+    async def partitions_for(self, topic: str) -> list[int]:
+        """Partition ids of ``topic`` (waits for metadata up to max.block.ms)."""
+        parts = self._cluster.partitions_for(topic)
+        if parts is None:
+            parts = await self._cluster.wait_for_topic(topic, self.config.max_block_ms / 1000)
+        return parts
+
+    def statistics(self) -> dict[str, Any]:
+        """A snapshot: buffered bytes, queued batches, in-flight requests, pending records..."""
+        acc = self._accumulator
+        state = self._sender.idempotence
+        return {
+            "buffered_bytes": acc.buffered_bytes,
+            "buffer_memory": acc.buffer_memory,
+            "queued_batches": acc.queued_batches,
+            "in_flight_requests": sum(self._sender.in_flight.values()),
+            "in_flight_batches": len(self._sender.in_flight_batches),
+            "incomplete_records": self._incomplete,
+            "delivered_records": self.delivered,
+            "failed_records": self.failed,
+            "producer_id": state.producer_id if state else -1,
+            "retries": self._sender.retries,
+            "brokers": len(self._cluster.brokers),
+            "connections": len(self._cluster.connected_nodes()),
+            "connections_opened": self._cluster.connections_opened,
+        }

@@ -1,0 +1,372 @@
+"""``databus groups``: list, describe, reset the offsets of, and delete consumer groups.
+
+Like Kafka's kafka-consumer-groups.sh, it talks to a broker over the Kafka protocol
+(``--bootstrap HOST:PORT``; any Kafka-compatible cluster works), through databus's own client
+(databus.client.cluster for requests, databus.client.offsets for ListOffsets):
+
+    databus groups list
+    databus groups describe GROUP        state, members, and per partition: owner, committed
+                                         offset, log end offset, lag
+    databus groups reset-offsets GROUP --topic T[:P1,P2] (--to-earliest | --to-latest |
+                                 --to-datetime 2024-01-01T00:00:00 | --shift-by N) [--execute]
+    databus groups delete GROUP
+
+reset-offsets prints the plan and changes nothing unless ``--execute`` is given (Kafka's
+dry-run default), and refuses a group that still has members: the offsets of a live group
+belong to its consumers.  Exit status: 0 done, 1 the broker refused or is unreachable,
+2 bad usage.
+"""
+
+from __future__ import annotations
+
+import datetime
+import sys
+from dataclasses import dataclass, field
+
+DEFAULT_BOOTSTRAP = "127.0.0.1:9092"
+OFFSET_COMMIT, OFFSET_FETCH, FIND_COORDINATOR = 8, 9, 10
+DESCRIBE_GROUPS, LIST_GROUPS, DELETE_GROUPS = 15, 16, 42
+INACTIVE_STATES = ("Empty", "Dead")
+
+
+class GroupsToolError(Exception):
+    """A failure to report in one line (exit 1)."""
+
+
+def add_arguments(parser) -> None:
+    parser.add_argument("--bootstrap", default=DEFAULT_BOOTSTRAP, metavar="HOST:PORT",
+                        help=f"a broker to ask (default {DEFAULT_BOOTSTRAP})")
+    parser.add_argument("--timeout", type=float, default=30.0, metavar="SECONDS",
+                        help="give up after this long (default 30)")
+    sub = parser.add_subparsers(dest="action", metavar="ACTION", required=True)
+    sub.add_parser("list", help="list the groups")
+    describe = sub.add_parser("describe", help="state, members, offsets and lag of a group")
+    describe.add_argument("group")
+    reset = sub.add_parser("reset-offsets", help="move an empty group's committed offsets")
+    reset.add_argument("group")
+    reset.add_argument("--topic", required=True, action="append", metavar="TOPIC[:P,P]",
+                       help="a topic, optionally with some of its partitions; repeatable")
+    target = reset.add_mutually_exclusive_group(required=True)
+    target.add_argument("--to-earliest", action="store_true")
+    target.add_argument("--to-latest", action="store_true")
+    target.add_argument("--to-datetime", metavar="ISO-8601",
+                        help="first offset at or after this time, e.g. 2024-05-01T12:00:00 "
+                             "(local time unless it carries an offset such as +00:00)")
+    target.add_argument("--shift-by", type=int, metavar="N",
+                        help="move the committed offset by N (negative: back)")
+    reset.add_argument("--execute", action="store_true",
+                       help="commit the new offsets (without it: only print the plan)")
+    delete = sub.add_parser("delete", help="delete an empty group and its committed offsets")
+    delete.add_argument("group")
+
+
+def run(args) -> int:
+    import trio
+
+    from databus.client.errors import KafkaError
+
+    actions = {"list": _list, "describe": _describe, "reset-offsets": _reset,
+               "delete": _delete}
+    try:
+        if args.action == "reset-offsets":
+            args.timestamp = parse_datetime(args.to_datetime) if args.to_datetime else None
+            args.topic_partitions = [parse_topic(t) for t in args.topic]
+        return trio.run(_with_session, actions[args.action], args)
+    except (GroupsToolError, KafkaError, ValueError) as exc:
+        print(f"databus groups: {exc}", file=sys.stderr)
+        return 1
+    except trio.TooSlowError:
+        print(f"databus groups: no answer from {args.bootstrap} within {args.timeout:g}s",
+              file=sys.stderr)
+        return 1
+
+
+def parse_datetime(text: str) -> int:
+    """ISO-8601 -> epoch milliseconds (naive times are local, as Kafka's tool reads them)."""
+    try:
+        moment = datetime.datetime.fromisoformat(text)
+    except ValueError:
+        raise ValueError(f"--to-datetime {text!r} is not an ISO-8601 date-time") from None
+    return int(moment.timestamp() * 1000)
+
+
+def parse_topic(text: str) -> tuple[str, list[int] | None]:
+    topic, sep, parts = text.partition(":")
+    if not topic:
+        raise ValueError(f"--topic {text!r} names no topic")
+    if not sep:
+        return topic, None
+    try:
+        return topic, sorted({int(p) for p in parts.split(",") if p.strip()})
+    except ValueError:
+        raise ValueError(f"--topic {text!r}: partitions must be integers") from None
+
+
+# -- session ---------------------------------------------------------------------------------
+
+
+@dataclass
+class Session:
+    """A client Cluster plus the group coordinator's node id."""
+
+    cluster: object
+    timeout: float
+    coordinators: dict[str, int] = field(default_factory=dict)
+
+    async def request(self, node_id, api_key: int, fields: dict):
+        return await self.cluster.request(node_id, api_key, fields)
+
+    async def coordinator(self, group: str) -> int:
+        if group not in self.coordinators:
+            response = await self.request(None, FIND_COORDINATOR,
+                                          {"key": group, "key_type": 0,
+                                           "coordinator_keys": [group]})
+            _check(response.error_code, f"finding the coordinator of {group!r}")
+            self.cluster.register_address(response.node_id, response.host, response.port)
+            self.coordinators[group] = response.node_id
+        return self.coordinators[group]
+
+
+async def _with_session(action, args) -> int:
+    import trio
+
+    from databus.client.cluster import Cluster
+    from databus.client.config import AdminConfig
+
+    config = AdminConfig.from_kafka({"bootstrap.servers": args.bootstrap,
+                                     "client.id": "databus-groups",
+                                     "request.timeout.ms": int(args.timeout * 1000)})
+    outcome: list = []
+    with trio.fail_after(args.timeout):
+        async with trio.open_nursery() as nursery:
+            cluster = Cluster(args.bootstrap, config)
+            cluster.start(nursery)
+            try:
+                outcome.append(await action(Session(cluster, args.timeout), args))
+            except Exception as exc:
+                # Raised after the nursery, so callers see it bare, not in an ExceptionGroup.
+                outcome.append(exc)
+            finally:
+                await cluster.aclose()
+                nursery.cancel_scope.cancel()
+    if isinstance(outcome[0], Exception):
+        raise outcome[0]
+    return outcome[0]
+
+
+def _check(error_code, what: str) -> None:
+    from databus.client.errors import from_code
+
+    code = int(getattr(error_code, "value", error_code))
+    if code != 0:
+        raise GroupsToolError(f"{what}: {from_code(code)}")
+
+
+def _console():
+    from rich.console import Console
+
+    return Console(soft_wrap=True)
+
+
+# -- list ------------------------------------------------------------------------------------
+
+
+async def _list(session: Session, args) -> int:
+    from rich.table import Table
+
+    response = await session.request(None, LIST_GROUPS, {"states_filter": [],
+                                                         "types_filter": []})
+    _check(response.error_code, "listing groups")
+    states = {g.group_id: getattr(g, "group_state", "") for g in response.groups}
+    unknown = [group for group, state in states.items() if not state]
+    if unknown:
+        # ListGroups < v4 carries no state: ask DescribeGroups instead.
+        described = await session.request(None, DESCRIBE_GROUPS, {
+            "groups": unknown, "include_authorized_operations": False})
+        states.update({g.group_id: g.group_state for g in described.groups})
+    table = Table("GROUP", "STATE", "PROTOCOL TYPE", title=f"groups on {args.bootstrap}")
+    for g in sorted(response.groups, key=lambda g: g.group_id):
+        table.add_row(g.group_id, states.get(g.group_id) or "?", g.protocol_type or "-")
+    _console().print(table)
+    return 0
+
+
+# -- describe --------------------------------------------------------------------------------
+
+
+@dataclass
+class GroupView:
+    state: str
+    protocol_type: str
+    protocol: str
+    members: list  # kio DescribedGroupMember
+    owners: dict[tuple[str, int], object]  # (topic, partition) -> member
+    committed: dict[tuple[str, int], int]
+
+
+async def load_group(session: Session, group: str) -> GroupView:
+    from databus.broker.coordinator.consumer_protocol import (
+        BinaryFormatError,
+        assignment_partitions,
+    )
+
+    node = await session.coordinator(group)
+    (described,) = (await session.request(node, DESCRIBE_GROUPS,
+                                          {"groups": [group],
+                                           "include_authorized_operations": False})).groups
+    _check(described.error_code, f"describing {group!r}")
+    owners = {}
+    if described.protocol_type == "consumer":
+        for member in described.members:
+            try:
+                assigned = assignment_partitions(bytes(member.member_assignment))
+            except BinaryFormatError:
+                continue
+            for topic, partitions in assigned.items():
+                for p in partitions:
+                    owners[(topic, p)] = member
+    fetched = await session.request(node, OFFSET_FETCH, {"group_id": group, "topics": None,
+                                                         "require_stable": False})
+    _check(getattr(fetched, "error_code", 0), f"fetching the offsets of {group!r}")
+    committed = {
+        (t.name, p.partition_index): p.committed_offset
+        for t in fetched.topics for p in t.partitions if p.committed_offset >= 0
+    }
+    return GroupView(described.group_state, described.protocol_type, described.protocol_data,
+                     list(described.members), owners, committed)
+
+
+async def _log_end_offsets(session: Session, partitions) -> dict[tuple[str, int], int]:
+    from databus.client.offsets import LATEST, list_offsets
+
+    if not partitions:
+        return {}
+    await session.cluster.refresh_metadata({t for t, _ in partitions}, allow_auto_create=False)
+    known = [tp for tp in partitions if session.cluster.partitions_for(tp[0])]
+    result = await list_offsets(session.cluster, {tp: LATEST for tp in known},
+                                timeout=session.timeout)
+    return {tp: offset for tp, (offset, _ts) in result.items()}
+
+
+async def _describe(session: Session, args) -> int:
+    from rich.table import Table
+
+    view = await load_group(session, args.group)
+    console = _console()
+    console.print(
+        f"group [bold]{args.group}[/bold]: state {view.state}, "
+        f"protocol {view.protocol_type or '-'}/{view.protocol or '-'}, "
+        f"{len(view.members)} member(s)"
+    )
+    if view.state == "Dead" and not view.committed:
+        console.print(f"group {args.group!r} does not exist")
+        return 1
+    partitions = sorted(set(view.owners) | set(view.committed))
+    ends = await _log_end_offsets(session, partitions)
+    table = Table("TOPIC", "PARTITION", "CURRENT-OFFSET", "LOG-END-OFFSET", "LAG",
+                  "CONSUMER-ID", "HOST", "CLIENT-ID")
+    for tp in partitions:
+        current, end = view.committed.get(tp), ends.get(tp)
+        lag = end - current if current is not None and end is not None else None
+        owner = view.owners.get(tp)
+        table.add_row(
+            tp[0], str(tp[1]), _dash(current), _dash(end), _dash(lag),
+            owner.member_id if owner else "-", owner.client_host if owner else "-",
+            owner.client_id if owner else "-",
+        )
+    console.print(table)
+    idle = [m for m in view.members if not any(o is m for o in view.owners.values())]
+    for m in idle:
+        console.print(f"member {m.member_id} ({m.client_id}, {m.client_host}) has no partitions")
+    return 0
+
+
+def _dash(value) -> str:
+    return "-" if value is None else str(value)
+
+
+# -- reset-offsets ---------------------------------------------------------------------------
+
+
+async def _reset(session: Session, args) -> int:
+    from rich.table import Table
+
+    from databus.client.offsets import EARLIEST, LATEST, list_offsets
+
+    view = await load_group(session, args.group)
+    if view.state not in INACTIVE_STATES:
+        raise GroupsToolError(
+            f"offsets can only be reset when group {args.group!r} is inactive (no members), "
+            f"but it is {view.state}"
+        )
+    cluster = session.cluster
+    await cluster.refresh_metadata({t for t, _ in args.topic_partitions},
+                                   allow_auto_create=False)
+    partitions = []
+    for topic, wanted in args.topic_partitions:
+        existing = cluster.partitions_for(topic)
+        if not existing:
+            raise GroupsToolError(f"topic {topic!r} does not exist")
+        missing = sorted(set(wanted or ()) - set(existing))
+        if missing:
+            raise GroupsToolError(f"topic {topic!r} has no partition {missing}")
+        partitions += [(topic, p) for p in (wanted or sorted(existing))]
+
+    earliest = await list_offsets(cluster, {tp: EARLIEST for tp in partitions},
+                                  timeout=session.timeout)
+    latest = await list_offsets(cluster, {tp: LATEST for tp in partitions},
+                                timeout=session.timeout)
+    low = {tp: o for tp, (o, _) in earliest.items()}
+    high = {tp: o for tp, (o, _) in latest.items()}
+    if args.to_earliest:
+        new = dict(low)
+    elif args.to_latest:
+        new = dict(high)
+    elif args.timestamp is not None:
+        found = await list_offsets(cluster, {tp: args.timestamp for tp in partitions},
+                                   timeout=session.timeout)
+        new = {tp: (o if o >= 0 else high[tp]) for tp, (o, _) in found.items()}
+    else:
+        new = {}
+        for tp in partitions:
+            base = view.committed.get(tp, high[tp])
+            new[tp] = min(max(base + args.shift_by, low[tp]), high[tp])
+
+    table = Table("TOPIC", "PARTITION", "CURRENT-OFFSET", "NEW-OFFSET",
+                  title=f"reset of group {args.group}" + ("" if args.execute else " (dry run)"))
+    for tp in partitions:
+        table.add_row(tp[0], str(tp[1]), _dash(view.committed.get(tp)), str(new[tp]))
+    console = _console()
+    console.print(table)
+    if not args.execute:
+        console.print("dry run: nothing changed; add --execute to commit these offsets")
+        return 0
+    by_topic: dict[str, list] = {}
+    for (topic, p), offset in new.items():
+        by_topic.setdefault(topic, []).append({
+            "partition_index": p, "committed_offset": offset, "committed_leader_epoch": -1,
+            "committed_metadata": "",
+        })
+    node = await session.coordinator(args.group)
+    response = await session.request(node, OFFSET_COMMIT, {
+        "group_id": args.group, "generation_id_or_member_epoch": -1, "member_id": "",
+        "group_instance_id": None, "retention_time": -1,
+        "topics": [{"name": t, "partitions": ps} for t, ps in by_topic.items()],
+    })
+    for t in response.topics:
+        for p in t.partitions:
+            _check(p.error_code, f"committing {t.name}-{p.partition_index}")
+    console.print(f"committed {len(new)} offset(s) for group {args.group!r}")
+    return 0
+
+
+# -- delete ----------------------------------------------------------------------------------
+
+
+async def _delete(session: Session, args) -> int:
+    node = await session.coordinator(args.group)
+    response = await session.request(node, DELETE_GROUPS, {"groups_names": [args.group]})
+    (result,) = response.results
+    _check(result.error_code, f"deleting group {args.group!r}")
+    _console().print(f"deleted group {args.group!r}")
+    return 0

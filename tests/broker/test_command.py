@@ -1,0 +1,76 @@
+"""``databus broker``: options, errors at start, clean shutdown on SIGTERM."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from databus.broker.config import BrokerConfig, BrokerConfigError
+from tests.helpers.broker import BrokerProcess
+
+from .clients import Msg, confluent_consume, confluent_produce
+
+
+def test_options_use_kafka_names_and_defaults():
+    config = BrokerConfig.from_options(["num.partitions=3", "auto.create.topics.enable=false",
+                                        "log.segment.bytes=1048576", "node.id=7"],
+                                       log_dir="/data")
+    assert (config.num_partitions, config.auto_create_topics_enable) == (3, False)
+    assert (config.log_segment_bytes, config.node_id, config.log_dir) == (1048576, 7, "/data")
+    defaults = BrokerConfig()
+    assert defaults.socket_request_max_bytes == 100 * 1024 * 1024
+    assert defaults.message_max_bytes == 1048588
+    assert defaults.num_partitions == 1 and defaults.auto_create_topics_enable is True
+    assert config.topic_defaults()["segment.bytes"] == "1048576"
+
+
+@pytest.mark.parametrize(("option", "message"), [
+    ("nonsense.key=1", "unknown broker option 'nonsense.key'"),
+    ("num.partitions=many", "num.partitions='many'"),
+    ("num.partitions=0", "num.partitions='0'"),
+    ("log.cleanup.policy=shred", "log.cleanup.policy='shred'"),
+    ("no-equals-sign", "is not key=value"),
+])
+def test_bad_options_are_named(option, message):
+    with pytest.raises(BrokerConfigError, match=message.replace("(", r"\(")):
+        BrokerConfig.from_options([option])
+
+
+def test_bad_option_is_one_line_and_exit_2(tmp_path):
+    result = subprocess.run(
+        [sys.executable, "-m", "databus.cli", "broker", "--data-dir", str(tmp_path),
+         "--listen", "127.0.0.1:0", "-o", "num.partitions=lots"],
+        capture_output=True, text=True, timeout=60,
+    )
+    assert result.returncode == 2
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and "num.partitions" in lines[0] and "Traceback" not in result.stderr
+
+
+def test_sigterm_is_a_clean_shutdown_and_data_survives(tmp_path):
+    broker = BrokerProcess(tmp_path, {"num.partitions": 2})
+    with broker:
+        confluent_produce(broker.bootstrap, "kept", [Msg(b"k", b"v%d" % i) for i in range(50)],
+                          acks="1")
+        assert broker.stop() == 0
+        assert (broker.data_dir / ".kafka_cleanshutdown").exists()
+        assert "broker stopped cleanly" in broker.log_text()
+        broker.start()
+        assert "no clean-shutdown marker" not in broker.log_text()
+        got = confluent_consume(broker.bootstrap, "kept", 50, (0, 1))
+        assert sorted(g.value for g in got) == sorted(b"v%d" % i for i in range(50))
+
+
+def test_advertised_listener_is_what_metadata_reports(tmp_path):
+    from .test_api_versions import metadata
+    from .wire import WireClient
+
+    with BrokerProcess(tmp_path, {"advertised.listeners": "bus.example:19092",
+                                  "node.id": 5}) as broker, \
+            WireClient(broker.bootstrap) as client:
+        response = metadata(client, [])
+        (node,) = response.brokers
+        assert (node.node_id, node.host, node.port) == (5, "bus.example", 19092)
+        assert response.controller_id == 5

@@ -1,0 +1,212 @@
+"""The record accumulator as a pure data structure: time is a number passed in."""
+
+from __future__ import annotations
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from databus.client.accumulator import RecordAccumulator, estimate_record_size
+from databus.protocol.records import decode_records
+
+
+def make(**kw):
+    completed = []
+    defaults = dict(
+        batch_size=1000,
+        linger_ms=10,
+        buffer_memory=10_000,
+        delivery_timeout_ms=1000,
+        retry_backoff_ms=50,
+        on_batch_complete=lambda t, p: completed.append((t, p)),
+    )
+    defaults.update(kw)
+    return RecordAccumulator(**defaults), completed
+
+
+def leader_of(topic, partition):
+    return {0: 1, 1: 2}.get(partition, -1)
+
+
+def add(acc, partition, now, value=b"x" * 100, key=None, topic="t"):
+    return acc.append(topic, partition, 1000, key, value, (), object(), now)
+
+
+def test_linger_makes_a_partial_batch_ready():
+    acc, _ = make()
+    add(acc, 0, now=0)
+    nodes, wait, unknown = acc.ready(5, leader_of)
+    assert nodes == set() and wait == 5 and not unknown
+    nodes, _, _ = acc.ready(10, leader_of)
+    assert nodes == {1}
+
+
+def test_full_batch_is_ready_at_once_and_completes_for_partitioner():
+    acc, completed = make()
+    batches = {id(add(acc, 0, now=0)) for _ in range(12)}  # ~120 bytes each, 1000 per batch
+    assert len(batches) == 2
+    assert completed == [("t", 0)]  # the hook fired when the first batch filled
+    nodes, _, _ = acc.ready(0, leader_of)
+    assert nodes == {1}
+
+
+def test_drain_takes_one_batch_per_partition_and_mutes_it():
+    acc, _ = make()
+    for _ in range(20):
+        add(acc, 0, now=0)
+    add(acc, 1, now=0)
+    drained = acc.drain(100, 1, leader_of, max_request_size=1 << 20)
+    assert [b.partition for b in drained] == [0]
+    assert acc.ready(100, leader_of)[0] == {2}  # partition 0 is muted while in flight
+    acc.complete(drained[0])
+    assert acc.ready(100, leader_of)[0] == {1, 2}
+
+
+def test_drained_batch_decodes_to_the_appended_records():
+    acc, _ = make(batch_size=1 << 20)
+    for i in range(3):
+        acc.append("t", 0, 1000 + i, b"k%d" % i, b"v%d" % i, (("h", b"1"),), object(), 0)
+    (batch,) = acc.drain(100, 1, leader_of, 1 << 20)
+    header, records = decode_records(batch.build(7, 0, 42))
+    assert (header.producer_id, header.producer_epoch, header.base_sequence) == (7, 0, 42)
+    assert [(r.offset, r.timestamp, r.key, r.value, r.headers) for r in records] == [
+        (i, 1000 + i, b"k%d" % i, b"v%d" % i, (("h", b"1"),)) for i in range(3)
+    ]
+
+
+def test_memory_accounting_returns_to_zero():
+    acc, _ = make()
+    for _ in range(30):
+        add(acc, 0, now=0)
+    assert 3000 <= acc.buffered_bytes <= 30 * estimate_record_size(None, b"x" * 100, ())
+    assert not acc.has_room(10_000 - acc.buffered_bytes + 1)
+    while acc.batches:
+        for b in acc.drain(100, 1, leader_of, 1 << 20):
+            acc.complete(b)
+    assert acc.buffered_bytes == 0
+
+
+def test_reenqueue_keeps_order_and_waits_for_backoff():
+    acc, _ = make()
+    for _ in range(20):
+        add(acc, 0, now=0)
+    first = acc.drain(100, 1, leader_of, 1 << 20)[0]
+    acc.reenqueue(first, now_ms=200)
+    nodes, wait, _ = acc.ready(220, leader_of)
+    assert nodes == set() and wait == 30  # retry.backoff.ms
+    again = acc.drain(250, 1, leader_of, 1 << 20)
+    assert again == [first]  # the retried batch goes before the newer ones
+    assert first.attempts == 2
+
+
+def test_expire_only_queued_batches_past_delivery_timeout():
+    acc, _ = make()
+    add(acc, 0, now=0)
+    add(acc, 1, now=500)
+    in_flight = acc.drain(10, 1, leader_of, 1 << 20)
+    assert acc.expire(1200) == []  # partition 1's batch has until 1500
+    expired = acc.expire(1600)
+    assert [b.partition for b in expired] == [1] and acc.expire(1600) == []
+    assert in_flight[0].partition == 0 and not in_flight[0].done  # in flight: the sender's
+
+
+def test_unknown_leader_is_reported():
+    acc, _ = make()
+    add(acc, 5, now=0)
+    nodes, _, unknown = acc.ready(100, leader_of)
+    assert nodes == set() and unknown == {"t"}
+
+
+def test_flush_ignores_linger():
+    acc, _ = make(linger_ms=10_000)
+    add(acc, 0, now=0)
+    assert acc.ready(1, leader_of)[0] == set()
+    acc.flushing += 1
+    assert acc.ready(1, leader_of)[0] == {1}
+
+
+def test_pipelines_up_to_max_in_flight_per_partition():
+    acc, _ = make(max_in_flight=2)
+    for _ in range(40):
+        add(acc, 0, now=0)
+    first = acc.drain(100, 1, leader_of, 1 << 20)
+    second = acc.drain(100, 1, leader_of, 1 << 20)
+    assert len(first) == len(second) == 1
+    assert acc.drain(100, 1, leader_of, 1 << 20) == []  # window of 2 is full
+    acc.complete(first[0])
+    assert len(acc.drain(100, 1, leader_of, 1 << 20)) == 1
+
+
+def test_retries_come_back_in_creation_order_one_at_a_time():
+    acc, _ = make(max_in_flight=3)
+    for _ in range(50):
+        add(acc, 0, now=0)
+    a, b, c = (acc.drain(0, 1, leader_of, 1 << 20)[0] for _ in range(3))
+    # responses arrive in order: a failed, then b and c (e.g. OUT_OF_ORDER_SEQUENCE) too
+    acc.reenqueue(a, now_ms=0)
+    acc.reenqueue(b, now_ms=0)
+    acc.reenqueue(c, now_ms=0)
+    assert list(acc.batches[("t", 0)])[:3] == [a, b, c]
+    assert acc.drain(100, 1, leader_of, 1 << 20) == [a]
+    assert acc.drain(100, 1, leader_of, 1 << 20) == []  # recovering: one at a time
+    acc.complete(a)
+    assert acc.drain(100, 1, leader_of, 1 << 20) == [b]
+    acc.complete(b)
+    assert acc.drain(100, 1, leader_of, 1 << 20) == [c]
+    acc.complete(c)
+    assert ("t", 0) not in acc.recovering  # back to the full window
+    assert len(acc.drain(100, 1, leader_of, 1 << 20) + acc.drain(100, 1, leader_of, 1 << 20)) == 2
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from(["append", "drain", "ok", "fail"]), st.integers(0, 2)),
+                max_size=120),
+       st.integers(1, 5))
+def test_model_pipelining_with_failures_keeps_partition_order(ops, window):
+    """Against an idempotent broker model (a batch is accepted only if every earlier batch of
+    its partition was; anything else is refused, retriably), any interleaving of appends,
+    drains, successes and failures ends with each partition's batches accepted once, in
+    creation order, and all memory returned."""
+    acc, _ = make(max_in_flight=window, batch_size=300, buffer_memory=10**9,
+                  delivery_timeout_ms=10**12, retry_backoff_ms=1, linger_ms=0)
+    now = 0
+    requests: list[list] = []  # in flight, in connection order
+    accepted: dict[int, list[int]] = {0: [], 1: [], 2: []}
+    created: dict[int, list[int]] = {0: [], 1: [], 2: []}
+
+    def leader(topic, partition):
+        return 1
+
+    def answer(ok_wanted: bool) -> None:
+        for batch in requests.pop(0):
+            expected_next = len(accepted[batch.partition])
+            in_order = created[batch.partition].index(batch.order) == expected_next
+            if ok_wanted and in_order:
+                accepted[batch.partition].append(batch.order)
+                acc.complete(batch)
+            else:
+                acc.reenqueue(batch, now)
+
+    for op, p in ops:
+        now += 10
+        if op == "append":
+            batch = acc.append("t", p, 0, None, b"x" * 100, (), object(), now)
+            if batch.order not in created[p]:
+                created[p].append(batch.order)
+        elif op == "drain":
+            got = acc.drain(now, 1, leader, 1 << 20)
+            if got:
+                requests.append(got)
+        elif requests:
+            answer(op == "ok")
+    for _ in range(10_000):  # then the network heals: drain and acknowledge until empty
+        now += 10
+        if requests:
+            answer(True)
+        got = acc.drain(now, 1, leader, 1 << 20)
+        if got:
+            requests.append(got)
+        if not requests and not acc.batches:
+            break
+    for p in range(3):
+        assert accepted[p] == created[p]
+    assert acc.buffered_bytes == 0 and not acc.in_flight and not acc.recovering

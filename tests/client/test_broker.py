@@ -1,0 +1,289 @@
+"""Our client against our own broker (a real ``databus broker`` subprocess): interop both
+ways with confluent-kafka, kafka-python and aiokafka, byte-identical; admin; timestamps."""
+
+from __future__ import annotations
+
+import pytest
+import trio
+
+from databus.client import errors
+from databus.client.admin import Admin
+from databus.client.consumer import Consumer
+from databus.client.producer import Producer
+
+from .kafka_clients import (
+    aiokafka_produce,
+    aiokafka_read,
+    confluent_produce,
+    confluent_read,
+    kafka_python_produce,
+    kafka_python_read,
+)
+
+READERS = {"confluent": confluent_read, "kafka-python": kafka_python_read, "aiokafka": aiokafka_read}
+WRITERS = {"confluent": confluent_produce, "kafka-python": kafka_python_produce,
+           "aiokafka": aiokafka_produce}
+
+
+def sample(n: int, partitions: int = 3, null_header: bool = True):
+    flag = None if null_header else b""
+    return [
+        (b"key-%d" % i if i % 5 else None,
+         b"value-%d-" % i + bytes(range(256))[: i % 40] if i != 4 else None,
+         (("trace-id", b"%08d" % i), ("flag", flag)) if i % 2 else (),
+         1_690_000_000_000 + i * 7,
+         i % partitions)
+        for i in range(n)
+    ]
+
+
+async def create(bootstrap, topic, partitions=3):
+    async with Admin(bootstrap) as admin:
+        result = await admin.create_topics({topic: partitions})
+    assert result == {topic: None}
+
+
+@pytest.mark.parametrize("reader", sorted(READERS))
+@pytest.mark.parametrize("codec", ["none", "gzip", "snappy", "lz4", "zstd"])
+async def test_they_read_what_we_write(broker, topic, reader, codec):
+    await create(broker.bootstrap, topic)
+    records = sample(60)
+    async with Producer(broker.bootstrap, {"compression.type": codec}) as p:
+        futures = [await p.send(topic, v, key=k, headers=h, timestamp_ms=ts, partition=part)
+                   for k, v, h, ts, part in records]
+    reports = [f.result() for f in futures]
+    seen = await trio.to_thread.run_sync(READERS[reader], broker.bootstrap, topic, len(records))
+    got = {(part, off): (k, v, h, ts) for part, off, k, v, h, ts in seen}
+    assert len(got) == len(records)
+    for report, (k, v, h, ts, part) in zip(reports, records):
+        assert report.partition == part
+        assert got[(report.partition, report.offset)] == (k, v, tuple(h), ts)
+
+
+@pytest.mark.parametrize("writer", sorted(WRITERS))
+async def test_we_read_what_they_write(broker, topic, writer):
+    await create(broker.bootstrap, topic)
+    records = sample(60, null_header=writer != "kafka-python")  # it rejects null header values
+    await trio.to_thread.run_sync(WRITERS[writer], broker.bootstrap, topic, records)
+    async with Consumer(broker.bootstrap, {"auto.offset.reset": "earliest"}) as c:
+        c.assign([(topic, p) for p in range(3)])
+        got = []
+        with trio.move_on_after(15):
+            while len(got) < len(records):
+                got.extend(await c.poll(0.5))
+    assert len(got) == len(records)
+    for part in range(3):
+        mine = [(r.key, r.value, r.headers, r.timestamp) for r in got if r.partition == part]
+        sent = [(k, v, tuple(h), ts) for k, v, h, ts, p in records if p == part]
+        assert mine == sent  # in order, byte-identical
+        offsets = [r.offset for r in got if r.partition == part]
+        assert offsets == list(range(len(sent)))
+
+
+async def test_offsets_for_times_and_ends(broker, topic):
+    await create(broker.bootstrap, topic, 1)
+    async with Producer(broker.bootstrap) as p:
+        for i in range(10):
+            await p.send(topic, b"x", timestamp_ms=1_000_000 + 10 * i)
+    tp = (topic, 0)
+    async with Consumer(broker.bootstrap) as c:
+        c.assign([tp])
+        assert (await c.offsets_for_times({tp: 1_000_035}))[tp] == (4, 1_000_040)
+        assert (await c.offsets_for_times({tp: 2_000_000}))[tp] is None
+        assert await c.end_offsets([tp]) == {tp: 10}
+        c.seek_to_end(tp)
+        assert await c.position(tp) == 10
+
+
+async def test_admin_topics_configs_partitions(broker, topic):
+    async with Admin(broker.bootstrap) as admin:
+        assert await admin.create_topics({topic: 2}, configs={"retention.ms": "3600000"}) == {topic: None}
+        again = await admin.create_topics({topic: 2})
+        assert isinstance(again[topic], errors.TopicAlreadyExistsError)
+        assert topic in await admin.list_topics()
+        desc = (await admin.describe_topics([topic]))[topic]
+        assert [p.partition for p in desc.partitions] == [0, 1]
+        missing = (await admin.describe_topics([topic + "-missing"]))[topic + "-missing"]
+        assert isinstance(missing, errors.UnknownTopicOrPartitionError)
+        assert topic + "-missing" not in await admin.list_topics()  # describing creates nothing
+        configs = (await admin.describe_configs([topic]))[topic]
+        assert configs["retention.ms"].value == "3600000"
+        assert await admin.create_partitions({topic: 4}) == {topic: None}
+        assert len((await admin.describe_topics([topic]))[topic].partitions) == 4
+        assert await admin.delete_topics([topic]) == {topic: None}
+        assert topic not in await admin.list_topics()
+
+
+async def test_admin_groups(broker, topic):
+    await create(broker.bootstrap, topic, 2)
+    async with Producer(broker.bootstrap) as p:
+        for i in range(6):
+            await p.send(topic, b"v", partition=i % 2)
+    group = f"admin-{topic}"
+    async with Admin(broker.bootstrap) as admin:
+        async with Consumer(broker.bootstrap, {
+            "group.id": group, "auto.offset.reset": "earliest", "enable.auto.commit": False,
+        }) as c:
+            c.subscribe([topic])
+            got = []
+            with trio.move_on_after(15):
+                while len(got) < 6:
+                    got.extend(await c.poll(0.5))
+            await c.commit()
+            assert (group, "consumer") in await admin.list_groups()
+            desc = (await admin.describe_groups([group]))[group]
+            assert desc.state == "Stable" and desc.protocol == "range"
+            assert {tp for m in desc.members for tp in m.assignment} == {(topic, 0), (topic, 1)}
+        assert await admin.list_group_offsets(group) == {(topic, 0): 3, (topic, 1): 3}
+        assert await admin.delete_groups([group]) == {group: None}
+
+
+async def test_group_of_ours_and_a_confluent_consumer(broker, topic):
+    """Two of our consumers and one confluent-kafka consumer in one group share the topic."""
+    import threading
+    import time
+
+    confluent_kafka = pytest.importorskip("confluent_kafka")
+    await create(broker.bootstrap, topic, 6)
+    async with Producer(broker.bootstrap, {"partitioner": "round_robin"}) as p:
+        for i in range(600):
+            await p.send(topic, b"%d" % i)
+    group = f"mixed-{topic}"
+    theirs: list = []
+    their_assignment: list = []
+    stop = threading.Event()
+
+    def confluent_member():
+        c = confluent_kafka.Consumer({
+            "bootstrap.servers": broker.bootstrap, "group.id": group, "log_level": 3,
+            "auto.offset.reset": "earliest", "partition.assignment.strategy": "range",
+        })
+        c.subscribe([topic], on_assign=lambda _c, ps: their_assignment.append(
+            {p.partition for p in ps}))
+        try:
+            while not stop.is_set():
+                m = c.poll(0.2)
+                if m is not None and not m.error():
+                    theirs.append((m.partition(), m.offset()))
+        finally:
+            c.close()
+
+    ours: dict[str, list] = {"a": [], "b": []}
+    our_assignment: dict[str, set] = {}
+
+    async def member(name):
+        async with Consumer(broker.bootstrap, {"group.id": group, "auto.offset.reset": "earliest"}) as c:
+            c.subscribe([topic])
+            deadline = time.monotonic() + 25
+            while time.monotonic() < deadline:
+                ours[name].extend((r.partition, r.offset) for r in await c.poll(0.3))
+                everything = set(theirs) | set(ours["a"]) | set(ours["b"])
+                if len(everything) >= 600 and c.assignment():
+                    break
+            our_assignment[name] = {p for _, p in c.assignment()}
+            await trio.sleep(0.5)  # stay in the group until the others are done too
+
+    async with trio.open_nursery() as n:
+        n.start_soon(trio.to_thread.run_sync, confluent_member)
+        try:
+            async with trio.open_nursery() as members:
+                members.start_soon(member, "a")
+                members.start_soon(member, "b")
+        finally:
+            stop.set()
+    everything = set(theirs) | set(ours["a"]) | set(ours["b"])
+    assert len(everything) == 600
+    final = [our_assignment["a"], our_assignment["b"], their_assignment[-1]]
+    assert all(final) and set().union(*final) == set(range(6))
+    assert sum(len(s) for s in final) == 6  # disjoint: range gives 2/2/2
+
+
+async def test_cooperative_sticky_revokes_only_what_moves(broker, topic):
+    await create(broker.bootstrap, topic, 4)
+    group = f"coop-{topic}"
+    config = {"group.id": group, "partition.assignment.strategy": "cooperative-sticky",
+              "heartbeat.interval.ms": 300}
+    events: list = []
+    first_settled = trio.Event()
+    done = trio.Event()
+
+    async def member(name, ready=None):
+        async with Consumer(
+            broker.bootstrap, config,
+            on_assigned=lambda ps: events.append((name, "assigned", sorted(ps))),
+            on_revoked=lambda ps: events.append((name, "revoked", sorted(ps))),
+        ) as c:
+            c.subscribe([topic])
+            while not done.is_set():
+                await c.poll(0.2)
+                if ready is not None and len(c.assignment()) == 4:
+                    ready.set()
+                    ready = None
+            return c.assignment()
+
+    results = {}
+
+    async def run(name, ready=None):
+        results[name] = await member(name, ready)
+
+    async with trio.open_nursery() as n:
+        n.start_soon(run, "a", first_settled)
+        await first_settled.wait()
+        n.start_soon(run, "b")
+        with trio.move_on_after(20):
+            while not any(e[0] == "b" and e[1] == "assigned" and e[2] for e in events):
+                await trio.sleep(0.1)
+        done.set()
+    a_events = [e for e in events if e[0] == "a"]
+    assert a_events[0] == ("a", "assigned", [(topic, p) for p in range(4)])
+    revoked = [e[2] for e in a_events if e[1] == "revoked"]
+    b_got = [e[2] for e in events if e[0] == "b" and e[1] == "assigned" and e[2]]
+    assert revoked and b_got
+    assert len(revoked[0]) == 2  # only the partitions that moved, not all four
+    assert sorted(revoked[0]) == sorted(b_got[0])
+
+
+async def test_subscribe_by_pattern_follows_new_topics(broker, topic):
+    await create(broker.bootstrap, topic + "-a", 1)
+    await create(broker.bootstrap, "other-" + topic, 1)
+    async with Producer(broker.bootstrap) as p:
+        await p.send(topic + "-a", b"a")
+        await p.send("other-" + topic, b"not me")
+    config = {"group.id": f"pattern-{topic}", "auto.offset.reset": "earliest",
+              "metadata.max.age.ms": 500}
+    async with Consumer(broker.bootstrap, config) as c:
+        c.subscribe(pattern=topic.replace("-", "\\-") + "-.*")
+        got = []
+        with trio.move_on_after(15):
+            while not got:
+                got.extend(await c.poll(0.5))
+        assert [r.value for r in got] == [b"a"]
+        await create(broker.bootstrap, topic + "-b", 1)
+        async with Producer(broker.bootstrap) as p:
+            await p.send(topic + "-b", b"b")
+        with trio.move_on_after(20):
+            while len(got) < 2:
+                got.extend(await c.poll(0.5))
+        assert sorted(r.value for r in got) == [b"a", b"b"]
+        assert c.subscription() == (topic + "-a", topic + "-b")
+
+
+async def test_a_consumer_that_stops_polling_leaves_its_group(broker, topic):
+    await create(broker.bootstrap, topic, 2)
+    group = f"slow-{topic}"
+    config = {"group.id": group, "max.poll.interval.ms": 1500, "heartbeat.interval.ms": 200,
+              "session.timeout.ms": 30000}
+    async with Consumer(broker.bootstrap, config) as slow:
+        slow.subscribe([topic])
+        with trio.move_on_after(15):
+            while not slow.assignment():
+                await slow.poll(0.2)
+        assert len(slow.assignment()) == 2
+        await trio.sleep(2.5)  # busy elsewhere: no poll for longer than max.poll.interval.ms
+        async with Admin(broker.bootstrap) as admin:
+            desc = (await admin.describe_groups([group]))[group]
+        assert desc.members == ()  # it left (session.timeout.ms alone would take 30 s)
+        with trio.move_on_after(15):  # polling again rejoins
+            while len(slow.assignment()) < 2:
+                await slow.poll(0.2)
+        assert len(slow.assignment()) == 2

@@ -1,0 +1,265 @@
+"""Every advertised version of every group API, spoken on the wire against a real broker.
+
+One member walks a whole group life at each JoinGroup version (join, sync, heartbeat, commit,
+fetch, leave), simple (generation -1) commits go through every OffsetCommit/OffsetFetch
+version, and the admin APIs are asked at each of theirs.  This is what "advertise only tested
+versions" rests on; the real-client tests (test_clients.py) cover behaviour.
+"""
+
+from __future__ import annotations
+
+import pytest
+from kio.schema.errors import ErrorCode
+
+from databus.broker.coordinator.consumer_protocol import assignment_partitions
+from tests.groups.harness import create_topic
+from tests.groups.raw import RawClient, assignment, subscription
+from tests.helpers.broker import BrokerProcess
+
+FIND_COORDINATOR, JOIN, HEARTBEAT, LEAVE, SYNC = 10, 11, 12, 13, 14
+DESCRIBE, LIST, DELETE = 15, 16, 42
+OFFSET_COMMIT, OFFSET_FETCH, OFFSET_DELETE, API_VERSIONS = 8, 9, 47, 18
+TOPIC = "versions"
+
+ADVERTISED = {
+    FIND_COORDINATOR: (0, 4), JOIN: (0, 9), SYNC: (0, 5), HEARTBEAT: (0, 4), LEAVE: (0, 5),
+    OFFSET_COMMIT: (2, 9), OFFSET_FETCH: (1, 9), LIST: (0, 5), DESCRIBE: (0, 5),
+    DELETE: (0, 2), OFFSET_DELETE: (0, 0),
+}
+
+
+@pytest.fixture(scope="module")
+def group_broker(tmp_path_factory):
+    with BrokerProcess(
+        tmp_path_factory.mktemp("groups-versions"),
+        options={"group.initial.rebalance.delay.ms": 0, "offsets.topic.num.partitions": 3},
+    ) as broker:
+        create_topic(broker.bootstrap, TOPIC, 2)
+        yield broker
+
+
+@pytest.fixture
+def raw(group_broker):
+    with RawClient(group_broker.bootstrap) as client:
+        yield client
+
+
+def test_api_versions_lists_exactly_the_tested_ranges(raw):
+    response = raw.call(API_VERSIONS, 3, {"client_software_name": "t",
+                                           "client_software_version": "1"})
+    advertised = {k.api_key: (k.min_version, k.max_version) for k in response.api_keys}
+    for key, versions in ADVERTISED.items():
+        assert advertised.get(key) == versions, key
+
+
+@pytest.mark.parametrize("version", range(5))
+def test_find_coordinator(raw, group_broker, version):
+    fields = {"key": "g", "key_type": 0, "coordinator_keys": ["g", "h"]}
+    response = raw.call(FIND_COORDINATOR, version, fields)
+    entries = response.coordinators if version >= 4 else [response]
+    assert len(entries) == (2 if version >= 4 else 1)
+    for entry in entries:
+        assert entry.error_code == ErrorCode.none
+        assert (entry.host, entry.port) == ("127.0.0.1", group_broker.port)
+
+
+@pytest.mark.parametrize("join_version", range(10))
+def test_group_life_at_each_version(raw, join_version):
+    group = f"life-v{join_version}"
+    sync_v, hb_v, leave_v = min(join_version, 5), min(join_version, 4), min(join_version, 5)
+    join = {
+        "group_id": group, "session_timeout": 10_000, "rebalance_timeout": 10_000,
+        "member_id": "", "protocol_type": "consumer", "reason": "test",
+        "protocols": [{"name": "range", "metadata": subscription(TOPIC)}],
+    }
+    response = raw.call(JOIN, join_version, join)
+    if join_version >= 4:  # KIP-394: come back with the id we were given
+        assert response.error_code == ErrorCode.member_id_required
+        assert response.member_id
+        response = raw.call(JOIN, join_version, {**join, "member_id": response.member_id})
+    assert response.error_code == ErrorCode.none
+    member = response.member_id
+    assert response.generation_id == 1
+    assert response.leader == member
+    assert [m.member_id for m in response.members] == [member]
+    assert response.members[0].metadata == subscription(TOPIC)
+    assert response.protocol_name == "range"
+
+    mine = assignment(TOPIC, [0, 1])
+    sync = raw.call(SYNC, sync_v, {
+        "group_id": group, "generation_id": 1, "member_id": member,
+        "protocol_type": "consumer", "protocol_name": "range",
+        "assignments": [{"member_id": member, "assignment": mine}],
+    })
+    assert sync.error_code == ErrorCode.none and sync.assignment == mine
+    assert assignment_partitions(sync.assignment) == {TOPIC: [0, 1]}
+
+    hb = raw.call(HEARTBEAT, hb_v, {"group_id": group, "generation_id": 1, "member_id": member})
+    assert hb.error_code == ErrorCode.none
+    hb = raw.call(HEARTBEAT, hb_v, {"group_id": group, "generation_id": 7, "member_id": member})
+    assert hb.error_code == ErrorCode.illegal_generation
+
+    commit_v = max(2, min(join_version, 9))
+    commit = raw.call(OFFSET_COMMIT, commit_v, {
+        "group_id": group, "generation_id_or_member_epoch": 1, "member_id": member,
+        "topics": [{"name": TOPIC, "partitions": [
+            {"partition_index": 1, "committed_offset": 42, "committed_leader_epoch": -1,
+             "committed_metadata": "meta"}]}],
+    })
+    assert commit.topics[0].partitions[0].error_code == ErrorCode.none
+
+    described = raw.call(DESCRIBE, min(join_version, 5), {"groups": [group]}).groups[0]
+    assert described.group_state == "Stable"
+    assert described.protocol_data == "range"
+    assert [m.member_id for m in described.members] == [member]
+    assert described.members[0].member_assignment == mine
+
+    if leave_v >= 3:
+        leave = raw.call(LEAVE, leave_v, {"group_id": group, "members": [
+            {"member_id": member, "group_instance_id": None, "reason": "bye"},
+            {"member_id": "ghost", "group_instance_id": None, "reason": "bye"}]})
+        assert leave.error_code == ErrorCode.none
+        assert [m.error_code for m in leave.members] == [ErrorCode.none,
+                                                          ErrorCode.unknown_member_id]
+    else:
+        leave = raw.call(LEAVE, leave_v, {"group_id": group, "member_id": member})
+        assert leave.error_code == ErrorCode.none
+        again = raw.call(LEAVE, leave_v, {"group_id": group, "member_id": member})
+        assert again.error_code == ErrorCode.unknown_member_id
+    described = raw.call(DESCRIBE, min(join_version, 5), {"groups": [group]}).groups[0]
+    assert described.group_state == "Empty" and described.members == ()
+
+
+@pytest.mark.parametrize("commit_version", range(2, 10))
+def test_simple_commits_at_each_offset_commit_version(raw, commit_version):
+    group = f"simple-c{commit_version}"
+    response = raw.call(OFFSET_COMMIT, commit_version, {
+        "group_id": group, "generation_id_or_member_epoch": -1, "member_id": "",
+        "retention_time": -1 if commit_version % 2 else 3_600_000,
+        "topics": [
+            {"name": TOPIC, "partitions": [
+                {"partition_index": 0, "committed_offset": 100 + commit_version,
+                 "committed_leader_epoch": 3, "committed_metadata": f"m{commit_version}"}]},
+            {"name": "no-such-topic", "partitions": [
+                {"partition_index": 0, "committed_offset": 1, "committed_metadata": None}]},
+        ],
+    })
+    errors = {t.name: t.partitions[0].error_code for t in response.topics}
+    assert errors == {TOPIC: ErrorCode.none, "no-such-topic": ErrorCode.unknown_topic_or_partition}
+    fetched = raw.call(OFFSET_FETCH, 7, {"group_id": group, "topics": None})
+    (topic,) = fetched.topics
+    assert topic.partitions[0].committed_offset == 100 + commit_version
+    assert topic.partitions[0].metadata == f"m{commit_version}"
+    assert topic.partitions[0].committed_leader_epoch == (3 if commit_version >= 6 else -1)
+
+
+@pytest.mark.parametrize("fetch_version", range(1, 10))
+def test_offset_fetch_at_each_version(raw, fetch_version):
+    group = f"fetch-v{fetch_version}"
+    raw.call(OFFSET_COMMIT, 9, {
+        "group_id": group, "generation_id_or_member_epoch": -1, "member_id": "",
+        "topics": [{"name": TOPIC, "partitions": [
+            {"partition_index": 1, "committed_offset": 7, "committed_leader_epoch": 2,
+             "committed_metadata": "x"}]}],
+    })
+    wanted = [{"name": TOPIC, "partition_indexes": [0, 1]}]
+    if fetch_version >= 8:
+        response = raw.call(OFFSET_FETCH, fetch_version, {"groups": [
+            {"group_id": group, "member_id": None, "member_epoch": -1, "topics": wanted},
+            {"group_id": "nobody", "member_id": None, "member_epoch": -1, "topics": wanted},
+        ], "require_stable": False})
+        assert [g.group_id for g in response.groups] == [group, "nobody"]
+        topics = response.groups[0].topics
+        unknown = response.groups[1].topics
+        assert [p.committed_offset for p in unknown[0].partitions] == [-1, -1]
+    else:
+        response = raw.call(OFFSET_FETCH, fetch_version, {"group_id": group, "topics": wanted})
+        topics = response.topics
+    by_partition = {p.partition_index: p for p in topics[0].partitions}
+    assert by_partition[0].committed_offset == -1
+    assert by_partition[1].committed_offset == 7
+    assert by_partition[1].metadata == "x"
+    if fetch_version >= 5:
+        assert by_partition[1].committed_leader_epoch == 2
+
+
+@pytest.mark.parametrize("version", range(6))
+def test_list_groups(raw, version):
+    raw.call(OFFSET_COMMIT, 9, {
+        "group_id": "listed", "generation_id_or_member_epoch": -1, "member_id": "",
+        "topics": [{"name": TOPIC, "partitions": [
+            {"partition_index": 0, "committed_offset": 1, "committed_metadata": ""}]}],
+    })
+    response = raw.call(LIST, version, {"states_filter": ["Empty"], "types_filter": ["classic"]})
+    assert response.error_code == ErrorCode.none
+    listed = {g.group_id: g for g in response.groups}
+    assert "listed" in listed
+    if version >= 4:
+        assert listed["listed"].group_state == "Empty"
+        none = raw.call(LIST, version, {"states_filter": ["Stable"], "types_filter": []})
+        assert "listed" not in {g.group_id for g in none.groups}
+
+
+@pytest.mark.parametrize("version", range(6))
+def test_describe_unknown_group_is_dead(raw, version):
+    (group,) = raw.call(DESCRIBE, version, {"groups": ["never-seen"]}).groups
+    assert group.error_code == ErrorCode.none and group.group_state == "Dead"
+
+
+@pytest.mark.parametrize("version", range(3))
+def test_delete_groups(raw, version):
+    group = f"doomed-v{version}"
+    raw.call(OFFSET_COMMIT, 9, {
+        "group_id": group, "generation_id_or_member_epoch": -1, "member_id": "",
+        "topics": [{"name": TOPIC, "partitions": [
+            {"partition_index": 0, "committed_offset": 5, "committed_metadata": ""}]}],
+    })
+    response = raw.call(DELETE, version, {"groups_names": [group, "no-such-group"]})
+    assert {r.group_id: r.error_code for r in response.results} == {
+        group: ErrorCode.none, "no-such-group": ErrorCode.group_id_not_found,
+    }
+    fetched = raw.call(OFFSET_FETCH, 7, {"group_id": group, "topics": None})
+    assert fetched.topics == ()
+
+
+def test_delete_groups_refuses_a_group_with_members(raw):
+    join = {"group_id": "busy", "session_timeout": 10_000, "rebalance_timeout": 10_000,
+            "member_id": "", "protocol_type": "consumer",
+            "protocols": [{"name": "range", "metadata": subscription(TOPIC)}]}
+    assert raw.call(JOIN, 3, join).error_code == ErrorCode.none
+    (result,) = raw.call(DELETE, 2, {"groups_names": ["busy"]}).results
+    assert result.error_code == ErrorCode.non_empty_group
+
+
+def test_offset_delete(raw, group_broker):
+    group = "offdel"
+    member = raw.call(JOIN, 3, {
+        "group_id": group, "session_timeout": 10_000, "rebalance_timeout": 10_000,
+        "member_id": "", "protocol_type": "consumer",
+        "protocols": [{"name": "range", "metadata": subscription(TOPIC)}]}).member_id
+    raw.call(SYNC, 3, {"group_id": group, "generation_id": 1, "member_id": member,
+                       "assignments": [{"member_id": member, "assignment": b""}]})
+    create_topic_name = "offdel-other"
+    create_topic(group_broker.bootstrap, create_topic_name, 1)
+    raw.call(OFFSET_COMMIT, 9, {
+        "group_id": group, "generation_id_or_member_epoch": 1, "member_id": member,
+        "topics": [
+            {"name": TOPIC, "partitions": [{"partition_index": 0, "committed_offset": 3,
+                                            "committed_metadata": ""}]},
+            {"name": create_topic_name, "partitions": [{"partition_index": 0,
+                                                        "committed_offset": 4,
+                                                        "committed_metadata": ""}]},
+        ],
+    })
+    response = raw.call(OFFSET_DELETE, 0, {"group_id": group, "topics": [
+        {"name": TOPIC, "partitions": [{"partition_index": 0}]},
+        {"name": create_topic_name, "partitions": [{"partition_index": 0}]},
+    ]})
+    assert response.error_code == ErrorCode.none
+    errors = {t.name: t.partitions[0].error_code for t in response.topics}
+    assert errors == {TOPIC: ErrorCode.group_subscribed_to_topic,
+                      create_topic_name: ErrorCode.none}
+    fetched = raw.call(OFFSET_FETCH, 7, {"group_id": group, "topics": None})
+    assert {t.name for t in fetched.topics} == {TOPIC}
+    missing = raw.call(OFFSET_DELETE, 0, {"group_id": "no-such", "topics": []})
+    assert missing.error_code == ErrorCode.group_id_not_found
