@@ -19,6 +19,8 @@ belong to its consumers.  Exit status: 0 done, 1 the broker refused or is unreac
 
 from __future__ import annotations
 
+import argparse
+
 import datetime
 import sys
 from dataclasses import dataclass, field
@@ -33,16 +35,30 @@ class GroupsToolError(Exception):
     """A failure to report in one line (exit 1)."""
 
 
-def add_arguments(parser) -> None:
-    parser.add_argument("--bootstrap", default=DEFAULT_BOOTSTRAP, metavar="HOST:PORT",
+def _add_connection_options(parser, *, with_defaults: bool) -> None:
+    def default(value):
+        return value if with_defaults else argparse.SUPPRESS
+
+    parser.add_argument("--bootstrap", default=default(DEFAULT_BOOTSTRAP), metavar="HOST:PORT",
                         help=f"a broker to ask (default {DEFAULT_BOOTSTRAP})")
-    parser.add_argument("--timeout", type=float, default=30.0, metavar="SECONDS",
+    parser.add_argument("--timeout", type=float, default=default(30.0), metavar="SECONDS",
                         help="give up after this long (default 30)")
+
+
+def add_arguments(parser) -> None:
+    _add_connection_options(parser, with_defaults=True)
+    # Kafka users put --bootstrap anywhere (kafka-consumer-groups.sh takes it after the action
+    # too): each action accepts the connection options again, without overriding the
+    # top-level value when absent (SUPPRESS).
+    common = argparse.ArgumentParser(add_help=False)
+    _add_connection_options(common, with_defaults=False)
     sub = parser.add_subparsers(dest="action", metavar="ACTION", required=True)
-    sub.add_parser("list", help="list the groups")
-    describe = sub.add_parser("describe", help="state, members, offsets and lag of a group")
+    sub.add_parser("list", help="list the groups", parents=[common])
+    describe = sub.add_parser("describe", help="state, members, offsets and lag of a group",
+                              parents=[common])
     describe.add_argument("group")
-    reset = sub.add_parser("reset-offsets", help="move an empty group's committed offsets")
+    reset = sub.add_parser("reset-offsets", help="move an empty group's committed offsets",
+                           parents=[common])
     reset.add_argument("group")
     reset.add_argument("--topic", required=True, action="append", metavar="TOPIC[:P,P]",
                        help="a topic, optionally with some of its partitions; repeatable")
@@ -56,7 +72,8 @@ def add_arguments(parser) -> None:
                         help="move the committed offset by N (negative: back)")
     reset.add_argument("--execute", action="store_true",
                        help="commit the new offsets (without it: only print the plan)")
-    delete = sub.add_parser("delete", help="delete an empty group and its committed offsets")
+    delete = sub.add_parser("delete", help="delete an empty group and its committed offsets",
+                            parents=[common])
     delete.add_argument("group")
 
 

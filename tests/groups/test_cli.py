@@ -124,3 +124,11 @@ def test_unreachable_broker_is_one_line(capsys):
     assert main(["groups", "--bootstrap", "127.0.0.1:1", "--timeout", "3", "list"]) == 1
     err = capsys.readouterr().err
     assert err.startswith("databus groups:") and "Traceback" not in err
+
+
+def test_connection_options_also_after_the_action(capsys):
+    # as with kafka-consumer-groups.sh, --bootstrap may follow the action; the port here is
+    # closed, so reaching it proves the option after the action was the one used
+    assert main(["groups", "list", "--bootstrap", "127.0.0.1:1", "--timeout", "3"]) == 1
+    err = capsys.readouterr().err
+    assert "127.0.0.1:1" in err and "Traceback" not in err
