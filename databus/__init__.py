@@ -1,7 +1,35 @@
 """databus: a message bus with a per-host sidecar and a built-in Kafka-compatible broker.
 
-The app-facing SDK (``databus.Client``) arrives with the sidecar; until then this package
-exposes only its version.
+The app-facing SDK::
+
+    from databus import Client
+
+    with Client() as client:                      # the local sidecar's default socket
+        future = client.send("orders", b'{"id": 1}', key=b"customer-7")
+        delivery = future.result(timeout=10)      # Delivery(topic, partition, offset, timestamp)
+
+Errors are ``databus.DatabusError`` subclasses carrying the sidecar's code.  The SDK names
+are imported lazily so that ``databus --help`` and the broker do not pay for them.
 """
 
 __version__ = "0.1.0"
+
+_SDK_NAMES = {
+    "Client", "Delivery", "DeliveryFuture", "DatabusError", "BufferExhaustedError",
+    "DeliveryError", "MessageTooLargeError", "PluginFailedError", "ProtocolError",
+    "ShuttingDownError", "SidecarUnavailableError", "UnknownStreamError",
+}
+
+__all__ = ["__version__", *sorted(_SDK_NAMES)]
+
+
+def __getattr__(name: str):
+    if name in _SDK_NAMES:
+        from . import sdk
+
+        return getattr(sdk, name)
+    raise AttributeError(f"module 'databus' has no attribute {name!r}")
+
+
+def __dir__():
+    return __all__

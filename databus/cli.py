@@ -23,6 +23,9 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "dump-log": ("databus.tools.dump_log", "print the batches (and records) of a .log segment"),
     "broker": ("databus.broker.command", "run the built-in Kafka-compatible broker"),
     "groups": ("databus.tools.groups", "list, describe, reset offsets of, delete consumer groups"),
+    "up": ("databus.sidecar.cmd_up", "run the sidecar (plus the built-in broker if no cluster is configured)"),
+    "sidecar": ("databus.sidecar.cmd_sidecar", "run the sidecar alone against the configured clusters"),
+    "plugins": ("databus.sidecar.cmd_plugins", "list the loaded plugins and the hooks each implements"),
 }
 
 # databus bench NAME -> (module, one-line help)
@@ -30,6 +33,7 @@ BENCHMARKS: dict[str, tuple[str, str]] = {
     "groups": ("databus.bench.groups", "consumer groups: offset commit rate/latency, group formation, rebalance"),
     "client-produce": ("databus.bench.client_produce", "our producer's throughput beside librdkafka's, same broker"),
     "client-consume": ("databus.bench.client_consume", "our consumer's throughput beside librdkafka's, same broker"),
+    "sidecar": ("databus.bench.sidecar", "SDK -> sidecar -> broker: records/s, p50/p99 latency, beside librdkafka"),
     "records": ("databus.bench.records", "RecordBatch v2 encode/decode cost per record"),
     "storage": ("databus.bench.storage", "log append (with/without group-commit fsync) and read throughput"),
     "produce": ("databus.bench.produce", "produce throughput against the broker (librdkafka)"),

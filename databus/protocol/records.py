@@ -392,7 +392,8 @@ class BatchBuilder:
     def append(
         self, timestamp: int, key, value, headers=(), offset_delta: int | None = None
     ) -> bool:
-        """Encode one record; False (and nothing appended) when it would overflow batch_size.
+        """Encode one record; False (and nothing appended) when it would overflow batch_size
+        or its timestamp delta would not fit a varlong.
 
         ``offset_delta`` defaults to one past the previous record's; an explicit one must be
         larger than the previous (offsets increase within a batch).
@@ -412,6 +413,10 @@ class BatchBuilder:
             raise TypeError(f"record timestamp must be an int (ms), not {type(timestamp).__name__}")
         if self._count:
             tsd = timestamp - self._base_ts
+            if not -(2**63) <= tsd < 2**63:
+                # the delta is a varlong: a timestamp this far from the batch's base timestamp
+                # cannot join the batch, but starts the next one (where its delta is 0)
+                return False
         else:
             tsd = 0
         tsb = zz[tsd] if 0 <= tsd < limit else encode_zigzag(tsd)

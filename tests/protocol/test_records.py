@@ -387,3 +387,15 @@ def test_corrupt_error_names_the_problem():
     with pytest.raises(CorruptRecordError, match="invalid zstd data"):
         zstd_batch = build_batch([(None, b"v", (), TS)], codec=CODEC_ZSTD)
         decode_records(_with_payload(zstd_batch, b"not a zstd frame"))
+
+
+def test_builder_starts_a_new_batch_when_the_timestamp_delta_overflows():
+    # found by hypothesis: timestamp deltas are varlongs, so records 2**63 ms apart cannot
+    # share a batch; the builder must refuse the second one rather than raise
+    builder = BatchBuilder(batch_size=1 << 20)
+    assert builder.append(-(2**62), None, None)
+    assert not builder.append(2**62, None, None)
+    second = BatchBuilder(batch_size=1 << 20)
+    assert second.append(2**62, None, None)
+    assert [r.timestamp for r in decode_records(builder.build())[1]] == [-(2**62)]
+    assert [r.timestamp for r in decode_records(second.build())[1]] == [2**62]

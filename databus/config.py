@@ -1,0 +1,448 @@
+"""sidecar.yaml: the pydantic models that validate it, and loading it from a file.
+
+These models are the one source of truth for the sidecar's settings: the sidecar reads them,
+``databus.tools.gen_config_docs`` renders docs/configuration.md from their fields, and the SDK
+takes its default socket path from here.  Producer settings are not redefined: every key
+under ``producer:``, a cluster, or a stream is a Kafka producer key validated by the client's
+``ProducerConfig`` (Kafka's names and defaults).  The only producer keys the sidecar reads
+itself are ``partitioner`` (the name of a partitioner plugin, built-in or third-party) and
+``partitioner.config`` (that plugin's options).
+
+A config is validated whole before it is applied; nothing half-valid ever runs.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import os
+from pathlib import Path
+from typing import Any, Mapping
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+DEFAULT_SOCKET = "/tmp/databus/databus.sock"
+SOCKET_ENV = "DATABUS_SOCKET"
+EMBEDDED_CLUSTER = "local"
+# Keys of the producer mappings that the sidecar owns rather than the Kafka client.
+SIDECAR_PRODUCER_KEYS = ("partitioner", "partitioner.config")
+# Set per producer by the sidecar itself (the sidecar-wide buffer and the cluster address).
+RESERVED_PRODUCER_KEYS = ("buffer.memory", "bootstrap.servers")
+
+
+class ConfigError(ValueError):
+    """sidecar.yaml (or a flag) is invalid; the message names every problem and where."""
+
+
+def default_socket_path() -> str:
+    """The socket an SDK connects to when given none: $DATABUS_SOCKET, else the default."""
+    return os.environ.get(SOCKET_ENV) or DEFAULT_SOCKET
+
+
+def _host_port(value: str, field: str) -> str:
+    host, sep, port = value.rpartition(":")
+    if not sep or not host or not port.isdigit() or not 0 <= int(port) <= 65535:
+        raise ValueError(f"{field} must be HOST:PORT, got {value!r}")
+    return value
+
+
+def split_host_port(value: str) -> tuple[str, int]:
+    host, _, port = value.rpartition(":")
+    return host.strip("[]"), int(port)
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid", populate_by_name=True, frozen=True)
+
+
+class SidecarSettings(_Model):
+    """The sidecar process: where apps connect, how much it buffers, how it reloads."""
+
+    socket: str = Field(
+        DEFAULT_SOCKET,
+        description="Unix socket apps connect to (created with `socket_mode`; its directory "
+        "is created if missing). Relative paths are relative to the config file.",
+    )
+    socket_mode: str = Field(
+        "0660", description="File mode of the Unix socket, octal."
+    )
+    tcp_listen: str | None = Field(
+        None,
+        description="Optional loopback TCP ingress, HOST:PORT (port 0 picks a free port). "
+        "Only loopback addresses are accepted: the protocol has no authentication.",
+    )
+    metrics_listen: str | None = Field(
+        "127.0.0.1:9464",
+        description="HOST:PORT serving /metrics (Prometheus text format) and /healthz; "
+        "null disables it.",
+    )
+    buffer_memory: int = Field(
+        33554432,
+        alias="buffer.memory",
+        gt=0,
+        description="Bytes of message data (key + value + headers) the sidecar holds before "
+        "upstream acknowledges them, across all streams. When full, a message waits up to its "
+        "stream's max.block.ms, then is answered with BUFFER_EXHAUSTED.",
+    )
+    max_frame_bytes: int = Field(
+        16 * 1024 * 1024,
+        gt=1024,
+        description="Largest frame an app may send; a bigger one gets FRAME_TOO_LARGE and its "
+        "connection is closed.",
+    )
+    reload_poll_ms: int = Field(
+        1000,
+        ge=0,
+        description="How often the config file's mtime is checked for hot reload (0: only "
+        "SIGHUP reloads).",
+    )
+    shutdown_timeout_ms: int = Field(
+        30000,
+        ge=0,
+        description="On shutdown, how long queued messages may take to reach upstream before "
+        "the rest are answered with SHUTTING_DOWN.",
+    )
+
+    @field_validator("socket_mode")
+    @classmethod
+    def _mode(cls, v: str) -> str:
+        try:
+            mode = int(str(v), 8)
+        except ValueError:
+            raise ValueError(f"socket_mode must be an octal string like '0660', got {v!r}")
+        if not 0 <= mode <= 0o777:
+            raise ValueError(f"socket_mode {v!r} is out of range")
+        return str(v)
+
+    @field_validator("tcp_listen")
+    @classmethod
+    def _loopback(cls, v: str | None) -> str | None:
+        if v is None:
+            return v
+        _host_port(v, "tcp_listen")
+        host, _ = split_host_port(v)
+        if host != "localhost":
+            try:
+                loopback = ipaddress.ip_address(host).is_loopback
+            except ValueError:
+                loopback = False
+            if not loopback:
+                raise ValueError(f"tcp_listen must be a loopback address, got {host!r}")
+        return v
+
+    @field_validator("metrics_listen")
+    @classmethod
+    def _metrics(cls, v: str | None) -> str | None:
+        return None if v is None else _host_port(v, "metrics_listen")
+
+    @property
+    def socket_mode_int(self) -> int:
+        return int(self.socket_mode, 8)
+
+
+class ClusterConfig(BaseModel):
+    """An upstream Kafka cluster: ``bootstrap.servers`` plus any producer keys that apply to
+    every stream sent there (``client.id``, ``request.timeout.ms``, ...)."""
+
+    model_config = ConfigDict(extra="allow", frozen=True, populate_by_name=True)
+
+    bootstrap_servers: str = Field(
+        alias="bootstrap.servers",
+        description="Comma-separated HOST:PORT list of the cluster's brokers.",
+    )
+
+    @property
+    def producer_settings(self) -> dict[str, Any]:
+        return dict(self.model_extra or {})
+
+
+class StreamConfig(BaseModel):
+    """A stream: a logical name apps send to, mapped to a cluster and a topic, with producer
+    keys overriding the ``producer:`` defaults for this stream."""
+
+    model_config = ConfigDict(extra="allow", frozen=True, populate_by_name=True)
+
+    cluster: str | None = Field(
+        None,
+        description="Cluster name from `clusters:`; may be omitted when there is one cluster "
+        "(or none: then the built-in broker of `databus up`).",
+    )
+    topic: str | None = Field(
+        None, description="Topic to write; default: the stream's name."
+    )
+
+    @property
+    def producer_settings(self) -> dict[str, Any]:
+        return dict(self.model_extra or {})
+
+
+class DefaultRoute(_Model):
+    """Where messages for a stream that is not listed under ``streams:`` go."""
+
+    cluster: str | None = Field(None, description="Cluster name (as for a stream).")
+    topic: str = Field(
+        "{stream}", description="Topic template; `{stream}` is replaced by the stream's name."
+    )
+
+
+class EmbeddedBrokerConfig(_Model):
+    """The built-in broker that `databus up` starts when no cluster is configured."""
+
+    data_dir: str = Field(
+        "./data", description="Broker data directory (relative to the config file)."
+    )
+    listen: str = Field(
+        "127.0.0.1:9092", description="Kafka listener HOST:PORT (port 0 picks a free port)."
+    )
+    options: dict[str, Any] = Field(
+        default_factory=dict,
+        description="Broker settings (Kafka names, see the broker section below), passed as "
+        "`-o key=value`.",
+    )
+
+    @field_validator("listen")
+    @classmethod
+    def _listen(cls, v: str) -> str:
+        return _host_port(v, "broker.listen")
+
+
+class DatabusConfig(_Model):
+    """The whole sidecar.yaml."""
+
+    sidecar: SidecarSettings = Field(
+        default_factory=SidecarSettings,
+        description="The sidecar process: app socket, metrics, buffer, reload (below).",
+    )
+    clusters: dict[str, ClusterConfig] = Field(
+        default_factory=dict,
+        description="Named upstream Kafka clusters. Empty: `databus up` runs the built-in "
+        f"broker and names it `{EMBEDDED_CLUSTER}`.",
+    )
+    producer: dict[str, Any] = Field(
+        default_factory=dict,
+        description="Producer defaults for every stream (Kafka keys, see the producer "
+        "section), plus `partitioner` (a partitioner plugin's name) and `partitioner.config`.",
+    )
+    streams: dict[str, StreamConfig] = Field(
+        default_factory=dict, description="Stream name -> cluster, topic and overrides."
+    )
+    default_route: DefaultRoute | None = Field(
+        None,
+        description="Route for unlisted streams; null: sending to one is an UNKNOWN_STREAM "
+        "error.",
+    )
+    broker: EmbeddedBrokerConfig = Field(
+        default_factory=EmbeddedBrokerConfig,
+        description="The built-in broker `databus up` runs when `clusters` is empty (below).",
+    )
+
+    @model_validator(mode="after")
+    def _check(self) -> "DatabusConfig":
+        problems = []
+        for what, cluster in self._cluster_refs():
+            try:
+                self.resolve_cluster(cluster, what)
+            except ConfigError as exc:
+                problems.append(str(exc))
+        try:
+            self.producer_config(self.producer)
+        except ConfigError as exc:
+            problems.append(f"producer: {exc}")
+        if not problems:
+            for name in self.streams:
+                try:
+                    self.stream_producer_settings(name)
+                except ConfigError as exc:
+                    problems.append(str(exc))
+        if self.broker.options:
+            problems.extend(_broker_option_problems(self.broker.options))
+        if problems:
+            raise ValueError("; ".join(dict.fromkeys(problems)))
+        return self
+
+    def _cluster_refs(self):
+        for name, stream in self.streams.items():
+            yield f"stream {name!r}", stream.cluster
+        if self.default_route is not None:
+            yield "default_route", self.default_route.cluster
+
+    # --- resolution helpers used by the sidecar ---------------------------------------------
+
+    @property
+    def uses_embedded_broker(self) -> bool:
+        return not self.clusters
+
+    def resolve_cluster(self, name: str | None, what: str = "stream") -> str:
+        """The cluster a stream goes to, by the rules in StreamConfig.cluster's description."""
+        if not self.clusters:
+            if name not in (None, EMBEDDED_CLUSTER):
+                raise ConfigError(
+                    f"{what}: cluster {name!r} is not defined (no clusters are configured, "
+                    f"so the only cluster is the built-in broker {EMBEDDED_CLUSTER!r})"
+                )
+            return EMBEDDED_CLUSTER
+        if name is None:
+            if len(self.clusters) == 1:
+                return next(iter(self.clusters))
+            raise ConfigError(
+                f"{what}: 'cluster' is required when several clusters are configured "
+                f"({', '.join(self.clusters)})"
+            )
+        if name not in self.clusters:
+            raise ConfigError(
+                f"{what}: cluster {name!r} is not defined (defined: {', '.join(self.clusters)})"
+            )
+        return name
+
+    def stream_cluster(self, stream: str | None) -> str:
+        """The cluster name a stream (None: the default route) sends to."""
+        if stream is not None and stream in self.streams:
+            return self.resolve_cluster(self.streams[stream].cluster, f"stream {stream!r}")
+        route = self.default_route
+        return self.resolve_cluster(route.cluster if route else None, "default_route")
+
+    def stream_producer_settings(self, stream: str | None) -> dict[str, Any]:
+        """Merged producer keys for a stream (cluster < producer defaults < stream); None is
+        the default route."""
+        if stream is None or stream not in self.streams:
+            cluster_name = self.resolve_cluster(
+                self.default_route.cluster if self.default_route else None, "default_route"
+            )
+            overrides: dict[str, Any] = {}
+        else:
+            cfg = self.streams[stream]
+            cluster_name = self.resolve_cluster(cfg.cluster, f"stream {stream!r}")
+            overrides = cfg.producer_settings
+        cluster = self.clusters.get(cluster_name)
+        merged = dict(cluster.producer_settings if cluster else {})
+        merged.update(self.producer)
+        merged.update(overrides)
+        try:
+            self.producer_config(merged)
+        except ConfigError as exc:
+            where = f"stream {stream!r}" if stream else "default_route"
+            raise ConfigError(f"{where}: {exc}") from None
+        return merged
+
+    @staticmethod
+    def producer_config(settings: Mapping[str, Any]):
+        """Validate the Kafka part of merged producer settings with the client's model."""
+        from databus.client.config import ProducerConfig
+        from databus.client.errors import ConfigError as ClientConfigError
+
+        kafka = {k: v for k, v in settings.items() if k not in SIDECAR_PRODUCER_KEYS}
+        reserved = [k for k in kafka if k in RESERVED_PRODUCER_KEYS]
+        if reserved:
+            raise ConfigError(
+                f"{', '.join(reserved)} cannot be set per stream (the sidecar sets "
+                "buffer.memory from sidecar.buffer.memory and bootstrap.servers from the "
+                "cluster)"
+            )
+        pconf = settings.get("partitioner.config", {})
+        if not isinstance(pconf, dict):
+            raise ConfigError("partitioner.config must be a mapping")
+        if not isinstance(settings.get("partitioner", "default"), str):
+            raise ConfigError("partitioner must be a partitioner plugin's name")
+        try:
+            return ProducerConfig.from_kafka(kafka)
+        except ClientConfigError as exc:
+            raise ConfigError(str(exc)) from None
+
+    def route_topic(self, stream: str) -> str:
+        if stream in self.streams:
+            return self.streams[stream].topic or stream
+        assert self.default_route is not None
+        return self.default_route.topic.replace("{stream}", stream)
+
+
+def _broker_option_problems(options: Mapping[str, Any]) -> list[str]:
+    """Check embedded-broker options with the broker's own model when it is importable."""
+    try:
+        from databus.broker.config import BrokerConfig
+    except ImportError:
+        return []
+    try:
+        BrokerConfig.from_options(broker_option_args(options))
+    except ValueError as exc:  # BrokerConfigError: its message names the key
+        return [f"broker.options: {exc}"]
+    return []
+
+
+def broker_option_args(options: Mapping[str, Any]) -> list[str]:
+    """``key=value`` strings for ``databus broker -o`` (booleans as Kafka writes them)."""
+    def text(value: Any) -> str:
+        return str(value).lower() if isinstance(value, bool) else str(value)
+
+    return [f"{key}={text(value)}" for key, value in options.items()]
+
+
+def _format_validation(exc: ValidationError) -> str:
+    problems = []
+    for err in exc.errors():
+        loc = ".".join(str(p) for p in err["loc"])
+        msg = err["msg"].removeprefix("Value error, ")
+        if err["type"] == "extra_forbidden":
+            problems.append(f"{loc}: unknown setting")
+        elif err["type"] == "missing":
+            problems.append(f"{loc}: required")
+        else:
+            problems.append(f"{loc}: {msg}" if loc else msg)
+    return "; ".join(problems)
+
+
+def parse_config(data: Any, base_dir: Path | None = None) -> DatabusConfig:
+    """Validate a decoded sidecar.yaml; relative paths are made absolute from ``base_dir``."""
+    if data is None:
+        data = {}
+    if not isinstance(data, dict):
+        raise ConfigError(f"the config must be a mapping, got {type(data).__name__}")
+    try:
+        config = DatabusConfig.model_validate(data)
+    except ValidationError as exc:
+        raise ConfigError(_format_validation(exc)) from None
+    if base_dir is not None:
+        config = _absolute_paths(config, base_dir)
+    return config
+
+
+def _absolute_paths(config: DatabusConfig, base_dir: Path) -> DatabusConfig:
+    def absolute(path: str) -> str:
+        p = Path(path).expanduser()
+        return str(p if p.is_absolute() else (base_dir / p).resolve())
+
+    sidecar = config.sidecar.model_copy(update={"socket": absolute(config.sidecar.socket)})
+    broker = config.broker.model_copy(update={"data_dir": absolute(config.broker.data_dir)})
+    return config.model_copy(update={"sidecar": sidecar, "broker": broker})
+
+
+def load_config(path: str | os.PathLike | None) -> DatabusConfig:
+    """Read and validate a sidecar.yaml (None: all defaults).  Raises ConfigError."""
+    if path is None:
+        return parse_config({})
+    path = Path(path)
+    try:
+        text = path.read_text()
+    except OSError as exc:
+        raise ConfigError(f"cannot read {path}: {exc.strerror}") from None
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{path}: invalid YAML: {exc}") from None
+    try:
+        return parse_config(data, path.resolve().parent)
+    except ConfigError as exc:
+        raise ConfigError(f"{path}: {exc}") from None
+
+
+def with_overrides(config: DatabusConfig, **sidecar_fields: Any) -> DatabusConfig:
+    """Apply command-line flags (non-None values) on top of a loaded config, re-validated."""
+    data = config.model_dump(by_alias=True, exclude_unset=False)
+    broker_keys = {"data_dir", "listen"}
+    for key, value in sidecar_fields.items():
+        if value is None:
+            continue
+        if key in broker_keys:
+            data["broker"][key] = value
+        else:
+            data["sidecar"][key] = value
+    return parse_config(data, Path.cwd())

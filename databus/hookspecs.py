@@ -1,0 +1,105 @@
+"""Every pluggy hook databus calls, and nothing else.
+
+docs/plugins.md documents the same hooks (a test keeps the two equal).  Two kinds:
+
+* Hot-path hooks are *factories*: the sidecar calls them once per (re)configuration and
+  keeps the plain callable they return; per message it calls that callable directly.  pluggy
+  dispatch per message would cost more than the rest of the hot path.
+* Lifecycle hooks run at start, stop and reload.  pluggy hooks are synchronous: long-running
+  work goes into a task handed to ``spawn`` in ``databus_sidecar_started``, never inside the
+  hook call.
+
+A hook implementation that raises is reported with its plugin's name and skipped; the sidecar
+keeps running (a factory failing during a reload makes that reload invalid, so the old config
+stays in service).
+"""
+
+from __future__ import annotations
+
+import pluggy
+
+hookspec = pluggy.HookspecMarker("databus")
+
+
+@hookspec(firstresult=True)
+def databus_partitioner(name, config):
+    """Make the partitioner called ``name``, or return None if this plugin has no such name.
+
+    :param name: the stream's ``partitioner`` setting, e.g. ``"default"`` or ``"field"``.
+    :param config: the stream's ``partitioner.config`` mapping (empty if not set).
+    :returns: a callable ``partition(topic, key, value, partition_count) -> int`` returning a
+        partition in ``[0, partition_count)``, or None.
+
+    When: once per upstream producer per (re)configuration (streams with identical producer
+    settings share a producer, and so a partitioner); the first non-None result wins.  The
+    callable then runs for every message without an explicit partition, so it must be fast
+    and must not block.  If it has a ``batch_completed(topic, partition)`` method, the
+    producer calls it when a batch is closed (how the sticky partitioner moves on).  Raise
+    ``ValueError`` for a bad ``config``: the configuration (or reload) is rejected with your
+    message.  An exception raised per message fails that message with PLUGIN_ERROR.
+    """
+
+
+@hookspec
+def databus_partitioner_names():
+    """Name the partitioners this plugin can make.
+
+    :returns: a list of names accepted by this plugin's ``databus_partitioner``.
+
+    When: by ``databus plugins`` and when a stream names an unknown partitioner (to list the
+    choices in the error).  All results are collected.
+    """
+
+
+@hookspec
+def databus_route(stream, topic, settings):
+    """Make a per-message route function for a stream, or return None to leave it alone.
+
+    :param stream: the stream's name as apps send it.
+    :param topic: the topic the configuration maps the stream to.
+    :param settings: the stream's merged producer settings (a read-only mapping).
+    :returns: a callable ``route(message) -> message | None`` or None.  ``message`` is a
+        ``databus.sidecar.router.RoutedMessage`` with mutable attributes ``topic``, ``key``,
+        ``value``, ``headers`` (a list of ``(str, bytes)``), ``partition`` and read-only
+        ``stream``.  Return the message (changed or not) to send it, or None to drop it (the
+        app gets a delivery report with ``partition`` and ``offset`` -1).
+
+    When: once per stream per (re)configuration (for a stream reaching the default route,
+    when it is first seen); every plugin's route function is kept and they run in plugin
+    order for every message of that stream, before partitioning.  An exception raised per
+    message fails that message with PLUGIN_ERROR naming the plugin.
+    """
+
+
+@hookspec
+def databus_sidecar_started(config, spawn):
+    """The sidecar is serving.
+
+    :param config: the ``databus.config.DatabusConfig`` in force.
+    :param spawn: ``spawn(async_fn, *args)`` starts a long-running trio task in the sidecar's
+        nursery; it is cancelled when the sidecar stops.
+
+    When: once, after the ingress sockets listen and before apps are served.
+    """
+
+
+@hookspec
+def databus_sidecar_stopping(config):
+    """The sidecar is about to stop (after it stopped accepting messages, before it drains).
+
+    :param config: the ``DatabusConfig`` in force.
+
+    When: once, on SIGINT/SIGTERM or when the sidecar's task is cancelled.
+    """
+
+
+@hookspec
+def databus_config_reloaded(old, new):
+    """A new configuration has been applied by hot reload.
+
+    :param old: the previous ``DatabusConfig``.
+    :param new: the ``DatabusConfig`` now in force.
+
+    When: after the new routes are live (SIGHUP or a changed file).  Not called for a
+    rejected (invalid) configuration.
+    """

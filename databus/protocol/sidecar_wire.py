@@ -1,0 +1,329 @@
+"""The sidecar wire format: length-prefixed msgpack maps between an app's SDK and the sidecar.
+
+This module owns the bytes (framing, frame shapes, validation, error codes) and nothing else:
+no sockets, no trio.  docs/sidecar-protocol.md is the human-readable version of it; the tests
+pin its golden bytes so the two cannot drift.
+
+A frame is a 4-byte big-endian unsigned length ``N`` followed by ``N`` bytes holding one
+msgpack map (strings as msgpack str, payloads as msgpack bin).  Every map has a ``type``.
+
+App -> sidecar: ``hello`` (first frame, carries the protocol version), ``produce`` (one or
+many messages, each ``[id, stream, value, key, headers, partition, timestamp]`` with trailing
+nils omittable), ``flush`` and ``ping``.
+Sidecar -> app: ``hello``, ``reports`` (one delivery report or error per message, in any
+order), ``flushed``, ``pong`` and ``error`` (fatal for that connection, which is then closed).
+"""
+
+from __future__ import annotations
+
+import enum
+import struct
+from typing import Any, NamedTuple
+
+import msgpack
+
+PROTOCOL_VERSION = 1
+SUPPORTED_VERSIONS = frozenset({1})
+DEFAULT_MAX_FRAME_BYTES = 16 * 1024 * 1024
+LENGTH_PREFIX = struct.Struct(">I")
+
+
+class ErrorCode(enum.IntEnum):
+    """Error codes in reports and error frames.
+
+    Codes below 1000 are Kafka's own (passed through from the upstream cluster, so an app sees
+    exactly what a Kafka producer would); 1000 and above are the sidecar's.
+    """
+
+    NONE = 0
+    UNKNOWN_SERVER_ERROR = -1
+    UNKNOWN_TOPIC_OR_PARTITION = 3
+    REQUEST_TIMED_OUT = 7
+    MESSAGE_TOO_LARGE = 10
+    UNSUPPORTED_VERSION = 35
+    INVALID_REQUEST = 42
+    # sidecar codes
+    UNKNOWN_STREAM = 1000
+    BUFFER_EXHAUSTED = 1001
+    MALFORMED_FRAME = 1002
+    FRAME_TOO_LARGE = 1003
+    HELLO_REQUIRED = 1004
+    PLUGIN_ERROR = 1005
+    SHUTTING_DOWN = 1006
+    INVALID_MESSAGE = 1007
+
+
+def error_name(code: int) -> str:
+    """Kafka's or the sidecar's upper-case name for ``code`` (``UNKNOWN_<n>`` if neither)."""
+    try:
+        return ErrorCode(code).name
+    except ValueError:
+        pass
+    try:
+        from kio.schema.errors import ErrorCode as KafkaErrorCode
+
+        return KafkaErrorCode(code).name.upper()
+    except (ImportError, ValueError):
+        return f"UNKNOWN_{code}"
+
+
+class WireError(ValueError):
+    """Bytes that break the protocol; the connection that sent them gets an error frame and
+    is closed.  ``code`` is the ErrorCode to put in that frame."""
+
+    def __init__(self, code: ErrorCode, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+class Message(NamedTuple):
+    """One message of a produce frame, validated."""
+
+    id: int
+    stream: str
+    value: bytes | None
+    key: bytes | None = None
+    headers: list[tuple[str, bytes]] | None = None
+    partition: int | None = None
+    timestamp: int | None = None
+
+
+# --- encoding ---------------------------------------------------------------------------
+
+def encode_frame(frame: dict[str, Any]) -> bytes:
+    """One frame: length prefix + msgpack map (str as str, bytes as bin)."""
+    body = msgpack.packb(frame, use_bin_type=True)
+    return LENGTH_PREFIX.pack(len(body)) + body
+
+
+def hello(client: str, version: int = PROTOCOL_VERSION) -> dict[str, Any]:
+    return {"type": "hello", "version": version, "client": client}
+
+
+def hello_reply(server: str, max_frame_bytes: int, max_block_ms: int) -> dict[str, Any]:
+    return {
+        "type": "hello",
+        "version": PROTOCOL_VERSION,
+        "server": server,
+        "max_frame_bytes": max_frame_bytes,
+        "max_block_ms": max_block_ms,
+    }
+
+
+def message_array(
+    id: int,
+    stream: str,
+    value: bytes | None,
+    key: bytes | None = None,
+    headers: list[tuple[str, bytes]] | None = None,
+    partition: int | None = None,
+    timestamp: int | None = None,
+) -> list[Any]:
+    """The array form of one message, with trailing nils dropped (they are optional)."""
+    fields = [id, stream, value, key, headers, partition, timestamp]
+    while len(fields) > 3 and fields[-1] is None:
+        fields.pop()
+    return fields
+
+
+def produce(messages: list[list[Any]]) -> dict[str, Any]:
+    return {"type": "produce", "messages": messages}
+
+
+def report_ok(id: int, topic: str, partition: int, offset: int, timestamp: int) -> list[Any]:
+    return [id, 0, topic, partition, offset, timestamp]
+
+
+def report_error(id: int, code: int, message: str) -> list[Any]:
+    return [id, int(code), message]
+
+
+def reports(items: list[list[Any]]) -> dict[str, Any]:
+    return {"type": "reports", "reports": items}
+
+
+def flush(id: int) -> dict[str, Any]:
+    return {"type": "flush", "id": id}
+
+
+def flushed(id: int) -> dict[str, Any]:
+    return {"type": "flushed", "id": id}
+
+
+def ping(id: int) -> dict[str, Any]:
+    return {"type": "ping", "id": id}
+
+
+def pong(id: int) -> dict[str, Any]:
+    return {"type": "pong", "id": id}
+
+
+def error(code: int, message: str) -> dict[str, Any]:
+    return {"type": "error", "code": int(code), "message": message}
+
+
+# --- decoding ---------------------------------------------------------------------------
+
+
+def _reject_ext(code: int, data: bytes) -> Any:
+    raise WireError(ErrorCode.MALFORMED_FRAME, f"msgpack extension type {code} is not allowed")
+
+
+class FrameDecoder:
+    """Sans-I/O splitter and decoder: ``feed(bytes)`` returns the complete frames as dicts.
+
+    The length prefix is checked against ``max_frame_bytes`` before the frame's bytes are
+    buffered, so a hostile 4 GiB prefix costs nothing.  Any violation raises WireError; the
+    decoder is then unusable (the connection must be closed).
+    """
+
+    def __init__(self, max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES) -> None:
+        self.max_frame_bytes = max_frame_bytes
+        self._buf = b""
+
+    @property
+    def buffered(self) -> int:
+        return len(self._buf)
+
+    def feed(self, data: bytes) -> list[dict[str, Any]]:
+        buf = self._buf + data if self._buf else bytes(data)
+        frames = []
+        pos = 0
+        end = len(buf)
+        while end - pos >= 4:
+            (size,) = LENGTH_PREFIX.unpack_from(buf, pos)
+            if size > self.max_frame_bytes:
+                raise WireError(
+                    ErrorCode.FRAME_TOO_LARGE,
+                    f"frame of {size} bytes exceeds max_frame_bytes={self.max_frame_bytes}",
+                )
+            if end - pos - 4 < size:
+                break
+            frames.append(decode_body(buf[pos + 4 : pos + 4 + size]))
+            pos += 4 + size
+        self._buf = buf[pos:] if pos < end else b""
+        return frames
+
+
+def decode_body(body: bytes) -> dict[str, Any]:
+    """Decode one frame body (without its prefix) into a map with a str ``type``."""
+    try:
+        frame = msgpack.unpackb(body, raw=False, ext_hook=_reject_ext, strict_map_key=True)
+    except WireError:
+        raise
+    except Exception as exc:  # msgpack raises several unrelated types for bad input
+        raise WireError(ErrorCode.MALFORMED_FRAME, f"invalid msgpack: {exc}") from None
+    if not isinstance(frame, dict):
+        raise WireError(
+            ErrorCode.MALFORMED_FRAME, f"a frame must be a msgpack map, got {type(frame).__name__}"
+        )
+    kind = frame.get("type")
+    if not isinstance(kind, str):
+        raise WireError(ErrorCode.MALFORMED_FRAME, "a frame needs a string 'type'")
+    return frame
+
+
+def frame_int(frame: dict[str, Any], field: str) -> int:
+    """A required non-negative integer field (ids, versions)."""
+    value = frame.get(field)
+    if type(value) is not int or value < 0:
+        raise WireError(
+            ErrorCode.MALFORMED_FRAME,
+            f"{frame.get('type')} frame: '{field}' must be a non-negative integer",
+        )
+    return value
+
+
+def check_hello(frame: dict[str, Any]) -> int:
+    """Validate an app's hello; returns the protocol version to speak."""
+    if frame.get("type") != "hello":
+        raise WireError(
+            ErrorCode.HELLO_REQUIRED, f"the first frame must be hello, got {frame.get('type')!r}"
+        )
+    version = frame_int(frame, "version")
+    if version not in SUPPORTED_VERSIONS:
+        raise WireError(
+            ErrorCode.UNSUPPORTED_VERSION,
+            f"protocol version {version} is not supported (supported: "
+            f"{sorted(SUPPORTED_VERSIONS)})",
+        )
+    return version
+
+
+def _bad(index: int, what: str) -> WireError:
+    return WireError(ErrorCode.MALFORMED_FRAME, f"produce frame: message {index}: {what}")
+
+
+def parse_messages(frame: dict[str, Any]) -> list[tuple]:
+    """Validate a produce frame's messages: tuples in ``Message``'s field order.  Any
+    malformed message fails the whole frame (the
+    protocol is broken, not just one message)."""
+    raw = frame.get("messages")
+    if type(raw) is not list:
+        raise WireError(ErrorCode.MALFORMED_FRAME, "produce frame: 'messages' must be an array")
+    out = []
+    append = out.append
+    for index, item in enumerate(raw):
+        if type(item) is not list or not 3 <= len(item) <= 7:
+            raise _bad(index, "must be an array of 3 to 7 fields")
+        id_, stream, value, key, headers, partition, timestamp = (*item, *_PAD[len(item)])
+        if type(id_) is not int or id_ < 0:
+            raise _bad(index, "id must be a non-negative integer")
+        if type(stream) is not str:
+            raise _bad(index, "stream must be a string")
+        if value is not None and type(value) is not bytes:
+            raise _bad(index, "value must be bin or nil")
+        if key is not None and type(key) is not bytes:
+            raise _bad(index, "key must be bin or nil")
+        if headers is not None:
+            headers = _headers(index, headers)
+        if partition is not None and (type(partition) is not int or partition < 0):
+            raise _bad(index, "partition must be a non-negative integer or nil")
+        if timestamp is not None and type(timestamp) is not int:
+            raise _bad(index, "timestamp must be an integer (ms since the epoch) or nil")
+        # Plain tuples in Message's field order: a NamedTuple per message costs on the hot
+        # path, and they compare equal to Message.
+        append((id_, stream, value, key, headers, partition, timestamp))
+    return out
+
+
+_PAD = [(None,) * (7 - n) if n <= 7 else () for n in range(8)]
+
+
+def _headers(index: int, headers: Any) -> list[tuple[str, bytes]]:
+    if type(headers) is not list:
+        raise _bad(index, "headers must be an array of [str, bin] pairs")
+    out = []
+    for pair in headers:
+        if (
+            type(pair) is not list
+            or len(pair) != 2
+            or type(pair[0]) is not str
+            or (pair[1] is not None and type(pair[1]) is not bytes)
+        ):
+            raise _bad(index, "headers must be an array of [str, bin] pairs")
+        out.append((pair[0], pair[1]))
+    return out
+
+
+class Report(NamedTuple):
+    """A decoded delivery report: ``code`` 0 with topic/partition/offset/timestamp, or an error
+    code with ``message``."""
+
+    id: int
+    code: int
+    topic: str | None = None
+    partition: int | None = None
+    offset: int | None = None
+    timestamp: int | None = None
+    message: str | None = None
+
+
+def parse_report(item: Any) -> Report:
+    if type(item) is not list or len(item) < 3 or type(item[0]) is not int:
+        raise WireError(ErrorCode.MALFORMED_FRAME, f"bad report {item!r}")
+    if item[1] == 0:
+        if len(item) != 6:
+            raise WireError(ErrorCode.MALFORMED_FRAME, f"bad delivery report {item!r}")
+        return Report(item[0], 0, item[2], item[3], item[4], item[5])
+    return Report(item[0], item[1], message=str(item[2]))

@@ -1,0 +1,546 @@
+"""``databus.Client``: the app's synchronous, thread-safe handle on the local sidecar.
+
+One background I/O thread owns the socket.  ``send`` (any thread) assigns the message an id,
+appends it to a queue and returns a DeliveryFuture at once; the I/O thread packs everything
+queued into produce frames, writes them, and resolves futures from the sidecar's reports.
+Many sends are thus pipelined on one connection without waiting for reports.
+
+Backpressure: bytes queued here but not yet written to the socket are bounded by
+``max_buffer_bytes``; when the sidecar stops reading (its own buffer.memory is full), that
+bound fills and ``send`` waits at most ``max_block_ms`` (by default the sidecar's, sent in
+its hello) before raising BufferExhaustedError.  A message the sidecar accepted but could
+not buffer in time is answered with BUFFER_EXHAUSTED through its future instead.
+"""
+
+from __future__ import annotations
+
+import collections
+import itertools
+import logging
+import os
+import selectors
+import socket
+import threading
+import time
+from typing import Any, Callable, Iterable, Mapping, NamedTuple
+
+import msgpack
+
+import databus
+from databus.config import default_socket_path
+from databus.protocol import sidecar_wire as wire
+
+from .errors import (
+    BufferExhaustedError,
+    DatabusError,
+    ProtocolError,
+    SidecarUnavailableError,
+    error_for,
+)
+
+log = logging.getLogger("databus.sdk")
+
+_PACK = msgpack.Packer(use_bin_type=True).pack
+_PREFIX = wire.LENGTH_PREFIX.pack
+# Messages per produce frame: big enough to amortise framing, small enough to keep the
+# sidecar's frames and the first report's latency short.
+MAX_MESSAGES_PER_FRAME = 2048
+
+
+class Delivery(NamedTuple):
+    """Where a message landed.  ``offset`` is -1 for acks=0; a message dropped by a route
+    plugin has ``partition`` and ``offset`` -1 (see ``dropped``)."""
+
+    topic: str
+    partition: int
+    offset: int
+    timestamp: int
+
+    @property
+    def dropped(self) -> bool:
+        return self.partition == -1 and self.offset == -1
+
+
+class DeliveryFuture:
+    """The outcome of one ``send``: ``result(timeout)`` returns the Delivery or raises."""
+
+    __slots__ = ("_client", "_done", "_result", "_exc", "_callbacks")
+
+    def __init__(self, client: "Client") -> None:
+        self._client = client
+        self._done = False
+        self._result: Delivery | None = None
+        self._exc: BaseException | None = None
+        self._callbacks: list[Callable[["DeliveryFuture"], Any]] | None = None
+
+    def done(self) -> bool:
+        return self._done
+
+    def result(self, timeout: float | None = None) -> Delivery:
+        if not self._done:
+            self._client._wait_for(self, timeout)
+        if self._exc is not None:
+            raise self._exc
+        result = self._result
+        if type(result) is list:  # the raw report; built on first use (cheaper per message)
+            result = self._result = Delivery(result[2], result[3], result[4], result[5])
+        return result  # type: ignore[return-value]
+
+    def exception(self, timeout: float | None = None) -> BaseException | None:
+        if not self._done:
+            self._client._wait_for(self, timeout)
+        return self._exc
+
+    def add_done_callback(self, fn: Callable[["DeliveryFuture"], Any]) -> None:
+        """Call ``fn(future)`` when done (at once if already done; otherwise on the client's
+        I/O thread, so keep it short)."""
+        if self._done:
+            fn(self)
+            return
+        with self._client._lock:
+            if not self._done:
+                if self._callbacks is None:
+                    self._callbacks = []
+                self._callbacks.append(fn)
+                return
+        fn(self)
+
+    def _set(self, result: Delivery | list | None, exc: BaseException | None) -> None:
+        with self._client._lock:
+            self._result = result
+            self._exc = exc
+            self._done = True
+        self._run_callbacks()
+
+    def _run_callbacks(self) -> None:
+        if self._callbacks:
+            for fn in self._callbacks:
+                try:
+                    fn(self)
+                except Exception:
+                    log.exception("delivery callback failed")
+
+
+def _as_bytes(data: Any, what: str) -> bytes | None:
+    if data is None or type(data) is bytes:
+        return data
+    if isinstance(data, str):
+        return data.encode()
+    if isinstance(data, (bytearray, memoryview)):
+        return bytes(data)
+    raise TypeError(f"{what} must be bytes, str or None, not {type(data).__name__}")
+
+
+def _headers(headers: Any) -> list[list] | None:
+    if headers is None:
+        return None
+    items = headers.items() if isinstance(headers, Mapping) else headers
+    out = []
+    for pair in items:
+        name, value = pair
+        if not isinstance(name, str):
+            raise TypeError(f"header names must be str, not {type(name).__name__}")
+        out.append([name, _as_bytes(value, "header value")])
+    return out
+
+
+class Client:
+    """Send messages to streams through the local databus sidecar.
+
+    ``Client(socket_path=None)`` connects to ``socket_path`` (default: $DATABUS_SOCKET, else
+    the default in databus.config), or to ``address=("127.0.0.1", port)`` for the sidecar's
+    loopback TCP ingress.  Use it as a context manager, or call ``close()``.
+    """
+
+    def __init__(
+        self,
+        socket_path: str | os.PathLike | None = None,
+        *,
+        address: tuple[str, int] | None = None,
+        connect_timeout: float = 10.0,
+        max_buffer_bytes: int = 32 * 1024 * 1024,
+        max_block_ms: int | None = None,
+        client_name: str | None = None,
+    ) -> None:
+        self.socket_path = None if address else str(socket_path or default_socket_path())
+        self._lock = threading.Lock()
+        self._done_cond = threading.Condition(self._lock)
+        self._space = threading.Condition(threading.Lock())
+        self._waiters = 0
+        self._ids = itertools.count(1)
+        self._queue: list = []  # message lists and ("flush"/"ping", id) markers, in order
+        self._futures: dict[int, DeliveryFuture] = {}
+        self._flush_waits: dict[int, threading.Event] = {}
+        self._buffered = 0  # payload bytes queued here or in _out, not yet on the socket
+        self._max_buffer = max_buffer_bytes
+        self._armed = False  # a wake-up byte is in flight to the I/O thread
+        self._closed = False
+        self._failure: DatabusError | None = None
+        self._flushed_ok: set[int] = set()
+        self._sock = self._connect(address, connect_timeout)
+        try:
+            hello = self._handshake(client_name or f"databus-python/{databus.__version__}",
+                                    connect_timeout)
+        except BaseException:
+            self._sock.close()
+            raise
+        self.server = hello.get("server")
+        self.max_frame_bytes = int(hello.get("max_frame_bytes", wire.DEFAULT_MAX_FRAME_BYTES))
+        self.max_block_ms = max_block_ms if max_block_ms is not None else int(
+            hello.get("max_block_ms", 60000)
+        )
+        self._wake_r, self._wake_w = socket.socketpair()
+        self._wake_r.setblocking(False)
+        self._wake_w.setblocking(False)
+        self._sock.setblocking(False)
+        self._thread = threading.Thread(
+            target=self._io_loop, name="databus-client-io", daemon=True
+        )
+        self._thread.start()
+
+    # --- connection -------------------------------------------------------------------------
+
+    def _connect(self, address, timeout: float) -> socket.socket:
+        if address:
+            target, family, where = address, socket.AF_INET, f"{address[0]}:{address[1]}"
+        else:
+            target, family, where = self.socket_path, socket.AF_UNIX, self.socket_path
+        sock = socket.socket(family, socket.SOCK_STREAM)
+        sock.settimeout(timeout)
+        try:
+            sock.connect(target)
+        except OSError as exc:
+            sock.close()
+            raise SidecarUnavailableError(
+                f"cannot connect to the sidecar at {where}: {exc.strerror or exc} "
+                "(is `databus up` running?)"
+            ) from None
+        if family == socket.AF_INET:
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        return sock
+
+    def _handshake(self, name: str, timeout: float) -> dict:
+        self._sock.sendall(wire.encode_frame(wire.hello(name)))
+        decoder = wire.FrameDecoder(wire.DEFAULT_MAX_FRAME_BYTES)
+        deadline = time.monotonic() + timeout
+        while True:
+            self._sock.settimeout(max(deadline - time.monotonic(), 0.001))
+            try:
+                data = self._sock.recv(65536)
+            except OSError as exc:
+                raise SidecarUnavailableError(f"no hello from the sidecar: {exc}") from None
+            if not data:
+                raise SidecarUnavailableError("the sidecar closed the connection during hello")
+            frames = decoder.feed(data)
+            if frames:
+                frame = frames[0]
+                if frame["type"] == "error":
+                    raise error_for(frame.get("code", -1), str(frame.get("message")))
+                if frame["type"] != "hello":
+                    raise ProtocolError(
+                        wire.ErrorCode.HELLO_REQUIRED, f"expected hello, got {frame}"
+                    )
+                self._decoder = decoder
+                self._early_frames = frames[1:]
+                return frame
+
+    # --- public API -------------------------------------------------------------------------
+
+    def send(
+        self,
+        stream: str,
+        value: bytes | str | None,
+        key: bytes | str | None = None,
+        headers: Iterable[tuple[str, bytes]] | Mapping[str, bytes] | None = None,
+        partition: int | None = None,
+        timestamp: int | None = None,
+    ) -> DeliveryFuture:
+        """Queue a message for ``stream``; returns at once with a DeliveryFuture, unless this
+        client's buffer is full (then waits up to ``max_block_ms``, then raises
+        BufferExhaustedError).  ``headers``: (str, bytes) pairs.  ``timestamp``: ms since
+        the epoch (default: the sidecar's clock when it accepts the message)."""
+        if type(stream) is not str:
+            raise TypeError("stream must be a str")
+        if type(value) is not bytes:
+            value = _as_bytes(value, "value")
+        if key is not None and type(key) is not bytes:
+            key = _as_bytes(key, "key")
+        hdrs = _headers(headers) if headers is not None else None
+        if partition is not None and (type(partition) is not int or partition < 0):
+            raise ValueError("partition must be a non-negative int or None")
+        size = (len(value) if value else 0) + (len(key) if key else 0) + 24
+        if hdrs:
+            size += sum(len(k) + (len(v) if v else 0) for k, v in hdrs)
+        if self._buffered + size > self._max_buffer:
+            self._wait_for_space(size)
+        future = DeliveryFuture(self)
+        with self._lock:
+            if self._closed or self._failure is not None:
+                raise self._failure or SidecarUnavailableError("the client is closed")
+            id_ = next(self._ids)
+            self._futures[id_] = future
+            if hdrs is None and partition is None and timestamp is None:
+                msg = [id_, stream, value] if key is None else [id_, stream, value, key]
+            else:
+                msg = [id_, stream, value, key, hdrs, partition, timestamp]
+            self._queue.append((msg, size))
+            self._buffered += size
+            wake = not self._armed
+            self._armed = True
+        if wake:
+            self._wake()
+        return future
+
+    def flush(self, timeout: float | None = None) -> None:
+        """Wait until every message sent before this call has its delivery report (success
+        or error).  Raises TimeoutError if that takes longer than ``timeout`` seconds."""
+        event = threading.Event()
+        with self._lock:
+            if self._failure is not None:
+                raise self._failure
+            if self._closed:
+                return
+            id_ = next(self._ids)
+            self._flush_waits[id_] = event
+            self._queue.append(("flush", id_))
+            wake = not self._armed
+            self._armed = True
+        if wake:
+            self._wake()
+        if not event.wait(timeout):
+            with self._lock:
+                self._flush_waits.pop(id_, None)
+            raise TimeoutError(f"flush did not complete within {timeout}s")
+        with self._lock:
+            ok = id_ in self._flushed_ok
+            self._flushed_ok.discard(id_)
+        if not ok and self._failure is not None:
+            raise self._failure
+
+    def close(self, timeout: float | None = 30.0) -> None:
+        """Flush (up to ``timeout`` seconds), then close the connection.  Messages still
+        without a report fail with SidecarUnavailableError."""
+        if self._closed:
+            return
+        try:
+            if self._failure is None:
+                self.flush(timeout)
+        except (TimeoutError, DatabusError):
+            pass
+        finally:
+            with self._lock:
+                self._closed = True
+            self._wake()
+            self._thread.join(5)
+            self._fail_all(SidecarUnavailableError("the client was closed"))
+            for s in (self._sock, self._wake_r, self._wake_w):
+                s.close()
+
+    def __enter__(self) -> "Client":
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        self.close()
+
+    def statistics(self) -> dict[str, int]:
+        return {"pending_reports": len(self._futures), "buffered_bytes": self._buffered}
+
+    # --- waiting ----------------------------------------------------------------------------
+
+    def _wake(self) -> None:
+        try:
+            self._wake_w.send(b"\0")
+        except (BlockingIOError, OSError):
+            pass  # already has wake-ups pending, or closed
+
+    def _wait_for(self, future: DeliveryFuture, timeout: float | None) -> None:
+        deadline = None if timeout is None else time.monotonic() + timeout
+        with self._done_cond:
+            self._waiters += 1
+            try:
+                while not future._done:
+                    remaining = None if deadline is None else deadline - time.monotonic()
+                    if remaining is not None and remaining <= 0:
+                        raise TimeoutError(f"no delivery report within {timeout}s")
+                    self._done_cond.wait(remaining)
+            finally:
+                self._waiters -= 1
+
+    def _wait_for_space(self, size: int) -> None:
+        deadline = time.monotonic() + self.max_block_ms / 1000
+        with self._space:
+            while self._buffered + size > self._max_buffer and self._buffered > 0:
+                if self._failure is not None:
+                    raise self._failure
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    raise BufferExhaustedError(
+                        wire.ErrorCode.BUFFER_EXHAUSTED,
+                        f"{self._buffered} bytes waiting for the sidecar to read them stayed "
+                        f"above max_buffer_bytes={self._max_buffer} for "
+                        f"max_block_ms={self.max_block_ms}",
+                    )
+                self._space.wait(remaining)
+
+    # --- the I/O thread ---------------------------------------------------------------------
+
+    def _io_loop(self) -> None:
+        sel = selectors.DefaultSelector()
+        sel.register(self._wake_r, selectors.EVENT_READ)
+        sel.register(self._sock, selectors.EVENT_READ)
+        out = bytearray()
+        written_marks: collections.deque = collections.deque()  # [end position, payload]
+        position = 0  # bytes ever appended to out
+        sent = 0  # bytes ever written to the socket
+        want_write = False
+        try:
+            for frame in self._early_frames:
+                self._on_frame(frame)
+            while True:
+                for key, _ in sel.select():
+                    if key.fileobj is self._wake_r:
+                        try:
+                            self._wake_r.recv(4096)
+                        except BlockingIOError:
+                            pass
+                    elif not self._read():
+                        return
+                with self._lock:
+                    queue, self._queue = self._queue, []
+                    self._armed = False
+                    closed = self._closed
+                if queue:
+                    position = self._encode(queue, out, written_marks, position)
+                if out:
+                    try:
+                        n = self._sock.send(out)
+                    except BlockingIOError:
+                        n = 0
+                    if n:
+                        del out[:n]
+                        sent += n
+                        self._release_written(written_marks, sent)
+                if bool(out) != want_write:
+                    want_write = bool(out)
+                    sel.modify(
+                        self._sock,
+                        selectors.EVENT_READ | (selectors.EVENT_WRITE if want_write else 0),
+                    )
+                if closed:
+                    return
+        except OSError as exc:
+            self._fail_all(SidecarUnavailableError(f"connection to the sidecar lost: {exc}"))
+        except DatabusError as exc:
+            self._fail_all(exc)
+        finally:
+            sel.close()
+
+    def _encode(self, queue: list, out: bytearray, marks: list, position: int) -> int:
+        batch: list = []
+        payload = 0
+        for item in queue:
+            if type(item[0]) is list:
+                batch.append(item[0])
+                payload += item[1]
+                if len(batch) >= MAX_MESSAGES_PER_FRAME:
+                    position = self._append(out, {"type": "produce", "messages": batch},
+                                            marks, position, payload)
+                    batch, payload = [], 0
+            else:
+                if batch:
+                    position = self._append(out, {"type": "produce", "messages": batch},
+                                            marks, position, payload)
+                    batch, payload = [], 0
+                kind, id_ = item
+                position = self._append(out, {"type": kind, "id": id_}, marks, position, 0)
+        if batch:
+            position = self._append(out, {"type": "produce", "messages": batch}, marks,
+                                    position, payload)
+        return position
+
+    @staticmethod
+    def _append(out: bytearray, frame: dict, marks: list, position: int, payload: int) -> int:
+        body = _PACK(frame)
+        out += _PREFIX(len(body))
+        out += body
+        position += 4 + len(body)
+        if payload:
+            marks.append([position, payload])
+        return position
+
+    def _release_written(self, marks: list, sent: int) -> None:
+        released = 0
+        while marks and marks[0][0] <= sent:
+            released += marks.popleft()[1]
+        if released:
+            with self._space:
+                self._buffered -= released
+                self._space.notify_all()
+
+    def _read(self) -> bool:
+        try:
+            data = self._sock.recv(262144)
+        except BlockingIOError:
+            return True
+        if not data:
+            if self._closed:
+                return False
+            raise SidecarUnavailableError("the sidecar closed the connection")
+        try:
+            frames = self._decoder.feed(data)
+        except wire.WireError as exc:
+            raise ProtocolError(exc.code, f"bad frame from the sidecar: {exc}") from None
+        for frame in frames:
+            self._on_frame(frame)
+        return True
+
+    def _on_frame(self, frame: dict) -> None:
+        kind = frame["type"]
+        if kind == "reports":
+            futures = self._futures
+            pop = futures.pop
+            with_callbacks = []
+            # Under the lock add_done_callback takes, so a callback is either registered
+            # before its future is resolved here, or sees it done and runs at once.
+            with self._lock:
+                for item in frame["reports"]:
+                    future = pop(item[0], None)
+                    if future is None:
+                        continue
+                    if item[1] == 0:
+                        future._result = item  # the Delivery is built in result()
+                    else:
+                        future._exc = error_for(item[1], str(item[2]))
+                    future._done = True
+                    if future._callbacks:
+                        with_callbacks.append(future)
+            for future in with_callbacks:
+                future._run_callbacks()
+            if self._waiters:
+                with self._done_cond:
+                    self._done_cond.notify_all()
+        elif kind == "flushed":
+            event = self._flush_waits.pop(frame.get("id"), None)
+            if event is not None:
+                with self._lock:
+                    self._flushed_ok.add(frame.get("id"))
+                event.set()
+        elif kind == "error":
+            raise error_for(int(frame.get("code", -1)), str(frame.get("message")))
+        # pong and future frame types need nothing
+
+    def _fail_all(self, exc: DatabusError) -> None:
+        with self._lock:
+            if self._failure is None and not self._closed:
+                self._failure = exc
+            futures, self._futures = self._futures, {}
+            flushes, self._flush_waits = self._flush_waits, {}
+        for future in futures.values():
+            if not future._done:
+                future._set(None, exc)
+        for event in flushes.values():
+            event.set()
+        with self._done_cond:
+            self._done_cond.notify_all()
+        with self._space:
+            self._space.notify_all()

@@ -1,0 +1,329 @@
+"""The sidecar service: its root nursery, the ingress listeners, and applying configs.
+
+``Sidecar.serve(task_status)`` owns everything it starts: the producer pool, the Unix socket
+(and optional loopback TCP) listener, the metrics server, the reload watcher and plugin
+tasks.  ``request_stop()`` drains it: stop accepting connections, let every queued message
+reach upstream (up to ``shutdown_timeout_ms``), write the last reports, close.
+
+``apply(config)`` is hot reload: build the new routing table beside the old one (any failure
+rejects the config and keeps the old one), pause the hot path at a message boundary, swap,
+flush and retire the producers the new table no longer uses (so per-key order holds across a
+reload: the old producer's messages are acknowledged before the new producer sends), resume.
+Connections and queued messages are untouched.
+"""
+
+from __future__ import annotations
+
+import errno
+import logging
+import os
+import socket as stdlib_socket
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+import trio
+
+import databus
+from databus.config import EMBEDDED_CLUSTER, ConfigError, DatabusConfig
+from databus.plugins import PluginError, PluginManager, get_plugin_manager
+from databus.protocol import sidecar_wire as wire
+
+from .budget import ByteBudget
+from .ingress import Connection
+from .metrics import SidecarMetrics, serve_http
+from .router import RoutingTable
+from .upstream import ProducerPool, default_producer_factory
+
+log = logging.getLogger("databus.sidecar")
+
+# Settings that only a restart can change (they are sockets or sizes fixed at start).
+RESTART_ONLY = ("socket", "socket_mode", "tcp_listen", "metrics_listen", "buffer_memory",
+                "max_frame_bytes")
+
+
+@dataclass(frozen=True)
+class Addresses:
+    socket: str
+    tcp: tuple[str, int] | None
+    metrics: tuple[str, int] | None
+
+
+class Sidecar:
+    def __init__(
+        self,
+        config: DatabusConfig,
+        *,
+        plugin_manager: PluginManager | None = None,
+        embedded_bootstrap: str | None = None,
+        config_path: str | os.PathLike | None = None,
+        producer_factory: Callable[..., Any] = default_producer_factory,
+    ) -> None:
+        self.config = config
+        self.pm = plugin_manager or get_plugin_manager()
+        self.embedded_bootstrap = embedded_bootstrap
+        self.config_path = Path(config_path) if config_path else None
+        self._producer_factory = producer_factory
+        self.metrics = SidecarMetrics()
+        self.budget = ByteBudget(config.sidecar.buffer_memory)
+        self.metrics.buffer_bytes = lambda: self.budget.used
+        self.metrics.buffer_limit = self.budget.limit
+        self.table: RoutingTable | None = None
+        self.pool: ProducerPool | None = None
+        self.addresses: Addresses | None = None
+        self.sending = 0
+        self.paused = False
+        self.stopping = False
+        self.idle = trio.Event()
+        self._resumed = trio.Event()
+        self._reload_lock = trio.Lock()
+        self._stop = trio.Event()
+        self._connections: set[Connection] = set()
+        self._nursery: trio.Nursery | None = None
+        self._conn_ids = 0
+
+    # --- hot-path helpers used by ingress -------------------------------------------------
+
+    async def wait_resumed(self) -> bool:
+        """Wait out a reload swap; False if the sidecar is stopping instead."""
+        while self.paused and not self.stopping:
+            await self._resumed.wait()
+        return not self.stopping
+
+    def hello_reply(self) -> dict:
+        max_block = self.config.producer_config(self.config.producer).max_block_ms
+        return wire.hello_reply(
+            f"databus/{databus.__version__}", self.config.sidecar.max_frame_bytes, max_block
+        )
+
+    def kick_producers(self) -> None:
+        """An app asked to flush: send what the producers hold without waiting for linger."""
+        if self._nursery is None or self.table is None:
+            return
+        for handle in self.table.handles():
+            self._nursery.start_soon(_quiet_flush, handle.producer)
+
+    # --- config -----------------------------------------------------------------------------
+
+    def bootstrap_map(self, config: DatabusConfig) -> dict[str, str]:
+        out = {name: c.bootstrap_servers for name, c in config.clusters.items()}
+        if not config.clusters:
+            if self.embedded_bootstrap is None:
+                raise ConfigError(
+                    "no upstream cluster: configure `clusters:` in sidecar.yaml, or run "
+                    "`databus up`, which starts the built-in broker"
+                )
+            out[EMBEDDED_CLUSTER] = self.embedded_bootstrap
+        return out
+
+    async def apply(self, new: DatabusConfig) -> bool:
+        """Hot reload (see the module docstring).  Returns False if ``new`` was rejected."""
+        async with self._reload_lock:
+            old = self.config
+            changed = [
+                name for name in RESTART_ONLY
+                if getattr(old.sidecar, name) != getattr(new.sidecar, name)
+            ]
+            if changed:
+                log.warning(
+                    "reload: %s changed; these take effect only after a restart",
+                    ", ".join(changed),
+                )
+            new = new.model_copy(update={"sidecar": old.sidecar.model_copy(update={
+                "reload_poll_ms": new.sidecar.reload_poll_ms,
+                "shutdown_timeout_ms": new.sidecar.shutdown_timeout_ms,
+            })})
+            assert self.pool is not None and self.table is not None
+            before = set(self.pool.handles.values())
+            try:
+                table = await RoutingTable.build(
+                    new, self.pm, self.pool, self.bootstrap_map(new), self.metrics
+                )
+            except (ConfigError, ValueError, PluginError, KeyError) as exc:
+                log.error("config rejected, keeping the current one: %s", exc)
+                self.metrics.reloads_failed += 1
+                orphans = set(self.pool.handles.values()) - before
+                await self.pool.retire(orphans, timeout=1.0)
+                return False
+            await self._swap(table)
+            self.config = new
+            self.metrics.reloads_ok += 1
+            log.info("config applied (%d streams)", len(new.streams))
+            self.pm.notify("databus_config_reloaded", old=old, new=new)
+            return True
+
+    async def _swap(self, table: RoutingTable) -> None:
+        assert self.pool is not None and self.table is not None
+        self.paused = True
+        self._resumed = trio.Event()
+        self.idle = trio.Event()
+        try:
+            if self.sending:
+                await self.idle.wait()
+            old_table, self.table = self.table, table
+            unused = old_table.handles() - table.handles()
+            if unused:
+                await self.pool.retire(
+                    unused, timeout=self.config.sidecar.shutdown_timeout_ms / 1000
+                )
+        finally:
+            self.paused = False
+            self._resumed.set()
+
+    async def reload_from_file(self) -> bool:
+        from databus.config import load_config
+
+        if self.config_path is None:
+            return False
+        try:
+            new = load_config(self.config_path)
+        except ConfigError as exc:
+            log.error("config rejected, keeping the current one: %s", exc)
+            self.metrics.reloads_failed += 1
+            return False
+        return await self.apply(new)
+
+    # --- lifecycle --------------------------------------------------------------------------
+
+    def request_stop(self) -> None:
+        self._stop.set()
+
+    def healthy(self) -> tuple[bool, str]:
+        if self.table is None:
+            return False, "starting"
+        if self.stopping:
+            return False, "stopping"
+        return True, "ok"
+
+    async def serve(self, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
+        settings = self.config.sidecar
+        # Bind first: a second sidecar on the same path fails here, before touching anything.
+        listeners = [await _unix_listener(settings.socket, settings.socket_mode_int)]
+        try:
+            tcp = None
+            if settings.tcp_listen:
+                host, port = _split(settings.tcp_listen)
+                tcp_listeners = await trio.open_tcp_listeners(port, host=host)
+                listeners += tcp_listeners
+                tcp = tcp_listeners[0].socket.getsockname()[:2]
+            async with trio.open_nursery() as root:
+                self._nursery = root
+                self.pool = ProducerPool(
+                    root, self.pm, settings.buffer_memory, self._producer_factory
+                )
+                self.metrics.producer_stats = self.pool.statistics
+                try:
+                    self.table = await RoutingTable.build(
+                        self.config, self.pm, self.pool, self.bootstrap_map(self.config),
+                        self.metrics,
+                    )
+                    async with trio.open_nursery() as ingress:
+                        self._ingress = ingress
+                        await self._serve_ingress(ingress, listeners, tcp, task_status)
+                finally:
+                    with trio.CancelScope(shield=True):
+                        with trio.move_on_after(settings.shutdown_timeout_ms / 1000):
+                            await self.pool.close_all(
+                                timeout=settings.shutdown_timeout_ms / 1000
+                            )
+                    root.cancel_scope.cancel()
+        finally:
+            with trio.CancelScope(shield=True):
+                for listener in listeners:
+                    await listener.aclose()
+            _unlink_socket(settings.socket)
+
+    async def _serve_ingress(self, ingress, listeners, tcp, task_status) -> None:
+        settings = self.config.sidecar
+        metrics_addr = None
+        if settings.metrics_listen:
+            host, port = _split(settings.metrics_listen)
+            metrics_addr = await ingress.start(serve_http, self.metrics, host, port, self.healthy)
+        if self.config_path is not None:
+            from .reload import watch_config
+
+            ingress.start_soon(watch_config, self)
+        accept_scope = trio.CancelScope()
+        ingress.start_soon(self._accept, listeners, accept_scope)
+        self.addresses = Addresses(settings.socket, tcp, metrics_addr)
+        self.pm.notify(
+            "databus_sidecar_started", config=self.config,
+            spawn=lambda fn, *args: ingress.start_soon(fn, *args),
+        )
+        task_status.started(self.addresses)
+        await self._stop.wait()
+        accept_scope.cancel()
+        await self._drain()
+        ingress.cancel_scope.cancel()
+
+    async def _accept(self, listeners, scope: trio.CancelScope) -> None:
+        async def handle(stream) -> None:
+            self._conn_ids += 1
+            conn = Connection(self, stream, f"conn-{self._conn_ids}")
+            self._connections.add(conn)
+            try:
+                await conn.run()
+            finally:
+                self._connections.discard(conn)
+
+        # Connections run in the ingress nursery, not serve_listeners' own: cancelling
+        # ``scope`` stops accepting while established connections keep draining.
+        ingress = self._ingress
+        with scope:
+            await trio.serve_listeners(handle, listeners, handler_nursery=ingress)
+
+    async def _drain(self) -> None:
+        log.info("stopping: draining queued messages")
+        self.stopping = self.paused = True
+        self._resumed.set()
+        self.pm.notify("databus_sidecar_stopping", config=self.config)
+        timeout = self.config.sidecar.shutdown_timeout_ms / 1000
+        assert self.pool is not None
+        await self.pool.close_all(timeout=timeout)
+        # Give writers a moment to put the last reports on the wire.
+        with trio.move_on_after(1.0):
+            while any(conn._out for conn in self._connections):
+                await trio.sleep(0.01)
+
+
+async def _quiet_flush(producer) -> None:
+    try:
+        await producer.flush()
+    except Exception:
+        pass  # each message's own report carries its error
+
+
+def _split(address: str) -> tuple[str, int]:
+    host, _, port = address.rpartition(":")
+    return host.strip("[]"), int(port)
+
+
+async def _unix_listener(path: str, mode: int) -> trio.SocketListener:
+    """Bind the app socket: refuse if a live sidecar owns it, replace a stale file."""
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    if os.path.exists(path):
+        probe = trio.socket.socket(stdlib_socket.AF_UNIX, stdlib_socket.SOCK_STREAM)
+        try:
+            await probe.connect(path)
+        except OSError:
+            os.unlink(path)  # nobody listens: a leftover of a killed sidecar
+        else:
+            raise OSError(errno.EADDRINUSE, f"another sidecar is listening on {path}")
+        finally:
+            probe.close()
+    sock = trio.socket.socket(stdlib_socket.AF_UNIX, stdlib_socket.SOCK_STREAM)
+    try:
+        await sock.bind(path)
+        os.chmod(path, mode)
+        sock.listen(512)
+    except BaseException:
+        sock.close()
+        raise
+    return trio.SocketListener(sock)
+
+
+def _unlink_socket(path: str) -> None:
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        pass

@@ -1,0 +1,226 @@
+"""The ``databus up``, ``databus sidecar`` and ``databus plugins`` subcommands.
+
+``up`` is the main job (``make run``): the sidecar, plus the built-in broker as a child
+process when sidecar.yaml names no upstream cluster.  ``sidecar`` runs the sidecar alone
+against the configured clusters.  Flags override the file.  The first Ctrl-C (or SIGTERM)
+drains: queued messages reach the broker before it is stopped; a second one stops at once.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import sys
+
+log = logging.getLogger("databus.up")
+
+
+def _common_arguments(parser) -> None:
+    parser.add_argument(
+        "-c", "--config", default=None,
+        help="sidecar.yaml to load and watch for changes (default: ./sidecar.yaml if it "
+        "exists, else built-in defaults)",
+    )
+    parser.add_argument("--socket", help="Unix socket path for apps (sidecar.socket)")
+    parser.add_argument(
+        "--tcp-listen", help="also accept apps on this loopback HOST:PORT (sidecar.tcp_listen)"
+    )
+    parser.add_argument(
+        "--metrics-listen", help="HOST:PORT for /metrics and /healthz (sidecar.metrics_listen)"
+    )
+
+
+def add_up_arguments(parser) -> None:
+    _common_arguments(parser)
+    parser.add_argument("--data-dir", help="built-in broker's data directory (broker.data_dir)")
+    parser.add_argument(
+        "--kafka-listen", help="built-in broker's Kafka listener HOST:PORT (broker.listen)"
+    )
+
+
+def run_up(args) -> int:
+    return _run(args, embedded=True)
+
+
+def add_sidecar_arguments(parser) -> None:
+    _common_arguments(parser)
+
+
+def run_sidecar(args) -> int:
+    return _run(args, embedded=False)
+
+
+def _load(args):
+    from databus.config import ConfigError, load_config, with_overrides
+
+    path = args.config
+    if path is None and os.path.exists("sidecar.yaml"):
+        path = "sidecar.yaml"
+    try:
+        config = load_config(path)
+        config = with_overrides(
+            config,
+            socket=args.socket,
+            tcp_listen=args.tcp_listen,
+            metrics_listen=args.metrics_listen,
+            data_dir=getattr(args, "data_dir", None),
+            listen=getattr(args, "kafka_listen", None),
+        )
+    except ConfigError as exc:
+        raise SystemExit(f"databus: invalid configuration: {exc}")
+    return path, config
+
+
+def _run(args, *, embedded: bool) -> int:
+    import trio
+
+    path, config = _load(args)
+    if not embedded and config.uses_embedded_broker:
+        print(
+            "databus sidecar: no upstream cluster configured (add `clusters:` to the config, "
+            "or run `databus up` to start the built-in broker too)",
+            file=sys.stderr,
+        )
+        return 2
+    try:
+        return trio.run(_main, path, config, embedded and config.uses_embedded_broker)
+    except KeyboardInterrupt:
+        return 130
+
+
+async def _main(path, config, with_broker: bool) -> int:
+    import trio
+
+    from databus.config import ConfigError
+    from databus.plugins import PluginError, get_plugin_manager
+
+    from .app import Sidecar
+    from .embedded_broker import BrokerExited, run_broker_process
+
+    pm = get_plugin_manager()
+    for name, reason in pm.failures.items():
+        log.error("plugin %r not loaded: %s", name, reason)
+    status = 0
+    with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+        try:
+            async with trio.open_nursery() as nursery:
+                broker_address = None
+                if with_broker:
+                    host, port, _process = await nursery.start(
+                        run_broker_process, config.broker
+                    )
+                    broker_address = f"{host}:{port}"
+                sidecar = Sidecar(
+                    config, plugin_manager=pm, embedded_bootstrap=broker_address,
+                    config_path=path,
+                )
+
+                async def sidecar_then_stop(task_status=trio.TASK_STATUS_IGNORED):
+                    await sidecar.serve(task_status=task_status)
+                    nursery.cancel_scope.cancel()
+
+                addresses = await nursery.start(sidecar_then_stop)
+                _print_summary(config, path, addresses, broker_address)
+
+                async for signum in signals:
+                    if not sidecar.stopping:
+                        name = signal.Signals(signum).name
+                        log.info("%s: draining (again to stop at once)", name)
+                        sidecar.request_stop()
+                    else:
+                        nursery.cancel_scope.cancel()
+                        status = 130
+                        break
+        except* BrokerExited as group:
+            for exc in group.exceptions:
+                log.error("%s", exc)
+            status = 1
+        except* (ConfigError, PluginError, ValueError, OSError) as group:
+            # Start-up failures (an unknown partitioner, a socket in use, ...): one line each.
+            for exc in _leaves(group):
+                log.error("cannot start: %s", exc)
+            status = 1
+    log.info("databus stopped")
+    return status
+
+
+def _leaves(group: BaseException):
+    if isinstance(group, BaseExceptionGroup):
+        for exc in group.exceptions:
+            yield from _leaves(exc)
+    else:
+        yield group
+
+
+def _print_summary(config, path, addresses, broker_address) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    console = Console(stderr=True)
+    table = Table.grid(padding=(0, 2))
+    table.add_column(style="bold")
+    table.add_column()
+    table.add_row("apps connect to", f"{addresses.socket}  (databus.Client())")
+    if addresses.tcp:
+        table.add_row("", f"tcp {addresses.tcp[0]}:{addresses.tcp[1]}")
+    if broker_address:
+        table.add_row(
+            "Kafka listener", f"{broker_address}  (built-in broker, data {config.broker.data_dir})"
+        )
+    else:
+        for name, cluster in config.clusters.items():
+            table.add_row("upstream", f"{name}: {cluster.bootstrap_servers}")
+    if addresses.metrics:
+        host, port = addresses.metrics
+        table.add_row("metrics", f"http://{host}:{port}/metrics   health: /healthz")
+    routes = [f"{name} → {config.route_topic(name)}" for name in config.streams]
+    if config.default_route is not None:
+        routes.append(f"* → {config.default_route.topic}")
+    table.add_row("streams", ", ".join(routes) or "(none: every send is UNKNOWN_STREAM)")
+    if path:
+        table.add_row(
+            "config", f"{os.path.abspath(path)}  (hot reload: edit it, or kill -HUP {os.getpid()})"
+        )
+    console.print("[bold green]databus is up[/]")
+    console.print(table)
+    console.print("Ctrl-C to stop.")
+
+
+# --- databus plugins ------------------------------------------------------------------------
+
+
+def add_plugins_arguments(parser) -> None:
+    parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
+
+
+def run_plugins(args) -> int:
+    import json
+
+    from databus.plugins import get_plugin_manager
+
+    pm = get_plugin_manager()
+    infos = pm.info()
+    partitioners = pm.partitioner_names()
+    if args.json:
+        print(json.dumps({
+            "plugins": [vars(info) for info in infos],
+            "failed": pm.failures,
+            "partitioners": partitioners,
+        }, indent=2))
+        return 1 if pm.failures else 0
+    from rich.console import Console
+    from rich.table import Table
+
+    console = Console()
+    table = Table(title="databus plugins")
+    for column in ("name", "module", "distribution", "hooks"):
+        table.add_column(column)
+    for info in infos:
+        dist = f"{info.distribution} {info.version}" if info.distribution else "-"
+        table.add_row(info.name, info.module, dist, "\n".join(info.hooks))
+    console.print(table)
+    console.print(f"partitioners: {', '.join(partitioners) or '(none)'}")
+    for name, reason in pm.failures.items():
+        console.print(f"[red]failed to load {name}[/]: {reason}")
+    return 1 if pm.failures else 0

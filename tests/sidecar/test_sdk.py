@@ -1,0 +1,221 @@
+"""databus.Client against a scripted peer (a socket speaking the wire protocol by hand) and
+against a real sidecar from several threads at once."""
+
+from __future__ import annotations
+
+import os
+import socket
+import threading
+import time
+
+import pytest
+import trio
+
+from databus import (
+    BufferExhaustedError,
+    Client,
+    Delivery,
+    ProtocolError,
+    SidecarUnavailableError,
+)
+from databus.protocol import sidecar_wire as wire
+
+from .harness import running_sidecar, sidecar_config
+
+
+class ScriptedSidecar:
+    """Accepts one connection, answers hello, then runs ``script(conn, decoder)``."""
+
+    def __init__(self, path: str, script) -> None:
+        self.path = path
+        self.server = socket.socket(socket.AF_UNIX)
+        self.server.bind(path)
+        self.server.listen(1)
+        self.received: list[dict] = []
+        self.pending: list[dict] = []
+        self.script = script
+        self.thread = threading.Thread(target=self._run, daemon=True)
+        self.thread.start()
+
+    def _run(self) -> None:
+        conn, _ = self.server.accept()
+        with conn:
+            decoder = wire.FrameDecoder()
+            while not self.received:
+                self.received += decoder.feed(conn.recv(65536))
+            conn.sendall(wire.encode_frame(wire.hello_reply("scripted", 1 << 20, 200)))
+            self.script(self, conn, decoder)
+
+    def read_frames(self, conn, decoder, count: int) -> list[dict]:
+        """The next ``count`` frames (fewer at EOF); extra frames wait for the next call."""
+        while len(self.pending) < count:
+            data = conn.recv(65536)
+            if not data:
+                break
+            self.pending += decoder.feed(data)
+        frames, self.pending = self.pending[:count], self.pending[count:]
+        return frames
+
+    def close(self) -> None:
+        self.server.close()
+        self.thread.join(10)
+
+
+def test_hello_then_reports_resolve_futures_in_any_order(sock_dir):
+    path = os.path.join(sock_dir, "fake.sock")
+
+    def script(fake, conn, decoder):
+        messages = []
+        while len(messages) < 2:  # the client may split them over produce frames
+            (produce,) = fake.read_frames(conn, decoder, 1)
+            messages += produce["messages"]
+        ids = [m[0] for m in messages]
+        fake.received.append({"type": "produce", "messages": messages})
+        conn.sendall(wire.encode_frame(wire.reports([
+            wire.report_error(ids[1], 1000, "unknown stream 'b'"),
+            wire.report_ok(ids[0], "topic-a", 2, 41, 1700000000000),
+        ])))
+        (flush,) = fake.read_frames(conn, decoder, 1)
+        conn.sendall(wire.encode_frame(wire.flushed(flush["id"])))
+        fake.read_frames(conn, decoder, 1)  # until the client closes
+
+    fake = ScriptedSidecar(path, script)
+    try:
+        with Client(path, client_name="test-sdk/1") as client:
+            assert client.server == "scripted" and client.max_block_ms == 200
+            a = client.send("a", b"1", key="k", headers={"h": b"v"}, partition=2, timestamp=5)
+            b = client.send("b", bytearray(b"2"))
+            client.flush(10)
+            assert a.result(0) == Delivery("topic-a", 2, 41, 1700000000000)
+            with pytest.raises(Exception) as info:
+                b.result(0)
+            assert info.value.code == 1000 and "unknown stream 'b'" in str(info.value)
+    finally:
+        fake.close()
+    hello, produce = fake.received
+    assert hello == {"type": "hello", "version": 1, "client": "test-sdk/1"}
+    first_id = produce["messages"][0][0]
+    assert produce["messages"][0] == [first_id, "a", b"1", b"k", [["h", b"v"]], 2, 5]
+    assert produce["messages"][1][1:] == ["b", b"2"]
+
+
+def test_send_blocks_at_most_max_block_ms_when_the_sidecar_stops_reading(sock_dir):
+    path = os.path.join(sock_dir, "fake.sock")
+    release = threading.Event()
+
+    def script(fake, conn, decoder):
+        release.wait(30)  # never read: the socket buffers fill, then the client's
+
+    fake = ScriptedSidecar(path, script)
+    try:
+        client = Client(path, max_buffer_bytes=64 * 1024)
+        try:
+            value = b"x" * 4096
+            started = time.monotonic()
+            with pytest.raises(BufferExhaustedError) as info:
+                for _ in range(100_000):
+                    started = time.monotonic()
+                    client.send("s", value)
+            blocked = time.monotonic() - started
+            assert blocked >= 0.2  # max_block_ms from the sidecar's hello
+            assert blocked < 20  # ...and then it gave up instead of hanging
+            assert info.value.code == wire.ErrorCode.BUFFER_EXHAUSTED
+            assert "max_block_ms=200" in str(info.value)
+        finally:
+            release.set()
+            client.close(timeout=1)
+    finally:
+        fake.close()
+
+
+def test_pending_futures_fail_when_the_connection_is_lost_or_refused(sock_dir):
+    path = os.path.join(sock_dir, "fake.sock")
+
+    def script(fake, conn, decoder):
+        fake.read_frames(conn, decoder, 1)
+        conn.sendall(wire.encode_frame(wire.error(1002, "you sent garbage")))
+
+    fake = ScriptedSidecar(path, script)
+    try:
+        client = Client(path)
+        future = client.send("s", b"v")
+        with pytest.raises(ProtocolError, match="you sent garbage"):
+            future.result(10)
+        with pytest.raises(ProtocolError):
+            client.send("s", b"again")
+        client.close()
+    finally:
+        fake.close()
+
+    def drop(fake, conn, decoder):
+        fake.read_frames(conn, decoder, 1)  # then the connection closes
+
+    fake = ScriptedSidecar(path + "2", drop)
+    try:
+        client = Client(path + "2")
+        future = client.send("s", b"v")
+        with pytest.raises(SidecarUnavailableError, match="closed the connection"):
+            future.result(10)
+        client.close()
+    finally:
+        fake.close()
+
+
+def test_result_timeout_and_argument_checks(sock_dir):
+    path = os.path.join(sock_dir, "fake.sock")
+    done = threading.Event()
+    fake = ScriptedSidecar(path, lambda fake, conn, decoder: done.wait(30))
+    try:
+        client = Client(path)
+        try:
+            future = client.send("s", b"v")
+            with pytest.raises(TimeoutError):
+                future.result(0.05)
+            assert not future.done()
+            with pytest.raises(TypeError, match="value must be bytes"):
+                client.send("s", 42)
+            with pytest.raises(TypeError, match="stream must be a str"):
+                client.send(b"s", b"v")
+            with pytest.raises(ValueError, match="partition"):
+                client.send("s", b"v", partition=-1)
+            with pytest.raises(TimeoutError):
+                client.flush(0.05)
+        finally:
+            done.set()
+            client.close(timeout=0.1)
+        with pytest.raises(SidecarUnavailableError):  # "closed", or "lost" if the peer was quicker
+            future.result(1)
+    finally:
+        fake.close()
+
+
+async def test_one_client_shared_by_threads(sock_dir, mock_cluster):
+    config = sidecar_config(
+        sock_dir, clusters={"mock": {"bootstrap.servers": mock_cluster.bootstrap}},
+        streams={"s": {"topic": "sdk-threads"}},
+    )
+    per_thread, threads = 2000, 4
+
+    def app(path):
+        results: dict[int, list] = {}
+        with Client(path) as client:
+            def worker(n):
+                results[n] = [client.send("s", b"%d-%d" % (n, i), key=b"%d" % n)
+                              for i in range(per_thread)]
+
+            pool = [threading.Thread(target=worker, args=(n,)) for n in range(threads)]
+            for t in pool:
+                t.start()
+            for t in pool:
+                t.join()
+            client.flush(60)
+        return {n: [f.result(0) for f in fs] for n, fs in results.items()}
+
+    async with running_sidecar(config) as sidecar:
+        results = await trio.to_thread.run_sync(app, sidecar.addresses.socket)
+    all_positions = [(d.partition, d.offset) for ds in results.values() for d in ds]
+    assert len(set(all_positions)) == per_thread * threads
+    for deliveries in results.values():  # each thread's key: in order on one partition
+        assert len({d.partition for d in deliveries}) == 1
+        offsets = [d.offset for d in deliveries]
+        assert offsets == sorted(offsets)
