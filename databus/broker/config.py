@@ -140,6 +140,20 @@ class BrokerConfig(BaseModel):
         description="Committed offsets of a group are dropped this long after the group "
         "became empty (KIP-211).",
     )
+    offsets_retention_check_interval_ms: int = Field(
+        600_000, alias="offsets.retention.check.interval.ms", ge=1,
+        description="How often expired committed offsets and empty groups are looked for.",
+    )
+    group_min_session_timeout_ms: int = Field(
+        6000, alias="group.min.session.timeout.ms", ge=1,
+        description="Smallest session timeout a consumer may ask for in JoinGroup; a smaller "
+        "one gets INVALID_SESSION_TIMEOUT.",
+    )
+    group_max_session_timeout_ms: int = Field(
+        1_800_000, alias="group.max.session.timeout.ms", ge=1,
+        description="Largest session timeout a consumer may ask for in JoinGroup; a larger "
+        "one gets INVALID_SESSION_TIMEOUT.",
+    )
 
     @field_validator("log_cleanup_policy")
     @classmethod

@@ -32,7 +32,8 @@ ADVERTISED = {
 def group_broker(tmp_path_factory):
     with BrokerProcess(
         tmp_path_factory.mktemp("groups-versions"),
-        options={"group.initial.rebalance.delay.ms": 0, "offsets.topic.num.partitions": 3},
+        options={"group.initial.rebalance.delay.ms": 0, "offsets.topic.num.partitions": 3,
+                 "group.min.session.timeout.ms": 2000, "group.max.session.timeout.ms": 20000},
     ) as broker:
         create_topic(broker.bootstrap, TOPIC, 2)
         yield broker
@@ -263,3 +264,14 @@ def test_offset_delete(raw, group_broker):
     assert {t.name for t in fetched.topics} == {TOPIC}
     missing = raw.call(OFFSET_DELETE, 0, {"group_id": "no-such", "topics": []})
     assert missing.error_code == ErrorCode.group_id_not_found
+
+
+@pytest.mark.parametrize("session_timeout", [1999, 20001])
+def test_session_timeout_outside_the_configured_range_is_refused(raw, session_timeout):
+    # group.min/max.session.timeout.ms come from -o (2000 and 20000 in this module's broker)
+    response = raw.call(JOIN, 5, {
+        "group_id": f"bounds-{session_timeout}", "session_timeout": session_timeout,
+        "rebalance_timeout": 10_000, "member_id": "", "protocol_type": "consumer",
+        "protocols": [{"name": "range", "metadata": subscription(TOPIC)}],
+    })
+    assert response.error_code == ErrorCode.invalid_session_timeout

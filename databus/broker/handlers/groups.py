@@ -27,10 +27,6 @@ DESCRIBE_GROUPS, LIST_GROUPS, DELETE_GROUPS = 15, 16, 42
 KEY_TYPE_GROUP = 0
 
 
-def _config_value(config, name: str, default):
-    return getattr(config, name, default)
-
-
 async def serve(broker, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
     """Create ``__consumer_offsets`` if needed, replay it, then run the coordinator."""
     config = broker.config
@@ -38,15 +34,12 @@ async def serve(broker, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
         broker,
         CoordinatorConfig(
             initial_rebalance_delay_ms=config.group_initial_rebalance_delay_ms,
-            min_session_timeout_ms=_config_value(config, "group_min_session_timeout_ms", 6000),
-            max_session_timeout_ms=_config_value(config, "group_max_session_timeout_ms",
-                                                 1_800_000),
+            min_session_timeout_ms=config.group_min_session_timeout_ms,
+            max_session_timeout_ms=config.group_max_session_timeout_ms,
         ),
         num_partitions=config.offsets_topic_num_partitions,
         retention_ms=config.offsets_retention_minutes * 60_000,
-        retention_check_interval_ms=_config_value(
-            config, "offsets_retention_check_interval_ms", 600_000
-        ),
+        retention_check_interval_ms=config.offsets_retention_check_interval_ms,
     )
     broker.groups = service
     await service.run(task_status=task_status)
