@@ -231,7 +231,7 @@ class Fetcher:
             timeout=(cfg.request_timeout_ms + cfg.fetch_max_wait_ms) / 1000,
         )
         errors.raise_for_code(getattr(response, "error_code", 0), f"Fetch from broker {node}")
-        got_data = False
+        got_data = backoff = False
         for topic in response.responses:
             for p in topic.partitions:
                 tp = (topic.topic, int(p.partition_index))
@@ -243,7 +243,7 @@ class Fetcher:
                     continue  # seeked or revoked meanwhile
                 code = int(p.error_code)
                 if code:
-                    self._partition_error(tp, code)
+                    backoff |= self._partition_error(tp, code)
                     continue
                 st.high_watermark = int(p.high_watermark)
                 data = p.records or b""
@@ -267,8 +267,14 @@ class Fetcher:
                 got_data = True
         if got_data:
             self.notify()
+        if backoff:
+            # A broker answers a Fetch for a deleted or moving partition at once: without
+            # this pause (its partitions stay in flight meanwhile) we would re-ask it in a
+            # tight loop until metadata catches up.
+            await trio.sleep(cfg.retry_backoff_ms / 1000)
 
-    def _partition_error(self, tp: TopicPartition, code: int) -> None:
+    def _partition_error(self, tp: TopicPartition, code: int) -> bool:
+        """Handle a partition's error code; True when the fetch should back off."""
         if code == errors.OffsetOutOfRangeError.code:
             strategy = self.config.auto_offset_reset
             st = self.subscriptions.partitions[tp]
@@ -282,11 +288,12 @@ class Fetcher:
                 st.paused = True  # stop refetching it until the application seeks
             else:
                 self.subscriptions.request_reset(tp, -2 if strategy == "earliest" else -1)
-            return
+            return False
         if code in _LEADER_ERRORS or errors.for_code(code).retriable:
             self._refresh_metadata()
-            return
+            return True
         self.errors.append(errors.from_code(code, f"fetch {tp[0]}-{tp[1]}"))
+        return False
 
     def drain(
         self, max_records: int, only: set[TopicPartition] | None = None
