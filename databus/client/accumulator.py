@@ -22,7 +22,7 @@ from __future__ import annotations
 import collections
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from ..protocol.records import HEADER_SIZE, MAX_RECORD_OVERHEAD, BatchBuilder
 
@@ -43,18 +43,32 @@ def estimate_record_size(
     return size
 
 
+class DeliverySink(Protocol):
+    """Who learns the outcome of records appended together: a DeliveryFuture (one record) or
+    the sidecar's per-partition group of an app's frame (many)."""
+
+    def batch_done(
+        self, start: int, count: int, first_offset: int, append_ms: int,
+        error: BaseException | None,
+    ) -> None:
+        """Records ``start .. start+count-1`` of what was appended for this sink are done:
+        delivered at ``first_offset`` onwards (-1 with acks=0; ``append_ms`` the broker's
+        LogAppendTime or -1 for CreateTime), or failed with ``error``."""
+
+
 @dataclass(eq=False)
 class ProducerBatch:
     """Records for one partition, encoded as they arrive (records.BatchBuilder), sent and
-    retried as one RecordBatch.  ``futures[i]`` and ``timestamps[i]`` belong to record i."""
+    retried as one RecordBatch.  ``segments`` say whom to tell: ``(sink, start, count,
+    index)`` is ``count`` records of ``sink``'s, its ``start``-th onwards, at this batch's
+    record ``index`` onwards — one entry per run of records, not per record."""
 
     topic: str
     partition: int
     created_ms: float
     deadline_ms: float
     builder: BatchBuilder
-    futures: list[Any] = field(default_factory=list)
-    timestamps: list[int] = field(default_factory=list)
+    segments: list[tuple[DeliverySink, int, int, int]] = field(default_factory=list)
     attempts: int = 0
     retry_at_ms: float = 0.0
     closed: bool = False  # no more appends (full, or drained once)
@@ -73,7 +87,7 @@ class ProducerBatch:
 
     @property
     def record_count(self) -> int:
-        return len(self.futures)
+        return self.builder.record_count
 
     @property
     def size(self) -> int:
@@ -136,37 +150,76 @@ class RecordAccumulator:
         key: bytes | None,
         value: bytes | None,
         headers: tuple[tuple[str, bytes | None], ...],
-        future: Any,
+        sink: DeliverySink,
         now_ms: float,
     ) -> ProducerBatch:
         """Encode and queue one record; the caller has checked has_room().  Returns its batch."""
+        self.append_many(topic, partition, ((timestamp, key, value, headers),), sink, now_ms)
+        return self.batches[(topic, partition)][-1]
+
+    def append_many(
+        self,
+        topic: str,
+        partition: int,
+        records: Iterable[tuple[int, bytes | None, bytes | None, Any]],
+        sink: DeliverySink,
+        now_ms: float,
+    ) -> bool:
+        """Encode and queue ``(timestamp, key, value, headers)`` records, in order, for one
+        partition, filling its open batch and then new ones; ``sink`` hears about them one
+        segment per batch.  True if a batch was started or filled (the sender should look)."""
         tp = (topic, partition)
         dq = self.batches.get(tp)
         if dq is None:
             dq = self.batches[tp] = collections.deque()
-        batch = dq[-1] if dq else None
-        if batch is None or batch.closed or not batch.builder.append(timestamp, key, value, headers):
-            if batch is not None:
+        batch = dq[-1] if dq and not dq[-1].closed else None
+        changed = batch is None
+        if batch is None:
+            batch = self._new_batch(topic, partition, now_ms, dq)
+        builder_append = batch.builder.append
+        index = batch.builder.record_count
+        start = i = 0
+        for timestamp, key, value, headers in records:
+            if not builder_append(timestamp, key, value, headers):
+                # Full (the first record of a batch always fits): close it, go on in a new one.
+                if i > start:
+                    batch.segments.append((sink, start, i - start, index))
+                self._account(batch)
                 self._close(batch)
-            batch = ProducerBatch(
-                topic,
-                partition,
-                now_ms,
-                now_ms + self.delivery_timeout_ms,
-                BatchBuilder(codec=self.codec, batch_size=self.batch_size),
-            )
-            self._created += 1
-            batch.order = self._created
-            batch.builder.append(timestamp, key, value, headers)  # the first always fits
-            dq.append(batch)
-        batch.futures.append(future)
-        batch.timestamps.append(timestamp)
+                batch = self._new_batch(topic, partition, now_ms, dq)
+                builder_append = batch.builder.append
+                builder_append(timestamp, key, value, headers)
+                start, index, changed = i, 0, True
+            i += 1
+        if i > start:
+            batch.segments.append((sink, start, i - start, index))
+        self._account(batch)
+        if batch.builder.size_estimate >= self.batch_size:
+            self._close(batch)
+            changed = True
+        return changed
+
+    def _new_batch(
+        self, topic: str, partition: int, now_ms: float, dq: collections.deque
+    ) -> ProducerBatch:
+        if dq:
+            self._close(dq[-1])
+        batch = ProducerBatch(
+            topic,
+            partition,
+            now_ms,
+            now_ms + self.delivery_timeout_ms,
+            BatchBuilder(codec=self.codec, batch_size=self.batch_size),
+        )
+        self._created += 1
+        batch.order = self._created
+        dq.append(batch)
+        return batch
+
+    def _account(self, batch: ProducerBatch) -> None:
         grown = batch.builder.size_estimate - batch.accounted
         batch.accounted += grown
         self.buffered_bytes += grown
-        if batch.size >= self.batch_size:
-            self._close(batch)
-        return batch
 
     def _close(self, batch: ProducerBatch) -> None:
         if not batch.closed:

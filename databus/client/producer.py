@@ -28,7 +28,7 @@ import trio
 
 from ..protocol.codecs import CODEC_BY_NAME
 from . import errors
-from .accumulator import ProducerBatch, RecordAccumulator, estimate_record_size
+from .accumulator import DeliverySink, ProducerBatch, RecordAccumulator, estimate_record_size
 from .cluster import Cluster
 from .config import ProducerConfig
 from .partitioners import PARTITIONERS, Partitioner
@@ -52,11 +52,15 @@ class DeliveryFuture:
     ``exception()`` / ``add_done_callback(cb)`` (cb(fut) runs once, when it completes, in the
     producer's task; it must not block)."""
 
-    __slots__ = ("_callbacks", "_done", "_event", "_exception", "_result", "partition", "topic")
+    __slots__ = (
+        "_callbacks", "_done", "_event", "_exception", "_result", "partition", "timestamp",
+        "topic",
+    )
 
-    def __init__(self, topic: str, partition: int) -> None:
+    def __init__(self, topic: str, partition: int, timestamp: int = -1) -> None:
         self.topic = topic
         self.partition = partition
+        self.timestamp = timestamp
         self._result: RecordMetadata | None = None
         self._exception: BaseException | None = None
         self._done = False
@@ -93,6 +97,17 @@ class DeliveryFuture:
             self._callbacks = [callback]
         else:
             self._callbacks.append(callback)
+
+    def batch_done(
+        self, start: int, count: int, first_offset: int, append_ms: int,
+        error: BaseException | None,
+    ) -> None:
+        """The accumulator's DeliverySink: this future's one record is done."""
+        if error is not None:
+            self._set(None, error)
+        else:
+            timestamp = self.timestamp if append_ms < 0 else append_ms
+            self._set(RecordMetadata(self.topic, self.partition, first_offset, timestamp), None)
 
     def _set(self, result: RecordMetadata | None, exception: BaseException | None) -> None:
         if self._done:
@@ -247,12 +262,7 @@ class Producer:
         timestamp_ms: int | None = None,
     ) -> DeliveryFuture:
         """Queue one record and return its DeliveryFuture (see the module docstring)."""
-        if self._closed or not self._started:
-            raise errors.ProducerClosedError(
-                "producer is closed" if self._closed else "use the producer inside `async with`"
-            )
-        if self._sender.fatal is not None:
-            raise self._sender.fatal
+        self._check_open()
         if value is not None and type(value) is not bytes:
             value = _as_payload(value, "value")
         if key is not None and type(key) is not bytes:
@@ -276,52 +286,86 @@ class Producer:
                 f"partition {partition} of topic {topic!r} does not exist "
                 f"(it has {len(partitions)} partitions)"
             )
-        acc = self._accumulator
-        if not acc.has_room(size):
-            # max.block.ms covers the metadata wait above and this one, as in Kafka.
-            deadline = now + cfg.max_block_ms / 1000
-            while not acc.has_room(size):
-                remaining = deadline - trio.current_time()
-                if remaining <= 0:
-                    raise errors.BufferExhaustedError(
-                        f"buffer.memory={cfg.buffer_memory} bytes stayed full for "
-                        f"max.block.ms={cfg.max_block_ms}; record for {topic} not queued"
-                    )
-                with trio.move_on_after(remaining):
-                    await self._space_freed.wait()
-                if self._closed:
-                    raise errors.ProducerClosedError("producer closed while waiting for buffer space")
-            now = trio.current_time()
+        if not self._accumulator.has_room(size):
+            now = await self._wait_for_room(size, now, topic)
         if timestamp_ms is None:
             timestamp_ms = int(time.time() * 1000)
-        future = DeliveryFuture(topic, partition)
-        batches_before = acc.batches.get((topic, partition))
-        tail = batches_before[-1] if batches_before else None
-        batch = acc.append(topic, partition, timestamp_ms, key, value, headers, future, now * 1000.0)
+        future = DeliveryFuture(topic, partition, timestamp_ms)
+        await self._queue(
+            topic, partition, ((timestamp_ms, key, value, headers),), future, now * 1000.0
+        )
+        return future
+
+    async def send_batch(
+        self,
+        topic: str,
+        partition: int,
+        records: Sequence[tuple[int, bytes | None, bytes | None, Any]],
+        sink: DeliverySink,
+    ) -> None:
+        """Queue many records for one partition at once: the bulk path of the sidecar.
+
+        ``records`` are ``(timestamp_ms, key, value, headers)`` with bytes or None payloads
+        and headers a tuple of (str, bytes | None) pairs, already checked by the caller
+        (each no larger than ``max_record_size``), and ``partition`` one of
+        ``partitions_for(topic)``.  ``sink.batch_done(start, count, first_offset, append_ms,
+        error)`` is called once per batch the records land in, instead of a future per
+        record.  Waits while buffer.memory is full, up to max.block.ms; the group is then
+        queued whole, so it may pass buffer.memory by its own size.
+        """
+        self._check_open()
+        now = trio.current_time()
+        if not self._accumulator.has_room(1):
+            now = await self._wait_for_room(1, now, topic)
+        await self._queue(topic, partition, records, sink, now * 1000.0)
+
+    @property
+    def max_record_size(self) -> int:
+        """Largest record (estimate_record_size) that send and send_batch take."""
+        return self._max_record_size
+
+    def cached_partitions(self, topic: str) -> list[int] | None:
+        """Partition ids of ``topic`` if metadata is at hand, else None (no waiting)."""
+        return self._cluster.partitions_for(topic)
+
+    @property
+    def partitioner(self) -> Partitioner:
+        return self._partitioner
+
+    def _check_open(self) -> None:
+        if self._closed or not self._started:
+            raise errors.ProducerClosedError(
+                "producer is closed" if self._closed else "use the producer inside `async with`"
+            )
+        if self._sender.fatal is not None:
+            raise self._sender.fatal
+
+    async def _queue(self, topic, partition, records, sink, now_ms: float) -> None:
+        if not records:
+            return
         if self._incomplete == 0:
             self._all_delivered = trio.Event()
-        self._incomplete += 1
-        if batch is not tail or batch.closed:
+        self._incomplete += len(records)
+        if self._accumulator.append_many(topic, partition, records, sink, now_ms):
             # A new batch (its linger timer starts) or a full one: let the sender run now, so
             # a caller sending in a tight loop still gets its batches on the wire as they fill.
-            # Shielded: the record is queued, so the caller must get its future back.
+            # Shielded: the records are queued, so the caller must not see a cancellation.
             self._sender.wakeup()
             await trio.lowlevel.cancel_shielded_checkpoint()
-        return future
 
     def _batch_done(
         self, batch: ProducerBatch, base_offset: int, append_ms: int, error: BaseException | None
     ) -> None:
-        n = len(batch.futures)
+        n = batch.record_count
+        for sink, start, count, index in batch.segments:
+            first = base_offset + index if base_offset >= 0 else -1
+            try:
+                sink.batch_done(start, count, first, append_ms, error)
+            except Exception:
+                log.exception("delivery sink %r raised", sink)
         if error is None:
-            topic, partition = batch.topic, batch.partition
-            for i, (future, ts) in enumerate(zip(batch.futures, batch.timestamps)):
-                offset = base_offset + i if base_offset >= 0 else -1
-                future._set(RecordMetadata(topic, partition, offset, ts if append_ms < 0 else append_ms), None)
             self.delivered += n
         else:
-            for future in batch.futures:
-                future._set(None, error)
             self.failed += n
         self._incomplete -= n
         if self._incomplete <= 0:
@@ -329,6 +373,25 @@ class Producer:
             self._all_delivered.set()
         self._space_freed.set()
         self._space_freed = trio.Event()
+
+    async def _wait_for_room(self, size: int, now: float, topic: str) -> float:
+        """Wait until ``size`` bytes fit in buffer.memory; max.block.ms counts from ``now``
+        (it covers the metadata wait too, as in Kafka).  Returns the time it ended."""
+        acc = self._accumulator
+        cfg = self.config
+        deadline = now + cfg.max_block_ms / 1000
+        while not acc.has_room(size):
+            remaining = deadline - trio.current_time()
+            if remaining <= 0:
+                raise errors.BufferExhaustedError(
+                    f"buffer.memory={cfg.buffer_memory} bytes stayed full for "
+                    f"max.block.ms={cfg.max_block_ms}; record for {topic} not queued"
+                )
+            with trio.move_on_after(remaining):
+                await self._space_freed.wait()
+            if self._closed:
+                raise errors.ProducerClosedError("producer closed while waiting for buffer space")
+        return trio.current_time()
 
     async def flush(self, timeout: float | None = None) -> None:
         """Send everything queued now (ignoring linger.ms) and wait until every record sent so

@@ -12,6 +12,11 @@ many messages, each ``[id, stream, value, key, headers, partition, timestamp]`` 
 nils omittable), ``flush`` and ``ping``.
 Sidecar -> app: ``hello``, ``reports`` (one delivery report or error per message, in any
 order), ``flushed``, ``pong`` and ``error`` (fatal for that connection, which is then closed).
+
+Version 2 adds *group reports*: one report item answering many messages, ``[ids, 0, topic,
+partition, first_offset, timestamp(s)]`` or ``[ids, code, message]``, where ``ids`` is an
+array of message ids.  The sidecar produces them a batch at a time, so a report costs per
+batch, not per message.  A version 1 connection gets them expanded (``expand_report``).
 """
 
 from __future__ import annotations
@@ -22,8 +27,8 @@ from typing import Any, NamedTuple
 
 import msgpack
 
-PROTOCOL_VERSION = 1
-SUPPORTED_VERSIONS = frozenset({1})
+PROTOCOL_VERSION = 2
+SUPPORTED_VERSIONS = frozenset({1, 2})
 DEFAULT_MAX_FRAME_BYTES = 16 * 1024 * 1024
 LENGTH_PREFIX = struct.Struct(">I")
 
@@ -100,10 +105,13 @@ def hello(client: str, version: int = PROTOCOL_VERSION) -> dict[str, Any]:
     return {"type": "hello", "version": version, "client": client}
 
 
-def hello_reply(server: str, max_frame_bytes: int, max_block_ms: int) -> dict[str, Any]:
+def hello_reply(
+    server: str, max_frame_bytes: int, max_block_ms: int, version: int = PROTOCOL_VERSION
+) -> dict[str, Any]:
+    """The sidecar's hello; ``version`` is the one this connection speaks (the app's)."""
     return {
         "type": "hello",
-        "version": PROTOCOL_VERSION,
+        "version": version,
         "server": server,
         "max_frame_bytes": max_frame_bytes,
         "max_block_ms": max_block_ms,
@@ -136,6 +144,34 @@ def report_ok(id: int, topic: str, partition: int, offset: int, timestamp: int) 
 
 def report_error(id: int, code: int, message: str) -> list[Any]:
     return [id, int(code), message]
+
+
+def report_group_ok(
+    ids: list[int], topic: str, partition: int, first_offset: int, timestamp: int | list[int]
+) -> list[Any]:
+    """Version 2: ``ids[i]`` landed at ``first_offset + i`` (every offset -1 when
+    ``first_offset`` is -1, as with acks=0).  ``timestamp``: one for all, or one per id."""
+    return [ids, 0, topic, partition, first_offset, timestamp]
+
+
+def report_group_error(ids: list[int], code: int, message: str) -> list[Any]:
+    """Version 2: every message in ``ids`` failed with ``code``."""
+    return [ids, int(code), message]
+
+
+def expand_report(item: list[Any]) -> list[list[Any]]:
+    """The per-message reports (version 1 forms) a report item stands for."""
+    ids = item[0]
+    if type(ids) is not list:
+        return [item]
+    if item[1] != 0:
+        return [[id_, item[1], item[2]] for id_ in ids]
+    _, _, topic, partition, first, ts = item
+    if type(ts) is not list:
+        ts = [ts] * len(ids)
+    if first < 0:
+        return [[id_, 0, topic, partition, first, t] for id_, t in zip(ids, ts)]
+    return [[id_, 0, topic, partition, first + i, t] for i, (id_, t) in enumerate(zip(ids, ts))]
 
 
 def reports(items: list[list[Any]]) -> dict[str, Any]:
@@ -263,28 +299,43 @@ def parse_messages(frame: dict[str, Any]) -> list[tuple]:
         raise WireError(ErrorCode.MALFORMED_FRAME, "produce frame: 'messages' must be an array")
     out = []
     append = out.append
-    for index, item in enumerate(raw):
-        if type(item) is not list or not 3 <= len(item) <= 7:
-            raise _bad(index, "must be an array of 3 to 7 fields")
-        id_, stream, value, key, headers, partition, timestamp = (*item, *_PAD[len(item)])
-        if type(id_) is not int or id_ < 0:
-            raise _bad(index, "id must be a non-negative integer")
-        if type(stream) is not str:
-            raise _bad(index, "stream must be a string")
-        if value is not None and type(value) is not bytes:
-            raise _bad(index, "value must be bin or nil")
-        if key is not None and type(key) is not bytes:
-            raise _bad(index, "key must be bin or nil")
-        if headers is not None:
-            headers = _headers(index, headers)
-        if partition is not None and (type(partition) is not int or partition < 0):
-            raise _bad(index, "partition must be a non-negative integer or nil")
-        if timestamp is not None and type(timestamp) is not int:
-            raise _bad(index, "timestamp must be an integer (ms since the epoch) or nil")
-        # Plain tuples in Message's field order: a NamedTuple per message costs on the hot
-        # path, and they compare equal to Message.
-        append((id_, stream, value, key, headers, partition, timestamp))
+    for item in raw:
+        # The common shapes, [id, stream, value] and [id, stream, value, key], checked inline;
+        # anything else (or anything wrong) takes the general path below.
+        if type(item) is list and 3 <= len(item) <= 4:
+            id_, stream, value, key = item if len(item) == 4 else (*item, None)
+            if (
+                type(id_) is int and id_ >= 0 and type(stream) is str
+                and (value is None or type(value) is bytes)
+                and (key is None or type(key) is bytes)
+            ):
+                append((id_, stream, value, key, None, None, None))
+                continue
+        append(_parse_message(len(out), item))
     return out
+
+
+def _parse_message(index: int, item: Any) -> tuple:
+    if type(item) is not list or not 3 <= len(item) <= 7:
+        raise _bad(index, "must be an array of 3 to 7 fields")
+    id_, stream, value, key, headers, partition, timestamp = (*item, *_PAD[len(item)])
+    if type(id_) is not int or id_ < 0:
+        raise _bad(index, "id must be a non-negative integer")
+    if type(stream) is not str:
+        raise _bad(index, "stream must be a string")
+    if value is not None and type(value) is not bytes:
+        raise _bad(index, "value must be bin or nil")
+    if key is not None and type(key) is not bytes:
+        raise _bad(index, "key must be bin or nil")
+    if headers is not None:
+        headers = _headers(index, headers)
+    if partition is not None and (type(partition) is not int or partition < 0):
+        raise _bad(index, "partition must be a non-negative integer or nil")
+    if timestamp is not None and type(timestamp) is not int:
+        raise _bad(index, "timestamp must be an integer (ms since the epoch) or nil")
+    # Plain tuples in Message's field order: a NamedTuple per message costs on the hot
+    # path, and they compare equal to Message.
+    return (id_, stream, value, key, headers, partition, timestamp)
 
 
 _PAD = [(None,) * (7 - n) if n <= 7 else () for n in range(8)]
@@ -319,7 +370,22 @@ class Report(NamedTuple):
     message: str | None = None
 
 
+def parse_reports(item: Any) -> list[Report]:
+    """Decode one report item, a single or (version 2) a group report, into Reports."""
+    if type(item) is list and len(item) in (3, 6) and type(item[0]) is list:
+        ids, ts = item[0], item[5] if len(item) == 6 else None
+        if (
+            not all(type(i) is int for i in ids)
+            or (len(item) == 6) != (item[1] == 0)
+            or (type(ts) is list and len(ts) != len(ids))
+        ):
+            raise WireError(ErrorCode.MALFORMED_FRAME, f"bad group report {item!r}")
+        return [parse_report(one) for one in expand_report(item)]
+    return [parse_report(item)]
+
+
 def parse_report(item: Any) -> Report:
+    """Decode a single-message report."""
     if type(item) is not list or len(item) < 3 or type(item[0]) is not int:
         raise WireError(ErrorCode.MALFORMED_FRAME, f"bad report {item!r}")
     if item[1] == 0:

@@ -220,7 +220,7 @@ class Client:
         return sock
 
     def _handshake(self, name: str, timeout: float) -> dict:
-        self._sock.sendall(wire.encode_frame(wire.hello(name)))
+        self._sock.sendall(wire.encode_frame(wire.hello(name, version=1)))
         decoder = wire.FrameDecoder(wire.DEFAULT_MAX_FRAME_BYTES)
         deadline = time.monotonic() + timeout
         while True:

@@ -90,10 +90,11 @@ class Sidecar:
             await self._resumed.wait()
         return not self.stopping
 
-    def hello_reply(self) -> dict:
+    def hello_reply(self, version: int) -> dict:
         max_block = self.config.producer_config(self.config.producer).max_block_ms
         return wire.hello_reply(
-            f"databus/{databus.__version__}", self.config.sidecar.max_frame_bytes, max_block
+            f"databus/{databus.__version__}", self.config.sidecar.max_frame_bytes, max_block,
+            version,
         )
 
     def kick_producers(self) -> None:

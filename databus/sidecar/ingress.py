@@ -1,11 +1,15 @@
 """One app connection: read frames, hand messages upstream, write reports back.
 
-Each connection runs a reader and a writer task.  The reader decodes frames in order and,
-for a produce frame, takes each message through the hot path: route lookup (a dict), the
-route plugins' plain functions, the buffer.memory budget, the producer's ``send``.  Delivery
-callbacks queue reports; the writer coalesces everything queued into as few frames as
-possible.  Output order is the order things were queued, so a ``flushed`` follows the
-reports of every message before its flush.
+Each connection runs a reader and a writer task.  The reader decodes frames in order.  A
+produce frame goes through the hot path a frame at a time, not a message at a time: its
+bytes are taken from the buffer.memory budget at once; each message is routed (a dict
+lookup, the route plugins' plain functions) and partitioned (the partitioner's plain
+function) into a *group* per (stream, topic, partition), keeping the frame's order inside
+each group; each group is handed to its producer in one ``send_batch`` call, and comes back
+as one group report per batch it landed in (protocol version 2; expanded to one report per
+message for version 1 connections).  The writer coalesces everything queued into as few
+frames as possible.  Output order is the order things were queued, so a ``flushed`` follows
+the reports of every message before its flush.
 
 Protocol violations (sidecar_wire.WireError) put an error frame at the end of the output
 and close this connection only.
@@ -13,13 +17,13 @@ and close this connection only.
 
 from __future__ import annotations
 
-import functools
 import logging
 import time
 from typing import TYPE_CHECKING, Any
 
 import trio
 
+from databus.client.accumulator import estimate_record_size
 from databus.plugins import PluginError
 from databus.protocol import sidecar_wire as wire
 from databus.protocol.sidecar_wire import ErrorCode, WireError
@@ -32,6 +36,9 @@ if TYPE_CHECKING:
 log = logging.getLogger("databus.sidecar.ingress")
 
 RECEIVE_BYTES = 256 * 1024
+# Messages up to this size skip the per-message size check: far below any sane
+# max.request.size (bigger ones are checked against the producer's own limit).
+SMALL_MESSAGE = 64 * 1024
 MAX_REPORTS_PER_FRAME = 8192
 
 
@@ -69,12 +76,17 @@ class Connection:
         self.outstanding: set[int] = set()
         self._latency = sidecar.metrics.latency
         self._seq = 0
+        self.version = wire.PROTOCOL_VERSION
         self._flushes: list[tuple[set[int], int]] = []
 
     # --- output ---------------------------------------------------------------------------
 
     def _queue_report(self, item: list) -> None:
         if self.closed:
+            return
+        if self.version < 2 and type(item[0]) is list:
+            for one in wire.expand_report(item):
+                self._queue_report(one)
             return
         cur = self._cur
         if cur is None or len(cur) >= MAX_REPORTS_PER_FRAME:
@@ -168,9 +180,9 @@ class Connection:
             for frame in decoder.feed(data):
                 kind = frame["type"]
                 if not hello_done:
-                    wire.check_hello(frame)
+                    self.version = wire.check_hello(frame)
                     hello_done = True
-                    self._queue_frame(sidecar.hello_reply())
+                    self._queue_frame(sidecar.hello_reply(self.version))
                 elif kind == "produce":
                     await self._produce(wire.parse_messages(frame), arrival)
                 elif kind == "flush":
@@ -206,87 +218,189 @@ class Connection:
             )
         return route
 
-    async def _produce(self, messages: list[wire.Message], arrival: float) -> None:
+    async def _produce(self, messages: list[tuple], arrival: float) -> None:
         sidecar = self.sidecar
-        budget = sidecar.budget
-        delivered = self._delivered
-        for id_, stream, value, key, headers, partition, timestamp in messages:
-            # Re-read the table per message: a reload may swap it at any await below.
-            route = sidecar.table.routes.get(stream) or self._route(stream, id_)
-            if route is None:
-                continue
+        sizes = []
+        for message in messages:
+            value, key, headers = message[2], message[3], message[4]
             size = (len(value) if value else 0) + (len(key) if key else 0)
             if headers:
                 for hk, hv in headers:
                     size += len(hk) + (len(hv) if hv else 0)
-            if sidecar.paused or not budget.try_acquire(size):
-                # The slow path: wait for room and/or a reload swap, then look the route
-                # up again (a reload may have replaced it meanwhile).
-                if not await self._wait_for_room(size, route, arrival, id_):
-                    continue
-                route = self._route(stream, id_)
-                if route is None:
-                    budget.release(size)
-                    continue
-            # From here to the end of send there is no checkpoint except send itself, which
-            # the reload swap waits for (sidecar.sending).
-            stats = route.stats
-            stats.messages_in += 1
-            stats.bytes_in += size
-            topic = route.topic
-            if route.route_fns:
-                msg = RoutedMessage(stream, topic, key, value, headers, partition)
-                for plugin, fn in route.route_fns:
-                    try:
-                        msg = fn(msg)
-                    except Exception as exc:
-                        msg = PluginError(plugin, "route", exc)
-                        break
-                    if msg is None:
-                        break
-                if msg is None or isinstance(msg, PluginError):
-                    budget.release(size)
-                    if msg is None:
-                        stats.dropped += 1
-                        self._queue_report([id_, 0, topic, -1, -1, -1])
-                    else:
-                        log.error("%s", msg)
-                        self.report_error(id_, ErrorCode.PLUGIN_ERROR, str(msg))
-                    continue
-                topic, key, value = msg.topic, msg.key, msg.value
-                headers, partition = msg.headers, msg.partition
-            seq = self._seq = self._seq + 1
-            self.outstanding.add(seq)
-            sidecar.sending += 1
-            try:
-                future = await route.send(
-                    topic, value, key=key, headers=headers, partition=partition,
-                    timestamp_ms=timestamp,
-                )
-            except Exception as exc:
-                budget.release(size)
-                self._done(seq)
-                if _is_kafka_error(exc):
-                    self.report_error(id_, error_code_of(exc), str(exc))
-                else:
-                    # Inside send, only the partitioner is plugin code.
-                    error = PluginError(route.handle.partitioner_plugin, "partitioner", exc)
-                    log.error("%s", error)
-                    self.report_error(id_, ErrorCode.PLUGIN_ERROR, str(error))
-                continue
-            finally:
-                sidecar.sending -= 1
-                if sidecar.sending == 0 and sidecar.paused:
-                    sidecar.idle.set()
-            future.add_done_callback(
-                functools.partial(delivered, id_, seq, size, stats, arrival)
-            )
+            sizes.append(size)
+        if not sidecar.paused and sidecar.budget.try_acquire(sum(sizes)):
+            await self._dispatch(messages, sizes, arrival)
+            return
+        # The slow path: buffer.memory is full (or a reload is swapping routes).  Take the
+        # messages one at a time, each waiting for room until its arrival + max.block.ms, and
+        # hand each upstream at once: what is held must drain for the rest to get room.
+        for message, size in zip(messages, sizes):
+            if await self._wait_for_room(message, size, arrival):
+                await self._dispatch([message], [size], arrival)
 
-    async def _wait_for_room(self, size: int, route, arrival: float, id_: int) -> bool:
-        """Take ``size`` bytes of buffer.memory, waiting until ``arrival`` + max.block.ms at
-        most, and wait out a reload swap; False (and the message answered) if not."""
+    async def _dispatch(self, messages: list[tuple], sizes: list[int], arrival: float) -> None:
+        """Route and partition ``messages`` (their bytes already taken from the budget) into
+        groups, and queue each group on its producer."""
         sidecar = self.sidecar
         budget = sidecar.budget
+        routes = sidecar.table.routes
+        now_ms = int(time.time() * 1000)
+        groups: dict[tuple, Group] = {}
+        last_partition = last_topic = last_route = None
+        # Holding `sending` keeps a reload from swapping routes (and retiring producers)
+        # under this frame while it awaits metadata or a producer.
+        sidecar.sending += 1
+        try:
+            current = route = None  # the stream of the previous message, and its route
+            for (id_, stream, value, key, headers, partition, timestamp), size in zip(
+                messages, sizes
+            ):
+                if stream != current:
+                    route = routes.get(stream) or self._route(stream, id_)
+                    if route is None:
+                        current = None
+                        budget.release(size)
+                        continue
+                    current = stream
+                    topic, producer = route.topic, route.producer
+                    partitions = producer.cached_partitions(topic)
+                    partitioner = producer.partitioner
+                    # The common case needs only the partitioner's plain function.
+                    simple = partitions is not None and not route.route_fns
+                    count = len(partitions) if partitions else 0
+                if simple and partition is None and size <= SMALL_MESSAGE:
+                    try:
+                        p = partitions[partitioner(topic, key, value, count)]
+                    except Exception as exc:
+                        budget.release(size)
+                        self._plugin_failed(route, exc, id_)
+                        continue
+                    t = topic
+                else:
+                    placed = await self._place(
+                        route, stream, id_, key, value, headers, partition
+                    )
+                    if placed is None:
+                        budget.release(size)
+                        continue
+                    t, key, value, headers, p = placed
+                if p != last_partition or t is not last_topic or route is not last_route:
+                    last_partition, last_topic, last_route = p, t, route
+                    group = groups.get((route, t, p))
+                    if group is None:
+                        group = groups[(route, t, p)] = Group(self, route, t, p, arrival, now_ms)
+                    ids, group_sizes, records = group.ids, group.sizes, group.records
+                ids.append(id_)
+                group_sizes.append(size)
+                if timestamp is None:
+                    timestamp = now_ms
+                else:
+                    group.own_timestamps = True
+                records.append((timestamp, key, value, headers))
+            for group in groups.values():
+                await self._send_group(group)
+        finally:
+            sidecar.sending -= 1
+            if sidecar.sending == 0 and sidecar.paused:
+                sidecar.idle.set()
+
+    async def _place(self, route, stream, id_, key, value, headers, partition):
+        """The careful path for one message: route plugins, the topic's metadata (waited
+        for), an explicit partition's existence, the size against the producer's limit.
+        Returns (topic, key, value, headers, partition), or None with the message answered."""
+        topic = route.topic
+        if route.route_fns:
+            msg = self._apply_route_plugins(
+                route, RoutedMessage(stream, topic, key, value, headers, partition), id_
+            )
+            if msg is None:
+                return None
+            topic, key, value = msg.topic, msg.key, msg.value
+            headers, partition = msg.headers, msg.partition
+        producer = route.producer
+        try:
+            partitions = producer.cached_partitions(topic) or await producer.partitions_for(topic)
+        except Exception as exc:
+            if not _is_kafka_error(exc):
+                raise
+            self.report_error(id_, error_code_of(exc), str(exc))
+            return None
+        size = estimate_record_size(key, value, headers)
+        if size > producer.max_record_size:
+            self.report_error(
+                id_, ErrorCode.MESSAGE_TOO_LARGE,
+                f"message of about {size} bytes exceeds the producer's max.request.size or "
+                f"buffer.memory ({producer.max_record_size} bytes)",
+            )
+            return None
+        if partition is None:
+            try:
+                partition = partitions[producer.partitioner(topic, key, value, len(partitions))]
+            except Exception as exc:
+                self._plugin_failed(route, exc, id_)
+                return None
+        elif partition not in partitions:
+            self.report_error(
+                id_, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+                f"partition {partition} of topic {topic!r} does not exist "
+                f"(it has {len(partitions)} partitions)",
+            )
+            return None
+        return topic, key, value, headers, partition
+
+    def _plugin_failed(self, route, exc: Exception, id_: int) -> None:
+        error = PluginError(route.handle.partitioner_plugin, "partitioner", exc)
+        log.error("%s", error)
+        self.report_error(id_, ErrorCode.PLUGIN_ERROR, str(error))
+
+    def _apply_route_plugins(self, route, msg: RoutedMessage, id_: int) -> RoutedMessage | None:
+        """Run the route plugins' functions; None (and the message answered) when one drops
+        the message or raises."""
+        for plugin, fn in route.route_fns:
+            try:
+                msg = fn(msg)
+            except Exception as exc:
+                error = PluginError(plugin, "route", exc)
+                log.error("%s", error)
+                self.report_error(id_, ErrorCode.PLUGIN_ERROR, str(error))
+                return None
+            if msg is None:
+                route.stats.dropped += 1
+                self._queue_report([id_, 0, route.topic, -1, -1, -1])
+                return None
+        return msg
+
+    async def _send_group(self, group: "Group") -> None:
+        n = len(group.ids)
+        group.remaining = n
+        group.total = total = sum(group.sizes)
+        stats = group.route.stats
+        stats.messages_in += n
+        stats.bytes_in += total
+        seq = group.seq = self._seq = self._seq + 1
+        self.outstanding.add(seq)
+        try:
+            await group.route.producer.send_batch(
+                group.topic, group.partition, group.records, group
+            )
+        except Exception as exc:
+            code = error_code_of(exc) if _is_kafka_error(exc) else ErrorCode.UNKNOWN_SERVER_ERROR
+            if not _is_kafka_error(exc):
+                log.exception("%s: queueing %d message(s) failed", self.name, n)
+            group.batch_done(0, n, -1, -1, exc if _is_kafka_error(exc) else RuntimeError(
+                f"{type(exc).__name__}: {exc}"
+            ), code)
+
+    async def _wait_for_room(self, message: tuple, size: int, arrival: float) -> bool:
+        """Take ``size`` bytes of buffer.memory for one message, waiting until ``arrival`` +
+        its stream's max.block.ms at most, and wait out a reload swap; False (and the
+        message answered) if not."""
+        sidecar = self.sidecar
+        budget = sidecar.budget
+        id_ = message[0]
+        route = sidecar.table.routes.get(message[1]) or self._route(message[1], id_)
+        if route is None:
+            return False
         if size > budget.limit:
             self.report_error(
                 id_, ErrorCode.MESSAGE_TOO_LARGE,
@@ -307,21 +421,41 @@ class Connection:
             return False
         return True
 
-    def _delivered(self, id_, seq, size, stats, arrival, future) -> None:
+    def _group_done(
+        self, group: "Group", start: int, count: int, first_offset: int, append_ms: int,
+        error: BaseException | None, code: int | None = None,
+    ) -> None:
+        """``count`` messages of ``group`` from its ``start``-th are done: answer them with
+        one report, give their bytes back."""
+        whole = count == len(group.ids)
+        ids = group.ids if whole else group.ids[start : start + count]
+        size = group.total if whole else sum(group.sizes[start : start + count])
         self.sidecar.budget.release(size)
-        try:
-            md = future.result()
-        except Exception as exc:
-            self.report_error(id_, error_code_of(exc), str(exc) or type(exc).__name__)
-        else:
-            stats.messages_out += 1
+        if error is None:
+            stats = group.route.stats
+            stats.messages_out += count
             stats.bytes_out += size
-            self._latency.observe(time.monotonic() - arrival)
-            self._queue_report([id_, 0, md.topic, md.partition, md.offset, md.timestamp])
-        self._done(seq)
+            self._latency.observe(time.monotonic() - group.arrival, count)
+            if append_ms >= 0:
+                timestamp = append_ms
+            elif group.own_timestamps:
+                timestamp = [r[0] for r in group.records[start : start + count]]
+            else:
+                timestamp = group.timestamp
+            self._queue_report(
+                [ids, 0, group.topic, group.partition, first_offset, timestamp]
+            )
+        else:
+            if code is None:
+                code = error_code_of(error)
+            self.sidecar.metrics.error(code, count)
+            self._queue_report([ids, int(code), str(error) or type(error).__name__])
+        group.remaining -= count
+        if group.remaining <= 0:
+            self._done(group.seq)
 
     def _done(self, seq: int) -> None:
-        """Message ``seq`` has its report queued: forget it, and answer the flushes that
+        """Group ``seq`` has all its reports queued: forget it, and answer the flushes that
         were waiting only for it."""
         self.outstanding.discard(seq)
         if self._flushes:
@@ -333,3 +467,34 @@ class Connection:
                 else:
                     self._queue_frame(wire.flushed(flush_id))
             self._flushes = still
+
+
+class Group:
+    """The messages of one produce frame bound for one (stream, topic, partition), in frame
+    order: queued on the producer together, answered a batch at a time (the producer's
+    DeliverySink)."""
+
+    __slots__ = (
+        "arrival", "conn", "ids", "own_timestamps", "partition", "records", "remaining",
+        "route", "seq", "sizes", "timestamp", "topic", "total",
+    )
+
+    def __init__(self, conn: Connection, route, topic: str, partition: int, arrival: float,
+                 timestamp: int) -> None:
+        self.conn = conn
+        self.route = route
+        self.topic = topic
+        self.partition = partition
+        self.arrival = arrival
+        self.timestamp = timestamp  # the sidecar's clock, for messages without their own
+        self.own_timestamps = False
+        self.ids: list[int] = []
+        self.sizes: list[int] = []
+        self.records: list[tuple] = []
+        self.remaining = 0
+        self.total = 0
+        self.seq = 0
+
+    def batch_done(self, start: int, count: int, first_offset: int, append_ms: int,
+                   error: BaseException | None, code: int | None = None) -> None:
+        self.conn._group_done(self, start, count, first_offset, append_ms, error, code)

@@ -46,10 +46,11 @@ class LatencyHistogram:
         self.total = 0.0
         self.count = 0
 
-    def observe(self, seconds: float) -> None:
-        self.counts[bisect.bisect_left(LATENCY_BUCKETS, seconds)] += 1
-        self.total += seconds
-        self.count += 1
+    def observe(self, seconds: float, n: int = 1) -> None:
+        """``n`` messages that each took ``seconds`` (a batch is answered at once)."""
+        self.counts[bisect.bisect_left(LATENCY_BUCKETS, seconds)] += n
+        self.total += seconds * n
+        self.count += n
 
     def buckets(self) -> list[tuple[str, int]]:
         out, running = [], 0
@@ -82,8 +83,8 @@ class SidecarMetrics:
             stats = self.streams[name] = StreamStats()
         return stats
 
-    def error(self, code: int) -> None:
-        self.errors[code] = self.errors.get(code, 0) + 1
+    def error(self, code: int, n: int = 1) -> None:
+        self.errors[code] = self.errors.get(code, 0) + n
 
     def render(self) -> bytes:
         return generate_latest(self.registry)

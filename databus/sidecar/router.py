@@ -45,7 +45,7 @@ class RoutedMessage:
 
 
 class Route:
-    __slots__ = ("stream", "topic", "handle", "send", "route_fns", "max_block", "stats")
+    __slots__ = ("stream", "topic", "handle", "producer", "route_fns", "max_block", "stats")
 
     def __init__(
         self,
@@ -58,7 +58,7 @@ class Route:
         self.stream = stream
         self.topic = topic
         self.handle = handle
-        self.send = handle.producer.send
+        self.producer = handle.producer
         self.route_fns = route_fns
         self.max_block = handle.max_block_ms / 1000.0
         self.stats = stats

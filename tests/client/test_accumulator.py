@@ -210,3 +210,50 @@ def test_model_pipelining_with_failures_keeps_partition_order(ops, window):
     for p in range(3):
         assert accepted[p] == created[p]
     assert acc.buffered_bytes == 0 and not acc.in_flight and not acc.recovering
+
+
+class Sink:
+    def __init__(self):
+        self.told = []
+
+    def batch_done(self, start, count, first_offset, append_ms, error):
+        self.told.append((start, count, first_offset, error))
+
+
+def test_append_many_fills_batches_in_order_with_one_segment_per_batch():
+    acc, completed = make(batch_size=1000)
+    sink = Sink()
+    records = [(1000 + i, None, b"%03d" % i + b"x" * 97, ()) for i in range(25)]
+    assert acc.append_many("t", 0, records, sink, now_ms=0)  # started a batch
+    batches = list(acc.batches[("t", 0)])
+    assert [b.record_count for b in batches] == [8, 8, 8, 1]  # ~120 bytes per record
+    assert [b.segments for b in batches] == [
+        [(sink, 0, 8, 0)], [(sink, 8, 8, 0)], [(sink, 16, 8, 0)], [(sink, 24, 1, 0)]
+    ]
+    assert completed == [("t", 0)] * 3  # the partitioner hears about each full batch
+    # A later call continues the open batch: its segment starts at that batch's record 1.
+    other = Sink()
+    assert not acc.append_many("t", 0, records[:2], other, now_ms=1)
+    assert acc.batches[("t", 0)][-1].segments[-1] == (other, 0, 2, 1)
+    decoded = []
+    for batch in acc.batches[("t", 0)]:
+        decoded += [r.value[:3] for r in decode_records(batch.build(-1, -1, -1))[1]]
+    assert decoded == [b"%03d" % i for i in range(25)] + [b"000", b"001"]
+
+
+@given(st.lists(st.integers(min_value=0, max_value=400), min_size=1, max_size=60),
+       st.integers(min_value=200, max_value=3000))
+@settings(max_examples=60, deadline=None)
+def test_append_many_segments_cover_every_record_once(sizes, batch_size):
+    acc, _ = make(batch_size=batch_size, buffer_memory=1 << 30)
+    sink = Sink()
+    records = [(5, None, bytes([i % 256]) * n, ()) for i, n in enumerate(sizes)]
+    acc.append_many("t", 0, records, sink, now_ms=0)
+    seen = []
+    for batch in acc.batches[("t", 0)]:
+        values = [r.value for r in decode_records(batch.build(-1, -1, -1))[1]]
+        for s, start, count, index in batch.segments:
+            assert s is sink
+            seen += list(zip(range(start, start + count), values[index : index + count]))
+        assert sum(count for _, _, count, _ in batch.segments) == batch.record_count
+    assert seen == list(enumerate(r[2] for r in records))

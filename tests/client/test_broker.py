@@ -60,6 +60,49 @@ async def test_they_read_what_we_write(broker, topic, reader, codec):
         assert got[(report.partition, report.offset)] == (k, v, tuple(h), ts)
 
 
+class CollectingSink:
+    """A DeliverySink that keeps what it is told."""
+
+    def __init__(self):
+        self.segments = []
+
+    def batch_done(self, start, count, first_offset, append_ms, error):
+        self.segments.append((start, count, first_offset, error))
+
+
+async def test_send_batch_reports_segments_that_map_to_the_written_offsets(broker, topic):
+    """The bulk path: 300 records in one call, split over several batches (batch.size 4 KiB),
+    answered one segment per batch; every (start + i) -> first_offset + i pair is where
+    confluent-kafka reads that record back, and the per-record path still interleaves."""
+    await create(broker.bootstrap, topic, partitions=1)
+    records = [(1_700_000_000_000 + i, b"k%d" % i, b"v%d-" % i + b"x" * 40, ())
+               for i in range(300)]
+    first, second = CollectingSink(), CollectingSink()
+    async with Producer(broker.bootstrap, {"batch.size": 4096, "linger.ms": 20}) as p:
+        assert await p.partitions_for(topic) == [0]
+        await p.send_batch(topic, 0, records[:150], first)
+        single = await p.send(topic, b"single", key=b"s", partition=0)
+        await p.send_batch(topic, 0, records[150:], second)
+        await p.flush()
+    offsets = {}
+    for sink, call in ((first, records[:150]), (second, records[150:])):
+        assert all(error is None for *_, error in sink.segments)
+        assert len(sink.segments) > 1  # the records spanned batches
+        # Each record of the call is covered exactly once.
+        covered = sorted(i for start, count, _, _ in sink.segments
+                         for i in range(start, start + count))
+        assert covered == list(range(150))
+        for start, count, first_offset, _ in sink.segments:
+            for i in range(count):
+                offsets[first_offset + i] = call[start + i]
+    seen = await trio.to_thread.run_sync(confluent_read, broker.bootstrap, topic, 301)
+    by_offset = {off: (k, v, ts) for _, off, k, v, _, ts in seen}
+    assert by_offset[single.result().offset] == (b"s", b"single", single.result().timestamp)
+    assert single.result().offset == 150  # between the two calls, as queued
+    for offset, (ts, k, v, _) in offsets.items():
+        assert by_offset[offset] == (k, v, ts)
+
+
 @pytest.mark.parametrize("writer", sorted(WRITERS))
 async def test_we_read_what_they_write(broker, topic, writer):
     await create(broker.bootstrap, topic)

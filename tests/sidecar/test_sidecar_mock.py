@@ -192,14 +192,17 @@ async def test_hostile_frames_close_only_their_connection(sock_dir, mock_cluster
     assert 'databus_sidecar_errors_total{code="1003",name="FRAME_TOO_LARGE"} 2.0' in metrics
 
 
-async def test_raw_protocol_reports_flush_and_ping_in_order(sock_dir, mock_cluster):
+@pytest.mark.parametrize("version", [1, 2])
+async def test_raw_protocol_reports_flush_and_ping_in_order(sock_dir, mock_cluster, version):
+    """Version 1 gets a report per message; version 2 may get one report for messages that
+    landed together (here 1 and 2: same key, same frame), meaning the same."""
     config = mock_config(sock_dir, mock_cluster, streams={"s": {"topic": "sc-raw"}},
                          producer={"linger.ms": 50})
 
     def scenario(path):
         conn = RawConnection(path)
         try:
-            conn.send(wire.hello("raw-test"))
+            conn.send(wire.hello("raw-test", version))
             hello = conn.receive()
             # Pipelined: three produce frames, a flush, a ping, without reading.
             conn.send(wire.produce([[1, "s", b"a", b"k"], [2, "s", b"b", b"k"]]))
@@ -216,17 +219,25 @@ async def test_raw_protocol_reports_flush_and_ping_in_order(sock_dir, mock_clust
 
     async with running_sidecar(config) as sidecar:
         hello, frames = await trio.to_thread.run_sync(scenario, sidecar.addresses.socket)
-    assert hello["type"] == "hello" and hello["version"] == 1
+    assert hello["type"] == "hello" and hello["version"] == version
     assert hello["max_frame_bytes"] == config.sidecar.max_frame_bytes
     kinds = [f["type"] for f in frames]
     flushed_at = kinds.index("flushed")
     assert frames[flushed_at]["id"] == 99 and frames[kinds.index("pong")]["id"] == 7
     # Every report precedes the flushed frame.
-    reports = {r[0]: r for f in frames[:flushed_at] if f["type"] == "reports" for r in f["reports"]}
+    items = [r for f in frames[:flushed_at] if f["type"] == "reports" for r in f["reports"]]
+    grouped = [item for item in items if type(item[0]) is list]
+    if version == 1:
+        assert grouped == []
+    else:
+        assert [item[0] for item in grouped if item[0] == [1, 2]] == [[1, 2]]
+    reports = {r.id: r for item in items for r in wire.parse_reports(item)}
     assert sorted(reports) == [1, 2, 3, 4]
-    assert reports[1][1:3] == [0, "sc-raw"] and reports[2][4] == reports[1][4] + 1
-    assert reports[3][1] == ErrorCode.UNKNOWN_STREAM
-    assert reports[4][1:4] == [0, "sc-raw", 2]
+    assert (reports[1].code, reports[1].topic) == (0, "sc-raw")
+    assert reports[2].offset == reports[1].offset + 1
+    assert reports[2].partition == reports[1].partition
+    assert reports[3].code == ErrorCode.UNKNOWN_STREAM
+    assert (reports[4].code, reports[4].topic, reports[4].partition) == (0, "sc-raw", 2)
 
 
 def fetch(port: int, path: str) -> str:

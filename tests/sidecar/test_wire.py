@@ -28,6 +28,11 @@ GOLDEN_FRAMES = {
         wire.report_ok(1, "orders", 3, 1041, 1700000000000),
         wire.report_error(2, 1000, "unknown stream 'clicks'"),
     ]),
+    "group-reports": wire.reports([
+        wire.report_group_ok([5, 6, 8], "orders", 1, 200, 1700000000000),
+        wire.report_group_ok([7, 9], "orders", 2, 90, [1700000000001, 1700000000002]),
+        wire.report_group_error([10, 11], 7, "timed out"),
+    ]),
     "flush": wire.flush(3),
     "flushed": wire.flushed(3),
     "ping": wire.ping(4),
@@ -54,7 +59,7 @@ def test_hello_golden_bytes_spelled_out():
     data = wire.encode_frame(wire.hello("x"))
     assert data == (
         b"\x00\x00\x00\x1e"
-        b"\x83\xa4type\xa5hello\xa7version\x01\xa6client\xa1x"
+        b"\x83\xa4type\xa5hello\xa7version\x02\xa6client\xa1x"
     )
 
 
@@ -105,14 +110,16 @@ def test_malformed_bodies(body, fragment):
 
 
 def test_hello_checks():
-    assert wire.check_hello(wire.hello("x")) == 1
+    assert wire.check_hello(wire.hello("x")) == wire.PROTOCOL_VERSION == 2
+    assert wire.check_hello(wire.hello("x", version=1)) == 1
     with pytest.raises(WireError) as info:
         wire.check_hello(wire.ping(1))
     assert info.value.code == ErrorCode.HELLO_REQUIRED
     with pytest.raises(WireError) as info:
-        wire.check_hello(wire.hello("x", version=2))
+        wire.check_hello(wire.hello("x", version=3))
     assert info.value.code == ErrorCode.UNSUPPORTED_VERSION
-    assert "supported: [1]" in str(info.value)
+    assert "supported: [1, 2]" in str(info.value)
+    assert wire.hello_reply("s", 1, 2, version=1)["version"] == 1
 
 
 def test_parse_messages_fills_optional_fields():
@@ -157,6 +164,33 @@ def test_report_round_trip():
     assert wire.parse_report(wire.report_ok(5, "t", 1, 2, 3)) == wire.Report(5, 0, "t", 1, 2, 3)
     report = wire.parse_report(wire.report_error(6, 1001, "full"))
     assert (report.id, report.code, report.message) == (6, 1001, "full")
+
+
+def test_group_reports_mean_one_report_per_id_at_consecutive_offsets():
+    shared = wire.report_group_ok([5, 6, 8], "orders", 1, 200, 1700)
+    assert wire.expand_report(shared) == [
+        [5, 0, "orders", 1, 200, 1700], [6, 0, "orders", 1, 201, 1700],
+        [8, 0, "orders", 1, 202, 1700],
+    ]
+    own = wire.report_group_ok([7, 9], "t", 0, 90, [11, 12])
+    assert wire.parse_reports(own) == [
+        wire.Report(7, 0, "t", 0, 90, 11), wire.Report(9, 0, "t", 0, 91, 12)
+    ]
+    acks0 = wire.report_group_ok([1, 2], "t", 0, -1, 5)
+    assert [r.offset for r in wire.parse_reports(acks0)] == [-1, -1]
+    failed = wire.parse_reports(wire.report_group_error([3, 4], 7, "timed out"))
+    assert [(r.id, r.code, r.message) for r in failed] == [(3, 7, "timed out"), (4, 7, "timed out")]
+    single = wire.report_ok(5, "t", 1, 2, 3)
+    assert wire.expand_report(single) == [single]
+    assert wire.parse_reports(single) == [wire.Report(5, 0, "t", 1, 2, 3)]
+
+
+@pytest.mark.parametrize(
+    "item", [[["x"], 0, "t", 0, 1, 2], [[1, 2], 0, "t", 0, 1, [2]], [[1], 0, "t"]]
+)
+def test_bad_group_reports_are_rejected(item):
+    with pytest.raises(WireError):
+        wire.parse_reports(item)
 
 
 def test_error_names_cover_kafka_and_sidecar_codes():
