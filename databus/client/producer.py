@@ -419,10 +419,22 @@ class Producer:
         return parts
 
     def statistics(self) -> dict[str, Any]:
-        """A snapshot: buffered bytes, queued batches, in-flight requests, pending records..."""
+        """A snapshot: delivered batches (count, average and largest size in bytes as sent,
+        records per batch, compressed/uncompressed ratio), buffered bytes, queued batches,
+        in-flight requests, pending records..."""
         acc = self._accumulator
-        state = self._sender.idempotence
+        sender = self._sender
+        state = sender.idempotence
+        batches = sender.batches_delivered
         return {
+            "batches_delivered": batches,
+            "batch_size_avg": sender.batch_bytes / batches if batches else 0.0,
+            "batch_size_max": sender.batch_bytes_max,
+            "records_per_batch_avg": self.delivered / batches if batches else 0.0,
+            # compressed / uncompressed bytes, as Kafka's compression-rate-avg
+            "compression_rate_avg": (
+                sender.batch_bytes / sender.batch_bytes_uncompressed if batches else 1.0
+            ),
             "buffered_bytes": acc.buffered_bytes,
             "buffer_memory": acc.buffer_memory,
             "queued_batches": acc.queued_batches,

@@ -68,6 +68,12 @@ class Sender:
         self.fatal: BaseException | None = None  # set when no record can ever be sent
         self._generation_of: dict[int, int] = {}  # id(batch) -> idempotence generation
         self.retries = 0  # batches sent again after a retriable failure
+        # Delivered batches, for batch-size and compression-rate figures (as Kafka's
+        # batch-size-avg / compression-rate-avg, but since start rather than windowed).
+        self.batches_delivered = 0
+        self.batch_bytes = 0  # as sent: header + (compressed) records
+        self.batch_bytes_uncompressed = 0
+        self.batch_bytes_max = 0
         # Requests to one broker are written in the order they were drained (trio starts
         # tasks in no particular order): each takes a ticket and writes on its turn.
         self._next_ticket: dict[int, int] = {}
@@ -304,6 +310,13 @@ class Sender:
     ) -> None:
         self.in_flight_batches.discard(batch)
         self._generation_of.pop(id(batch), None)
+        if error is None and batch.payload is not None:
+            size = len(batch.payload)
+            self.batches_delivered += 1
+            self.batch_bytes += size
+            self.batch_bytes_uncompressed += batch.size
+            if size > self.batch_bytes_max:
+                self.batch_bytes_max = size
         self.acc.complete(batch)
         self.on_batch_done(batch, base_offset, append_ms, error)
 

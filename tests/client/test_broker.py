@@ -103,6 +103,19 @@ async def test_send_batch_reports_segments_that_map_to_the_written_offsets(broke
         assert by_offset[offset] == (k, v, ts)
 
 
+async def test_statistics_report_batch_size_and_compression_rate(broker, topic):
+    await create(broker.bootstrap, topic, partitions=1)
+    async with Producer(broker.bootstrap, {"compression.type": "lz4", "linger.ms": 50}) as p:
+        for i in range(200):
+            await p.send(topic, b"the same words again and again %d " % (i % 3) * 4, partition=0)
+        await p.flush()
+        stats = p.statistics()
+    assert stats["batches_delivered"] >= 1
+    assert stats["records_per_batch_avg"] == 200 / stats["batches_delivered"]
+    assert 61 < stats["batch_size_avg"] <= stats["batch_size_max"]  # 61: the batch header
+    assert 0 < stats["compression_rate_avg"] < 0.3  # repetitive text: lz4 shrinks it well
+
+
 @pytest.mark.parametrize("writer", sorted(WRITERS))
 async def test_we_read_what_they_write(broker, topic, writer):
     await create(broker.bootstrap, topic)

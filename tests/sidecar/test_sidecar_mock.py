@@ -4,10 +4,12 @@ driven through the real SDK and through raw sockets speaking the wire protocol."
 from __future__ import annotations
 
 import os
+import re
 import socket
 import stat
 import struct
 import urllib.request
+from pathlib import Path
 
 import msgpack
 import pytest
@@ -269,6 +271,20 @@ async def test_metrics_and_healthz(sock_dir, mock_cluster):
     assert 'databus_sidecar_messages_in_total{stream="m"} 100.0' in lines
     assert 'databus_sidecar_messages_out_total{stream="m"} 100.0' in lines
     assert 'databus_sidecar_bytes_in_total{stream="m"} 1100.0' in lines
+    # docs/operations.md lists every family /metrics has.
+    documented = (Path(__file__).resolve().parents[2] / "docs" / "operations.md").read_text()
+    families = re.findall(r"^# TYPE (\S+)", metrics, re.M)
+    assert len(families) > 15
+    for family in families:
+        if family.startswith("databus_sidecar_producer_"):
+            name = family.removeprefix("databus_sidecar_producer_")
+            assert f"`{name}`" in documented, name
+        else:
+            assert f"`{family}`" in documented or f"`{family}_total`" in documented, family
+    # Batch size and compression ratio come from the upstream producer, per producer.
+    for name in ("batch_size_avg", "compression_rate_avg", "records_per_batch_avg"):
+        (line,) = [x for x in lines if x.startswith(f"databus_sidecar_producer_{name}{{")]
+        assert float(line.rsplit(" ", 1)[1]) > 0, line
     assert "databus_sidecar_delivery_latency_seconds_count 100.0" in lines
     assert "databus_sidecar_buffer_bytes 0.0" in lines
     assert any(line.startswith("databus_sidecar_producer_delivered_records{") for line in lines)
