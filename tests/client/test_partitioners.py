@@ -9,6 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from databus.client import partitioners
 from databus.client.partitioners import (
     PARTITIONERS,
     DefaultPartitioner,
@@ -46,6 +47,19 @@ def test_keyed_partition_in_range_and_stable(key, n):
     assert 0 <= p < n
     assert DefaultPartitioner()("t", key, b"v", n) == p
     assert -(2**31) <= murmur2(key) < 2**31
+
+
+@given(st.lists(st.binary(max_size=24), min_size=1, max_size=50),
+       st.integers(min_value=1, max_value=64))
+def test_cached_key_placement_equals_hashing_even_past_the_cache_bound(keys, n):
+    """The hash cache is an optimisation only: whatever it holds, and however often it is
+    emptied (a bound of 8 here), every key lands where murmur2 puts it."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(partitioners, "HASH_CACHE_SIZE", 8)
+        patch.setattr(partitioners, "_HASH_CACHE", {})
+        for key in keys * 2:
+            assert murmur2_partition(key, n) == to_positive(murmur2(key)) % n
+        assert len(partitioners._HASH_CACHE) <= 8
 
 
 def test_default_sticky_for_null_keys_until_batch_completes():
