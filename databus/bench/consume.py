@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import time
 
-from .produce import BrokerCpu, Result, broker_for, create_topic, produce_records, result_table
+from .produce import ProcessCpu, Result, broker_for, create_topic, produce_records, result_table
 
 
 def add_arguments(parser) -> None:
@@ -130,4 +130,4 @@ def run(args) -> int:
     return 0
 
 
-__all__ = ["BrokerCpu", "add_arguments", "consume_all", "raw_fetch_all", "run"]
+__all__ = ["ProcessCpu", "add_arguments", "consume_all", "raw_fetch_all", "run"]

@@ -59,8 +59,8 @@ class Result:
         return self.records * self.record_size / self.seconds / 1e6
 
 
-class BrokerCpu:
-    """CPU seconds used by the broker process (None when it is not ours)."""
+class ProcessCpu:
+    """CPU seconds used so far by a process of ours (None for one we do not own: pid None)."""
 
     def __init__(self, pid: int | None) -> None:
         self.pid = pid
@@ -75,16 +75,16 @@ class BrokerCpu:
 
 @contextlib.contextmanager
 def broker_for(args):
-    """Yield (bootstrap, BrokerCpu): ``--bootstrap`` or a broker subprocess we own."""
+    """Yield (bootstrap, ProcessCpu): ``--bootstrap`` or a broker subprocess we own."""
     if args.bootstrap:
-        yield args.bootstrap, BrokerCpu(None)
+        yield args.bootstrap, ProcessCpu(None)
         return
     from databus.broker.process import BrokerProcess
 
     options = dict(option.split("=", 1) for option in args.broker_option)
     with tempfile.TemporaryDirectory(prefix="databus-bench-") as root:
         with BrokerProcess(root, options) as broker:
-            yield broker.bootstrap, BrokerCpu(broker.pid)
+            yield broker.bootstrap, ProcessCpu(broker.pid)
 
 
 def create_topic(bootstrap: str, topic: str, partitions: int) -> None:

@@ -8,9 +8,12 @@ Two measurements per path, 100-byte values by default:
   report (linger.ms ``--linger-ms``).
 
 Paths: ``sdk -> sidecar -> broker`` (the SDK in this process, the sidecar in a child process
-``databus sidecar``, the broker in another: three processes on this machine's cores), and
-``confluent-kafka -> broker`` (librdkafka straight to the same broker, same settings) as the
-reference.  Starts its own broker unless ``--bootstrap`` is given.
+``databus sidecar``, the broker in another: three processes on this machine's cores);
+``frames -> sidecar -> broker`` (pre-encoded produce frames written to the sidecar's socket
+and reports counted, no SDK: the sidecar's own ceiling); and ``confluent-kafka -> broker``
+(librdkafka straight to the same broker, same settings) as the reference.  For each, the CPU
+time per message of the app, the sidecar and the broker during the throughput run says who
+the limit is.  Starts its own broker unless ``--bootstrap`` is given.
 """
 
 from __future__ import annotations
@@ -22,6 +25,8 @@ import sys
 import tempfile
 import threading
 import time
+
+from .produce import ProcessCpu
 
 
 def add_arguments(parser) -> None:
@@ -37,13 +42,17 @@ def add_arguments(parser) -> None:
     parser.add_argument("--acks", default="all")
     parser.add_argument("--partitions", type=int, default=4)
     parser.add_argument(
-        "--only", choices=["sidecar", "librdkafka"], help="run one path only"
+        "--keys", type=int, default=0,
+        help="messages cycle through this many distinct keys (0: no keys, sticky partitioning)",
+    )
+    parser.add_argument(
+        "--only", choices=["sidecar", "frames", "librdkafka"], help="run one path only"
     )
 
 
 @contextlib.contextmanager
 def sidecar_process(root: str, bootstrap: str, args):
-    """A ``databus sidecar`` child process; yields its socket path."""
+    """A ``databus sidecar`` child process; yields (its socket path, its pid)."""
     import yaml
 
     socket_path = os.path.join(root, "bench.sock")
@@ -67,7 +76,7 @@ def sidecar_process(root: str, bootstrap: str, args):
             if process.poll() is not None or time.monotonic() > deadline:
                 raise RuntimeError(open(os.path.join(root, "sidecar.log")).read())
             time.sleep(0.05)
-        yield socket_path
+        yield socket_path, process.pid
     finally:
         process.terminate()
         try:
@@ -110,36 +119,110 @@ def paced(rate: int, seconds: float):
             time.sleep(0.0005)
 
 
-def run_sdk(socket_path: str, args, topic: str) -> dict:
+def keys_for(args) -> list[bytes | None]:
+    return [b"key-%d" % i for i in range(args.keys)] if args.keys else [None]
+
+
+def run_sdk(socket_path: str, args, topic: str, cpu) -> dict:
     from databus import Client
 
     value = b"x" * args.size
+    keys = keys_for(args)
+    nkeys = len(keys)
     with Client(socket_path) as client:
         client.send(topic, b"warm-up").result(30)  # topic created, metadata cached
+        before = cpu()
         start = time.perf_counter()
-        futures = [client.send(topic, value) for _ in range(args.messages)]
+        futures = [client.send(topic, value, keys[i % nkeys]) for i in range(args.messages)]
         client.flush(300)
         elapsed = time.perf_counter() - start
+        used = cpu_delta(before, cpu())
         failed = sum(f.exception(0) is not None for f in futures)
         futures = None
 
         recorders = {}
         for rate in args.rate_list:
             recorder = recorders[rate] = LatencyRecorder(int(rate * args.seconds))
-            for _, n in paced(rate, args.seconds):
-                for _ in range(n):
+            for first, n in paced(rate, args.seconds):
+                for i in range(first, first + n):
                     sent_at = time.perf_counter()
-                    client.send(topic, value).add_done_callback(
+                    client.send(topic, value, keys[i % nkeys]).add_done_callback(
                         lambda f, t=sent_at, r=recorder: r.record(t, f.exception(0) is not None)
                     )
             recorder.done.wait(120)
-    return {"elapsed": elapsed, "failed": failed, "recorders": recorders}
+    return {"elapsed": elapsed, "failed": failed, "recorders": recorders, "cpu": used}
 
 
-def run_librdkafka(bootstrap: str, args, topic: str) -> dict:
+def run_frames(socket_path: str, args, topic: str, cpu) -> dict:
+    """The sidecar's ceiling: produce frames of 2048 messages encoded before the clock starts
+    are written to its socket as fast as it reads them, and the reports only counted."""
+    import socket
+
+    from databus.protocol import sidecar_wire as wire
+
+    value = b"x" * args.size
+    keys = keys_for(args)
+    per_frame = 2048
+    frames = []
+    for first in range(0, args.messages, per_frame):
+        frames.append(wire.encode_frame(wire.produce([
+            wire.message_array(i, topic, value, keys[i % len(keys)])
+            for i in range(first, min(args.messages, first + per_frame))
+        ])))
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    sock.connect(socket_path)
+    decoder = wire.FrameDecoder()
+    outcome = {"failed": 0}
+
+    def read_until_flushed(flush_id: int) -> None:
+        while True:
+            data = sock.recv(1 << 20)
+            if not data:
+                raise RuntimeError("the sidecar closed the connection")
+            for frame in decoder.feed(data):
+                if frame["type"] == "flushed" and frame["id"] == flush_id:
+                    return
+                if frame["type"] == "reports":
+                    for item in frame["reports"]:
+                        if item[1] != 0:
+                            outcome["failed"] += len(item[0]) if type(item[0]) is list else 1
+                elif frame["type"] == "error":
+                    raise RuntimeError(f"sidecar error: {frame}")
+
+    try:
+        sock.sendall(wire.encode_frame(wire.hello("databus-bench-frames")))
+        sock.sendall(wire.encode_frame(wire.produce([[0, topic, b"warm-up"]])))
+        sock.sendall(wire.encode_frame(wire.flush(1)))
+        read_until_flushed(1)
+        outcome["failed"] = 0
+        reader = threading.Thread(target=read_until_flushed, args=(2,))
+        before = cpu()
+        start = time.perf_counter()
+        reader.start()
+        for frame in frames:
+            sock.sendall(frame)
+        sock.sendall(wire.encode_frame(wire.flush(2)))
+        reader.join()
+        elapsed = time.perf_counter() - start
+        used = cpu_delta(before, cpu())
+    finally:
+        sock.close()
+    return {"elapsed": elapsed, "failed": outcome["failed"], "recorders": {}, "cpu": used}
+
+
+def cpu_delta(before: dict, after: dict) -> dict:
+    return {
+        name: None if after[name] is None or before[name] is None else after[name] - before[name]
+        for name in after
+    }
+
+
+def run_librdkafka(bootstrap: str, args, topic: str, cpu) -> dict:
     import confluent_kafka
 
     value = b"x" * args.size
+    keys = keys_for(args)
+    nkeys = len(keys)
     producer = confluent_kafka.Producer({
         "bootstrap.servers": bootstrap, "acks": args.acks, "linger.ms": args.linger_ms,
         "batch.size": 262144, "queue.buffering.max.messages": 2_000_000,
@@ -153,11 +236,12 @@ def run_librdkafka(bootstrap: str, args, topic: str) -> dict:
         if err is not None:
             failed[0] += 1
 
+    before = cpu()
     start = time.perf_counter()
     for i in range(args.messages):
         while True:
             try:
-                producer.produce(topic, value, on_delivery=on_delivery)
+                producer.produce(topic, value, keys[i % nkeys], on_delivery=on_delivery)
                 break
             except BufferError:
                 producer.poll(0.001)
@@ -165,15 +249,16 @@ def run_librdkafka(bootstrap: str, args, topic: str) -> dict:
             producer.poll(0)
     producer.flush(300)
     elapsed = time.perf_counter() - start
+    used = cpu_delta(before, cpu())
 
     recorders = {}
     for rate in args.rate_list:
         recorder = recorders[rate] = LatencyRecorder(int(rate * args.seconds))
-        for _, n in paced(rate, args.seconds):
-            for _ in range(n):
+        for first, n in paced(rate, args.seconds):
+            for i in range(first, first + n):
                 sent_at = time.perf_counter()
                 producer.produce(
-                    topic, value,
+                    topic, value, keys[i % nkeys],
                     on_delivery=lambda err, msg, t=sent_at, r=recorder: r.record(
                         t, err is not None
                     ),
@@ -182,7 +267,7 @@ def run_librdkafka(bootstrap: str, args, topic: str) -> dict:
         deadline = time.monotonic() + 120
         while not recorder.done.is_set() and time.monotonic() < deadline:
             producer.poll(0.01)
-    return {"elapsed": elapsed, "failed": failed[0], "recorders": recorders}
+    return {"elapsed": elapsed, "failed": failed[0], "recorders": recorders, "cpu": used}
 
 
 def plugin_call_costs(repeat: int = 200_000) -> list[tuple[str, float]]:
@@ -232,24 +317,44 @@ def run(args) -> int:
                 BrokerProcess(root, {"num.partitions": args.partitions})
             )
             bootstrap = broker.bootstrap
+        broker_cpu = ProcessCpu(None if args.bootstrap else broker.pid)
+        app_cpu = time.process_time
         run_id = int(time.time())
-        if args.only in (None, "sidecar"):
-            socket_path = stack.enter_context(sidecar_process(root, bootstrap, args))
-            console.print("running: SDK -> sidecar -> broker ...")
-            results.append(("SDK → sidecar → broker",
-                            run_sdk(socket_path, args, f"bench-sidecar-{run_id}")))
+        if args.only in (None, "sidecar", "frames"):
+            socket_path, sidecar_pid = stack.enter_context(sidecar_process(root, bootstrap, args))
+            sidecar_cpu = ProcessCpu(sidecar_pid)
+
+            def cpu() -> dict:
+                return {"app": app_cpu(), "sidecar": sidecar_cpu.seconds(),
+                        "broker": broker_cpu.seconds()}
+
+            if args.only in (None, "sidecar"):
+                console.print("running: SDK -> sidecar -> broker ...")
+                results.append(("SDK → sidecar → broker",
+                                run_sdk(socket_path, args, f"bench-sidecar-{run_id}", cpu)))
+            if args.only in (None, "frames"):
+                console.print("running: frames -> sidecar -> broker ...")
+                results.append(("frames → sidecar → broker",
+                                run_frames(socket_path, args, f"bench-frames-{run_id}", cpu)))
         if args.only in (None, "librdkafka"):
             console.print("running: confluent-kafka -> broker ...")
-            results.append(("confluent-kafka → broker",
-                            run_librdkafka(bootstrap, args, f"bench-rdkafka-{run_id}")))
 
+            def cpu() -> dict:
+                return {"app": app_cpu(), "sidecar": None, "broker": broker_cpu.seconds()}
+
+            results.append(("confluent-kafka → broker",
+                            run_librdkafka(bootstrap, args, f"bench-rdkafka-{run_id}", cpu)))
+
+    keys = f"{args.keys} keys" if args.keys else "no keys"
     table = Table(title=(
-        f"sidecar benchmark: {args.size}-byte values, acks={args.acks}, "
+        f"sidecar benchmark: {args.size}-byte values, {keys}, acks={args.acks}, "
         f"linger.ms={args.linger_ms}, {args.partitions} partitions"
     ))
     table.add_column("path")
     table.add_column("throughput rec/s", justify="right")
     table.add_column("MB/s", justify="right")
+    for who in ("app", "sidecar", "broker"):
+        table.add_column(f"{who} CPU µs/msg", justify="right")
     for rate in args.rate_list:
         table.add_column(f"p50 @ {rate:,}/s", justify="right")
         table.add_column(f"p99 @ {rate:,}/s", justify="right")
@@ -257,8 +362,15 @@ def run(args) -> int:
     for name, r in results:
         rate = args.messages / r["elapsed"]
         cells = [name, f"{rate:,.0f}", f"{rate * args.size / 1e6:.1f}"]
+        for who in ("app", "sidecar", "broker"):
+            used = r["cpu"][who]
+            cells.append("—" if used is None else f"{used * 1e6 / args.messages:.2f}")
         errors = r["failed"]
-        for recorder in r["recorders"].values():
+        for rate_ in args.rate_list:
+            recorder = r["recorders"].get(rate_)
+            if recorder is None:  # the frames path measures throughput only
+                cells += ["—", "—"]
+                continue
             lat = recorder.latencies
             cells += [f"{_quantile(lat, q) * 1000:.2f} ms" for q in (0.5, 0.99)]
             errors += recorder.errors
