@@ -379,17 +379,16 @@ class Connection:
         stats.bytes_in += total
         seq = group.seq = self._seq = self._seq + 1
         self.outstanding.add(seq)
+        records, group.records = group.records, []  # the producer holds them from here on
+        if group.own_timestamps:
+            group.timestamp = [record[0] for record in records]
         try:
-            await group.route.producer.send_batch(
-                group.topic, group.partition, group.records, group
-            )
+            await group.route.producer.send_batch(group.topic, group.partition, records, group)
         except Exception as exc:
-            code = error_code_of(exc) if _is_kafka_error(exc) else ErrorCode.UNKNOWN_SERVER_ERROR
             if not _is_kafka_error(exc):
                 log.exception("%s: queueing %d message(s) failed", self.name, n)
-            group.batch_done(0, n, -1, -1, exc if _is_kafka_error(exc) else RuntimeError(
-                f"{type(exc).__name__}: {exc}"
-            ), code)
+                exc = RuntimeError(f"{type(exc).__name__}: {exc}")  # UNKNOWN_SERVER_ERROR
+            group.batch_done(0, n, -1, -1, exc)
 
     async def _wait_for_room(self, message: tuple, size: int, arrival: float) -> bool:
         """Take ``size`` bytes of buffer.memory for one message, waiting until ``arrival`` +
@@ -423,7 +422,7 @@ class Connection:
 
     def _group_done(
         self, group: "Group", start: int, count: int, first_offset: int, append_ms: int,
-        error: BaseException | None, code: int | None = None,
+        error: BaseException | None,
     ) -> None:
         """``count`` messages of ``group`` from its ``start``-th are done: answer them with
         one report, give their bytes back."""
@@ -439,15 +438,14 @@ class Connection:
             if append_ms >= 0:
                 timestamp = append_ms
             elif group.own_timestamps:
-                timestamp = [r[0] for r in group.records[start : start + count]]
+                timestamp = group.timestamp[start : start + count]
             else:
                 timestamp = group.timestamp
             self._queue_report(
                 [ids, 0, group.topic, group.partition, first_offset, timestamp]
             )
         else:
-            if code is None:
-                code = error_code_of(error)
+            code = error_code_of(error)
             self.sidecar.metrics.error(code, count)
             self._queue_report([ids, int(code), str(error) or type(error).__name__])
         group.remaining -= count
@@ -486,7 +484,9 @@ class Group:
         self.topic = topic
         self.partition = partition
         self.arrival = arrival
-        self.timestamp = timestamp  # the sidecar's clock, for messages without their own
+        # The sidecar's clock (for messages without their own), or once queued, when some
+        # had their own, every message's timestamp.
+        self.timestamp: int | list[int] = timestamp
         self.own_timestamps = False
         self.ids: list[int] = []
         self.sizes: list[int] = []
@@ -496,5 +496,5 @@ class Group:
         self.seq = 0
 
     def batch_done(self, start: int, count: int, first_offset: int, append_ms: int,
-                   error: BaseException | None, code: int | None = None) -> None:
-        self.conn._group_done(self, start, count, first_offset, append_ms, error, code)
+                   error: BaseException | None) -> None:
+        self.conn._group_done(self, start, count, first_offset, append_ms, error)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import socket
 import shutil
 import tempfile
 from typing import Any
@@ -14,6 +15,7 @@ import trio
 
 from databus.config import parse_config
 from databus.plugins import get_plugin_manager
+from databus.protocol import sidecar_wire as wire
 from databus.sidecar.app import Sidecar
 from databus.sidecar.embedded_broker import run_broker_process
 
@@ -114,3 +116,32 @@ def consume_all(bootstrap: str, topic: str, expected: int, timeout: float = 60.0
         return out
     finally:
         consumer.close()
+
+
+class RawConnection:
+    """A hand-written client: what an SDK in another language would do."""
+
+    def __init__(self, path: str) -> None:
+        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.sock.settimeout(30)
+        self.sock.connect(path)
+        self.decoder = wire.FrameDecoder()
+        self.frames: list[dict] = []
+
+    def send_raw(self, data: bytes) -> None:
+        self.sock.sendall(data)
+
+    def send(self, frame: dict) -> None:
+        self.send_raw(wire.encode_frame(frame))
+
+    def receive(self) -> dict | None:
+        """The next frame, or None at EOF."""
+        while not self.frames:
+            data = self.sock.recv(65536)
+            if not data:
+                return None
+            self.frames += self.decoder.feed(data)
+        return self.frames.pop(0)
+
+    def close(self) -> None:
+        self.sock.close()

@@ -21,7 +21,7 @@ from databus.protocol import sidecar_wire as wire
 from databus.protocol.sidecar_wire import ErrorCode
 from databus.sidecar.app import Sidecar
 
-from .harness import MockCluster, consume_all, running_sidecar, sidecar_config
+from .harness import MockCluster, RawConnection, consume_all, running_sidecar, sidecar_config
 
 
 def mock_config(sock_dir, mock_cluster, **sections):
@@ -93,35 +93,6 @@ async def test_unknown_stream_is_a_clear_error_unless_there_is_a_default_route(
     async with running_sidecar(with_default) as sidecar:
         delivery = await trio.to_thread.run_sync(app2, sidecar.addresses.socket)
     assert delivery.topic == "sc-default-anything"
-
-
-class RawConnection:
-    """A hand-written client: what an SDK in another language would do."""
-
-    def __init__(self, path: str) -> None:
-        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        self.sock.settimeout(30)
-        self.sock.connect(path)
-        self.decoder = wire.FrameDecoder()
-        self.frames: list[dict] = []
-
-    def send_raw(self, data: bytes) -> None:
-        self.sock.sendall(data)
-
-    def send(self, frame: dict) -> None:
-        self.send_raw(wire.encode_frame(frame))
-
-    def receive(self) -> dict | None:
-        """The next frame, or None at EOF."""
-        while not self.frames:
-            data = self.sock.recv(65536)
-            if not data:
-                return None
-            self.frames += self.decoder.feed(data)
-        return self.frames.pop(0)
-
-    def close(self) -> None:
-        self.sock.close()
 
 
 HOSTILE = [
