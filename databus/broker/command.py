@@ -11,6 +11,7 @@ error and exit status 2.
 
 from __future__ import annotations
 
+import functools
 import logging
 import signal
 import sys
@@ -28,8 +29,9 @@ def add_arguments(parser) -> None:
     )
 
 
-async def run_broker(config, *, task_status=None) -> None:
-    """Broker + server until SIGTERM/SIGINT (or cancellation)."""
+async def run_broker(config, *, tune_gc: bool = False, task_status=None) -> None:
+    """Broker + server until SIGTERM/SIGINT (or cancellation).  ``tune_gc``: this process is
+    the broker's own (``databus broker``): tune its collector once recovery is done."""
     import trio
 
     from .broker import Broker
@@ -40,6 +42,10 @@ async def run_broker(config, *, task_status=None) -> None:
     with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
         async with trio.open_nursery() as nursery:
             await nursery.start(broker.run)
+            if tune_gc:
+                from databus.gc_tuning import tune_for_service
+
+                tune_for_service()
             host, port = config.listen_address
 
             async def serve_then_stop_broker():
@@ -72,7 +78,7 @@ def run(args) -> int:
         print(f"databus broker: {exc}", file=sys.stderr)
         return 2
     try:
-        trio.run(run_broker, config)
+        trio.run(functools.partial(run_broker, config, tune_gc=True))
     except KeyboardInterrupt:
         return 130
     return 0

@@ -83,30 +83,17 @@ def _run(args, *, embedded: bool) -> int:
             file=sys.stderr,
         )
         return 2
-    _tune_gc()
     try:
         return trio.run(_main, path, config, embedded and config.uses_embedded_broker)
     except KeyboardInterrupt:
         return 130
 
 
-def _tune_gc() -> None:
-    """The hot path allocates a few short-lived containers per message (decoded frames,
-    record tuples) while many live ones wait for acks.  With CPython's default threshold
-    (700) the cyclic collector runs every few hundred messages and rescans what is alive;
-    measured, that was ~20% of the sidecar's CPU.  Objects loaded at start are frozen out
-    of collection, and young collections run every 50 000 allocations instead (the
-    process's own choice: the SDK, a library, never does this to an app)."""
-    import gc
-
-    gc.freeze()
-    gc.set_threshold(50_000, 20, 100)
-
-
 async def _main(path, config, with_broker: bool) -> int:
     import trio
 
     from databus.config import ConfigError
+    from databus.gc_tuning import tune_for_service
     from databus.plugins import PluginError, get_plugin_manager
 
     from .app import Sidecar
@@ -136,6 +123,7 @@ async def _main(path, config, with_broker: bool) -> int:
 
                 addresses = await nursery.start(sidecar_then_stop)
                 _print_summary(config, path, addresses, broker_address)
+                tune_for_service()  # start-up is done: freeze what it made
 
                 async for signum in signals:
                     if not sidecar.stopping:
