@@ -33,6 +33,7 @@ BENCHMARKS: dict[str, tuple[str, str]] = {
     "groups": ("databus.bench.groups", "consumer groups: offset commit rate/latency, group formation, rebalance"),
     "client-produce": ("databus.bench.client_produce", "our producer's throughput beside librdkafka's, same broker"),
     "client-consume": ("databus.bench.client_consume", "our consumer's throughput beside librdkafka's, same broker"),
+    "sdk": ("databus.bench.sdk", "the SDK's own CPU per message, against a stand-in sidecar"),
     "sidecar": ("databus.bench.sidecar", "SDK -> sidecar -> broker: records/s, p50/p99 latency, beside librdkafka"),
     "records": ("databus.bench.records", "RecordBatch v2 encode/decode cost per record"),
     "storage": ("databus.bench.storage", "log append (with/without group-commit fsync) and read throughput"),

@@ -15,7 +15,6 @@ not buffer in time is answered with BUFFER_EXHAUSTED through its future instead.
 from __future__ import annotations
 
 import collections
-import itertools
 import logging
 import os
 import selectors
@@ -64,12 +63,14 @@ class Delivery(NamedTuple):
 class DeliveryFuture:
     """The outcome of one ``send``: ``result(timeout)`` returns the Delivery or raises."""
 
-    __slots__ = ("_client", "_done", "_result", "_exc", "_callbacks")
+    # A resolved future keeps the raw report and its index in it (-1: a single report)
+    # and builds the Delivery on first use: resolving costs two stores per message.
+    __slots__ = ("_client", "_done", "_report", "_index", "_exc", "_callbacks")
 
     def __init__(self, client: "Client") -> None:
         self._client = client
         self._done = False
-        self._result: Delivery | None = None
+        self._report: Delivery | list | None = None
         self._exc: BaseException | None = None
         self._callbacks: list[Callable[["DeliveryFuture"], Any]] | None = None
 
@@ -81,10 +82,10 @@ class DeliveryFuture:
             self._client._wait_for(self, timeout)
         if self._exc is not None:
             raise self._exc
-        result = self._result
-        if type(result) is list:  # the raw report; built on first use (cheaper per message)
-            result = self._result = Delivery(result[2], result[3], result[4], result[5])
-        return result  # type: ignore[return-value]
+        report = self._report
+        if type(report) is list:
+            report = self._report = _delivery(report, self._index)
+        return report  # type: ignore[return-value]
 
     def exception(self, timeout: float | None = None) -> BaseException | None:
         if not self._done:
@@ -97,28 +98,46 @@ class DeliveryFuture:
         if self._done:
             fn(self)
             return
-        with self._client._lock:
-            if not self._done:
+        if self._callbacks is None:
+            with self._client._lock:  # registrars only: who creates the list
                 if self._callbacks is None:
                     self._callbacks = []
-                self._callbacks.append(fn)
-                return
-        fn(self)
+        self._callbacks.append(fn)
+        if self._done:  # resolved meanwhile: run what the resolver did not take
+            self._run_callbacks()
 
-    def _set(self, result: Delivery | list | None, exc: BaseException | None) -> None:
-        with self._client._lock:
-            self._result = result
-            self._exc = exc
-            self._done = True
+    def _set(self, result: Delivery | None, exc: BaseException | None) -> None:
+        self._report = result
+        self._exc = exc
+        self._done = True
         self._run_callbacks()
 
     def _run_callbacks(self) -> None:
-        if self._callbacks:
-            for fn in self._callbacks:
-                try:
-                    fn(self)
-                except Exception:
-                    log.exception("delivery callback failed")
+        """Run the registered callbacks once each.  The resolver (after setting _done) and a
+        late registrar (after appending, seeing _done) may both get here: each callback is
+        taken off the list by exactly one of them (list.pop is atomic), so none runs twice
+        and none is lost, without a lock on the resolving path."""
+        callbacks = self._callbacks
+        while callbacks:
+            try:
+                fn = callbacks.pop(0)
+            except IndexError:
+                return
+            try:
+                fn(self)
+            except Exception:
+                log.exception("delivery callback failed")
+
+
+def _delivery(report: list, index: int) -> Delivery:
+    """The Delivery of message ``index`` of a group report (-1: ``report`` is a single one)."""
+    if index < 0:
+        return Delivery(report[2], report[3], report[4], report[5])
+    first, timestamp = report[4], report[5]
+    return Delivery(
+        report[2], report[3], first + index if first >= 0 else -1,
+        timestamp[index] if type(timestamp) is list else timestamp,
+    )
 
 
 def _as_bytes(data: Any, what: str) -> bytes | None:
@@ -167,8 +186,9 @@ class Client:
         self._done_cond = threading.Condition(self._lock)
         self._space = threading.Condition(threading.Lock())
         self._waiters = 0
-        self._ids = itertools.count(1)
-        self._queue: list = []  # message lists and ("flush"/"ping", id) markers, in order
+        self._last_id = 0  # ids of messages and flushes, from 1 (under _lock)
+        self._queue: list = []  # message tuples and ("flush", id) markers, in order
+        self._unencoded = 0  # payload bytes of the messages in _queue
         self._futures: dict[int, DeliveryFuture] = {}
         self._flush_waits: dict[int, threading.Event] = {}
         self._buffered = 0  # payload bytes queued here or in _out, not yet on the socket
@@ -220,7 +240,7 @@ class Client:
         return sock
 
     def _handshake(self, name: str, timeout: float) -> dict:
-        self._sock.sendall(wire.encode_frame(wire.hello(name, version=1)))
+        self._sock.sendall(wire.encode_frame(wire.hello(name)))
         decoder = wire.FrameDecoder(wire.DEFAULT_MAX_FRAME_BYTES)
         deadline = time.monotonic() + timeout
         while True:
@@ -259,36 +279,40 @@ class Client:
         client's buffer is full (then waits up to ``max_block_ms``, then raises
         BufferExhaustedError).  ``headers``: (str, bytes) pairs.  ``timestamp``: ms since
         the epoch (default: the sidecar's clock when it accepts the message)."""
-        if type(stream) is not str:
-            raise TypeError("stream must be a str")
         if type(value) is not bytes:
             value = _as_bytes(value, "value")
         if key is not None and type(key) is not bytes:
             key = _as_bytes(key, "key")
-        hdrs = _headers(headers) if headers is not None else None
-        if partition is not None and (type(partition) is not int or partition < 0):
-            raise ValueError("partition must be a non-negative int or None")
-        size = (len(value) if value else 0) + (len(key) if key else 0) + 24
-        if hdrs:
-            size += sum(len(k) + (len(v) if v else 0) for k, v in hdrs)
+        if type(stream) is not str:
+            raise TypeError("stream must be a str")
+        size = 24 + (len(value) if value else 0) + (len(key) if key else 0)
+        simple = headers is None and partition is None and timestamp is None
+        if not simple:
+            hdrs = _headers(headers) if headers is not None else None
+            if partition is not None and (type(partition) is not int or partition < 0):
+                raise ValueError("partition must be a non-negative int or None")
+            if hdrs:
+                size += sum(len(k) + (len(v) if v else 0) for k, v in hdrs)
         if self._buffered + size > self._max_buffer:
             self._wait_for_space(size)
         future = DeliveryFuture(self)
         with self._lock:
             if self._closed or self._failure is not None:
                 raise self._failure or SidecarUnavailableError("the client is closed")
-            id_ = next(self._ids)
+            self._last_id = id_ = self._last_id + 1
             self._futures[id_] = future
-            if hdrs is None and partition is None and timestamp is None:
-                msg = [id_, stream, value] if key is None else [id_, stream, value, key]
+            if simple:
+                self._queue.append(
+                    (id_, stream, value) if key is None else (id_, stream, value, key)
+                )
             else:
-                msg = [id_, stream, value, key, hdrs, partition, timestamp]
-            self._queue.append((msg, size))
+                self._queue.append((id_, stream, value, key, hdrs, partition, timestamp))
             self._buffered += size
-            wake = not self._armed
+            self._unencoded += size
+            if self._armed:
+                return future
             self._armed = True
-        if wake:
-            self._wake()
+        self._wake()
         return future
 
     def flush(self, timeout: float | None = None) -> None:
@@ -300,7 +324,7 @@ class Client:
                 raise self._failure
             if self._closed:
                 return
-            id_ = next(self._ids)
+            self._last_id = id_ = self._last_id + 1
             self._flush_waits[id_] = event
             self._queue.append(("flush", id_))
             wake = not self._armed
@@ -407,10 +431,14 @@ class Client:
                         return
                 with self._lock:
                     queue, self._queue = self._queue, []
+                    payload, self._unencoded = self._unencoded, 0
                     self._armed = False
                     closed = self._closed
                 if queue:
-                    position = self._encode(queue, out, written_marks, position)
+                    position = self._encode(queue, out, position)
+                    # The queue's bytes count against max_buffer_bytes until its last
+                    # frame is on the socket.
+                    written_marks.append((position, payload))
                 if out:
                     try:
                         n = self._sock.send(out)
@@ -432,49 +460,45 @@ class Client:
             self._fail_all(SidecarUnavailableError(f"connection to the sidecar lost: {exc}"))
         except DatabusError as exc:
             self._fail_all(exc)
+        except Exception as exc:  # a bug here must not leave every future hanging
+            log.exception("the SDK's I/O thread failed")
+            self._fail_all(SidecarUnavailableError(f"the client's I/O thread failed: {exc!r}"))
         finally:
             sel.close()
 
-    def _encode(self, queue: list, out: bytearray, marks: list, position: int) -> int:
-        batch: list = []
-        payload = 0
-        for item in queue:
-            if type(item[0]) is list:
-                batch.append(item[0])
-                payload += item[1]
-                if len(batch) >= MAX_MESSAGES_PER_FRAME:
-                    position = self._append(out, {"type": "produce", "messages": batch},
-                                            marks, position, payload)
-                    batch, payload = [], 0
-            else:
-                if batch:
-                    position = self._append(out, {"type": "produce", "messages": batch},
-                                            marks, position, payload)
-                    batch, payload = [], 0
-                kind, id_ = item
-                position = self._append(out, {"type": kind, "id": id_}, marks, position, 0)
-        if batch:
-            position = self._append(out, {"type": "produce", "messages": batch}, marks,
-                                    position, payload)
+    def _encode(self, queue: list, out: bytearray, position: int) -> int:
+        """Append ``queue`` to ``out`` as frames: runs of messages as produce frames (up to
+        MAX_MESSAGES_PER_FRAME each), markers as their own frames."""
+        run_start = 0
+        for i, item in enumerate(queue):
+            if type(item[0]) is not int:  # a ("flush", id) marker
+                position = self._append_produce(out, queue, run_start, i, position)
+                position = self._append(out, {"type": item[0], "id": item[1]}, position)
+                run_start = i + 1
+        return self._append_produce(out, queue, run_start, len(queue), position)
+
+    def _append_produce(self, out: bytearray, queue: list, start: int, end: int,
+                        position: int) -> int:
+        for first in range(start, end, MAX_MESSAGES_PER_FRAME):
+            messages = queue[first : min(end, first + MAX_MESSAGES_PER_FRAME)]
+            position = self._append(out, {"type": "produce", "messages": messages}, position)
         return position
 
     @staticmethod
-    def _append(out: bytearray, frame: dict, marks: list, position: int, payload: int) -> int:
+    def _append(out: bytearray, frame: dict, position: int) -> int:
         body = _PACK(frame)
         out += _PREFIX(len(body))
         out += body
-        position += 4 + len(body)
-        if payload:
-            marks.append([position, payload])
-        return position
+        return position + 4 + len(body)
 
-    def _release_written(self, marks: list, sent: int) -> None:
+    def _release_written(self, marks: collections.deque, sent: int) -> None:
         released = 0
         while marks and marks[0][0] <= sent:
             released += marks.popleft()[1]
         if released:
-            with self._space:
+            with self._lock:  # the lock send() counts under
                 self._buffered -= released
+            with self._space:
                 self._space.notify_all()
 
     def _read(self) -> bool:
@@ -497,23 +521,12 @@ class Client:
     def _on_frame(self, frame: dict) -> None:
         kind = frame["type"]
         if kind == "reports":
-            futures = self._futures
-            pop = futures.pop
-            with_callbacks = []
-            # Under the lock add_done_callback takes, so a callback is either registered
-            # before its future is resolved here, or sees it done and runs at once.
-            with self._lock:
-                for item in frame["reports"]:
-                    future = pop(item[0], None)
-                    if future is None:
-                        continue
-                    if item[1] == 0:
-                        future._result = item  # the Delivery is built in result()
-                    else:
-                        future._exc = error_for(item[1], str(item[2]))
-                    future._done = True
-                    if future._callbacks:
-                        with_callbacks.append(future)
+            try:
+                with_callbacks = self._resolve(frame["reports"])
+            except (TypeError, IndexError, KeyError, ValueError) as exc:
+                raise ProtocolError(
+                    wire.ErrorCode.MALFORMED_FRAME, f"bad reports frame from the sidecar: {exc!r}"
+                ) from None
             for future in with_callbacks:
                 future._run_callbacks()
             if self._waiters:
@@ -528,6 +541,38 @@ class Client:
         elif kind == "error":
             raise error_for(int(frame.get("code", -1)), str(frame.get("message")))
         # pong and future frame types need nothing
+
+    def _resolve(self, items: list) -> list[DeliveryFuture]:
+        """Resolve the futures that ``items`` (single or group reports) answer; returns
+        those with callbacks to run.  No lock: sends go on meanwhile (see
+        DeliveryFuture._run_callbacks for why callbacks are neither lost nor run twice)."""
+        pop = self._futures.pop
+        with_callbacks = []
+        for item in items:
+            ids = item[0]
+            if type(ids) is not list:  # one message
+                ids, index = (ids,), -1
+            else:
+                index = 0
+            if item[1] == 0:
+                for id_ in ids:
+                    future = pop(id_, None)
+                    if future is not None:
+                        future._report = item
+                        future._index = index
+                        future._done = True
+                        if future._callbacks is not None:
+                            with_callbacks.append(future)
+                    index += 1
+            else:
+                for id_ in ids:
+                    future = pop(id_, None)
+                    if future is not None:
+                        future._exc = error_for(item[1], str(item[2]))
+                        future._done = True
+                        if future._callbacks is not None:
+                            with_callbacks.append(future)
+        return with_callbacks
 
     def _fail_all(self, exc: DatabusError) -> None:
         with self._lock:

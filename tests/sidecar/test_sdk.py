@@ -93,10 +93,75 @@ def test_hello_then_reports_resolve_futures_in_any_order(sock_dir):
     finally:
         fake.close()
     hello, produce = fake.received
-    assert hello == {"type": "hello", "version": 1, "client": "test-sdk/1"}
+    assert hello == {"type": "hello", "version": 2, "client": "test-sdk/1"}
     first_id = produce["messages"][0][0]
     assert produce["messages"][0] == [first_id, "a", b"1", b"k", [["h", b"v"]], 2, 5]
     assert produce["messages"][1][1:] == ["b", b"2"]
+
+
+def test_group_reports_resolve_each_future_at_its_offset(sock_dir):
+    """Protocol version 2: a report item for many ids at once, both timestamp forms, acks=0's
+    -1 offsets, an error group, a single report beside them, and an id nobody waits for."""
+    path = os.path.join(sock_dir, "fake.sock")
+
+    def script(fake, conn, decoder):
+        ids = []
+        while len(ids) < 9:
+            (produce,) = fake.read_frames(conn, decoder, 1)
+            ids += [m[0] for m in produce["messages"]]
+        conn.sendall(wire.encode_frame(wire.reports([
+            wire.report_group_ok([ids[0], ids[2], ids[4]], "t", 1, 100, 1700),
+            wire.report_group_ok([ids[1], ids[3]], "t", 2, 7, [11, 12]),
+            wire.report_group_ok([ids[5], 999_999], "t", 0, -1, 5),
+            wire.report_group_error([ids[6], ids[7]], 7, "timed out"),
+            wire.report_ok(ids[8], "u", 3, 4, 5),
+        ])))
+        (flush,) = fake.read_frames(conn, decoder, 1)  # close() flushes first
+        conn.sendall(wire.encode_frame(wire.flushed(flush["id"])))
+        fake.read_frames(conn, decoder, 1)  # until the client closes
+
+    fake = ScriptedSidecar(path, script)
+    try:
+        with Client(path) as client:
+            futures = [client.send("s", b"%d" % i) for i in range(9)]
+            called = []
+            futures[3].add_done_callback(lambda f: called.append(f.result(0)))
+            futures[7].add_done_callback(lambda f: called.append(type(f.exception(0))))
+            for f in futures:
+                f.exception(10)  # wait for every outcome
+            assert [f.result(0) for f in (futures[0], futures[2], futures[4])] == [
+                Delivery("t", 1, 100, 1700), Delivery("t", 1, 101, 1700),
+                Delivery("t", 1, 102, 1700),
+            ]
+            assert futures[1].result(0) == Delivery("t", 2, 7, 11)
+            assert futures[3].result(0) == Delivery("t", 2, 8, 12)
+            assert futures[5].result(0) == Delivery("t", 0, -1, 5)
+            for f in futures[6:8]:
+                assert f.exception(0).code == 7 and "timed out" in str(f.exception(0))
+            assert futures[8].result(0) == Delivery("u", 3, 4, 5)
+            assert called == [Delivery("t", 2, 8, 12), type(futures[7].exception(0))]
+            assert client.statistics()["pending_reports"] == 0
+    finally:
+        fake.close()
+
+
+def test_a_malformed_reports_frame_fails_the_futures_instead_of_hanging(sock_dir):
+    path = os.path.join(sock_dir, "fake.sock")
+
+    def script(fake, conn, decoder):
+        fake.read_frames(conn, decoder, 1)
+        conn.sendall(wire.encode_frame({"type": "reports", "reports": [["not", "an id"], 5]}))
+        fake.read_frames(conn, decoder, 1)
+
+    fake = ScriptedSidecar(path, script)
+    try:
+        client = Client(path)
+        future = client.send("s", b"v")
+        with pytest.raises(ProtocolError, match="bad reports frame"):
+            future.result(10)
+        client.close()
+    finally:
+        fake.close()
 
 
 def test_send_blocks_at_most_max_block_ms_when_the_sidecar_stops_reading(sock_dir):

@@ -1,0 +1,106 @@
+"""``databus bench sdk``: the Python SDK's own cost per message, without a real sidecar.
+
+A stand-in sidecar in a child process answers every produce frame at once (one group report
+per frame, as the real sidecar answers a batch, or one report per message as protocol
+version 1 does), so what is measured in this process is ``databus.Client`` alone: ``send``
+in a loop, packing frames, reading reports, resolving futures.  The figure that matters is
+CPU µs per message in this process (the app's side of the SDK → sidecar path).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+
+
+def add_arguments(parser) -> None:
+    parser.add_argument("--messages", type=int, default=300_000)
+    parser.add_argument("--size", type=int, default=100, help="value bytes per message")
+    # Internal: how this command runs its stand-in sidecar in a child process.
+    parser.add_argument("--serve", help=argparse.SUPPRESS)
+    parser.add_argument("--reports", default="group", help=argparse.SUPPRESS)
+
+
+def serve(path: str, reports: str) -> None:
+    """The stand-in sidecar: one connection, answered as fast as it reads."""
+    from databus.protocol import sidecar_wire as wire
+
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listener.bind(path)
+    listener.listen(1)
+    conn, _ = listener.accept()
+    decoder = wire.FrameDecoder()
+    offset = 0
+    while True:
+        data = conn.recv(1 << 20)
+        if not data:
+            return
+        out = []
+        for frame in decoder.feed(data):
+            kind = frame["type"]
+            if kind == "hello":
+                out.append(wire.hello_reply("bench", wire.DEFAULT_MAX_FRAME_BYTES, 60000,
+                                            frame["version"]))
+            elif kind == "produce":
+                ids = [m[0] for m in frame["messages"]]
+                item = wire.report_group_ok(ids, "t", 0, offset, 1_700_000_000_000)
+                offset += len(ids)
+                items = [item] if reports == "group" else wire.expand_report(item)
+                out.append(wire.reports(items))
+            elif kind == "flush":
+                out.append(wire.flushed(frame["id"]))
+        conn.sendall(b"".join(wire.encode_frame(f) for f in out))
+
+
+def measure(path: str, messages: int, size: int) -> tuple[float, float]:
+    """(wall seconds, this process's CPU seconds) to send ``messages`` and have every
+    future resolved."""
+    from databus import Client
+
+    value = b"x" * size
+    with Client(path) as client:
+        client.send("t", b"warm-up").result(30)
+        cpu, start = time.process_time(), time.perf_counter()
+        futures = [client.send("t", value) for _ in range(messages)]
+        client.flush(300)
+        elapsed, used = time.perf_counter() - start, time.process_time() - cpu
+        assert all(f.done() for f in futures)
+        assert futures[-1].result().offset == messages  # the warm-up took offset 0
+    return elapsed, used
+
+
+def run(args) -> int:
+    if args.serve:
+        serve(args.serve, args.reports)
+        return 0
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title=f"SDK cost: {args.messages:,} sends of {args.size}-byte values "
+                        "against a stand-in sidecar")
+    for column in ("reports", "msgs/s", "SDK CPU µs/msg"):
+        table.add_column(column, justify="right")
+    with tempfile.TemporaryDirectory(prefix="databus-bench-sdk-") as root:
+        for reports in ("group", "per-message"):
+            path = os.path.join(root, f"{reports}.sock")
+            server = subprocess.Popen([sys.executable, "-m", "databus.cli", "bench", "sdk",
+                                       "--serve", path, "--reports", reports])
+            try:
+                deadline = time.monotonic() + 30
+                while not os.path.exists(path):
+                    if server.poll() is not None or time.monotonic() > deadline:
+                        raise RuntimeError("the stand-in sidecar did not start")
+                    time.sleep(0.02)
+                elapsed, used = measure(path, args.messages, args.size)
+            finally:
+                server.kill()
+                server.wait()
+            table.add_row(reports, f"{args.messages / elapsed:,.0f}",
+                          f"{used * 1e6 / args.messages:.2f}")
+    Console(width=120).print(table)
+    return 0
