@@ -168,6 +168,11 @@ class RecordAccumulator:
         """Encode and queue ``(timestamp, key, value, headers)`` records, in order, for one
         partition, filling its open batch and then new ones; ``sink`` hears about them one
         segment per batch.  True if a batch was started or filled (the sender should look)."""
+        if type(records) is not list and type(records) is not tuple:
+            records = list(records)
+        end = len(records)
+        if not end:
+            return False
         tp = (topic, partition)
         dq = self.batches.get(tp)
         if dq is None:
@@ -176,23 +181,19 @@ class RecordAccumulator:
         changed = batch is None
         if batch is None:
             batch = self._new_batch(topic, partition, now_ms, dq)
-        builder_append = batch.builder.append
-        index = batch.builder.record_count
-        start = i = 0
-        for timestamp, key, value, headers in records:
-            if not builder_append(timestamp, key, value, headers):
-                # Full (the first record of a batch always fits): close it, go on in a new one.
-                if i > start:
-                    batch.segments.append((sink, start, i - start, index))
-                self._account(batch)
-                self._close(batch)
-                batch = self._new_batch(topic, partition, now_ms, dq)
-                builder_append = batch.builder.append
-                builder_append(timestamp, key, value, headers)
-                start, index, changed = i, 0, True
-            i += 1
-        if i > start:
-            batch.segments.append((sink, start, i - start, index))
+        start = 0
+        while True:
+            index = batch.builder.record_count
+            stop = batch.builder.append_many(records, start)
+            if stop > start:
+                batch.segments.append((sink, start, stop - start, index))
+            if stop >= end:
+                break
+            # Full (the first record of a batch always fits): close it, go on in a new one.
+            self._account(batch)
+            self._close(batch)
+            batch = self._new_batch(topic, partition, now_ms, dq)
+            start, changed = stop, True
         self._account(batch)
         if batch.builder.size_estimate >= self.batch_size:
             self._close(batch)

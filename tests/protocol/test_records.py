@@ -292,6 +292,43 @@ def test_builder_splits_a_stream_into_batches_that_decode_to_it(records, batch_s
     assert decoded == list(records)
 
 
+@settings(max_examples=80, deadline=None)
+@given(
+    records=st.lists(record_st, min_size=1, max_size=30),
+    batch_size=st.integers(HEADER_SIZE, 3000),
+    ts_jump=st.booleans(),
+)
+def test_append_many_writes_the_same_bytes_as_append_one_by_one(records, batch_size, ts_jump):
+    """The bulk path and the per-record path fill batches identically, byte for byte,
+    stopping at the same record (batch.size, or a timestamp delta beyond a varlong)."""
+    rows = [(ts, key, value, headers) for key, value, headers, ts in records]
+    if ts_jump and len(rows) > 2:
+        rows[2] = (2**63 - 1 if rows[0][0] < 0 else -(2**63), *rows[2][1:])
+    one_by_one, bulk = [], []
+    builder = BatchBuilder(batch_size=batch_size)
+    for row in rows:
+        if not builder.append(*row):
+            one_by_one.append(builder.build())
+            builder = BatchBuilder(batch_size=batch_size)
+            assert builder.append(*row)
+    one_by_one.append(builder.build())
+    start = 0
+    while start < len(rows):
+        builder = BatchBuilder(batch_size=batch_size)
+        stop = builder.append_many(rows, start)
+        assert stop > start  # an empty batch always takes the next record
+        bulk.append(builder.build())
+        start = stop
+    assert bulk == one_by_one
+
+
+def test_append_many_refuses_a_bad_timestamp_like_append():
+    builder = BatchBuilder()
+    with pytest.raises(TypeError, match="timestamp must be an int"):
+        builder.append_many([(1.5, None, b"v", ())])
+    assert builder.append_many([(1, None, b"v", ()), ("x", None, b"v", ())]) == 1
+
+
 # -- malformed input: CorruptRecordError and nothing else --------------------------------
 
 
