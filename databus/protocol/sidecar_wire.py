@@ -292,13 +292,20 @@ def _bad(index: int, what: str) -> WireError:
 
 def parse_messages(frame: dict[str, Any]) -> list[tuple]:
     """Validate a produce frame's messages: tuples in ``Message``'s field order.  Any
-    malformed message fails the whole frame (the
-    protocol is broken, not just one message)."""
+    malformed message fails the whole frame (the protocol is broken, not just one message)."""
+    return parse_produce(frame)[0]
+
+
+def parse_produce(frame: dict[str, Any]) -> tuple[list[tuple], list[int]]:
+    """``parse_messages`` plus each message's payload size (key + value + header names and
+    values, in bytes: what buffer.memory counts), found in the same pass."""
     raw = frame.get("messages")
     if type(raw) is not list:
         raise WireError(ErrorCode.MALFORMED_FRAME, "produce frame: 'messages' must be an array")
     out = []
+    sizes = []
     append = out.append
+    add_size = sizes.append
     for item in raw:
         # The common shapes, [id, stream, value] and [id, stream, value, key], checked inline;
         # anything else (or anything wrong) takes the general path below.
@@ -310,9 +317,22 @@ def parse_messages(frame: dict[str, Any]) -> list[tuple]:
                 and (key is None or type(key) is bytes)
             ):
                 append((id_, stream, value, key, None, None, None))
+                add_size((len(value) if value else 0) + (len(key) if key else 0))
                 continue
-        append(_parse_message(len(out), item))
-    return out
+        message = _parse_message(len(out), item)
+        append(message)
+        add_size(payload_size(message))
+    return out, sizes
+
+
+def payload_size(message: tuple) -> int:
+    """Key + value + header bytes of a parsed message."""
+    value, key, headers = message[2], message[3], message[4]
+    size = (len(value) if value else 0) + (len(key) if key else 0)
+    if headers:
+        for name, data in headers:
+            size += len(name) + (len(data) if data else 0)
+    return size
 
 
 def _parse_message(index: int, item: Any) -> tuple:

@@ -184,7 +184,7 @@ class Connection:
                     hello_done = True
                     self._queue_frame(sidecar.hello_reply(self.version))
                 elif kind == "produce":
-                    await self._produce(wire.parse_messages(frame), arrival)
+                    await self._produce(frame, arrival)
                 elif kind == "flush":
                     self._flush(wire.frame_int(frame, "id"))
                 elif kind == "ping":
@@ -218,16 +218,9 @@ class Connection:
             )
         return route
 
-    async def _produce(self, messages: list[tuple], arrival: float) -> None:
+    async def _produce(self, frame: dict, arrival: float) -> None:
         sidecar = self.sidecar
-        sizes = []
-        for message in messages:
-            value, key, headers = message[2], message[3], message[4]
-            size = (len(value) if value else 0) + (len(key) if key else 0)
-            if headers:
-                for hk, hv in headers:
-                    size += len(hk) + (len(hv) if hv else 0)
-            sizes.append(size)
+        messages, sizes = wire.parse_produce(frame)
         if not sidecar.paused and sidecar.budget.try_acquire(sum(sizes)):
             await self._dispatch(messages, sizes, arrival)
             return

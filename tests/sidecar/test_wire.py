@@ -155,6 +155,17 @@ def test_parse_messages_rejects(message, fragment):
     assert "message 1" in str(info.value) and fragment in str(info.value)
 
 
+def test_parse_produce_counts_payload_bytes_in_the_same_pass():
+    frame = wire.produce([
+        [1, "s", b"12345"],
+        [2, "s", None, b"key"],
+        [3, "s", b"v", None, [["hdr", b"xy"], ["n", None]]],
+    ])
+    messages, sizes = wire.parse_produce(frame)
+    assert messages == wire.parse_messages(frame)
+    assert sizes == [5, 3, 1 + 3 + 2 + 1]
+
+
 def test_messages_must_be_an_array():
     with pytest.raises(WireError):
         wire.parse_messages({"type": "produce", "messages": {"a": 1}})
