@@ -189,6 +189,7 @@ class Client:
         self._last_id = 0  # ids of messages and flushes, from 1 (under _lock)
         self._queue: list = []  # message tuples and ("flush", id) markers, in order
         self._unencoded = 0  # payload bytes of the messages in _queue
+        self._delivered = self._failed = 0  # messages answered, by outcome (I/O thread)
         self._futures: dict[int, DeliveryFuture] = {}
         self._flush_waits: dict[int, threading.Event] = {}
         self._buffered = 0  # payload bytes queued here or in _out, not yet on the socket
@@ -367,7 +368,16 @@ class Client:
         self.close()
 
     def statistics(self) -> dict[str, int]:
-        return {"pending_reports": len(self._futures), "buffered_bytes": self._buffered}
+        """``pending_reports``: messages sent and not answered yet; ``delivered`` and
+        ``failed``: messages answered so far, by outcome (for apps that send without
+        keeping the futures, as Kafka apps send with a counting delivery callback);
+        ``buffered_bytes``: bytes not yet written to the sidecar."""
+        return {
+            "pending_reports": len(self._futures),
+            "delivered": self._delivered,
+            "failed": self._failed,
+            "buffered_bytes": self._buffered,
+        }
 
     # --- waiting ----------------------------------------------------------------------------
 
@@ -555,6 +565,7 @@ class Client:
             else:
                 index = 0
             if item[1] == 0:
+                self._delivered += len(ids)
                 for id_ in ids:
                     future = pop(id_, None)
                     if future is not None:
@@ -565,6 +576,7 @@ class Client:
                             with_callbacks.append(future)
                     index += 1
             else:
+                self._failed += len(ids)
                 for id_ in ids:
                     future = pop(id_, None)
                     if future is not None:
@@ -580,6 +592,7 @@ class Client:
                 self._failure = exc
             futures, self._futures = self._futures, {}
             flushes, self._flush_waits = self._flush_waits, {}
+            self._failed += len(futures)
         for future in futures.values():
             if not future._done:
                 future._set(None, exc)

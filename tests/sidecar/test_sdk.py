@@ -140,7 +140,10 @@ def test_group_reports_resolve_each_future_at_its_offset(sock_dir):
                 assert f.exception(0).code == 7 and "timed out" in str(f.exception(0))
             assert futures[8].result(0) == Delivery("u", 3, 4, 5)
             assert called == [Delivery("t", 2, 8, 12), type(futures[7].exception(0))]
-            assert client.statistics()["pending_reports"] == 0
+            stats = client.statistics()
+            assert stats["pending_reports"] == 0
+            # the 6 delivered and 2 failed of the groups, 1 single; the unknown id counts too
+            assert (stats["delivered"], stats["failed"]) == (7 + 1, 2)
     finally:
         fake.close()
 
