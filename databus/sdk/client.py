@@ -311,9 +311,18 @@ class Client:
             self._buffered += size
             self._unencoded += size
             if self._armed:
-                return future
-            self._armed = True
-        self._wake()
+                if len(self._queue) % MAX_MESSAGES_PER_FRAME:
+                    return future
+                yield_gil = True
+            else:
+                self._armed = True
+                yield_gil = False
+        if yield_gil:
+            # A frame's worth waits: let the I/O thread have the interpreter now rather
+            # than after the 5 ms switch interval, so frames leave as they fill.
+            time.sleep(0)
+        else:
+            self._wake()
         return future
 
     def flush(self, timeout: float | None = None) -> None:
