@@ -21,8 +21,14 @@ from typing import Any, Mapping
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-DEFAULT_SOCKET = "/tmp/databus/databus.sock"
-SOCKET_ENV = "DATABUS_SOCKET"
+# The app-facing defaults live with the wire format (the SDK must not import pydantic);
+# re-exported here, where the sidecar's own settings are.
+from databus.protocol.sidecar_wire import (  # noqa: F401
+    DEFAULT_SOCKET,
+    SOCKET_ENV,
+    default_socket_path,
+)
+
 EMBEDDED_CLUSTER = "local"
 # Keys of the producer mappings that the sidecar owns rather than the Kafka client.
 SIDECAR_PRODUCER_KEYS = ("partitioner", "partitioner.config")
@@ -32,11 +38,6 @@ RESERVED_PRODUCER_KEYS = ("buffer.memory", "bootstrap.servers")
 
 class ConfigError(ValueError):
     """sidecar.yaml (or a flag) is invalid; the message names every problem and where."""
-
-
-def default_socket_path() -> str:
-    """The socket an SDK connects to when given none: $DATABUS_SOCKET, else the default."""
-    return os.environ.get(SOCKET_ENV) or DEFAULT_SOCKET
 
 
 def _host_port(value: str, field: str) -> str:

@@ -22,10 +22,15 @@ batch, not per message.  A version 1 connection gets them expanded (``expand_rep
 from __future__ import annotations
 
 import enum
+import os
 import struct
 from typing import Any, NamedTuple
 
 import msgpack
+
+# Where apps find the sidecar: $DATABUS_SOCKET, else this path (sidecar.yaml's default too).
+DEFAULT_SOCKET = "/tmp/databus/databus.sock"
+SOCKET_ENV = "DATABUS_SOCKET"
 
 PROTOCOL_VERSION = 2
 SUPPORTED_VERSIONS = frozenset({1, 2})
@@ -91,6 +96,11 @@ class Message(NamedTuple):
     headers: list[tuple[str, bytes]] | None = None
     partition: int | None = None
     timestamp: int | None = None
+
+
+def default_socket_path() -> str:
+    """The socket an SDK connects to when given none: $DATABUS_SOCKET, else the default."""
+    return os.environ.get(SOCKET_ENV) or DEFAULT_SOCKET
 
 
 # --- encoding ---------------------------------------------------------------------------

@@ -26,7 +26,6 @@ from typing import Any, Callable, Iterable, Mapping, NamedTuple
 import msgpack
 
 import databus
-from databus.config import default_socket_path
 from databus.protocol import sidecar_wire as wire
 
 from .errors import (
@@ -181,7 +180,7 @@ class Client:
         max_block_ms: int | None = None,
         client_name: str | None = None,
     ) -> None:
-        self.socket_path = None if address else str(socket_path or default_socket_path())
+        self.socket_path = None if address else str(socket_path or wire.default_socket_path())
         self._lock = threading.Lock()
         self._done_cond = threading.Condition(self._lock)
         self._space = threading.Condition(threading.Lock())

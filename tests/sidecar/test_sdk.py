@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import os
 import socket
+import subprocess
+import sys
 import threading
 import time
 
@@ -227,6 +229,20 @@ def test_pending_futures_fail_when_the_connection_is_lost_or_refused(sock_dir):
         client.close()
     finally:
         fake.close()
+
+
+def test_importing_the_sdk_stays_light():
+    """An app that imports databus.Client does not pay for the sidecar's config models
+    (pydantic, yaml) or the broker's protocol tables (kio): import time and, since the
+    app's collector walks every object, its GC pauses."""
+    code = (
+        "import sys; from databus import Client; "
+        "print(sorted(m for m in sys.modules if m == 'databus.config' "
+        "or m.split('.')[0] in ('pydantic', 'yaml', 'kio', 'trio')))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True).stdout
+    assert out.strip() == "[]"
 
 
 def test_result_timeout_and_argument_checks(sock_dir):
