@@ -10,6 +10,11 @@ Backpressure: bytes queued here but not yet written to the socket are bounded by
 bound fills and ``send`` waits at most ``max_block_ms`` (by default the sidecar's, sent in
 its hello) before raising BufferExhaustedError.  A message the sidecar accepted but could
 not buffer in time is answered with BUFFER_EXHAUSTED through its future instead.
+
+Losing the sidecar (a restart, a crash) fails every message without a report with
+SidecarUnavailableError (its outcome is unknown: it may have been delivered), and sends fail
+at once while it is away; the I/O thread reconnects with backoff, and the same Client works
+again once the sidecar is back (``reconnects`` counts how often).
 """
 
 from __future__ import annotations
@@ -17,6 +22,7 @@ from __future__ import annotations
 import collections
 import logging
 import os
+import select
 import selectors
 import socket
 import threading
@@ -43,6 +49,9 @@ _PREFIX = wire.LENGTH_PREFIX.pack
 # Messages per produce frame: big enough to amortise framing, small enough to keep the
 # sidecar's frames and the first report's latency short.
 MAX_MESSAGES_PER_FRAME = 2048
+# After losing the sidecar, reconnect attempts back off from 50 ms to 1 s.
+RECONNECT_BACKOFF_MIN = 0.05
+RECONNECT_BACKOFF_MAX = 1.0
 
 
 class Delivery(NamedTuple):
@@ -197,28 +206,39 @@ class Client:
         self._closed = False
         self._failure: DatabusError | None = None
         self._flushed_ok: set[int] = set()
-        self._sock = self._connect(address, connect_timeout)
-        try:
-            hello = self._handshake(client_name or f"databus-python/{databus.__version__}",
-                                    connect_timeout)
-        except BaseException:
-            self._sock.close()
-            raise
-        self.server = hello.get("server")
-        self.max_frame_bytes = int(hello.get("max_frame_bytes", wire.DEFAULT_MAX_FRAME_BYTES))
-        self.max_block_ms = max_block_ms if max_block_ms is not None else int(
-            hello.get("max_block_ms", 60000)
-        )
+        self._address = address
+        self._connect_timeout = connect_timeout
+        self._client_name = client_name or f"databus-python/{databus.__version__}"
+        self._max_block_override = max_block_ms
+        self.reconnects = 0
+        self._open()
         self._wake_r, self._wake_w = socket.socketpair()
         self._wake_r.setblocking(False)
         self._wake_w.setblocking(False)
-        self._sock.setblocking(False)
         self._thread = threading.Thread(
             target=self._io_loop, name="databus-client-io", daemon=True
         )
         self._thread.start()
 
     # --- connection -------------------------------------------------------------------------
+
+    def _open(self, timeout: float | None = None) -> None:
+        """Connect and say hello (at start, and again after the sidecar went away)."""
+        timeout = self._connect_timeout if timeout is None else timeout
+        sock = self._connect(self._address, timeout)
+        try:
+            hello = self._handshake(sock, self._client_name, timeout)
+        except BaseException:
+            sock.close()
+            raise
+        sock.setblocking(False)
+        self._sock = sock
+        self.server = hello.get("server")
+        self.max_frame_bytes = int(hello.get("max_frame_bytes", wire.DEFAULT_MAX_FRAME_BYTES))
+        self.max_block_ms = (
+            self._max_block_override if self._max_block_override is not None
+            else int(hello.get("max_block_ms", 60000))
+        )
 
     def _connect(self, address, timeout: float) -> socket.socket:
         if address:
@@ -239,14 +259,14 @@ class Client:
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         return sock
 
-    def _handshake(self, name: str, timeout: float) -> dict:
-        self._sock.sendall(wire.encode_frame(wire.hello(name)))
+    def _handshake(self, sock: socket.socket, name: str, timeout: float) -> dict:
+        sock.sendall(wire.encode_frame(wire.hello(name)))
         decoder = wire.FrameDecoder(wire.DEFAULT_MAX_FRAME_BYTES)
         deadline = time.monotonic() + timeout
         while True:
-            self._sock.settimeout(max(deadline - time.monotonic(), 0.001))
+            sock.settimeout(max(deadline - time.monotonic(), 0.001))
             try:
-                data = self._sock.recv(65536)
+                data = sock.recv(65536)
             except OSError as exc:
                 raise SidecarUnavailableError(f"no hello from the sidecar: {exc}") from None
             if not data:
@@ -427,6 +447,44 @@ class Client:
     # --- the I/O thread ---------------------------------------------------------------------
 
     def _io_loop(self) -> None:
+        """Serve the connection; when it is lost, fail what was pending (its outcome is
+        unknown) and reconnect with backoff until it works or the client is closed."""
+        while True:
+            error = self._serve_connection()
+            if error is None:
+                return
+            self._fail_all(error)
+            if not self._reconnect():
+                return
+
+    def _reconnect(self) -> bool:
+        delay = RECONNECT_BACKOFF_MIN
+        while True:
+            # Sleep on the wake-up socket, so close() cuts the wait short.
+            readable, _, _ = select.select([self._wake_r], [], [], delay)
+            if readable:
+                try:
+                    self._wake_r.recv(4096)
+                except BlockingIOError:
+                    pass
+            if self._closed:
+                return False
+            try:
+                self._sock.close()
+                # A short timeout: close() waits for this thread.
+                self._open(min(self._connect_timeout, RECONNECT_BACKOFF_MAX))
+            except DatabusError as exc:
+                log.debug("reconnecting to the sidecar: %s", exc)
+                delay = min(delay * 2, RECONNECT_BACKOFF_MAX)
+                continue
+            with self._lock:
+                self._failure = None
+                self.reconnects += 1
+            log.info("reconnected to the sidecar (%s)", self.server)
+            return True
+
+    def _serve_connection(self) -> DatabusError | None:
+        """Run one connection until the client closes (None) or it fails (the error)."""
         sel = selectors.DefaultSelector()
         sel.register(self._wake_r, selectors.EVENT_READ)
         sel.register(self._sock, selectors.EVENT_READ)
@@ -446,7 +504,7 @@ class Client:
                         except BlockingIOError:
                             pass
                     elif not self._read():
-                        return
+                        return None
                 with self._lock:
                     queue, self._queue = self._queue, []
                     payload, self._unencoded = self._unencoded, 0
@@ -473,14 +531,14 @@ class Client:
                         selectors.EVENT_READ | (selectors.EVENT_WRITE if want_write else 0),
                     )
                 if closed:
-                    return
+                    return None
         except OSError as exc:
-            self._fail_all(SidecarUnavailableError(f"connection to the sidecar lost: {exc}"))
+            return SidecarUnavailableError(f"connection to the sidecar lost: {exc}")
         except DatabusError as exc:
-            self._fail_all(exc)
+            return exc
         except Exception as exc:  # a bug here must not leave every future hanging
             log.exception("the SDK's I/O thread failed")
-            self._fail_all(SidecarUnavailableError(f"the client's I/O thread failed: {exc!r}"))
+            return SidecarUnavailableError(f"the client's I/O thread failed: {exc!r}")
         finally:
             sel.close()
 
@@ -601,6 +659,14 @@ class Client:
             futures, self._futures = self._futures, {}
             flushes, self._flush_waits = self._flush_waits, {}
             self._failed += len(futures)
+            # What was queued is answered (failed) here, so it must never go out later on a
+            # new connection; nothing is buffered for the old one any more.
+            self._queue = []
+            self._unencoded = 0
+            self._buffered = 0
+            # A wake-up that was in flight went to the lost connection's loop: the first
+            # send on a new one must wake the I/O thread again.
+            self._armed = False
         for future in futures.values():
             if not future._done:
                 future._set(None, exc)

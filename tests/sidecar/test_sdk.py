@@ -303,3 +303,57 @@ async def test_one_client_shared_by_threads(sock_dir, mock_cluster):
         assert len({d.partition for d in deliveries}) == 1
         offsets = [d.offset for d in deliveries]
         assert offsets == sorted(offsets)
+
+
+async def test_the_client_reconnects_when_the_sidecar_comes_back(sock_dir, mock_cluster):
+    """A sidecar restart (an upgrade, a crash): while it is away, sends fail at once with
+    SidecarUnavailableError; when it is back the same Client works again, no new object."""
+    config = sidecar_config(
+        sock_dir, clusters={"mock": {"bootstrap.servers": mock_cluster.bootstrap}},
+        streams={"s": {"topic": "sdk-reconnect"}},
+    )
+    path = config.sidecar.socket
+
+    def send_when_up(client, value, timeout=20.0):
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                future = client.send("s", value)
+            except SidecarUnavailableError:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.05)
+                continue
+            try:
+                return future.result(30)
+            except TimeoutError:
+                raise AssertionError(f"no report: {client.statistics()}") from None
+
+    def until_down(client):
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline:
+            try:
+                client.send("s", b"probe").result(30)
+            except SidecarUnavailableError as exc:
+                return exc
+            except TimeoutError:
+                raise AssertionError(f"no report: {client.statistics()}") from None
+            time.sleep(0.05)
+        raise AssertionError("the client never noticed the sidecar was gone")
+
+    async with running_sidecar(config):
+        client = await trio.to_thread.run_sync(Client, path)
+        first = await trio.to_thread.run_sync(send_when_up, client, b"before")
+    try:
+        error = await trio.to_thread.run_sync(until_down, client)
+        assert "sidecar" in str(error)
+        with pytest.raises(SidecarUnavailableError):
+            client.send("s", b"while away")
+        async with running_sidecar(config):
+            second = await trio.to_thread.run_sync(send_when_up, client, b"after")
+            assert client.reconnects == 1
+            await trio.to_thread.run_sync(client.flush, 10)
+    finally:
+        await trio.to_thread.run_sync(client.close)
+    assert (first.topic, second.topic) == ("sdk-reconnect", "sdk-reconnect")
+    assert (second.partition, second.offset) != (first.partition, first.offset)
