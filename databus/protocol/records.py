@@ -396,70 +396,35 @@ class BatchBuilder:
         or its timestamp delta would not fit a varlong.
 
         ``offset_delta`` defaults to one past the previous record's; an explicit one must be
-        larger than the previous (offsets increase within a batch).
+        larger than the previous (offsets increase within a batch).  Key and value may be
+        any bytes-like object (``append_many`` takes bytes only).
         """
-        zz = ZIGZAG_BYTES
-        limit = ZIGZAG_TABLE_SIZE
-        if offset_delta is None:
-            od = self._last_delta + 1
-        else:
-            od = offset_delta
-            if not self._last_delta < od <= _INT32_MAX:
-                raise ValueError(
-                    f"offset delta {od} must exceed the previous one ({self._last_delta}) "
-                    "and fit an int32"
-                )
         if type(timestamp) is not int:
             raise TypeError(f"record timestamp must be an int (ms), not {type(timestamp).__name__}")
-        if self._count:
-            tsd = timestamp - self._base_ts
-            if not -(2**63) <= tsd < 2**63:
-                # the delta is a varlong: a timestamp this far from the batch's base timestamp
-                # cannot join the batch, but starts the next one (where its delta is 0)
-                return False
-        else:
-            tsd = 0
-        tsb = zz[tsd] if 0 <= tsd < limit else encode_zigzag(tsd)
-        odb = zz[od] if od < limit else encode_zigzag(od)
-        if key is None:
-            kb = _NULL
-            key = b""
-        else:
-            if type(key) is not bytes:
-                key = _as_bytes(key, "key")
-            n = len(key)
-            kb = zz[n] if n < limit else encode_zigzag(n)
-        if value is None:
-            vb = _NULL
-            value = b""
-        else:
-            if type(value) is not bytes:
-                value = _as_bytes(value, "value")
-            n = len(value)
-            vb = zz[n] if n < limit else encode_zigzag(n)
-        hb = _encode_headers(headers) if headers else _ZERO
-        body = 1 + len(tsb) + len(odb) + len(kb) + len(key) + len(vb) + len(value) + len(hb)
-        lb = zz[body] if body < limit else encode_zigzag(body)
-        size = len(lb) + body
-        if self._count:
-            if self._size + size > self.batch_size:
-                return False
-            if timestamp > self._max_ts:  # noqa: PLR1730  (max() costs a call per record)
-                self._max_ts = timestamp
-        else:
-            self._base_ts = self._max_ts = timestamp
-        self._parts += (lb, _ZERO, tsb, odb, kb, key, vb, value, hb)
-        self._size += size
-        self._count += 1
-        self._last_delta = od
-        self._payload = None
-        return True
+        if key is not None and type(key) is not bytes:
+            key = _as_bytes(key, "key")
+        if value is not None and type(value) is not bytes:
+            value = _as_bytes(value, "value")
+        record = ((timestamp, key, value, headers),)
+        if offset_delta is None:
+            return self.append_many(record) == 1
+        if not self._last_delta < offset_delta <= _INT32_MAX:
+            raise ValueError(
+                f"offset delta {offset_delta} must exceed the previous one ({self._last_delta}) "
+                "and fit an int32"
+            )
+        previous, self._last_delta = self._last_delta, offset_delta - 1
+        if self.append_many(record) == 1:
+            return True
+        self._last_delta = previous
+        return False
 
     def append_many(self, records, start: int = 0) -> int:
         """Encode ``records[start:]`` (``(timestamp, key, value, headers)`` tuples, payloads
-        bytes or None) until one does not fit; returns the index of the first not appended
-        (``len(records)`` when all were).  The same encoding as ``append`` record by record,
-        in one loop: the sidecar's bulk path appends whole groups this way."""
+        bytes or None) until one does not fit (``batch_size``, or a timestamp delta beyond a
+        varlong); returns the index of the first not appended (``len(records)`` when all
+        were).  The one encoder: ``append`` is a run of one, and the producer's and the
+        sidecar's bulk paths append whole runs in this single loop."""
         zz = ZIGZAG_BYTES
         limit = ZIGZAG_TABLE_SIZE
         parts = self._parts
