@@ -39,6 +39,8 @@ RECEIVE_BYTES = 256 * 1024
 # Messages up to this size skip the per-message size check: far below any sane
 # max.request.size (bigger ones are checked against the producer's own limit).
 SMALL_MESSAGE = 64 * 1024
+# Messages answered per reports frame (at most ~9 bytes of id each, plus a header per
+# group): far below any max_frame_bytes.
 MAX_REPORTS_PER_FRAME = 8192
 
 
@@ -68,6 +70,7 @@ class Connection:
         self.name = name
         self._out: list[Any] = []  # dict frames, or lists of reports (one reports frame)
         self._cur: list | None = None
+        self._cur_answered = 0  # messages the reports in _cur answer
         self._wake = trio.Event()
         self._woken = False
         self._fatal = False
@@ -89,9 +92,14 @@ class Connection:
                 self._queue_report(one)
             return
         cur = self._cur
-        if cur is None or len(cur) >= MAX_REPORTS_PER_FRAME:
+        # Frames are bounded by the messages they answer (a group item answers many), so a
+        # backlog never makes a frame bigger than an SDK's max_frame_bytes.
+        answered = len(item[0]) if type(item[0]) is list else 1
+        if cur is None or self._cur_answered + answered > MAX_REPORTS_PER_FRAME:
             cur = self._cur = []
+            self._cur_answered = 0
             self._out.append(cur)
+        self._cur_answered += answered
         cur.append(item)
         if not self._woken:  # Event.set per report is measurable; once per wake-up is enough
             self._woken = True
