@@ -8,14 +8,15 @@ The app-facing SDK::
         future = client.send("orders", b'{"id": 1}', key=b"customer-7")
         delivery = future.result(timeout=10)      # Delivery(topic, partition, offset, timestamp)
 
-Errors are ``databus.DatabusError`` subclasses carrying the sidecar's code.  The SDK names
+asyncio apps use ``databus.AsyncClient`` (``await client.send_and_wait(...)``).  Errors are
+``databus.DatabusError`` subclasses carrying the sidecar's code.  The SDK names
 are imported lazily so that ``databus --help`` and the broker do not pay for them.
 """
 
 __version__ = "0.1.0"
 
 _SDK_NAMES = {
-    "Client", "Delivery", "DeliveryFuture", "DatabusError", "BufferExhaustedError",
+    "AsyncClient", "Client", "Delivery", "DeliveryFuture", "DatabusError", "BufferExhaustedError",
     "DeliveryError", "MessageTooLargeError", "PluginFailedError", "ProtocolError",
     "ShuttingDownError", "SidecarUnavailableError", "UnknownStreamError",
 }

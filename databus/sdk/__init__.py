@@ -18,7 +18,16 @@ from .errors import (
 )
 
 __all__ = [
-    "Client", "Delivery", "DeliveryFuture", "DatabusError", "BufferExhaustedError",
+    "AsyncClient", "Client", "Delivery", "DeliveryFuture", "DatabusError", "BufferExhaustedError",
     "DeliveryError", "MessageTooLargeError", "PluginFailedError", "ProtocolError",
     "ShuttingDownError", "SidecarUnavailableError", "UnknownStreamError",
 ]
+
+
+def __getattr__(name: str):
+    # AsyncClient pulls in asyncio: only apps that use it pay for that import.
+    if name == "AsyncClient":
+        from .aio import AsyncClient
+
+        return AsyncClient
+    raise AttributeError(f"module 'databus.sdk' has no attribute {name!r}")

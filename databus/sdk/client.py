@@ -294,11 +294,15 @@ class Client:
         headers: Iterable[tuple[str, bytes]] | Mapping[str, bytes] | None = None,
         partition: int | None = None,
         timestamp: int | None = None,
+        *,
+        block: bool = True,
     ) -> DeliveryFuture:
         """Queue a message for ``stream``; returns at once with a DeliveryFuture, unless this
         client's buffer is full (then waits up to ``max_block_ms``, then raises
-        BufferExhaustedError).  ``headers``: (str, bytes) pairs.  ``timestamp``: ms since
-        the epoch (default: the sidecar's clock when it accepts the message)."""
+        BufferExhaustedError; with ``block=False`` it raises at once instead, as
+        librdkafka's produce raises BufferError).  ``headers``: (str, bytes) pairs.
+        ``timestamp``: ms since the epoch (default: the sidecar's clock when it accepts
+        the message)."""
         if type(value) is not bytes:
             value = _as_bytes(value, "value")
         if key is not None and type(key) is not bytes:
@@ -314,7 +318,14 @@ class Client:
             if hdrs:
                 size += sum(len(k) + (len(v) if v else 0) for k, v in hdrs)
         if self._buffered + size > self._max_buffer:
-            self._wait_for_space(size)
+            if block:
+                self._wait_for_space(size)
+            elif self._buffered > 0:
+                raise BufferExhaustedError(
+                    wire.ErrorCode.BUFFER_EXHAUSTED,
+                    f"{self._buffered} bytes wait for the sidecar to read them "
+                    f"(max_buffer_bytes={self._max_buffer})",
+                )
         future = DeliveryFuture(self)
         with self._lock:
             if self._closed or self._failure is not None:

@@ -3,6 +3,7 @@ against a real sidecar from several threads at once."""
 
 from __future__ import annotations
 
+import asyncio
 import os
 import socket
 import subprocess
@@ -14,11 +15,13 @@ import pytest
 import trio
 
 from databus import (
+    AsyncClient,
     BufferExhaustedError,
     Client,
     Delivery,
     ProtocolError,
     SidecarUnavailableError,
+    UnknownStreamError,
 )
 from databus.protocol import sidecar_wire as wire
 
@@ -238,7 +241,7 @@ def test_importing_the_sdk_stays_light():
     code = (
         "import sys; from databus import Client; "
         "print(sorted(m for m in sys.modules if m == 'databus.config' "
-        "or m.split('.')[0] in ('pydantic', 'yaml', 'kio', 'trio')))"
+        "or m.split('.')[0] in ('pydantic', 'yaml', 'kio', 'trio', 'asyncio')))"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          check=True).stdout
@@ -357,3 +360,70 @@ async def test_the_client_reconnects_when_the_sidecar_comes_back(sock_dir, mock_
         await trio.to_thread.run_sync(client.close)
     assert (first.topic, second.topic) == ("sdk-reconnect", "sdk-reconnect")
     assert (second.partition, second.offset) != (first.partition, first.offset)
+
+
+async def test_async_client_through_a_real_sidecar(sock_dir, mock_cluster):
+    """asyncio apps: send_and_wait, many sends gathered (one key: one partition, in order),
+    typed errors, flush, statistics of the Client underneath."""
+    config = sidecar_config(
+        sock_dir, clusters={"mock": {"bootstrap.servers": mock_cluster.bootstrap}},
+        streams={"s": {"topic": "sdk-asyncio"}},
+    )
+
+    async def app(path):
+        async with AsyncClient(path) as client:
+            first = await client.send_and_wait("s", b"first", key=b"k")
+            futures = [await client.send("s", b"%d" % i, key=b"k") for i in range(2000)]
+            deliveries = await asyncio.gather(*futures)
+            await client.flush(10)
+            with pytest.raises(UnknownStreamError):
+                await client.send_and_wait("nope", b"x")
+            stats = client.client.statistics()
+        return first, deliveries, stats
+
+    async with running_sidecar(config) as sidecar:
+        first, deliveries, stats = await trio.to_thread.run_sync(
+            lambda: asyncio.run(app(sidecar.addresses.socket))
+        )
+    assert first.topic == "sdk-asyncio"
+    assert {d.partition for d in deliveries} == {first.partition}
+    assert [d.offset for d in deliveries] == list(range(first.offset + 1, first.offset + 2001))
+    assert (stats["delivered"], stats["failed"]) == (2001, 1)
+
+
+def test_async_send_waits_for_room_without_blocking_the_loop(sock_dir):
+    """A sidecar that stops reading: the async send waits max_block_ms for buffer room as
+    the sync one does, but by sleeping, so the loop's other tasks keep running."""
+    path = os.path.join(sock_dir, "fake.sock")
+    release = threading.Event()
+    fake = ScriptedSidecar(path, lambda fake, conn, decoder: release.wait(30))
+
+    async def app():
+        ticks = 0
+
+        async def ticker():
+            nonlocal ticks
+            while True:
+                ticks += 1
+                await asyncio.sleep(0.001)
+
+        ticking = asyncio.create_task(ticker())
+        client = AsyncClient(path, max_buffer_bytes=64 * 1024)
+        await client.start()
+        try:
+            with pytest.raises(BufferExhaustedError) as info:
+                for _ in range(100_000):
+                    await client.send("s", b"x" * 4096)
+                    before = ticks
+            assert "max_buffer_bytes=65536" in str(info.value)
+            return ticks - before
+        finally:
+            release.set()
+            await client.close(timeout=0.1)
+            ticking.cancel()
+
+    try:
+        ticks_while_waiting = asyncio.run(app())
+    finally:
+        fake.close()
+    assert ticks_while_waiting > 0  # the loop ran while send waited for room
