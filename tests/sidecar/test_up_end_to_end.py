@@ -13,7 +13,7 @@ import time
 
 import yaml
 
-from databus import Client
+from databus import Client, SidecarUnavailableError
 
 from .harness import consume_all
 
@@ -86,3 +86,54 @@ def test_up_100k_messages_none_lost_per_key_order(tmp_path, sock_dir):
                 process.kill()  # the broker child gets SIGTERM through PDEATHSIG
                 process.wait()
         log.close()
+
+
+def stop(process, log) -> None:
+    if process.poll() is None:
+        process.terminate()
+        try:
+            process.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+    log.close()
+
+
+def test_a_client_outlives_kill_9_of_databus_up(tmp_path, sock_dir):
+    """kill -9 of `databus up` while a client sends: every pending message is answered (none
+    hangs), every one reported delivered is in the log after the restart, and the same
+    Client sends again once `databus up` is back on the same data directory."""
+    process, _, log = start_up(tmp_path, sock_dir)
+    client = Client(os.path.join(sock_dir, "up.sock"))
+    try:
+        for i in range(2000):
+            client.send("events", b"warm-%d" % i)
+        client.flush(60)
+        futures = [client.send("events", b"%d" % i, key=b"k%d" % (i % 8)) for i in range(20000)]
+        os.kill(process.pid, signal.SIGKILL)
+        process.wait(30)
+        log.close()
+        outcomes = [f.exception(30) for f in futures]  # raises TimeoutError if one hangs
+        delivered = [f.result(0) for f, exc in zip(futures, outcomes) if exc is None]
+        assert all(isinstance(exc, SidecarUnavailableError)
+                   for exc in outcomes if exc is not None), {type(e) for e in outcomes}
+
+        time.sleep(1)  # the broker child stops on its parent's death (PDEATHSIG)
+        process, bootstrap, log = start_up(tmp_path, sock_dir)
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                after = client.send("events", b"after").result(30)
+                break
+            except SidecarUnavailableError:
+                assert time.monotonic() < deadline, "the client did not reconnect"
+                time.sleep(0.1)
+        assert client.reconnects >= 1
+        records = consume_all(bootstrap, "e2e-events", 2000 + len(delivered) + 1, timeout=60)
+        stored = {(p, o): v for p, o, _, v, _ in records}
+        for d in delivered:
+            assert (d.partition, d.offset) in stored  # nothing acknowledged is lost
+        assert stored[(after.partition, after.offset)] == b"after"
+    finally:
+        client.close(timeout=5)
+        stop(process, log)
