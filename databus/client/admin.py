@@ -19,8 +19,6 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-import trio
-
 from . import errors
 from .assignors import decode_assignment
 from .cluster import Cluster, PartitionMetadata
@@ -107,18 +105,8 @@ class Admin:
         await self.close()
         return False
 
-    @contextlib.asynccontextmanager
-    async def _running(self):
-        try:
-            async with trio.open_nursery() as nursery:
-                self._cluster.start(nursery)
-                try:
-                    yield
-                finally:
-                    nursery.cancel_scope.cancel()
-        finally:
-            with trio.CancelScope(shield=True):
-                await self._cluster.aclose()
+    def _running(self):
+        return self._cluster.running()
 
     async def close(self) -> None:
         if self._stack is not None:

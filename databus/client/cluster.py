@@ -11,6 +11,7 @@ asked about, so the cache stays complete.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import random
 from collections.abc import Iterable, Mapping, Sequence
@@ -106,6 +107,22 @@ class Cluster:
     def start(self, nursery: trio.Nursery) -> None:
         """Attach to ``nursery`` (connection reader tasks run there)."""
         self._nursery = nursery
+
+    @contextlib.asynccontextmanager
+    async def running(self):
+        """The lifecycle every client shares: a nursery the cluster is attached to, yielded
+        for the client's own tasks; on exit those are cancelled and every connection is
+        closed (shielded, so it happens even when the exit is a cancellation)."""
+        try:
+            async with trio.open_nursery() as nursery:
+                self.start(nursery)
+                try:
+                    yield nursery
+                finally:
+                    nursery.cancel_scope.cancel()
+        finally:
+            with trio.CancelScope(shield=True):
+                await self.aclose()
 
     async def aclose(self) -> None:
         self.closed = True

@@ -93,24 +93,16 @@ class Consumer:
 
     @contextlib.asynccontextmanager
     async def _running(self):
-        try:
-            async with trio.open_nursery() as nursery:
-                self._nursery = nursery
-                self._cluster.start(nursery)
-                await nursery.start(self._fetcher.run)
-                if self._group is not None:
-                    nursery.start_soon(self._group_task)
-                    nursery.start_soon(self._group.heartbeat_loop)
-                    if self.config.enable_auto_commit:
-                        nursery.start_soon(self._auto_commit_loop)
-                nursery.start_soon(self._metadata_loop)
-                try:
-                    yield
-                finally:
-                    nursery.cancel_scope.cancel()
-        finally:
-            with trio.CancelScope(shield=True):
-                await self._cluster.aclose()
+        async with self._cluster.running() as nursery:
+            self._nursery = nursery
+            await nursery.start(self._fetcher.run)
+            if self._group is not None:
+                nursery.start_soon(self._group_task)
+                nursery.start_soon(self._group.heartbeat_loop)
+                if self.config.enable_auto_commit:
+                    nursery.start_soon(self._auto_commit_loop)
+            nursery.start_soon(self._metadata_loop)
+            yield
 
     async def close(self, graceful: bool = True) -> None:
         """Commit (with auto commit), leave the group, close connections."""

@@ -208,21 +208,15 @@ class Producer:
 
     @contextlib.asynccontextmanager
     async def _running(self):
-        try:
-            async with trio.open_nursery() as nursery:
-                self._nursery = nursery
-                self._cluster.start(nursery)
-                await nursery.start(self._sender.run)
-                nursery.start_soon(self._refresh_metadata_periodically)
-                self._started = True
-                try:
-                    yield
-                finally:
-                    self._closed = True
-                    nursery.cancel_scope.cancel()
-        finally:
-            with trio.CancelScope(shield=True):
-                await self._cluster.aclose()
+        async with self._cluster.running() as nursery:
+            self._nursery = nursery
+            await nursery.start(self._sender.run)
+            nursery.start_soon(self._refresh_metadata_periodically)
+            self._started = True
+            try:
+                yield
+            finally:
+                self._closed = True
 
     async def __aexit__(self, exc_type, exc, tb) -> bool:
         try:

@@ -20,7 +20,6 @@ belong to its consumers.  Exit status: 0 done, 1 the broker refused or is unreac
 from __future__ import annotations
 
 import argparse
-
 import datetime
 import sys
 from dataclasses import dataclass, field
@@ -155,17 +154,13 @@ async def _with_session(action, args) -> int:
                                      "request.timeout.ms": int(args.timeout * 1000)})
     outcome: list = []
     with trio.fail_after(args.timeout):
-        async with trio.open_nursery() as nursery:
-            cluster = Cluster(args.bootstrap, config)
-            cluster.start(nursery)
+        cluster = Cluster(args.bootstrap, config)
+        async with cluster.running():
             try:
                 outcome.append(await action(Session(cluster, args.timeout), args))
             except Exception as exc:
                 # Raised after the nursery, so callers see it bare, not in an ExceptionGroup.
                 outcome.append(exc)
-            finally:
-                await cluster.aclose()
-                nursery.cancel_scope.cancel()
     if isinstance(outcome[0], Exception):
         raise outcome[0]
     return outcome[0]
