@@ -92,19 +92,15 @@ class PluginManager(pluggy.PluginManager):
     def call_each(self, hook_name: str, **kwargs: Any) -> list[tuple[str, Any]]:
         """Call every implementation; returns (plugin name, result) for non-None results.
         Raises PluginError for the first implementation that raises."""
-        results = []
-        for impl in self._impls(hook_name):
-            args = [kwargs[a] for a in impl.argnames]
-            try:
-                result = impl.function(*args)
-            except Exception as exc:
-                raise PluginError(impl.plugin_name, hook_name, exc) from exc
-            if result is not None:
-                results.append((impl.plugin_name, result))
-        return results
+        return list(self._results(hook_name, kwargs))
 
     def call_first(self, hook_name: str, **kwargs: Any) -> tuple[str, Any] | None:
         """The first non-None result and its plugin's name (firstresult hooks)."""
+        return next(self._results(hook_name, kwargs), None)
+
+    def _results(self, hook_name: str, kwargs: dict[str, Any]):
+        """(plugin name, result) of each implementation with a non-None result, called
+        lazily in order; an implementation that raises becomes PluginError naming it."""
         for impl in self._impls(hook_name):
             args = [kwargs[a] for a in impl.argnames]
             try:
@@ -112,8 +108,7 @@ class PluginManager(pluggy.PluginManager):
             except Exception as exc:
                 raise PluginError(impl.plugin_name, hook_name, exc) from exc
             if result is not None:
-                return impl.plugin_name, result
-        return None
+                yield impl.plugin_name, result
 
     def notify(self, hook_name: str, **kwargs: Any) -> None:
         """Call a lifecycle hook on every plugin; a raising plugin is logged and skipped."""

@@ -11,7 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.sidecar.harness import MockCluster, short_tmpdir
+# The sidecar harness's fixtures, shared rather than written again.
+from tests.sidecar.conftest import mock_cluster, sock_dir  # noqa: F401
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "docs" / "examples" / "databus-example-plugin"
 
@@ -36,16 +37,3 @@ def example_plugin():
         )
         importlib.invalidate_caches()
     return importlib.import_module("databus_example_plugin")
-
-
-@pytest.fixture(scope="session")
-def mock_cluster():
-    cluster = MockCluster()
-    yield cluster
-    cluster.close()
-
-
-@pytest.fixture
-def sock_dir():
-    with short_tmpdir() as path:
-        yield path
