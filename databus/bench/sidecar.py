@@ -121,6 +121,29 @@ def paced(rate: int, seconds: float):
             time.sleep(0.0005)
 
 
+def latency_runs(args, send, poll=None) -> dict[int, LatencyRecorder]:
+    """One paced run per rate of ``args.rate_list``: ``send(i, done)`` sends message ``i``
+    and arranges ``done(failed)`` for its delivery report.  ``poll(timeout)``: for a client
+    whose reports are served by polling (librdkafka), called after each burst and while
+    waiting for the last reports; otherwise the reports arrive on their own."""
+    recorders = {}
+    for rate in args.rate_list:
+        recorder = recorders[rate] = LatencyRecorder(int(rate * args.seconds))
+        for first, n in paced(rate, args.seconds):
+            for i in range(first, first + n):
+                sent_at = time.perf_counter()
+                send(i, lambda failed, t=sent_at, r=recorder: r.record(t, failed))
+            if poll is not None:
+                poll(0)
+        if poll is None:
+            recorder.done.wait(120)
+        else:
+            deadline = time.monotonic() + 120
+            while not recorder.done.is_set() and time.monotonic() < deadline:
+                poll(0.01)
+    return recorders
+
+
 def keys_for(args) -> list[bytes | None]:
     return [b"key-%d" % i for i in range(args.keys)] if args.keys else [None]
 
@@ -146,16 +169,12 @@ def run_sdk(socket_path: str, args, topic: str, cpu) -> dict:
         used = cpu_delta(before, cpu())
         failed = client.statistics()["failed"] - failed_before
 
-        recorders = {}
-        for rate in args.rate_list:
-            recorder = recorders[rate] = LatencyRecorder(int(rate * args.seconds))
-            for first, n in paced(rate, args.seconds):
-                for i in range(first, first + n):
-                    sent_at = time.perf_counter()
-                    client.send(topic, value, keys[i % nkeys]).add_done_callback(
-                        lambda f, t=sent_at, r=recorder: r.record(t, f.exception(0) is not None)
-                    )
-            recorder.done.wait(120)
+        def send(i: int, done) -> None:
+            client.send(topic, value, keys[i % nkeys]).add_done_callback(
+                lambda f: done(f.exception(0) is not None)
+            )
+
+        recorders = latency_runs(args, send)
     return {"elapsed": elapsed, "failed": failed, "recorders": recorders, "cpu": used}
 
 
@@ -257,22 +276,11 @@ def run_librdkafka(bootstrap: str, args, topic: str, cpu) -> dict:
     elapsed = time.perf_counter() - start
     used = cpu_delta(before, cpu())
 
-    recorders = {}
-    for rate in args.rate_list:
-        recorder = recorders[rate] = LatencyRecorder(int(rate * args.seconds))
-        for first, n in paced(rate, args.seconds):
-            for i in range(first, first + n):
-                sent_at = time.perf_counter()
-                producer.produce(
-                    topic, value, keys[i % nkeys],
-                    on_delivery=lambda err, msg, t=sent_at, r=recorder: r.record(
-                        t, err is not None
-                    ),
-                )
-            producer.poll(0)
-        deadline = time.monotonic() + 120
-        while not recorder.done.is_set() and time.monotonic() < deadline:
-            producer.poll(0.01)
+    def send(i: int, done) -> None:
+        producer.produce(topic, value, keys[i % nkeys],
+                         on_delivery=lambda err, msg: done(err is not None))
+
+    recorders = latency_runs(args, send, poll=producer.poll)
     return {"elapsed": elapsed, "failed": failed[0], "recorders": recorders, "cpu": used}
 
 
