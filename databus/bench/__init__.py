@@ -1,1 +1,2 @@
-"""Benchmarks behind ``databus bench NAME``: each module prints figures (rich tables), never asserts."""
+"""Benchmarks behind ``databus bench NAME``: each module prints figures (tables, through
+databus.tools.table), never asserts."""

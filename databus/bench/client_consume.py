@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import time
 
-from .client_produce import ratio_table
+from .client_produce import print_ratios
 from .consume import consume_all
 from .produce import Result, broker_for, create_topic, produce_records
 
@@ -45,7 +45,6 @@ async def consume_ours(bootstrap: str, topic: str, partitions: int, records: int
 
 def run(args) -> int:
     import trio
-    from rich.console import Console
 
     with broker_for(args) as (bootstrap, _cpu):
         topic = f"bench-client-consume-{time.time_ns()}"
@@ -56,8 +55,8 @@ def run(args) -> int:
         ours = trio.run(consume_ours, bootstrap, topic, args.partitions, args.records)
     baseline = Result("librdkafka (confluent-kafka consume())", args.records, theirs, args.record_size)
     mine = Result("databus.client Consumer.getmany()", args.records, ours, args.record_size)
-    Console(width=120).print(ratio_table(
+    print_ratios(
         f"databus bench client-consume: {args.records:,} x {args.record_size} B, "
         f"{args.partitions} partitions, compression {args.compression}",
-        [baseline, mine], baseline))
+        [baseline, mine], baseline)
     return 0

@@ -50,21 +50,21 @@ async def produce_ours(bootstrap: str, topic: str, records: int, record_size: in
     return seconds
 
 
-def ratio_table(title: str, results: list[Result], baseline: Result):
-    from rich.table import Table
+def print_ratios(title: str, results: list[Result], baseline: Result) -> None:
+    from databus.tools.table import Column, print_table
 
-    table = Table(title=title)
-    for column in ("client", "records", "seconds", "records/s", "MB/s", "vs librdkafka"):
-        table.add_column(column, justify="left" if column == "client" else "right")
-    for r in results:
-        table.add_row(r.name, f"{r.records:,}", f"{r.seconds:.2f}", f"{r.records_per_s:,.0f}",
-                      f"{r.mb_per_s:.1f}", f"{r.records_per_s / baseline.records_per_s:.2f}x")
-    return table
+    print_table(
+        [Column("client"), *(Column(header, justify="right") for header in (
+            "records", "seconds", "records/s", "MB/s", "vs librdkafka"))],
+        [(r.name, f"{r.records:,}", f"{r.seconds:.2f}", f"{r.records_per_s:,.0f}",
+          f"{r.mb_per_s:.1f}", f"{r.records_per_s / baseline.records_per_s:.2f}x")
+         for r in results],
+        title=title,
+    )
 
 
 def run(args) -> int:
     import trio
-    from rich.console import Console
 
     from databus.client.config import ProducerConfig
 
@@ -85,9 +85,9 @@ def run(args) -> int:
         ours = trio.run(produce_ours, bootstrap, topic, args.records, args.record_size, config)
     baseline = Result("librdkafka (confluent-kafka produce())", args.records, theirs, args.record_size)
     mine = Result("databus.client Producer.send()", args.records, ours, args.record_size)
-    Console(width=120).print(ratio_table(
+    print_ratios(
         f"databus bench client-produce: {args.records:,} x {args.record_size} B, "
         f"{args.partitions} partitions, acks={args.acks}, linger.ms={args.linger_ms}, "
         f"batch.size={args.batch_size}, compression {args.compression}",
-        [baseline, mine], baseline))
+        [baseline, mine], baseline)
     return 0

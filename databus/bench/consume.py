@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import time
 
-from .produce import ProcessCpu, Result, broker_for, create_topic, produce_records, result_table
+from .produce import ProcessCpu, Result, broker_for, create_topic, print_results, produce_records
 
 
 def add_arguments(parser) -> None:
@@ -103,9 +103,6 @@ def raw_fetch_all(bootstrap: str, topic: str, partitions: int, records: int) -> 
 
 
 def run(args) -> int:
-    from rich.console import Console
-
-    console = Console(width=120)
     results = []
     with broker_for(args) as (bootstrap, cpu):
         topic = f"bench-consume-{time.time_ns()}"
@@ -124,9 +121,9 @@ def run(args) -> int:
         used = None if before is None else cpu.seconds() - before
         results.append(Result("bare Fetch requests (no client)", args.records, seconds,
                               args.record_size, used))
-    console.print(result_table(
+    print_results(
         f"databus bench consume: {args.records:,} x {args.record_size} B, "
-        f"{args.partitions} partitions, compression {args.compression}", results))
+        f"{args.partitions} partitions, compression {args.compression}", results)
     return 0
 
 

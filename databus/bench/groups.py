@@ -52,10 +52,9 @@ class Row:
 
 def run(args) -> int:
     import trio
-    from rich.console import Console
-    from rich.table import Table
 
     from databus.bench.produce import broker_for, create_topic
+    from databus.tools.table import Column, print_table
 
     broker_args = Namespace(
         bootstrap=args.bootstrap,
@@ -64,12 +63,11 @@ def run(args) -> int:
     with broker_for(broker_args) as (bootstrap, _cpu):
         create_topic(bootstrap, TOPIC, 1)
         rows = trio.run(_measure, bootstrap, args)
-    table = Table(title="consumer groups: coordinator costs")
-    for column in ("operation", "count", "per second", "p50 ms", "p99 ms"):
-        table.add_column(column, justify="left" if column == "operation" else "right")
-    for row in rows:
-        table.add_row(*row.cells())
-    Console().print(table)
+    print_table(
+        [Column("operation"), *(Column(header, justify="right")
+                                for header in ("count", "per second", "p50 ms", "p99 ms"))],
+        [row.cells() for row in rows], title="consumer groups: coordinator costs",
+    )
     return 0
 
 

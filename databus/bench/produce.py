@@ -7,7 +7,7 @@ in this process, the broker in another: on a 2-core machine they share the cores
 figures are end-to-end, client included.  A last row appends the same volume with bare
 Produce requests of prebuilt batches (no client work per record): the broker's own rate.
 Also holds the helpers ``databus bench consume``
-shares (``broker_for``, ``produce_records``, ``result_table``).
+shares (``broker_for``, ``produce_records``, ``print_results``).
 """
 
 from __future__ import annotations
@@ -186,23 +186,20 @@ def raw_produce(bootstrap: str, topic: str, partitions: int, records: int, recor
         return time.perf_counter() - start
 
 
-def result_table(title: str, results: list[Result]):
-    from rich.table import Table
+def print_results(title: str, results: list[Result]) -> None:
+    from databus.tools.table import Column, print_table
 
-    table = Table(title=title)
-    for column in ("run", "records", "record bytes", "seconds", "records/s", "MB/s",
-                   "broker CPU"):
-        table.add_column(column, justify="right" if column != "run" else "left")
-    for r in results:
-        table.add_row(r.name, f"{r.records:,}", str(r.record_size), f"{r.seconds:.2f}",
-                      f"{r.records_per_s:,.0f}", f"{r.mb_per_s:.1f}", r.broker_cpu_percent)
-    return table
+    print_table(
+        [Column("run"), *(Column(header, justify="right") for header in (
+            "records", "record bytes", "seconds", "records/s", "MB/s", "broker CPU"))],
+        [(r.name, f"{r.records:,}", str(r.record_size), f"{r.seconds:.2f}",
+          f"{r.records_per_s:,.0f}", f"{r.mb_per_s:.1f}", r.broker_cpu_percent)
+         for r in results],
+        title=title,
+    )
 
 
 def run(args) -> int:
-    from rich.console import Console
-
-    console = Console(width=120)
     results = []
     with broker_for(args) as (bootstrap, cpu):
         for acks in args.acks:
@@ -229,10 +226,10 @@ def run(args) -> int:
         records = -(-args.records // RAW_BATCH_RECORDS) * RAW_BATCH_RECORDS
         results.append(Result("bare Produce requests acks=1 (no client)", records, seconds,
                               args.record_size, cpu_used))
-    console.print(result_table(
+    print_results(
         f"databus bench produce: {args.records:,} x {args.record_size} B, "
         f"{args.partitions} partitions, compression {args.compression}, {args.api} API, "
-        f"librdkafka {_client_version()}", results))
+        f"librdkafka {_client_version()}", results)
     return 0
 
 

@@ -26,27 +26,15 @@ def add_arguments(parser) -> None:
 
 
 def run(args) -> int:
-    from rich.console import Console
-    from rich.table import Table
-
     from databus.protocol.records import CODEC_BY_NAME
+    from databus.tools.table import Column, print_table
 
     values = [_value(i, args.value_size) for i in range(args.records)]
     timestamp = int(time.time() * 1000)
-    table = Table(
-        title=f"RecordBatch v2, {args.value_size}-byte values, batch.size {args.batch_size}"
-    )
-    for column in (
-        "codec",
-        "rec/batch",
-        "bytes/batch",
-        "enc µs/rec",
-        "dec µs/rec",
-        "enc rec/s",
-        "dec rec/s",
-    ):
-        table.add_column(column, justify="right")
-
+    columns = [Column("codec"), *(Column(header, justify="right") for header in (
+        "rec/batch", "bytes/batch", "enc µs/rec", "dec µs/rec", "enc rec/s", "dec rec/s",
+    ))]
+    rows = []
     for name in args.codecs.split(","):
         codec = CODEC_BY_NAME[name.strip()]
         encode_s = _best(
@@ -56,7 +44,7 @@ def run(args) -> int:
         decode_s = _best(lambda b=batches: _decode(b), args.rounds)
         assert _decode(batches) == len(values)
         n = len(values)
-        table.add_row(
+        rows.append((
             name,
             f"{n / len(batches):.0f}",
             f"{sum(map(len, batches)) / len(batches):.0f}",
@@ -64,8 +52,9 @@ def run(args) -> int:
             f"{decode_s / n * 1e6:.3f}",
             f"{n / encode_s:,.0f}",
             f"{n / decode_s:,.0f}",
-        )
-    Console(width=120).print(table)
+        ))
+    print_table(columns, rows, title=f"RecordBatch v2, {args.value_size}-byte values, "
+                                     f"batch.size {args.batch_size}")
     return 0
 
 

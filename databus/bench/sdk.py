@@ -92,13 +92,9 @@ def run(args) -> int:
     if args.serve:
         serve(args.serve, args.reports)
         return 0
-    from rich.console import Console
-    from rich.table import Table
+    from databus.tools.table import Column, print_table
 
-    table = Table(title=f"SDK cost: {args.messages:,} sends of {args.size}-byte values "
-                        f"against a stand-in sidecar (best of {args.rounds})")
-    for column in ("reports", "app keeps futures", "msgs/s", "SDK CPU µs/msg"):
-        table.add_column(column, justify="right")
+    rows = []
     with tempfile.TemporaryDirectory(prefix="databus-bench-sdk-") as root:
         for reports in ("group", "per-message"):
             path = os.path.join(root, f"{reports}.sock")
@@ -116,11 +112,16 @@ def run(args) -> int:
                          for _ in range(args.rounds)),
                         key=lambda run: run[1],
                     )
-                    table.add_row(reports, "yes" if keep else "no",
-                                  f"{args.messages / elapsed:,.0f}",
-                                  f"{used * 1e6 / args.messages:.2f}")
+                    rows.append((reports, "yes" if keep else "no",
+                                 f"{args.messages / elapsed:,.0f}",
+                                 f"{used * 1e6 / args.messages:.2f}"))
             finally:
                 server.kill()
                 server.wait()
-    Console(width=120).print(table)
+    print_table(
+        [Column(header, justify="right")
+         for header in ("reports", "app keeps futures", "msgs/s", "SDK CPU µs/msg")],
+        rows, title=f"SDK cost: {args.messages:,} sends of {args.size}-byte values against a "
+                    f"stand-in sidecar (best of {args.rounds})",
+    )
     return 0

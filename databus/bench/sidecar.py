@@ -315,10 +315,9 @@ def _quantile(values: list[float], q: float) -> float:
 
 
 def run(args) -> int:
-    from rich.console import Console
-    from rich.table import Table
+    from databus.tools.table import Column, console, print_table
 
-    console = Console(width=220)
+    out = console()
     args.rate_list = [int(r) for r in str(args.rates).split(",") if r.strip()]
     results = []
     with contextlib.ExitStack() as stack:
@@ -343,15 +342,15 @@ def run(args) -> int:
                         "broker": broker_cpu.seconds()}
 
             if args.only in (None, "sidecar"):
-                console.print("running: SDK -> sidecar -> broker ...")
+                out.print("running: SDK -> sidecar -> broker ...")
                 results.append(("SDK → sidecar → broker",
                                 run_sdk(socket_path, args, f"bench-sidecar-{run_id}", cpu)))
             if args.only in (None, "frames"):
-                console.print("running: frames -> sidecar -> broker ...")
+                out.print("running: frames -> sidecar -> broker ...")
                 results.append(("frames → sidecar → broker",
                                 run_frames(socket_path, args, f"bench-frames-{run_id}", cpu)))
         if args.only in (None, "librdkafka"):
-            console.print("running: confluent-kafka -> broker ...")
+            out.print("running: confluent-kafka -> broker ...")
 
             def cpu() -> dict:
                 return {"app": app_cpu(), "sidecar": None, "broker": broker_cpu.seconds()}
@@ -360,19 +359,11 @@ def run(args) -> int:
                             run_librdkafka(bootstrap, args, f"bench-rdkafka-{run_id}", cpu)))
 
     keys = f"{args.keys} keys" if args.keys else "no keys"
-    table = Table(title=(
-        f"sidecar benchmark: {args.size}-byte values, {keys}, acks={args.acks}, "
-        f"linger.ms={args.linger_ms}, {args.partitions} partitions"
-    ))
-    table.add_column("path")
-    table.add_column("throughput rec/s", justify="right")
-    table.add_column("MB/s", justify="right")
-    for who in ("app", "sidecar", "broker"):
-        table.add_column(f"{who} CPU µs/msg", justify="right")
+    headers = ["throughput rec/s", "MB/s", *(f"{who} CPU µs/msg" for who in
+                                              ("app", "sidecar", "broker"))]
     for rate in args.rate_list:
-        table.add_column(f"p50 @ {rate:,}/s", justify="right")
-        table.add_column(f"p99 @ {rate:,}/s", justify="right")
-    table.add_column("errors", justify="right")
+        headers += [f"p50 @ {rate:,}/s", f"p99 @ {rate:,}/s"]
+    rows = []
     for name, r in results:
         rate = args.messages / r["elapsed"]
         cells = [name, f"{rate:,.0f}", f"{rate * args.size / 1e6:.1f}"]
@@ -388,13 +379,14 @@ def run(args) -> int:
             lat = recorder.latencies
             cells += [f"{_quantile(lat, q) * 1000:.2f} ms" for q in (0.5, 0.99)]
             errors += recorder.errors
-        table.add_row(*cells, str(errors))
-    console.print(table)
-
-    costs = Table(title="hot path: why hooks are factories (per call)")
-    costs.add_column("call")
-    costs.add_column("µs", justify="right")
-    for name, seconds in plugin_call_costs():
-        costs.add_row(name, f"{seconds * 1e6:.2f}")
-    console.print(costs)
+        rows.append((*cells, str(errors)))
+    print_table(
+        [Column("path"), *(Column(h, justify="right") for h in (*headers, "errors"))], rows,
+        title=f"sidecar benchmark: {args.size}-byte values, {keys}, acks={args.acks}, "
+              f"linger.ms={args.linger_ms}, {args.partitions} partitions",
+        to=out,
+    )
+    print_table([Column("call"), Column("µs", justify="right")],
+                [(name, f"{seconds * 1e6:.2f}") for name, seconds in plugin_call_costs()],
+                title="hot path: why hooks are factories (per call)", to=out)
     return 0

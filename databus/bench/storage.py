@@ -127,8 +127,7 @@ def _read_run(directory: str, seconds: float) -> dict:
 
 
 def run(args) -> int:
-    from rich.console import Console
-    from rich.table import Table
+    from databus.tools.table import Column, print_table
 
     batches, per_batch = _batches(args.value_size, args.batch_size)
     limit = args.size_mb << 20
@@ -146,13 +145,15 @@ def run(args) -> int:
     finally:
         shutil.rmtree(root, ignore_errors=True)
     size = sum(map(len, batches)) / len(batches)
-    table = Table(title=f"storage engine: {args.value_size}-byte records, {per_batch} per "
-                        f"batch ({size:,.0f} bytes), {os.cpu_count()} cores")
-    for column in ("run", "records", "MB", "seconds", "records/s", "MB/s", "fsyncs"):
-        table.add_column(column, justify="right")
-    for name, r in results:
-        table.add_row(name, f"{r['records']:,}", f"{r['bytes'] / 1e6:,.0f}",
-                      f"{r['seconds']:.2f}", f"{r['records'] / r['seconds']:,.0f}",
-                      f"{r['bytes'] / 1e6 / r['seconds']:,.0f}", str(r["fsyncs"] or "-"))
-    Console(width=120).print(table)
+    print_table(
+        [Column("run"), *(Column(header, justify="right")
+                          for header in ("records", "MB", "seconds", "records/s", "MB/s",
+                                         "fsyncs"))],
+        [(name, f"{r['records']:,}", f"{r['bytes'] / 1e6:,.0f}", f"{r['seconds']:.2f}",
+          f"{r['records'] / r['seconds']:,.0f}", f"{r['bytes'] / 1e6 / r['seconds']:,.0f}",
+          str(r["fsyncs"] or "-"))
+         for name, r in results],
+        title=f"storage engine: {args.value_size}-byte records, {per_batch} per batch "
+              f"({size:,.0f} bytes), {os.cpu_count()} cores",
+    )
     return 0

@@ -156,37 +156,33 @@ def _leaves(group: BaseException):
 
 
 def _print_summary(config, path, addresses, broker_address) -> None:
-    from rich.console import Console
-    from rich.table import Table
+    from databus.tools.table import Column, console, print_table
 
-    console = Console(stderr=True)
-    table = Table.grid(padding=(0, 2))
-    table.add_column(style="bold")
-    table.add_column()
-    table.add_row("apps connect to", f"{addresses.socket}  (databus.Client())")
+    rows = [("apps connect to", f"{addresses.socket}  (databus.Client())")]
     if addresses.tcp:
-        table.add_row("", f"tcp {addresses.tcp[0]}:{addresses.tcp[1]}")
+        rows.append(("", f"tcp {addresses.tcp[0]}:{addresses.tcp[1]}"))
     if broker_address:
-        table.add_row(
-            "Kafka listener", f"{broker_address}  (built-in broker, data {config.broker.data_dir})"
+        rows.append(
+            ("Kafka listener", f"{broker_address}  (built-in broker, data {config.broker.data_dir})")
         )
     else:
         for name, cluster in config.clusters.items():
-            table.add_row("upstream", f"{name}: {cluster.bootstrap_servers}")
+            rows.append(("upstream", f"{name}: {cluster.bootstrap_servers}"))
     if addresses.metrics:
         host, port = addresses.metrics
-        table.add_row("metrics", f"http://{host}:{port}/metrics   health: /healthz")
+        rows.append(("metrics", f"http://{host}:{port}/metrics   health: /healthz"))
     routes = [f"{name} → {config.route_topic(name)}" for name in config.streams]
     if config.default_route is not None:
         routes.append(f"* → {config.default_route.topic}")
-    table.add_row("streams", ", ".join(routes) or "(none: every send is UNKNOWN_STREAM)")
+    rows.append(("streams", ", ".join(routes) or "(none: every send is UNKNOWN_STREAM)"))
     if path:
-        table.add_row(
-            "config", f"{os.path.abspath(path)}  (hot reload: edit it, or kill -HUP {os.getpid()})"
+        rows.append(
+            ("config", f"{os.path.abspath(path)}  (hot reload: edit it, or kill -HUP {os.getpid()})")
         )
-    console.print("[bold green]databus is up[/]")
-    console.print(table)
-    console.print("Ctrl-C to stop.")
+    out = console(stderr=True)
+    out.print("[bold green]databus is up[/]")
+    print_table([Column("what", style="bold"), Column("where")], rows, grid=True, to=out)
+    out.print("Ctrl-C to stop.")
 
 
 # --- databus plugins ------------------------------------------------------------------------
@@ -211,18 +207,18 @@ def run_plugins(args) -> int:
             "partitioners": partitioners,
         }, indent=2))
         return 1 if pm.failures else 0
-    from rich.console import Console
-    from rich.table import Table
+    from databus.tools.table import console, print_table
 
-    console = Console()
-    table = Table(title="databus plugins")
-    for column in ("name", "module", "distribution", "hooks"):
-        table.add_column(column)
-    for info in infos:
-        dist = f"{info.distribution} {info.version}" if info.distribution else "-"
-        table.add_row(info.name, info.module, dist, "\n".join(info.hooks))
-    console.print(table)
-    console.print(f"partitioners: {', '.join(partitioners) or '(none)'}")
+    out = console()
+    print_table(
+        ("NAME", "MODULE", "DISTRIBUTION", "HOOKS"),
+        [(info.name, info.module,
+          f"{info.distribution}=={info.version}" if info.distribution else "-",
+          list(info.hooks) or "-")  # a list: one hook a line in a rich cell, commas in columns
+         for info in infos],
+        to=out,
+    )
+    out.print(f"partitioners: {', '.join(partitioners) or '(none)'}")
     for name, reason in pm.failures.items():
-        console.print(f"[red]failed to load {name}[/]: {reason}")
+        out.print(f"[red]failed to load {name}[/]: {reason}")
     return 1 if pm.failures else 0

@@ -24,6 +24,8 @@ import datetime
 import sys
 from dataclasses import dataclass, field
 
+from databus.tools.table import Column, console, print_table
+
 DEFAULT_BOOTSTRAP = "127.0.0.1:9092"
 OFFSET_COMMIT, OFFSET_FETCH, FIND_COORDINATOR = 8, 9, 10
 DESCRIBE_GROUPS, LIST_GROUPS, DELETE_GROUPS = 15, 16, 42
@@ -174,18 +176,20 @@ def _check(error_code, what: str) -> None:
         raise GroupsToolError(f"{what}: {from_code(code)}")
 
 
-def _console():
-    from rich.console import Console
+# Kafka's kafka-consumer-groups.sh column widths (%-15s, %-10s ...), so piped output lines up
+# as its output does and scripts written against it find the same fields.
+GROUP_COLUMN, TOPIC_COLUMN = Column("GROUP", min_width=15), Column("TOPIC", min_width=15)
+PARTITION_COLUMN = Column("PARTITION", min_width=10)
 
-    return Console(soft_wrap=True)
+
+def _offset_column(header: str) -> Column:
+    return Column(header, min_width=15)
 
 
 # -- list ------------------------------------------------------------------------------------
 
 
 async def _list(session: Session, args) -> int:
-    from rich.table import Table
-
     response = await session.request(None, LIST_GROUPS, {"states_filter": [],
                                                          "types_filter": []})
     _check(response.error_code, "listing groups")
@@ -196,10 +200,11 @@ async def _list(session: Session, args) -> int:
         described = await session.request(None, DESCRIBE_GROUPS, {
             "groups": unknown, "include_authorized_operations": False})
         states.update({g.group_id: g.group_state for g in described.groups})
-    table = Table("GROUP", "STATE", "PROTOCOL TYPE", title=f"groups on {args.bootstrap}")
-    for g in sorted(response.groups, key=lambda g: g.group_id):
-        table.add_row(g.group_id, states.get(g.group_id) or "?", g.protocol_type or "-")
-    _console().print(table)
+    print_table(
+        [GROUP_COLUMN, Column("STATE", min_width=20), Column("PROTOCOL-TYPE")],
+        [(g.group_id, states.get(g.group_id) or "?", g.protocol_type or "-")
+         for g in sorted(response.groups, key=lambda g: g.group_id)],
+    )
     return 0
 
 
@@ -261,35 +266,36 @@ async def _log_end_offsets(session: Session, partitions) -> dict[tuple[str, int]
 
 
 async def _describe(session: Session, args) -> int:
-    from rich.table import Table
-
     view = await load_group(session, args.group)
-    console = _console()
-    console.print(
+    out = console()
+    out.print(
         f"group [bold]{args.group}[/bold]: state {view.state}, "
         f"protocol {view.protocol_type or '-'}/{view.protocol or '-'}, "
         f"{len(view.members)} member(s)"
     )
     if view.state == "Dead" and not view.committed:
-        console.print(f"group {args.group!r} does not exist")
+        out.print(f"group {args.group!r} does not exist")
         return 1
     partitions = sorted(set(view.owners) | set(view.committed))
     ends = await _log_end_offsets(session, partitions)
-    table = Table("TOPIC", "PARTITION", "CURRENT-OFFSET", "LOG-END-OFFSET", "LAG",
-                  "CONSUMER-ID", "HOST", "CLIENT-ID")
+    rows = []
     for tp in partitions:
         current, end = view.committed.get(tp), ends.get(tp)
         lag = end - current if current is not None and end is not None else None
         owner = view.owners.get(tp)
-        table.add_row(
-            tp[0], str(tp[1]), _dash(current), _dash(end), _dash(lag),
+        rows.append((
+            args.group, tp[0], str(tp[1]), _dash(current), _dash(end), _dash(lag),
             owner.member_id if owner else "-", owner.client_host if owner else "-",
             owner.client_id if owner else "-",
-        )
-    console.print(table)
+        ))
+    # Kafka's columns, in its order and widths.
+    print_table([GROUP_COLUMN, TOPIC_COLUMN, PARTITION_COLUMN,
+                 *map(_offset_column, ("CURRENT-OFFSET", "LOG-END-OFFSET", "LAG")),
+                 Column("CONSUMER-ID", min_width=15), Column("HOST", min_width=15),
+                 Column("CLIENT-ID")], rows, to=out)
     idle = [m for m in view.members if not any(o is m for o in view.owners.values())]
     for m in idle:
-        console.print(f"member {m.member_id} ({m.client_id}, {m.client_host}) has no partitions")
+        out.print(f"member {m.member_id} ({m.client_id}, {m.client_host}) has no partitions")
     return 0
 
 
@@ -301,8 +307,6 @@ def _dash(value) -> str:
 
 
 async def _reset(session: Session, args) -> int:
-    from rich.table import Table
-
     from databus.client.offsets import EARLIEST, LATEST, list_offsets
 
     view = await load_group(session, args.group)
@@ -344,14 +348,14 @@ async def _reset(session: Session, args) -> int:
             base = view.committed.get(tp, high[tp])
             new[tp] = min(max(base + args.shift_by, low[tp]), high[tp])
 
-    table = Table("TOPIC", "PARTITION", "CURRENT-OFFSET", "NEW-OFFSET",
-                  title=f"reset of group {args.group}" + ("" if args.execute else " (dry run)"))
-    for tp in partitions:
-        table.add_row(tp[0], str(tp[1]), _dash(view.committed.get(tp)), str(new[tp]))
-    console = _console()
-    console.print(table)
+    # Kafka's plan columns (NEW-OFFSET last), with the offset it replaces before it.
+    out = console()
+    print_table([GROUP_COLUMN, TOPIC_COLUMN, PARTITION_COLUMN, _offset_column("CURRENT-OFFSET"),
+                 Column("NEW-OFFSET")],
+                [(args.group, tp[0], str(tp[1]), _dash(view.committed.get(tp)), str(new[tp]))
+                 for tp in partitions], to=out)
     if not args.execute:
-        console.print("dry run: nothing changed; add --execute to commit these offsets")
+        out.print("dry run: nothing changed; add --execute to commit these offsets")
         return 0
     by_topic: dict[str, list] = {}
     for (topic, p), offset in new.items():
@@ -368,7 +372,7 @@ async def _reset(session: Session, args) -> int:
     for t in response.topics:
         for p in t.partitions:
             _check(p.error_code, f"committing {t.name}-{p.partition_index}")
-    console.print(f"committed {len(new)} offset(s) for group {args.group!r}")
+    out.print(f"committed {len(new)} offset(s) for group {args.group!r}")
     return 0
 
 
@@ -380,5 +384,5 @@ async def _delete(session: Session, args) -> int:
     response = await session.request(node, DELETE_GROUPS, {"groups_names": [args.group]})
     (result,) = response.results
     _check(result.error_code, f"deleting group {args.group!r}")
-    _console().print(f"deleted group {args.group!r}")
+    console().print(f"deleted group {args.group!r}")
     return 0
