@@ -189,6 +189,15 @@ async def test_out_of_range_position_resets_by_auto_offset_reset(broker, topic):
         with trio.fail_after(30), pytest.raises(errors.OffsetOutOfRangeError, match="500"):
             while True:
                 await c.poll(0.5)
+        # the application's seek is the way out (Kafka's consumer works the same way); the
+        # partition was never paused in the application's eyes
+        assert c.paused() == set()
+        c.seek(tp, 8)
+        got = []
+        with trio.move_on_after(30):
+            while len(got) < 3:
+                got.extend(await c.poll(0.5))
+        assert [r.offset for r in got] == [8, 9, 10]
 
 
 async def test_admin_topics_configs_partitions(broker, topic):
