@@ -4,14 +4,22 @@ kio would copy every partition's records into its encoder buffer (and the frame 
 for multi-megabyte fetches that copy is the broker's main cost.  Here the response is a list
 of buffers: small encoded pieces between the stored records, which the server sends as they
 are.  Only the fields of the versions we advertise (4-12) are written; a test checks the
-bytes equal kio's encoding of the same response for every version.
+bytes equal kio's encoding of the same response for every version, and golden bytes pin the
+error and empty cases.
+
+Records are never null.  The schema lets them be, but Kafka always sends records, empty
+(MemoryRecords.EMPTY) for a partition with an error, and librdkafka cannot parse a null
+("invalid MessageSetSize -1"): it then never sees the partition's error, so a consumer whose
+position fell out of range (retention deleted its segment) would refetch forever instead of
+resetting.  A partition with an error carries Kafka's values: watermarks and log start -1,
+aborted transactions null, preferred read replica -1, empty records.
 
     FetchResponse v4-v12 (v12 flexible: compact arrays/strings/bytes, tagged fields):
       [v7+] throttle_time_ms int32 ... (v1+), [v7+] error_code int16, [v7+] session_id int32,
       responses [topic string, partitions [partition_index int32, error_code int16,
         high_watermark int64, last_stable_offset int64, [v5+] log_start_offset int64,
         aborted_transactions nullable [producer_id int64, first_offset int64],
-        [v11+] preferred_read_replica int32, records nullable bytes]]
+        [v11+] preferred_read_replica int32, records bytes (nullable, but never null here)]]
 """
 
 from __future__ import annotations
@@ -31,13 +39,16 @@ MAX_VERSION = 12
 
 @dataclass(slots=True)
 class PartitionResult:
+    """One partition of the response; ``PartitionResult(index, code)`` is what Kafka sends
+    for a partition with an error."""
+
     index: int
-    error_code: int
+    error_code: int = 0
     high_watermark: int = -1
     last_stable_offset: int = -1
     log_start_offset: int = -1
     aborted_transactions: tuple | None = None  # (producer_id, first_offset) pairs
-    records: object = None  # bytes-like or None
+    records: object = b""  # bytes-like, never None (see the module docstring)
 
 
 def _uvarint(value: int) -> bytes:
@@ -96,14 +107,15 @@ def encode_fetch_body(
                 head += _I32.pack(-1)  # preferred_read_replica
             records = p.records
             if records is None:
-                head += b"\0" if flexible else b"\xff\xff\xff\xff"
-            else:
-                size = len(records)
-                head += _uvarint(size + 1) if flexible else _I32.pack(size)
-                if size:
-                    parts.append(bytes(head))
-                    parts.append(records)
-                    head = bytearray()
+                raise ValueError(
+                    f"fetch partition {p.index}: records must not be null (send b'' as Kafka does)"
+                )
+            size = len(records)
+            head += _uvarint(size + 1) if flexible else _I32.pack(size)
+            if size:
+                parts.append(bytes(head))
+                parts.append(records)
+                head = bytearray()
             if flexible:
                 head += b"\0"  # partition tagged fields
         if flexible:

@@ -285,7 +285,7 @@ class Fetcher:
                         "auto.offset.reset=none"
                     )
                 )
-                st.paused = True  # stop refetching it until the application seeks
+                st.awaiting_seek = True  # stop refetching it until the application seeks
             else:
                 self.subscriptions.request_reset(tp, -2 if strategy == "earliest" else -1)
             return False

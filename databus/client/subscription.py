@@ -22,7 +22,10 @@ TopicPartition = tuple[str, int]
 class PartitionState:
     position: int | None = None
     reset_to: int | None = None  # EARLIEST (-2), LATEST (-1) or a timestamp, pending
-    paused: bool = False
+    paused: bool = False  # by the application (pause/resume)
+    # out of range with auto.offset.reset=none: not fetched again (the error would repeat)
+    # until the application seeks; separate from ``paused`` so a seek is enough, as in Kafka
+    awaiting_seek: bool = False
     high_watermark: int = -1
     epoch: int = 0  # bumps on every seek so stale fetches are dropped
 
@@ -107,12 +110,14 @@ class SubscriptionState:
         st = self.state(tp)
         st.position = offset
         st.reset_to = None
+        st.awaiting_seek = False
         st.epoch += 1
 
     def request_reset(self, tp: TopicPartition, target: int) -> None:
         st = self.state(tp)
         st.position = None
         st.reset_to = target
+        st.awaiting_seek = False
         st.epoch += 1
 
     def missing_positions(self) -> list[TopicPartition]:
@@ -120,7 +125,8 @@ class SubscriptionState:
 
     def fetchable(self) -> list[TopicPartition]:
         return [
-            tp for tp, st in self.partitions.items() if st.position is not None and not st.paused
+            tp for tp, st in self.partitions.items()
+            if st.position is not None and not st.paused and not st.awaiting_seek
         ]
 
     def positions(self) -> dict[TopicPartition, int]:

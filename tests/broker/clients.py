@@ -3,6 +3,9 @@
 A message is ``Msg(key, value, headers, partition=None, timestamp=None)``; consumed messages
 come back as ``Got(topic, partition, offset, key, value, headers, timestamp)`` with headers as
 a tuple of (str, bytes|None) pairs, so results of different clients compare directly.
+
+Every confluent-kafka consume collects librdkafka's log and fails on a protocol error
+(a response librdkafka could not parse), even when the records did arrive.
 """
 
 from __future__ import annotations
@@ -59,6 +62,21 @@ def by_partition_offset(got: Sequence[Got]) -> list[Got]:
 
 # -- confluent-kafka (librdkafka) -------------------------------------------------------------
 
+class LibrdkafkaLog:
+    """librdkafka's log lines, given as the ``logger`` config (confluent-kafka calls its
+    ``log(level, format, *args)`` from poll/consume)."""
+
+    def __init__(self) -> None:
+        self.lines: list[str] = []
+
+    def log(self, level: int, msg: str, *args) -> None:
+        self.lines.append(msg % args)
+
+    def protocol_errors(self) -> list[str]:
+        # "PROTOERR ... Protocol parse failure for Fetch v12(flex) ..." and friends
+        return [line for line in self.lines if "PROTOERR" in line or "parse failure" in line]
+
+
 def confluent_produce(bootstrap: str, topic: str, messages: Sequence[Msg], **conf) -> list:
     """Produce and flush; returns [(partition, offset)] per message in order (raises on error)."""
     from confluent_kafka import Producer
@@ -98,11 +116,13 @@ def confluent_produce(bootstrap: str, topic: str, messages: Sequence[Msg], **con
 
 def confluent_consume(bootstrap: str, topic: str, count: int, partitions: Sequence[int] = (0,),
                       *, offset: int = -2, timeout: float = 60, **conf) -> list[Got]:
-    """Assign ``partitions`` at ``offset`` (-2 earliest) and read ``count`` messages."""
+    """Assign ``partitions`` at ``offset`` (-2 earliest) and read ``count`` messages;
+    fails if librdkafka logged a protocol error meanwhile."""
     from confluent_kafka import Consumer, TopicPartition
 
+    rdlog = LibrdkafkaLog()
     config = {"bootstrap.servers": bootstrap, "group.id": f"t-{time.monotonic_ns()}",
-              "enable.auto.commit": False, "auto.offset.reset": "earliest"}
+              "enable.auto.commit": False, "auto.offset.reset": "earliest", "logger": rdlog}
     config.update(conf)
     consumer = Consumer(config)
     try:
@@ -116,9 +136,11 @@ def confluent_consume(bootstrap: str, topic: str, count: int, partitions: Sequen
                 headers = tuple((k, v) for k, v in (msg.headers() or ()))
                 got.append(Got(msg.topic(), msg.partition(), msg.offset(), msg.key(),
                                msg.value(), headers, msg.timestamp()[1]))
-        return got
     finally:
         consumer.close()
+    protocol_errors = rdlog.protocol_errors()
+    assert not protocol_errors, f"librdkafka protocol errors: {protocol_errors[:3]}"
+    return got
 
 
 # -- kafka-python -----------------------------------------------------------------------------
@@ -140,7 +162,9 @@ def kafka_python_produce(bootstrap: str, topic: str, messages: Sequence[Msg], **
 
 
 def kafka_python_consume(bootstrap: str, topic: str, count: int,
-                         partitions: Sequence[int] = (0,), timeout: float = 60) -> list[Got]:
+                         partitions: Sequence[int] = (0,), timeout: float = 60,
+                         offset: int | None = None) -> list[Got]:
+    """From the beginning, or from ``offset`` (auto_offset_reset=earliest if out of range)."""
     from kafka import KafkaConsumer, TopicPartition
 
     consumer = KafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False,
@@ -148,7 +172,11 @@ def kafka_python_consume(bootstrap: str, topic: str, count: int,
     try:
         tps = [TopicPartition(topic, p) for p in partitions]
         consumer.assign(tps)
-        consumer.seek_to_beginning(*tps)
+        if offset is None:
+            consumer.seek_to_beginning(*tps)
+        else:
+            for tp in tps:
+                consumer.seek(tp, offset)
         got: list[Got] = []
         deadline = time.monotonic() + timeout
         while len(got) < count and time.monotonic() < deadline:
@@ -186,7 +214,9 @@ def aiokafka_produce(bootstrap: str, topic: str, messages: Sequence[Msg], **conf
 
 
 def aiokafka_consume(bootstrap: str, topic: str, count: int,
-                     partitions: Sequence[int] = (0,), timeout: float = 60) -> list[Got]:
+                     partitions: Sequence[int] = (0,), timeout: float = 60,
+                     offset: int | None = None) -> list[Got]:
+    """From the beginning, or from ``offset`` (auto_offset_reset=earliest if out of range)."""
     from aiokafka import AIOKafkaConsumer, TopicPartition
 
     async def main():
@@ -196,7 +226,11 @@ def aiokafka_consume(bootstrap: str, topic: str, count: int,
         try:
             tps = [TopicPartition(topic, p) for p in partitions]
             consumer.assign(tps)
-            await consumer.seek_to_beginning(*tps)
+            if offset is None:
+                await consumer.seek_to_beginning(*tps)
+            else:
+                for tp in tps:
+                    consumer.seek(tp, offset)
             got: list[Got] = []
             deadline = time.monotonic() + timeout
             while len(got) < count and time.monotonic() < deadline:

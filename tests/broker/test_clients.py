@@ -163,6 +163,19 @@ def test_offsets_earliest_latest_and_by_timestamp(kbroker):
     assert confluent_consume(kbroker.bootstrap, "times", 1, offset=OFFSET_END, timeout=2) == []
 
 
+def test_out_of_range_position_resets_and_reads_everything(kbroker):
+    """A position past the log end (a stale offset) is OFFSET_OUT_OF_RANGE; with
+    auto.offset.reset=earliest every client resets and reads it all.  confluent_consume also
+    fails on any librdkafka protocol error: a null-records answer once made librdkafka spin on
+    "Protocol parse failure ... invalid MessageSetSize -1" and read nothing."""
+    messages = [Msg(None, b"oor-%d" % i) for i in range(10)]
+    confluent_produce(kbroker.bootstrap, "oor", messages)
+    expected = [(i, b"oor-%d" % i) for i in range(10)]
+    for consume in (confluent_consume, kafka_python_consume, aiokafka_consume):
+        got = consume(kbroker.bootstrap, "oor", 10, offset=500)
+        assert [(g.offset, g.value) for g in got] == expected, consume.__name__
+
+
 def test_hundred_partitions(kbroker):
     from confluent_kafka.admin import AdminClient, NewTopic
 

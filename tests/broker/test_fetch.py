@@ -10,28 +10,39 @@ import pytest
 from kio.schema.errors import ErrorCode
 
 from databus.broker.api import build
+from databus.broker.fetch_encoding import (
+    MAX_VERSION,
+    MIN_VERSION,
+    PartitionResult,
+    encode_fetch_body,
+)
 from databus.protocol.records import build_batch, iter_headers
 
-from .test_api_versions import make, metadata, req
+from .test_api_versions import create_topic, make, metadata, req
 from .wire import WireClient
 
 MS = datetime.timedelta(milliseconds=1)
 VERSION = 11
 
 
-def fetch(client, topic, offsets: dict[int, int], *, max_wait_ms=100, min_bytes=1,
-          max_bytes=1 << 20, partition_max_bytes=1 << 20):
-    mod = req(1, VERSION)
-    response = client.request(make(
-        1, VERSION, replica_id=-1, max_wait=max_wait_ms * MS, min_bytes=min_bytes,
-        max_bytes=max_bytes, isolation_level=0, session_id=0, session_epoch=-1,
+def fetch_request(topic, offsets: dict[int, int], *, version=VERSION, max_wait_ms=100,
+                  min_bytes=1, max_bytes=1 << 20, partition_max_bytes=1 << 20,
+                  isolation_level=0):
+    mod = req(1, version)
+    return make(
+        1, version, replica_id=-1, max_wait=max_wait_ms * MS, min_bytes=min_bytes,
+        max_bytes=max_bytes, isolation_level=isolation_level, session_id=0, session_epoch=-1,
         forgotten_topics_data=(), rack_id="",
         topics=(build(mod.FetchTopic, topic=topic, partitions=tuple(
             build(mod.FetchPartition, partition=p, fetch_offset=o,
                   partition_max_bytes=partition_max_bytes, current_leader_epoch=-1,
                   log_start_offset=-1)
             for p, o in offsets.items())),),
-    ))
+    )
+
+
+def fetch(client, topic, offsets: dict[int, int], **kwargs):
+    response = client.request(fetch_request(topic, offsets, **kwargs))
     return {p.partition_index: p for p in response.responses[0].partitions}
 
 
@@ -123,6 +134,36 @@ def test_offsets_outside_the_log_are_out_of_range(client):
             at_end.last_stable_offset, at_end.log_start_offset) == (0, 0, 4, 4, 0)
     mid_batch = fetch(client, "ranges", {0: 2})[0]
     assert [h.base_offset for _, h in iter_headers(mid_batch.records)] == [0]
+
+
+@pytest.mark.parametrize("isolation_level", [0, 1])
+@pytest.mark.parametrize("version", range(MIN_VERSION, MAX_VERSION + 1))
+def test_error_and_empty_partitions_on_the_wire(broker, client, version, isolation_level):
+    """The broker's own bytes for out of range, unknown partition, unknown topic and an empty
+    partition are Kafka's: empty records (never null), -1 offsets on errors, aborted
+    transactions null for read_uncommitted and [] for read_committed.  The encoder that
+    wrote these is pinned by golden bytes (test_fetch_encoding.py)."""
+    topic = f"wire-errors-{version}-{isolation_level}"
+    create_topic(client, topic, partitions=2)
+    produce_to(client, topic, 0, batch_of(4))
+    cases = [
+        (topic, {0: 500, 1: 0, 7: 0}),  # out of range, empty (at the end), unknown partition
+        (f"never-created-{version}", {0: 0}),  # unknown topic (a fetch never creates one)
+    ]
+    empty_aborted = () if isolation_level else None
+    expected = [
+        [(topic, [PartitionResult(0, ErrorCode.offset_out_of_range),
+                  PartitionResult(1, 0, 0, 0, 0, empty_aborted),
+                  PartitionResult(7, ErrorCode.unknown_topic_or_partition)])],
+        [(cases[1][0], [PartitionResult(0, ErrorCode.unknown_topic_or_partition)])],
+    ]
+    for (name, offsets), want in zip(cases, expected, strict=True):
+        correlation = client.send(fetch_request(name, offsets, version=version, max_wait_ms=0,
+                                                isolation_level=isolation_level))
+        frame = client.read_frame()
+        header = 4 + (1 if version >= 12 else 0)  # correlation id (+ tagged fields)
+        assert frame[:4] == correlation.to_bytes(4, "big")
+        assert frame[header:].hex() == b"".join(encode_fetch_body(version, want)).hex()
 
 
 def test_unknown_partition(client):

@@ -9,7 +9,13 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from databus.broker.api import build
 from tests.helpers.broker import BrokerProcess
 
-from .clients import Msg, confluent_consume, confluent_produce
+from .clients import (
+    Msg,
+    aiokafka_consume,
+    confluent_consume,
+    confluent_produce,
+    kafka_python_consume,
+)
 from .test_api_versions import make, req
 from .wire import WireClient
 
@@ -44,3 +50,8 @@ def test_retention_bytes_deletes_old_segments_in_the_background(tmp_path):
         rest = confluent_consume(broker.bootstrap, "retained", 200 - low)
         assert [g.offset for g in rest] == list(range(low, 200))
         assert rest[0].value.startswith(b"%04d" % low)
+        # a consumer whose position retention deleted is out of range: it resets to the new
+        # log start (auto.offset.reset=earliest) and reads the rest, with no protocol error
+        for consume in (confluent_consume, kafka_python_consume, aiokafka_consume):
+            rest = consume(broker.bootstrap, "retained", 200 - low, offset=0)
+            assert [g.offset for g in rest] == list(range(low, 200)), consume.__name__

@@ -11,13 +11,16 @@ import asyncio
 import functools
 import time
 
+from tests.broker.clients import LibrdkafkaLog
+
 
 def confluent_read(bootstrap: str, topic: str, count: int, timeout: float = 20.0, partitions=None):
     import confluent_kafka
 
+    rdlog = LibrdkafkaLog()  # fails the read on a response librdkafka could not parse
     consumer = confluent_kafka.Consumer(
         {"bootstrap.servers": bootstrap, "group.id": "reader", "enable.auto.commit": False,
-         "log_level": 3}
+         "log_level": 3, "logger": rdlog}
     )
     try:
         if partitions is None:
@@ -36,9 +39,11 @@ def confluent_read(bootstrap: str, topic: str, count: int, timeout: float = 20.0
                     (m.partition(), m.offset(), m.key(), m.value(),
                      tuple((k, v) for k, v in (m.headers() or [])), m.timestamp()[1])
                 )
-        return out
     finally:
         consumer.close()
+    protocol_errors = rdlog.protocol_errors()
+    assert not protocol_errors, f"librdkafka protocol errors: {protocol_errors[:3]}"
+    return out
 
 
 def confluent_produce(bootstrap: str, topic: str, records, **config):

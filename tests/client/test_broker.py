@@ -151,6 +151,55 @@ async def test_offsets_for_times_and_ends(broker, topic):
         assert await c.position(tp) == 10
 
 
+async def test_out_of_range_position_resets_by_auto_offset_reset(broker, topic):
+    """Position 500 of a 10-record partition: the broker answers OFFSET_OUT_OF_RANGE and the
+    consumer resets as auto.offset.reset says (as Kafka's consumers do)."""
+    await create(broker.bootstrap, topic, 1)
+    tp = (topic, 0)
+    async with Producer(broker.bootstrap) as p:
+        for i in range(10):
+            await p.send(topic, b"r%d" % i, partition=0)
+    async with Consumer(broker.bootstrap, {"auto.offset.reset": "earliest"}) as c:
+        c.assign([tp])
+        c.seek(tp, 500)
+        got = []
+        with trio.move_on_after(30):
+            while len(got) < 10:
+                got.extend(await c.poll(0.5))
+    assert [(r.offset, r.value) for r in got] == [(i, b"r%d" % i) for i in range(10)]
+
+    async with Consumer(broker.bootstrap, {"auto.offset.reset": "latest"}) as c:
+        c.assign([tp])
+        c.seek(tp, 500)
+        with trio.move_on_after(30):
+            while await c.position(tp) == 500:  # until the out-of-range answer came back
+                assert await c.poll(0.2) == []
+        assert await c.position(tp) == 10
+        async with Producer(broker.bootstrap) as p:
+            await p.send(topic, b"after", partition=0)
+        got = []
+        with trio.move_on_after(30):
+            while not got:
+                got = await c.poll(0.5)
+        assert [(r.offset, r.value) for r in got] == [(10, b"after")]
+
+    async with Consumer(broker.bootstrap, {"auto.offset.reset": "none"}) as c:
+        c.assign([tp])
+        c.seek(tp, 500)
+        with trio.fail_after(30), pytest.raises(errors.OffsetOutOfRangeError, match="500"):
+            while True:
+                await c.poll(0.5)
+        # the application's seek is the way out (Kafka's consumer works the same way); the
+        # partition was never paused in the application's eyes
+        assert c.paused() == set()
+        c.seek(tp, 8)
+        got = []
+        with trio.move_on_after(30):
+            while len(got) < 3:
+                got.extend(await c.poll(0.5))
+        assert [r.offset for r in got] == [8, 9, 10]
+
+
 async def test_admin_topics_configs_partitions(broker, topic):
     async with Admin(broker.bootstrap) as admin:
         assert await admin.create_topics({topic: 2}, configs={"retention.ms": "3600000"}) == {topic: None}

@@ -110,7 +110,7 @@ async def create_topics(ctx: RequestContext, request) -> object:
             code, message = _failure(exc, f"creating topic {topic.name!r}")
         fields = dict(name=topic.name, error_code=code, error_message=message,
                       topic_id=info.topic_id if info is not None else None,
-                      num_partitions=-1, replication_factor=-1, configs=None)
+                      num_partitions=-1, replication_factor=-1, configs=())  # [] as Kafka
         if info is not None and hasattr(module, "CreatableTopicConfigs"):  # v5+
             fields.update(num_partitions=info.partitions, replication_factor=1,
                           configs=_config_entries(module.CreatableTopicConfigs, broker, topic.name))

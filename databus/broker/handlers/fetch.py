@@ -10,6 +10,8 @@
 - Single node: high watermark = log end offset, last stable offset = high watermark (no
   transactions), log start offset from the log; an offset outside
   [log start, log end] is OFFSET_OUT_OF_RANGE.
+- A partition with an error gets empty records (never null) and -1 offsets, as from Kafka:
+  librdkafka cannot parse null records, and would never see the error (nor reset).
 - Fetch sessions (KIP-227): we answer session_id 0, which tells clients to keep sending full
   fetch requests.
 - The response is hand-encoded (fetch_encoding.py) so record bytes are not copied again.
@@ -33,34 +35,33 @@ READ_COMMITTED = 1
 
 
 def _read_partition(broker, topic: str, fetch, budget: int, first: bool, committed: bool):
-    """One partition's PartitionResult and the number of record bytes it carries."""
-    empty_aborted = () if committed else None
-    plog = broker.get_log(topic, fetch.partition)
+    """One partition's PartitionResult and the number of record bytes it carries.
+
+    A partition with an error is ``PartitionResult(index, code)``: empty records and -1
+    offsets, exactly what Kafka sends (clients reset on OFFSET_OUT_OF_RANGE from that)."""
+    index = fetch.partition
+    plog = broker.get_log(topic, index)
     if plog is None:
-        return PartitionResult(fetch.partition, ErrorCode.unknown_topic_or_partition), 0
+        return PartitionResult(index, ErrorCode.unknown_topic_or_partition), 0
     end = plog.log_end_offset
     start = plog.log_start_offset
-    result = PartitionResult(
-        fetch.partition, 0, end, end, start, empty_aborted, None
-    )
     offset = fetch.fetch_offset
     if offset < start or offset > end:
-        result.error_code = ErrorCode.offset_out_of_range
-        return result, 0
+        return PartitionResult(index, ErrorCode.offset_out_of_range), 0
+    # read_committed gets an empty aborted-transactions list, read_uncommitted null (Kafka)
+    result = PartitionResult(index, 0, end, end, start, () if committed else None)
     limit = min(fetch.partition_max_bytes, budget)
     if offset == end or limit <= 0 and not first:
-        result.records = b""
         return result, 0
     try:
         data = plog.read(offset, max(limit, 1))
     except Exception as exc:
         code = error_code_for(exc)
         if code is ErrorCode.unknown_server_error:
-            log.exception("read of %s-%d at %d failed", topic, fetch.partition, offset)
-        result.error_code = code
-        return result, 0
+            log.exception("read of %s-%d at %d failed", topic, index, offset)
+        return PartitionResult(index, code), 0
     if len(data) > limit and not first:
-        data = b""  # only the first partition with data may exceed the budget
+        return result, 0  # only the first partition with data may exceed the budget
     result.records = data
     return result, len(data)
 
