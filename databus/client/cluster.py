@@ -21,7 +21,7 @@ from typing import Any
 import trio
 
 from . import errors
-from .connection import METADATA, BrokerConnection
+from .connection import METADATA, BrokerConnection, OpenStream
 
 log = logging.getLogger(__name__)
 
@@ -76,16 +76,22 @@ class BrokerMetadata:
 
 
 class Cluster:
-    """Connections and metadata for one cluster.  ``await cluster.start(nursery)`` first."""
+    """Connections and metadata for one cluster.  ``await cluster.start(nursery)`` first.
+
+    ``open_stream(host, port)`` opens every broker connection's byte stream (default: TCP;
+    tests pass one that hands out ``trio.testing`` memory streams).
+    """
 
     def __init__(
-        self, bootstrap: str | Sequence[str], config: Any, *, allow_auto_create: bool = True
+        self, bootstrap: str | Sequence[str], config: Any, *, allow_auto_create: bool = True,
+        open_stream: OpenStream | None = None,
     ) -> None:
         self.bootstrap = parse_bootstrap(bootstrap)
         # Whether Metadata requests may create missing topics (brokers with
         # auto.create.topics.enable do): yes for producers, never for the admin client.
         self.allow_auto_create = allow_auto_create
         self.config = config
+        self.open_stream = open_stream
         self.brokers: dict[int, BrokerMetadata] = {}
         self.topics: dict[str, TopicMetadata] = {}
         self.controller_id: int = -1
@@ -175,6 +181,7 @@ class Cluster:
                 client_id=self.config.client_id,
                 request_timeout_ms=self.config.request_timeout_ms,
                 connect_timeout_ms=self.config.socket_connection_setup_timeout_ms,
+                open_stream=self.open_stream,
             )
             try:
                 await conn.connect(self._nursery)
