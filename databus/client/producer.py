@@ -187,6 +187,7 @@ class Producer:
             buffer_memory=self.config.buffer_memory,
             delivery_timeout_ms=self.config.delivery_timeout_ms,
             retry_backoff_ms=self.config.retry_backoff_ms,
+            retry_backoff_max_ms=self.config.retry_backoff_max_ms,
             codec=CODEC_BY_NAME[self.config.compression_type],
             max_in_flight=self.config.max_in_flight_requests_per_connection,
             on_batch_complete=getattr(self._partitioner, "batch_completed", None),
