@@ -200,6 +200,13 @@ class Cluster:
             self.connections_opened += 1
             return conn
 
+    async def disconnect(self, node_id: int) -> None:
+        """Close the connection to ``node_id`` (if any): requests still out on it fail, and
+        the next request opens a new one."""
+        conn = self._connections.pop(node_id, None)
+        if conn is not None:
+            await conn.aclose()
+
     def connected_nodes(self) -> list[int]:
         return [n for n, c in self._connections.items() if not c.closed]
 

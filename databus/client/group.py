@@ -379,6 +379,10 @@ class GroupMember:
             "group %s: no heartbeat answered within session.timeout.ms=%d; dropping the "
             "assignment and rejoining", self.group_id, self.config.session_timeout_ms,
         )
+        if self.coordinator is not None:
+            # The unanswered heartbeat is still queued on that connection: a new request
+            # there would wait behind it, so start afresh (Kafka's clients disconnect too).
+            await self.cluster.disconnect(self.coordinator)
         self.coordinator_dead(errors.RequestTimedOutError("session timed out"))
         self.generation_id = -1
         self.member_id = ""

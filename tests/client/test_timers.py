@@ -11,6 +11,8 @@ a backoff (±20%), the test checks the jitter band.
 
 from __future__ import annotations
 
+import itertools
+
 import pytest
 import trio
 
@@ -43,7 +45,7 @@ async def fake(nursery):
 
 
 def gaps(times: list[float]) -> list[float]:
-    return [b - a for a, b in zip(times, times[1:])]
+    return [b - a for a, b in itertools.pairwise(times)]
 
 
 def in_jitter_band(gap_s: float, nominal_ms: float, max_ms: float) -> bool:
@@ -184,15 +186,16 @@ async def test_reconnect_backoff_doubles_up_to_its_max_and_resets_after_success(
         assert in_jitter_band(second - first, 50, 1000)
 
 
-async def test_producer_outlives_a_refusing_broker_without_a_tight_loop(autojump_clock, fake):
+async def test_producer_outlives_a_refusing_broker_without_a_tight_loop(
+    autojump_clock, fake, nursery
+):
     """The broker refuses connections for 10 s: the record is delivered afterwards, and the
     producer asked at most once per backoff meanwhile."""
     config = {"linger.ms": 0, "delivery.timeout.ms": 60000}
     fake.refuse = True
+    nursery.start_soon(_reopen_after, fake, 10.0)
     async with Producer(fake.bootstrap, config, open_stream=fake.open_stream) as producer:
-        async with trio.open_nursery() as nursery:
-            nursery.start_soon(_reopen_after, fake, 10.0)
-            meta = await (await producer.send("t", b"v")).wait()
+        meta = await (await producer.send("t", b"v")).wait()
     assert meta.offset == 0
     refused = [t for t in fake.connect_attempts if t < 10.0]
     # reconnect.backoff.max.ms is 1 s: ~10 attempts in 10 s (plus the doubling start).
