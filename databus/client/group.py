@@ -312,8 +312,12 @@ class GroupMember:
         max_poll_interval = self.config.max_poll_interval_ms / 1000
         while True:
             wait = interval
-            if self.last_heartbeat is not None:
-                wait = min(wait, max(self._session_deadline() - trio.current_time(), 0))
+            if self.last_heartbeat is not None and not self.needs_rejoin and self.generation_id >= 0:
+                # Wake up at the session's end if that comes first.  (Not while (re)joining:
+                # the coordinator keeps the member for the rebalance timeout then.)
+                remaining = self._session_deadline() - trio.current_time()
+                if remaining > 0:
+                    wait = min(wait, remaining)
             await trio.sleep(wait)
             if self.needs_rejoin or self.generation_id < 0 or self._lock.locked():
                 continue

@@ -318,6 +318,42 @@ async def test_member_gives_up_its_partitions_after_session_timeout_without_hear
     assert [kind for _, kind, _ in listener.events][:3] == ["assigned", "revoked", "assigned"]
 
 
+async def test_a_rebalance_longer_than_the_session_timeout_is_not_a_lost_session(
+    autojump_clock, fake
+):
+    """The coordinator holds the second JoinGroup for 20 s (waiting for other members, as
+    it may for the rebalance timeout): no heartbeats are due meanwhile, the session is not
+    declared lost, and heartbeats resume in the new generation."""
+    answers = [{}, {"error_code": REBALANCE_IN_PROGRESS}]
+    normal_join = fake.join_group
+
+    def heartbeat(req):
+        return answers.pop(0) if answers else {}
+
+    async def join(req):
+        if fake.generation == 1:
+            await trio.sleep(20)
+        return normal_join(req)
+
+    fake.handlers[HEARTBEAT] = heartbeat
+    fake.handlers[JOIN_GROUP] = join
+    listener = Listener()
+    async with Consumer(fake.bootstrap, GROUP_CONFIG, open_stream=fake.open_stream,
+                        on_assigned=listener.assigned, on_revoked=listener.revoked) as consumer:
+        consumer.subscribe(["t"])
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(poll_forever, consumer)
+            await trio.sleep(30)
+            nursery.cancel_scope.cancel()
+        assert consumer.assignment() == {("t", 0)}
+    joins = fake.times(JOIN_GROUP)
+    beats = fake.times(HEARTBEAT)
+    assert len(joins) == 2
+    assert not [t for t in beats if joins[1] < t < joins[1] + 20]
+    assert [t for t in beats if t > joins[1] + 20]
+    assert [kind for _, kind, _ in listener.events][:3] == ["assigned", "revoked", "assigned"]
+
+
 # -- fetcher: backoff after partition errors -----------------------------------------------------
 
 
