@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from ..protocol.records import HEADER_SIZE, MAX_RECORD_OVERHEAD, BatchBuilder
+from .backoff import ExponentialBackoff
 
 TopicPartition = tuple[str, int]
 
@@ -117,6 +118,7 @@ class RecordAccumulator:
         buffer_memory: int,
         delivery_timeout_ms: float,
         retry_backoff_ms: float,
+        retry_backoff_max_ms: float | None = None,
         codec: int = 0,
         max_in_flight: int = 1,
         on_batch_complete: Callable[[str, int], None] | None = None,
@@ -125,7 +127,11 @@ class RecordAccumulator:
         self.linger_ms = linger_ms
         self.buffer_memory = buffer_memory
         self.delivery_timeout_ms = delivery_timeout_ms
-        self.retry_backoff_ms = retry_backoff_ms
+        # The n-th retry of a batch waits retry.backoff.ms * 2**(n-1), jittered, up to
+        # retry.backoff.max.ms (KIP-580); without a max the wait is constant.
+        self.retry_backoff = ExponentialBackoff(
+            retry_backoff_ms, retry_backoff_ms if retry_backoff_max_ms is None else retry_backoff_max_ms
+        )
         self.on_batch_complete = on_batch_complete
         self.codec = codec
         self.batches: dict[TopicPartition, collections.deque[ProducerBatch]] = {}
@@ -322,7 +328,7 @@ class RecordAccumulator:
     def reenqueue(self, batch: ProducerBatch, now_ms: float) -> None:
         """Put an in-flight batch back for a retry after backoff, before every batch of its
         partition created after it (retries of one partition come back in creation order)."""
-        batch.retry_at_ms = now_ms + self.retry_backoff_ms
+        batch.retry_at_ms = now_ms + self.retry_backoff.backoff_ms(batch.attempts - 1)
         self._landed(batch)
         self.recovering.add(batch.tp)
         dq = self.batches.get(batch.tp)

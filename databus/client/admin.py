@@ -33,6 +33,7 @@ from .connection import (
     FIND_COORDINATOR,
     LIST_GROUPS,
     OFFSET_FETCH,
+    OpenStream,
 )
 from .offsets import EARLIEST, LATEST, list_offsets
 
@@ -85,11 +86,15 @@ class Admin:
         self,
         bootstrap_servers: str | Sequence[str],
         config: Mapping[str, Any] | AdminConfig | None = None,
+        *,
+        open_stream: OpenStream | None = None,
     ) -> None:
         self.config = (
             config if isinstance(config, AdminConfig) else AdminConfig.from_kafka(config or {})
         )
-        self._cluster = Cluster(bootstrap_servers, self.config, allow_auto_create=False)
+        self._cluster = Cluster(
+            bootstrap_servers, self.config, allow_auto_create=False, open_stream=open_stream
+        )
         self._stack: contextlib.AsyncExitStack | None = None
 
     @property

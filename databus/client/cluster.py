@@ -1,8 +1,10 @@
 """The client's view of a cluster: bootstrap, metadata cache, one connection per broker.
 
-``Cluster`` owns the broker connections (opened lazily, one per node id, re-opened after a
-failure with ``reconnect.backoff.ms``) and the metadata (brokers, topics, partition leaders).
-Producer, consumer and admin each own one Cluster and run it inside their nursery.
+``Cluster`` owns the broker connections (opened lazily, one per node id; after a failed
+connect the next attempt to that node waits ``reconnect.backoff.ms``, doubling (jittered)
+per consecutive failure up to ``reconnect.backoff.max.ms``, as Kafka's clients do) and the
+metadata (brokers, topics, partition leaders).  Producer, consumer and admin each own one
+Cluster and run it inside their nursery.
 
 Metadata refreshes are coalesced: callers that ask for a refresh while one is running wait
 for it instead of sending another.  A refresh asks for the union of the topics anyone has
@@ -12,6 +14,7 @@ asked about, so the cache stays complete.
 from __future__ import annotations
 
 import contextlib
+import itertools
 import logging
 import random
 from collections.abc import Iterable, Mapping, Sequence
@@ -21,7 +24,8 @@ from typing import Any
 import trio
 
 from . import errors
-from .connection import METADATA, BrokerConnection
+from .backoff import ExponentialBackoff
+from .connection import METADATA, BrokerConnection, OpenStream
 
 log = logging.getLogger(__name__)
 
@@ -76,16 +80,22 @@ class BrokerMetadata:
 
 
 class Cluster:
-    """Connections and metadata for one cluster.  ``await cluster.start(nursery)`` first."""
+    """Connections and metadata for one cluster.  ``await cluster.start(nursery)`` first.
+
+    ``open_stream(host, port)`` opens every broker connection's byte stream (default: TCP;
+    tests pass one that hands out ``trio.testing`` memory streams).
+    """
 
     def __init__(
-        self, bootstrap: str | Sequence[str], config: Any, *, allow_auto_create: bool = True
+        self, bootstrap: str | Sequence[str], config: Any, *, allow_auto_create: bool = True,
+        open_stream: OpenStream | None = None,
     ) -> None:
         self.bootstrap = parse_bootstrap(bootstrap)
         # Whether Metadata requests may create missing topics (brokers with
         # auto.create.topics.enable do): yes for producers, never for the admin client.
         self.allow_auto_create = allow_auto_create
         self.config = config
+        self.open_stream = open_stream
         self.brokers: dict[int, BrokerMetadata] = {}
         self.topics: dict[str, TopicMetadata] = {}
         self.controller_id: int = -1
@@ -97,7 +107,11 @@ class Cluster:
         self._connect_locks: dict[int, trio.Lock] = {}
         self._refresh_lock = trio.Lock()
         self._nursery: trio.Nursery | None = None
-        self._last_failure: dict[int, float] = {}
+        self._reconnect_backoff = ExponentialBackoff(
+            config.reconnect_backoff_ms, config.reconnect_backoff_max_ms
+        )
+        # node id -> (consecutive failed connects, trio time before which not to try again)
+        self._connect_failures: dict[int, tuple[int, float]] = {}
         self._extra_addresses: dict[int, tuple[str, int]] = {}
         self.closed = False
         self.connections_opened = 0
@@ -162,11 +176,9 @@ class Cluster:
             conn = self._connections.get(node_id)
             if conn is not None and not conn.closed:
                 return conn
-            last = self._last_failure.get(node_id)
-            if last is not None:
-                wait = last + self.config.reconnect_backoff_ms / 1000 - trio.current_time()
-                if wait > 0:
-                    await trio.sleep(wait)
+            failures, retry_at = self._connect_failures.get(node_id, (0, 0.0))
+            if failures:
+                await trio.sleep_until(retry_at)
             host, port = self._address(node_id)
             conn = BrokerConnection(
                 host,
@@ -175,16 +187,25 @@ class Cluster:
                 client_id=self.config.client_id,
                 request_timeout_ms=self.config.request_timeout_ms,
                 connect_timeout_ms=self.config.socket_connection_setup_timeout_ms,
+                open_stream=self.open_stream,
             )
             try:
                 await conn.connect(self._nursery)
             except errors.KafkaError:
-                self._last_failure[node_id] = trio.current_time()
+                wait = self._reconnect_backoff.backoff_ms(failures) / 1000
+                self._connect_failures[node_id] = (failures + 1, trio.current_time() + wait)
                 raise
-            self._last_failure.pop(node_id, None)
+            self._connect_failures.pop(node_id, None)
             self._connections[node_id] = conn
             self.connections_opened += 1
             return conn
+
+    async def disconnect(self, node_id: int) -> None:
+        """Close the connection to ``node_id`` (if any): requests still out on it fail, and
+        the next request opens a new one."""
+        conn = self._connections.pop(node_id, None)
+        if conn is not None:
+            await conn.aclose()
 
     def connected_nodes(self) -> list[int]:
         return [n for n, c in self._connections.items() if not c.closed]
@@ -305,10 +326,10 @@ class Cluster:
         parts = self.partitions_for(topic)
         if parts is not None:
             return parts
-        backoff = self.config.retry_backoff_ms / 1000
+        backoff = ExponentialBackoff(self.config.retry_backoff_ms, self.config.retry_backoff_max_ms)
         last_error: BaseException | None = None
         with trio.move_on_after(timeout):
-            while True:
+            for attempt in itertools.count():
                 try:
                     await self.refresh_metadata([topic])
                 except errors.KafkaError as exc:
@@ -324,8 +345,7 @@ class Cluster:
                     if not err.retriable:
                         raise err
                     last_error = err
-                await trio.sleep(backoff)
-                backoff = min(backoff * 2, self.config.retry_backoff_max_ms / 1000)
+                await trio.sleep(backoff.backoff_ms(attempt) / 1000)
         detail = f" (last error: {last_error})" if last_error else ""
         raise errors.RequestTimedOutError(
             f"topic {topic!r} not present in metadata after {timeout * 1000:.0f} ms{detail}"

@@ -39,6 +39,7 @@ class _KafkaConfig(BaseModel):
         10000, alias="socket.connection.setup.timeout.ms", gt=0
     )
     reconnect_backoff_ms: int = Field(50, alias="reconnect.backoff.ms", ge=0)
+    reconnect_backoff_max_ms: int = Field(1000, alias="reconnect.backoff.max.ms", ge=0)
 
     @classmethod
     def from_kafka(cls, settings: Mapping[str, Any] | None = None, **overrides: Any):

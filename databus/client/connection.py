@@ -9,6 +9,10 @@ register and write under one lock, so FIFO order is wire order.
 On connect the client sends ApiVersions and, for each api key, uses the highest version that
 the broker, kio and this client (CLIENT_VERSIONS) all support.
 
+The socket comes from ``open_stream(host, port)`` (default ``trio.open_tcp_stream``): any
+``trio.abc.Stream`` will do, which is the seam the timer tests use to put the client on one
+end of a ``trio.testing`` memory stream with a scripted broker on the other.
+
 Failure rules: a request not answered within ``request.timeout.ms`` closes the connection
 (as Kafka's clients do: the stream position is unknowable after that) and raises
 RequestTimedOutError; a closed or broken socket fails every pending request with
@@ -20,7 +24,7 @@ from __future__ import annotations
 import collections
 import logging
 import math
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -68,6 +72,9 @@ CLIENT_VERSIONS: dict[int, tuple[int, int]] = {
     DELETE_GROUPS: (0, 2),
 }
 
+# Opens the byte stream to a broker: ``await open_stream(host, port)``.
+OpenStream = Callable[[str, int], Awaitable[trio.abc.Stream]]
+
 MAX_RESPONSE_BYTES = 512 * 1024 * 1024
 _RECV_CHUNK = 256 * 1024
 
@@ -85,7 +92,8 @@ class _Pending:
 class BrokerConnection:
     """A connection to ``host:port``; open it with ``await conn.connect(nursery)``.
 
-    ``node_id`` is the broker's id from metadata (-1, -2, ... for bootstrap addresses).
+    ``node_id`` is the broker's id from metadata (-1, -2, ... for bootstrap addresses);
+    ``open_stream`` opens the byte stream (default: a TCP connection).
     """
 
     def __init__(
@@ -97,14 +105,16 @@ class BrokerConnection:
         client_id: str = "databus",
         request_timeout_ms: int = 30000,
         connect_timeout_ms: int = 10000,
+        open_stream: OpenStream | None = None,
     ) -> None:
         self.host, self.port, self.node_id = host, port, node_id
+        self._open_stream = open_stream or trio.open_tcp_stream
         self.client_id = client_id
         self.request_timeout = request_timeout_ms / 1000
         self.connect_timeout = connect_timeout_ms / 1000
         self.versions: dict[int, int] = {}
         self.broker_versions: dict[int, tuple[int, int]] = {}
-        self._stream: trio.SocketStream | None = None
+        self._stream: trio.abc.Stream | None = None
         self._pending: collections.deque[_Pending] = collections.deque()
         self._send_lock = trio.Lock()
         self._next_correlation_id = 0
@@ -127,7 +137,7 @@ class BrokerConnection:
         """Open the socket, start the reader in ``nursery`` and negotiate api versions."""
         try:
             with trio.fail_after(self.connect_timeout):
-                self._stream = await trio.open_tcp_stream(self.host, self.port)
+                self._stream = await self._open_stream(self.host, self.port)
         except (OSError, trio.TooSlowError) as exc:
             self._closed = True
             self.closed_event.set()

@@ -33,6 +33,7 @@ import trio
 from . import errors
 from .cluster import Cluster
 from .config import ConsumerConfig
+from .connection import OpenStream
 from .fetcher import ConsumerRecord, Fetcher
 from .group import GroupMember, call_listener
 from .offsets import EARLIEST, LATEST, list_offsets
@@ -46,7 +47,9 @@ __all__ = ["Consumer", "ConsumerRecord"]
 
 
 class Consumer:
-    """Trio-native Kafka consumer; use as ``async with Consumer(bootstrap, config) as c``."""
+    """Trio-native Kafka consumer; use as ``async with Consumer(bootstrap, config) as c``.
+
+    ``open_stream(host, port)`` replaces the TCP connect (see connection.OpenStream)."""
 
     def __init__(
         self,
@@ -55,11 +58,12 @@ class Consumer:
         *,
         on_assigned: Callable[[list[TopicPartition]], Any] | None = None,
         on_revoked: Callable[[list[TopicPartition]], Any] | None = None,
+        open_stream: OpenStream | None = None,
     ) -> None:
         self.config = (
             config if isinstance(config, ConsumerConfig) else ConsumerConfig.from_kafka(config or {})
         )
-        self._cluster = Cluster(bootstrap_servers, self.config)
+        self._cluster = Cluster(bootstrap_servers, self.config, open_stream=open_stream)
         self._subscriptions = SubscriptionState()
         self._fetcher = Fetcher(self._cluster, self._subscriptions, self.config)
         self._group: GroupMember | None = None

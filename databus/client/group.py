@@ -36,6 +36,7 @@ from .assignors import (
     encode_subscription,
 )
 from .assignors.protocol import PROTOCOL_TYPE, Assignment
+from .backoff import ExponentialBackoff
 from .cluster import Cluster
 from .config import ConsumerConfig
 from .connection import (
@@ -103,6 +104,7 @@ class GroupMember:
         self.assigned_counts: dict[str, int] = {}  # partition counts the leader assigned from
         self.last_error: BaseException | None = None
         self.last_poll: float | None = None  # trio time of the consumer's last poll
+        self.last_heartbeat: float | None = None  # trio time the session was last confirmed
         self.poll_timed_out = False
         self._lock = trio.Lock()
 
@@ -159,7 +161,8 @@ class GroupMember:
     async def ensure_active(self) -> None:
         """Join (or rejoin) until the member has a current assignment."""
         async with self._lock:
-            backoff = self.config.retry_backoff_ms / 1000
+            backoff = ExponentialBackoff(self.config.retry_backoff_ms, self.config.retry_backoff_max_ms)
+            failures = 0
             while self.needs_rejoin:
                 try:
                     await self._rejoin()
@@ -175,8 +178,8 @@ class GroupMember:
                     ):
                         raise
                     log.info("group %s: rejoining after %s", self.group_id, exc)
-                    await trio.sleep(backoff)
-                    backoff = min(backoff * 2, self.config.retry_backoff_max_ms / 1000)
+                    await trio.sleep(backoff.backoff_ms(failures) / 1000)
+                    failures += 1
 
     async def _revoke(self, partitions: set[TopicPartition]) -> None:
         if not partitions:
@@ -257,6 +260,7 @@ class GroupMember:
         added = new - owned
         self.needs_rejoin = False
         self.last_poll = trio.current_time()  # the join may have taken long: count from now
+        self.last_heartbeat = self.last_poll  # a completed sync starts the session afresh
         if revoked:
             await self._revoke(revoked)
             self.needs_rejoin = True  # cooperative: the new owners get them next round
@@ -302,11 +306,19 @@ class GroupMember:
         return False
 
     async def heartbeat_loop(self) -> None:
-        """Background: heartbeat while a member; flag a rejoin when the group rebalances."""
+        """Background: heartbeat while a member; flag a rejoin when the group rebalances;
+        drop the partitions when no heartbeat was answered for ``session.timeout.ms``."""
         interval = self.config.heartbeat_interval_ms / 1000
         max_poll_interval = self.config.max_poll_interval_ms / 1000
         while True:
-            await trio.sleep(interval)
+            wait = interval
+            if self.last_heartbeat is not None and not self.needs_rejoin and self.generation_id >= 0:
+                # Wake up at the session's end if that comes first.  (Not while (re)joining:
+                # the coordinator keeps the member for the rebalance timeout then.)
+                remaining = self._session_deadline() - trio.current_time()
+                if remaining > 0:
+                    wait = min(wait, remaining)
+            await trio.sleep(wait)
             if self.needs_rejoin or self.generation_id < 0 or self._lock.locked():
                 continue
             if self.last_poll is None:
@@ -322,21 +334,29 @@ class GroupMember:
                 self.needs_rejoin = True
                 self.poll_timed_out = True  # rejoin only when the application polls again
                 continue
-            try:
-                response = await self.request(
-                    HEARTBEAT,
-                    {
-                        "group_id": self.group_id,
-                        "generation_id": self.generation_id,
-                        "member_id": self.member_id,
-                        "group_instance_id": self.config.group_instance_id,
-                    },
-                )
-                code = int(response.error_code)
-            except errors.KafkaError as exc:
-                log.debug("heartbeat failed: %s", exc)
+            code = None
+            # A heartbeat answered after the session ended cannot save it: wait no longer.
+            with trio.move_on_after(max(self._session_deadline() - trio.current_time(), 0)):
+                try:
+                    response = await self.request(
+                        HEARTBEAT,
+                        {
+                            "group_id": self.group_id,
+                            "generation_id": self.generation_id,
+                            "member_id": self.member_id,
+                            "group_instance_id": self.config.group_instance_id,
+                        },
+                    )
+                    code = int(response.error_code)
+                except errors.KafkaError as exc:
+                    log.debug("heartbeat failed: %s", exc)
+            if code is None:
+                if trio.current_time() >= self._session_deadline() and not self._lock.locked():
+                    await self._session_lost()
                 continue
-            if code == errors.RebalanceInProgressError.code:
+            if code == 0:
+                self.last_heartbeat = trio.current_time()
+            elif code == errors.RebalanceInProgressError.code:
                 self.needs_rejoin = True
             elif code in (errors.UnknownMemberIdError.code, errors.IllegalGenerationError.code,
                           errors.FencedInstanceIdError.code):
@@ -348,6 +368,34 @@ class GroupMember:
                 self.coordinator_dead(errors.from_code(code))
             if self.metadata_changed():
                 self.needs_rejoin = True
+
+    def _session_deadline(self) -> float:
+        """When the coordinator expires this member if no heartbeat reaches it before."""
+        start = self.last_heartbeat if self.last_heartbeat is not None else trio.current_time()
+        return start + self.config.session_timeout_ms / 1000
+
+    async def _session_lost(self) -> None:
+        """No heartbeat answered for session.timeout.ms: the coordinator has expired this
+        member and given its partitions to others, so keeping them would duplicate their
+        work.  Drop them without committing (the generation is gone) and rejoin as a new
+        member, as librdkafka does (Java calls these partitions "lost")."""
+        log.warning(
+            "group %s: no heartbeat answered within session.timeout.ms=%d; dropping the "
+            "assignment and rejoining", self.group_id, self.config.session_timeout_ms,
+        )
+        if self.coordinator is not None:
+            # The unanswered heartbeat is still queued on that connection: a new request
+            # there would wait behind it, so start afresh (Kafka's clients disconnect too).
+            await self.cluster.disconnect(self.coordinator)
+        self.coordinator_dead(errors.RequestTimedOutError("session timed out"))
+        self.generation_id = -1
+        self.member_id = ""
+        self.last_heartbeat = None
+        self.needs_rejoin = True
+        lost = self.subscriptions.assigned()
+        if lost:
+            await call_listener(self.on_revoked, list(lost))
+            self.subscriptions.remove(lost)
 
     async def leave(self, force: bool = False) -> None:
         """LeaveGroup, so the group rebalances now rather than after session.timeout.ms.

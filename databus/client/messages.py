@@ -3,9 +3,9 @@
 kio has one frozen dataclass per (api key, version) and the field sets differ between
 versions.  The client states what it wants once, as nested dicts with kio's field names, and
 ``build_request(api_key, version, fields)`` keeps only the fields that version has, converts
-milliseconds to the ``timedelta`` kio expects, builds nested entities, and fills required
-fields the caller did not mention with their zero value (e.g. a topic id the version wants
-but the client addresses by name).  This keeps version handling out of every call site.
+milliseconds to the ``timedelta`` kio expects (and int error codes to kio's ``ErrorCode``),
+builds nested entities, and fills required fields the caller did not mention with their zero
+value (e.g. a topic id the version wants but the client addresses by name).  This keeps version handling out of every call site.
 """
 
 from __future__ import annotations
@@ -18,6 +18,8 @@ import uuid
 from collections.abc import Mapping
 from functools import cache
 from typing import Any
+
+from kio.schema.errors import ErrorCode
 
 from ..protocol.framing import request_schema
 
@@ -53,6 +55,8 @@ def _zero(kafka_type: str, is_tuple: bool) -> Any:
         return b""
     if kafka_type == "bool":
         return False
+    if kafka_type == "error_code":
+        return ErrorCode.none
     if kafka_type == "uuid":
         return uuid.UUID(int=0)
     if kafka_type.startswith("timedelta"):
@@ -74,6 +78,8 @@ def build_entity(cls: type, fields: Mapping[str, Any]) -> Any:
                     value = build_entity(nested, value)
             elif kafka_type.startswith("timedelta") and isinstance(value, (int, float)):
                 value = datetime.timedelta(milliseconds=value)
+            elif kafka_type == "error_code":
+                value = ErrorCode(value)  # kio writes the enum; a plain int code is accepted
             elif is_tuple and value is not None and not isinstance(value, tuple):
                 value = tuple(value)
             kwargs[name] = value

@@ -31,6 +31,7 @@ from . import errors
 from .accumulator import DeliverySink, ProducerBatch, RecordAccumulator, estimate_record_size
 from .cluster import Cluster
 from .config import ProducerConfig
+from .connection import OpenStream
 from .partitioners import PARTITIONERS, Partitioner
 from .sender import Sender
 
@@ -163,7 +164,9 @@ def _as_payload(data: Any, what: str) -> bytes | None:
 
 
 class Producer:
-    """Trio-native Kafka producer; use as ``async with Producer(bootstrap, config) as p``."""
+    """Trio-native Kafka producer; use as ``async with Producer(bootstrap, config) as p``.
+
+    ``open_stream(host, port)`` replaces the TCP connect (see connection.OpenStream)."""
 
     def __init__(
         self,
@@ -171,18 +174,20 @@ class Producer:
         config: Mapping[str, Any] | ProducerConfig | None = None,
         *,
         partitioner: Partitioner | None = None,
+        open_stream: OpenStream | None = None,
     ) -> None:
         self.config = (
             config if isinstance(config, ProducerConfig) else ProducerConfig.from_kafka(config or {})
         )
         self._partitioner = partitioner or PARTITIONERS[self.config.partitioner]()
-        self._cluster = Cluster(bootstrap_servers, self.config)
+        self._cluster = Cluster(bootstrap_servers, self.config, open_stream=open_stream)
         self._accumulator = RecordAccumulator(
             batch_size=self.config.batch_size,
             linger_ms=self.config.linger_ms,
             buffer_memory=self.config.buffer_memory,
             delivery_timeout_ms=self.config.delivery_timeout_ms,
             retry_backoff_ms=self.config.retry_backoff_ms,
+            retry_backoff_max_ms=self.config.retry_backoff_max_ms,
             codec=CODEC_BY_NAME[self.config.compression_type],
             max_in_flight=self.config.max_in_flight_requests_per_connection,
             on_batch_complete=getattr(self._partitioner, "batch_completed", None),

@@ -26,11 +26,15 @@ PRODUCER_MEANINGS = {
     "client.id": "Name sent to the brokers with every request (the sidecar's default: "
     "`databus-sidecar`).",
     "request.timeout.ms": "How long to wait for a broker's answer before retrying.",
-    "retry.backoff.ms": "First wait before retrying a failed request.",
-    "retry.backoff.max.ms": "Longest wait between retries (the backoff doubles up to it).",
+    "retry.backoff.ms": "First wait before retrying a failed request (a produce batch, a "
+    "metadata lookup).",
+    "retry.backoff.max.ms": "Longest wait between retries (the backoff doubles, ±20% jitter, "
+    "up to it).",
     "metadata.max.age.ms": "Refresh topic metadata at least this often.",
     "socket.connection.setup.timeout.ms": "How long a broker connection may take to open.",
-    "reconnect.backoff.ms": "Wait before reconnecting to a broker.",
+    "reconnect.backoff.ms": "Wait before reconnecting to a broker after a failed connect.",
+    "reconnect.backoff.max.ms": "Longest wait between connects to a broker that keeps failing "
+    "(the backoff doubles, ±20% jitter, up to it).",
     "acks": "Acknowledgement required before a message is reported delivered: `all` (-1), "
     "`1` (the leader) or `0` (none; offset -1).",
     "linger.ms": "How long a batch may wait for more messages before it is sent.",
