@@ -48,8 +48,8 @@ from databus.protocol.records import (
     ATTR_TIMESTAMP_TYPE,
     CRC_START,
     BatchHeader,
-    decode_records,
     iter_headers,
+    keyless_records,
     set_base_offset,
     validate_batch,
 )
@@ -90,17 +90,14 @@ class AppendInfo:
 def _check_keys(buf, headers, name: str) -> None:
     """Kafka's LogValidator rule for compacted topics: every record needs a key, or the whole
     append is refused with INVALID_RECORD and the offending records' indexes.  This is the
-    only place an append decodes records, and only for compacted topics: the batches of other
-    topics are stored without being parsed."""
+    only place an append reads records (their lengths and key lengths; CRCs were checked
+    already), and only for compacted topics: other topics' batches are never parsed."""
     message = f"Compacted topic cannot accept message without key in topic partition {name}."
     errors: list[tuple[int, str]] = []
     index = 0
-    for pos, _h in headers:
-        _header, records = decode_records(buf, pos, verify_crc=False)  # CRC checked already
-        for record in records:
-            if record.key is None:
-                errors.append((index, message))
-            index += 1
+    for pos, h in headers:
+        errors += [(index + i, message) for i in keyless_records(buf, pos, verify_crc=False)]
+        index += h.records_count
     if errors:
         shown = ", ".join(f"RecordError(batchIndex={i}, message='{m}')" for i, m in errors[:3])
         raise RecordValidationError(
