@@ -142,6 +142,12 @@ class Broker:
         log.info("created topic %s with %d partitions", name, info.partitions)
         return info
 
+    def alter_topic_config(self, name: str, overrides: dict[str, str]):
+        """Replace the topic's config overrides (persisted, then applied to its live logs)."""
+        info = self.log_manager.alter_topic_config(name, overrides)
+        log.info("topic %s config overrides are now %s", name, info.config or "none")
+        return info
+
     def delete_topic(self, name: str) -> None:
         self.log_manager.delete_topic(name)
         self.notifier.notify_all()  # fetches waiting on it re-read and see it gone

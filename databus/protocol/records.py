@@ -1,8 +1,10 @@
 """RecordBatch v2 (Kafka's "magic 2" message format): the batch header, validation, and
 (further down) the records inside a batch.
 
-This module owns the format.  The broker uses only the header half (parse_header,
-validate_batch, iter_headers, set_base_offset): it stores batches opaquely.  Clients and the
+This module owns the format.  The broker uses the header half (parse_header,
+validate_batch, iter_headers, set_base_offset): it stores batches opaquely, except that
+appends to compacted topics check every record for a key (keyless_records, which reads only
+the record and key lengths).  Clients and the
 log compactor use the record half: BatchBuilder (the producer's incremental encoder),
 build_batch (a whole batch at once, keeping explicit offsets), decode_records /
 decode_batches (validated, decompressed, one Record per record).  Codecs live in codecs.py
@@ -27,7 +29,8 @@ Batch layout (all big-endian)::
     57      4     recordsCount
     61      ...   records (compressed as a whole when the codec is not none)
 
-The broker stores batches opaquely: it needs only this header, never the records.
+The broker stores batches opaquely: it needs only this header, and the records' key
+lengths on compacted topics.
 """
 
 from __future__ import annotations
@@ -748,6 +751,54 @@ def decode_records(
     CorruptRecordError naming the batch position and the problem.  Records of a
     LogAppendTime batch carry the batch's maxTimestamp, as Kafka's consumers report.
     """
+    return _decode_batch(buf, pos, verify_crc, _decode_payload)
+
+
+def keyless_records(buf, pos: int = 0, *, verify_crc: bool = True) -> list[int]:
+    """The indexes (in the batch) of the records without a key in the batch at ``pos``.
+
+    Checked and decompressed like ``decode_records``, but only each record's length and key
+    length are read (the record check of compacted topics, on the broker's append path).
+    """
+    return _decode_batch(buf, pos, verify_crc, _keyless_in_payload)[1]
+
+
+def _keyless_in_payload(data: bytes, h: BatchHeader, batch_pos: int) -> list[int]:
+    # The varint reads are inlined as in _decode_payload (this runs on every append to a
+    # compacted topic); the two deltas are skipped, not decoded.
+    one = ZIGZAG_ONE_BYTE
+    two = ZIGZAG_TWO_BYTES
+    end = len(data)
+    pos = 0
+    keyless = []
+    for index in range(h.records_count):
+        b = data[pos]
+        if b < 0x80:
+            length = one[b]
+            pos += 1
+        elif data[pos + 1] < 0x80:
+            length = two[(data[pos + 1] << 7) | (b & 0x7F)]
+            pos += 2
+        else:
+            length, pos = decode_zigzag(data, pos)
+        record_end = pos + length
+        if length < 6 or record_end > end:
+            raise _corrupt(batch_pos, f"record {index} has invalid length {length}")
+        pos += 2  # attributes, and the timestamp delta's first byte
+        while data[pos - 1] & 0x80:  # the rest of the timestamp delta
+            pos += 1
+        pos += 1  # the offset delta's first byte
+        while data[pos - 1] & 0x80:
+            pos += 1
+        if data[pos] == 1:  # key length -1 (zigzag 1): null key
+            keyless.append(index)
+        pos = record_end
+    if pos != end:
+        raise _corrupt(batch_pos, f"{end - pos} bytes left after its {h.records_count} records")
+    return keyless
+
+
+def _decode_batch(buf, pos: int, verify_crc: bool, decode_payload):
     if verify_crc:
         h = validate_batch(buf, pos)
     else:
@@ -767,7 +818,7 @@ def decode_records(
         codec = h.attributes & ATTR_CODEC_MASK
         if codec:
             data = decompress(codec, data)
-        return h, _decode_payload(data, h, pos)
+        return h, decode_payload(data, h, pos)
     except CorruptRecordError:
         raise
     except CodecError as exc:

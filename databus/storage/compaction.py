@@ -6,9 +6,10 @@ older than ``min.compaction.lag.ms`` (the active segment is never touched).  A r
 1. reads every record of the cleanable range and maps key -> offset of its latest record;
 2. rewrites each cleanable segment keeping, per batch, the records that are the latest of
    their key; a tombstone (null value) is kept until its timestamp is more than
-   ``delete.retention.ms`` old, then removed.  Records without a key are kept (Kafka refuses
-   them at produce time on compacted topics; we never parse records when appending, so we
-   keep rather than silently drop them).  Control batches are kept as they are.
+   ``delete.retention.ms`` old, then removed.  Records without a key are kept: appends to a
+   compacted log refuse them (as Kafka does), but a topic whose cleanup.policy became
+   compact later may hold some, and dropping them silently would lose data.  Control
+   batches are kept as they are.
    A batch that lost records is rebuilt with its original base offset, lastOffsetDelta,
    producer id/epoch/base sequence, codec and timestamp type, so every kept record keeps
    its offset and consumers see the same offsets with gaps;

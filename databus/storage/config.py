@@ -4,6 +4,8 @@
 with the topic's overrides applied by ``LogConfig.from_topic_config``.  Unknown names and bad
 values raise ``InvalidConfigError`` naming the key and the value, as Kafka's AdminClient
 reports them.  ``to_topic_config`` gives every key back as strings for DescribeConfigs.
+``apply_config_ops`` computes a topic's new overrides from IncrementalAlterConfigs
+operations (SET, DELETE, and APPEND/SUBTRACT on list configs).
 
 Supported keys (Kafka's names; see docs/storage.md):
 segment.bytes, segment.ms, segment.index.bytes, index.interval.bytes, retention.ms,
@@ -17,7 +19,7 @@ one replica).
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -180,3 +182,47 @@ _SPECS: dict[str, _Spec] = {
 }
 
 TOPIC_CONFIG_NAMES = tuple(_SPECS)
+
+
+# IncrementalAlterConfigs operations (Kafka's AlterConfigOp.OpType)
+OP_SET, OP_DELETE, OP_APPEND, OP_SUBTRACT = 0, 1, 2, 3
+CONFIG_OPS = {OP_SET: "SET", OP_DELETE: "DELETE", OP_APPEND: "APPEND", OP_SUBTRACT: "SUBTRACT"}
+# Topic configs of Kafka's LIST type (the only ones APPEND/SUBTRACT apply to)
+LIST_CONFIGS = frozenset({"cleanup.policy"})
+
+
+def apply_config_ops(overrides: Mapping[str, str], effective: Mapping[str, str],
+                     ops: Iterable[tuple[str, int, str | None]]) -> dict[str, str]:
+    """The overrides after IncrementalAlterConfigs ``ops`` ``(name, op, value)``, as Kafka's
+    ConfigAdminManager computes them: SET overrides, DELETE drops the override (back to the
+    default), APPEND/SUBTRACT add/remove items of a list config's current value (the override,
+    else the effective default), keeping order and dropping repeats.  Unknown names and list
+    operations on other configs raise ``InvalidConfigError``; values are validated later, by
+    ``LogConfig.from_topic_config`` on the result."""
+    result = dict(overrides)
+    for name, op, value in ops:
+        if name not in _SPECS:
+            raise InvalidConfigError(f"unknown topic config {name!r}")
+        if op == OP_SET:
+            result[name] = value
+        elif op == OP_DELETE:
+            result.pop(name, None)
+        elif op in (OP_APPEND, OP_SUBTRACT):
+            if name not in LIST_CONFIGS:
+                verb = "append" if op == OP_APPEND else "subtract"
+                raise InvalidConfigError(
+                    f"Config value {verb} is not allowed for config key: {name} (not a list)")
+            current = _items(result.get(name, effective.get(name, "")))
+            given = _items(value or "")
+            if op == OP_APPEND:
+                merged = list(dict.fromkeys(current + given))
+            else:
+                merged = [item for item in current if item not in given]
+            result[name] = ",".join(merged)
+        else:
+            raise InvalidConfigError(f"unknown config operation {op} for {name}")
+    return result
+
+
+def _items(text: str) -> list[str]:
+    return [item.strip() for item in text.split(",") if item.strip()]

@@ -20,6 +20,7 @@ __all__ = [
     "OffsetOutOfRangeError",
     "OutOfOrderSequenceError",
     "RecordTooLargeError",
+    "RecordValidationError",
     "StorageError",
     "TopicExistsError",
     "UnknownTopicError",
@@ -65,6 +66,19 @@ class InvalidRecordError(CorruptRecordError):
     """A batch that is intact but breaks a rule (no records, count vs offsets, offset order)."""
 
     error_code = INVALID_RECORD
+
+
+class RecordValidationError(InvalidRecordError):
+    """Records that break a rule of their topic (a record without a key on a compacted topic).
+
+    ``record_errors`` lists ``(batch_index, message)`` for each offending record, the index
+    counting records from the first of the append; Produce v8+ returns them (KIP-467) so
+    the producer can tell the bad records from the good ones failed with them.
+    """
+
+    def __init__(self, message: str, record_errors: list[tuple[int, str]]) -> None:
+        super().__init__(message)
+        self.record_errors = record_errors
 
 
 class InvalidConfigError(StorageError, ValueError):

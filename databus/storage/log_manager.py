@@ -239,12 +239,19 @@ class LogManager:
             else:
                 overrides[key] = value
         overrides, effective = self._normalize_overrides(overrides)
-        info.config = overrides
+        # Durable first, live second: if the metadata cannot be written, nothing changes.
+        previous, info.config = info.config, overrides
+        try:
+            save_topics(self.data_dir, self._topics)
+        except BaseException:
+            info.config = previous
+            raise
         self._configs[name] = effective
+        # The live logs read their config on every append, retention and compaction run,
+        # so retention.ms, segment.bytes, cleanup.policy, ... apply from the next one on.
         for (topic, _), plog in self._logs.items():
             if topic == name:
                 plog.config = effective
-        save_topics(self.data_dir, self._topics)
         return info
 
     def delete_topic(self, name: str) -> None:

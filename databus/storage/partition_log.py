@@ -6,8 +6,10 @@ Public surface (the broker codes against it):
 
 * ``append(batches, *, now_ms=None, assign_offsets=True) -> AppendInfo``: validates every
   batch first (length, magic 2, CRC-32C, ``max.message.bytes``, record count vs offsets,
-  producer sequence/epoch); on any problem raises and appends nothing.  Then it rewrites base
-  offsets in place (no record parsing) and writes the request's bytes with one ``pwrite``.
+  producer sequence/epoch; on a ``cleanup.policy=compact`` log also that every record has a
+  key, ``RecordValidationError`` listing the keyless ones); on any problem raises and
+  appends nothing.  Then it rewrites base offsets in place (records are parsed only for the
+  key check of compacted logs) and writes the request's bytes with one ``pwrite``.
   A duplicate idempotent batch returns its ORIGINAL offsets with ``duplicate=True``.
   ``message.timestamp.type=LogAppendTime`` sets each batch's maxTimestamp and timestamp-type
   bit and recomputes its CRC (header only).  Disk errors raise ``KafkaStorageError`` after
@@ -47,6 +49,7 @@ from databus.protocol.records import (
     CRC_START,
     BatchHeader,
     iter_headers,
+    keyless_records,
     set_base_offset,
     validate_batch,
 )
@@ -57,6 +60,7 @@ from .errors import (
     InvalidRecordError,
     KafkaStorageError,
     OffsetOutOfRangeError,
+    RecordValidationError,
     UnknownTopicError,
 )
 from .producer_state import BatchMetadata, ProducerEntry, ProducerStateManager
@@ -81,6 +85,24 @@ class AppendInfo:
     batches: list[tuple[int, BatchHeader]] = field(default_factory=list)
     records_count: int = 0
     duplicate: bool = False
+
+
+def _check_keys(buf, headers, name: str) -> None:
+    """Kafka's LogValidator rule for compacted topics: every record needs a key, or the whole
+    append is refused with INVALID_RECORD and the offending records' indexes.  This is the
+    only place an append reads records (their lengths and key lengths; CRCs were checked
+    already), and only for compacted topics: other topics' batches are never parsed."""
+    message = f"Compacted topic cannot accept message without key in topic partition {name}."
+    errors: list[tuple[int, str]] = []
+    index = 0
+    for pos, h in headers:
+        errors += [(index + i, message) for i in keyless_records(buf, pos, verify_crc=False)]
+        index += h.records_count
+    if errors:
+        shown = ", ".join(f"RecordError(batchIndex={i}, message='{m}')" for i, m in errors[:3])
+        raise RecordValidationError(
+            f"One or more records have been rejected due to {len(errors)} record errors in "
+            f"total, and only showing the first three errors at most: [{shown}]", errors)
 
 
 def _storage_error(action: str, path: str, exc: OSError) -> KafkaStorageError:
@@ -276,6 +298,8 @@ class PartitionLog:
                 )
             headers.append((pos, h))
             pos += h.size
+        if assign_offsets and self.config.compact:
+            _check_keys(buf, headers, self.name)
         if assign_offsets:
             dup = self._check_producers(headers)
             if dup is not None:

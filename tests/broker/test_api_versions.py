@@ -231,6 +231,61 @@ def ex_describe_configs(client, v):
     assert configs["retention.ms"].config_source == 5  # DEFAULT_CONFIG
 
 
+def describe_topic_configs(client, topic):
+    mod = req(32, 4)
+    response = client.request(make(32, 4, include_synonyms=False, include_documentation=False,
+                                   resources=(build(mod.DescribeConfigsResource,
+                                                    resource_type=2, resource_name=topic,
+                                                    configuration_keys=None),)))
+    (result,) = response.results
+    assert result.error_code == ErrorCode.none, result.error_message
+    return {c.name: (c.value, c.config_source) for c in result.configs}
+
+
+def alter_topic(client, api_key, v, topic, configs, validate_only=False):
+    """AlterConfigs (33: configs = (name, value)) or IncrementalAlterConfigs (44: configs =
+    (name, op, value)) on one topic: its (error_code, error_message)."""
+    mod = req(api_key, v)
+    if api_key == 44:
+        entries = tuple(build(mod.AlterableConfig, name=n, config_operation=op, value=value)
+                        for n, op, value in configs)
+    else:
+        entries = tuple(build(mod.AlterableConfig, name=n, value=value) for n, value in configs)
+    response = client.request(make(api_key, v, validate_only=validate_only, resources=(
+        build(mod.AlterConfigsResource, resource_type=2, resource_name=topic,
+              configs=entries),)))
+    (result,) = response.responses
+    assert (result.resource_type, result.resource_name) == (2, topic)
+    return result.error_code, result.error_message
+
+
+def ex_alter_configs(client, v):
+    topic = f"wire-ac-{v}"
+    create_topic(client, topic, configs=[("retention.ms", "60000")])
+    assert alter_topic(client, 33, v, topic, [("segment.bytes", "100000")]) == (
+        ErrorCode.none, None)
+    configs = describe_topic_configs(client, topic)
+    assert configs["segment.bytes"] == ("100000", 1)  # DYNAMIC_TOPIC_CONFIG
+    # the whole set is replaced: retention.ms is back to its default
+    assert configs["retention.ms"] == (str(7 * 24 * 3600 * 1000), 5)  # DEFAULT_CONFIG
+    code, message = alter_topic(client, 33, v, topic, [("retention.ms", "soon")])
+    assert code == ErrorCode.invalid_config and "retention.ms" in message
+
+
+def ex_incremental_alter_configs(client, v):
+    topic = f"wire-iac-{v}"
+    create_topic(client, topic, configs=[("retention.ms", "60000")])
+    ops = [("segment.bytes", 0, "100000"), ("cleanup.policy", 2, "compact"),
+           ("retention.ms", 1, None)]
+    assert alter_topic(client, 44, v, topic, ops) == (ErrorCode.none, None)
+    configs = describe_topic_configs(client, topic)
+    assert configs["segment.bytes"] == ("100000", 1)
+    assert configs["cleanup.policy"] == ("compact,delete", 1)
+    assert configs["retention.ms"] == (str(7 * 24 * 3600 * 1000), 5)
+    code, message = alter_topic(client, 44, v, topic, [("segment.bytes", 2, "5")])
+    assert code == ErrorCode.invalid_config and "segment.bytes" in message
+
+
 def ex_describe_cluster(client, v):
     response = client.request(make(60, v, include_cluster_authorized_operations=False,
                                    endpoint_type=1))
@@ -256,6 +311,7 @@ EXERCISES = {
     18: ex_api_versions, 3: ex_metadata, 0: ex_produce, 1: ex_fetch, 2: ex_list_offsets,
     19: ex_create_topics, 20: ex_delete_topics, 37: ex_create_partitions,
     32: ex_describe_configs, 60: ex_describe_cluster, 22: ex_init_producer_id,
+    33: ex_alter_configs, 44: ex_incremental_alter_configs,
 }
 
 

@@ -27,6 +27,7 @@ from databus.protocol.records import (
     decode_batches,
     decode_records,
     estimate_size_in_bytes,
+    keyless_records,
     parse_header,
     set_base_offset,
     validate_batch,
@@ -271,6 +272,24 @@ def test_round_trip_arbitrary_records_through_every_codec(records, codec, base_o
     assert header.base_timestamp == records[0][3]
 
 
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(records=st.lists(record_st, min_size=1, max_size=25), codec=st.sampled_from(ALL_CODECS))
+def test_keyless_records_agrees_with_decoding(records, codec):
+    batch = build_batch(records, codec=codec)
+    assert keyless_records(batch) == [i for i, r in enumerate(records) if r[0] is None]
+
+
+def test_keyless_records_golden_and_multi_byte_lengths():
+    assert keyless_records(bytes.fromhex(GOLDEN_HEX)) == [1]
+    # 3-byte record lengths and timestamp deltas, a key of 200 bytes, an empty key (not null)
+    big = build_batch([(None, b"v" * 20_000, (), TS), (b"k" * 200, b"v", (), TS + 10**12),
+                       (b"", b"v" * 70_000, (), TS - 10**12), (None, None, (), TS)],
+                      codec=CODEC_GZIP)
+    assert keyless_records(big) == [0, 3]
+    at = len(big)
+    assert keyless_records(big + big, at) == [0, 3]
+
+
 @settings(max_examples=60, deadline=None)
 @given(
     records=st.lists(record_st, min_size=1, max_size=30),
@@ -394,6 +413,11 @@ def test_mangled_payload_with_a_valid_crc_decodes_or_is_corrupt(which, data):
             del payload[pos:]
     count = data.draw(st.none() | st.integers(-1, 2**31 - 1))
     mangled = _with_payload(batch, bytes(payload), count)
+    try:
+        keyless = keyless_records(mangled)  # reads less, so may pass where decoding fails
+        assert all(0 <= i < parse_header(mangled).records_count for i in keyless)
+    except CorruptRecordError:
+        pass
     try:
         header, records = decode_records(mangled)
     except CorruptRecordError:

@@ -48,3 +48,39 @@ def test_round_trip_through_topic_config():
 def test_bad_config_names_the_key(key, value, fragment):
     with pytest.raises(InvalidConfigError, match=fragment.replace(".", r"\.").replace("(", r"\(")):
         LogConfig.from_topic_config({key: value})
+
+
+def test_config_ops_set_delete_append_subtract():
+    from databus.storage.config import OP_APPEND, OP_DELETE, OP_SET, OP_SUBTRACT, apply_config_ops
+
+    effective = LogConfig().to_topic_config()
+    overrides = {"retention.ms": "1000", "segment.bytes": "4096"}
+    result = apply_config_ops(overrides, effective, [
+        ("retention.ms", OP_SET, "2000"), ("segment.bytes", OP_DELETE, None),
+        ("cleanup.policy", OP_APPEND, "compact"),  # on the effective default "delete"
+    ])
+    assert result == {"retention.ms": "2000", "cleanup.policy": "delete,compact"}
+    assert overrides == {"retention.ms": "1000", "segment.bytes": "4096"}, "input untouched"
+    # APPEND keeps each item once; SUBTRACT works on the override when there is one
+    assert apply_config_ops(result, effective, [("cleanup.policy", OP_APPEND, "compact,delete")]
+                            )["cleanup.policy"] == "delete,compact"
+    assert apply_config_ops(result, effective, [("cleanup.policy", OP_SUBTRACT, "delete")]
+                            )["cleanup.policy"] == "compact"
+    # removing every item leaves an empty list, which validation then refuses
+    emptied = apply_config_ops({}, effective, [("cleanup.policy", OP_SUBTRACT, "delete")])
+    with pytest.raises(InvalidConfigError, match="cleanup.policy"):
+        LogConfig.from_topic_config(emptied)
+    # deleting an override that does not exist is fine (already the default)
+    assert apply_config_ops({}, effective, [("retention.ms", OP_DELETE, None)]) == {}
+
+
+@pytest.mark.parametrize("name,op,fragment", [
+    ("retention.msx", 0, "unknown topic config 'retention.msx'"),
+    ("retention.ms", 2, "append is not allowed for config key: retention.ms"),
+    ("segment.bytes", 3, "subtract is not allowed for config key: segment.bytes"),
+])
+def test_config_ops_refuse_unknown_names_and_list_ops_on_scalars(name, op, fragment):
+    from databus.storage.config import apply_config_ops
+
+    with pytest.raises(InvalidConfigError, match=fragment.replace(".", r"\.")):
+        apply_config_ops({}, LogConfig().to_topic_config(), [(name, op, "1")])

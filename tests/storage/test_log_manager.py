@@ -28,7 +28,7 @@ def test_topics_persist_with_ids_partitions_and_overrides(manager):
         assert sorted(f for f in os.listdir(d) if not f.startswith("partition")) == [
             "00000000000000000000.index", "00000000000000000000.log",
             "00000000000000000000.timeindex"]
-    lm.get_log("orders.v1_x-y", 2).append(batch([b"a", b"b"]))
+    lm.get_log("orders.v1_x-y", 2).append(batch([b"a", b"b"], key=b"k"))  # compacted: keyed
     lm.close()
     lm2 = manager()
     lm2.open()

@@ -241,3 +241,38 @@ def test_batches_from_a_real_client_are_stored_and_read_back(open_log, codec):
     (h1, r1), (_h2, r2) = decode_batches(data)
     assert h1.codec == codec and [r.offset for r in r1 + r2] == list(range(10))
     assert r2[0].headers == (("h", b"x"),)
+
+
+def test_compacted_log_refuses_records_without_a_key_and_appends_nothing(open_log):
+    from databus.protocol.records import CODEC_GZIP, build_batch
+    from databus.storage.errors import RecordValidationError
+
+    plog = open_log(cleanup_policy="compact")
+    plog.append(build_batch([(b"k0", b"v0", (), 1_000)]))
+    first = build_batch([(b"k1", b"v1", (), 1_000), (None, b"v2", (), 1_001)])
+    second = build_batch([(None, b"v3", (), 1_002), (b"k4", None, (), 1_003)], codec=CODEC_GZIP)
+    with pytest.raises(RecordValidationError) as refused:
+        plog.append(first + second)
+    # indexes count records from the first of the append; the tombstone (key, no value) is fine
+    assert [i for i, _m in refused.value.record_errors] == [1, 2]
+    assert all(m == "Compacted topic cannot accept message without key in topic partition t-0."
+               for _i, m in refused.value.record_errors)
+    assert "rejected due to 2 record errors" in str(refused.value)
+    assert kafka_error_code(refused.value) == 87  # INVALID_RECORD
+    assert plog.log_end_offset == 1, "nothing of the refused append is stored"
+    assert offsets_of(plog.read(0, 1 << 20)) == [0]
+
+
+def test_keys_are_checked_only_while_the_log_is_compacted(open_log):
+    import dataclasses
+
+    from databus.protocol.records import build_batch
+    from databus.storage.errors import RecordValidationError
+
+    plog = open_log()  # cleanup.policy=delete: records stay opaque, a keyless one is stored
+    keyless = build_batch([(None, b"v", (), 1_000)])
+    assert plog.append(keyless).first_offset == 0
+    plog.config = dataclasses.replace(plog.config, cleanup_policy="compact,delete")
+    with pytest.raises(RecordValidationError):
+        plog.append(keyless)
+    assert plog.append(build_batch([(b"k", b"v", (), 1_000)])).first_offset == 1

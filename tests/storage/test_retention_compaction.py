@@ -1,5 +1,7 @@
 import os
 
+import pytest
+
 from databus.protocol.records import decode_batches
 
 from .conftest import keyed
@@ -160,3 +162,33 @@ def test_dirty_ratio_and_max_compaction_lag_decide_when_to_reclean(manager):
     actions = lm.run_compaction(now_ms=12_000)  # the dirty segment is max.compaction.lag.ms old
     assert len(actions) == 1 and "removed all 1 records" in actions[0]
     assert [k for _o, k, _v in records(plog)] == [b"k1", b"k2", b"k3", b"k4", b"k5", b"k0", b"k9"]
+
+
+def test_retention_ms_and_cleanup_policy_changes_apply_to_the_open_log(manager):
+    lm = manager()
+    lm.open()
+    lm.create_topic("t", 1, {"segment.bytes": "200"})  # retention.ms: a week
+    plog = lm.get_log("t", 0)
+    for i in range(10):
+        plog.append(keyed([(b"same", b"%02d" % i)] * 2, ts=10_000 + 100 * i))
+    now = 10_000 + 100 * 9 + 2_000
+    assert lm.run_retention(now_ms=now) == [] and lm.run_compaction(now_ms=now) == []
+    lm.alter_topic_config("t", {"cleanup.policy": "compact,delete"})
+    compacted = lm.run_compaction(now_ms=now)
+    assert compacted, "the altered cleanup.policy compacts the same open log"
+    lm.alter_topic_config("t", {"cleanup.policy": "compact,delete", "retention.ms": "1000"})
+    assert any("retention.ms=1000" in line for line in lm.run_retention(now_ms=now))
+    assert len(plog.segments) == 1
+
+
+def test_a_config_change_that_cannot_be_persisted_changes_nothing(manager):
+    lm = manager()
+    lm.open()
+    lm.create_topic("t", 1, {"retention.ms": "1000"})
+    # the atomic write's temp file cannot be created: a directory is in its place
+    os.mkdir(os.path.join(lm.data_dir, "topic-metadata.json.tmp"))
+    with pytest.raises(IsADirectoryError):
+        lm.alter_topic_config("t", {"retention.ms": "2000"})
+    assert lm.topics()["t"].config == {"retention.ms": "1000"}
+    assert lm.get_log("t", 0).config.retention_ms == 1000
+    assert lm.topic_config("t").retention_ms == 1000

@@ -1,5 +1,5 @@
 """Admin APIs: CreateTopics (19), DeleteTopics (20), CreatePartitions (37),
-DescribeConfigs (32), DescribeCluster (60).
+DescribeConfigs (32), AlterConfigs (33), IncrementalAlterConfigs (44), DescribeCluster (60).
 
 One node: a replication factor other than 1 (or -1, "broker default") is
 INVALID_REPLICATION_FACTOR, manual replica assignments may only name this node.  Topic
@@ -7,12 +7,20 @@ configs use Kafka's topic config names (validated by storage's LogConfig); Descr
 reports a topic's overrides as DYNAMIC_TOPIC_CONFIG and the rest as DEFAULT_CONFIG, and the
 broker resource lists the ``-o`` settings by their Kafka names.  Internal topics (``__``)
 cannot be created, deleted or grown by clients.
+
+AlterConfigs replaces a topic's overrides with the given set; IncrementalAlterConfigs applies
+SET/DELETE/APPEND/SUBTRACT to them (storage's ``apply_config_ops``).  Either way the result
+is validated as a whole (``INVALID_CONFIG`` naming the key and value), then persisted and
+applied to the live logs (``validate_only`` stops after the validation).  Broker configs are
+static (``-o`` / the config file): changing one is refused with ``INVALID_REQUEST``, as Kafka
+refuses a broker config that is not dynamically updatable.
 """
 
 from __future__ import annotations
 
 import datetime
 import logging
+from collections import Counter
 
 from kio.schema.errors import ErrorCode
 
@@ -26,7 +34,9 @@ log = logging.getLogger(__name__)
 CREATE_TOPICS = 19
 DELETE_TOPICS = 20
 DESCRIBE_CONFIGS = 32
+ALTER_CONFIGS = 33
 CREATE_PARTITIONS = 37
+INCREMENTAL_ALTER_CONFIGS = 44
 DESCRIBE_CLUSTER = 60
 
 # DescribeConfigs resource types and config sources (Kafka's ConfigResource / ConfigSource)
@@ -246,6 +256,100 @@ async def describe_configs(ctx: RequestContext, request) -> object:
             configs=configs,
         ))
     return build(ctx.response_class(), throttle_time=NO_THROTTLE, results=tuple(results))
+
+
+def _no_duplicate_keys(configs) -> None:
+    counts = Counter(c.name for c in configs)
+    repeated = sorted(name for name, n in counts.items() if n > 1)
+    if repeated:
+        raise _Refused(ErrorCode.invalid_request,
+                       f"duplicate config keys in one resource: {', '.join(repeated)}")
+
+
+def _replacement(broker, info, configs) -> dict[str, str]:
+    """AlterConfigs: the given configs become the topic's whole set of overrides (a null
+    value, like an absent key, leaves the default)."""
+    _no_duplicate_keys(configs)
+    return {c.name: c.value for c in configs if c.value is not None}
+
+
+def _incremental(broker, info, configs) -> dict[str, str]:
+    """IncrementalAlterConfigs: the operations applied to the topic's current overrides."""
+    from databus.storage.config import CONFIG_OPS, OP_DELETE, apply_config_ops
+
+    _no_duplicate_keys(configs)
+    for c in configs:
+        if c.config_operation not in CONFIG_OPS:
+            raise _Refused(ErrorCode.invalid_request,
+                           f"unknown config operation {c.config_operation} for {c.name} "
+                           "(0 SET, 1 DELETE, 2 APPEND, 3 SUBTRACT)")
+        if c.value is None and c.config_operation != OP_DELETE:
+            raise _Refused(ErrorCode.invalid_request,
+                           f"null value for {c.name}: only DELETE takes no value")
+    effective = {key: value for key, (value, _) in broker.topic_configs(info.name).items()}
+    return apply_config_ops(info.config, effective,
+                            [(c.name, c.config_operation, c.value) for c in configs])
+
+
+def _alter_resource(broker, resource, new_overrides, validate_only: bool) -> None:
+    """Validate and (unless ``validate_only``) apply one resource's change; raise on refusal."""
+    from databus.storage.config import LogConfig
+
+    name = resource.resource_name
+    if resource.resource_type == RESOURCE_TOPIC:
+        info = broker.topic(name)
+        if info is None:
+            raise _Refused(ErrorCode.unknown_topic_or_partition, f"no topic {name!r}")
+        overrides = new_overrides(broker, info, resource.configs)
+        LogConfig.from_topic_config(overrides, base=broker.default_log_config)  # validates
+        if not validate_only:
+            broker.alter_topic_config(name, overrides)
+    elif resource.resource_type == RESOURCE_BROKER:
+        if name not in ("", str(broker.node_id)):
+            raise _Refused(ErrorCode.invalid_request,
+                           f"no broker {name!r}; this is node {broker.node_id}")
+        if resource.configs:
+            keys = ", ".join(sorted({c.name for c in resource.configs}))
+            raise _Refused(ErrorCode.invalid_request,
+                           f"Cannot update these configs dynamically: {keys} (broker configs "
+                           "are static here: set them with -o KEY=VALUE and restart)")
+    else:
+        raise _Refused(ErrorCode.invalid_request,
+                       f"resource type {resource.resource_type} is not supported "
+                       f"(only topics ({RESOURCE_TOPIC}) and brokers ({RESOURCE_BROKER}))")
+
+
+def _alter_configs(ctx: RequestContext, request, new_overrides) -> object:
+    broker = ctx.broker
+    module = ctx.response_module()
+    counts = Counter((r.resource_type, r.resource_name) for r in request.resources)
+    results = []
+    for resource in request.resources:
+        code, message = ErrorCode.none, None
+        try:
+            if counts[(resource.resource_type, resource.resource_name)] > 1:
+                raise _Refused(ErrorCode.invalid_request,
+                               f"resource {resource.resource_name!r} appears more than once")
+            _alter_resource(broker, resource, new_overrides, request.validate_only)
+        except _Refused as exc:
+            code, message = exc.code, str(exc)
+        except Exception as exc:  # noqa: BLE001  (a storage error answers this resource only)
+            code, message = _failure(exc, f"altering configs of {resource.resource_name!r}")
+        results.append(build(
+            module.AlterConfigsResourceResponse, error_code=code, error_message=message,
+            resource_type=resource.resource_type, resource_name=resource.resource_name,
+        ))
+    return build(ctx.response_class(), throttle_time=NO_THROTTLE, responses=tuple(results))
+
+
+@handles(ALTER_CONFIGS, 0, 2)
+async def alter_configs(ctx: RequestContext, request) -> object:
+    return _alter_configs(ctx, request, _replacement)
+
+
+@handles(INCREMENTAL_ALTER_CONFIGS, 0, 1)
+async def incremental_alter_configs(ctx: RequestContext, request) -> object:
+    return _alter_configs(ctx, request, _incremental)
 
 
 @handles(DESCRIBE_CLUSTER, 0, 1)

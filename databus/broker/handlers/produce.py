@@ -8,6 +8,11 @@
   producer sequence/epoch); its errors become per-partition error codes
   (CORRUPT_MESSAGE, MESSAGE_TOO_LARGE, OUT_OF_ORDER_SEQUENCE_NUMBER, ...) and nothing of a
   rejected batch is appended.  A duplicate idempotent batch gets its original offsets.
+- A compacted topic (``cleanup.policy`` containing compact) refuses records without a key, as
+  Kafka's LogValidator does: INVALID_RECORD for the partition, ``error_message`` set, and
+  (v8+, KIP-467) ``record_errors`` listing each keyless record's batch index with its
+  message, so the producer fails those records with the reason and the rest of the batch as
+  collateral.  Only compacted topics have their records decoded on produce.
 - Produce is advertised from v0 (librdkafka before 2.11.1 stops compressing when a broker's
   minimum is 3), but only record format v2 is stored: v0-2, which kio has no schema for, are
   parsed and answered here by hand with UNSUPPORTED_VERSION (``_answer_legacy``).
@@ -41,14 +46,15 @@ def _append_time(info) -> datetime.datetime | None:
 
 
 def _append_all(ctx: RequestContext, request) -> list:
-    """Append every partition's records; [(topic, [(index, info | None, code, message)])]."""
+    """Append every partition's records;
+    [(topic, [(index, info | None, code, message, record_errors)])]."""
     broker = ctx.broker
     results = []
     valid_acks = request.acks in (0, 1, -1)
     for topic in request.topic_data:
         partitions = []
         for pdata in topic.partition_data:
-            info, code, message = None, ErrorCode.none, None
+            info, code, message, record_errors = None, ErrorCode.none, None, ()
             if not valid_acks:
                 code = ErrorCode.invalid_required_acks
             elif is_internal_topic(topic.name):
@@ -63,11 +69,21 @@ def _append_all(ctx: RequestContext, request) -> list:
                     info = broker.append(topic.name, pdata.index, pdata.records)
                 except Exception as exc:
                     code, message = error_code_for(exc), str(exc)
+                    record_errors = getattr(exc, "record_errors", ())
                     if code is ErrorCode.unknown_server_error:
                         log.exception("append to %s-%d failed", topic.name, pdata.index)
-            partitions.append((pdata.index, info, code, message))
+            partitions.append((pdata.index, info, code, message, record_errors))
         results.append((topic.name, partitions))
     return results
+
+
+def _record_errors(module, record_errors) -> tuple:
+    """KIP-467 per-record errors; versions before 8 have no field for them."""
+    entry = getattr(module, "BatchIndexAndErrorMessage", None)
+    if entry is None:
+        return ()
+    return tuple(build(entry, batch_index=index, batch_index_error_message=text)
+                 for index, text in record_errors)
 
 
 def _response(ctx: RequestContext, results, failed: dict | None = None) -> object:
@@ -76,7 +92,7 @@ def _response(ctx: RequestContext, results, failed: dict | None = None) -> objec
     topics = []
     for name, partitions in results:
         entries = []
-        for index, info, code, message in partitions:
+        for index, info, code, message, record_errors in partitions:
             failure = failed.get((name, index))
             if failure is not None:
                 info, code, message = None, failure[0], failure[1]
@@ -87,7 +103,8 @@ def _response(ctx: RequestContext, results, failed: dict | None = None) -> objec
                     base_offset=info.first_offset if info is not None else -1,
                     log_append_time=_append_time(info) if info is not None else NO_TIME,
                     log_start_offset=info.log_start_offset if info is not None else -1,
-                    record_errors=(), error_message=message,
+                    record_errors=_record_errors(module, record_errors),
+                    error_message=message,
                 )
             )
         topics.append(build(module.TopicProduceResponse, name=name,
@@ -109,7 +126,7 @@ async def produce(ctx: RequestContext, request) -> object:
     async def after_fsync():
         failed = {}
         for name, partitions in results:
-            for index, info, _code, _message in partitions:
+            for index, info, *_failure in partitions:
                 if info is None:
                     continue
                 try:
