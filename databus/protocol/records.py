@@ -594,7 +594,14 @@ def build_batch(
     append = builder.append
     for item in records:
         offset, timestamp, key, value, headers = _record_fields(item)
-        append(timestamp, key, value, headers, None if offset is None else offset - base_offset)
+        delta = None if offset is None else offset - base_offset
+        # With no size limit the only refusal left is a timestamp too far from the batch's
+        # first one for a varlong delta: that record cannot share this batch.
+        if not append(timestamp, key, value, headers, delta):
+            raise ValueError(
+                f"record timestamp {timestamp} is too far from the batch's first timestamp "
+                "for a RecordBatch v2 timestamp delta"
+            )
     return builder.build(last_offset_delta)
 
 

@@ -249,7 +249,9 @@ def test_decode_batches_skips_a_partial_tail_like_a_fetch_response():
 
 blobs = st.none() | st.binary(max_size=300)
 headers_st = st.lists(st.tuples(st.text(max_size=20), blobs), max_size=4).map(tuple)
-record_st = st.tuples(blobs, blobs, headers_st, st.integers(-(2**62), 2**62))
+# Timestamps within 2**61 of zero: any two differ by less than 2**62, so every delta fits
+# the varlong (test_build_batch_refuses_a_timestamp_delta_past_int64 covers the rest).
+record_st = st.tuples(blobs, blobs, headers_st, st.integers(-(2**61), 2**61))
 
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -460,3 +462,10 @@ def test_builder_starts_a_new_batch_when_the_timestamp_delta_overflows():
     assert second.append(2**62, None, None)
     assert [r.timestamp for r in decode_records(builder.build())[1]] == [-(2**62)]
     assert [r.timestamp for r in decode_records(second.build())[1]] == [2**62]
+
+
+def test_build_batch_refuses_a_timestamp_delta_past_int64():
+    """A record is never dropped silently: one whose timestamp delta from the batch's first
+    record overflows int64 makes build_batch fail, naming the timestamp."""
+    with pytest.raises(ValueError, match=str(2**62)):
+        build_batch([(None, None, (), -(2**62)), (None, None, (), 2**62)])
