@@ -416,10 +416,17 @@ def _absolute_paths(config: DatabusConfig, base_dir: Path) -> DatabusConfig:
     return config.model_copy(update={"sidecar": sidecar, "broker": broker})
 
 
+# The configuration used when there is no file at all (no -c, no ./sidecar.yaml): every
+# stream goes to the topic of the same name, so `databus up` alone is a working bus.  A file
+# keeps the rule of the models' defaults: unlisted streams are refused unless it says
+# `default_route:`.
+NO_FILE_CONFIG: dict[str, Any] = {"default_route": {"topic": "{stream}"}}
+
+
 def load_config(path: str | os.PathLike | None) -> DatabusConfig:
-    """Read and validate a sidecar.yaml (None: all defaults).  Raises ConfigError."""
+    """Read and validate a sidecar.yaml (None: ``NO_FILE_CONFIG``).  Raises ConfigError."""
     if path is None:
-        return parse_config({})
+        return parse_config(NO_FILE_CONFIG)
     path = Path(path)
     try:
         text = path.read_text()
@@ -428,11 +435,21 @@ def load_config(path: str | os.PathLike | None) -> DatabusConfig:
     try:
         data = yaml.safe_load(text)
     except yaml.YAMLError as exc:
-        raise ConfigError(f"{path}: invalid YAML: {exc}") from None
+        raise ConfigError(f"{path}: invalid YAML{_yaml_problem(exc)}") from None
     try:
         return parse_config(data, path.resolve().parent)
     except ConfigError as exc:
         raise ConfigError(f"{path}: {exc}") from None
+
+
+def _yaml_problem(exc: yaml.YAMLError) -> str:
+    """``at line 3, column 1: while parsing ..., expected ...``: one line (PyYAML's own
+    message spans several and names "<unicode string>" instead of the file)."""
+    mark = getattr(exc, "problem_mark", None)
+    where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
+    words = [getattr(exc, "context", None), getattr(exc, "problem", None)]
+    what = ", ".join(w for w in words if w) or " ".join(str(exc).split())
+    return f"{where}: {what}"
 
 
 def with_overrides(config: DatabusConfig, **sidecar_fields: Any) -> DatabusConfig:

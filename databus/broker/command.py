@@ -1,18 +1,21 @@
 """``databus broker``: run the built-in Kafka-compatible broker in the foreground.
 
     databus broker --data-dir DIR --listen HOST:PORT [--advertised-listener HOST:PORT]
-                   [-o key=value ...]
+                   [--ready-file PATH] [--lifeline-fd FD] [-o key=value ...]
 
-Logs to stderr, including ``listening on HOST:PORT`` with the real port when 0 was asked
-(harnesses wait for that line).  SIGTERM/SIGINT = clean shutdown: stop accepting, answer
-in-flight requests, flush, write the clean-shutdown marker.  A bad option is a one-line
-error and exit status 2.
+Logs to stderr, including ``listening on HOST:PORT`` with the real port when 0 was asked.
+Programs that start it learn that address from ``--ready-file`` (see launch.py), never from
+the log.  SIGTERM/SIGINT (or end-of-file on the ``--lifeline-fd`` pipe) = clean shutdown:
+stop accepting, answer in-flight requests, flush, write the clean-shutdown marker.  A bad
+option is a one-line error and exit status 2; a port in use or a data directory that cannot
+be created is a one-line error and exit status 1, found before anything is written.
 """
 
 from __future__ import annotations
 
 import functools
 import logging
+import os
 import signal
 import sys
 
@@ -24,40 +27,90 @@ def add_arguments(parser) -> None:
     parser.add_argument("--listen", help="HOST:PORT to listen on (port 0 = any free port)")
     parser.add_argument("--advertised-listener", help="HOST:PORT given to clients in Metadata")
     parser.add_argument(
+        "--ready-file", metavar="PATH",
+        help="for programs that start the broker: once listening, write {\"host\", \"port\", "
+        "\"pid\"} as JSON to PATH (atomically), removed at shutdown; if the broker cannot "
+        "start, write {\"error\": REASON} there instead of printing it",
+    )
+    parser.add_argument(
+        "--lifeline-fd", type=int, metavar="FD",
+        help="shut down cleanly when this inherited file descriptor reads end-of-file "
+        "(the launcher holds the pipe's write end: the broker stops when the launcher dies)",
+    )
+    parser.add_argument(
         "-o", "--option", action="append", default=[], metavar="KEY=VALUE",
         help="a broker setting by its Kafka name, e.g. -o num.partitions=3 (repeatable)",
     )
 
 
-async def run_broker(config, *, tune_gc: bool = False, task_status=None) -> None:
-    """Broker + server until SIGTERM/SIGINT (or cancellation).  ``tune_gc``: this process is
-    the broker's own (``databus broker``): tune its collector once recovery is done."""
+async def run_broker(
+    config, *, tune_gc: bool = False, ready_file: str | None = None,
+    lifeline_fd: int | None = None,
+) -> None:
+    """Broker + server until SIGTERM/SIGINT, end-of-file on ``lifeline_fd``, or cancellation.
+    ``tune_gc``: this process is the broker's own (``databus broker``): tune its collector
+    once recovery is done.  Raises StartupError (one line) for a port in use or a data
+    directory that cannot be created, before anything is written."""
     import trio
 
+    from databus.startup import make_dirs, open_tcp_listeners
+
     from .broker import Broker
+    from .launch import remove_ready_file, write_ready_file
     from .server import Server
 
     broker = Broker(config)
     server = Server(broker)
-    with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
-        async with trio.open_nursery() as nursery:
-            await nursery.start(broker.run)
-            if tune_gc:
-                from databus.gc_tuning import tune_for_service
+    host, port = config.listen_address
+    listeners = await open_tcp_listeners(host, port)
+    try:
+        make_dirs(broker.data_dir, "data directory")
+    except BaseException:
+        for listener in listeners:
+            await trio.aclose_forcefully(listener)
+        raise
+    try:
+        with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
+            async with trio.open_nursery() as nursery:
+                await nursery.start(broker.run)
+                if tune_gc:
+                    from databus.gc_tuning import tune_for_service
 
-                tune_for_service()
-            host, port = config.listen_address
+                    tune_for_service()
 
-            async def serve_then_stop_broker():
-                await server.serve(host, port, task_status=trio.TASK_STATUS_IGNORED)
-                nursery.cancel_scope.cancel()
+                async def serve_then_stop_broker(task_status):
+                    await server.serve(listeners, host, task_status=task_status)
+                    nursery.cancel_scope.cancel()
 
-            nursery.start_soon(serve_then_stop_broker)
-            async for signum in signals:
-                log.info("received %s: shutting down", signal.Signals(signum).name)
-                server.stop()
-                break
+                bound_host, bound_port = await nursery.start(serve_then_stop_broker)
+                if ready_file:
+                    write_ready_file(ready_file, host=bound_host, port=bound_port,
+                                     pid=os.getpid())
+                if lifeline_fd is not None:
+                    nursery.start_soon(_watch_lifeline, lifeline_fd, server.stop)
+                async for signum in signals:
+                    log.info("received %s: shutting down", signal.Signals(signum).name)
+                    server.stop()
+                    break
+    finally:
+        if ready_file:
+            remove_ready_file(ready_file)
     log.info("broker stopped cleanly")
+
+
+async def _watch_lifeline(fd: int, stop) -> None:
+    """Return ``stop()`` once the launcher's end of the pipe is closed (it exited or died)."""
+    import trio
+
+    stream = trio.lowlevel.FdStream(fd)
+    try:
+        while await stream.receive_some(4096):
+            pass  # the launcher writes nothing; only end-of-file matters
+    finally:
+        with trio.CancelScope(shield=True):
+            await stream.aclose()
+    log.info("the process that started the broker is gone: shutting down")
+    stop()
 
 
 def run(args) -> int:
@@ -77,8 +130,30 @@ def run(args) -> int:
     except BrokerConfigError as exc:
         print(f"databus broker: {exc}", file=sys.stderr)
         return 2
+    from databus.startup import StartupError, leaves
+
     try:
-        trio.run(functools.partial(run_broker, config, tune_gc=True))
+        trio.run(functools.partial(
+            run_broker, config, tune_gc=True, ready_file=args.ready_file,
+            lifeline_fd=args.lifeline_fd,
+        ))
     except KeyboardInterrupt:
         return 130
+    except (StartupError, BaseExceptionGroup) as error:
+        problems = list(leaves(error))
+        if not all(isinstance(exc, StartupError) for exc in problems):
+            raise
+        message = "; ".join(map(str, problems))
+        if args.ready_file:
+            # The launcher reads it from there and reports it in its own words: printed
+            # here too, the user would see the same failure twice.
+            from .launch import write_ready_file
+
+            try:
+                write_ready_file(args.ready_file, error=message)
+                return 1
+            except OSError:
+                pass
+        print(f"databus broker: {message}", file=sys.stderr)
+        return 1
     return 0

@@ -46,7 +46,7 @@ class BrokerConfig(BaseModel):
     listeners: str = Field(
         "127.0.0.1:9092", alias="listeners",
         description="HOST:PORT the broker listens on (`--listen` sets it; port 0 picks a "
-        "free port, logged as `listening on HOST:PORT`).",
+        "free port, logged as `listening on HOST:PORT` and written to `--ready-file`).",
     )
     advertised_listeners: str | None = Field(
         None, alias="advertised.listeners",

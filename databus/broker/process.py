@@ -11,9 +11,10 @@ anything else that wants a real broker process (tests/helpers/broker.py re-expor
         broker.stop()         # SIGTERM: clean shutdown; returns the exit status
 
 - Runs ``python -m databus.cli broker --data-dir DIR --listen 127.0.0.1:0 -o k=v ...`` with
-  the test's interpreter, waits (up to ``start_timeout``) for the ``listening on HOST:PORT``
-  line on stderr and takes the real port from it.  After a restart the same port is asked for
-  so that clients holding the bootstrap address reconnect by themselves.
+  the test's interpreter, waits (up to ``start_timeout``) for its ready file (``DIR/../
+  broker.ready``, see launch.py) and takes the real port from it.  After a restart the same
+  port is asked for so that clients holding the bootstrap address reconnect by themselves.
+  The broker holds a lifeline to this process: it stops cleanly if this process dies.
 - stderr is copied to ``DIR/../broker.log`` (``.log_text()`` reads it) so a failing test can
   show what the broker said.
 - The process is always killed when the context exits, even if the test failed; use it
@@ -23,7 +24,6 @@ anything else that wants a real broker process (tests/helpers/broker.py re-expor
 from __future__ import annotations
 
 import os
-import re
 import signal
 import subprocess
 import sys
@@ -32,11 +32,13 @@ import time
 from collections.abc import Mapping
 from pathlib import Path
 
-_LISTENING = re.compile(r"listening on (\S+):(\d+)")
+from .launch import BrokerLaunch
 
 
 class BrokerStartError(RuntimeError):
-    pass
+    def __init__(self, message: str, *, reason: str | None = None) -> None:
+        super().__init__(message)
+        self.reason = reason  # the broker's own one-line reason, from its ready file
 
 
 def _child_env() -> dict[str, str]:
@@ -68,7 +70,7 @@ class BrokerProcess:
         self.host = "127.0.0.1"
         self.process: subprocess.Popen | None = None
         self._reader: threading.Thread | None = None
-        self._listening = threading.Event()
+        self._launch: BrokerLaunch | None = None
 
     # -- lifecycle --------------------------------------------------------------------------
 
@@ -84,24 +86,36 @@ class BrokerProcess:
             if isinstance(value, bool):
                 value = str(value).lower()
             cmd += ["-o", f"{key}={value}"]
-        self._listening.clear()
+        self._close_launch()
+        self._launch = launch = BrokerLaunch(self.root / "broker.ready")
+        cmd += launch.args
         self.process = subprocess.Popen(
             cmd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-            env=_child_env(),
+            env=_child_env(), pass_fds=launch.pass_fds,
         )
+        launch.spawned()
         self._reader = threading.Thread(target=self._pump, args=(self.process,), daemon=True)
         self._reader.start()
         deadline = time.monotonic() + self.start_timeout
-        while not self._listening.wait(0.05):
+        while (ready := launch.poll()) is None:
             if self.process.poll() is not None:
-                self._reader.join(2)
-                raise BrokerStartError(
-                    f"broker exited with {self.process.returncode}:\n{self.log_text()[-4000:]}"
-                )
+                ready = launch.poll()  # it may have written the file just before exiting
+                break
             if time.monotonic() > deadline:
                 self.close()
                 raise BrokerStartError(f"broker did not listen in {self.start_timeout}s:\n"
                                        f"{self.log_text()[-4000:]}")
+            time.sleep(0.05)
+        if ready is None or ready.error:
+            self.process.wait(10)
+            self._join_reader()
+            reason = ready.error if ready else None
+            raise BrokerStartError(
+                f"broker exited with {self.process.returncode}"
+                + (f": {reason}" if reason else "") + f":\n{self.log_text()[-4000:]}",
+                reason=reason,
+            )
+        self.port = ready.port
         return self
 
     def _pump(self, process: subprocess.Popen) -> None:
@@ -109,10 +123,6 @@ class BrokerProcess:
             for line in process.stderr:
                 log.write(line)
                 log.flush()
-                match = _LISTENING.search(line.decode(errors="replace"))
-                if match and not self._listening.is_set():
-                    self.port = int(match.group(2))
-                    self._listening.set()
 
     @property
     def bootstrap(self) -> str:
@@ -155,12 +165,11 @@ class BrokerProcess:
             self.kill9()
         deadline = time.monotonic() + 10
         while True:  # the port can linger a moment after the kill
-            seen = len(self.log_text())
             try:
                 return self.start()
-            except BrokerStartError:
-                fresh = self.log_text()[seen:]
-                if time.monotonic() > deadline or "Address already in use" not in fresh:
+            except BrokerStartError as exc:
+                in_use = exc.reason is not None and "address already in use" in exc.reason
+                if time.monotonic() > deadline or not in_use:
                     raise
                 time.sleep(0.2)
 
@@ -169,6 +178,12 @@ class BrokerProcess:
             self.process.kill()
             self.process.wait(10)
         self._join_reader()
+        self._close_launch()
+
+    def _close_launch(self) -> None:
+        if self._launch is not None:
+            self._launch.close()
+            self._launch = None
 
     def _join_reader(self) -> None:
         if self._reader is not None:

@@ -187,8 +187,10 @@ class Server:
         self._drained = trio.Event()  # set whenever a connection ends
         self.address: tuple[str, int] | None = None
 
-    async def serve(self, host: str, port: int, *, task_status=trio.TASK_STATUS_IGNORED):
-        listeners = await trio.open_tcp_listeners(port, host=host or None)
+    async def serve(self, listeners, host: str, *, task_status=trio.TASK_STATUS_IGNORED):
+        """Serve on ``listeners`` (bound by the caller, see databus.startup, so that a port
+        in use is known before storage is touched); ``host`` is the address as configured.
+        Closes them when done."""
         try:
             bound = listeners[0].socket.getsockname()
             self.address = (host or bound[0], bound[1])

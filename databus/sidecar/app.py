@@ -14,7 +14,6 @@ Connections and queued messages are untouched.
 
 from __future__ import annotations
 
-import errno
 import logging
 import os
 import socket as stdlib_socket
@@ -28,6 +27,7 @@ import databus
 from databus.config import EMBEDDED_CLUSTER, ConfigError, DatabusConfig
 from databus.plugins import PluginError, PluginManager, get_plugin_manager
 from databus.protocol import sidecar_wire as wire
+from databus.startup import StartupError, make_dirs, open_tcp_listeners, reason
 
 from .budget import ByteBudget
 from .ingress import Connection
@@ -47,6 +47,13 @@ class Addresses:
     socket: str
     tcp: tuple[str, int] | None
     metrics: tuple[str, int] | None
+
+
+@dataclass(frozen=True)
+class _Bound:
+    app: list  # the Unix socket listener, then the TCP ingress ones
+    metrics: list
+    addresses: Addresses
 
 
 class Sidecar:
@@ -80,6 +87,7 @@ class Sidecar:
         self._stop = trio.Event()
         self._connections: set[Connection] = set()
         self._nursery: trio.Nursery | None = None
+        self._bound: _Bound | None = None
         self._conn_ids = 0
 
     # --- hot-path helpers used by ingress -------------------------------------------------
@@ -196,17 +204,55 @@ class Sidecar:
             return False, "stopping"
         return True, "ok"
 
-    async def serve(self, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
+    async def bind(self) -> Addresses:
+        """Bind the app socket, the loopback TCP ingress and the metrics port, or raise
+        StartupError naming the setting at fault.  ``serve`` binds if this was not called;
+        ``databus up`` calls it before starting its broker, so that a socket or port it
+        cannot have is reported before the broker writes anything to disk."""
+        if self._bound is not None:
+            return self._bound.addresses
         settings = self.config.sidecar
-        # Bind first: a second sidecar on the same path fails here, before touching anything.
-        listeners = [await _unix_listener(settings.socket, settings.socket_mode_int)]
+        # A second sidecar on the same path fails here, before touching anything.
+        app = [await _unix_listener(settings.socket, settings.socket_mode_int)]
+        metrics: list[trio.SocketListener] = []
         try:
             tcp = None
             if settings.tcp_listen:
                 host, port = _split(settings.tcp_listen)
-                tcp_listeners = await trio.open_tcp_listeners(port, host=host)
-                listeners += tcp_listeners
+                tcp_listeners = await open_tcp_listeners(
+                    host, port, setting="sidecar.tcp_listen"
+                )
+                app += tcp_listeners
                 tcp = tcp_listeners[0].socket.getsockname()[:2]
+            metrics_addr = None
+            if settings.metrics_listen:
+                host, port = _split(settings.metrics_listen)
+                metrics = await open_tcp_listeners(host, port, setting="sidecar.metrics_listen")
+                metrics_addr = metrics[0].socket.getsockname()[:2]
+        except BaseException:
+            with trio.CancelScope(shield=True):
+                for listener in app + metrics:
+                    await trio.aclose_forcefully(listener)
+            _unlink_socket(settings.socket)
+            raise
+        self._bound = _Bound(app, metrics, Addresses(settings.socket, tcp, metrics_addr))
+        return self._bound.addresses
+
+    async def release(self) -> None:
+        """Close what ``bind`` opened and remove the app socket (done by ``serve`` on exit)."""
+        bound, self._bound = self._bound, None
+        if bound is None:
+            return
+        with trio.CancelScope(shield=True):
+            for listener in bound.app + bound.metrics:
+                await trio.aclose_forcefully(listener)
+        _unlink_socket(bound.addresses.socket)
+
+    async def serve(self, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
+        settings = self.config.sidecar
+        await self.bind()
+        assert self._bound is not None
+        try:
             async with trio.open_nursery() as root:
                 self._nursery = root
                 self.pool = ProducerPool(
@@ -220,7 +266,7 @@ class Sidecar:
                     )
                     async with trio.open_nursery() as ingress:
                         self._ingress = ingress
-                        await self._serve_ingress(ingress, listeners, tcp, task_status)
+                        await self._serve_ingress(ingress, self._bound, task_status)
                 finally:
                     with trio.CancelScope(shield=True):
                         with trio.move_on_after(settings.shutdown_timeout_ms / 1000):
@@ -229,24 +275,18 @@ class Sidecar:
                             )
                     root.cancel_scope.cancel()
         finally:
-            with trio.CancelScope(shield=True):
-                for listener in listeners:
-                    await listener.aclose()
-            _unlink_socket(settings.socket)
+            await self.release()
 
-    async def _serve_ingress(self, ingress, listeners, tcp, task_status) -> None:
-        settings = self.config.sidecar
-        metrics_addr = None
-        if settings.metrics_listen:
-            host, port = _split(settings.metrics_listen)
-            metrics_addr = await ingress.start(serve_http, self.metrics, host, port, self.healthy)
+    async def _serve_ingress(self, ingress, bound: _Bound, task_status) -> None:
+        if bound.metrics:
+            ingress.start_soon(serve_http, self.metrics, bound.metrics, self.healthy)
         if self.config_path is not None:
             from .reload import watch_config
 
             ingress.start_soon(watch_config, self)
         accept_scope = trio.CancelScope()
-        ingress.start_soon(self._accept, listeners, accept_scope)
-        self.addresses = Addresses(settings.socket, tcp, metrics_addr)
+        ingress.start_soon(self._accept, bound.app, accept_scope)
+        self.addresses = bound.addresses
         self.pm.notify(
             "databus_sidecar_started", config=self.config,
             spawn=lambda fn, *args: ingress.start_soon(fn, *args),
@@ -301,7 +341,7 @@ def _split(address: str) -> tuple[str, int]:
 
 async def _unix_listener(path: str, mode: int) -> trio.SocketListener:
     """Bind the app socket: refuse if a live sidecar owns it, replace a stale file."""
-    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    make_dirs(Path(path).parent, "directory for the app socket", setting="sidecar.socket")
     if os.path.exists(path):
         probe = trio.socket.socket(stdlib_socket.AF_UNIX, stdlib_socket.SOCK_STREAM)
         try:
@@ -309,7 +349,7 @@ async def _unix_listener(path: str, mode: int) -> trio.SocketListener:
         except OSError:
             os.unlink(path)  # nobody listens: a leftover of a killed sidecar
         else:
-            raise OSError(errno.EADDRINUSE, f"another sidecar is listening on {path}")
+            raise StartupError(f"another sidecar is listening on {path} (sidecar.socket)")
         finally:
             probe.close()
     sock = trio.socket.socket(stdlib_socket.AF_UNIX, stdlib_socket.SOCK_STREAM)
@@ -317,6 +357,11 @@ async def _unix_listener(path: str, mode: int) -> trio.SocketListener:
         await sock.bind(path)
         os.chmod(path, mode)
         sock.listen(512)
+    except OSError as exc:
+        sock.close()
+        raise StartupError(
+            f"cannot create the app socket {path} (sidecar.socket): {reason(exc)}"
+        ) from None
     except BaseException:
         sock.close()
         raise

@@ -51,7 +51,11 @@ def run_sidecar(args) -> int:
     return _run(args, embedded=False)
 
 
-def _load(args):
+def _prog(embedded: bool) -> str:
+    return "databus up" if embedded else "databus sidecar"
+
+
+def _load(args, prog: str):
     from databus.config import ConfigError, load_config, with_overrides
 
     path = args.config
@@ -68,33 +72,35 @@ def _load(args):
             listen=getattr(args, "kafka_listen", None),
         )
     except ConfigError as exc:
-        raise SystemExit(f"databus: invalid configuration: {exc}")
+        raise SystemExit(f"{prog}: invalid configuration: {exc}")
     return path, config
 
 
 def _run(args, *, embedded: bool) -> int:
     import trio
 
-    path, config = _load(args)
+    prog = _prog(embedded)
+    path, config = _load(args, prog)
     if not embedded and config.uses_embedded_broker:
         print(
-            "databus sidecar: no upstream cluster configured (add `clusters:` to the config, "
+            f"{prog}: no upstream cluster configured (add `clusters:` to the config, "
             "or run `databus up` to start the built-in broker too)",
             file=sys.stderr,
         )
         return 2
     try:
-        return trio.run(_main, path, config, embedded and config.uses_embedded_broker)
+        return trio.run(_main, prog, path, config, embedded and config.uses_embedded_broker)
     except KeyboardInterrupt:
         return 130
 
 
-async def _main(path, config, with_broker: bool) -> int:
+async def _main(prog: str, path, config, with_broker: bool) -> int:
     import trio
 
     from databus.config import ConfigError
     from databus.gc_tuning import tune_for_service
     from databus.plugins import PluginError, get_plugin_manager
+    from databus.startup import StartupError, leaves
 
     from .app import Sidecar
     from .embedded_broker import BrokerExited, run_broker_process
@@ -103,25 +109,38 @@ async def _main(path, config, with_broker: bool) -> int:
     for name, reason in pm.failures.items():
         log.error("plugin %r not loaded: %s", name, reason)
     status = 0
+    started = False
+    sidecar = Sidecar(config, plugin_manager=pm, config_path=path)
+
+    def failed(exc: BaseException) -> None:
+        # Before "databus is up" a failure is a start-up failure: one plain line for the
+        # user (the message says what and which setting); afterwards it is logged.
+        if started:
+            log.error("%s", exc)
+        elif isinstance(exc, (StartupError, BrokerExited)):
+            print(f"{prog}: {exc}", file=sys.stderr)
+        else:
+            print(f"{prog}: cannot start: {exc}", file=sys.stderr)
+
     with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
         try:
             async with trio.open_nursery() as nursery:
+                # The sidecar's socket and ports first: if one is taken, nothing else has
+                # started and the broker has written nothing.
+                await sidecar.bind()
                 broker_address = None
                 if with_broker:
                     host, port, _process = await nursery.start(
                         run_broker_process, config.broker
                     )
-                    broker_address = f"{host}:{port}"
-                sidecar = Sidecar(
-                    config, plugin_manager=pm, embedded_bootstrap=broker_address,
-                    config_path=path,
-                )
+                    broker_address = sidecar.embedded_bootstrap = f"{host}:{port}"
 
                 async def sidecar_then_stop(task_status=trio.TASK_STATUS_IGNORED):
                     await sidecar.serve(task_status=task_status)
                     nursery.cancel_scope.cancel()
 
                 addresses = await nursery.start(sidecar_then_stop)
+                started = True
                 _print_summary(config, path, addresses, broker_address)
                 tune_for_service()  # start-up is done: freeze what it made
 
@@ -135,24 +154,19 @@ async def _main(path, config, with_broker: bool) -> int:
                         status = 130
                         break
         except* BrokerExited as group:
-            for exc in group.exceptions:
-                log.error("%s", exc)
+            for exc in leaves(group):
+                failed(exc)
             status = 1
-        except* (ConfigError, PluginError, ValueError, OSError) as group:
+        except* (StartupError, ConfigError, PluginError, ValueError, OSError) as group:
             # Start-up failures (an unknown partitioner, a socket in use, ...): one line each.
-            for exc in _leaves(group):
-                log.error("cannot start: %s", exc)
+            for exc in leaves(group):
+                failed(exc)
             status = 1
-    log.info("databus stopped")
+        finally:
+            await sidecar.release()  # if it never served (the broker failed first)
+    if started:
+        log.info("databus stopped")
     return status
-
-
-def _leaves(group: BaseException):
-    if isinstance(group, BaseExceptionGroup):
-        for exc in group.exceptions:
-            yield from _leaves(exc)
-    else:
-        yield group
 
 
 def _print_summary(config, path, addresses, broker_address) -> None:

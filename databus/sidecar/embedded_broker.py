@@ -2,32 +2,34 @@
 
 ``run_broker_process`` starts ``databus broker --data-dir DIR --listen HOST:PORT -o k=v...``
 in a new session (so a terminal's Ctrl-C reaches only ``databus up``, which stops the broker
-itself *after* the sidecar has drained into it), waits for its ``listening on HOST:PORT``
-line, reports that address through ``task_status.started``, relays the broker's stderr to
-ours, and on exit sends SIGTERM (SIGKILL after a grace period).  If the broker dies on its
-own, ``BrokerExited`` is raised so ``databus up`` stops instead of serving into the void.
+itself *after* the sidecar has drained into it), waits for its ready file (see
+databus/broker/launch.py), reports the address through ``task_status.started``, relays the
+broker's stderr to ours, and on exit sends SIGTERM (SIGKILL after a grace period).  The
+broker holds a lifeline pipe to this process, so it stops cleanly if ``databus up`` dies,
+even by kill -9.  If the broker cannot start or dies on its own, ``BrokerExited`` is raised
+so ``databus up`` stops instead of serving into the void.
 """
 
 from __future__ import annotations
 
 import logging
 import os
-import re
 import signal
 import subprocess
 import sys
+import tempfile
 
 import trio
 
+from databus.broker.launch import BrokerLaunch, Ready
 from databus.config import EmbeddedBrokerConfig, broker_option_args
 
 log = logging.getLogger("databus.up")
 
-LISTENING = re.compile(rb"listening on (\S+):(\d+)")
-
 
 class BrokerExited(RuntimeError):
-    """The broker process ended (or never listened); the message has its last output."""
+    """The broker could not start (the message is its reason) or ended (the message has its
+    last output)."""
 
 
 def broker_command(config: EmbeddedBrokerConfig, listen: str | None = None) -> list[str]:
@@ -50,18 +52,42 @@ async def run_broker_process(
     task_status=trio.TASK_STATUS_IGNORED,
 ) -> None:
     """Run the broker until cancelled; ``task_status.started((host, port, process))``."""
-    os.makedirs(config.data_dir, exist_ok=True)
-    process = await trio.lowlevel.open_process(
-        broker_command(config, listen),
-        stdin=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        start_new_session=True,
-        preexec_fn=_die_with_parent,
-    )
+    with tempfile.TemporaryDirectory(prefix="databus-broker-") as tmp:
+        launch = BrokerLaunch(os.path.join(tmp, "ready.json"))
+        try:
+            process = await trio.lowlevel.open_process(
+                broker_command(config, listen) + launch.args,
+                stdin=subprocess.DEVNULL,
+                stderr=subprocess.PIPE,
+                start_new_session=True,
+                pass_fds=launch.pass_fds,
+            )
+            launch.spawned()
+            await _supervise(process, launch, relay, startup_timeout, stop_timeout, task_status)
+        finally:
+            launch.close()
+
+
+async def _supervise(process, launch, relay, startup_timeout, stop_timeout, task_status):
     tail: list[bytes] = []
     try:
-        address = await _wait_listening(process, relay, tail, startup_timeout)
-        task_status.started((*address, process))
+        ready = None
+        async with trio.open_nursery() as startup:
+            async def watch():
+                nonlocal ready
+                ready = await _wait_ready(process, launch, startup_timeout)
+                if ready is not None and ready.error is None:
+                    startup.cancel_scope.cancel()  # stop relaying here; continued below
+
+            startup.start_soon(_relay, process.stderr, relay, tail)
+            startup.start_soon(watch)
+        if ready is None or ready.error is not None:
+            await process.wait()
+            raise BrokerExited(
+                f"cannot start the built-in broker: {ready.error}" if ready is not None
+                else _exit_message(process, tail)
+            )
+        task_status.started((ready.host, ready.port, process))
         await _relay(process.stderr, relay, tail)
         await process.wait()
         raise BrokerExited(_exit_message(process, tail))
@@ -72,34 +98,15 @@ async def run_broker_process(
                 await _relay(process.stderr, relay, tail)
 
 
-def _die_with_parent() -> None:
-    """In the child: get SIGTERM if ``databus up`` dies, even by kill -9 (Linux only), so a
-    broker is never left running without its sidecar."""
-    try:
-        import ctypes
-
-        libc = ctypes.CDLL(None, use_errno=True)
-        PR_SET_PDEATHSIG = 1
-        libc.prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
-    except (OSError, AttributeError):
-        pass
-
-
-async def _wait_listening(process, relay, tail: list[bytes], timeout: float):
-    buffer = b""
+async def _wait_ready(process, launch: BrokerLaunch, timeout: float) -> Ready | None:
+    """The ready file's content once there is one; None if the broker exits without one."""
     with trio.move_on_after(timeout):
-        while True:
-            chunk = await process.stderr.receive_some(65536)
-            if not chunk:
-                await process.wait()
-                raise BrokerExited(_exit_message(process, tail + [buffer]))
-            _write(relay, chunk)
-            buffer += chunk
-            tail[:] = buffer.splitlines()[-20:]
-            match = LISTENING.search(buffer)
-            if match:
-                return match.group(1).decode().strip("[]"), int(match.group(2))
-    raise BrokerExited(f"the broker did not report 'listening on' within {timeout:.0f}s")
+        while (ready := launch.poll()) is None:
+            if process.poll() is not None:
+                return launch.poll()  # it may have written the file just before exiting
+            await trio.sleep(0.05)
+        return ready
+    raise BrokerExited(f"the built-in broker did not start listening within {timeout:.0f}s")
 
 
 async def _relay(stream, relay, tail: list[bytes]) -> None:

@@ -170,17 +170,13 @@ def m_producer_stats(m: SidecarMetrics):
 
 async def serve_http(
     metrics: SidecarMetrics,
-    host: str,
-    port: int,
+    listeners: list[trio.SocketListener],
     healthy: Callable[[], tuple[bool, str]],
-    *,
-    task_status=trio.TASK_STATUS_IGNORED,
 ) -> None:
-    """Answer ``GET /metrics`` and ``GET /healthz``; anything else is 404.  One request per
-    connection (``Connection: close``), which is all Prometheus and probes need."""
-    listeners = await trio.open_tcp_listeners(port, host=host)
+    """Answer ``GET /metrics`` and ``GET /healthz`` on ``listeners`` (bound by the caller,
+    closed on return); anything else is 404.  One request per connection (``Connection:
+    close``), which is all Prometheus and probes need."""
     try:
-        task_status.started(listeners[0].socket.getsockname()[:2])
         await trio.serve_listeners(
             lambda stream: _handle(stream, metrics, healthy), listeners
         )

@@ -147,7 +147,11 @@ def render() -> str:
         "used; on hot reload (SIGHUP, or the file changing) an invalid file is rejected with "
         "the reason logged and the running configuration is kept.  Relative paths are "
         "relative to the file.  Flags (`--socket`, `--tcp-listen`, `--metrics-listen`, "
-        "`--data-dir`, `--kafka-listen`) override the file.",
+        "`--data-dir`, `--kafka-listen`) override the file.  With no `-c` they read "
+        "./sidecar.yaml if there is one; with no file at all they use the defaults below "
+        "plus `default_route: {topic: \"{stream}\"}`, so that every stream goes to the topic "
+        "of the same name (a file that has no `default_route` refuses unlisted streams "
+        "with UNKNOWN_STREAM).",
         "",
         "## Top level",
         "",

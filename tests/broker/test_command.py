@@ -1,9 +1,14 @@
-"""``databus broker``: options, errors at start, clean shutdown on SIGTERM."""
+"""``databus broker``: options, errors at start, the ready file, clean shutdown on SIGTERM
+or when its launcher goes away."""
 
 from __future__ import annotations
 
+import json
+import os
+import socket
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -74,3 +79,90 @@ def test_advertised_listener_is_what_metadata_reports(tmp_path):
         (node,) = response.brokers
         assert (node.node_id, node.host, node.port) == (5, "bus.example", 19092)
         assert response.controller_id == 5
+
+
+def run_broker(*args, **kw):
+    return subprocess.run(
+        [sys.executable, "-m", "databus.cli", "broker", *args],
+        capture_output=True, text=True, timeout=60, check=False, **kw,
+    )
+
+
+def test_port_in_use_is_one_line_exit_1_and_nothing_written(tmp_path):
+    taken = socket.socket()
+    taken.bind(("127.0.0.1", 0))
+    taken.listen()
+    port = taken.getsockname()[1]
+    data = tmp_path / "data"
+    try:
+        result = run_broker("--data-dir", str(data), "--listen", f"127.0.0.1:{port}")
+    finally:
+        taken.close()
+    assert result.returncode == 1
+    assert result.stderr == (
+        f"databus broker: cannot listen on 127.0.0.1:{port}: address already in use\n"
+    )
+    assert not data.exists()  # no __consumer_offsets made before the port was known taken
+
+
+def test_data_dir_that_cannot_be_created_is_one_line_exit_1(tmp_path):
+    (tmp_path / "a-file").write_text("")
+    result = run_broker("--data-dir", str(tmp_path / "a-file" / "data"),
+                        "--listen", "127.0.0.1:0")
+    assert result.returncode == 1
+    assert result.stderr == (
+        f"databus broker: cannot create data directory {tmp_path}/a-file/data: "
+        "not a directory\n"
+    )
+
+
+def test_ready_file_takes_the_start_up_error_instead_of_stderr(tmp_path):
+    (tmp_path / "a-file").write_text("")
+    ready = tmp_path / "ready.json"
+    result = run_broker("--data-dir", str(tmp_path / "a-file" / "data"),
+                        "--listen", "127.0.0.1:0", "--ready-file", str(ready))
+    assert (result.returncode, result.stderr) == (1, "")  # the launcher reports it, once
+    assert json.loads(ready.read_text()) == {
+        "error": f"cannot create data directory {tmp_path}/a-file/data: not a directory"
+    }
+
+
+def test_ready_file_announces_the_bound_address_and_goes_at_shutdown(tmp_path):
+    with BrokerProcess(tmp_path) as broker:
+        announced = json.loads((tmp_path / "broker.ready").read_text())
+        assert announced == {"host": "127.0.0.1", "port": broker.port, "pid": broker.pid}
+        assert broker.port != 0
+        assert broker.stop() == 0
+        assert not (tmp_path / "broker.ready").exists()
+
+
+def test_lifeline_end_of_file_is_a_clean_shutdown(tmp_path):
+    """The launcher's end of the --lifeline-fd pipe closing (it exited, or was killed -9)
+    stops the broker as SIGTERM does."""
+    ready = tmp_path / "ready.json"
+    child_end, launcher_end = os.pipe()
+    process = subprocess.Popen(
+        [sys.executable, "-m", "databus.cli", "broker", "--data-dir", str(tmp_path / "data"),
+         "--listen", "127.0.0.1:0", "--ready-file", str(ready),
+         "--lifeline-fd", str(child_end)],
+        stderr=subprocess.PIPE, text=True, pass_fds=(child_end,),
+    )
+    os.close(child_end)
+    try:
+        deadline = time.monotonic() + 60
+        while not ready.exists():
+            assert process.poll() is None and time.monotonic() < deadline, process.stderr.read()
+            time.sleep(0.05)
+        os.close(launcher_end)
+        launcher_end = -1
+        assert process.wait(60) == 0
+        log = process.stderr.read()
+        assert "the process that started the broker is gone: shutting down" in log
+        assert "broker stopped cleanly" in log
+        assert (tmp_path / "data" / ".kafka_cleanshutdown").exists()
+    finally:
+        if launcher_end >= 0:
+            os.close(launcher_end)
+        if process.poll() is None:
+            process.kill()
+            process.wait()

@@ -11,10 +11,11 @@
         broker.stop()         # SIGTERM: clean shutdown; returns the exit status
 
 - Runs ``python -m databus.cli broker --data-dir ROOT/data --listen 127.0.0.1:0 -o k=v ...``
-  with the test's interpreter, waits (up to ``start_timeout``) for the ``listening on
-  HOST:PORT`` line on stderr and takes the real port from it; ``.bootstrap`` is
-  "127.0.0.1:PORT".  A restart asks for the same port, so clients holding the bootstrap
-  address reconnect by themselves.
+  with the test's interpreter, waits (up to ``start_timeout``) for its ready file
+  (``ROOT/broker.ready``, databus/broker/launch.py) and takes the real port from it;
+  ``.bootstrap`` is "127.0.0.1:PORT".  A restart asks for the same port, so clients holding
+  the bootstrap address reconnect by themselves.  The broker stops by itself if the test
+  process dies (its lifeline pipe closes).
 - stderr is copied to ``ROOT/broker.log``; ``.log_text()`` reads it (put it in assertion
   messages), ``.pid`` / ``.alive()`` for process checks.
 - The process is always killed when the ``with`` block exits, even when the test failed;

@@ -79,13 +79,25 @@ def test_invalid_configs_name_the_problem(data, message):
 def test_load_errors_name_the_file(tmp_path):
     bad_yaml = tmp_path / "bad.yaml"
     bad_yaml.write_text("sidecar: [unclosed\n")
-    with pytest.raises(ConfigError, match=r"bad\.yaml: invalid YAML"):
+    with pytest.raises(ConfigError) as info:
         load_config(bad_yaml)
+    assert str(info.value) == (
+        f"{bad_yaml}: invalid YAML at line 2, column 1: while parsing a flow sequence, "
+        "expected ',' or ']', but got '<stream end>'"
+    )
     with pytest.raises(ConfigError, match="cannot read"):
         load_config(tmp_path / "missing.yaml")
     empty = tmp_path / "empty.yaml"
     empty.write_text("")
     assert load_config(empty).sidecar.socket == DEFAULT_SOCKET
+
+
+def test_no_file_routes_every_stream_a_file_keeps_its_own_rule(tmp_path):
+    bare = load_config(None)
+    assert bare.route_topic("any-stream") == "any-stream"
+    empty = tmp_path / "empty.yaml"
+    empty.write_text("")
+    assert load_config(empty).default_route is None  # unlisted streams: UNKNOWN_STREAM
 
 
 def test_flags_override_the_file_and_are_validated(tmp_path, monkeypatch):

@@ -20,6 +20,7 @@ from databus.client.partitioners import murmur2_partition
 from databus.protocol import sidecar_wire as wire
 from databus.protocol.sidecar_wire import ErrorCode
 from databus.sidecar.app import Sidecar
+from databus.startup import StartupError
 
 from .harness import MockCluster, RawConnection, consume_all, running_sidecar, sidecar_config
 
@@ -269,7 +270,7 @@ async def test_socket_mode_stale_file_and_a_second_sidecar(sock_dir, mock_cluste
     config = mock_config(sock_dir, mock_cluster, sidecar={"socket_mode": "0660"})
     async with running_sidecar(config):
         assert stat.S_IMODE(os.stat(path).st_mode) == 0o660
-        with pytest.raises(OSError, match="another sidecar is listening"):
+        with pytest.raises(StartupError, match="another sidecar is listening"):
             await Sidecar(config).serve()
         assert os.path.exists(path)  # the refused one left the live socket alone
     assert not os.path.exists(path)  # removed on exit

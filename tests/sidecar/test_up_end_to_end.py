@@ -1,6 +1,7 @@
 """`databus up` as users run it (a real process with its built-in broker child): 100 000
 messages from the SDK, none lost, per-key order, verified by consuming with confluent-kafka;
-then a clean Ctrl-C."""
+then a clean Ctrl-C.  Also: still serving after idling (with `databus sidecar` and `databus
+broker` too), and `databus up` with no configuration at all."""
 
 from __future__ import annotations
 
@@ -11,9 +12,12 @@ import subprocess
 import sys
 import time
 
+import pytest
 import yaml
 
 from databus import Client, SidecarUnavailableError
+from tests.broker.clients import Msg, confluent_consume, confluent_produce
+from tests.helpers.broker import BrokerProcess
 
 from .harness import consume_all
 
@@ -83,7 +87,7 @@ def test_up_100k_messages_none_lost_per_key_order(tmp_path, sock_dir):
             try:
                 process.wait(timeout=30)
             except subprocess.TimeoutExpired:
-                process.kill()  # the broker child gets SIGTERM through PDEATHSIG
+                process.kill()  # the broker child sees its lifeline close and stops
                 process.wait()
         log.close()
 
@@ -135,7 +139,7 @@ def test_a_client_outlives_kill_9_of_databus_up(tmp_path, sock_dir):
         assert all(isinstance(exc, SidecarUnavailableError)
                    for exc in outcomes if exc is not None), {type(e) for e in outcomes}
 
-        time.sleep(1)  # the broker child stops on its parent's death (PDEATHSIG)
+        time.sleep(1)  # the broker child stops on its parent's death (its lifeline pipe)
         process, bootstrap, log = start_up(tmp_path, sock_dir)
         deadline = time.monotonic() + 30
         while True:
@@ -158,3 +162,97 @@ def test_a_client_outlives_kill_9_of_databus_up(tmp_path, sock_dir):
     finally:
         client.close(timeout=5)
         stop(process, log)
+
+
+# Longer than trio's idle worker-thread timeout (10 s): the broker child of `databus up` once
+# died then, its PR_SET_PDEATHSIG tied to the worker thread that forked it.
+IDLE_SECONDS = 15
+
+
+def wait_for(predicate, what: str, timeout: float = 60) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        assert time.monotonic() < deadline, f"{what} within {timeout}s"
+        time.sleep(0.1)
+
+
+@pytest.mark.slow
+def test_up_serves_after_idling_and_its_broker_dies_with_it(tmp_path, sock_dir):
+    process, bootstrap, log = start_up(tmp_path, sock_dir)
+    try:
+        time.sleep(IDLE_SECONDS)
+        assert process.poll() is None, (tmp_path / "up.log").read_text()
+        with Client(os.path.join(sock_dir, "up.sock")) as client:
+            delivery = client.send("events", b"after idling", key=b"k").result(30)
+        assert delivery.topic == "e2e-events"
+        (record,) = consume_all(bootstrap, "e2e-events", 1, timeout=60)
+        assert record[2:4] == (b"k", b"after idling")
+
+        # kill -9 of `databus up`: its broker sees the lifeline pipe close and stops cleanly.
+        os.kill(process.pid, signal.SIGKILL)
+        process.wait(30)
+        wait_for((tmp_path / "data" / ".kafka_cleanshutdown").exists,
+                 "the orphaned broker wrote its clean-shutdown marker")
+    finally:
+        stop(process, log)
+
+
+@pytest.mark.slow
+def test_sidecar_and_broker_serve_after_idling(tmp_path, sock_dir):
+    """`databus broker` and `databus sidecar` in front of it, both idle past 10 s, then: a
+    message through the sidecar arrives, and a Kafka client produces and fetches directly."""
+    with BrokerProcess(tmp_path / "broker", {"num.partitions": 1}) as broker:
+        config = tmp_path / "sidecar.yaml"
+        config.write_text(yaml.safe_dump({
+            "sidecar": {"socket": os.path.join(sock_dir, "s.sock"), "metrics_listen": None},
+            "clusters": {"main": {"bootstrap.servers": broker.bootstrap}},
+            "default_route": {"topic": "{stream}"},
+        }))
+        with open(tmp_path / "sidecar.log", "wb") as log:
+            process = subprocess.Popen(
+                [sys.executable, "-m", "databus.cli", "sidecar", "-c", str(config)],
+                stdout=log, stderr=subprocess.STDOUT,
+            )
+            try:
+                wait_for(lambda: "databus is up" in (tmp_path / "sidecar.log").read_text(),
+                         "databus sidecar started")
+                time.sleep(IDLE_SECONDS)
+                assert process.poll() is None, (tmp_path / "sidecar.log").read_text()
+                assert broker.alive(), broker.log_text()
+                with Client(os.path.join(sock_dir, "s.sock")) as client:
+                    delivery = client.send("idle-sidecar", b"via the sidecar").result(30)
+                assert (delivery.topic, delivery.offset) == ("idle-sidecar", 0)
+                (record,) = consume_all(broker.bootstrap, "idle-sidecar", 1, timeout=60)
+                assert record[3] == b"via the sidecar"
+
+                confluent_produce(broker.bootstrap, "idle-direct", [Msg(b"k", b"direct")])
+                (got,) = confluent_consume(broker.bootstrap, "idle-direct", 1)
+                assert (got.key, got.value) == (b"k", b"direct")
+            finally:
+                stop(process, log)
+
+
+def test_up_without_any_config_routes_every_stream_to_its_own_topic(tmp_path, sock_dir):
+    """No -c and no ./sidecar.yaml: the built-in default sends any stream to the topic of
+    the same name (a file without `default_route:` refuses unlisted streams instead)."""
+    sock = os.path.join(sock_dir, "bare.sock")
+    with open(tmp_path / "up.log", "wb") as log:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "databus.cli", "up", "--socket", sock, "--metrics-listen",
+             "127.0.0.1:0", "--data-dir", "data", "--kafka-listen", "127.0.0.1:0"],
+            stdout=log, stderr=subprocess.STDOUT, cwd=tmp_path,
+        )
+        try:
+            wait_for(lambda: "databus is up" in (tmp_path / "up.log").read_text(),
+                     "databus up started")
+            text = (tmp_path / "up.log").read_text()
+            assert "* → {stream}" in text
+            bootstrap = re.search(r"Kafka listener\s+(\S+:\d+)", text).group(1)
+            with Client(sock) as client:
+                deliveries = [client.send(name, name.encode()).result(30)
+                              for name in ("anything", "page-views")]
+            assert [d.topic for d in deliveries] == ["anything", "page-views"]
+            (record,) = consume_all(bootstrap, "page-views", 1, timeout=60)
+            assert record[3] == b"page-views"
+        finally:
+            stop(process, log)
