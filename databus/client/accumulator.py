@@ -25,8 +25,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from ..protocol.records import HEADER_SIZE, MAX_RECORD_OVERHEAD, BatchBuilder
-
-TopicPartition = tuple[str, int]
+from ..protocol.types import TopicPartition
 
 BATCH_OVERHEAD = HEADER_SIZE
 

@@ -30,6 +30,7 @@ from typing import Any
 
 import trio
 
+from ..protocol.types import TopicPartition
 from . import errors
 from .cluster import Cluster
 from .config import ConsumerConfig
@@ -39,8 +40,6 @@ from .offsets import EARLIEST, LATEST, list_offsets
 from .subscription import SubscriptionState
 
 log = logging.getLogger(__name__)
-
-TopicPartition = tuple[str, int]
 
 __all__ = ["Consumer", "ConsumerRecord"]
 
