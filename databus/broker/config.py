@@ -12,6 +12,8 @@ from collections.abc import Iterable
 
 from pydantic import AliasChoices, BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from databus.protocol.addresses import parse_host_port
+
 LONG_MAX = 2**63 - 1
 
 
@@ -19,13 +21,19 @@ class BrokerConfigError(ValueError):
     """A broker option is unknown or has a bad value; the message is one line for the user."""
 
 
-def split_host_port(value: str) -> tuple[str, int]:
-    """``HOST:PORT`` (or ``PLAINTEXT://HOST:PORT``, or ``[v6]:PORT``) -> (host, port)."""
-    text = value.split("://", 1)[-1].split(",", 1)[0]
-    host, sep, port = text.rpartition(":")
-    if not sep or not port.isdigit() or not 0 <= int(port) <= 65535:
-        raise ValueError(f"expected HOST:PORT, got {value!r}")
-    return host.strip("[]"), int(port)
+def first_listener(value: str, *, advertised: bool = False) -> tuple[str, int]:
+    """(host, port) of the first entry of a Kafka listener list (``PLAINTEXT://:9092,...``).
+
+    The broker serves one plaintext listener, the first.  An empty host listens on every
+    interface (Kafka's meaning) and port 0 on a free port; an advertised listener is where
+    clients connect, so it needs both a host and a real port.
+    """
+    return parse_host_port(
+        value.split(",", 1)[0],
+        allow_port_zero=not advertised,
+        require_host=advertised,
+        what="advertised.listeners" if advertised else "listeners",
+    )
 
 
 class BrokerConfig(BaseModel):
@@ -163,11 +171,17 @@ class BrokerConfig(BaseModel):
             raise ValueError("must be delete, compact or compact,delete")
         return ",".join(parts)
 
-    @field_validator("listeners", "advertised_listeners")
+    @field_validator("listeners")
     @classmethod
-    def _host_port(cls, value: str | None) -> str | None:
+    def _listeners(cls, value: str) -> str:
+        first_listener(value)
+        return value
+
+    @field_validator("advertised_listeners")
+    @classmethod
+    def _advertised_listeners(cls, value: str | None) -> str | None:
         if value is not None:
-            split_host_port(value)
+            first_listener(value, advertised=True)
         return value
 
     @classmethod
@@ -223,7 +237,7 @@ class BrokerConfig(BaseModel):
 
     @property
     def listen_address(self) -> tuple[str, int]:
-        return split_host_port(self.listeners)
+        return first_listener(self.listeners)
 
     def topic_defaults(self) -> dict[str, str]:
         """Topic-level config derived from the broker's ``log.*`` settings (Kafka's mapping)."""

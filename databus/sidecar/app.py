@@ -28,6 +28,7 @@ import databus
 from databus.config import EMBEDDED_CLUSTER, ConfigError, DatabusConfig
 from databus.plugins import PluginError, PluginManager, get_plugin_manager
 from databus.protocol import sidecar_wire as wire
+from databus.protocol.addresses import parse_host_port
 
 from .budget import ByteBudget
 from .ingress import Connection
@@ -203,7 +204,7 @@ class Sidecar:
         try:
             tcp = None
             if settings.tcp_listen:
-                host, port = _split(settings.tcp_listen)
+                host, port = parse_host_port(settings.tcp_listen, allow_port_zero=True)
                 tcp_listeners = await trio.open_tcp_listeners(port, host=host)
                 listeners += tcp_listeners
                 tcp = tcp_listeners[0].socket.getsockname()[:2]
@@ -238,7 +239,7 @@ class Sidecar:
         settings = self.config.sidecar
         metrics_addr = None
         if settings.metrics_listen:
-            host, port = _split(settings.metrics_listen)
+            host, port = parse_host_port(settings.metrics_listen, allow_port_zero=True)
             metrics_addr = await ingress.start(serve_http, self.metrics, host, port, self.healthy)
         if self.config_path is not None:
             from .reload import watch_config
@@ -292,11 +293,6 @@ async def _quiet_flush(producer) -> None:
         await producer.flush()
     except Exception:
         pass  # each message's own report carries its error
-
-
-def _split(address: str) -> tuple[str, int]:
-    host, _, port = address.rpartition(":")
-    return host.strip("[]"), int(port)
 
 
 async def _unix_listener(path: str, mode: int) -> trio.SocketListener:

@@ -95,6 +95,7 @@ async def _main(path, config, with_broker: bool) -> int:
     from databus.config import ConfigError
     from databus.gc_tuning import tune_for_service
     from databus.plugins import PluginError, get_plugin_manager
+    from databus.protocol.addresses import format_host_port
 
     from .app import Sidecar
     from .embedded_broker import BrokerExited, run_broker_process
@@ -111,7 +112,7 @@ async def _main(path, config, with_broker: bool) -> int:
                     host, port, _process = await nursery.start(
                         run_broker_process, config.broker
                     )
-                    broker_address = f"{host}:{port}"
+                    broker_address = format_host_port(host, port)
                 sidecar = Sidecar(
                     config, plugin_manager=pm, embedded_bootstrap=broker_address,
                     config_path=path,
