@@ -21,6 +21,7 @@ from typing import Any, Mapping
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from databus.protocol import defaults
 from databus.protocol.addresses import parse_host_port, parse_host_port_list
 
 # The app-facing defaults live with the wire format (the SDK must not import pydantic);
@@ -73,7 +74,7 @@ class SidecarSettings(_Model):
         "null disables it.",
     )
     buffer_memory: int = Field(
-        33554432,
+        defaults.BUFFER_MEMORY,
         alias="buffer.memory",
         gt=0,
         description="Bytes of message data (key + value + headers) the sidecar holds before "

@@ -27,6 +27,7 @@ from typing import Any
 import trio
 
 from .. import __version__
+from ..protocol.defaults import REQUEST_TIMEOUT_MS
 from ..protocol.framing import FrameBuffer, FramingError, decode_response, encode_request
 from . import errors
 from .messages import build_request
@@ -95,7 +96,7 @@ class BrokerConnection:
         *,
         node_id: int = -1,
         client_id: str = "databus",
-        request_timeout_ms: int = 30000,
+        request_timeout_ms: int = REQUEST_TIMEOUT_MS,
         connect_timeout_ms: int = 10000,
     ) -> None:
         self.host, self.port, self.node_id = host, port, node_id

@@ -51,6 +51,7 @@ from .codecs import (  # noqa: F401  (re-exported: the codec ids belong to the b
     compress,
     decompress,
 )
+from .defaults import BATCH_SIZE
 from .varint import (
     ZIGZAG_BYTES,
     ZIGZAG_ONE_BYTE,
@@ -323,7 +324,7 @@ class BatchBuilder:
         self,
         *,
         codec: int = CODEC_NONE,
-        batch_size: int = 16384,
+        batch_size: int = BATCH_SIZE,
         base_offset: int = 0,
         producer_id: int = NO_PRODUCER_ID,
         producer_epoch: int = -1,

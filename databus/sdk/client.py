@@ -33,6 +33,7 @@ import msgpack
 
 import databus
 from databus.protocol import sidecar_wire as wire
+from databus.protocol.defaults import MAX_BLOCK_MS
 
 from .errors import (
     BufferExhaustedError,
@@ -237,7 +238,7 @@ class Client:
         self.max_frame_bytes = int(hello.get("max_frame_bytes", wire.DEFAULT_MAX_FRAME_BYTES))
         self.max_block_ms = (
             self._max_block_override if self._max_block_override is not None
-            else int(hello.get("max_block_ms", 60000))
+            else int(hello.get("max_block_ms", MAX_BLOCK_MS))
         )
 
     def _connect(self, address, timeout: float) -> socket.socket:
