@@ -27,8 +27,9 @@ from typing import Any, NamedTuple
 import trio
 
 from ..protocol.codecs import CODEC_BY_NAME
+from ..protocol.records import record_size_upper_bound
 from . import errors
-from .accumulator import DeliverySink, ProducerBatch, RecordAccumulator, estimate_record_size
+from .accumulator import DeliverySink, ProducerBatch, RecordAccumulator
 from .cluster import Cluster
 from .config import ProducerConfig
 from .partitioners import PARTITIONERS, Partitioner
@@ -262,7 +263,7 @@ class Producer:
         if key is not None and type(key) is not bytes:
             key = _as_payload(key, "key")
         headers = _normalize_headers(headers) if headers else ()
-        size = estimate_record_size(key, value, headers)
+        size = record_size_upper_bound(key, value, headers)
         cfg = self.config
         if size > self._max_record_size:
             raise errors.MessageTooLargeError(
@@ -315,7 +316,7 @@ class Producer:
 
     @property
     def max_record_size(self) -> int:
-        """Largest record (estimate_record_size) that send and send_batch take."""
+        """Largest record (by record_size_upper_bound) that send and send_batch take."""
         return self._max_record_size
 
     def cached_partitions(self, topic: str) -> list[int] | None:

@@ -276,15 +276,20 @@ def _encode_headers(headers) -> bytes:
     return b"".join(parts)
 
 
-def _headers_size(headers) -> int:
-    return len(_encode_headers(headers)) if headers else 1
+def record_size_upper_bound(key, value, headers=()) -> int:
+    """The most bytes this record can take encoded in a RecordBatch v2 (uncompressed, batch
+    header not included), whatever its timestamp and offset delta.
 
-
-def estimate_size_in_bytes(key, value, headers=()) -> int:
-    """Upper bound of a batch holding only this record (the producer's max.request.size check)."""
-    size = HEADER_SIZE + MAX_RECORD_OVERHEAD + _headers_size(headers)
+    Nothing is encoded, so producers check it per record against max.request.size and
+    buffer.memory before encoding: every varint is counted at its widest (5 bytes, 10 for
+    the timestamp delta) and a header name at 4 bytes per character (UTF-8's most).
+    """
+    size = MAX_RECORD_OVERHEAD + 5  # + the header count
     size += 1 if key is None else len(key) + 5
     size += 1 if value is None else len(value) + 5
+    if headers:
+        for name, data in headers:
+            size += 5 + 4 * len(name) + (1 if data is None else len(data) + 5)
     return size
 
 
@@ -361,8 +366,8 @@ class BatchBuilder:
         self._payload: bytes | None = None
 
     @property
-    def size_estimate(self) -> int:
-        """Bytes of the batch so far before compression, header included."""
+    def uncompressed_size(self) -> int:
+        """Bytes of the batch so far before compression, header included (exact)."""
         return self._size
 
     @property
