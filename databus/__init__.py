@@ -16,7 +16,8 @@ are imported lazily so that ``databus --help`` and the broker do not pay for the
 __version__ = "0.1.0"
 
 _SDK_NAMES = {
-    "AsyncClient", "Client", "Delivery", "DeliveryFuture", "DatabusError", "BufferExhaustedError",
+    "AsyncClient", "Client", "ClientStatistics", "Delivery", "DeliveryFuture", "DatabusError",
+    "BufferExhaustedError",
     "DeliveryError", "MessageTooLargeError", "PluginFailedError", "ProtocolError",
     "ShuttingDownError", "SidecarUnavailableError", "UnknownStreamError",
 }

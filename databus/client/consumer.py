@@ -26,6 +26,7 @@ import contextlib
 import logging
 import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import trio
@@ -41,7 +42,18 @@ from .subscription import SubscriptionState
 
 log = logging.getLogger(__name__)
 
-__all__ = ["Consumer", "ConsumerRecord"]
+__all__ = ["Consumer", "ConsumerRecord", "ConsumerStatistics"]
+
+
+@dataclass(frozen=True)
+class ConsumerStatistics:
+    """``Consumer.statistics()``: a snapshot."""
+
+    assigned_partitions: int
+    buffered_records: int  # fetched, not yet returned by poll
+    fetches_in_flight: int
+    member_id: str | None  # None without a group
+    generation_id: int | None
 
 
 class Consumer:
@@ -438,13 +450,13 @@ class Consumer:
 
         self._nursery.start_soon(run)
 
-    def statistics(self) -> dict[str, Any]:
-        return {
-            "assigned_partitions": len(self._subscriptions.partitions),
-            "buffered_records": sum(
+    def statistics(self) -> ConsumerStatistics:
+        return ConsumerStatistics(
+            assigned_partitions=len(self._subscriptions.partitions),
+            buffered_records=sum(
                 len(f.records) - f.index for f in self._fetcher.buffer.values()
             ),
-            "fetches_in_flight": len(self._fetcher.in_flight_nodes),
-            "member_id": self._group.member_id if self._group else None,
-            "generation_id": self._group.generation_id if self._group else None,
-        }
+            fetches_in_flight=len(self._fetcher.in_flight_nodes),
+            member_id=self._group.member_id if self._group else None,
+            generation_id=self._group.generation_id if self._group else None,
+        )

@@ -22,6 +22,7 @@ import logging
 import math
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 import trio
@@ -46,6 +47,31 @@ class RecordMetadata(NamedTuple):
     partition: int
     offset: int
     timestamp: int
+
+
+@dataclass(frozen=True)
+class ProducerStatistics:
+    """``Producer.statistics()``: a snapshot, figures since the producer started
+    (docs/operations.md describes each; the sidecar exports them as gauges)."""
+
+    batches_delivered: int
+    batch_size_avg: float  # bytes per batch as sent (header + compressed records)
+    batch_size_max: int
+    records_per_batch_avg: float
+    compression_rate_avg: float  # compressed / uncompressed bytes, Kafka's compression-rate-avg
+    buffered_bytes: int
+    buffer_memory: int
+    queued_batches: int
+    in_flight_requests: int
+    in_flight_batches: int
+    incomplete_records: int
+    delivered_records: int
+    failed_records: int
+    producer_id: int  # -1 without idempotence
+    retries: int
+    brokers: int
+    connections: int
+    connections_opened: int
 
 
 class DeliveryFuture:
@@ -413,7 +439,7 @@ class Producer:
             parts = await self._cluster.wait_for_topic(topic, self.config.max_block_ms / 1000)
         return parts
 
-    def statistics(self) -> dict[str, Any]:
+    def statistics(self) -> ProducerStatistics:
         """A snapshot: delivered batches (count, average and largest size in bytes as sent,
         records per batch, compressed/uncompressed ratio), buffered bytes, queued batches,
         in-flight requests, pending records..."""
@@ -421,26 +447,25 @@ class Producer:
         sender = self._sender
         state = sender.idempotence
         batches = sender.batches_delivered
-        return {
-            "batches_delivered": batches,
-            "batch_size_avg": sender.batch_bytes / batches if batches else 0.0,
-            "batch_size_max": sender.batch_bytes_max,
-            "records_per_batch_avg": self.delivered / batches if batches else 0.0,
-            # compressed / uncompressed bytes, as Kafka's compression-rate-avg
-            "compression_rate_avg": (
+        return ProducerStatistics(
+            batches_delivered=batches,
+            batch_size_avg=sender.batch_bytes / batches if batches else 0.0,
+            batch_size_max=sender.batch_bytes_max,
+            records_per_batch_avg=self.delivered / batches if batches else 0.0,
+            compression_rate_avg=(
                 sender.batch_bytes / sender.batch_bytes_uncompressed if batches else 1.0
             ),
-            "buffered_bytes": acc.buffered_bytes,
-            "buffer_memory": acc.buffer_memory,
-            "queued_batches": acc.queued_batches,
-            "in_flight_requests": sum(self._sender.in_flight.values()),
-            "in_flight_batches": len(self._sender.in_flight_batches),
-            "incomplete_records": self._incomplete,
-            "delivered_records": self.delivered,
-            "failed_records": self.failed,
-            "producer_id": state.producer_id if state else -1,
-            "retries": self._sender.retries,
-            "brokers": len(self._cluster.brokers),
-            "connections": len(self._cluster.connected_nodes()),
-            "connections_opened": self._cluster.connections_opened,
-        }
+            buffered_bytes=acc.buffered_bytes,
+            buffer_memory=acc.buffer_memory,
+            queued_batches=acc.queued_batches,
+            in_flight_requests=sum(self._sender.in_flight.values()),
+            in_flight_batches=len(self._sender.in_flight_batches),
+            incomplete_records=self._incomplete,
+            delivered_records=self.delivered,
+            failed_records=self.failed,
+            producer_id=state.producer_id if state else -1,
+            retries=self._sender.retries,
+            brokers=len(self._cluster.brokers),
+            connections=len(self._cluster.connected_nodes()),
+            connections_opened=self._cluster.connections_opened,
+        )

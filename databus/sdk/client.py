@@ -27,6 +27,7 @@ import selectors
 import socket
 import threading
 import time
+from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Mapping, NamedTuple
 
 import msgpack
@@ -67,6 +68,18 @@ class Delivery(NamedTuple):
     @property
     def dropped(self) -> bool:
         return self.partition == -1 and self.offset == -1
+
+
+@dataclass(frozen=True)
+class ClientStatistics:
+    """``Client.statistics()``: a snapshot of this client's messages."""
+
+    pending_reports: int  # sent and not answered yet
+    # answered so far, by outcome: for apps that send without keeping the futures, as Kafka
+    # apps send with a counting delivery callback
+    delivered: int
+    failed: int
+    buffered_bytes: int  # not yet written to the sidecar
 
 
 class DeliveryFuture:
@@ -407,17 +420,15 @@ class Client:
     def __exit__(self, *exc_info) -> None:
         self.close()
 
-    def statistics(self) -> dict[str, int]:
-        """``pending_reports``: messages sent and not answered yet; ``delivered`` and
-        ``failed``: messages answered so far, by outcome (for apps that send without
-        keeping the futures, as Kafka apps send with a counting delivery callback);
-        ``buffered_bytes``: bytes not yet written to the sidecar."""
-        return {
-            "pending_reports": len(self._futures),
-            "delivered": self._delivered,
-            "failed": self._failed,
-            "buffered_bytes": self._buffered,
-        }
+    def statistics(self) -> ClientStatistics:
+        """A snapshot: ``pending_reports``, ``delivered``, ``failed``, ``buffered_bytes``
+        (see ClientStatistics)."""
+        return ClientStatistics(
+            pending_reports=len(self._futures),
+            delivered=self._delivered,
+            failed=self._failed,
+            buffered_bytes=self._buffered,
+        )
 
     # --- waiting ----------------------------------------------------------------------------
 
