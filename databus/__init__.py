@@ -9,19 +9,21 @@ The app-facing SDK::
         delivery = future.result(timeout=10)      # Delivery(topic, partition, offset, timestamp)
 
 asyncio apps use ``databus.AsyncClient`` (``await client.send_and_wait(...)``).  Errors are
-``databus.DatabusError`` subclasses carrying the sidecar's code.  The SDK names
-are imported lazily so that ``databus --help`` and the broker do not pay for them.
+``databus.DatabusError`` subclasses carrying the sidecar's code.  Plugin authors decorate
+their hooks with ``databus.hookimpl`` (docs/plugins.md).  These names are imported lazily,
+so that ``databus --help`` and the broker do not pay for the SDK, nor apps for pluggy.
 """
 
 __version__ = "0.1.0"
 
 _SDK_NAMES = {
-    "AsyncClient", "Client", "Delivery", "DeliveryFuture", "DatabusError", "BufferExhaustedError",
+    "AsyncClient", "Client", "ClientStatistics", "Delivery", "DeliveryFuture", "DatabusError",
+    "BufferExhaustedError",
     "DeliveryError", "MessageTooLargeError", "PluginFailedError", "ProtocolError",
     "ShuttingDownError", "SidecarUnavailableError", "UnknownStreamError",
 }
 
-__all__ = ["__version__", *sorted(_SDK_NAMES)]
+__all__ = ["__version__", "hookimpl", *sorted(_SDK_NAMES)]
 
 
 def __getattr__(name: str):
@@ -29,6 +31,10 @@ def __getattr__(name: str):
         from . import sdk
 
         return getattr(sdk, name)
+    if name == "hookimpl":
+        from .hookspecs import hookimpl
+
+        return hookimpl
     raise AttributeError(f"module 'databus' has no attribute {name!r}")
 
 

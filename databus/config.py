@@ -21,6 +21,9 @@ from typing import Any, Mapping
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from databus.protocol import defaults
+from databus.protocol.addresses import parse_host_port, parse_host_port_list
+
 # The app-facing defaults live with the wire format (the SDK must not import pydantic);
 # re-exported here, where the sidecar's own settings are.
 from databus.protocol.sidecar_wire import (  # noqa: F401
@@ -40,16 +43,9 @@ class ConfigError(ValueError):
     """sidecar.yaml (or a flag) is invalid; the message names every problem and where."""
 
 
-def _host_port(value: str, field: str) -> str:
-    host, sep, port = value.rpartition(":")
-    if not sep or not host or not port.isdigit() or not 0 <= int(port) <= 65535:
-        raise ValueError(f"{field} must be HOST:PORT, got {value!r}")
-    return value
-
-
-def split_host_port(value: str) -> tuple[str, int]:
-    host, _, port = value.rpartition(":")
-    return host.strip("[]"), int(port)
+def _listen_address(value: str, field: str) -> tuple[str, int]:
+    """The sidecar's listeners: a host is required, port 0 picks a free port."""
+    return parse_host_port(value, allow_port_zero=True, require_host=True, what=field)
 
 
 class _Model(BaseModel):
@@ -78,7 +74,7 @@ class SidecarSettings(_Model):
         "null disables it.",
     )
     buffer_memory: int = Field(
-        33554432,
+        defaults.BUFFER_MEMORY,
         alias="buffer.memory",
         gt=0,
         description="Bytes of message data (key + value + headers) the sidecar holds before "
@@ -120,8 +116,7 @@ class SidecarSettings(_Model):
     def _loopback(cls, v: str | None) -> str | None:
         if v is None:
             return v
-        _host_port(v, "tcp_listen")
-        host, _ = split_host_port(v)
+        host, _ = _listen_address(v, "tcp_listen")
         if host != "localhost":
             try:
                 loopback = ipaddress.ip_address(host).is_loopback
@@ -134,7 +129,9 @@ class SidecarSettings(_Model):
     @field_validator("metrics_listen")
     @classmethod
     def _metrics(cls, v: str | None) -> str | None:
-        return None if v is None else _host_port(v, "metrics_listen")
+        if v is not None:
+            _listen_address(v, "metrics_listen")
+        return v
 
     @property
     def socket_mode_int(self) -> int:
@@ -151,6 +148,12 @@ class ClusterConfig(BaseModel):
         alias="bootstrap.servers",
         description="Comma-separated HOST:PORT list of the cluster's brokers.",
     )
+
+    @field_validator("bootstrap_servers")
+    @classmethod
+    def _bootstrap(cls, v: str) -> str:
+        parse_host_port_list(v, what="bootstrap.servers")
+        return v
 
     @property
     def producer_settings(self) -> dict[str, Any]:
@@ -204,7 +207,8 @@ class EmbeddedBrokerConfig(_Model):
     @field_validator("listen")
     @classmethod
     def _listen(cls, v: str) -> str:
-        return _host_port(v, "broker.listen")
+        _listen_address(v, "broker.listen")
+        return v
 
 
 class DatabusConfig(_Model):

@@ -18,7 +18,10 @@ from __future__ import annotations
 
 import pluggy
 
-hookspec = pluggy.HookspecMarker("databus")
+PROJECT_NAME = "databus"  # pluggy's project name: the markers and the plugin manager share it
+hookspec = pluggy.HookspecMarker(PROJECT_NAME)
+# What plugin authors decorate their hook functions with, as ``from databus import hookimpl``.
+hookimpl = pluggy.HookimplMarker(PROJECT_NAME)
 
 
 @hookspec(firstresult=True)

@@ -52,7 +52,7 @@ class PluginManager(pluggy.PluginManager):
     """pluggy's manager plus the load failures and per-plugin calls described above."""
 
     def __init__(self) -> None:
-        super().__init__("databus")
+        super().__init__(hookspecs.PROJECT_NAME)
         self.add_hookspecs(hookspecs)
         self.failures: dict[str, str] = {}
         self._dists: dict[str, tuple[str | None, str | None]] = {}

@@ -19,11 +19,9 @@ import json
 import random
 
 import msgpack
-import pluggy
 
+from databus import hookimpl
 from databus.client.partitioners import PARTITIONERS, murmur2_partition
-
-hookimpl = pluggy.HookimplMarker("databus")
 
 FIELD_FORMATS = ("auto", "json", "msgpack")
 

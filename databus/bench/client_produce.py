@@ -44,7 +44,7 @@ async def produce_ours(bootstrap: str, topic: str, records: int, record_size: in
             last = await send(topic, value)
         await producer.flush()
         seconds = trio.current_time() - start
-        failures = producer.statistics()["failed_records"]
+        failures = producer.statistics().failed_records
     if failures or last is None or last.exception() is not None:
         raise RuntimeError(f"{failures} records failed")
     return seconds

@@ -64,15 +64,15 @@ def raw_fetch_all(bootstrap: str, topic: str, partitions: int, records: int) -> 
     import sys
 
     from databus.broker.api import build
+    from databus.protocol.addresses import parse_host_port
     from databus.protocol.framing import decode_response, encode_request, request_schema
     from databus.protocol.records import iter_headers
 
     version = 11
     schema = request_schema(1, version)
     module = sys.modules[schema.__module__]
-    host, port = bootstrap.rsplit(":", 1)
     offsets = dict.fromkeys(range(partitions), 0)
-    with socket.create_connection((host, int(port))) as sock:
+    with socket.create_connection(parse_host_port(bootstrap)) as sock:
         reader = sock.makefile("rb", buffering=1 << 20)
         seen = 0
         start = time.perf_counter()

@@ -75,13 +75,14 @@ async def _measure(bootstrap: str, args) -> list[Row]:
     import trio
 
     from databus.client.connection import BrokerConnection
+    from databus.protocol.addresses import parse_host_port
 
-    host, port = bootstrap.rsplit(":", 1)
+    host, port = parse_host_port(bootstrap)
     rows: list[Row] = []
     async with trio.open_nursery() as nursery:
         connections = []
         for i in range(max(args.connections, args.members)):
-            conn = BrokerConnection(host, int(port), client_id=f"bench-{i}",
+            conn = BrokerConnection(host, port, client_id=f"bench-{i}",
                                     request_timeout_ms=120_000)
             await conn.connect(nursery)
             connections.append(conn)

@@ -151,6 +151,7 @@ def raw_produce(bootstrap: str, topic: str, partitions: int, records: int, recor
     import sys
 
     from databus.broker.api import build
+    from databus.protocol.addresses import parse_host_port
     from databus.protocol.framing import decode_response, encode_request, request_schema
     from databus.protocol.records import build_batch
 
@@ -167,9 +168,8 @@ def raw_produce(bootstrap: str, topic: str, partitions: int, records: int, recor
         ), p, "bench-raw")
         for p in range(partitions)
     ]
-    host, port = bootstrap.rsplit(":", 1)
     batches = -(-records // per_batch)
-    with socket.create_connection((host, int(port))) as sock:
+    with socket.create_connection(parse_host_port(bootstrap)) as sock:
         reader = sock.makefile("rb", buffering=1 << 16)
         start = time.perf_counter()
         sent = answered = 0

@@ -82,7 +82,7 @@ def measure(path: str, messages: int, size: int, keep: bool) -> tuple[float, flo
         client.flush(300)
         elapsed, used = time.perf_counter() - start, time.process_time() - cpu
         stats = client.statistics()
-        assert stats["delivered"] == messages + 1 and stats["pending_reports"] == 0, stats
+        assert stats.delivered == messages + 1 and stats.pending_reports == 0, stats
         if keep:
             assert futures[-1].result().offset == messages  # the warm-up took offset 0
     return elapsed, used

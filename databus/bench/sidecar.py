@@ -159,7 +159,7 @@ def run_sdk(socket_path: str, args, topic: str, cpu) -> dict:
         # As the librdkafka path below: send without keeping each future (Kafka apps count
         # failures in a delivery callback; the SDK counts them in statistics()).
         send = client.send
-        failed_before = client.statistics()["failed"]
+        failed_before = client.statistics().failed
         before = cpu()
         start = time.perf_counter()
         for i in range(args.messages):
@@ -167,7 +167,7 @@ def run_sdk(socket_path: str, args, topic: str, cpu) -> dict:
         client.flush(300)
         elapsed = time.perf_counter() - start
         used = cpu_delta(before, cpu())
-        failed = client.statistics()["failed"] - failed_before
+        failed = client.statistics().failed - failed_before
 
         def send(i: int, done) -> None:
             client.send(topic, value, keys[i % nkeys]).add_done_callback(

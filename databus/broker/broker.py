@@ -23,7 +23,7 @@ import trio
 
 from databus.storage.errors import UnknownTopicError
 
-from .config import BrokerConfig, split_host_port
+from .config import BrokerConfig, first_listener
 from .durability import GroupCommit
 from .notify import AppendNotifier
 
@@ -89,13 +89,13 @@ class Broker:
     @property
     def advertised_host(self) -> str:
         if self._advertised:
-            return split_host_port(self._advertised)[0]
+            return first_listener(self._advertised, advertised=True)[0]
         return self.host if self.host not in ("", "0.0.0.0", "::") else "127.0.0.1"
 
     @property
     def advertised_port(self) -> int:
         if self._advertised:
-            return split_host_port(self._advertised)[1]
+            return first_listener(self._advertised, advertised=True)[1]
         return self.port
 
     # -- storage lifecycle ----------------------------------------------------------------

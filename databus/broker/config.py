@@ -12,20 +12,27 @@ from collections.abc import Iterable
 
 from pydantic import AliasChoices, BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-LONG_MAX = 2**63 - 1
+from databus.protocol import defaults
+from databus.protocol.addresses import parse_host_port
 
 
 class BrokerConfigError(ValueError):
     """A broker option is unknown or has a bad value; the message is one line for the user."""
 
 
-def split_host_port(value: str) -> tuple[str, int]:
-    """``HOST:PORT`` (or ``PLAINTEXT://HOST:PORT``, or ``[v6]:PORT``) -> (host, port)."""
-    text = value.split("://", 1)[-1].split(",", 1)[0]
-    host, sep, port = text.rpartition(":")
-    if not sep or not port.isdigit() or not 0 <= int(port) <= 65535:
-        raise ValueError(f"expected HOST:PORT, got {value!r}")
-    return host.strip("[]"), int(port)
+def first_listener(value: str, *, advertised: bool = False) -> tuple[str, int]:
+    """(host, port) of the first entry of a Kafka listener list (``PLAINTEXT://:9092,...``).
+
+    The broker serves one plaintext listener, the first.  An empty host listens on every
+    interface (Kafka's meaning) and port 0 on a free port; an advertised listener is where
+    clients connect, so it needs both a host and a real port.
+    """
+    return parse_host_port(
+        value.split(",", 1)[0],
+        allow_port_zero=not advertised,
+        require_host=advertised,
+        what="advertised.listeners" if advertised else "listeners",
+    )
 
 
 class BrokerConfig(BaseModel):
@@ -64,7 +71,7 @@ class BrokerConfig(BaseModel):
         "`__` topics).",
     )
     message_max_bytes: int = Field(
-        1048588, alias="message.max.bytes", ge=0,
+        defaults.MESSAGE_MAX_BYTES, alias="message.max.bytes", ge=0,
         description="Largest record batch the broker accepts (topic override: "
         "`max.message.bytes`).",
     )
@@ -79,21 +86,21 @@ class BrokerConfig(BaseModel):
         "(the first batch is always sent whole, even if larger).",
     )
     log_segment_bytes: int = Field(
-        1073741824, alias="log.segment.bytes", ge=14,
+        defaults.LOG_SEGMENT_BYTES, alias="log.segment.bytes", ge=14,
         description="Roll a new segment when the active one reaches this size (topic: "
         "`segment.bytes`).",
     )
     log_roll_ms: int = Field(
-        604800000, alias="log.roll.ms", ge=1,
+        defaults.LOG_ROLL_MS, alias="log.roll.ms", ge=1,
         description="Roll a new segment when the active one is this old (topic: `segment.ms`).",
     )
     log_retention_ms: int = Field(
-        604800000, alias="log.retention.ms", ge=-1,
+        defaults.LOG_RETENTION_MS, alias="log.retention.ms", ge=-1,
         description="Delete segments whose newest record is older than this; -1 keeps "
         "forever (topic: `retention.ms`).",
     )
     log_retention_bytes: int = Field(
-        -1, alias="log.retention.bytes", ge=-1,
+        defaults.LOG_RETENTION_BYTES, alias="log.retention.bytes", ge=-1,
         description="Delete the oldest segments while a partition is larger than this; -1 "
         "= no limit (topic: `retention.bytes`).",
     )
@@ -102,12 +109,12 @@ class BrokerConfig(BaseModel):
         description="How often retention (and compaction of compacted topics) runs.",
     )
     log_cleanup_policy: str = Field(
-        "delete", alias="log.cleanup.policy",
+        defaults.LOG_CLEANUP_POLICY, alias="log.cleanup.policy",
         description="`delete` or `compact` (or `compact,delete`) for topics that do not say "
         "(topic: `cleanup.policy`).",
     )
     log_flush_interval_messages: int = Field(
-        LONG_MAX, alias="log.flush.interval.messages", ge=1,
+        defaults.LOG_FLUSH_INTERVAL_MESSAGES, alias="log.flush.interval.messages", ge=1,
         description="fsync a partition after this many unflushed messages (topic: "
         "`flush.messages`). acks=all produces are fsynced regardless (group commit).",
     )
@@ -121,36 +128,39 @@ class BrokerConfig(BaseModel):
         description="How often the flusher checks partitions against flush.messages/flush.ms.",
     )
     log_flush_offset_checkpoint_interval_ms: int = Field(
-        60000, alias="log.flush.offset.checkpoint.interval.ms", ge=1,
+        defaults.LOG_FLUSH_OFFSET_CHECKPOINT_INTERVAL_MS,
+        alias="log.flush.offset.checkpoint.interval.ms", ge=1,
         description="How often the recovery points and log start offsets are checkpointed "
         "(a shorter interval means less to re-validate after a crash).",
     )
     group_initial_rebalance_delay_ms: int = Field(
-        3000, alias="group.initial.rebalance.delay.ms", ge=0,
+        defaults.GROUP_INITIAL_REBALANCE_DELAY_MS, alias="group.initial.rebalance.delay.ms",
+        ge=0,
         description="How long a new consumer group waits for more members before its first "
         "rebalance completes.",
     )
     offsets_topic_num_partitions: int = Field(
-        50, alias="offsets.topic.num.partitions", ge=1,
+        defaults.OFFSETS_TOPIC_NUM_PARTITIONS, alias="offsets.topic.num.partitions", ge=1,
         description="Partitions of the internal `__consumer_offsets` topic (fixed once "
         "created).",
     )
     offsets_retention_minutes: int = Field(
-        10080, alias="offsets.retention.minutes", ge=1,
+        defaults.OFFSETS_RETENTION_MINUTES, alias="offsets.retention.minutes", ge=1,
         description="Committed offsets of a group are dropped this long after the group "
         "became empty (KIP-211).",
     )
     offsets_retention_check_interval_ms: int = Field(
-        600_000, alias="offsets.retention.check.interval.ms", ge=1,
+        defaults.OFFSETS_RETENTION_CHECK_INTERVAL_MS,
+        alias="offsets.retention.check.interval.ms", ge=1,
         description="How often expired committed offsets and empty groups are looked for.",
     )
     group_min_session_timeout_ms: int = Field(
-        6000, alias="group.min.session.timeout.ms", ge=1,
+        defaults.GROUP_MIN_SESSION_TIMEOUT_MS, alias="group.min.session.timeout.ms", ge=1,
         description="Smallest session timeout a consumer may ask for in JoinGroup; a smaller "
         "one gets INVALID_SESSION_TIMEOUT.",
     )
     group_max_session_timeout_ms: int = Field(
-        1_800_000, alias="group.max.session.timeout.ms", ge=1,
+        defaults.GROUP_MAX_SESSION_TIMEOUT_MS, alias="group.max.session.timeout.ms", ge=1,
         description="Largest session timeout a consumer may ask for in JoinGroup; a larger "
         "one gets INVALID_SESSION_TIMEOUT.",
     )
@@ -163,11 +173,17 @@ class BrokerConfig(BaseModel):
             raise ValueError("must be delete, compact or compact,delete")
         return ",".join(parts)
 
-    @field_validator("listeners", "advertised_listeners")
+    @field_validator("listeners")
     @classmethod
-    def _host_port(cls, value: str | None) -> str | None:
+    def _listeners(cls, value: str) -> str:
+        first_listener(value)
+        return value
+
+    @field_validator("advertised_listeners")
+    @classmethod
+    def _advertised_listeners(cls, value: str | None) -> str | None:
         if value is not None:
-            split_host_port(value)
+            first_listener(value, advertised=True)
         return value
 
     @classmethod
@@ -223,7 +239,7 @@ class BrokerConfig(BaseModel):
 
     @property
     def listen_address(self) -> tuple[str, int]:
-        return split_host_port(self.listeners)
+        return first_listener(self.listeners)
 
     def topic_defaults(self) -> dict[str, str]:
         """Topic-level config derived from the broker's ``log.*`` settings (Kafka's mapping)."""

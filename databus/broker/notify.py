@@ -8,8 +8,14 @@ one of its partitions (or its max_wait deadline), then re-reads.
 from __future__ import annotations
 
 from collections.abc import Hashable, Iterable
+from dataclasses import dataclass
 
 import trio
+
+
+@dataclass(frozen=True)
+class AppendNotifierStatistics:
+    partitions_waited_on: int
 
 
 class AppendNotifier:
@@ -51,5 +57,5 @@ class AppendNotifier:
                     if not waiters:
                         del self._waiters[key]
 
-    def statistics(self) -> dict[str, int]:
-        return {"partitions_waited_on": len(self._waiters)}
+    def statistics(self) -> AppendNotifierStatistics:
+        return AppendNotifierStatistics(partitions_waited_on=len(self._waiters))

@@ -22,6 +22,7 @@ import struct
 
 import trio
 
+from databus.protocol.addresses import format_host_port
 from databus.protocol.framing import (
     API_VERSIONS_KEY,
     FrameBuffer,
@@ -195,7 +196,8 @@ class Server:
             bound = listeners[0].socket.getsockname()
             self.address = (host or bound[0], bound[1])
             self.broker.port = bound[1]
-            log.info("listening on %s:%d", self.address[0], self.address[1])
+            # in the form every --bootstrap and listener setting accepts ([v6] bracketed)
+            log.info("listening on %s", format_host_port(*self.address))
             async with trio.open_nursery() as connections:
                 with self._accept_scope:
                     task_status.started(self.address)

@@ -6,8 +6,19 @@ connections), accumulator + sender + producer, fetcher + group + consumer, assig
 partitioners, admin, sync (blocking facades), config (Kafka's settings), errors.
 """
 
+from ..protocol.types import TopicPartition
 from .admin import Admin
-from .consumer import Consumer, ConsumerRecord
-from .producer import DeliveryFuture, Producer, RecordMetadata
+from .consumer import Consumer, ConsumerRecord, ConsumerStatistics
+from .producer import DeliveryFuture, Producer, ProducerStatistics, RecordMetadata
 
-__all__ = ["Admin", "Consumer", "ConsumerRecord", "DeliveryFuture", "Producer", "RecordMetadata"]
+__all__ = [
+    "Admin",
+    "Consumer",
+    "ConsumerRecord",
+    "ConsumerStatistics",
+    "DeliveryFuture",
+    "Producer",
+    "ProducerStatistics",
+    "RecordMetadata",
+    "TopicPartition",
+]

@@ -24,24 +24,9 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from ..protocol.records import HEADER_SIZE, MAX_RECORD_OVERHEAD, BatchBuilder
+from ..protocol.records import BatchBuilder
+from ..protocol.types import TopicPartition
 from .backoff import ExponentialBackoff
-
-TopicPartition = tuple[str, int]
-
-BATCH_OVERHEAD = HEADER_SIZE
-
-
-def estimate_record_size(
-    key: bytes | None, value: bytes | None, headers: Iterable[tuple[str, bytes | None]] | None
-) -> int:
-    """Upper bound of a record's encoded size (uncompressed), checked against buffer.memory
-    before the record is encoded."""
-    size = MAX_RECORD_OVERHEAD + 2 + (len(key) if key else 0) + (len(value) if value else 0)
-    if headers:
-        for hk, hv in headers:
-            size += 10 + len(hk) * 3 + (len(hv) if hv else 0)
-    return size
 
 
 class DeliverySink(Protocol):
@@ -92,7 +77,7 @@ class ProducerBatch:
 
     @property
     def size(self) -> int:
-        return self.builder.size_estimate
+        return self.builder.uncompressed_size
 
     def build(self, producer_id: int, producer_epoch: int, base_sequence: int) -> bytes:
         """The batch bytes with this producer state (compressed once, however often called)."""
@@ -201,7 +186,7 @@ class RecordAccumulator:
             batch = self._new_batch(topic, partition, now_ms, dq)
             start, changed = stop, True
         self._account(batch)
-        if batch.builder.size_estimate >= self.batch_size:
+        if batch.builder.uncompressed_size >= self.batch_size:
             self._close(batch)
             changed = True
         return changed
@@ -224,7 +209,7 @@ class RecordAccumulator:
         return batch
 
     def _account(self, batch: ProducerBatch) -> None:
-        grown = batch.builder.size_estimate - batch.accounted
+        grown = batch.builder.uncompressed_size - batch.accounted
         batch.accounted += grown
         self.buffered_bytes += grown
 

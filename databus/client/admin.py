@@ -19,6 +19,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..protocol.types import TopicPartition
 from . import errors
 from .assignors import decode_assignment
 from .cluster import Cluster, PartitionMetadata
@@ -36,8 +37,6 @@ from .connection import (
     OpenStream,
 )
 from .offsets import EARLIEST, LATEST, list_offsets
-
-TopicPartition = tuple[str, int]
 
 RESOURCE_TOPIC = 2
 RESOURCE_BROKER = 4

@@ -23,6 +23,7 @@ from typing import Any
 
 import trio
 
+from ..protocol.addresses import parse_host_port_list
 from . import errors
 from .backoff import ExponentialBackoff
 from .connection import METADATA, BrokerConnection, OpenStream
@@ -31,24 +32,15 @@ log = logging.getLogger(__name__)
 
 
 def parse_bootstrap(bootstrap: str | Sequence[str]) -> list[tuple[str, int]]:
-    """``"h1:9092,h2:9093"`` or a list of ``"host:port"`` -> [(host, port), ...]."""
-    items = bootstrap.split(",") if isinstance(bootstrap, str) else list(bootstrap)
-    out = []
-    for item in items:
-        item = item.strip()
-        if not item:
-            continue
-        for prefix in ("PLAINTEXT://", "plaintext://"):
-            item = item.removeprefix(prefix)
-        host, sep, port = item.rpartition(":")
-        if not sep or not port.isdigit():
-            raise errors.ConfigError(
-                f"bootstrap server {item!r} is not HOST:PORT"
-            )
-        out.append((host.strip("[]") or "localhost", int(port)))
-    if not out:
-        raise errors.ConfigError("bootstrap.servers is empty")
-    return out
+    """``"h1:9092,h2:9093"`` or a list of ``"host:port"`` -> [(host, port), ...].
+
+    An empty host (``:9092``) is this host, as in Kafka's clients.
+    """
+    try:
+        addresses = parse_host_port_list(bootstrap, what="bootstrap.servers")
+    except ValueError as exc:
+        raise errors.ConfigError(str(exc)) from None
+    return [(host or "localhost", port) for host, port in addresses]
 
 
 @dataclass(frozen=True)

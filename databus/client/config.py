@@ -18,6 +18,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from ..protocol import defaults
 from .errors import ConfigError
 
 COMPRESSION_TYPES = ("none", "gzip", "snappy", "lz4", "zstd")
@@ -31,7 +32,7 @@ class _KafkaConfig(BaseModel):
 
     bootstrap_servers: str | list[str] | None = Field(None, alias="bootstrap.servers")
     client_id: str = Field("databus", alias="client.id")
-    request_timeout_ms: int = Field(30000, alias="request.timeout.ms", gt=0)
+    request_timeout_ms: int = Field(defaults.REQUEST_TIMEOUT_MS, alias="request.timeout.ms", gt=0)
     retry_backoff_ms: int = Field(100, alias="retry.backoff.ms", ge=0)
     retry_backoff_max_ms: int = Field(1000, alias="retry.backoff.max.ms", ge=0)
     metadata_max_age_ms: int = Field(300000, alias="metadata.max.age.ms", ge=0)
@@ -88,9 +89,9 @@ class ProducerConfig(_KafkaConfig):
 
     acks: Literal[-1, 0, 1] = Field(-1, alias="acks")
     linger_ms: int = Field(5, alias="linger.ms", ge=0)
-    batch_size: int = Field(16384, alias="batch.size", ge=0)
-    buffer_memory: int = Field(33554432, alias="buffer.memory", gt=0)
-    max_block_ms: int = Field(60000, alias="max.block.ms", ge=0)
+    batch_size: int = Field(defaults.BATCH_SIZE, alias="batch.size", ge=0)
+    buffer_memory: int = Field(defaults.BUFFER_MEMORY, alias="buffer.memory", gt=0)
+    max_block_ms: int = Field(defaults.MAX_BLOCK_MS, alias="max.block.ms", ge=0)
     compression_type: Literal["none", "gzip", "snappy", "lz4", "zstd"] = Field(
         "none", alias="compression.type"
     )

@@ -31,6 +31,7 @@ from typing import Any
 import trio
 
 from .. import __version__
+from ..protocol.defaults import REQUEST_TIMEOUT_MS
 from ..protocol.framing import FrameBuffer, FramingError, decode_response, encode_request
 from . import errors
 from .messages import build_request
@@ -103,7 +104,7 @@ class BrokerConnection:
         *,
         node_id: int = -1,
         client_id: str = "databus",
-        request_timeout_ms: int = 30000,
+        request_timeout_ms: int = REQUEST_TIMEOUT_MS,
         connect_timeout_ms: int = 10000,
         open_stream: OpenStream | None = None,
     ) -> None:

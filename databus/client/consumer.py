@@ -26,10 +26,12 @@ import contextlib
 import logging
 import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import trio
 
+from ..protocol.types import TopicPartition
 from . import errors
 from .cluster import Cluster
 from .config import ConsumerConfig
@@ -41,9 +43,18 @@ from .subscription import SubscriptionState
 
 log = logging.getLogger(__name__)
 
-TopicPartition = tuple[str, int]
+__all__ = ["Consumer", "ConsumerRecord", "ConsumerStatistics"]
 
-__all__ = ["Consumer", "ConsumerRecord"]
+
+@dataclass(frozen=True)
+class ConsumerStatistics:
+    """``Consumer.statistics()``: a snapshot."""
+
+    assigned_partitions: int
+    buffered_records: int  # fetched, not yet returned by poll
+    fetches_in_flight: int
+    member_id: str | None  # None without a group
+    generation_id: int | None
 
 
 class Consumer:
@@ -443,13 +454,13 @@ class Consumer:
 
         self._nursery.start_soon(run)
 
-    def statistics(self) -> dict[str, Any]:
-        return {
-            "assigned_partitions": len(self._subscriptions.partitions),
-            "buffered_records": sum(
+    def statistics(self) -> ConsumerStatistics:
+        return ConsumerStatistics(
+            assigned_partitions=len(self._subscriptions.partitions),
+            buffered_records=sum(
                 len(f.records) - f.index for f in self._fetcher.buffer.values()
             ),
-            "fetches_in_flight": len(self._fetcher.in_flight_nodes),
-            "member_id": self._group.member_id if self._group else None,
-            "generation_id": self._group.generation_id if self._group else None,
-        }
+            fetches_in_flight=len(self._fetcher.in_flight_nodes),
+            member_id=self._group.member_id if self._group else None,
+            generation_id=self._group.generation_id if self._group else None,
+        )

@@ -30,6 +30,7 @@ from ..protocol.records import (
     decode_records,
     iter_headers,
 )
+from ..protocol.types import TopicPartition
 from . import errors
 from .cluster import Cluster
 from .config import ConsumerConfig
@@ -37,8 +38,6 @@ from .connection import FETCH
 from .subscription import SubscriptionState
 
 log = logging.getLogger(__name__)
-
-TopicPartition = tuple[str, int]
 
 _LEADER_ERRORS = {3, 5, 6, 9, 74, 75}  # unknown topic, no leader, not leader, fenced/unknown epoch
 

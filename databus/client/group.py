@@ -25,6 +25,7 @@ from typing import Any
 
 import trio
 
+from ..protocol.types import TopicPartition
 from . import errors
 from .assignors import (
     ASSIGNORS,
@@ -52,7 +53,6 @@ from .subscription import SubscriptionState
 
 log = logging.getLogger(__name__)
 
-TopicPartition = tuple[str, int]
 COORDINATOR_NODE_BASE = 2**31 - 1  # coordinator connections get ids far from broker ids
 
 _COORDINATOR_ERRORS = (

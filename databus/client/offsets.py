@@ -12,14 +12,13 @@ from collections.abc import Mapping
 
 import trio
 
+from ..protocol.types import TopicPartition
 from . import errors
 from .cluster import Cluster
 from .connection import LIST_OFFSETS
 
 EARLIEST = -2  # Kafka's ListOffsets sentinel timestamps
 LATEST = -1
-
-TopicPartition = tuple[str, int]
 
 
 async def list_offsets(

@@ -22,13 +22,15 @@ import logging
 import math
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 import trio
 
 from ..protocol.codecs import CODEC_BY_NAME
+from ..protocol.records import record_size_upper_bound
 from . import errors
-from .accumulator import DeliverySink, ProducerBatch, RecordAccumulator, estimate_record_size
+from .accumulator import DeliverySink, ProducerBatch, RecordAccumulator
 from .cluster import Cluster
 from .config import ProducerConfig
 from .connection import OpenStream
@@ -46,6 +48,31 @@ class RecordMetadata(NamedTuple):
     partition: int
     offset: int
     timestamp: int
+
+
+@dataclass(frozen=True)
+class ProducerStatistics:
+    """``Producer.statistics()``: a snapshot, figures since the producer started
+    (docs/operations.md describes each; the sidecar exports them as gauges)."""
+
+    batches_delivered: int
+    batch_size_avg: float  # bytes per batch as sent (header + compressed records)
+    batch_size_max: int
+    records_per_batch_avg: float
+    compression_rate_avg: float  # compressed / uncompressed bytes, Kafka's compression-rate-avg
+    buffered_bytes: int
+    buffer_memory: int
+    queued_batches: int
+    in_flight_requests: int
+    in_flight_batches: int
+    incomplete_records: int
+    delivered_records: int
+    failed_records: int
+    producer_id: int  # -1 without idempotence
+    retries: int
+    brokers: int
+    connections: int
+    connections_opened: int
 
 
 class DeliveryFuture:
@@ -267,7 +294,7 @@ class Producer:
         if key is not None and type(key) is not bytes:
             key = _as_payload(key, "key")
         headers = _normalize_headers(headers) if headers else ()
-        size = estimate_record_size(key, value, headers)
+        size = record_size_upper_bound(key, value, headers)
         cfg = self.config
         if size > self._max_record_size:
             raise errors.MessageTooLargeError(
@@ -320,7 +347,7 @@ class Producer:
 
     @property
     def max_record_size(self) -> int:
-        """Largest record (estimate_record_size) that send and send_batch take."""
+        """Largest record (by record_size_upper_bound) that send and send_batch take."""
         return self._max_record_size
 
     def cached_partitions(self, topic: str) -> list[int] | None:
@@ -417,7 +444,7 @@ class Producer:
             parts = await self._cluster.wait_for_topic(topic, self.config.max_block_ms / 1000)
         return parts
 
-    def statistics(self) -> dict[str, Any]:
+    def statistics(self) -> ProducerStatistics:
         """A snapshot: delivered batches (count, average and largest size in bytes as sent,
         records per batch, compressed/uncompressed ratio), buffered bytes, queued batches,
         in-flight requests, pending records..."""
@@ -425,26 +452,25 @@ class Producer:
         sender = self._sender
         state = sender.idempotence
         batches = sender.batches_delivered
-        return {
-            "batches_delivered": batches,
-            "batch_size_avg": sender.batch_bytes / batches if batches else 0.0,
-            "batch_size_max": sender.batch_bytes_max,
-            "records_per_batch_avg": self.delivered / batches if batches else 0.0,
-            # compressed / uncompressed bytes, as Kafka's compression-rate-avg
-            "compression_rate_avg": (
+        return ProducerStatistics(
+            batches_delivered=batches,
+            batch_size_avg=sender.batch_bytes / batches if batches else 0.0,
+            batch_size_max=sender.batch_bytes_max,
+            records_per_batch_avg=self.delivered / batches if batches else 0.0,
+            compression_rate_avg=(
                 sender.batch_bytes / sender.batch_bytes_uncompressed if batches else 1.0
             ),
-            "buffered_bytes": acc.buffered_bytes,
-            "buffer_memory": acc.buffer_memory,
-            "queued_batches": acc.queued_batches,
-            "in_flight_requests": sum(self._sender.in_flight.values()),
-            "in_flight_batches": len(self._sender.in_flight_batches),
-            "incomplete_records": self._incomplete,
-            "delivered_records": self.delivered,
-            "failed_records": self.failed,
-            "producer_id": state.producer_id if state else -1,
-            "retries": self._sender.retries,
-            "brokers": len(self._cluster.brokers),
-            "connections": len(self._cluster.connected_nodes()),
-            "connections_opened": self._cluster.connections_opened,
-        }
+            buffered_bytes=acc.buffered_bytes,
+            buffer_memory=acc.buffer_memory,
+            queued_batches=acc.queued_batches,
+            in_flight_requests=sum(self._sender.in_flight.values()),
+            in_flight_batches=len(self._sender.in_flight_batches),
+            incomplete_records=self._incomplete,
+            delivered_records=self.delivered,
+            failed_records=self.failed,
+            producer_id=state.producer_id if state else -1,
+            retries=self._sender.retries,
+            brokers=len(self._cluster.brokers),
+            connections=len(self._cluster.connected_nodes()),
+            connections_opened=self._cluster.connections_opened,
+        )

@@ -13,9 +13,8 @@ import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from ..protocol.types import TopicPartition
 from . import errors
-
-TopicPartition = tuple[str, int]
 
 
 @dataclass

@@ -54,6 +54,7 @@ from .codecs import (  # noqa: F401  (re-exported: the codec ids belong to the b
     compress,
     decompress,
 )
+from .defaults import BATCH_SIZE
 from .varint import (
     ZIGZAG_BYTES,
     ZIGZAG_ONE_BYTE,
@@ -278,15 +279,20 @@ def _encode_headers(headers) -> bytes:
     return b"".join(parts)
 
 
-def _headers_size(headers) -> int:
-    return len(_encode_headers(headers)) if headers else 1
+def record_size_upper_bound(key, value, headers=()) -> int:
+    """The most bytes this record can take encoded in a RecordBatch v2 (uncompressed, batch
+    header not included), whatever its timestamp and offset delta.
 
-
-def estimate_size_in_bytes(key, value, headers=()) -> int:
-    """Upper bound of a batch holding only this record (the producer's max.request.size check)."""
-    size = HEADER_SIZE + MAX_RECORD_OVERHEAD + _headers_size(headers)
+    Nothing is encoded, so producers check it per record against max.request.size and
+    buffer.memory before encoding: every varint is counted at its widest (5 bytes, 10 for
+    the timestamp delta) and a header name at 4 bytes per character (UTF-8's most).
+    """
+    size = MAX_RECORD_OVERHEAD + 5  # + the header count
     size += 1 if key is None else len(key) + 5
     size += 1 if value is None else len(value) + 5
+    if headers:
+        for name, data in headers:
+            size += 5 + 4 * len(name) + (1 if data is None else len(data) + 5)
     return size
 
 
@@ -326,7 +332,7 @@ class BatchBuilder:
         self,
         *,
         codec: int = CODEC_NONE,
-        batch_size: int = 16384,
+        batch_size: int = BATCH_SIZE,
         base_offset: int = 0,
         producer_id: int = NO_PRODUCER_ID,
         producer_epoch: int = -1,
@@ -363,8 +369,8 @@ class BatchBuilder:
         self._payload: bytes | None = None
 
     @property
-    def size_estimate(self) -> int:
-        """Bytes of the batch so far before compression, header included."""
+    def uncompressed_size(self) -> int:
+        """Bytes of the batch so far before compression, header included (exact)."""
         return self._size
 
     @property

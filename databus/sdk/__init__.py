@@ -4,7 +4,7 @@ See databus/sdk/client.py for the threading model and backpressure, and
 docs/sidecar-protocol.md for the wire format it speaks.
 """
 
-from .client import Client, Delivery, DeliveryFuture
+from .client import Client, ClientStatistics, Delivery, DeliveryFuture
 from .errors import (
     BufferExhaustedError,
     DatabusError,
@@ -18,7 +18,8 @@ from .errors import (
 )
 
 __all__ = [
-    "AsyncClient", "Client", "Delivery", "DeliveryFuture", "DatabusError", "BufferExhaustedError",
+    "AsyncClient", "Client", "ClientStatistics", "Delivery", "DeliveryFuture", "DatabusError",
+    "BufferExhaustedError",
     "DeliveryError", "MessageTooLargeError", "PluginFailedError", "ProtocolError",
     "ShuttingDownError", "SidecarUnavailableError", "UnknownStreamError",
 ]

@@ -27,12 +27,14 @@ import selectors
 import socket
 import threading
 import time
+from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Mapping, NamedTuple
 
 import msgpack
 
 import databus
 from databus.protocol import sidecar_wire as wire
+from databus.protocol.defaults import MAX_BLOCK_MS
 
 from .errors import (
     BufferExhaustedError,
@@ -66,6 +68,18 @@ class Delivery(NamedTuple):
     @property
     def dropped(self) -> bool:
         return self.partition == -1 and self.offset == -1
+
+
+@dataclass(frozen=True)
+class ClientStatistics:
+    """``Client.statistics()``: a snapshot of this client's messages."""
+
+    pending_reports: int  # sent and not answered yet
+    # answered so far, by outcome: for apps that send without keeping the futures, as Kafka
+    # apps send with a counting delivery callback
+    delivered: int
+    failed: int
+    buffered_bytes: int  # not yet written to the sidecar
 
 
 class DeliveryFuture:
@@ -237,7 +251,7 @@ class Client:
         self.max_frame_bytes = int(hello.get("max_frame_bytes", wire.DEFAULT_MAX_FRAME_BYTES))
         self.max_block_ms = (
             self._max_block_override if self._max_block_override is not None
-            else int(hello.get("max_block_ms", 60000))
+            else int(hello.get("max_block_ms", MAX_BLOCK_MS))
         )
 
     def _connect(self, address, timeout: float) -> socket.socket:
@@ -406,17 +420,15 @@ class Client:
     def __exit__(self, *exc_info) -> None:
         self.close()
 
-    def statistics(self) -> dict[str, int]:
-        """``pending_reports``: messages sent and not answered yet; ``delivered`` and
-        ``failed``: messages answered so far, by outcome (for apps that send without
-        keeping the futures, as Kafka apps send with a counting delivery callback);
-        ``buffered_bytes``: bytes not yet written to the sidecar."""
-        return {
-            "pending_reports": len(self._futures),
-            "delivered": self._delivered,
-            "failed": self._failed,
-            "buffered_bytes": self._buffered,
-        }
+    def statistics(self) -> ClientStatistics:
+        """A snapshot: ``pending_reports``, ``delivered``, ``failed``, ``buffered_bytes``
+        (see ClientStatistics)."""
+        return ClientStatistics(
+            pending_reports=len(self._futures),
+            delivered=self._delivered,
+            failed=self._failed,
+            buffered_bytes=self._buffered,
+        )
 
     # --- waiting ----------------------------------------------------------------------------
 

@@ -28,6 +28,7 @@ from databus.config import EMBEDDED_CLUSTER, ConfigError, DatabusConfig
 from databus.plugins import PluginError, PluginManager, get_plugin_manager
 from databus.protocol import sidecar_wire as wire
 from databus.startup import StartupError, make_dirs, open_tcp_listeners, reason
+from databus.protocol.addresses import parse_host_port
 
 from .budget import ByteBudget
 from .ingress import Connection
@@ -218,7 +219,7 @@ class Sidecar:
         try:
             tcp = None
             if settings.tcp_listen:
-                host, port = _split(settings.tcp_listen)
+                host, port = parse_host_port(settings.tcp_listen, allow_port_zero=True)
                 tcp_listeners = await open_tcp_listeners(
                     host, port, setting="sidecar.tcp_listen"
                 )
@@ -226,7 +227,7 @@ class Sidecar:
                 tcp = tcp_listeners[0].socket.getsockname()[:2]
             metrics_addr = None
             if settings.metrics_listen:
-                host, port = _split(settings.metrics_listen)
+                host, port = parse_host_port(settings.metrics_listen, allow_port_zero=True)
                 metrics = await open_tcp_listeners(host, port, setting="sidecar.metrics_listen")
                 metrics_addr = metrics[0].socket.getsockname()[:2]
         except BaseException:
@@ -332,11 +333,6 @@ async def _quiet_flush(producer) -> None:
         await producer.flush()
     except Exception:
         pass  # each message's own report carries its error
-
-
-def _split(address: str) -> tuple[str, int]:
-    host, _, port = address.rpartition(":")
-    return host.strip("[]"), int(port)
 
 
 async def _unix_listener(path: str, mode: int) -> trio.SocketListener:

@@ -9,7 +9,16 @@ cluster is.  A waiter gives up at a deadline (the arrival time plus its stream's
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import trio
+
+
+@dataclass(frozen=True)
+class ByteBudgetStatistics:
+    used: int  # bytes taken
+    limit: int
+    waiting: int  # messages waiting for bytes
 
 
 class ByteBudget:
@@ -50,5 +59,5 @@ class ByteBudget:
         if self._lot:
             self._lot.unpark()
 
-    def statistics(self) -> dict[str, int]:
-        return {"used": self.used, "limit": self.limit, "waiting": len(self._lot)}
+    def statistics(self) -> ByteBudgetStatistics:
+        return ByteBudgetStatistics(used=self.used, limit=self.limit, waiting=len(self._lot))

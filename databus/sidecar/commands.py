@@ -100,6 +100,7 @@ async def _main(prog: str, path, config, with_broker: bool) -> int:
     from databus.config import ConfigError
     from databus.gc_tuning import tune_for_service
     from databus.plugins import PluginError, get_plugin_manager
+    from databus.protocol.addresses import format_host_port
     from databus.startup import StartupError, leaves
 
     from .app import Sidecar
@@ -133,7 +134,7 @@ async def _main(prog: str, path, config, with_broker: bool) -> int:
                     host, port, _process = await nursery.start(
                         run_broker_process, config.broker
                     )
-                    broker_address = sidecar.embedded_bootstrap = f"{host}:{port}"
+                    broker_address = sidecar.embedded_bootstrap = format_host_port(host, port)
 
                 async def sidecar_then_stop(task_status=trio.TASK_STATUS_IGNORED):
                     await sidecar.serve(task_status=task_status)

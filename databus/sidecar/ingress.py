@@ -23,9 +23,9 @@ from typing import TYPE_CHECKING, Any
 
 import trio
 
-from databus.client.accumulator import estimate_record_size
 from databus.plugins import PluginError
 from databus.protocol import sidecar_wire as wire
+from databus.protocol.records import record_size_upper_bound
 from databus.protocol.sidecar_wire import ErrorCode, WireError
 
 from .router import RoutedMessage
@@ -326,7 +326,7 @@ class Connection:
                 raise
             self.report_error(id_, error_code_of(exc), str(exc))
             return None
-        size = estimate_record_size(key, value, headers)
+        size = record_size_upper_bound(key, value, headers)
         if size > producer.max_record_size:
             self.report_error(
                 id_, ErrorCode.MESSAGE_TOO_LARGE,

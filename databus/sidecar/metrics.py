@@ -10,8 +10,9 @@ Producer figures (batch size, compression ratio, ...) are read from each upstrea
 from __future__ import annotations
 
 import bisect
+import dataclasses
 import logging
-from typing import Callable, Iterable
+from typing import Any, Callable, Iterable
 
 import trio
 from prometheus_client import CollectorRegistry, generate_latest
@@ -73,7 +74,8 @@ class SidecarMetrics:
         self.reloads_failed = 0
         self.buffer_bytes: Callable[[], int] = lambda: 0
         self.buffer_limit = 0
-        self.producer_stats: Callable[[], Iterable[tuple[dict[str, str], dict]]] = lambda: ()
+        # (labels, a ProducerStatistics) per upstream producer
+        self.producer_stats: Callable[[], Iterable[tuple[dict[str, str], Any]]] = lambda: ()
         self.registry = CollectorRegistry(auto_describe=False)
         self.registry.register(_Collector(self))
 
@@ -145,7 +147,7 @@ class _Collector:
     def _producer_families(self):
         families: dict[str, GaugeMetricFamily] = {}
         for labels, stats in m_producer_stats(self.m):
-            for key, value in stats.items():
+            for key, value in dataclasses.asdict(stats).items():
                 if isinstance(value, bool) or not isinstance(value, (int, float)):
                     continue
                 name = "databus_sidecar_producer_" + "".join(

@@ -23,26 +23,27 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from databus.protocol import defaults
+from databus.protocol.defaults import DAY_MS, LONG_MAX
+
 from .errors import InvalidConfigError
 
-LONG_MAX = 2**63 - 1
 INT_MAX = 2**31 - 1
-GIB = 1 << 30
 MIB = 1 << 20
-DAY_MS = 24 * 3600 * 1000
 
 
 @dataclass(frozen=True)
 class LogConfig:
-    segment_bytes: int = GIB
-    segment_ms: int = 7 * DAY_MS
+    # The broker's log.* settings default to the same values (databus.protocol.defaults).
+    segment_bytes: int = defaults.LOG_SEGMENT_BYTES
+    segment_ms: int = defaults.LOG_ROLL_MS
     segment_index_bytes: int = 10 * MIB
     index_interval_bytes: int = 4096
-    retention_ms: int = 7 * DAY_MS  # -1 = unlimited
-    retention_bytes: int = -1  # -1 = unlimited
-    max_message_bytes: int = 1048588
-    cleanup_policy: str = "delete"  # "delete", "compact" or "compact,delete"
-    flush_interval_messages: int = LONG_MAX
+    retention_ms: int = defaults.LOG_RETENTION_MS  # -1 = unlimited
+    retention_bytes: int = defaults.LOG_RETENTION_BYTES  # -1 = unlimited
+    max_message_bytes: int = defaults.MESSAGE_MAX_BYTES
+    cleanup_policy: str = defaults.LOG_CLEANUP_POLICY  # "delete", "compact" or "compact,delete"
+    flush_interval_messages: int = defaults.LOG_FLUSH_INTERVAL_MESSAGES
     flush_interval_ms: int = LONG_MAX
     min_compaction_lag_ms: int = 0
     max_compaction_lag_ms: int = LONG_MAX

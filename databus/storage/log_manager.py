@@ -24,6 +24,8 @@ import uuid
 from collections.abc import Mapping
 from pathlib import Path
 
+from databus.protocol.defaults import LOG_FLUSH_OFFSET_CHECKPOINT_INTERVAL_MS
+
 from .checkpoints import (
     CLEAN_SHUTDOWN_MARKER,
     LOG_START_OFFSET_CHECKPOINT,
@@ -58,7 +60,8 @@ _DELETE_SUFFIX = "-delete"
 
 class LogManager:
     def __init__(self, data_dir: str | os.PathLike, default_config: LogConfig | None = None, *,
-                 clock=time.time, checkpoint_interval_ms: int = 60000) -> None:
+                 clock=time.time,
+                 checkpoint_interval_ms: int = LOG_FLUSH_OFFSET_CHECKPOINT_INTERVAL_MS) -> None:
         self.data_dir = str(Path(data_dir))
         self.default_config = default_config if default_config is not None else LogConfig()
         self._clock = clock

@@ -153,6 +153,14 @@ def render() -> str:
         "of the same name (a file that has no `default_route` refuses unlisted streams "
         "with UNKNOWN_STREAM).",
         "",
+        "Every HOST:PORT (listeners, `bootstrap.servers`, `--bootstrap`) follows Kafka's "
+        "listener syntax: `host:port` or `[ipv6]:port` (an IPv6 address needs its brackets), "
+        "optionally after a listener name such as `PLAINTEXT://`, which is ignored; ports are "
+        "1..65535, and 0 (a free port) where something listens.  An empty host (`:9092`) "
+        "means every interface in the broker option `listeners` and this host in "
+        "`bootstrap.servers`; the listen addresses of sidecar.yaml (`tcp_listen`, "
+        "`metrics_listen`, `broker.listen`) need a host.",
+        "",
         "## Top level",
         "",
         *_model_table(DatabusConfig),

@@ -37,10 +37,23 @@ def test_options_use_kafka_names_and_defaults():
     ("num.partitions=0", "num.partitions='0'"),
     ("log.cleanup.policy=shred", "log.cleanup.policy='shred'"),
     ("no-equals-sign", "is not key=value"),
+    ("listeners=::1:9092", ("listeners='::1:9092': Value error, listeners must be HOST:PORT, "
+                            "got '::1:9092': an IPv6 address needs brackets")),
+    ("advertised.listeners=bus:0", "advertised.listeners must be HOST:PORT, got 'bus:0': port 0"),
+    ("advertised.listeners=:9092", "advertised.listeners must be HOST:PORT, got ':9092': no host"),
 ])
 def test_bad_options_are_named(option, message):
     with pytest.raises(BrokerConfigError, match=message.replace("(", r"\(")):
         BrokerConfig.from_options([option])
+
+
+@pytest.mark.parametrize(("listeners", "address"), [
+    ("127.0.0.1:0", ("127.0.0.1", 0)),
+    ("PLAINTEXT://:9092", ("", 9092)),  # every interface, as in Kafka
+    ("PLAINTEXT://[::1]:9092,SSL://h:9093", ("::1", 9092)),  # the first listener is served
+])
+def test_listen_address_is_the_first_listener(listeners, address):
+    assert BrokerConfig.from_options([f"listeners={listeners}"]).listen_address == address
 
 
 def test_bad_option_is_one_line_and_exit_2(tmp_path):

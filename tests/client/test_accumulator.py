@@ -5,8 +5,8 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from databus.client.accumulator import RecordAccumulator, estimate_record_size
-from databus.protocol.records import decode_records
+from databus.client.accumulator import RecordAccumulator
+from databus.protocol.records import decode_records, record_size_upper_bound
 
 
 def make(**kw):
@@ -77,7 +77,7 @@ def test_memory_accounting_returns_to_zero():
     acc, _ = make()
     for _ in range(30):
         add(acc, 0, now=0)
-    assert 3000 <= acc.buffered_bytes <= 30 * estimate_record_size(None, b"x" * 100, ())
+    assert 3000 <= acc.buffered_bytes <= 30 * record_size_upper_bound(None, b"x" * 100, ())
     assert not acc.has_room(10_000 - acc.buffered_bytes + 1)
     while acc.batches:
         for b in acc.drain(100, 1, leader_of, 1 << 20):

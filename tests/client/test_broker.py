@@ -110,10 +110,10 @@ async def test_statistics_report_batch_size_and_compression_rate(broker, topic):
             await p.send(topic, b"the same words again and again %d " % (i % 3) * 4, partition=0)
         await p.flush()
         stats = p.statistics()
-    assert stats["batches_delivered"] >= 1
-    assert stats["records_per_batch_avg"] == 200 / stats["batches_delivered"]
-    assert 61 < stats["batch_size_avg"] <= stats["batch_size_max"]  # 61: the batch header
-    assert 0 < stats["compression_rate_avg"] < 0.3  # repetitive text: lz4 shrinks it well
+    assert stats.batches_delivered >= 1
+    assert stats.records_per_batch_avg == 200 / stats.batches_delivered
+    assert 61 < stats.batch_size_avg <= stats.batch_size_max  # 61: the batch header
+    assert 0 < stats.compression_rate_avg < 0.3  # repetitive text: lz4 shrinks it well
 
 
 @pytest.mark.parametrize("writer", sorted(WRITERS))

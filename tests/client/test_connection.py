@@ -71,7 +71,10 @@ async def test_refused_connection_is_a_clear_error():
 def test_bootstrap_parsing():
     assert parse_bootstrap("a:1, PLAINTEXT://b:2") == [("a", 1), ("b", 2)]
     assert parse_bootstrap(["[::1]:9092"]) == [("::1", 9092)]
-    with pytest.raises(errors.ConfigError, match="'nohost' is not HOST:PORT"):
+    assert parse_bootstrap(":9092") == [("localhost", 9092)]  # as Kafka's clients
+    with pytest.raises(errors.ConfigError, match="bootstrap.servers must be HOST:PORT, got 'nohost'"):
         parse_bootstrap("nohost")
+    with pytest.raises(errors.ConfigError, match="got 'b:0': port 0 is not in 1..65535"):
+        parse_bootstrap("a:1, b:0")
     with pytest.raises(errors.ConfigError, match="empty"):
         parse_bootstrap(" , ")

@@ -8,7 +8,7 @@ import time
 import pytest
 import trio
 
-from databus.client import errors
+from databus.client import ConsumerStatistics, TopicPartition, errors
 from databus.client.consumer import Consumer
 from databus.client.producer import Producer
 
@@ -56,9 +56,13 @@ async def test_manual_assignment_seek_and_offsets(mock_cluster, topic):
     reports = await produce(mock_cluster.bootstrap, topic, 40)
     p0 = sorted(r.offset for r in reports if r.partition == 0)
     assert len(p0) >= 3
-    tp = (topic, 0)
+    tp = TopicPartition(topic, 0)  # the consumer's own (topic, partition) tuples equal it
     async with Consumer(mock_cluster.bootstrap, {"auto.offset.reset": "latest"}) as c:
         c.assign([tp])
+        assert c.statistics() == ConsumerStatistics(
+            assigned_partitions=1, buffered_records=0, fetches_in_flight=0, member_id=None,
+            generation_id=None,
+        )
         assert await c.position(tp) == p0[-1] + 1  # latest
         assert await c.poll(0.3) == []
         c.seek_to_beginning(tp)

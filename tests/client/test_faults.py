@@ -61,7 +61,7 @@ async def test_kill9_and_restart_mid_stream_delivers_exactly_once(own_broker, to
                 await trio.to_thread.run_sync(own_broker.restart)
         await p.flush()
         stats = p.statistics()
-    assert stats["connections_opened"] >= 3  # bootstrap, broker 1, and broker 1 again
+    assert stats.connections_opened >= 3  # bootstrap, broker 1, and broker 1 again
     assert all(f.exception() is None for f in futures)
     seen = await trio.to_thread.run_sync(confluent_read, own_broker.bootstrap, topic, total)
     by_part = values_by_partition(seen)
@@ -83,7 +83,7 @@ async def test_sigstop_then_sigcont_delivers_everything_queued_in_order(own_brok
             futures = [await p.send(topic, b"%04d" % i, partition=i % 2) for i in range(400)]
             await trio.sleep(2.5)  # requests time out and are retried against a frozen broker
             assert not any(f.done() for f in futures)
-            assert p.statistics()["retries"] >= 1
+            assert p.statistics().retries >= 1
         finally:
             os.kill(own_broker.pid, signal.SIGCONT)
         await p.flush()
@@ -108,13 +108,13 @@ async def test_sigstop_blocks_sends_then_fails_them_with_memory_bounded(own_brok
                 for i in range(10_000):
                     futures.append(await p.send(topic, b"x" * 100))
             stats = p.statistics()
-            assert 0 < stats["buffered_bytes"] <= memory
+            assert 0 < stats.buffered_bytes <= memory
             assert len(futures) < 10_000
             with trio.fail_after(10):
                 for f in futures:
                     with pytest.raises(errors.DeliveryTimeoutError, match="delivery.timeout.ms=2500"):
                         await f.wait()
-            assert p.statistics()["buffered_bytes"] == 0
+            assert p.statistics().buffered_bytes == 0
         finally:
             os.kill(own_broker.pid, signal.SIGCONT)
         after = await p.send(topic, b"after")
@@ -161,7 +161,7 @@ async def test_producer_recovers_when_its_topic_is_deleted_and_comes_back(own_br
         await p.flush()
         stats = p.statistics()
     assert all(f.exception() is None for f in before + after)
-    assert stats["retries"] >= 1  # the first attempt met the deleted topic
+    assert stats.retries >= 1  # the first attempt met the deleted topic
     seen = await trio.to_thread.run_sync(confluent_read, own_broker.bootstrap, topic, 5)
     assert [v for _p, _o, _k, v, _h, _ts in seen] == [b"after"] * 5
 

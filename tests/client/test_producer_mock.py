@@ -84,8 +84,8 @@ async def test_delivery_reports_offsets_in_order_per_partition(mock_cluster, top
         futures = [await p.send(topic, b"%06d" % i, partition=i % 2) for i in range(400)]
         await p.flush()
         stats = p.statistics()
-    assert stats["buffered_bytes"] == 0 and stats["incomplete_records"] == 0
-    assert stats["delivered_records"] == 400 and stats["producer_id"] >= 0
+    assert stats.buffered_bytes == 0 and stats.incomplete_records == 0
+    assert stats.delivered_records == 400 and stats.producer_id >= 0
     for part in (0, 1):
         offs = [f.result().offset for i, f in enumerate(futures) if i % 2 == part]
         assert offs == list(range(offs[0], offs[0] + 200))
@@ -111,7 +111,7 @@ async def test_bad_records_fail_fast_with_clear_errors(mock_cluster, topic):
             await p.send(topic, "text")
         with pytest.raises(TypeError, match="header"):
             await p.send(topic, b"x", headers=[("h", 5)])
-        assert p.statistics()["incomplete_records"] == 0
+        assert p.statistics().incomplete_records == 0
     with pytest.raises(errors.ProducerClosedError):
         await p.send(topic, b"x")
 

@@ -84,7 +84,7 @@ async def test_retriable_produce_error_is_retried_after_retry_backoff(autojump_c
     config = {"linger.ms": 0, "retry.backoff.ms": 300, "retry.backoff.max.ms": 300}
     async with Producer(fake.bootstrap, config, open_stream=fake.open_stream) as producer:
         meta = await (await producer.send("t", b"v")).wait()
-        retries = producer.statistics()["retries"]
+        retries = producer.statistics().retries
     first, second = fake.times(PRODUCE)
     # retry.backoff.max.ms == retry.backoff.ms: a constant wait, no jitter (as Kafka).
     assert second - first == pytest.approx(0.3, abs=EPS)

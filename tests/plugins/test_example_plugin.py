@@ -6,17 +6,14 @@ from __future__ import annotations
 import json
 import zlib
 
-import pluggy
 import pytest
 import trio
 
-from databus import Client, PluginFailedError
+from databus import Client, PluginFailedError, hookimpl
 from databus.client.partitioners import murmur2_partition
 from databus.protocol.sidecar_wire import ErrorCode
 from databus.sidecar.app import Sidecar
 from tests.sidecar.harness import running_sidecar, sidecar_config
-
-hookimpl = pluggy.HookimplMarker("databus")
 
 
 def config_for(sock_dir, mock_cluster, streams):

@@ -8,12 +8,10 @@ import os
 import subprocess
 import sys
 
-import pluggy
 import pytest
 
+from databus import hookimpl
 from databus.plugins import PluginError, PluginManager, get_plugin_manager
-
-hookimpl = pluggy.HookimplMarker("databus")
 
 
 def make_distribution(root, name: str, entry_points: dict[str, str], modules: dict[str, str]):
@@ -35,7 +33,7 @@ def broken_dist(tmp_path, monkeypatch):
          "fine": "databus_fine_plugin"},
         {
             "databus_explodes_on_import": "raise RuntimeError('boom at import')\n",
-            "databus_fine_plugin": (
+            "databus_fine_plugin": (  # pluggy's own marker for "databus" is databus.hookimpl
                 "import pluggy\nhookimpl = pluggy.HookimplMarker('databus')\n"
                 "@hookimpl\ndef databus_partitioner_names():\n    return ['fine']\n"
             ),

@@ -26,9 +26,9 @@ from databus.protocol.records import (
     control_record_type,
     decode_batches,
     decode_records,
-    estimate_size_in_bytes,
     keyless_records,
     parse_header,
+    record_size_upper_bound,
     set_base_offset,
     validate_batch,
 )
@@ -72,7 +72,7 @@ def test_batch_builder_reproduces_golden_bytes_and_sizes_exactly():
         assert builder.append(r.timestamp, r.key, r.value, r.headers)
     built = builder.build()
     assert built.hex() == GOLDEN_HEX
-    assert builder.size_estimate == len(built)
+    assert builder.uncompressed_size == len(built)
     assert builder.record_count == 3
 
 
@@ -95,9 +95,9 @@ def test_append_refuses_a_record_past_batch_size_and_keeps_the_batch_intact():
     while builder.append(TS, None, value):
         pass
     assert builder.record_count == 3
-    size, count = builder.size_estimate, builder.record_count
+    size, count = builder.uncompressed_size, builder.record_count
     assert not builder.append(TS, b"key", value)
-    assert (builder.size_estimate, builder.record_count) == (size, count)
+    assert (builder.uncompressed_size, builder.record_count) == (size, count)
     built = builder.build()
     assert len(built) == size <= builder.batch_size
     _, records = decode_records(built)
@@ -112,14 +112,35 @@ def test_first_record_always_fits_even_when_larger_than_batch_size():
     assert records == [Record(0, TS, b"k", b"x" * 1000)]
 
 
-def test_estimate_size_is_an_upper_bound_of_a_single_record_batch():
-    for key, value, headers in [
-        (None, None, ()),
-        (b"k" * 300, b"v" * 70000, (("a", b"b"), ("c", None))),
-        (b"", b"", ()),
-    ]:
-        batch = build_batch([(key, value, headers, TS + 10**9)], base_offset=2**40)
-        assert len(batch) <= estimate_size_in_bytes(key, value, headers)
+payloads = st.one_of(st.none(), st.binary(max_size=300), st.binary(min_size=16400, max_size=16400))
+
+
+@settings(max_examples=200, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    key=payloads,
+    value=payloads,
+    headers=st.lists(st.tuples(st.text(max_size=20), st.none() | st.binary(max_size=200)),
+                     max_size=4).map(tuple),
+    timestamp_delta=st.integers(-(2**62), 2**62),
+    offset_delta=st.integers(1, 2**31 - 1),
+)
+def test_record_size_upper_bound_holds_for_any_record(
+    key, value, headers, timestamp_delta, offset_delta
+):
+    builder = BatchBuilder(batch_size=1 << 30)
+    builder.append(TS, None, None)
+    before = builder.uncompressed_size
+    builder.append(TS + timestamp_delta, key, value, headers, offset_delta=offset_delta)
+    assert builder.uncompressed_size - before <= record_size_upper_bound(key, value, headers)
+    alone = build_batch([(key, value, headers, TS)])
+    assert len(alone) <= HEADER_SIZE + record_size_upper_bound(key, value, headers)
+
+
+def test_record_size_upper_bound_counts_utf8_header_names_at_their_widest():
+    headers = (("\U0001F600" * 10, None),)  # 40 bytes of UTF-8 in 10 characters
+    builder = BatchBuilder()
+    builder.append(TS, None, None, headers)
+    assert builder.uncompressed_size - HEADER_SIZE <= record_size_upper_bound(None, None, headers)
 
 
 def test_producer_state_set_before_build_and_rebuild_without_recompressing():

@@ -53,6 +53,10 @@ def test_precedence_stream_over_producer_over_cluster():
         ({"sidecar": {"bogus": 1}}, "sidecar.bogus: unknown setting"),
         ({"sidecar": {"tcp_listen": "0.0.0.0:7000"}}, "must be a loopback address"),
         ({"sidecar": {"metrics_listen": "nonsense"}}, "metrics_listen must be HOST:PORT"),
+        ({"sidecar": {"metrics_listen": ":9464"}}, "got ':9464': no host"),
+        ({"sidecar": {"tcp_listen": "::1:7000"}}, "an IPv6 address needs brackets"),
+        ({"clusters": {"a": {"bootstrap.servers": "k:9092,k2"}}},
+         "clusters.a.bootstrap.servers: bootstrap.servers must be HOST:PORT, got 'k2': no port"),
         ({"sidecar": {"socket_mode": "rw"}}, "socket_mode must be an octal string"),
         ({"sidecar": {"buffer.memory": 0}}, "sidecar.buffer.memory"),
         ({"producer": {"lingerms": 5}}, "unknown ProducerConfig key 'lingerms'"),
@@ -67,6 +71,7 @@ def test_precedence_stream_over_producer_over_cluster():
         ({"default_route": {"cluster": "zz"}}, "default_route: cluster 'zz' is not defined"),
         ({"broker": {"options": {"num.partitionz": 2}}}, "unknown broker option 'num.partitionz'"),
         ({"broker": {"listen": "9092"}}, "broker.listen must be HOST:PORT"),
+        ({"broker": {"listen": "h:65536"}}, "port 65536 is not in 0..65535"),
         ([1, 2], "the config must be a mapping"),
     ],
 )
@@ -113,6 +118,11 @@ def test_flags_override_the_file_and_are_validated(tmp_path, monkeypatch):
     assert changed.streams == config.streams
     with pytest.raises(ConfigError, match="loopback"):
         with_overrides(config, tcp_listen="8.8.8.8:1")
+
+
+@pytest.mark.parametrize("address", ["127.0.0.1:0", "localhost:7000", "[::1]:7000"])
+def test_tcp_listen_takes_any_loopback_address(address):
+    assert parse_config({"sidecar": {"tcp_listen": address}}).sidecar.tcp_listen == address
 
 
 def test_default_socket_path_honours_the_environment(monkeypatch):

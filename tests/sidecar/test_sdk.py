@@ -146,9 +146,9 @@ def test_group_reports_resolve_each_future_at_its_offset(sock_dir):
             assert futures[8].result(0) == Delivery("u", 3, 4, 5)
             assert called == [Delivery("t", 2, 8, 12), type(futures[7].exception(0))]
             stats = client.statistics()
-            assert stats["pending_reports"] == 0
+            assert stats.pending_reports == 0
             # the 6 delivered and 2 failed of the groups, 1 single; the unknown id counts too
-            assert (stats["delivered"], stats["failed"]) == (7 + 1, 2)
+            assert (stats.delivered, stats.failed) == (7 + 1, 2)
     finally:
         fake.close()
 
@@ -388,7 +388,7 @@ async def test_async_client_through_a_real_sidecar(sock_dir, mock_cluster):
     assert first.topic == "sdk-asyncio"
     assert {d.partition for d in deliveries} == {first.partition}
     assert [d.offset for d in deliveries] == list(range(first.offset + 1, first.offset + 2001))
-    assert (stats["delivered"], stats["failed"]) == (2001, 1)
+    assert (stats.delivered, stats.failed) == (2001, 1)
 
 
 def test_async_send_waits_for_room_without_blocking_the_loop(sock_dir):

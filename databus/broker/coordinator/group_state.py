@@ -41,6 +41,8 @@ from enum import Enum
 
 from kio.schema.errors import ErrorCode
 
+from databus.protocol import defaults
+
 # Kafka's GroupCoordinator.NewMemberJoinTimeoutMs: a brand-new member that never heartbeats is
 # dropped after this long even while it waits in a rebalance (KIP-394's safety valve).
 NEW_MEMBER_JOIN_TIMEOUT_MS = 5 * 60 * 1000
@@ -58,9 +60,9 @@ class GroupState(Enum):
 class CoordinatorConfig:
     """Broker-level group settings (Kafka's names and defaults)."""
 
-    initial_rebalance_delay_ms: int = 3000  # group.initial.rebalance.delay.ms
-    min_session_timeout_ms: int = 6000  # group.min.session.timeout.ms
-    max_session_timeout_ms: int = 1_800_000  # group.max.session.timeout.ms
+    initial_rebalance_delay_ms: int = defaults.GROUP_INITIAL_REBALANCE_DELAY_MS
+    min_session_timeout_ms: int = defaults.GROUP_MIN_SESSION_TIMEOUT_MS
+    max_session_timeout_ms: int = defaults.GROUP_MAX_SESSION_TIMEOUT_MS
     max_size: int = 2**31 - 1  # group.max.size
 
 

@@ -18,10 +18,9 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from ...protocol.types import TopicPartition
 from .group_state import GroupSnapshot, GroupState
 from .offsets_topic import OffsetValue
-
-TopicPartition = tuple[str, int]
 
 
 @dataclass(frozen=True)

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 import trio
 from kio.schema.errors import ErrorCode
 
+from databus.protocol import defaults
 from databus.protocol.records import build_batch, decode_batches
 
 from .consumer_protocol import CONSUMER_PROTOCOL_TYPE, subscription_topics
@@ -63,8 +64,6 @@ log = logging.getLogger(__name__)
 OFFSETS_TOPIC_SEGMENT_BYTES = 104_857_600
 # Kafka's offset.metadata.max.bytes.
 OFFSET_METADATA_MAX_BYTES = 4096
-# Kafka's offsets.retention.check.interval.ms.
-OFFSETS_RETENTION_CHECK_INTERVAL_MS = 600_000
 # A parked request outliving every timeout the state machine knows means a bug: answer it
 # anyway rather than hang the client (and say so in the log).
 _PARK_SAFETY_MARGIN_S = 30.0
@@ -107,9 +106,9 @@ class GroupService:
         broker,
         config: CoordinatorConfig,
         *,
-        num_partitions: int = 50,
-        retention_ms: int = 7 * 24 * 3600 * 1000,
-        retention_check_interval_ms: int = OFFSETS_RETENTION_CHECK_INTERVAL_MS,
+        num_partitions: int = defaults.OFFSETS_TOPIC_NUM_PARTITIONS,
+        retention_ms: int = defaults.OFFSETS_RETENTION_MINUTES * 60_000,
+        retention_check_interval_ms: int = defaults.OFFSETS_RETENTION_CHECK_INTERVAL_MS,
         metadata_max_bytes: int = OFFSET_METADATA_MAX_BYTES,
         clock: Callable[[], int] = wall_clock_ms,
     ) -> None:

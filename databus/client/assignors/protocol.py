@@ -29,14 +29,13 @@ from kio.schema.consumer_protocol_subscription.v2.data import ConsumerProtocolSu
 from kio.schema.consumer_protocol_subscription.v3.data import ConsumerProtocolSubscription as _SubV3
 from kio.serial import entity_reader, entity_writer
 
+from ...protocol.types import TopicPartition
 from ..messages import build_entity
 
 PROTOCOL_TYPE = "consumer"
 SUBSCRIPTION_VERSION = 3
 _SUBSCRIPTIONS = {0: _SubV0, 1: _SubV1, 2: _SubV2, 3: _SubV3}
 _VERSION = struct.Struct(">h")
-
-TopicPartition = tuple[str, int]
 
 
 class ConsumerProtocolError(ValueError):

@@ -12,9 +12,7 @@ the sidecar calls per message.
 
 import zlib
 
-import pluggy
-
-hookimpl = pluggy.HookimplMarker("databus")
+from databus import hookimpl
 
 
 @hookimpl
