@@ -147,7 +147,7 @@ def test_bad_yaml_is_one_line_naming_the_file_and_the_place(tmp_path):
     invalid = write(tmp_path / "invalid.yaml", {"sidecar": {"metrics_listen": "nowhere"}})
     fails_with(["sidecar", "-c", invalid], tmp_path,
                f"databus sidecar: invalid configuration: {invalid}: sidecar.metrics_listen: "
-               "metrics_listen must be HOST:PORT, got 'nowhere'")
+               "metrics_listen must be HOST:PORT, got 'nowhere': no port")
     # Found in the working directory (no -c): named all the same.
     (tmp_path / "sidecar.yaml").write_text("streams:\n  s: {topic: t\n")
     process = databus("up", cwd=tmp_path)
