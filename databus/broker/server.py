@@ -31,10 +31,10 @@ from databus.protocol.framing import (
     encode_response,
     response_header_flexible,
 )
+from databus.protocol.unsupported import bare_error_body, error_response
 
 from .api import Deferred, RawResponse, RequestContext, lookup
 from .handlers.api_versions import unsupported_version_response
-from .unsupported import bare_error_body, error_response
 
 log = logging.getLogger(__name__)
 

@@ -27,9 +27,9 @@ from typing import Any
 import trio
 
 from .. import __version__
+from ..protocol.entities import build_request
 from ..protocol.framing import FrameBuffer, FramingError, decode_response, encode_request
 from . import errors
-from .messages import build_request
 
 log = logging.getLogger(__name__)
 

@@ -25,6 +25,7 @@ from typing import Any
 
 import trio
 
+from ..protocol.consumer_protocol import PROTOCOL_TYPE, Assignment
 from . import errors
 from .assignors import (
     ASSIGNORS,
@@ -35,7 +36,6 @@ from .assignors import (
     encode_assignment,
     encode_subscription,
 )
-from .assignors.protocol import PROTOCOL_TYPE, Assignment
 from .cluster import Cluster
 from .config import ConsumerConfig
 from .connection import (

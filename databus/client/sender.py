@@ -16,13 +16,13 @@ from collections.abc import Callable
 
 import trio
 
+from ..protocol.entities import build_request, ms
 from . import errors
 from .accumulator import ProducerBatch, RecordAccumulator
 from .cluster import Cluster
 from .config import ProducerConfig
 from .connection import INIT_PRODUCER_ID, PRODUCE
 from .idempotence import IdempotenceState
-from .messages import build_request, ms
 
 log = logging.getLogger(__name__)
 

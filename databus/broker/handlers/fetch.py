@@ -22,9 +22,15 @@ import logging
 import trio
 from kio.schema.errors import ErrorCode
 
+from databus.protocol.fetch_encoding import (
+    MAX_VERSION,
+    MIN_VERSION,
+    PartitionResult,
+    encode_fetch_body,
+)
+
 from ..api import RawResponse, RequestContext, handles
 from ..errors import error_code_for
-from ..fetch_encoding import MAX_VERSION, MIN_VERSION, PartitionResult, encode_fetch_body
 
 log = logging.getLogger(__name__)
 

@@ -18,7 +18,7 @@ from databus.broker.coordinator.group_state import (
     SyncRequest,
 )
 from databus.broker.coordinator.service import GroupService
-from databus.client.messages import build_entity, ms
+from databus.protocol.entities import build_entity, ms
 
 from ..api import RequestContext, handles
 

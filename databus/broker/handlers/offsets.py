@@ -10,7 +10,7 @@ from __future__ import annotations
 from kio.schema.errors import ErrorCode
 
 from databus.broker.coordinator.service import OffsetCommitEntry
-from databus.client.messages import build_entity, ms
+from databus.protocol.entities import build_entity, ms
 
 from ..api import RequestContext, handles
 from .groups import groups_of

@@ -10,7 +10,7 @@ leader runs it; the bytes on the wire are Kafka's ConsumerProtocol (protocol.py)
 
 from __future__ import annotations
 
-from .protocol import (
+from ...protocol.consumer_protocol import (
     Assignment,
     ConsumerProtocolError,
     GroupMemberInfo,

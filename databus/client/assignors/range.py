@@ -8,7 +8,7 @@ partitions over 3 members give 4/3/3 (partitions 0-3, 4-6, 7-9).
 
 from __future__ import annotations
 
-from .protocol import GroupMemberInfo, TopicPartition
+from ...protocol.consumer_protocol import GroupMemberInfo, TopicPartition
 
 
 class RangeAssignor:

@@ -7,7 +7,7 @@ member not subscribed to a partition's topic is skipped for that partition.
 
 from __future__ import annotations
 
-from .protocol import GroupMemberInfo, TopicPartition
+from ...protocol.consumer_protocol import GroupMemberInfo, TopicPartition
 
 
 class RoundRobinAssignor:

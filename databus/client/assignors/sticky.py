@@ -17,7 +17,7 @@ assignment dropped partitions they owned.
 
 from __future__ import annotations
 
-from .protocol import GroupMemberInfo, TopicPartition
+from ...protocol.consumer_protocol import GroupMemberInfo, TopicPartition
 
 
 class StickyAssignor:

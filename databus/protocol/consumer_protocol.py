@@ -29,7 +29,7 @@ from kio.schema.consumer_protocol_subscription.v2.data import ConsumerProtocolSu
 from kio.schema.consumer_protocol_subscription.v3.data import ConsumerProtocolSubscription as _SubV3
 from kio.serial import entity_reader, entity_writer
 
-from ..messages import build_entity
+from .entities import build_entity
 
 PROTOCOL_TYPE = "consumer"
 SUBSCRIPTION_VERSION = 3

@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 from kio.schema.errors import ErrorCode
 
 from databus.broker.api import build
-from databus.broker.fetch_encoding import (
+from databus.protocol.fetch_encoding import (
     MAX_VERSION,
     MIN_VERSION,
     PartitionResult,
