@@ -63,7 +63,7 @@ def raw_fetch_all(bootstrap: str, topic: str, partitions: int, records: int) -> 
     import struct
     import sys
 
-    from databus.broker.api import build
+    from databus.protocol.entities import build
     from databus.protocol.framing import decode_response, encode_request, request_schema
     from databus.protocol.records import iter_headers
 

@@ -150,7 +150,7 @@ def raw_produce(bootstrap: str, topic: str, partitions: int, records: int, recor
     import struct
     import sys
 
-    from databus.broker.api import build
+    from databus.protocol.entities import build
     from databus.protocol.framing import decode_response, encode_request, request_schema
     from databus.protocol.records import build_batch
 

@@ -29,7 +29,7 @@ from kio.schema.consumer_protocol_subscription.v2.data import ConsumerProtocolSu
 from kio.schema.consumer_protocol_subscription.v3.data import ConsumerProtocolSubscription as _SubV3
 from kio.serial import entity_reader, entity_writer
 
-from .entities import build_entity
+from .entities import build
 
 PROTOCOL_TYPE = "consumer"
 SUBSCRIPTION_VERSION = 3
@@ -68,7 +68,7 @@ def _group(tps) -> list[dict]:
 def _encode(version: int, cls: type, fields: dict) -> bytes:
     out = io.BytesIO()
     out.write(_VERSION.pack(version))
-    entity_writer(cls)(out, build_entity(cls, fields))
+    entity_writer(cls)(out, build(cls, fields))
     return out.getvalue()
 
 

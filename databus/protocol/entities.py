@@ -1,11 +1,13 @@
-"""Build kio request objects for whichever version was negotiated, from plain dicts.
+"""Build kio entities (requests, responses, nested structs) for whichever version is in use.
 
 kio has one frozen dataclass per (api key, version) and the field sets differ between
-versions.  The client states what it wants once, as nested dicts with kio's field names, and
-``build_request(api_key, version, fields)`` keeps only the fields that version has, converts
-milliseconds to the ``timedelta`` kio expects, builds nested entities, and fills required
-fields the caller did not mention with their zero value (e.g. a topic id the version wants
-but the client addresses by name).  This keeps version handling out of every call site.
+versions.  A caller states what it has once, with kio's field names, and ``build(cls, fields)``
+(or ``build(cls, **fields)``) keeps only the fields that version has, converts milliseconds
+to the ``timedelta`` kio expects, builds nested entities from dicts, turns lists into tuples,
+and fills required fields the caller did not mention with their zero value (e.g. a topic id
+the version wants but the caller addresses by name).  This keeps version handling out of
+every call site: the client's requests, the broker's responses, the UNSUPPORTED_VERSION
+answers (``error_entity``) and the benches all build through here.
 """
 
 from __future__ import annotations
@@ -17,74 +19,118 @@ import typing
 import uuid
 from collections.abc import Mapping
 from functools import cache
-from typing import Any
+from typing import Any, NamedTuple
 
-from ..protocol.framing import request_schema
+from kio.schema.errors import ErrorCode
+
+from .framing import request_schema
+
+_ZERO_BY_TYPE: dict[str, Any] = {
+    "int8": 0, "int16": 0, "int32": 0, "int64": 0, "uint16": 0, "uint32": 0, "float64": 0.0,
+    "bool": False, "string": "", "bytes": b"", "records": None,
+    "uuid": uuid.UUID(int=0), "timedelta_i32": datetime.timedelta(0),
+    "timedelta_i64": datetime.timedelta(0),
+    "datetime_i64": datetime.datetime.fromtimestamp(0, datetime.UTC),
+}
+
+
+class _Field(NamedTuple):
+    name: str
+    kafka_type: str
+    nested: type | None  # the entity class of a struct field (or of an array's items)
+    required: bool
+    is_tuple: bool
+    nullable: bool
 
 
 @cache
-def _plan(cls: type) -> tuple[tuple[str, str, Any, bool, bool], ...]:
-    """(name, kafka_type, nested entity class or None, required, is a tuple) per field."""
+def _plan(cls: type) -> tuple[_Field, ...]:
     hints = typing.get_type_hints(cls)
     plan = []
     for f in dataclasses.fields(cls):
-        kafka_type = f.metadata.get("kafka_type", "")
-        nested = None
         hint = hints[f.name]
+        nullable = False
         if typing.get_origin(hint) in (typing.Union, types.UnionType):
-            non_none = [a for a in typing.get_args(hint) if a is not type(None)]
+            args = typing.get_args(hint)
+            nullable = type(None) in args
+            non_none = [a for a in args if a is not type(None)]
             hint = non_none[0] if len(non_none) == 1 else hint
         args = typing.get_args(hint)
-        if typing.get_origin(hint) is tuple and args and dataclasses.is_dataclass(args[0]):
+        is_tuple = typing.get_origin(hint) is tuple
+        nested = None
+        if is_tuple and args and dataclasses.is_dataclass(args[0]):
             nested = args[0]
         elif dataclasses.is_dataclass(hint):
             nested = hint
         required = f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
-        plan.append((f.name, kafka_type, nested, required, typing.get_origin(hint) is tuple))
+        plan.append(
+            _Field(f.name, f.metadata.get("kafka_type", ""), nested, required, is_tuple, nullable)
+        )
     return tuple(plan)
 
 
-def _zero(kafka_type: str, is_tuple: bool) -> Any:
-    if is_tuple:
+def _zero(cls: type, f: _Field, error_code: int) -> Any:
+    if f.is_tuple:
         return ()
-    if kafka_type == "string":
-        return ""
-    if kafka_type in ("bytes", "records"):
-        return b""
-    if kafka_type == "bool":
-        return False
-    if kafka_type == "uuid":
-        return uuid.UUID(int=0)
-    if kafka_type.startswith("timedelta"):
-        return datetime.timedelta(0)
-    return 0
+    if f.kafka_type == "error_code":
+        return ErrorCode(error_code)
+    if f.nested is not None:
+        return _build(f.nested, {}, error_code)
+    if f.kafka_type in _ZERO_BY_TYPE:
+        zero = _ZERO_BY_TYPE[f.kafka_type]
+        return b"" if zero is None and not f.nullable else zero
+    if f.nullable:
+        return None
+    raise TypeError(f"no zero value for {cls.__name__}.{f.name} ({f.kafka_type or 'untyped'})")
 
 
-def build_entity(cls: type, fields: Mapping[str, Any]) -> Any:
+def _build(cls: type, fields: Mapping[str, Any], error_code: int) -> Any:
     kwargs: dict[str, Any] = {}
-    for name, kafka_type, nested, required, is_tuple in _plan(cls):
-        if name in fields:
-            value = fields[name]
-            if nested is not None and value is not None:
-                if is_tuple:
+    for f in _plan(cls):
+        if f.name in fields:
+            value = fields[f.name]
+            if value is None:
+                pass
+            elif f.nested is not None:
+                if f.is_tuple:
                     value = tuple(
-                        v if isinstance(v, nested) else build_entity(nested, v) for v in value
+                        _build(f.nested, v, error_code) if isinstance(v, Mapping) else v
+                        for v in value
                     )
-                elif not isinstance(value, nested):
-                    value = build_entity(nested, value)
-            elif kafka_type.startswith("timedelta") and isinstance(value, (int, float)):
+                elif isinstance(value, Mapping):
+                    value = _build(f.nested, value, error_code)
+            elif f.kafka_type.startswith("timedelta") and isinstance(value, (int, float)):
                 value = datetime.timedelta(milliseconds=value)
-            elif is_tuple and value is not None and not isinstance(value, tuple):
+            elif f.kafka_type == "error_code" and not isinstance(value, ErrorCode):
+                value = ErrorCode(value)  # kio writes error codes only as ErrorCode members
+            elif f.is_tuple and not isinstance(value, tuple):
                 value = tuple(value)
-            kwargs[name] = value
-        elif required:
-            kwargs[name] = _zero(kafka_type, is_tuple)
+            kwargs[f.name] = value
+        elif f.required:
+            kwargs[f.name] = _zero(cls, f, error_code)
     return cls(**kwargs)
+
+
+def build(cls: type, fields: Mapping[str, Any] | None = None, /, **more: Any) -> Any:
+    """A ``cls`` entity from ``fields`` (a nested dict of kio field names) and/or keywords.
+
+    Fields ``cls`` lacks are dropped; required fields not given get their zero value (error
+    code NONE, an empty array, an empty string or bytes, a zero uuid, duration or time).
+    """
+    if more:
+        fields = {**fields, **more} if fields else more
+    return _build(cls, fields or {}, 0)
 
 
 def build_request(api_key: int, version: int, fields: Mapping[str, Any]) -> Any:
     """A kio request of ``api_key``/``version`` from a nested dict of kio field names."""
-    return build_entity(request_schema(api_key, version), fields)
+    return build(request_schema(api_key, version), fields)
+
+
+def error_entity(cls: type, error_code: int) -> Any:
+    """A ``cls`` entity with every error-code field (nested ones too) set to ``error_code``
+    and everything else zero or empty: a response any client can decode as that error."""
+    return _build(cls, {}, error_code)
 
 
 def ms(value: Any) -> int:

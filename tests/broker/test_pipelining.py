@@ -7,7 +7,7 @@ import datetime
 
 from kio.schema.errors import ErrorCode
 
-from databus.broker.api import build
+from databus.protocol.entities import build
 from databus.protocol.framing import decode_response, encode_request
 from databus.protocol.records import build_batch
 

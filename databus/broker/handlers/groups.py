@@ -18,7 +18,7 @@ from databus.broker.coordinator.group_state import (
     SyncRequest,
 )
 from databus.broker.coordinator.service import GroupService
-from databus.protocol.entities import build_entity, ms
+from databus.protocol.entities import build, ms
 
 from ..api import RequestContext, handles
 
@@ -52,7 +52,7 @@ def groups_of(ctx: RequestContext) -> GroupService | None:
 
 def _response(ctx: RequestContext, **values):
     values.setdefault("throttle_time", 0)
-    return build_entity(ctx.response_class(), values)
+    return build(ctx.response_class(), values)
 
 
 # -- FindCoordinator ------------------------------------------------------------------------

@@ -14,7 +14,9 @@ import logging
 
 from kio.schema.errors import ErrorCode
 
-from ..api import RequestContext, build, handles
+from databus.protocol.entities import build
+
+from ..api import RequestContext, handles
 from ..producer_ids import ProducerIdAllocator
 
 log = logging.getLogger(__name__)

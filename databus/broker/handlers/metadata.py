@@ -13,7 +13,9 @@ import uuid
 
 from kio.schema.errors import ErrorCode
 
-from ..api import RequestContext, build, handles
+from databus.protocol.entities import build
+
+from ..api import RequestContext, handles
 from ..broker import is_internal_topic
 from ..errors import error_code_for
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 from kio.schema.errors import ErrorCode
 
 from databus.broker.coordinator.service import OffsetCommitEntry
-from databus.protocol.entities import build_entity, ms
+from databus.protocol.entities import build, ms
 
 from ..api import RequestContext, handles
 from .groups import groups_of
@@ -20,7 +20,7 @@ OFFSET_COMMIT, OFFSET_FETCH, OFFSET_DELETE = 8, 9, 47
 
 def _response(ctx: RequestContext, **values):
     values.setdefault("throttle_time", 0)
-    return build_entity(ctx.response_class(), values)
+    return build(ctx.response_class(), values)
 
 
 @handles(OFFSET_COMMIT, 2, 9)

@@ -21,9 +21,10 @@ import struct
 
 from kio.schema.errors import ErrorCode
 
+from databus.protocol.entities import build
 from databus.protocol.framing import FramingError, decode_request_header
 
-from ..api import Deferred, RawResponse, RequestContext, build, handles
+from ..api import Deferred, RawResponse, RequestContext, handles
 from ..broker import is_internal_topic
 from ..errors import error_code_for
 
