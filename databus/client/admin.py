@@ -19,8 +19,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..protocol.consumer_protocol import decode_assignment
 from . import errors
-from .assignors import decode_assignment
 from .cluster import Cluster, PartitionMetadata
 from .config import AdminConfig
 from .connection import (

@@ -25,17 +25,17 @@ from typing import Any
 
 import trio
 
-from ..protocol.consumer_protocol import PROTOCOL_TYPE, Assignment
-from . import errors
-from .assignors import (
-    ASSIGNORS,
-    GroupMemberInfo,
+from ..protocol.consumer_protocol import (
+    PROTOCOL_TYPE,
+    Assignment,
     Subscription,
     decode_assignment,
     decode_subscription,
     encode_assignment,
     encode_subscription,
 )
+from . import errors
+from .assignors import ASSIGNORS, GroupMemberInfo
 from .cluster import Cluster
 from .config import ConsumerConfig
 from .connection import (

@@ -222,10 +222,7 @@ class GroupView:
 
 
 async def load_group(session: Session, group: str) -> GroupView:
-    from databus.broker.coordinator.consumer_protocol import (
-        BinaryFormatError,
-        assignment_partitions,
-    )
+    from databus.protocol.consumer_protocol import ConsumerProtocolError, decode_assignment
 
     node = await session.coordinator(group)
     (described,) = (await session.request(node, DESCRIBE_GROUPS,
@@ -236,12 +233,11 @@ async def load_group(session: Session, group: str) -> GroupView:
     if described.protocol_type == "consumer":
         for member in described.members:
             try:
-                assigned = assignment_partitions(bytes(member.member_assignment))
-            except BinaryFormatError:
+                assigned = decode_assignment(bytes(member.member_assignment))
+            except ConsumerProtocolError:
                 continue
-            for topic, partitions in assigned.items():
-                for p in partitions:
-                    owners[(topic, p)] = member
+            for tp in assigned.partitions:
+                owners[tp] = member
     fetched = await session.request(node, OFFSET_FETCH, {"group_id": group, "topics": None,
                                                          "require_stable": False})
     _check(getattr(fetched, "error_code", 0), f"fetching the offsets of {group!r}")

@@ -11,7 +11,7 @@ from __future__ import annotations
 import pytest
 from kio.schema.errors import ErrorCode
 
-from databus.broker.coordinator.consumer_protocol import assignment_partitions
+from databus.protocol.consumer_protocol import Assignment, decode_assignment
 from tests.groups.harness import create_topic
 from tests.groups.raw import RawClient, assignment, subscription
 from tests.helpers.broker import BrokerProcess
@@ -93,7 +93,7 @@ def test_group_life_at_each_version(raw, join_version):
         "assignments": [{"member_id": member, "assignment": mine}],
     })
     assert sync.error_code == ErrorCode.none and sync.assignment == mine
-    assert assignment_partitions(sync.assignment) == {TOPIC: [0, 1]}
+    assert decode_assignment(sync.assignment) == Assignment(((TOPIC, 0), (TOPIC, 1)))
 
     hb = raw.call(HEARTBEAT, hb_v, {"group_id": group, "generation_id": 1, "member_id": member})
     assert hb.error_code == ErrorCode.none
