@@ -22,8 +22,8 @@ import struct
 
 import trio
 
+from databus.protocol.api_keys import ApiKey
 from databus.protocol.framing import (
-    API_VERSIONS_KEY,
     FrameBuffer,
     FramingError,
     UnsupportedVersion,
@@ -127,7 +127,7 @@ class _Connection:
 
     @staticmethod
     def _unsupported(header):
-        if header.api_key == API_VERSIONS_KEY:
+        if header.api_key == ApiKey.API_VERSIONS:
             return _AsV0(unsupported_version_response())
         try:
             return error_response(header.api_key, header.api_version)

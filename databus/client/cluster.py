@@ -20,8 +20,9 @@ from typing import Any
 
 import trio
 
+from ..protocol.api_keys import ApiKey
 from . import errors
-from .connection import METADATA, BrokerConnection
+from .connection import BrokerConnection
 
 log = logging.getLogger(__name__)
 
@@ -227,7 +228,7 @@ class Cluster:
             names = None if all_topics else sorted(self.wanted_topics)
             response = await self.request(
                 None,
-                METADATA,
+                ApiKey.METADATA,
                 {
                     "topics": None if names is None else [{"name": n} for n in names],
                     "allow_auto_topic_creation": (

@@ -23,6 +23,7 @@ from typing import NamedTuple
 
 import trio
 
+from ..protocol.api_keys import ApiKey
 from ..protocol.records import (
     CONTROL_ABORT,
     CorruptRecordError,
@@ -33,7 +34,6 @@ from ..protocol.records import (
 from . import errors
 from .cluster import Cluster
 from .config import ConsumerConfig
-from .connection import FETCH
 from .subscription import SubscriptionState
 
 log = logging.getLogger(__name__)
@@ -215,7 +215,7 @@ class Fetcher:
             return
         conn = await self.cluster.connection(node)
         response = await conn.request(
-            FETCH,
+            ApiKey.FETCH,
             {
                 "replica_id": -1,
                 "max_wait": cfg.fetch_max_wait_ms,

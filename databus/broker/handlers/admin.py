@@ -16,6 +16,7 @@ import logging
 
 from kio.schema.errors import ErrorCode
 
+from databus.protocol.api_keys import ApiKey
 from databus.protocol.entities import build
 
 from ..api import RequestContext, handles
@@ -25,11 +26,6 @@ from ..errors import error_code_for
 
 log = logging.getLogger(__name__)
 
-CREATE_TOPICS = 19
-DELETE_TOPICS = 20
-DESCRIBE_CONFIGS = 32
-CREATE_PARTITIONS = 37
-DESCRIBE_CLUSTER = 60
 
 # DescribeConfigs resource types and config sources (Kafka's ConfigResource / ConfigSource)
 RESOURCE_TOPIC = 2
@@ -89,7 +85,7 @@ def _config_entries(module_cls, broker, name: str) -> tuple:
     )
 
 
-@handles(CREATE_TOPICS, 2, 7)
+@handles(ApiKey.CREATE_TOPICS, 2, 7)
 async def create_topics(ctx: RequestContext, request) -> object:
     broker = ctx.broker
     module = ctx.response_module()
@@ -124,7 +120,7 @@ async def create_topics(ctx: RequestContext, request) -> object:
     return build(ctx.response_class(), throttle_time=NO_THROTTLE, topics=tuple(results))
 
 
-@handles(DELETE_TOPICS, 1, 6)
+@handles(ApiKey.DELETE_TOPICS, 1, 6)
 async def delete_topics(ctx: RequestContext, request) -> object:
     import uuid
 
@@ -161,7 +157,7 @@ async def delete_topics(ctx: RequestContext, request) -> object:
     return build(ctx.response_class(), throttle_time=NO_THROTTLE, responses=tuple(results))
 
 
-@handles(CREATE_PARTITIONS, 0, 3)
+@handles(ApiKey.CREATE_PARTITIONS, 0, 3)
 async def create_partitions(ctx: RequestContext, request) -> object:
     broker = ctx.broker
     module = ctx.response_module()
@@ -207,7 +203,7 @@ def _broker_config_entries(config: BrokerConfig) -> dict[str, tuple[str | None, 
     return entries
 
 
-@handles(DESCRIBE_CONFIGS, 1, 4)
+@handles(ApiKey.DESCRIBE_CONFIGS, 1, 4)
 async def describe_configs(ctx: RequestContext, request) -> object:
     broker = ctx.broker
     module = ctx.response_module()
@@ -250,7 +246,7 @@ async def describe_configs(ctx: RequestContext, request) -> object:
     return build(ctx.response_class(), throttle_time=NO_THROTTLE, results=tuple(results))
 
 
-@handles(DESCRIBE_CLUSTER, 0, 1)
+@handles(ApiKey.DESCRIBE_CLUSTER, 0, 1)
 async def describe_cluster(ctx: RequestContext, request) -> object:
     broker = ctx.broker
     module = ctx.response_module()

@@ -14,9 +14,10 @@ from kio.schema.api_versions.v0 import response as v0_response
 from kio.schema.errors import ErrorCode
 from kio.static.primitive import i16, i32Timedelta
 
+from databus.protocol.api_keys import ApiKey
+
 from ..api import RequestContext, handles, registrations
 
-API_VERSIONS = 18
 NO_THROTTLE = i32Timedelta.parse(datetime.timedelta(0))
 
 
@@ -37,7 +38,7 @@ def unsupported_version_response() -> object:
     )
 
 
-@handles(API_VERSIONS, 0, 3)
+@handles(ApiKey.API_VERSIONS, 0, 3)
 async def api_versions(ctx: RequestContext, request) -> object:
     module = ctx.response_module()
     fields = {"error_code": ErrorCode.none, "api_keys": _api_list(module)}

@@ -13,13 +13,13 @@ import uuid
 
 from kio.schema.errors import ErrorCode
 
+from databus.protocol.api_keys import ApiKey
 from databus.protocol.entities import build
 
 from ..api import RequestContext, handles
 from ..broker import is_internal_topic
 from ..errors import error_code_for
 
-METADATA = 3
 ZERO_UUID = uuid.UUID(int=0)
 
 
@@ -54,7 +54,7 @@ def _requested(ctx: RequestContext, request) -> list | None:
     return list(request.topics)
 
 
-@handles(METADATA, 0, 12)
+@handles(ApiKey.METADATA, 0, 12)
 async def metadata(ctx: RequestContext, request) -> object:
     broker = ctx.broker
     module = ctx.response_module()
