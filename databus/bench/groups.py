@@ -21,6 +21,7 @@ from argparse import Namespace
 from dataclasses import dataclass
 
 from databus.protocol.api_keys import ApiKey
+from databus.protocol.errors import ErrorCode
 
 TOPIC = "bench-groups"
 
@@ -162,7 +163,7 @@ def _join_fields(group: str, member_id: str, round_: int) -> dict:
 async def _join(conn, group: str, member_id: str = "", round_: int = 0):
     fields = _join_fields(group, member_id, round_)
     response = await conn.request(ApiKey.JOIN_GROUP, fields, timeout=120)
-    if response.error_code == 79:  # MEMBER_ID_REQUIRED (KIP-394): come back with the id
+    if response.error_code == ErrorCode.member_id_required:  # KIP-394: come back with the id
         response = await conn.request(ApiKey.JOIN_GROUP,
                                       {**fields, "member_id": response.member_id},
                                       timeout=120)
@@ -196,7 +197,7 @@ async def _stable_group(members, group: str) -> list[str]:
     member_ids: list[str] = []
     for k in range(1, len(members) + 1):
         first = await members[k - 1].request(ApiKey.JOIN_GROUP, _join_fields(group, "", k))
-        if first.error_code != 79:
+        if first.error_code != ErrorCode.member_id_required:
             raise RuntimeError(f"JoinGroup of {group}: expected MEMBER_ID_REQUIRED, got "
                                f"{first.error_code}")
         member_ids = await _rebalance(members[:k], member_ids + [first.member_id], group, k)

@@ -29,6 +29,7 @@ import trio
 from .. import __version__
 from ..protocol.api_keys import ApiKey
 from ..protocol.entities import build_request
+from ..protocol.errors import ErrorCode
 from ..protocol.framing import FrameBuffer, FramingError, decode_response, encode_request
 from . import errors
 
@@ -143,7 +144,7 @@ class BrokerConnection:
             raise
         except (FramingError, errors.UnsupportedVersionError):
             response = None
-        if response is None or response.error_code == 35:
+        if response is None or response.error_code == ErrorCode.unsupported_version:
             # An old broker answers an unknown ApiVersions version with UNSUPPORTED_VERSION
             # in the v0 body; v0 is understood by every broker.
             response = await self._request_version(ApiKey.API_VERSIONS, 0, {})

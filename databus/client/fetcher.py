@@ -24,6 +24,7 @@ from typing import NamedTuple
 import trio
 
 from ..protocol.api_keys import ApiKey
+from ..protocol.errors import ErrorCode
 from ..protocol.records import (
     CONTROL_ABORT,
     CorruptRecordError,
@@ -40,7 +41,15 @@ log = logging.getLogger(__name__)
 
 TopicPartition = tuple[str, int]
 
-_LEADER_ERRORS = {3, 5, 6, 9, 74, 75}  # unknown topic, no leader, not leader, fenced/unknown epoch
+# Errors after which the partition's leader may have moved.
+_LEADER_ERRORS = {
+    ErrorCode.unknown_topic_or_partition,
+    ErrorCode.leader_not_available,
+    ErrorCode.not_leader_or_follower,
+    ErrorCode.replica_not_available,
+    ErrorCode.fenced_leader_epoch,
+    ErrorCode.unknown_leader_epoch,
+}
 
 
 class ConsumerRecord(NamedTuple):

@@ -21,8 +21,7 @@ from collections.abc import Mapping
 from functools import cache
 from typing import Any, NamedTuple
 
-from kio.schema.errors import ErrorCode
-
+from .errors import ErrorCode
 from .framing import request_schema
 
 _ZERO_BY_TYPE: dict[str, Any] = {

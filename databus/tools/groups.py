@@ -168,11 +168,11 @@ async def _with_session(action, args) -> int:
 
 
 def _check(error_code, what: str) -> None:
-    from databus.client.errors import from_code
+    from databus.protocol.errors import error_name
 
-    code = int(getattr(error_code, "value", error_code))
+    code = int(error_code)
     if code != 0:
-        raise GroupsToolError(f"{what}: {from_code(code)}")
+        raise GroupsToolError(f"{what}: {error_name(code)}")
 
 
 # Kafka's kafka-consumer-groups.sh column widths (%-15s, %-10s ...), so piped output lines up

@@ -7,9 +7,9 @@ import threading
 import time
 
 import pytest
-from kio.schema.errors import ErrorCode
 
 from databus.protocol.entities import build
+from databus.protocol.errors import ErrorCode
 from databus.protocol.records import build_batch, iter_headers
 
 from .test_api_versions import make, metadata, req

@@ -9,10 +9,10 @@ versions" rests on; the real-client tests (test_clients.py) cover behaviour.
 from __future__ import annotations
 
 import pytest
-from kio.schema.errors import ErrorCode
 
 from databus.protocol.api_keys import ApiKey
 from databus.protocol.consumer_protocol import Assignment, decode_assignment
+from databus.protocol.errors import ErrorCode
 from tests.groups.harness import create_topic
 from tests.groups.raw import RawClient, assignment, subscription
 from tests.helpers.broker import BrokerProcess

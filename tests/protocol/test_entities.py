@@ -6,9 +6,9 @@ import datetime
 import uuid
 
 import pytest
-from kio.schema.errors import ErrorCode
 
 from databus.protocol.entities import build, build_request, error_entity, ms
+from databus.protocol.errors import ErrorCode
 from databus.protocol.framing import encode_request, encode_response, response_schema
 
 JOIN_GROUP_V1 = bytes.fromhex(

@@ -7,9 +7,9 @@ import sys
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from kio.schema.errors import ErrorCode
 
 from databus.protocol.entities import build
+from databus.protocol.errors import ErrorCode
 from databus.protocol.fetch_encoding import (
     MAX_VERSION,
     MIN_VERSION,

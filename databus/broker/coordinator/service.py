@@ -22,9 +22,9 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 import trio
-from kio.schema.errors import ErrorCode
 
 from databus.protocol import consumer_protocol
+from databus.protocol.errors import ErrorCode
 from databus.protocol.records import build_batch, decode_batches
 
 from .group_state import (

@@ -14,10 +14,9 @@ from __future__ import annotations
 import datetime
 import logging
 
-from kio.schema.errors import ErrorCode
-
 from databus.protocol.api_keys import ApiKey
 from databus.protocol.entities import build
+from databus.protocol.errors import ErrorCode
 
 from ..api import RequestContext, handles
 from ..broker import is_internal_topic

@@ -11,10 +11,10 @@ from __future__ import annotations
 import datetime
 
 from kio.schema.api_versions.v0 import response as v0_response
-from kio.schema.errors import ErrorCode
 from kio.static.primitive import i16, i32Timedelta
 
 from databus.protocol.api_keys import ApiKey
+from databus.protocol.errors import ErrorCode
 
 from ..api import RequestContext, handles, registrations
 

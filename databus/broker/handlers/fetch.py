@@ -20,9 +20,9 @@ from __future__ import annotations
 import logging
 
 import trio
-from kio.schema.errors import ErrorCode
 
 from databus.protocol.api_keys import ApiKey
+from databus.protocol.errors import ErrorCode
 from databus.protocol.fetch_encoding import (
     MAX_VERSION,
     MIN_VERSION,

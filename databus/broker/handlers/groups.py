@@ -9,7 +9,6 @@ the coordinator of every group (one node), so FindCoordinator always names itsel
 from __future__ import annotations
 
 import trio
-from kio.schema.errors import ErrorCode
 
 from databus.broker.coordinator.group_state import (
     CoordinatorConfig,
@@ -20,6 +19,7 @@ from databus.broker.coordinator.group_state import (
 from databus.broker.coordinator.service import GroupService
 from databus.protocol.api_keys import ApiKey
 from databus.protocol.entities import build, ms
+from databus.protocol.errors import ErrorCode
 
 from ..api import RequestContext, handles
 

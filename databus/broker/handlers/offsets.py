@@ -7,11 +7,10 @@ fsync before they are acknowledged (so an acknowledged commit survives kill -9).
 
 from __future__ import annotations
 
-from kio.schema.errors import ErrorCode
-
 from databus.broker.coordinator.service import OffsetCommitEntry
 from databus.protocol.api_keys import ApiKey
 from databus.protocol.entities import build, ms
+from databus.protocol.errors import ErrorCode
 
 from ..api import RequestContext, handles
 from .groups import groups_of

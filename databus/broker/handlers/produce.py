@@ -19,10 +19,9 @@ import datetime
 import logging
 import struct
 
-from kio.schema.errors import ErrorCode
-
 from databus.protocol.api_keys import ApiKey
 from databus.protocol.entities import build
+from databus.protocol.errors import ErrorCode
 from databus.protocol.framing import FramingError, decode_request_header
 
 from ..api import Deferred, RawResponse, RequestContext, handles
