@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 from databus.protocol.framing import RequestHeader, response_schema
 
 if TYPE_CHECKING:  # pragma: no cover
-    from .server import Broker
+    from .broker import Broker
 
 Handler = Callable[["RequestContext", Any], Awaitable[Any]]
 

@@ -9,7 +9,7 @@ before buffering (FrameBuffer) keep a connection's memory bounded.
 
 A frame that cannot be decoded, or a handler that fails, closes only that connection, logged
 with the peer and the reason.  An unknown key or version is answered with
-UNSUPPORTED_VERSION (see unsupported.py; ApiVersions gets its v0-format key list).
+UNSUPPORTED_VERSION (see protocol/unsupported.py; ApiVersions gets its v0-format key list).
 
 Shutdown (``Server.stop``): stop accepting, stop reading new requests, let every connection
 write the answers it owes (bounded by ``drain_timeout``), then close.

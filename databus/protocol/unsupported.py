@@ -5,7 +5,8 @@ version that kio has a response schema for, we build that response with every er
 set to UNSUPPORTED_VERSION and everything else empty/zero (``error_response``); a client
 that decodes it sees a clean error.  For a key or version nobody has a schema for, the body
 is just the int16 error code (``bare_error_body``): the correlation id still matches, so a
-pipelining client is not left waiting.  ApiVersions itself is special (handlers/api_versions).
+pipelining client is not left waiting.  ApiVersions itself is special
+(databus/broker/handlers/api_versions.py).
 """
 
 from __future__ import annotations
@@ -13,9 +14,8 @@ from __future__ import annotations
 import struct
 from functools import cache
 
-from kio.schema.errors import ErrorCode
-
 from .entities import error_entity
+from .errors import ErrorCode
 from .framing import response_schema
 
 
