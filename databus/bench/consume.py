@@ -63,13 +63,14 @@ def raw_fetch_all(bootstrap: str, topic: str, partitions: int, records: int) -> 
     import struct
     import sys
 
-    from databus.broker.api import build
     from databus.protocol.addresses import parse_host_port
+    from databus.protocol.api_keys import ApiKey
+    from databus.protocol.entities import build
     from databus.protocol.framing import decode_response, encode_request, request_schema
     from databus.protocol.records import iter_headers
 
     version = 11
-    schema = request_schema(1, version)
+    schema = request_schema(ApiKey.FETCH, version)
     module = sys.modules[schema.__module__]
     offsets = dict.fromkeys(range(partitions), 0)
     with socket.create_connection(parse_host_port(bootstrap)) as sock:

@@ -20,8 +20,10 @@ import time
 from argparse import Namespace
 from dataclasses import dataclass
 
+from databus.protocol.api_keys import ApiKey
+from databus.protocol.errors import ErrorCode
+
 TOPIC = "bench-groups"
-OFFSET_COMMIT, JOIN_GROUP, SYNC_GROUP = 8, 11, 14
 
 
 def add_arguments(parser) -> None:
@@ -90,7 +92,7 @@ async def _measure(bootstrap: str, args) -> list[Row]:
         async def commits(conn, group: str, count: int, latencies: list[float]) -> None:
             for i in range(count):
                 start = time.perf_counter()
-                response = await conn.request(OFFSET_COMMIT, {
+                response = await conn.request(ApiKey.OFFSET_COMMIT, {
                     "group_id": group, "generation_id_or_member_epoch": -1, "member_id": "",
                     "retention_time": -1,
                     "topics": [{"name": TOPIC, "partitions": [
@@ -161,9 +163,10 @@ def _join_fields(group: str, member_id: str, round_: int) -> dict:
 
 async def _join(conn, group: str, member_id: str = "", round_: int = 0):
     fields = _join_fields(group, member_id, round_)
-    response = await conn.request(JOIN_GROUP, fields, timeout=120)
-    if response.error_code == 79:  # MEMBER_ID_REQUIRED (KIP-394): come back with the id
-        response = await conn.request(JOIN_GROUP, {**fields, "member_id": response.member_id},
+    response = await conn.request(ApiKey.JOIN_GROUP, fields, timeout=120)
+    if response.error_code == ErrorCode.member_id_required:  # KIP-394: come back with the id
+        response = await conn.request(ApiKey.JOIN_GROUP,
+                                      {**fields, "member_id": response.member_id},
                                       timeout=120)
     if response.error_code != 0:
         raise RuntimeError(f"JoinGroup of {group}: error {response.error_code}")
@@ -172,7 +175,7 @@ async def _join(conn, group: str, member_id: str = "", round_: int = 0):
 
 async def _sync(conn, group: str, response) -> None:
     assignments = [{"member_id": m.member_id, "assignment": b""} for m in response.members]
-    sync = await conn.request(SYNC_GROUP, {
+    sync = await conn.request(ApiKey.SYNC_GROUP, {
         "group_id": group, "generation_id": response.generation_id,
         "member_id": response.member_id, "group_instance_id": None,
         "protocol_type": "consumer", "protocol_name": "range", "assignments": assignments,
@@ -194,8 +197,8 @@ async def _stable_group(members, group: str) -> list[str]:
     """
     member_ids: list[str] = []
     for k in range(1, len(members) + 1):
-        first = await members[k - 1].request(JOIN_GROUP, _join_fields(group, "", k))
-        if first.error_code != 79:
+        first = await members[k - 1].request(ApiKey.JOIN_GROUP, _join_fields(group, "", k))
+        if first.error_code != ErrorCode.member_id_required:
             raise RuntimeError(f"JoinGroup of {group}: expected MEMBER_ID_REQUIRED, got "
                                f"{first.error_code}")
         member_ids = await _rebalance(members[:k], member_ids + [first.member_id], group, k)

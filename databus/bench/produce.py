@@ -150,15 +150,16 @@ def raw_produce(bootstrap: str, topic: str, partitions: int, records: int, recor
     import struct
     import sys
 
-    from databus.broker.api import build
     from databus.protocol.addresses import parse_host_port
+    from databus.protocol.api_keys import ApiKey
+    from databus.protocol.entities import build
     from databus.protocol.framing import decode_response, encode_request, request_schema
     from databus.protocol.records import build_batch
 
     per_batch = RAW_BATCH_RECORDS
     value = os.urandom(record_size)
     batch = build_batch([(None, value, (), 1_700_000_000_000)] * per_batch)
-    schema = request_schema(0, 8)
+    schema = request_schema(ApiKey.PRODUCE, 8)
     module = sys.modules[schema.__module__]
     frames = [
         encode_request(build(

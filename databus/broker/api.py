@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 from databus.protocol.framing import RequestHeader, response_schema
 
 if TYPE_CHECKING:  # pragma: no cover
-    from .server import Broker
+    from .broker import Broker
 
 Handler = Callable[["RequestContext", Any], Awaitable[Any]]
 
@@ -146,20 +146,3 @@ class Deferred:
 
     async def result(self) -> Any:
         return await self._wait()
-
-
-_FIELD_NAMES: dict[type, frozenset[str]] = {}
-
-
-def build(schema: type, **fields: Any) -> Any:
-    """Instantiate a kio entity from the fields it has, ignoring the others.
-
-    One handler serves many versions of an API; fields appear and disappear between
-    versions, so handlers pass everything they know and each version takes what it has.
-    """
-    names = _FIELD_NAMES.get(schema)
-    if names is None:
-        import dataclasses
-
-        names = _FIELD_NAMES[schema] = frozenset(f.name for f in dataclasses.fields(schema))
-    return schema(**{key: value for key, value in fields.items() if key in names})

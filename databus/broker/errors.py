@@ -6,8 +6,7 @@ adds its own (a failed group-commit fsync is KAFKA_STORAGE_ERROR).
 
 from __future__ import annotations
 
-from kio.schema.errors import ErrorCode
-
+from databus.protocol.errors import ErrorCode
 from databus.storage.errors import kafka_error_code
 
 from .durability import DurabilityError

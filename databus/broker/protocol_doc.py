@@ -17,10 +17,9 @@ DOC = Path(__file__).resolve().parents[2] / "docs" / "protocol.md"
 
 
 def _api_name(api_key: int) -> str:
-    from kio.schema.index import api_key_map
+    from databus.protocol.api_keys import ApiKey
 
-    name = api_key_map.get(api_key, f"key {api_key}")
-    return "".join(part.capitalize() for part in name.split("_"))
+    return "".join(part.capitalize() for part in ApiKey(api_key).name.split("_"))
 
 
 def api_table() -> str:

@@ -9,7 +9,7 @@ before buffering (FrameBuffer) keep a connection's memory bounded.
 
 A frame that cannot be decoded, or a handler that fails, closes only that connection, logged
 with the peer and the reason.  An unknown key or version is answered with
-UNSUPPORTED_VERSION (see unsupported.py; ApiVersions gets its v0-format key list).
+UNSUPPORTED_VERSION (see protocol/unsupported.py; ApiVersions gets its v0-format key list).
 
 Shutdown (``Server.stop``): stop accepting, stop reading new requests, let every connection
 write the answers it owes (bounded by ``drain_timeout``), then close.
@@ -23,8 +23,8 @@ import struct
 import trio
 
 from databus.protocol.addresses import format_host_port
+from databus.protocol.api_keys import ApiKey
 from databus.protocol.framing import (
-    API_VERSIONS_KEY,
     FrameBuffer,
     FramingError,
     UnsupportedVersion,
@@ -32,10 +32,10 @@ from databus.protocol.framing import (
     encode_response,
     response_header_flexible,
 )
+from databus.protocol.unsupported import bare_error_body, error_response
 
 from .api import Deferred, RawResponse, RequestContext, lookup
 from .handlers.api_versions import unsupported_version_response
-from .unsupported import bare_error_body, error_response
 
 log = logging.getLogger(__name__)
 
@@ -128,7 +128,7 @@ class _Connection:
 
     @staticmethod
     def _unsupported(header):
-        if header.api_key == API_VERSIONS_KEY:
+        if header.api_key == ApiKey.API_VERSIONS:
             return _AsV0(unsupported_version_response())
         try:
             return error_response(header.api_key, header.api_version)

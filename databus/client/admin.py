@@ -20,22 +20,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..protocol.types import TopicPartition
+from ..protocol.api_keys import ApiKey
+from ..protocol.consumer_protocol import decode_assignment
 from . import errors
-from .assignors import decode_assignment
 from .cluster import Cluster, PartitionMetadata
 from .config import AdminConfig
-from .connection import (
-    CREATE_PARTITIONS,
-    CREATE_TOPICS,
-    DELETE_GROUPS,
-    DELETE_TOPICS,
-    DESCRIBE_CONFIGS,
-    DESCRIBE_GROUPS,
-    FIND_COORDINATOR,
-    LIST_GROUPS,
-    OFFSET_FETCH,
-    OpenStream,
-)
+from .connection import OpenStream
 from .offsets import EARLIEST, LATEST, list_offsets
 
 RESOURCE_TOPIC = 2
@@ -182,7 +172,8 @@ class Admin:
             "timeout": self._timeout_ms,
             "validate_only": validate_only,
         }
-        response = await self._cluster.request(await self._controller(), CREATE_TOPICS, fields)
+        controller = await self._controller()
+        response = await self._cluster.request(controller, ApiKey.CREATE_TOPICS, fields)
         out = {
             t.name: (errors.from_code(t.error_code, getattr(t, "error_message", None) or t.name)
                      if int(t.error_code) else None)
@@ -195,7 +186,7 @@ class Admin:
         names = list(topics)
         response = await self._cluster.request(
             await self._controller(),
-            DELETE_TOPICS,
+            ApiKey.DELETE_TOPICS,
             {"topic_names": names, "topics": [{"name": n} for n in names], "timeout": self._timeout_ms},
         )
         for name in names:
@@ -213,7 +204,7 @@ class Admin:
         """Grow each topic to ``new_totals[topic]`` partitions."""
         response = await self._cluster.request(
             await self._controller(),
-            CREATE_PARTITIONS,
+            ApiKey.CREATE_PARTITIONS,
             {
                 "topics": [{"name": t, "count": n, "assignments": None} for t, n in new_totals.items()],
                 "timeout": self._timeout_ms,
@@ -239,7 +230,7 @@ class Admin:
             for b in brokers
         ]
         response = await self._cluster.request(
-            None, DESCRIBE_CONFIGS,
+            None, ApiKey.DESCRIBE_CONFIGS,
             {"resources": resources, "include_synonyms": False, "include_documentation": False},
         )
         out: dict[str, dict[str, ConfigEntry] | errors.KafkaError] = {}
@@ -263,14 +254,16 @@ class Admin:
         await self._cluster.refresh_metadata(allow_auto_create=False)
         found: dict[str, str] = {}
         for node in sorted(self._cluster.brokers):
-            response = await self._cluster.request(node, LIST_GROUPS, {"states_filter": []})
+            response = await self._cluster.request(node, ApiKey.LIST_GROUPS, {"states_filter": []})
             errors.raise_for_code(response.error_code, f"ListGroups on broker {node}")
             for g in response.groups:
                 found[g.group_id] = g.protocol_type
         return sorted(found.items())
 
     async def _coordinator(self, group_id: str) -> int:
-        response = await self._cluster.request(None, FIND_COORDINATOR, {"key": group_id, "key_type": 0})
+        response = await self._cluster.request(
+            None, ApiKey.FIND_COORDINATOR, {"key": group_id, "key_type": 0}
+        )
         errors.raise_for_code(response.error_code, f"FindCoordinator for group {group_id!r}")
         node = int(response.node_id)
         if node not in self._cluster.brokers:
@@ -282,7 +275,8 @@ class Admin:
         for group_id in group_ids:
             node = await self._coordinator(group_id)
             response = await self._cluster.request(
-                node, DESCRIBE_GROUPS, {"groups": [group_id], "include_authorized_operations": False}
+                node, ApiKey.DESCRIBE_GROUPS,
+                {"groups": [group_id], "include_authorized_operations": False},
             )
             for g in response.groups:
                 members = []
@@ -305,7 +299,9 @@ class Admin:
         out = {}
         for group_id in group_ids:
             node = await self._coordinator(group_id)
-            response = await self._cluster.request(node, DELETE_GROUPS, {"groups_names": [group_id]})
+            response = await self._cluster.request(
+                node, ApiKey.DELETE_GROUPS, {"groups_names": [group_id]}
+            )
             for r in response.results:
                 out[r.group_id] = errors.from_code(r.error_code, r.group_id) if int(r.error_code) else None
         return out
@@ -314,7 +310,8 @@ class Admin:
         """Committed offsets of every partition the group has committed (OffsetFetch)."""
         node = await self._coordinator(group_id)
         response = await self._cluster.request(
-            node, OFFSET_FETCH, {"group_id": group_id, "topics": None, "require_stable": False}
+            node, ApiKey.OFFSET_FETCH,
+            {"group_id": group_id, "topics": None, "require_stable": False},
         )
         errors.raise_for_code(getattr(response, "error_code", 0), f"OffsetFetch {group_id!r}")
         return {

@@ -24,9 +24,10 @@ from typing import Any
 import trio
 
 from ..protocol.addresses import parse_host_port_list
+from ..protocol.api_keys import ApiKey
 from . import errors
 from .backoff import ExponentialBackoff
-from .connection import METADATA, BrokerConnection, OpenStream
+from .connection import BrokerConnection, OpenStream
 
 log = logging.getLogger(__name__)
 
@@ -240,7 +241,7 @@ class Cluster:
             names = None if all_topics else sorted(self.wanted_topics)
             response = await self.request(
                 None,
-                METADATA,
+                ApiKey.METADATA,
                 {
                     "topics": None if names is None else [{"name": n} for n in names],
                     "allow_auto_topic_creation": (

@@ -32,45 +32,40 @@ import trio
 
 from .. import __version__
 from ..protocol.defaults import REQUEST_TIMEOUT_MS
+from ..protocol.api_keys import ApiKey
+from ..protocol.entities import build_request
+from ..protocol.errors import ErrorCode
 from ..protocol.framing import FrameBuffer, FramingError, decode_response, encode_request
 from . import errors
-from .messages import build_request
 
 log = logging.getLogger(__name__)
-
-# Api keys the client uses.
-PRODUCE, FETCH, LIST_OFFSETS, METADATA = 0, 1, 2, 3
-OFFSET_COMMIT, OFFSET_FETCH, FIND_COORDINATOR, JOIN_GROUP = 8, 9, 10, 11
-HEARTBEAT, LEAVE_GROUP, SYNC_GROUP, DESCRIBE_GROUPS, LIST_GROUPS = 12, 13, 14, 15, 16
-API_VERSIONS, CREATE_TOPICS, DELETE_TOPICS, INIT_PRODUCER_ID = 18, 19, 20, 22
-DESCRIBE_CONFIGS, CREATE_PARTITIONS, DELETE_GROUPS = 32, 37, 42
 
 # (min, max) versions this client speaks, per api key.  Floors: record format v2 (Produce 3,
 # Fetch 4).  Ceilings stop before versions that address topics by id only.
 CLIENT_VERSIONS: dict[int, tuple[int, int]] = {
-    PRODUCE: (3, 9),
-    FETCH: (4, 12),
-    LIST_OFFSETS: (1, 7),
-    METADATA: (1, 12),
+    ApiKey.PRODUCE: (3, 9),
+    ApiKey.FETCH: (4, 12),
+    ApiKey.LIST_OFFSETS: (1, 7),
+    ApiKey.METADATA: (1, 12),
     # Group APIs stop at their last non-flexible version: librdkafka's mock cluster misreads
     # flexible JoinGroup (v6+) and SyncGroup (v4+) requests, and the older versions carry
     # everything the classic protocol needs.
-    OFFSET_COMMIT: (2, 7),
-    OFFSET_FETCH: (1, 5),
-    FIND_COORDINATOR: (0, 2),
-    JOIN_GROUP: (0, 5),
-    HEARTBEAT: (0, 3),
-    LEAVE_GROUP: (0, 2),  # the mock never answers v3 (its members array); v2 suffices
-    SYNC_GROUP: (0, 3),
-    DESCRIBE_GROUPS: (0, 4),
-    LIST_GROUPS: (0, 2),
-    API_VERSIONS: (0, 3),
-    CREATE_TOPICS: (2, 7),
-    DELETE_TOPICS: (1, 5),
-    INIT_PRODUCER_ID: (0, 4),
-    DESCRIBE_CONFIGS: (1, 4),
-    CREATE_PARTITIONS: (0, 3),
-    DELETE_GROUPS: (0, 2),
+    ApiKey.OFFSET_COMMIT: (2, 7),
+    ApiKey.OFFSET_FETCH: (1, 5),
+    ApiKey.FIND_COORDINATOR: (0, 2),
+    ApiKey.JOIN_GROUP: (0, 5),
+    ApiKey.HEARTBEAT: (0, 3),
+    ApiKey.LEAVE_GROUP: (0, 2),  # the mock never answers v3 (its members array); v2 suffices
+    ApiKey.SYNC_GROUP: (0, 3),
+    ApiKey.DESCRIBE_GROUPS: (0, 4),
+    ApiKey.LIST_GROUPS: (0, 2),
+    ApiKey.API_VERSIONS: (0, 3),
+    ApiKey.CREATE_TOPICS: (2, 7),
+    ApiKey.DELETE_TOPICS: (1, 5),
+    ApiKey.INIT_PRODUCER_ID: (0, 4),
+    ApiKey.DESCRIBE_CONFIGS: (1, 4),
+    ApiKey.CREATE_PARTITIONS: (0, 3),
+    ApiKey.DELETE_GROUPS: (0, 2),
 }
 
 # Opens the byte stream to a broker: ``await open_stream(host, port)``.
@@ -155,15 +150,15 @@ class BrokerConnection:
     async def _negotiate_versions(self) -> None:
         fields = {"client_software_name": "databus", "client_software_version": __version__}
         try:
-            response = await self._request_version(API_VERSIONS, 3, fields)
+            response = await self._request_version(ApiKey.API_VERSIONS, 3, fields)
         except errors.KafkaConnectionError:
             raise
         except (FramingError, errors.UnsupportedVersionError):
             response = None
-        if response is None or response.error_code == 35:
+        if response is None or response.error_code == ErrorCode.unsupported_version:
             # An old broker answers an unknown ApiVersions version with UNSUPPORTED_VERSION
             # in the v0 body; v0 is understood by every broker.
-            response = await self._request_version(API_VERSIONS, 0, {})
+            response = await self._request_version(ApiKey.API_VERSIONS, 0, {})
         errors.raise_for_code(response.error_code, f"ApiVersions from {self}")
         self.broker_versions = {
             int(k.api_key): (int(k.min_version), int(k.max_version)) for k in response.api_keys

@@ -1,8 +1,8 @@
 """The client's exceptions: one class per Kafka error code, plus the client-side failures.
 
-Kafka's error table (code, name, retriable) comes from ``kio.schema.errors.ErrorCode``, so
-the names and the retriable flag are Kafka's own.  ``for_code(code)`` returns the exception
-class for a code; classes for the codes the client reacts to are named here
+Kafka's error table (code, name, retriable) is ``ErrorCode`` of databus/protocol/errors.py
+(kio's), so the names and the retriable flag are Kafka's own.  ``for_code(code)`` returns
+the exception class for a code; classes for the codes the client reacts to are named here
 (``NotLeaderOrFollowerError``, ...) so callers can catch them; every other code gets a
 generated subclass of KafkaError with Kafka's upper-case name.
 
@@ -14,7 +14,7 @@ KafkaConnectionError (socket closed/refused), RequestTimedOutError (no answer wi
 
 from __future__ import annotations
 
-from kio.schema.errors import ErrorCode
+from ..protocol.errors import ErrorCode, error_name
 
 
 class KafkaError(Exception):
@@ -44,8 +44,8 @@ def _define(code: ErrorCode) -> type[KafkaError]:
     cls = type(
         _class_name(code.name),
         (KafkaError,),
-        {"code": int(code), "name": code.name.upper(), "retriable": bool(code.retriable),
-         "__doc__": f"Kafka error {int(code)} {code.name.upper()}."},
+        {"code": int(code), "name": error_name(code), "retriable": bool(code.retriable),
+         "__doc__": f"Kafka error {int(code)} {error_name(code)}."},
     )
     _BY_CODE[int(code)] = cls
     return cls
@@ -73,35 +73,35 @@ def raise_for_code(code: int, detail: str | None = None) -> None:
 
 
 # Named handles for the codes the client branches on (generated above, re-exported here).
-UnknownServerError = _BY_CODE[-1]
-OffsetOutOfRangeError = _BY_CODE[1]
-CorruptMessageError = _BY_CODE[2]
-UnknownTopicOrPartitionError = _BY_CODE[3]
-LeaderNotAvailableError = _BY_CODE[5]
-NotLeaderOrFollowerError = _BY_CODE[6]
-RequestTimedOutError = _BY_CODE[7]
-MessageTooLargeError = _BY_CODE[10]
-NetworkExceptionError = _BY_CODE[13]
-CoordinatorLoadInProgressError = _BY_CODE[14]
-CoordinatorNotAvailableError = _BY_CODE[15]
-NotCoordinatorError = _BY_CODE[16]
-IllegalGenerationError = _BY_CODE[22]
-UnknownMemberIdError = _BY_CODE[25]
-RebalanceInProgressError = _BY_CODE[27]
-TopicAlreadyExistsError = _BY_CODE[36]
-UnsupportedVersionError = _BY_CODE[35]
-OutOfOrderSequenceNumberError = _BY_CODE[45]
-DuplicateSequenceNumberError = _BY_CODE[46]
-InvalidProducerEpochError = _BY_CODE[47]
-UnknownProducerIdError = _BY_CODE[59]
-MemberIdRequiredError = _BY_CODE[79]
-FencedInstanceIdError = _BY_CODE[82]
+UnknownServerError = _BY_CODE[ErrorCode.unknown_server_error]
+OffsetOutOfRangeError = _BY_CODE[ErrorCode.offset_out_of_range]
+CorruptMessageError = _BY_CODE[ErrorCode.corrupt_message]
+UnknownTopicOrPartitionError = _BY_CODE[ErrorCode.unknown_topic_or_partition]
+LeaderNotAvailableError = _BY_CODE[ErrorCode.leader_not_available]
+NotLeaderOrFollowerError = _BY_CODE[ErrorCode.not_leader_or_follower]
+RequestTimedOutError = _BY_CODE[ErrorCode.request_timed_out]
+MessageTooLargeError = _BY_CODE[ErrorCode.message_too_large]
+NetworkExceptionError = _BY_CODE[ErrorCode.network_exception]
+CoordinatorLoadInProgressError = _BY_CODE[ErrorCode.coordinator_load_in_progress]
+CoordinatorNotAvailableError = _BY_CODE[ErrorCode.coordinator_not_available]
+NotCoordinatorError = _BY_CODE[ErrorCode.not_coordinator]
+IllegalGenerationError = _BY_CODE[ErrorCode.illegal_generation]
+UnknownMemberIdError = _BY_CODE[ErrorCode.unknown_member_id]
+RebalanceInProgressError = _BY_CODE[ErrorCode.rebalance_in_progress]
+TopicAlreadyExistsError = _BY_CODE[ErrorCode.topic_already_exists]
+UnsupportedVersionError = _BY_CODE[ErrorCode.unsupported_version]
+OutOfOrderSequenceNumberError = _BY_CODE[ErrorCode.out_of_order_sequence_number]
+DuplicateSequenceNumberError = _BY_CODE[ErrorCode.duplicate_sequence_number]
+InvalidProducerEpochError = _BY_CODE[ErrorCode.invalid_producer_epoch]
+UnknownProducerIdError = _BY_CODE[ErrorCode.unknown_producer_id]
+MemberIdRequiredError = _BY_CODE[ErrorCode.member_id_required]
+FencedInstanceIdError = _BY_CODE[ErrorCode.fenced_instance_id]
 
 
 class KafkaConnectionError(KafkaError):
     """The connection to a broker failed or was closed (retriable, like NETWORK_EXCEPTION)."""
 
-    code = 13
+    code = ErrorCode.network_exception
     name = "NETWORK_EXCEPTION"
     retriable = True
 
@@ -115,7 +115,7 @@ class BufferExhaustedError(KafkaError):
 class DeliveryTimeoutError(KafkaError):
     """The record was not acknowledged within ``delivery.timeout.ms``."""
 
-    code = 7
+    code = ErrorCode.request_timed_out
     name = "DELIVERY_TIMEOUT"
 
 
@@ -133,7 +133,7 @@ class ConfigError(KafkaError, ValueError):
     """An unknown configuration key or an invalid value; the message names the key."""
 
     name = "INVALID_CONFIG"
-    code = 40
+    code = ErrorCode.invalid_config
 
 
 class NoOffsetForPartitionError(KafkaError):

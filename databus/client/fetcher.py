@@ -23,6 +23,8 @@ from typing import NamedTuple
 
 import trio
 
+from ..protocol.api_keys import ApiKey
+from ..protocol.errors import ErrorCode
 from ..protocol.records import (
     CONTROL_ABORT,
     CorruptRecordError,
@@ -34,12 +36,19 @@ from ..protocol.types import TopicPartition
 from . import errors
 from .cluster import Cluster
 from .config import ConsumerConfig
-from .connection import FETCH
 from .subscription import SubscriptionState
 
 log = logging.getLogger(__name__)
 
-_LEADER_ERRORS = {3, 5, 6, 9, 74, 75}  # unknown topic, no leader, not leader, fenced/unknown epoch
+# Errors after which the partition's leader may have moved.
+_LEADER_ERRORS = {
+    ErrorCode.unknown_topic_or_partition,
+    ErrorCode.leader_not_available,
+    ErrorCode.not_leader_or_follower,
+    ErrorCode.replica_not_available,
+    ErrorCode.fenced_leader_epoch,
+    ErrorCode.unknown_leader_epoch,
+}
 
 
 class ConsumerRecord(NamedTuple):
@@ -214,7 +223,7 @@ class Fetcher:
             return
         conn = await self.cluster.connection(node)
         response = await conn.request(
-            FETCH,
+            ApiKey.FETCH,
             {
                 "replica_id": -1,
                 "max_wait": cfg.fetch_max_wait_ms,

@@ -25,30 +25,22 @@ from typing import Any
 
 import trio
 
-from ..protocol.types import TopicPartition
-from . import errors
-from .assignors import (
-    ASSIGNORS,
-    GroupMemberInfo,
+from ..protocol.api_keys import ApiKey
+from ..protocol.consumer_protocol import (
+    PROTOCOL_TYPE,
+    Assignment,
     Subscription,
     decode_assignment,
     decode_subscription,
     encode_assignment,
     encode_subscription,
 )
-from .assignors.protocol import PROTOCOL_TYPE, Assignment
+from ..protocol.types import TopicPartition
+from . import errors
+from .assignors import ASSIGNORS, GroupMemberInfo
 from .backoff import ExponentialBackoff
 from .cluster import Cluster
 from .config import ConsumerConfig
-from .connection import (
-    FIND_COORDINATOR,
-    HEARTBEAT,
-    JOIN_GROUP,
-    LEAVE_GROUP,
-    OFFSET_COMMIT,
-    OFFSET_FETCH,
-    SYNC_GROUP,
-)
 from .subscription import SubscriptionState
 
 log = logging.getLogger(__name__)
@@ -121,7 +113,7 @@ class GroupMember:
 
     async def _find_coordinator(self) -> None:
         response = await self.cluster.request(
-            None, FIND_COORDINATOR, {"key": self.group_id, "key_type": 0}
+            None, ApiKey.FIND_COORDINATOR, {"key": self.group_id, "key_type": 0}
         )
         errors.raise_for_code(
             response.error_code, f"FindCoordinator for group {self.group_id!r}"
@@ -207,7 +199,7 @@ class GroupMember:
         join_timeout = (cfg.max_poll_interval_ms + 5000) / 1000
         while True:
             response = await self.request(
-                JOIN_GROUP,
+                ApiKey.JOIN_GROUP,
                 {
                     "group_id": self.group_id,
                     "session_timeout": cfg.session_timeout_ms,
@@ -237,7 +229,7 @@ class GroupMember:
         if response.leader == response.member_id:
             assignments = await self._lead(response.members)
         sync = await self.request(
-            SYNC_GROUP,
+            ApiKey.SYNC_GROUP,
             {
                 "group_id": self.group_id,
                 "generation_id": self.generation_id,
@@ -339,7 +331,7 @@ class GroupMember:
             with trio.move_on_after(max(self._session_deadline() - trio.current_time(), 0)):
                 try:
                     response = await self.request(
-                        HEARTBEAT,
+                        ApiKey.HEARTBEAT,
                         {
                             "group_id": self.group_id,
                             "generation_id": self.generation_id,
@@ -407,7 +399,7 @@ class GroupMember:
             return
         try:
             await self.request(
-                LEAVE_GROUP,
+                ApiKey.LEAVE_GROUP,
                 {
                     "group_id": self.group_id,
                     "member_id": self.member_id,
@@ -438,7 +430,7 @@ class GroupMember:
             )
         group_mode = self.subscriptions.uses_group_assignment
         response = await self.request(
-            OFFSET_COMMIT,
+            ApiKey.OFFSET_COMMIT,
             {
                 "group_id": self.group_id,
                 "generation_id": self.generation_id if group_mode else -1,
@@ -466,7 +458,7 @@ class GroupMember:
         for topic, partition in sorted(tps):
             by_topic.setdefault(topic, []).append(partition)
         response = await self.request(
-            OFFSET_FETCH,
+            ApiKey.OFFSET_FETCH,
             {
                 "group_id": self.group_id,
                 "topics": [{"name": t, "partition_indexes": ps} for t, ps in by_topic.items()],

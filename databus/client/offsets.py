@@ -13,9 +13,9 @@ from collections.abc import Mapping
 import trio
 
 from ..protocol.types import TopicPartition
+from ..protocol.api_keys import ApiKey
 from . import errors
 from .cluster import Cluster
-from .connection import LIST_OFFSETS
 
 EARLIEST = -2  # Kafka's ListOffsets sentinel timestamps
 LATEST = -1
@@ -97,7 +97,7 @@ async def _ask(cluster, leader, tps, timestamps, isolation_level):
         )
     response = await cluster.request(
         leader,
-        LIST_OFFSETS,
+        ApiKey.LIST_OFFSETS,
         {
             "replica_id": -1,
             "isolation_level": isolation_level,

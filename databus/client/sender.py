@@ -16,13 +16,13 @@ from collections.abc import Callable
 
 import trio
 
+from ..protocol.api_keys import ApiKey
+from ..protocol.entities import build_request, ms
 from . import errors
 from .accumulator import ProducerBatch, RecordAccumulator
 from .cluster import Cluster
 from .config import ProducerConfig
-from .connection import INIT_PRODUCER_ID, PRODUCE
 from .idempotence import IdempotenceState
-from .messages import build_request, ms
 
 log = logging.getLogger(__name__)
 
@@ -151,7 +151,7 @@ class Sender:
         try:
             response = await self.cluster.request(
                 None,
-                INIT_PRODUCER_ID,
+                ApiKey.INIT_PRODUCER_ID,
                 {
                     "transactional_id": None,
                     "transaction_timeout": 60000,
@@ -238,7 +238,7 @@ class Sender:
             await self._wait_turn(node, ticket)
             try:
                 conn = await self.cluster.connection(node)
-                body = build_request(PRODUCE, conn.version(PRODUCE), fields)
+                body = build_request(ApiKey.PRODUCE, conn.version(ApiKey.PRODUCE), fields)
                 pending = await conn.write(body, expect_response=acks != 0)
             finally:
                 self._end_turn(node, ticket)

@@ -23,7 +23,7 @@ from kio.index import load_request_schema, load_response_schema
 from kio.serial import entity_reader, entity_writer
 from kio.serial.readers import read_unsigned_varint
 
-API_VERSIONS_KEY = 18
+from .api_keys import ApiKey
 
 _I32 = struct.Struct(">i")
 _REQ_HEAD = struct.Struct(">hhih")  # api_key, api_version, correlation_id, client_id length
@@ -154,7 +154,7 @@ def encode_request(body: Any, correlation_id: int, client_id: str | None) -> byt
 
 def response_header_flexible(api_key: int, version: int) -> bool:
     """Whether the response header carries tagged fields (never for ApiVersions)."""
-    return api_key != API_VERSIONS_KEY and is_flexible(api_key, version)
+    return api_key != ApiKey.API_VERSIONS and is_flexible(api_key, version)
 
 
 def encode_response(

@@ -42,7 +42,10 @@ class ErrorCode(enum.IntEnum):
     """Error codes in reports and error frames.
 
     Codes below 1000 are Kafka's own (passed through from the upstream cluster, so an app sees
-    exactly what a Kafka producer would); 1000 and above are the sidecar's.
+    exactly what a Kafka producer would); 1000 and above are the sidecar's.  The Kafka codes
+    named here are those the sidecar sends itself, under Kafka's names and numbers (a test
+    holds them to databus/protocol/errors.py); they are repeated because the SDK must not
+    load kio.
     """
 
     NONE = 0
@@ -69,12 +72,9 @@ def error_name(code: int) -> str:
         return ErrorCode(code).name
     except ValueError:
         pass
-    try:
-        from kio.schema.errors import ErrorCode as KafkaErrorCode
+    from .errors import error_name as kafka_error_name  # here, not above: it loads kio
 
-        return KafkaErrorCode(code).name.upper()
-    except (ImportError, ValueError):
-        return f"UNKNOWN_{code}"
+    return kafka_error_name(code)
 
 
 class WireError(ValueError):

@@ -1,4 +1,5 @@
-"""Errors raised by the storage engine, each carrying the Kafka error code it maps to.
+"""Errors raised by the storage engine, each carrying the Kafka error code it maps to
+(named through databus/protocol/errors.py, Kafka's one table).
 
 The broker turns any of these into a response with ``kafka_error_code(exc)``.  Batch-format
 errors (``CorruptRecordError``, ``RecordTooLargeError``) belong to ``protocol/records.py``
@@ -7,6 +8,7 @@ and are re-exported here so that storage callers need one import.
 
 from __future__ import annotations
 
+from databus.protocol.errors import ErrorCode
 from databus.protocol.records import CorruptRecordError, RecordTooLargeError
 
 __all__ = [
@@ -27,26 +29,11 @@ __all__ = [
     "kafka_error_code",
 ]
 
-# Kafka's error codes (org.apache.kafka.common.protocol.Errors)
-OFFSET_OUT_OF_RANGE = 1
-CORRUPT_MESSAGE = 2
-UNKNOWN_TOPIC_OR_PARTITION = 3
-MESSAGE_TOO_LARGE = 10
-INVALID_TOPIC_EXCEPTION = 17
-TOPIC_ALREADY_EXISTS = 36
-INVALID_PARTITIONS = 37
-INVALID_CONFIG = 40
-OUT_OF_ORDER_SEQUENCE_NUMBER = 45
-INVALID_PRODUCER_EPOCH = 47
-KAFKA_STORAGE_ERROR = 56
-INVALID_RECORD = 87
-UNKNOWN_SERVER_ERROR = -1
-
 
 class StorageError(Exception):
     """Base of the storage engine's own errors."""
 
-    error_code = UNKNOWN_SERVER_ERROR
+    error_code = ErrorCode.unknown_server_error
 
 
 class KafkaStorageError(StorageError):
@@ -55,17 +42,17 @@ class KafkaStorageError(StorageError):
     Nothing half-written stays visible when an append raises this.
     """
 
-    error_code = KAFKA_STORAGE_ERROR
+    error_code = ErrorCode.kafka_storage_error
 
 
 class OffsetOutOfRangeError(StorageError):
-    error_code = OFFSET_OUT_OF_RANGE
+    error_code = ErrorCode.offset_out_of_range
 
 
 class InvalidRecordError(CorruptRecordError):
     """A batch that is intact but breaks a rule (no records, count vs offsets, offset order)."""
 
-    error_code = INVALID_RECORD
+    error_code = ErrorCode.invalid_record
 
 
 class RecordValidationError(InvalidRecordError):
@@ -82,50 +69,50 @@ class RecordValidationError(InvalidRecordError):
 
 
 class InvalidConfigError(StorageError, ValueError):
-    error_code = INVALID_CONFIG
+    error_code = ErrorCode.invalid_config
 
 
 class TopicExistsError(StorageError):
-    error_code = TOPIC_ALREADY_EXISTS
+    error_code = ErrorCode.topic_already_exists
 
 
 class UnknownTopicError(StorageError, KeyError):
-    error_code = UNKNOWN_TOPIC_OR_PARTITION
+    error_code = ErrorCode.unknown_topic_or_partition
 
     def __str__(self) -> str:  # KeyError would quote the message
         return str(self.args[0]) if self.args else ""
 
 
 class InvalidTopicError(StorageError, ValueError):
-    error_code = INVALID_TOPIC_EXCEPTION
+    error_code = ErrorCode.invalid_topic_exception
 
 
 class InvalidPartitionsError(StorageError, ValueError):
-    error_code = INVALID_PARTITIONS
+    error_code = ErrorCode.invalid_partitions
 
 
 class OutOfOrderSequenceError(StorageError):
     """An idempotent producer's batch does not follow its last sequence (a gap)."""
 
-    error_code = OUT_OF_ORDER_SEQUENCE_NUMBER
+    error_code = ErrorCode.out_of_order_sequence_number
 
 
 class InvalidProducerEpochError(StorageError):
     """An idempotent producer's batch carries an epoch older than the one last seen."""
 
-    error_code = INVALID_PRODUCER_EPOCH
+    error_code = ErrorCode.invalid_producer_epoch
 
 
-def kafka_error_code(exc: BaseException) -> int:
+def kafka_error_code(exc: BaseException) -> ErrorCode:
     """The Kafka error code for an exception raised by the storage engine."""
     if isinstance(exc, InvalidRecordError):
-        return INVALID_RECORD
+        return ErrorCode.invalid_record
     if isinstance(exc, StorageError):
         return exc.error_code
     if isinstance(exc, RecordTooLargeError):
-        return MESSAGE_TOO_LARGE
+        return ErrorCode.message_too_large
     if isinstance(exc, CorruptRecordError):
-        return CORRUPT_MESSAGE
+        return ErrorCode.corrupt_message
     if isinstance(exc, OSError):
-        return KAFKA_STORAGE_ERROR
-    return UNKNOWN_SERVER_ERROR
+        return ErrorCode.kafka_storage_error
+    return ErrorCode.unknown_server_error

@@ -24,11 +24,10 @@ import datetime
 import sys
 from dataclasses import dataclass, field
 
+from databus.protocol.api_keys import ApiKey
 from databus.tools.table import Column, console, print_table
 
 DEFAULT_BOOTSTRAP = "127.0.0.1:9092"
-OFFSET_COMMIT, OFFSET_FETCH, FIND_COORDINATOR = 8, 9, 10
-DESCRIBE_GROUPS, LIST_GROUPS, DELETE_GROUPS = 15, 16, 42
 INACTIVE_STATES = ("Empty", "Dead")
 
 
@@ -136,7 +135,7 @@ class Session:
 
     async def coordinator(self, group: str) -> int:
         if group not in self.coordinators:
-            response = await self.request(None, FIND_COORDINATOR,
+            response = await self.request(None, ApiKey.FIND_COORDINATOR,
                                           {"key": group, "key_type": 0,
                                            "coordinator_keys": [group]})
             _check(response.error_code, f"finding the coordinator of {group!r}")
@@ -169,11 +168,11 @@ async def _with_session(action, args) -> int:
 
 
 def _check(error_code, what: str) -> None:
-    from databus.client.errors import from_code
+    from databus.protocol.errors import error_name
 
-    code = int(getattr(error_code, "value", error_code))
+    code = int(error_code)
     if code != 0:
-        raise GroupsToolError(f"{what}: {from_code(code)}")
+        raise GroupsToolError(f"{what}: {error_name(code)}")
 
 
 # Kafka's kafka-consumer-groups.sh column widths (%-15s, %-10s ...), so piped output lines up
@@ -190,14 +189,14 @@ def _offset_column(header: str) -> Column:
 
 
 async def _list(session: Session, args) -> int:
-    response = await session.request(None, LIST_GROUPS, {"states_filter": [],
+    response = await session.request(None, ApiKey.LIST_GROUPS, {"states_filter": [],
                                                          "types_filter": []})
     _check(response.error_code, "listing groups")
     states = {g.group_id: getattr(g, "group_state", "") for g in response.groups}
     unknown = [group for group, state in states.items() if not state]
     if unknown:
         # ListGroups < v4 carries no state: ask DescribeGroups instead.
-        described = await session.request(None, DESCRIBE_GROUPS, {
+        described = await session.request(None, ApiKey.DESCRIBE_GROUPS, {
             "groups": unknown, "include_authorized_operations": False})
         states.update({g.group_id: g.group_state for g in described.groups})
     print_table(
@@ -222,13 +221,10 @@ class GroupView:
 
 
 async def load_group(session: Session, group: str) -> GroupView:
-    from databus.broker.coordinator.consumer_protocol import (
-        BinaryFormatError,
-        assignment_partitions,
-    )
+    from databus.protocol.consumer_protocol import ConsumerProtocolError, decode_assignment
 
     node = await session.coordinator(group)
-    (described,) = (await session.request(node, DESCRIBE_GROUPS,
+    (described,) = (await session.request(node, ApiKey.DESCRIBE_GROUPS,
                                           {"groups": [group],
                                            "include_authorized_operations": False})).groups
     _check(described.error_code, f"describing {group!r}")
@@ -236,13 +232,12 @@ async def load_group(session: Session, group: str) -> GroupView:
     if described.protocol_type == "consumer":
         for member in described.members:
             try:
-                assigned = assignment_partitions(bytes(member.member_assignment))
-            except BinaryFormatError:
+                assigned = decode_assignment(bytes(member.member_assignment))
+            except ConsumerProtocolError:
                 continue
-            for topic, partitions in assigned.items():
-                for p in partitions:
-                    owners[(topic, p)] = member
-    fetched = await session.request(node, OFFSET_FETCH, {"group_id": group, "topics": None,
+            for tp in assigned.partitions:
+                owners[tp] = member
+    fetched = await session.request(node, ApiKey.OFFSET_FETCH, {"group_id": group, "topics": None,
                                                          "require_stable": False})
     _check(getattr(fetched, "error_code", 0), f"fetching the offsets of {group!r}")
     committed = {
@@ -364,7 +359,7 @@ async def _reset(session: Session, args) -> int:
             "committed_metadata": "",
         })
     node = await session.coordinator(args.group)
-    response = await session.request(node, OFFSET_COMMIT, {
+    response = await session.request(node, ApiKey.OFFSET_COMMIT, {
         "group_id": args.group, "generation_id_or_member_epoch": -1, "member_id": "",
         "group_instance_id": None, "retention_time": -1,
         "topics": [{"name": t, "partitions": ps} for t, ps in by_topic.items()],
@@ -381,7 +376,7 @@ async def _reset(session: Session, args) -> int:
 
 async def _delete(session: Session, args) -> int:
     node = await session.coordinator(args.group)
-    response = await session.request(node, DELETE_GROUPS, {"groups_names": [args.group]})
+    response = await session.request(node, ApiKey.DELETE_GROUPS, {"groups_names": [args.group]})
     (result,) = response.results
     _check(result.error_code, f"deleting group {args.group!r}")
     console().print(f"deleted group {args.group!r}")

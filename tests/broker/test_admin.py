@@ -108,7 +108,7 @@ def test_internal_topics_are_listed_as_internal_and_never_auto_created(admin, br
 
 
 def test_metadata_marks_internal_topics(broker):
-    from databus.broker.api import build
+    from databus.protocol.entities import build
     from databus.protocol.framing import request_schema
 
     from .wire import WireClient

@@ -18,7 +18,7 @@ from confluent_kafka.admin import (
     NewTopic,
 )
 
-from databus.broker.api import build
+from databus.protocol.entities import build
 from tests.helpers.broker import BrokerProcess
 
 from .clients import Msg, confluent_consume, confluent_produce

@@ -13,9 +13,10 @@ import sys
 import uuid
 
 import pytest
-from kio.schema.errors import ErrorCode
 
-from databus.broker.api import build, load_handlers, registrations
+from databus.broker.api import load_handlers, registrations
+from databus.protocol.entities import build
+from databus.protocol.errors import ErrorCode
 from databus.protocol.framing import request_schema
 from databus.protocol.records import build_batch, parse_header
 

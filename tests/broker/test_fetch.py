@@ -7,10 +7,10 @@ import threading
 import time
 
 import pytest
-from kio.schema.errors import ErrorCode
 
-from databus.broker.api import build
-from databus.broker.fetch_encoding import (
+from databus.protocol.entities import build
+from databus.protocol.errors import ErrorCode
+from databus.protocol.fetch_encoding import (
     MAX_VERSION,
     MIN_VERSION,
     PartitionResult,

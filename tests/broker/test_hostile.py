@@ -8,8 +8,8 @@ import socket
 import struct
 
 import pytest
-from kio.schema.errors import ErrorCode
 
+from databus.protocol.errors import ErrorCode
 from databus.protocol.framing import decode_response
 from databus.protocol.records import build_batch
 

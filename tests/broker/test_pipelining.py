@@ -5,9 +5,8 @@ from __future__ import annotations
 
 import datetime
 
-from kio.schema.errors import ErrorCode
-
-from databus.broker.api import build
+from databus.protocol.entities import build
+from databus.protocol.errors import ErrorCode
 from databus.protocol.framing import decode_response, encode_request
 from databus.protocol.records import build_batch
 

@@ -6,7 +6,7 @@ import time
 
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from databus.broker.api import build
+from databus.protocol.entities import build
 from tests.helpers.broker import BrokerProcess
 
 from .clients import (

@@ -28,9 +28,9 @@ import trio
 import trio.testing
 
 from databus.client.assignors import encode_assignment
-from databus.client.assignors.protocol import Assignment
+from databus.protocol.consumer_protocol import Assignment
 from databus.client.connection import CLIENT_VERSIONS
-from databus.client.messages import build_entity
+from databus.protocol.entities import build as build_entity
 from databus.protocol.framing import FrameBuffer, decode_request, encode_response, response_schema
 from databus.protocol.records import iter_headers
 

@@ -1,28 +1,21 @@
-"""Assignors to the letter of Kafka's, and the ConsumerProtocol bytes."""
+"""Assignors to the letter of Kafka's (the ConsumerProtocol bytes: tests/protocol)."""
 
 from __future__ import annotations
 
 from collections import Counter
 
-import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from databus.client.assignors import (
     ASSIGNORS,
-    Assignment,
-    ConsumerProtocolError,
     CooperativeStickyAssignor,
     GroupMemberInfo,
     RangeAssignor,
     RoundRobinAssignor,
     StickyAssignor,
-    Subscription,
-    decode_assignment,
-    decode_subscription,
-    encode_assignment,
-    encode_subscription,
 )
+from databus.protocol.consumer_protocol import Subscription
 
 
 def members(n, topics=("t",), owned=None):
@@ -113,43 +106,3 @@ def test_every_partition_assigned_once_and_balanced(n_members, counts, name):
     if name != "range":  # range balances per topic, not overall
         sizes = [len(v) for v in got.values()]
         assert max(sizes) - min(sizes) <= 1
-
-
-# Golden bytes: Subscription v3 / Assignment v0 as Kafka's ConsumerProtocol writes them.
-SUBSCRIPTION_V3 = bytes.fromhex(
-    "0003"  # version 3
-    "00000002" "000161" "000162"  # topics [a, b]
-    "ffffffff"  # user_data null
-    "00000001" "000161" "00000002" "00000001" "00000002"  # owned [(a, [1, 2])]
-    "00000003"  # generation 3
-    "ffff"  # rack null
-)
-ASSIGNMENT_V0 = bytes.fromhex(
-    "0000" "00000002" "000161" "00000001" "00000001" "000162" "00000001" "00000002" "ffffffff"
-)
-
-
-def test_subscription_golden_bytes():
-    sub = Subscription(("b", "a"), None, (("a", 1), ("a", 2)), 3, None)
-    assert encode_subscription(sub) == SUBSCRIPTION_V3
-    assert decode_subscription(SUBSCRIPTION_V3) == Subscription(("a", "b"), None, (("a", 1), ("a", 2)), 3, None)
-
-
-def test_assignment_golden_bytes():
-    assert encode_assignment(Assignment((("b", 2), ("a", 1)))) == ASSIGNMENT_V0
-    assert decode_assignment(ASSIGNMENT_V0) == Assignment((("a", 1), ("b", 2)))
-    assert decode_assignment(b"") == Assignment()
-
-
-def test_newer_subscription_versions_decode_their_known_prefix():
-    future = b"\x00\x09" + SUBSCRIPTION_V3[2:] + b"\x00\x00\x00\x07extra"
-    assert decode_subscription(future).topics == ("a", "b")
-    v0 = b"\x00\x00" + bytes.fromhex("00000001000174ffffffff")
-    assert decode_subscription(v0) == Subscription(("t",))
-
-
-def test_garbage_is_a_clear_error():
-    with pytest.raises(ConsumerProtocolError, match="subscription"):
-        decode_subscription(b"\x00\x01\x00\x00\x00\x05ab")
-    with pytest.raises(ConsumerProtocolError, match="no version"):
-        decode_assignment(b"\x00")

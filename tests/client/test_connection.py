@@ -7,7 +7,8 @@ import trio
 
 from databus.client import errors
 from databus.client.cluster import parse_bootstrap
-from databus.client.connection import CLIENT_VERSIONS, METADATA, PRODUCE, BrokerConnection
+from databus.client.connection import CLIENT_VERSIONS, BrokerConnection
+from databus.protocol.api_keys import ApiKey
 
 
 async def test_negotiates_versions_and_pipelines_requests(broker):
@@ -19,11 +20,13 @@ async def test_negotiates_versions_and_pipelines_requests(broker):
             lo, hi = CLIENT_VERSIONS[key]
             blo, bhi = conn.broker_versions[key]
             assert version == min(hi, bhi) and version >= max(lo, blo)
-        assert conn.versions[PRODUCE] >= 3
+        assert conn.versions[ApiKey.PRODUCE] >= 3
         results = []
 
         async def ask(i):
-            response = await conn.request(METADATA, {"topics": [], "allow_auto_topic_creation": False})
+            response = await conn.request(
+                ApiKey.METADATA, {"topics": [], "allow_auto_topic_creation": False}
+            )
             results.append((i, len(response.brokers)))
 
         async with trio.open_nursery() as requests:
@@ -32,7 +35,7 @@ async def test_negotiates_versions_and_pipelines_requests(broker):
         assert sorted(results) == [(i, 1) for i in range(50)]
         await conn.aclose()
         with pytest.raises(errors.KafkaConnectionError):
-            await conn.request(METADATA, {"topics": []})
+            await conn.request(ApiKey.METADATA, {"topics": []})
 
 
 async def serve_silently(task_status=trio.TASK_STATUS_IGNORED):

@@ -1,7 +1,7 @@
 """A minimal blocking Kafka client for tests: one socket, requests described as dicts.
 
 ``RawClient(bootstrap).call(api_key, version, {...})`` builds the kio request of exactly that
-version (fields the version lacks are dropped, see databus/client/messages.py), sends it and
+version (fields the version lacks are dropped, see databus/protocol/entities.py), sends it and
 returns the decoded kio response.  It lets a test speak any version of any API and stop at
 any step of a protocol (a group leader that never sends SyncGroup, for instance).
 """
@@ -12,7 +12,7 @@ import itertools
 import socket
 import struct
 
-from databus.client.messages import build_request
+from databus.protocol.entities import build_request
 from databus.protocol.framing import decode_response, encode_request
 
 

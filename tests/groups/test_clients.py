@@ -13,8 +13,8 @@ import time
 
 import confluent_kafka
 import pytest
-from kio.schema.errors import ErrorCode
 
+from databus.protocol.errors import ErrorCode
 from tests.groups.harness import ConsumerProcess, create_topic, produce, wait_until
 from tests.groups.raw import RawClient, subscription
 from tests.helpers.broker import BrokerProcess

@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import itertools
 
-from kio.schema.errors import ErrorCode
-
 from databus.broker.coordinator.group_state import (
     CoordinatorConfig,
     GroupCoordinator,
@@ -17,6 +15,7 @@ from databus.broker.coordinator.group_state import (
     SyncRequest,
     SyncResult,
 )
+from databus.protocol.errors import ErrorCode
 
 SESSION = 10_000
 REBALANCE = 30_000

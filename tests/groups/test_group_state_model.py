@@ -17,7 +17,6 @@ import itertools
 from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
-from kio.schema.errors import ErrorCode
 
 from databus.broker.coordinator.group_state import (
     CoordinatorConfig,
@@ -30,6 +29,7 @@ from databus.broker.coordinator.group_state import (
     Reply,
     SyncRequest,
 )
+from databus.protocol.errors import ErrorCode
 
 PROTOCOL_SETS = [
     (("range", b"r"), ("roundrobin", b"rr")),

@@ -9,22 +9,21 @@ versions" rests on; the real-client tests (test_clients.py) cover behaviour.
 from __future__ import annotations
 
 import pytest
-from kio.schema.errors import ErrorCode
 
-from databus.broker.coordinator.consumer_protocol import assignment_partitions
+from databus.protocol.api_keys import ApiKey
+from databus.protocol.consumer_protocol import Assignment, decode_assignment
+from databus.protocol.errors import ErrorCode
 from tests.groups.harness import create_topic
 from tests.groups.raw import RawClient, assignment, subscription
 from tests.helpers.broker import BrokerProcess
 
-FIND_COORDINATOR, JOIN, HEARTBEAT, LEAVE, SYNC = 10, 11, 12, 13, 14
-DESCRIBE, LIST, DELETE = 15, 16, 42
-OFFSET_COMMIT, OFFSET_FETCH, OFFSET_DELETE, API_VERSIONS = 8, 9, 47, 18
 TOPIC = "versions"
 
 ADVERTISED = {
-    FIND_COORDINATOR: (0, 4), JOIN: (0, 9), SYNC: (0, 5), HEARTBEAT: (0, 4), LEAVE: (0, 5),
-    OFFSET_COMMIT: (2, 9), OFFSET_FETCH: (1, 9), LIST: (0, 5), DESCRIBE: (0, 5),
-    DELETE: (0, 2), OFFSET_DELETE: (0, 0),
+    ApiKey.FIND_COORDINATOR: (0, 4), ApiKey.JOIN_GROUP: (0, 9), ApiKey.SYNC_GROUP: (0, 5),
+    ApiKey.HEARTBEAT: (0, 4), ApiKey.LEAVE_GROUP: (0, 5), ApiKey.OFFSET_COMMIT: (2, 9),
+    ApiKey.OFFSET_FETCH: (1, 9), ApiKey.LIST_GROUPS: (0, 5), ApiKey.DESCRIBE_GROUPS: (0, 5),
+    ApiKey.DELETE_GROUPS: (0, 2), ApiKey.OFFSET_DELETE: (0, 0),
 }
 
 
@@ -46,8 +45,8 @@ def raw(group_broker):
 
 
 def test_api_versions_lists_exactly_the_tested_ranges(raw):
-    response = raw.call(API_VERSIONS, 3, {"client_software_name": "t",
-                                           "client_software_version": "1"})
+    response = raw.call(ApiKey.API_VERSIONS, 3, {"client_software_name": "t",
+                                                 "client_software_version": "1"})
     advertised = {k.api_key: (k.min_version, k.max_version) for k in response.api_keys}
     for key, versions in ADVERTISED.items():
         assert advertised.get(key) == versions, key
@@ -56,7 +55,7 @@ def test_api_versions_lists_exactly_the_tested_ranges(raw):
 @pytest.mark.parametrize("version", range(5))
 def test_find_coordinator(raw, group_broker, version):
     fields = {"key": "g", "key_type": 0, "coordinator_keys": ["g", "h"]}
-    response = raw.call(FIND_COORDINATOR, version, fields)
+    response = raw.call(ApiKey.FIND_COORDINATOR, version, fields)
     entries = response.coordinators if version >= 4 else [response]
     assert len(entries) == (2 if version >= 4 else 1)
     for entry in entries:
@@ -73,11 +72,13 @@ def test_group_life_at_each_version(raw, join_version):
         "member_id": "", "protocol_type": "consumer", "reason": "test",
         "protocols": [{"name": "range", "metadata": subscription(TOPIC)}],
     }
-    response = raw.call(JOIN, join_version, join)
+    response = raw.call(ApiKey.JOIN_GROUP, join_version, join)
     if join_version >= 4:  # KIP-394: come back with the id we were given
         assert response.error_code == ErrorCode.member_id_required
         assert response.member_id
-        response = raw.call(JOIN, join_version, {**join, "member_id": response.member_id})
+        response = raw.call(
+            ApiKey.JOIN_GROUP, join_version, {**join, "member_id": response.member_id}
+        )
     assert response.error_code == ErrorCode.none
     member = response.member_id
     assert response.generation_id == 1
@@ -87,21 +88,25 @@ def test_group_life_at_each_version(raw, join_version):
     assert response.protocol_name == "range"
 
     mine = assignment(TOPIC, [0, 1])
-    sync = raw.call(SYNC, sync_v, {
+    sync = raw.call(ApiKey.SYNC_GROUP, sync_v, {
         "group_id": group, "generation_id": 1, "member_id": member,
         "protocol_type": "consumer", "protocol_name": "range",
         "assignments": [{"member_id": member, "assignment": mine}],
     })
     assert sync.error_code == ErrorCode.none and sync.assignment == mine
-    assert assignment_partitions(sync.assignment) == {TOPIC: [0, 1]}
+    assert decode_assignment(sync.assignment) == Assignment(((TOPIC, 0), (TOPIC, 1)))
 
-    hb = raw.call(HEARTBEAT, hb_v, {"group_id": group, "generation_id": 1, "member_id": member})
+    hb = raw.call(
+        ApiKey.HEARTBEAT, hb_v, {"group_id": group, "generation_id": 1, "member_id": member}
+    )
     assert hb.error_code == ErrorCode.none
-    hb = raw.call(HEARTBEAT, hb_v, {"group_id": group, "generation_id": 7, "member_id": member})
+    hb = raw.call(
+        ApiKey.HEARTBEAT, hb_v, {"group_id": group, "generation_id": 7, "member_id": member}
+    )
     assert hb.error_code == ErrorCode.illegal_generation
 
     commit_v = max(2, min(join_version, 9))
-    commit = raw.call(OFFSET_COMMIT, commit_v, {
+    commit = raw.call(ApiKey.OFFSET_COMMIT, commit_v, {
         "group_id": group, "generation_id_or_member_epoch": 1, "member_id": member,
         "topics": [{"name": TOPIC, "partitions": [
             {"partition_index": 1, "committed_offset": 42, "committed_leader_epoch": -1,
@@ -109,32 +114,36 @@ def test_group_life_at_each_version(raw, join_version):
     })
     assert commit.topics[0].partitions[0].error_code == ErrorCode.none
 
-    described = raw.call(DESCRIBE, min(join_version, 5), {"groups": [group]}).groups[0]
+    described = raw.call(
+        ApiKey.DESCRIBE_GROUPS, min(join_version, 5), {"groups": [group]}
+    ).groups[0]
     assert described.group_state == "Stable"
     assert described.protocol_data == "range"
     assert [m.member_id for m in described.members] == [member]
     assert described.members[0].member_assignment == mine
 
     if leave_v >= 3:
-        leave = raw.call(LEAVE, leave_v, {"group_id": group, "members": [
+        leave = raw.call(ApiKey.LEAVE_GROUP, leave_v, {"group_id": group, "members": [
             {"member_id": member, "group_instance_id": None, "reason": "bye"},
             {"member_id": "ghost", "group_instance_id": None, "reason": "bye"}]})
         assert leave.error_code == ErrorCode.none
         assert [m.error_code for m in leave.members] == [ErrorCode.none,
                                                           ErrorCode.unknown_member_id]
     else:
-        leave = raw.call(LEAVE, leave_v, {"group_id": group, "member_id": member})
+        leave = raw.call(ApiKey.LEAVE_GROUP, leave_v, {"group_id": group, "member_id": member})
         assert leave.error_code == ErrorCode.none
-        again = raw.call(LEAVE, leave_v, {"group_id": group, "member_id": member})
+        again = raw.call(ApiKey.LEAVE_GROUP, leave_v, {"group_id": group, "member_id": member})
         assert again.error_code == ErrorCode.unknown_member_id
-    described = raw.call(DESCRIBE, min(join_version, 5), {"groups": [group]}).groups[0]
+    described = raw.call(
+        ApiKey.DESCRIBE_GROUPS, min(join_version, 5), {"groups": [group]}
+    ).groups[0]
     assert described.group_state == "Empty" and described.members == ()
 
 
 @pytest.mark.parametrize("commit_version", range(2, 10))
 def test_simple_commits_at_each_offset_commit_version(raw, commit_version):
     group = f"simple-c{commit_version}"
-    response = raw.call(OFFSET_COMMIT, commit_version, {
+    response = raw.call(ApiKey.OFFSET_COMMIT, commit_version, {
         "group_id": group, "generation_id_or_member_epoch": -1, "member_id": "",
         "retention_time": -1 if commit_version % 2 else 3_600_000,
         "topics": [
@@ -147,7 +156,7 @@ def test_simple_commits_at_each_offset_commit_version(raw, commit_version):
     })
     errors = {t.name: t.partitions[0].error_code for t in response.topics}
     assert errors == {TOPIC: ErrorCode.none, "no-such-topic": ErrorCode.unknown_topic_or_partition}
-    fetched = raw.call(OFFSET_FETCH, 7, {"group_id": group, "topics": None})
+    fetched = raw.call(ApiKey.OFFSET_FETCH, 7, {"group_id": group, "topics": None})
     (topic,) = fetched.topics
     assert topic.partitions[0].committed_offset == 100 + commit_version
     assert topic.partitions[0].metadata == f"m{commit_version}"
@@ -157,7 +166,7 @@ def test_simple_commits_at_each_offset_commit_version(raw, commit_version):
 @pytest.mark.parametrize("fetch_version", range(1, 10))
 def test_offset_fetch_at_each_version(raw, fetch_version):
     group = f"fetch-v{fetch_version}"
-    raw.call(OFFSET_COMMIT, 9, {
+    raw.call(ApiKey.OFFSET_COMMIT, 9, {
         "group_id": group, "generation_id_or_member_epoch": -1, "member_id": "",
         "topics": [{"name": TOPIC, "partitions": [
             {"partition_index": 1, "committed_offset": 7, "committed_leader_epoch": 2,
@@ -165,7 +174,7 @@ def test_offset_fetch_at_each_version(raw, fetch_version):
     })
     wanted = [{"name": TOPIC, "partition_indexes": [0, 1]}]
     if fetch_version >= 8:
-        response = raw.call(OFFSET_FETCH, fetch_version, {"groups": [
+        response = raw.call(ApiKey.OFFSET_FETCH, fetch_version, {"groups": [
             {"group_id": group, "member_id": None, "member_epoch": -1, "topics": wanted},
             {"group_id": "nobody", "member_id": None, "member_epoch": -1, "topics": wanted},
         ], "require_stable": False})
@@ -174,7 +183,9 @@ def test_offset_fetch_at_each_version(raw, fetch_version):
         unknown = response.groups[1].topics
         assert [p.committed_offset for p in unknown[0].partitions] == [-1, -1]
     else:
-        response = raw.call(OFFSET_FETCH, fetch_version, {"group_id": group, "topics": wanted})
+        response = raw.call(
+            ApiKey.OFFSET_FETCH, fetch_version, {"group_id": group, "topics": wanted}
+        )
         topics = response.topics
     by_partition = {p.partition_index: p for p in topics[0].partitions}
     assert by_partition[0].committed_offset == -1
@@ -186,40 +197,44 @@ def test_offset_fetch_at_each_version(raw, fetch_version):
 
 @pytest.mark.parametrize("version", range(6))
 def test_list_groups(raw, version):
-    raw.call(OFFSET_COMMIT, 9, {
+    raw.call(ApiKey.OFFSET_COMMIT, 9, {
         "group_id": "listed", "generation_id_or_member_epoch": -1, "member_id": "",
         "topics": [{"name": TOPIC, "partitions": [
             {"partition_index": 0, "committed_offset": 1, "committed_metadata": ""}]}],
     })
-    response = raw.call(LIST, version, {"states_filter": ["Empty"], "types_filter": ["classic"]})
+    response = raw.call(
+        ApiKey.LIST_GROUPS, version, {"states_filter": ["Empty"], "types_filter": ["classic"]}
+    )
     assert response.error_code == ErrorCode.none
     listed = {g.group_id: g for g in response.groups}
     assert "listed" in listed
     if version >= 4:
         assert listed["listed"].group_state == "Empty"
-        none = raw.call(LIST, version, {"states_filter": ["Stable"], "types_filter": []})
+        none = raw.call(
+            ApiKey.LIST_GROUPS, version, {"states_filter": ["Stable"], "types_filter": []}
+        )
         assert "listed" not in {g.group_id for g in none.groups}
 
 
 @pytest.mark.parametrize("version", range(6))
 def test_describe_unknown_group_is_dead(raw, version):
-    (group,) = raw.call(DESCRIBE, version, {"groups": ["never-seen"]}).groups
+    (group,) = raw.call(ApiKey.DESCRIBE_GROUPS, version, {"groups": ["never-seen"]}).groups
     assert group.error_code == ErrorCode.none and group.group_state == "Dead"
 
 
 @pytest.mark.parametrize("version", range(3))
 def test_delete_groups(raw, version):
     group = f"doomed-v{version}"
-    raw.call(OFFSET_COMMIT, 9, {
+    raw.call(ApiKey.OFFSET_COMMIT, 9, {
         "group_id": group, "generation_id_or_member_epoch": -1, "member_id": "",
         "topics": [{"name": TOPIC, "partitions": [
             {"partition_index": 0, "committed_offset": 5, "committed_metadata": ""}]}],
     })
-    response = raw.call(DELETE, version, {"groups_names": [group, "no-such-group"]})
+    response = raw.call(ApiKey.DELETE_GROUPS, version, {"groups_names": [group, "no-such-group"]})
     assert {r.group_id: r.error_code for r in response.results} == {
         group: ErrorCode.none, "no-such-group": ErrorCode.group_id_not_found,
     }
-    fetched = raw.call(OFFSET_FETCH, 7, {"group_id": group, "topics": None})
+    fetched = raw.call(ApiKey.OFFSET_FETCH, 7, {"group_id": group, "topics": None})
     assert fetched.topics == ()
 
 
@@ -227,22 +242,22 @@ def test_delete_groups_refuses_a_group_with_members(raw):
     join = {"group_id": "busy", "session_timeout": 10_000, "rebalance_timeout": 10_000,
             "member_id": "", "protocol_type": "consumer",
             "protocols": [{"name": "range", "metadata": subscription(TOPIC)}]}
-    assert raw.call(JOIN, 3, join).error_code == ErrorCode.none
-    (result,) = raw.call(DELETE, 2, {"groups_names": ["busy"]}).results
+    assert raw.call(ApiKey.JOIN_GROUP, 3, join).error_code == ErrorCode.none
+    (result,) = raw.call(ApiKey.DELETE_GROUPS, 2, {"groups_names": ["busy"]}).results
     assert result.error_code == ErrorCode.non_empty_group
 
 
 def test_offset_delete(raw, group_broker):
     group = "offdel"
-    member = raw.call(JOIN, 3, {
+    member = raw.call(ApiKey.JOIN_GROUP, 3, {
         "group_id": group, "session_timeout": 10_000, "rebalance_timeout": 10_000,
         "member_id": "", "protocol_type": "consumer",
         "protocols": [{"name": "range", "metadata": subscription(TOPIC)}]}).member_id
-    raw.call(SYNC, 3, {"group_id": group, "generation_id": 1, "member_id": member,
+    raw.call(ApiKey.SYNC_GROUP, 3, {"group_id": group, "generation_id": 1, "member_id": member,
                        "assignments": [{"member_id": member, "assignment": b""}]})
     create_topic_name = "offdel-other"
     create_topic(group_broker.bootstrap, create_topic_name, 1)
-    raw.call(OFFSET_COMMIT, 9, {
+    raw.call(ApiKey.OFFSET_COMMIT, 9, {
         "group_id": group, "generation_id_or_member_epoch": 1, "member_id": member,
         "topics": [
             {"name": TOPIC, "partitions": [{"partition_index": 0, "committed_offset": 3,
@@ -252,7 +267,7 @@ def test_offset_delete(raw, group_broker):
                                                         "committed_metadata": ""}]},
         ],
     })
-    response = raw.call(OFFSET_DELETE, 0, {"group_id": group, "topics": [
+    response = raw.call(ApiKey.OFFSET_DELETE, 0, {"group_id": group, "topics": [
         {"name": TOPIC, "partitions": [{"partition_index": 0}]},
         {"name": create_topic_name, "partitions": [{"partition_index": 0}]},
     ]})
@@ -260,16 +275,16 @@ def test_offset_delete(raw, group_broker):
     errors = {t.name: t.partitions[0].error_code for t in response.topics}
     assert errors == {TOPIC: ErrorCode.group_subscribed_to_topic,
                       create_topic_name: ErrorCode.none}
-    fetched = raw.call(OFFSET_FETCH, 7, {"group_id": group, "topics": None})
+    fetched = raw.call(ApiKey.OFFSET_FETCH, 7, {"group_id": group, "topics": None})
     assert {t.name for t in fetched.topics} == {TOPIC}
-    missing = raw.call(OFFSET_DELETE, 0, {"group_id": "no-such", "topics": []})
+    missing = raw.call(ApiKey.OFFSET_DELETE, 0, {"group_id": "no-such", "topics": []})
     assert missing.error_code == ErrorCode.group_id_not_found
 
 
 @pytest.mark.parametrize("session_timeout", [1999, 20001])
 def test_session_timeout_outside_the_configured_range_is_refused(raw, session_timeout):
     # group.min/max.session.timeout.ms come from -o (2000 and 20000 in this module's broker)
-    response = raw.call(JOIN, 5, {
+    response = raw.call(ApiKey.JOIN_GROUP, 5, {
         "group_id": f"bounds-{session_timeout}", "session_timeout": session_timeout,
         "rebalance_timeout": 10_000, "member_id": "", "protocol_type": "consumer",
         "protocols": [{"name": "range", "metadata": subscription(TOPIC)}],

@@ -3,8 +3,8 @@ frame splitter fed whole and byte by byte."""
 
 import pytest
 from kio.index import load_request_schema, load_response_schema
-from kio.schema.errors import ErrorCode
 
+from databus.protocol.errors import ErrorCode
 from databus.protocol.framing import (
     FrameBuffer,
     FramingError,

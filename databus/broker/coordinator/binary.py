@@ -1,8 +1,7 @@
-"""Kafka's classic (non-flexible) primitive encoding, for the small binary formats the
-coordinator reads and writes itself: ``__consumer_offsets`` keys and values, and the consumer
-protocol's subscription and assignment blobs.  Big-endian ints, int16-length strings (-1 =
-null), int32-length bytes, int32 array counts.  Decoding errors name what was being read and
-where.
+"""Kafka's classic (non-flexible) primitive encoding, for the records the coordinator
+reads and writes itself: ``__consumer_offsets`` keys and values (kio has no schemas for them).
+Big-endian ints, int16-length strings (-1 = null), int32-length bytes, int32 array counts.
+Decoding errors name what was being read and where.
 """
 
 from __future__ import annotations

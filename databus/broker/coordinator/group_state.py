@@ -39,7 +39,7 @@ from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field
 from enum import Enum
 
-from kio.schema.errors import ErrorCode
+from databus.protocol.errors import ErrorCode
 
 from databus.protocol import defaults
 

@@ -22,12 +22,12 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 import trio
-from kio.schema.errors import ErrorCode
 
 from databus.protocol import defaults
+from databus.protocol import consumer_protocol
+from databus.protocol.errors import ErrorCode
 from databus.protocol.records import build_batch, decode_batches
 
-from .consumer_protocol import CONSUMER_PROTOCOL_TYPE, subscription_topics
 from .group_state import (
     CoordinatorConfig,
     Effect,
@@ -68,6 +68,11 @@ OFFSET_METADATA_MAX_BYTES = 4096
 # anyway rather than hang the client (and say so in the log).
 _PARK_SAFETY_MARGIN_S = 30.0
 _REPLAY_READ_BYTES = 1 << 20
+
+
+def _subscribed_topics(metadata: bytes) -> set[str]:
+    """The topics of a member's JoinGroup metadata (ConsumerProtocolError if it is not one)."""
+    return set(consumer_protocol.decode_subscription(metadata).topics)
 
 
 def wall_clock_ms() -> int:
@@ -453,9 +458,9 @@ class GroupService:
         results: dict[TopicPartition, ErrorCode] = {}
         subscribed: set[str] = set()
         if snapshot is not None and snapshot.members:
-            if snapshot.protocol_type != CONSUMER_PROTOCOL_TYPE:
+            if snapshot.protocol_type != consumer_protocol.PROTOCOL_TYPE:
                 return ErrorCode.non_empty_group, {}
-            subscribed = self.coordinator.subscribed_topics(group_id, subscription_topics)
+            subscribed = self.coordinator.subscribed_topics(group_id, _subscribed_topics)
         deletable = []
         for tp in partitions:
             if tp[0] in subscribed:
@@ -497,7 +502,7 @@ class GroupService:
             snapshot = self.coordinator.snapshot(group_id)
             subscribed = None
             if snapshot is not None and snapshot.state is GroupState.STABLE:
-                subscribed = self.coordinator.subscribed_topics(group_id, subscription_topics)
+                subscribed = self.coordinator.subscribed_topics(group_id, _subscribed_topics)
             expired = self.offsets.expired(group_id, snapshot, subscribed, now_ms,
                                            self.retention_ms)
             kvs: list[tuple[bytes, bytes | None]] = [

@@ -22,22 +22,17 @@ import datetime
 import logging
 from collections import Counter
 
-from kio.schema.errors import ErrorCode
+from databus.protocol.api_keys import ApiKey
+from databus.protocol.entities import build
+from databus.protocol.errors import ErrorCode
 
-from ..api import RequestContext, build, handles
+from ..api import RequestContext, handles
 from ..broker import is_internal_topic
 from ..config import BrokerConfig
 from ..errors import error_code_for
 
 log = logging.getLogger(__name__)
 
-CREATE_TOPICS = 19
-DELETE_TOPICS = 20
-DESCRIBE_CONFIGS = 32
-ALTER_CONFIGS = 33
-CREATE_PARTITIONS = 37
-INCREMENTAL_ALTER_CONFIGS = 44
-DESCRIBE_CLUSTER = 60
 
 # DescribeConfigs resource types and config sources (Kafka's ConfigResource / ConfigSource)
 RESOURCE_TOPIC = 2
@@ -97,7 +92,7 @@ def _config_entries(module_cls, broker, name: str) -> tuple:
     )
 
 
-@handles(CREATE_TOPICS, 2, 7)
+@handles(ApiKey.CREATE_TOPICS, 2, 7)
 async def create_topics(ctx: RequestContext, request) -> object:
     broker = ctx.broker
     module = ctx.response_module()
@@ -132,7 +127,7 @@ async def create_topics(ctx: RequestContext, request) -> object:
     return build(ctx.response_class(), throttle_time=NO_THROTTLE, topics=tuple(results))
 
 
-@handles(DELETE_TOPICS, 1, 6)
+@handles(ApiKey.DELETE_TOPICS, 1, 6)
 async def delete_topics(ctx: RequestContext, request) -> object:
     import uuid
 
@@ -169,7 +164,7 @@ async def delete_topics(ctx: RequestContext, request) -> object:
     return build(ctx.response_class(), throttle_time=NO_THROTTLE, responses=tuple(results))
 
 
-@handles(CREATE_PARTITIONS, 0, 3)
+@handles(ApiKey.CREATE_PARTITIONS, 0, 3)
 async def create_partitions(ctx: RequestContext, request) -> object:
     broker = ctx.broker
     module = ctx.response_module()
@@ -215,7 +210,7 @@ def _broker_config_entries(config: BrokerConfig) -> dict[str, tuple[str | None, 
     return entries
 
 
-@handles(DESCRIBE_CONFIGS, 1, 4)
+@handles(ApiKey.DESCRIBE_CONFIGS, 1, 4)
 async def describe_configs(ctx: RequestContext, request) -> object:
     broker = ctx.broker
     module = ctx.response_module()
@@ -342,17 +337,17 @@ def _alter_configs(ctx: RequestContext, request, new_overrides) -> object:
     return build(ctx.response_class(), throttle_time=NO_THROTTLE, responses=tuple(results))
 
 
-@handles(ALTER_CONFIGS, 0, 2)
+@handles(ApiKey.ALTER_CONFIGS, 0, 2)
 async def alter_configs(ctx: RequestContext, request) -> object:
     return _alter_configs(ctx, request, _replacement)
 
 
-@handles(INCREMENTAL_ALTER_CONFIGS, 0, 1)
+@handles(ApiKey.INCREMENTAL_ALTER_CONFIGS, 0, 1)
 async def incremental_alter_configs(ctx: RequestContext, request) -> object:
     return _alter_configs(ctx, request, _incremental)
 
 
-@handles(DESCRIBE_CLUSTER, 0, 1)
+@handles(ApiKey.DESCRIBE_CLUSTER, 0, 1)
 async def describe_cluster(ctx: RequestContext, request) -> object:
     broker = ctx.broker
     module = ctx.response_module()

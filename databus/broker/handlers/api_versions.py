@@ -8,39 +8,31 @@ header of ApiVersions never carries tagged fields (framing.py handles that).
 
 from __future__ import annotations
 
-import datetime
-
-from kio.schema.api_versions.v0 import response as v0_response
-from kio.schema.errors import ErrorCode
-from kio.static.primitive import i16, i32Timedelta
+from databus.protocol.api_keys import ApiKey
+from databus.protocol.entities import build
+from databus.protocol.errors import ErrorCode
+from databus.protocol.framing import response_schema
 
 from ..api import RequestContext, handles, registrations
 
-API_VERSIONS = 18
-NO_THROTTLE = i32Timedelta.parse(datetime.timedelta(0))
 
-
-def _api_list(module) -> tuple:
-    return tuple(
-        module.ApiVersion(
-            api_key=i16(reg.api_key), min_version=i16(reg.min_version),
-            max_version=i16(reg.max_version),
-        )
+def _api_keys() -> list[dict]:
+    return [
+        {"api_key": reg.api_key, "min_version": reg.min_version, "max_version": reg.max_version}
         for reg in registrations()
-    )
+    ]
 
 
 def unsupported_version_response() -> object:
     """The v0-format answer to an ApiVersions request of a version we do not support."""
-    return v0_response.ApiVersionsResponse(
-        error_code=ErrorCode.unsupported_version, api_keys=_api_list(v0_response)
+    return build(
+        response_schema(ApiKey.API_VERSIONS, 0),
+        error_code=ErrorCode.unsupported_version, api_keys=_api_keys(),
     )
 
 
-@handles(API_VERSIONS, 0, 3)
+@handles(ApiKey.API_VERSIONS, 0, 3)
 async def api_versions(ctx: RequestContext, request) -> object:
-    module = ctx.response_module()
-    fields = {"error_code": ErrorCode.none, "api_keys": _api_list(module)}
-    if ctx.api_version >= 1:
-        fields["throttle_time"] = NO_THROTTLE
-    return ctx.response_class()(**fields)
+    return build(
+        ctx.response_class(), error_code=ErrorCode.none, api_keys=_api_keys(), throttle_time=0
+    )

@@ -22,15 +22,21 @@ from __future__ import annotations
 import logging
 
 import trio
-from kio.schema.errors import ErrorCode
+
+from databus.protocol.api_keys import ApiKey
+from databus.protocol.errors import ErrorCode
+from databus.protocol.fetch_encoding import (
+    MAX_VERSION,
+    MIN_VERSION,
+    PartitionResult,
+    encode_fetch_body,
+)
 
 from ..api import RawResponse, RequestContext, handles
 from ..errors import error_code_for
-from ..fetch_encoding import MAX_VERSION, MIN_VERSION, PartitionResult, encode_fetch_body
 
 log = logging.getLogger(__name__)
 
-FETCH = 1
 READ_COMMITTED = 1
 
 
@@ -87,7 +93,7 @@ def _read_all(ctx: RequestContext, request) -> tuple[list, int, bool]:
     return topics, total, errors
 
 
-@handles(FETCH, MIN_VERSION, MAX_VERSION)
+@handles(ApiKey.FETCH, MIN_VERSION, MAX_VERSION)
 async def fetch(ctx: RequestContext, request) -> RawResponse:
     deadline = trio.current_time() + request.max_wait.total_seconds()
     keys = [(t.topic, p.partition) for t in request.topics for p in t.partitions]

@@ -9,7 +9,6 @@ the coordinator of every group (one node), so FindCoordinator always names itsel
 from __future__ import annotations
 
 import trio
-from kio.schema.errors import ErrorCode
 
 from databus.broker.coordinator.group_state import (
     CoordinatorConfig,
@@ -18,12 +17,12 @@ from databus.broker.coordinator.group_state import (
     SyncRequest,
 )
 from databus.broker.coordinator.service import GroupService
-from databus.client.messages import build_entity, ms
+from databus.protocol.api_keys import ApiKey
+from databus.protocol.entities import build, ms
+from databus.protocol.errors import ErrorCode
 
 from ..api import RequestContext, handles
 
-FIND_COORDINATOR, JOIN_GROUP, HEARTBEAT, LEAVE_GROUP, SYNC_GROUP = 10, 11, 12, 13, 14
-DESCRIBE_GROUPS, LIST_GROUPS, DELETE_GROUPS = 15, 16, 42
 KEY_TYPE_GROUP = 0
 
 
@@ -52,13 +51,13 @@ def groups_of(ctx: RequestContext) -> GroupService | None:
 
 def _response(ctx: RequestContext, **values):
     values.setdefault("throttle_time", 0)
-    return build_entity(ctx.response_class(), values)
+    return build(ctx.response_class(), values)
 
 
 # -- FindCoordinator ------------------------------------------------------------------------
 
 
-@handles(FIND_COORDINATOR, 0, 4)
+@handles(ApiKey.FIND_COORDINATOR, 0, 4)
 async def find_coordinator(ctx: RequestContext, request):
     broker = ctx.broker
     key_type = getattr(request, "key_type", KEY_TYPE_GROUP)
@@ -86,7 +85,7 @@ async def find_coordinator(ctx: RequestContext, request):
 # -- JoinGroup ------------------------------------------------------------------------------
 
 
-@handles(JOIN_GROUP, 0, 9)
+@handles(ApiKey.JOIN_GROUP, 0, 9)
 async def join_group(ctx: RequestContext, request):
     service = groups_of(ctx)
     if service is None:
@@ -137,7 +136,7 @@ def _join_error(ctx: RequestContext, request, error: ErrorCode):
 # -- SyncGroup ------------------------------------------------------------------------------
 
 
-@handles(SYNC_GROUP, 0, 5)
+@handles(ApiKey.SYNC_GROUP, 0, 5)
 async def sync_group(ctx: RequestContext, request):
     service = groups_of(ctx)
     if service is None:
@@ -163,7 +162,7 @@ async def sync_group(ctx: RequestContext, request):
 # -- Heartbeat ------------------------------------------------------------------------------
 
 
-@handles(HEARTBEAT, 0, 4)
+@handles(ApiKey.HEARTBEAT, 0, 4)
 async def heartbeat(ctx: RequestContext, request):
     service = groups_of(ctx)
     if service is None:
@@ -175,7 +174,7 @@ async def heartbeat(ctx: RequestContext, request):
 # -- LeaveGroup -----------------------------------------------------------------------------
 
 
-@handles(LEAVE_GROUP, 0, 5)
+@handles(ApiKey.LEAVE_GROUP, 0, 5)
 async def leave_group(ctx: RequestContext, request):
     service = groups_of(ctx)
     if service is None:
@@ -199,7 +198,7 @@ async def leave_group(ctx: RequestContext, request):
 # -- ListGroups / DescribeGroups / DeleteGroups ---------------------------------------------
 
 
-@handles(LIST_GROUPS, 0, 5)
+@handles(ApiKey.LIST_GROUPS, 0, 5)
 async def list_groups(ctx: RequestContext, request):
     service = groups_of(ctx)
     if service is None:
@@ -223,7 +222,7 @@ async def list_groups(ctx: RequestContext, request):
     return _response(ctx, error_code=ErrorCode.none, groups=listed)
 
 
-@handles(DESCRIBE_GROUPS, 0, 5)
+@handles(ApiKey.DESCRIBE_GROUPS, 0, 5)
 async def describe_groups(ctx: RequestContext, request):
     service = groups_of(ctx)
     described = []
@@ -269,7 +268,7 @@ def _described(group_id: str, error: ErrorCode) -> dict:
     }
 
 
-@handles(DELETE_GROUPS, 0, 2)
+@handles(ApiKey.DELETE_GROUPS, 0, 2)
 async def delete_groups(ctx: RequestContext, request):
     service = groups_of(ctx)
     results = []

@@ -12,14 +12,15 @@ from __future__ import annotations
 import datetime
 import logging
 
-from kio.schema.errors import ErrorCode
+from databus.protocol.api_keys import ApiKey
+from databus.protocol.entities import build
+from databus.protocol.errors import ErrorCode
 
-from ..api import RequestContext, build, handles
+from ..api import RequestContext, handles
 from ..producer_ids import ProducerIdAllocator
 
 log = logging.getLogger(__name__)
 
-INIT_PRODUCER_ID = 22
 MAX_EPOCH = 32767
 
 
@@ -30,7 +31,7 @@ def _allocator(broker) -> ProducerIdAllocator:
     return allocator
 
 
-@handles(INIT_PRODUCER_ID, 0, 4)
+@handles(ApiKey.INIT_PRODUCER_ID, 0, 4)
 async def init_producer_id(ctx: RequestContext, request) -> object:
     fields = dict(throttle_time=datetime.timedelta(0), error_code=ErrorCode.none,
                   producer_id=-1, producer_epoch=-1)

@@ -12,14 +12,15 @@ from __future__ import annotations
 import datetime
 import logging
 
-from kio.schema.errors import ErrorCode
+from databus.protocol.api_keys import ApiKey
+from databus.protocol.entities import build
+from databus.protocol.errors import ErrorCode
 
-from ..api import RequestContext, build, handles
+from ..api import RequestContext, handles
 from ..errors import error_code_for
 
 log = logging.getLogger(__name__)
 
-LIST_OFFSETS = 2
 LATEST = -1
 EARLIEST = -2
 
@@ -62,7 +63,7 @@ def _first_record_at_or_after(plog, batch_offset: int, timestamp: int, batch_ts:
     return batch_offset, batch_ts
 
 
-@handles(LIST_OFFSETS, 1, 6)
+@handles(ApiKey.LIST_OFFSETS, 1, 6)
 async def list_offsets(ctx: RequestContext, request) -> object:
     module = ctx.response_module()
     topics = []

@@ -11,13 +11,14 @@ from __future__ import annotations
 import datetime
 import uuid
 
-from kio.schema.errors import ErrorCode
+from databus.protocol.api_keys import ApiKey
+from databus.protocol.entities import build
+from databus.protocol.errors import ErrorCode
 
-from ..api import RequestContext, build, handles
+from ..api import RequestContext, handles
 from ..broker import is_internal_topic
 from ..errors import error_code_for
 
-METADATA = 3
 ZERO_UUID = uuid.UUID(int=0)
 
 
@@ -52,7 +53,7 @@ def _requested(ctx: RequestContext, request) -> list | None:
     return list(request.topics)
 
 
-@handles(METADATA, 0, 12)
+@handles(ApiKey.METADATA, 0, 12)
 async def metadata(ctx: RequestContext, request) -> object:
     broker = ctx.broker
     module = ctx.response_module()

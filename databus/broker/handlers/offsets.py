@@ -7,23 +7,21 @@ fsync before they are acknowledged (so an acknowledged commit survives kill -9).
 
 from __future__ import annotations
 
-from kio.schema.errors import ErrorCode
-
 from databus.broker.coordinator.service import OffsetCommitEntry
-from databus.client.messages import build_entity, ms
+from databus.protocol.api_keys import ApiKey
+from databus.protocol.entities import build, ms
+from databus.protocol.errors import ErrorCode
 
 from ..api import RequestContext, handles
 from .groups import groups_of
 
-OFFSET_COMMIT, OFFSET_FETCH, OFFSET_DELETE = 8, 9, 47
-
 
 def _response(ctx: RequestContext, **values):
     values.setdefault("throttle_time", 0)
-    return build_entity(ctx.response_class(), values)
+    return build(ctx.response_class(), values)
 
 
-@handles(OFFSET_COMMIT, 2, 9)
+@handles(ApiKey.OFFSET_COMMIT, 2, 9)
 async def offset_commit(ctx: RequestContext, request):
     entries = [
         OffsetCommitEntry(
@@ -74,7 +72,7 @@ def _fetch_group(service, group_id: str, topics) -> tuple[list[dict], ErrorCode]
     return [{"name": t, "partitions": parts} for t, parts in by_topic.items()], ErrorCode.none
 
 
-@handles(OFFSET_FETCH, 1, 9)
+@handles(ApiKey.OFFSET_FETCH, 1, 9)
 async def offset_fetch(ctx: RequestContext, request):
     service = groups_of(ctx)
     if ctx.api_version >= 8:
@@ -87,7 +85,7 @@ async def offset_fetch(ctx: RequestContext, request):
     return _response(ctx, topics=topics, error_code=error)
 
 
-@handles(OFFSET_DELETE, 0, 0)
+@handles(ApiKey.OFFSET_DELETE, 0, 0)
 async def offset_delete(ctx: RequestContext, request):
     service = groups_of(ctx)
     partitions = [(t.name, p.partition_index) for t in request.topics for p in t.partitions]

@@ -24,17 +24,17 @@ import datetime
 import logging
 import struct
 
-from kio.schema.errors import ErrorCode
-
+from databus.protocol.api_keys import ApiKey
+from databus.protocol.entities import build
+from databus.protocol.errors import ErrorCode
 from databus.protocol.framing import FramingError, decode_request_header
 
-from ..api import Deferred, RawResponse, RequestContext, build, handles
+from ..api import Deferred, RawResponse, RequestContext, handles
 from ..broker import is_internal_topic
 from ..errors import error_code_for
 
 log = logging.getLogger(__name__)
 
-PRODUCE = 0
 NO_TIME = None  # encodes as -1: the topic uses CreateTime
 
 
@@ -113,7 +113,7 @@ def _response(ctx: RequestContext, results, failed: dict | None = None) -> objec
                  throttle_time=datetime.timedelta(0))
 
 
-@handles(PRODUCE, 0, 9)
+@handles(ApiKey.PRODUCE, 0, 9)
 async def produce(ctx: RequestContext, request) -> object:
     if request is None:
         return _answer_legacy(ctx)

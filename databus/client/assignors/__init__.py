@@ -5,21 +5,13 @@ An assignor is an object with ``name``, ``rebalance_protocol`` ("eager" or "coop
 ``assign(members, partitions_per_topic) -> {member_id: [(topic, partition), ...]}`` where
 ``members`` are GroupMemberInfo (member id, decoded Subscription, group.instance.id) and
 ``partitions_per_topic`` maps each subscribed topic to its partition count.  The group
-leader runs it; the bytes on the wire are Kafka's ConsumerProtocol (protocol.py).
+leader runs it; the bytes on the wire are Kafka's ConsumerProtocol
+(databus/protocol/consumer_protocol.py).
 """
 
 from __future__ import annotations
 
-from .protocol import (
-    Assignment,
-    ConsumerProtocolError,
-    GroupMemberInfo,
-    Subscription,
-    decode_assignment,
-    decode_subscription,
-    encode_assignment,
-    encode_subscription,
-)
+from .member import GroupMemberInfo
 from .range import RangeAssignor
 from .roundrobin import RoundRobinAssignor
 from .sticky import CooperativeStickyAssignor, StickyAssignor
@@ -33,16 +25,9 @@ ASSIGNORS = {
 
 __all__ = [
     "ASSIGNORS",
-    "Assignment",
-    "ConsumerProtocolError",
     "CooperativeStickyAssignor",
     "GroupMemberInfo",
     "RangeAssignor",
     "RoundRobinAssignor",
     "StickyAssignor",
-    "Subscription",
-    "decode_assignment",
-    "decode_subscription",
-    "encode_assignment",
-    "encode_subscription",
 ]

@@ -8,7 +8,8 @@ partitions over 3 members give 4/3/3 (partitions 0-3, 4-6, 7-9).
 
 from __future__ import annotations
 
-from .protocol import GroupMemberInfo, TopicPartition
+from ...protocol.consumer_protocol import TopicPartition
+from .member import GroupMemberInfo
 
 
 class RangeAssignor:

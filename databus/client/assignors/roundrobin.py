@@ -7,7 +7,8 @@ member not subscribed to a partition's topic is skipped for that partition.
 
 from __future__ import annotations
 
-from .protocol import GroupMemberInfo, TopicPartition
+from ...protocol.consumer_protocol import TopicPartition
+from .member import GroupMemberInfo
 
 
 class RoundRobinAssignor:

@@ -17,7 +17,8 @@ assignment dropped partitions they owned.
 
 from __future__ import annotations
 
-from .protocol import GroupMemberInfo, TopicPartition
+from ...protocol.consumer_protocol import TopicPartition
+from .member import GroupMemberInfo
 
 
 class StickyAssignor:

@@ -1,6 +1,11 @@
 """Kafka's ConsumerProtocol: the bytes consumers put in JoinGroup metadata and SyncGroup
 assignments, so that groups mixing our consumers with Java / librdkafka ones work.
 
+The one codec of these blobs: our client's group member and assignors write and read them,
+the broker's coordinator reads the subscribed topics (OffsetDelete refuses a topic the group
+still reads; offsets of unsubscribed topics expire), and ``databus groups describe`` shows
+the assignments.
+
 Subscription (JoinGroup protocol metadata)::
 
     version int16 | topics [string] | user_data bytes | owned_partitions [topic, [int32]] (v1+)
@@ -29,8 +34,8 @@ from kio.schema.consumer_protocol_subscription.v2.data import ConsumerProtocolSu
 from kio.schema.consumer_protocol_subscription.v3.data import ConsumerProtocolSubscription as _SubV3
 from kio.serial import entity_reader, entity_writer
 
-from ...protocol.types import TopicPartition
-from ..messages import build_entity
+from .entities import build
+from .types import TopicPartition
 
 PROTOCOL_TYPE = "consumer"
 SUBSCRIPTION_VERSION = 3
@@ -67,7 +72,7 @@ def _group(tps) -> list[dict]:
 def _encode(version: int, cls: type, fields: dict) -> bytes:
     out = io.BytesIO()
     out.write(_VERSION.pack(version))
-    entity_writer(cls)(out, build_entity(cls, fields))
+    entity_writer(cls)(out, build(cls, fields))
     return out.getvalue()
 
 
@@ -86,6 +91,7 @@ def encode_subscription(sub: Subscription, version: int = SUBSCRIPTION_VERSION) 
 
 
 def decode_subscription(data: bytes) -> Subscription:
+    """ConsumerProtocolError names what is wrong with ``data``."""
     if len(data) < 2:
         raise ConsumerProtocolError(f"subscription of {len(data)} bytes has no version")
     (version,) = _VERSION.unpack_from(data, 0)
@@ -129,20 +135,3 @@ def decode_assignment(data: bytes) -> Assignment:
         tuple((tp.topic, int(p)) for tp in a.assigned_partitions for p in tp.partitions),
         a.user_data,
     )
-
-
-@dataclass
-class GroupMemberInfo:
-    """What the group leader knows of one member when assigning."""
-
-    member_id: str
-    subscription: Subscription
-    group_instance_id: str | None = None
-
-    @property
-    def sort_key(self) -> tuple:
-        # Java's MemberInfo order: members with a group.instance.id first, by that id, then
-        # by member id.
-        if self.group_instance_id is not None:
-            return (0, self.group_instance_id, self.member_id)
-        return (1, "", self.member_id)

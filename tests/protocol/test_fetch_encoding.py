@@ -10,10 +10,10 @@ import sys
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from kio.schema.errors import ErrorCode
 
-from databus.broker.api import build
-from databus.broker.fetch_encoding import (
+from databus.protocol.entities import build
+from databus.protocol.errors import ErrorCode
+from databus.protocol.fetch_encoding import (
     MAX_VERSION,
     MIN_VERSION,
     PartitionResult,

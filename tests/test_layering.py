@@ -1,0 +1,84 @@
+"""The import rules of DESIGN's layout, checked on the source: all Kafka wire knowledge in
+protocol/, the broker and the client never import each other, the tools use neither's
+internals, protocol/ and storage/ stay free of trio; and every import made only for type
+checkers names something that exists (no test would ever run it otherwise)."""
+
+from __future__ import annotations
+
+import ast
+import importlib
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+PACKAGE = ROOT / "databus"
+
+# (importing package, forbidden module prefixes, allowed exceptions)
+RULES = [
+    ("databus.broker", ("databus.client",), ()),
+    ("databus.client", ("databus.broker",), ()),
+    # databus.broker.config is the broker's configuration model (databus up, the config docs).
+    ("databus.tools", ("databus.broker",), ("databus.broker.config",)),
+    ("databus.protocol", ("trio", "databus.broker", "databus.client", "databus.sidecar",
+                          "databus.storage"), ()),
+    ("databus.storage", ("trio", "databus.broker", "databus.client", "databus.sidecar"), ()),
+]
+
+
+def _module_name(path: Path) -> str:
+    parts = path.relative_to(ROOT).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _imports(path: Path):
+    """(imported module, names, line, only for type checkers) for every import in ``path``."""
+    module = _module_name(path)
+    package = module if path.name == "__init__.py" else module.rpartition(".")[0]
+    tree = ast.parse(path.read_text(), str(path))
+    checking: set[int] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+            checking.update(id(n) for stmt in node.body for n in ast.walk(stmt))
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                yield alias.name, (), node.lineno, id(node) in checking
+        elif isinstance(node, ast.ImportFrom):
+            target = node.module or ""
+            if node.level:
+                base = package.split(".")
+                base = base[: len(base) - node.level + 1]
+                target = ".".join([*base, target] if target else base)
+            yield target, tuple(a.name for a in node.names), node.lineno, id(node) in checking
+
+
+SOURCES = sorted(PACKAGE.rglob("*.py"))
+
+
+def test_layering():
+    broken = []
+    for path in SOURCES:
+        module = _module_name(path)
+        for package, forbidden, allowed in RULES:
+            if not (module == package or module.startswith(package + ".")):
+                continue
+            for target, _names, line, _ in _imports(path):
+                hit = any(target == f or target.startswith(f + ".") for f in forbidden)
+                ok = any(target == a or target.startswith(a + ".") for a in allowed)
+                if hit and not ok:
+                    broken.append(f"{path.relative_to(ROOT)}:{line} imports {target}")
+    assert not broken, "\n".join(broken)
+
+
+@pytest.mark.parametrize(
+    "path", [p for p in SOURCES if "TYPE_CHECKING" in p.read_text()],
+    ids=lambda p: str(p.relative_to(ROOT)),
+)
+def test_type_checking_imports_exist(path):
+    for target, names, line, only_for_types in _imports(path):
+        if not only_for_types:
+            continue
+        imported = importlib.import_module(target)
+        for name in names:
+            assert hasattr(imported, name), f"{path.name}:{line}: {target} has no {name}"
