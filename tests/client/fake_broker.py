@@ -27,9 +27,8 @@ from typing import Any
 import trio
 import trio.testing
 
-from databus.client.assignors import encode_assignment
-from databus.protocol.consumer_protocol import Assignment
 from databus.client.connection import CLIENT_VERSIONS
+from databus.protocol.consumer_protocol import Assignment, encode_assignment
 from databus.protocol.entities import build as build_entity
 from databus.protocol.framing import FrameBuffer, decode_request, encode_response, response_schema
 from databus.protocol.records import iter_headers
