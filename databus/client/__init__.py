@@ -4,21 +4,39 @@ It speaks the Kafka protocol (databus.protocol) to any Kafka cluster, not only d
 broker.  Modules: connection (one broker connection, pipelined), cluster (metadata and
 connections), accumulator + sender + producer, fetcher + group + consumer, assignors/,
 partitioners, admin, sync (blocking facades), config (Kafka's settings), errors.
+
+The names below are the client's public surface: console tools, the sidecar's users and
+plugins import from ``databus.client``, never from its modules (tests/test_layering.py).
 """
 
 from ..protocol.types import TopicPartition
+from . import errors
 from .admin import Admin
+from .cluster import Cluster
+from .config import AdminConfig, ConsumerConfig, ProducerConfig, parse_overrides
 from .consumer import Consumer, ConsumerRecord, ConsumerStatistics
+from .errors import KafkaError
+from .offsets import EARLIEST, LATEST, list_offsets
 from .producer import DeliveryFuture, Producer, ProducerStatistics, RecordMetadata
 
 __all__ = [
+    "EARLIEST",
+    "LATEST",
     "Admin",
+    "AdminConfig",
+    "Cluster",
     "Consumer",
     "ConsumerRecord",
+    "ConsumerConfig",
     "ConsumerStatistics",
     "DeliveryFuture",
+    "KafkaError",
     "Producer",
+    "ProducerConfig",
     "ProducerStatistics",
     "RecordMetadata",
     "TopicPartition",
+    "errors",
+    "list_offsets",
+    "parse_overrides",
 ]

@@ -38,8 +38,7 @@ def add_arguments(parser) -> None:
 def run(args) -> int:
     import trio
 
-    from databus.client.config import ConsumerConfig, parse_overrides
-    from databus.client.errors import KafkaError
+    from databus.client import ConsumerConfig, KafkaError, parse_overrides
 
     try:
         settings = parse_overrides(args.overrides)
@@ -76,7 +75,7 @@ def format_record(record, print_key: bool, print_partition: bool, print_offset: 
 async def _consume(args, config) -> int:
     import trio
 
-    from databus.client.consumer import Consumer
+    from databus.client import Consumer
 
     out = sys.stdout.buffer
     count = 0

@@ -32,8 +32,7 @@ def add_arguments(parser) -> None:
 def run(args) -> int:
     import trio
 
-    from databus.client.config import ProducerConfig, parse_overrides
-    from databus.client.errors import KafkaError
+    from databus.client import KafkaError, ProducerConfig, parse_overrides
 
     try:
         config = ProducerConfig.from_kafka(parse_overrides(args.overrides))
@@ -73,8 +72,7 @@ async def _lines(stream):
 
 
 async def _produce(args, config, headers, separator) -> int:
-    from databus.client.errors import KafkaError
-    from databus.client.producer import Producer
+    from databus.client import KafkaError, Producer
 
     failures = 0
     sent = 0

@@ -100,7 +100,7 @@ def _model_table(model: type[BaseModel], prefix: str = "") -> list[str]:
 
 
 def _producer_table() -> list[str]:
-    from databus.client.config import ProducerConfig
+    from databus.client import ProducerConfig
 
     lines = ["| key | default | meaning |", "|---|---|---|"]
     missing = []

@@ -80,7 +80,7 @@ def add_arguments(parser) -> None:
 def run(args) -> int:
     import trio
 
-    from databus.client.errors import KafkaError
+    from databus.client import KafkaError
 
     actions = {"list": _list, "describe": _describe, "reset-offsets": _reset,
                "delete": _delete}
@@ -147,8 +147,7 @@ class Session:
 async def _with_session(action, args) -> int:
     import trio
 
-    from databus.client.cluster import Cluster
-    from databus.client.config import AdminConfig
+    from databus.client import AdminConfig, Cluster
 
     config = AdminConfig.from_kafka({"bootstrap.servers": args.bootstrap,
                                      "client.id": "databus-groups",
@@ -249,7 +248,7 @@ async def load_group(session: Session, group: str) -> GroupView:
 
 
 async def _log_end_offsets(session: Session, partitions) -> dict[tuple[str, int], int]:
-    from databus.client.offsets import LATEST, list_offsets
+    from databus.client import LATEST, list_offsets
 
     if not partitions:
         return {}
@@ -302,7 +301,7 @@ def _dash(value) -> str:
 
 
 async def _reset(session: Session, args) -> int:
-    from databus.client.offsets import EARLIEST, LATEST, list_offsets
+    from databus.client import EARLIEST, LATEST, list_offsets
 
     view = await load_group(session, args.group)
     if view.state not in INACTIVE_STATES:

@@ -32,8 +32,7 @@ def add_arguments(parser) -> None:
 def run(args) -> int:
     import trio
 
-    from databus.client.config import AdminConfig, parse_overrides
-    from databus.client.errors import KafkaError
+    from databus.client import AdminConfig, KafkaError, parse_overrides
 
     try:
         config = AdminConfig.from_kafka(parse_overrides(args.overrides))
@@ -52,7 +51,7 @@ def run(args) -> int:
 
 
 async def _run(args, config, topic_configs) -> int:
-    from databus.client.admin import Admin
+    from databus.client import Admin
 
     async with Admin(args.bootstrap, config) as admin:
         if args.action == "list":
