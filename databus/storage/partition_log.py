@@ -54,8 +54,8 @@ from databus.protocol.records import (
     validate_batch,
 )
 
-from .checkpoints import fsync_dir
 from .config import LogConfig
+from .durable import atomic_write, fsync_dir
 from .errors import (
     InvalidRecordError,
     KafkaStorageError,
@@ -256,10 +256,8 @@ class PartitionLog:
         end) and keep only the newest few.  Not fsynced: a torn one fails its CRC and the
         headers after an older one are replayed instead."""
         offset = self.log_end_offset if offset is None else offset
-        path = self._snapshot_path(offset)
-        with open(path + ".tmp", "wb") as f:
-            f.write(self.producer_state.snapshot_bytes())
-        os.replace(path + ".tmp", path)
+        atomic_write(self._snapshot_path(offset), self.producer_state.snapshot_bytes(),
+                     sync=False)
         for old in self._snapshot_offsets()[:-_SNAPSHOTS_KEPT]:
             os.unlink(self._snapshot_path(old))
 
@@ -517,9 +515,10 @@ class PartitionLog:
 
     # -- segment removal and replacement (retention, compaction) -----------------------------
 
-    def delete_oldest_segments(self, count: int) -> list[Segment]:
-        """Delete the ``count`` oldest segments (never the active one); the log start offset
-        moves to the first remaining segment."""
+    def remove_oldest_segments(self, count: int) -> list[Segment]:
+        """Remove the ``count`` oldest segments (never the active one) from the log and close
+        them; the log start offset moves to the first remaining segment.  The caller deletes
+        their files (``Segment.delete_files``, on any thread)."""
         count = min(count, len(self.segments) - 1)
         if count <= 0:
             return []
@@ -531,9 +530,6 @@ class PartitionLog:
                 self._unflushed.pop(id(seg), None)
                 seg.close()
             self.log_start_offset = max(self.log_start_offset, self.segments[0].base_offset)
-            self._dir_dirty = True
-        for seg in doomed:
-            seg.delete_files()
         return doomed
 
     def replace_segment(self, old: Segment, new: Segment | None) -> None:
