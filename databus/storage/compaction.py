@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import logging
 import os
 
 from databus.protocol.records import BatchHeader, build_batch, decode_records, parse_header
@@ -47,6 +48,8 @@ from .durable import fsync_dir
 from .partition_log import PartitionLog
 from .segment import PlannedBatch, Segment, segment_name
 from .steps import Steps
+
+log = logging.getLogger(__name__)
 
 _READ_CHUNK = 4 << 20
 CLEANED = ".cleaned"
@@ -108,6 +111,9 @@ def compaction_steps(plog: PartitionLog, now_ms: int) -> Steps:
     segments = cleanable_segments(plog, now_ms)
     if not segments or not _due(plog, segments, now_ms):
         return []
+    log.info("compaction: cleaning %s: %d segments, %d bytes (offsets %d..%d)", plog.name,
+             len(segments), sum(seg.size for seg in segments), segments[0].base_offset,
+             segments[-1].next_offset - 1)
     sources = [seg.reader() for seg in segments]
     try:
         cleaned, expiry = yield functools.partial(_clean, sources, config, now_ms)
