@@ -8,7 +8,9 @@ marker is removed by ``open``, so any stop other than ``close`` is an unclean on
 next ``open`` re-validates everything after each log's recovery point.
 
 Threading: ``flush_all`` (and ``PartitionLog.flush``) may run on a worker thread while the
-owner thread appends; every other method belongs to the owner thread.  Checkpoints written
+owner thread appends; so may the steps yielded by ``retention_steps`` / ``compaction_steps``
+(the generators themselves run on the owner thread, see steps.py); every other method
+belongs to the owner thread.  Checkpoints written
 by ``flush_all`` are rate-limited by ``checkpoint_interval_ms`` (Kafka's
 ``log.flush.offset.checkpoint.interval.ms``, 60 s); ``write_checkpoints`` forces one.
 """

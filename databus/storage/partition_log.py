@@ -27,7 +27,11 @@ Public surface (the broker codes against it):
 * ``check_producer(batches) -> BatchMetadata | None``: the idempotence rule alone (see
   producer_state), for callers that want to know before appending.
 
-Threading: everything except ``flush`` runs on one thread (the broker's trio thread).
+Threading: everything except ``flush`` runs on one thread (the broker's trio thread), which
+alone changes the segment list (appends, rolls, ``remove_oldest_segments``,
+``replace_segment``), so reads take no lock.  Retention and compaction do their expensive
+work on other threads through ``Segment.reader()`` copies and their own files, and call
+the segment-list methods back on this thread (see steps.py, compaction.py).
 """
 
 from __future__ import annotations
