@@ -1,9 +1,12 @@
-"""The handler registry: which Kafka API (key, version range) is answered by which coroutine.
+"""Handlers and the handler table: which Kafka API (key, version range) is answered by which
+coroutine.
 
-Every handler module registers its handlers with ``@handles(api_key, min_version,
-max_version)``.  The server looks handlers up here, and ApiVersions is answered from this
-registry, so what the broker advertises is exactly what is registered (and
-docs/protocol.md is checked against it by a test).
+A handler declares what it answers with ``@handles(api_key, min_version, max_version)``;
+the declaration only labels the function (nothing global is registered).  The table of a
+broker is built explicitly by ``databus.broker.handlers.handler_table()`` from the list of
+handlers there, and each ``Broker`` owns its own table: the server dispatches through it,
+ApiVersions answers from it, and docs/protocol.md is checked against it by a test, so what
+the broker advertises is exactly what it handles.
 
 A handler is ``async def handler(ctx: RequestContext, request) -> response | None``: it takes
 a decoded kio request and returns a kio response of the same API and version (see
@@ -13,7 +16,7 @@ sockets; only the server loop does.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -70,15 +73,17 @@ class Registration:
         return self.min_version <= version <= self.max_version
 
 
-_REGISTRY: dict[int, Registration] = {}
+HandlerTable = dict[int, Registration]
 
 
 class RegistryError(RuntimeError):
-    """Two handlers claimed the same API key, or a version range is invalid."""
+    """Two handlers claimed the same API key, a version range is invalid, or a handler in a
+    table was not declared with ``@handles``."""
 
 
 def handles(api_key: int, min_version: int, max_version: int) -> Callable[[Handler], Handler]:
-    """Register the decorated coroutine as the handler of ``api_key`` versions min..max.
+    """Declare the decorated coroutine as the handler of ``api_key`` versions min..max (it is
+    answered only once a handler table lists it, see ``build_table``).
 
     Versions in the range that kio has no schema for must be answered by the handler without
     a decoded body (only Produce v0-2 do that, see handlers/produce.py).
@@ -86,39 +91,31 @@ def handles(api_key: int, min_version: int, max_version: int) -> Callable[[Handl
     if not 0 <= min_version <= max_version:
         raise RegistryError(f"invalid version range {min_version}..{max_version}")
 
-    def register(handler: Handler) -> Handler:
-        existing = _REGISTRY.get(api_key)
-        # the same function registered again (a module re-imported) is not a conflict
-        if existing is not None and _name(existing.handler) != _name(handler):
-            raise RegistryError(
-                f"api key {api_key} is already handled by {_name(existing.handler)}"
-            )
-        _REGISTRY[api_key] = Registration(api_key, min_version, max_version, handler)
+    def declare(handler: Handler) -> Handler:
+        handler.registration = Registration(api_key, min_version, max_version, handler)
         return handler
 
-    return register
+    return declare
+
+
+def build_table(handlers: Iterable[Handler]) -> HandlerTable:
+    """api key -> Registration of each of ``handlers``, sorted by key (the order ApiVersions
+    lists them in); a key claimed twice raises RegistryError naming both handlers."""
+    table: HandlerTable = {}
+    for handler in handlers:
+        registration = getattr(handler, "registration", None)
+        if not isinstance(registration, Registration):
+            raise RegistryError(f"{_name(handler)} is not declared with @handles")
+        existing = table.get(registration.api_key)
+        if existing is not None:
+            raise RegistryError(f"api key {registration.api_key} is already handled by "
+                                f"{_name(existing.handler)}, not also by {_name(handler)}")
+        table[registration.api_key] = registration
+    return dict(sorted(table.items()))
 
 
 def _name(handler: Handler) -> str:
     return f"{handler.__module__}.{handler.__qualname__}"
-
-
-def lookup(api_key: int) -> Registration | None:
-    return _REGISTRY.get(api_key)
-
-
-def registrations() -> list[Registration]:
-    """Every registered API, sorted by key (the order ApiVersions lists them in)."""
-    return [_REGISTRY[key] for key in sorted(_REGISTRY)]
-
-
-def load_handlers() -> list:
-    """Import every module of HANDLER_MODULES (which registers its handlers); return them."""
-    import importlib
-
-    from .handlers import HANDLER_MODULES
-
-    return [importlib.import_module(name) for name in HANDLER_MODULES]
 
 
 @dataclass

@@ -1,63 +1,49 @@
-"""The Broker object: the state every handler shares, and the one append path.
+"""The Broker: everything one running broker consists of, assembled in its constructor.
 
-It owns the LogManager (opened in ``run``, closed last), the cluster identity
-(``meta.properties`` in the data dir, as Kafka keeps it), the fetch wake-ups and the group
-commit.  ``append`` / ``append_durably`` are THE way records enter a partition: Produce uses
-them and so does the group coordinator for ``__consumer_offsets``, so acks, fetch wake-ups
-and durability behave the same for both.
+``Broker(config)`` builds, without touching the disk:
 
-Other parts may attach attributes to a Broker (the groups coordinator sets ``broker.groups``).
+* ``log_manager``: the data directory's partition logs (storage/; opened by ``run``,
+  closed last), and ``cluster_id`` from ``meta.properties`` (read or created on open);
+* ``notifier``: the wake-ups of Fetch long polls;
+* ``group_commit``: the one flusher behind acks=all;
+* ``producer_ids``: the producer-id allocator of InitProducerId;
+* ``groups``: the group coordinator (``__consumer_offsets``, consumer groups);
+* ``retention``: the periodic retention and compaction runs (off the trio thread);
+* ``handlers``: the handler table (api key -> handler and version range) the server
+  dispatches through and ApiVersions advertises.
+
+Nothing is attached later and nothing is module-global, so two brokers in one process share
+nothing.  ``await nursery.start(broker.run)`` opens storage and starts the services
+explicitly (group commit, retention, checkpoints, the group coordinator).
+
+``append`` / ``append_durably`` are THE way records enter a partition: Produce uses them and
+so does the group coordinator for ``__consumer_offsets``, so acks, fetch wake-ups and
+durability behave the same for both.
 """
 
 from __future__ import annotations
 
-import base64
 import logging
 import os
 import time
-import uuid
 from pathlib import Path
-from typing import Any
 
 import trio
 
+from databus.storage.config import LogConfig
 from databus.storage.errors import UnknownTopicError
+from databus.storage.log_manager import LogManager
+from databus.storage.meta_properties import load_or_create_cluster_id
 
 from .config import BrokerConfig, first_listener
+from .coordinator.group_state import CoordinatorConfig
+from .coordinator.service import GroupService
 from .durability import GroupCommit
 from .notify import AppendNotifier
+from .producer_ids import ProducerIdAllocator
+from .retention import RetentionService
 
 log = logging.getLogger(__name__)
-
-META_PROPERTIES = "meta.properties"
-
-
-def _new_cluster_id() -> str:
-    """Kafka's format: a random UUID, URL-safe base64 without padding (22 characters)."""
-    return base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
-
-
-def load_or_create_cluster_id(data_dir: Path, node_id: int) -> str:
-    """Read ``cluster.id`` from meta.properties, writing a new one (atomically) if absent."""
-    path = data_dir / META_PROPERTIES
-    if path.exists():
-        for line in path.read_text().splitlines():
-            key, sep, value = line.partition("=")
-            if sep and key.strip() == "cluster.id" and value.strip():
-                return value.strip()
-    cluster_id = _new_cluster_id()
-    tmp = path.with_suffix(".tmp")
-    with open(tmp, "w") as out:
-        out.write(f"version=1\ncluster.id={cluster_id}\nnode.id={node_id}\n")
-        out.flush()
-        os.fsync(out.fileno())
-    os.replace(tmp, path)
-    dir_fd = os.open(data_dir, os.O_RDONLY)
-    try:
-        os.fsync(dir_fd)
-    finally:
-        os.close(dir_fd)
-    return cluster_id
 
 
 def is_internal_topic(name: str) -> bool:
@@ -65,24 +51,47 @@ def is_internal_topic(name: str) -> bool:
 
 
 class Broker:
-    """Shared state of one running broker.  Create, then ``await nursery.start(broker.run)``."""
+    """One broker.  Create, then ``await nursery.start(broker.run)``."""
 
     def __init__(self, config: BrokerConfig, data_dir: str | os.PathLike | None = None) -> None:
+        from .handlers import handler_table  # handler modules import this module
+
         self.config = config
         directory = data_dir or config.log_dir
         if not directory:
             raise ValueError("the broker needs a data directory (--data-dir or log.dirs)")
         self.data_dir = Path(directory)
         self.node_id = config.node_id
-        self.cluster_id: str = ""
-        self.log_manager: Any = None
+        self.cluster_id: str = ""  # from meta.properties, once storage is open
+        self.host, self.port = config.listen_address
+        self._advertised = config.advertised_listeners
+
+        self.default_log_config = LogConfig.from_topic_config(config.topic_defaults())
+        self.log_manager = LogManager(
+            self.data_dir, self.default_log_config,
+            checkpoint_interval_ms=config.log_flush_offset_checkpoint_interval_ms,
+        )
         self.notifier = AppendNotifier()
         self.group_commit = GroupCommit(
             due_logs=self._logs_due_for_flush,
             check_interval_s=config.log_flush_scheduler_interval_ms / 1000,
         )
-        self.host, self.port = config.listen_address
-        self._advertised = config.advertised_listeners
+        self.producer_ids = ProducerIdAllocator(self.data_dir)
+        self.groups = GroupService(
+            self,
+            CoordinatorConfig(
+                initial_rebalance_delay_ms=config.group_initial_rebalance_delay_ms,
+                min_session_timeout_ms=config.group_min_session_timeout_ms,
+                max_session_timeout_ms=config.group_max_session_timeout_ms,
+            ),
+            num_partitions=config.offsets_topic_num_partitions,
+            retention_ms=config.offsets_retention_minutes * 60_000,
+            retention_check_interval_ms=config.offsets_retention_check_interval_ms,
+        )
+        self.retention = RetentionService(
+            self.log_manager, config.log_retention_check_interval_ms / 1000
+        )
+        self.handlers = handler_table()
 
     # -- identity -------------------------------------------------------------------------
 
@@ -101,25 +110,17 @@ class Broker:
     # -- storage lifecycle ----------------------------------------------------------------
 
     def open_storage(self) -> list[str]:
-        from databus.storage.config import LogConfig
-        from databus.storage.log_manager import LogManager
-
+        """Create the data directory if needed, read (or create) meta.properties, open every
+        log (recovering after an unclean stop); the recovery actions taken."""
         self.data_dir.mkdir(parents=True, exist_ok=True)
         self.cluster_id = load_or_create_cluster_id(self.data_dir, self.node_id)
-        self.default_log_config = LogConfig.from_topic_config(self.config.topic_defaults())
-        self.log_manager = LogManager(
-            self.data_dir, self.default_log_config,
-            checkpoint_interval_ms=self.config.log_flush_offset_checkpoint_interval_ms,
-        )
         actions = self.log_manager.open()
         for action in actions:
             log.info("recovery: %s", action)
         return actions
 
     def close_storage(self) -> None:
-        if self.log_manager is not None:
-            self.log_manager.close()
-            self.log_manager = None
+        self.log_manager.close()
 
     # -- topics ---------------------------------------------------------------------------
 
@@ -199,24 +200,9 @@ class Broker:
         return info
 
     def _logs_due_for_flush(self, now_ms: int):
-        if self.log_manager is None:
-            return ()
         return [plog for plog in self.log_manager.dirty_logs() if plog.needs_flush(now_ms)]
 
     # -- background work ------------------------------------------------------------------
-
-    async def _retention_loop(self, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
-        task_status.started()
-        interval = self.config.log_retention_check_interval_ms / 1000
-        while True:
-            await trio.sleep(interval)
-            try:
-                for action in self.log_manager.run_retention() or ():
-                    log.info("retention: %s", action)
-                for action in self.log_manager.run_compaction() or ():
-                    log.info("compaction: %s", action)
-            except Exception:
-                log.exception("retention/compaction failed; will retry next interval")
 
     async def _checkpoint_loop(self, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
         """Recovery points and log start offsets to disk now and then (Kafka's
@@ -231,21 +217,17 @@ class Broker:
                 log.exception("writing checkpoints failed; will retry next interval")
 
     async def run(self, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
-        """Open storage, start the services (group commit, retention, handler services)
-        and hand ``self`` to ``task_status``; on cancellation stop them, flush and close."""
-        from .api import load_handlers
-
-        modules = load_handlers()
+        """Open storage, start the services (group commit, retention, checkpoints, the group
+        coordinator) and hand ``self`` to ``task_status``; on cancellation stop them, flush
+        and close."""
         self.open_storage()
         try:
             async with trio.open_nursery() as nursery:
                 await nursery.start(self.group_commit.serve)
-                await nursery.start(self._retention_loop)
+                await nursery.start(self.retention.serve)
                 await nursery.start(self._checkpoint_loop)
-                for module in modules:
-                    service = getattr(module, "serve", None)
-                    if service is not None:
-                        await nursery.start(service, self)
+                # creates/replays __consumer_offsets: after the LogManager is open
+                await nursery.start(self.groups.run)
                 task_status.started(self)
                 await trio.sleep_forever()
         finally:

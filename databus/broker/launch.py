@@ -35,11 +35,11 @@ class Ready:
 
 
 def write_ready_file(path: str | os.PathLike, **fields) -> None:
-    """Write the JSON object ``fields`` to ``path`` atomically (temporary file + rename)."""
-    path = Path(path)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(fields) + "\n")
-    os.replace(tmp, path)
+    """Write the JSON object ``fields`` to ``path`` atomically: a launcher polling for it
+    sees no file or the whole object, never half of it.  No fsync: it lives for one run."""
+    from databus.storage.durable import atomic_write
+
+    atomic_write(path, (json.dumps(fields) + "\n").encode(), sync=False)
 
 
 def read_ready_file(path: str | os.PathLike) -> Ready | None:

@@ -1,9 +1,9 @@
-"""The supported-API table of docs/protocol.md, generated from the handler registry.
+"""The supported-API table of docs/protocol.md, generated from the broker's handler table.
 
     python -m databus.broker.protocol_doc          # rewrite the table in docs/protocol.md
 
-A test (tests/broker/test_protocol_doc.py) fails when the document and the registry differ,
-so what the document promises is what ApiVersions advertises.
+A test (tests/broker/test_protocol_doc.py) fails when the document and the handler table differ,
+so what the document promises is what ApiVersions advertises (both read ``handler_table()``).
 """
 
 from __future__ import annotations
@@ -23,11 +23,10 @@ def _api_name(api_key: int) -> str:
 
 
 def api_table() -> str:
-    from .api import load_handlers, registrations
+    from .handlers import handler_table
 
-    load_handlers()
     lines = ["| API | key | versions | handler |", "|---|---:|---|---|"]
-    for reg in registrations():
+    for reg in handler_table().values():
         lines.append(f"| {_api_name(reg.api_key)} | {reg.api_key} | "
                      f"{reg.min_version}-{reg.max_version} | `{reg.handler.__module__}` |")
     return "\n".join(lines)

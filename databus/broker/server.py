@@ -34,7 +34,7 @@ from databus.protocol.framing import (
 )
 from databus.protocol.unsupported import bare_error_body, error_response
 
-from .api import Deferred, RawResponse, RequestContext, lookup
+from .api import Deferred, RawResponse, RequestContext
 from .handlers.api_versions import unsupported_version_response
 
 log = logging.getLogger(__name__)
@@ -113,13 +113,13 @@ class _Connection:
             header, request = decode_request(frame)
         except UnsupportedVersion as exc:
             header, request = exc.header, None
-        registration = lookup(header.api_key)
+        registration = self.broker.handlers.get(header.api_key)
         if registration is None or not registration.supports(header.api_version):
             log.info(
                 "unsupported api key %d v%d from %s (client %r)",
                 header.api_key, header.api_version, self.peer, header.client_id,
             )
-            return header, self._unsupported(header)
+            return header, self._unsupported(header, self.broker.handlers)
         ctx = RequestContext(self.broker, header, self.host, self.port, frame)
         result = await registration.handler(ctx, request)
         if result is None:
@@ -127,9 +127,9 @@ class _Connection:
         return header, result
 
     @staticmethod
-    def _unsupported(header):
+    def _unsupported(header, handlers):
         if header.api_key == ApiKey.API_VERSIONS:
-            return _AsV0(unsupported_version_response())
+            return _AsV0(unsupported_version_response(handlers))
         try:
             return error_response(header.api_key, header.api_version)
         except LookupError:

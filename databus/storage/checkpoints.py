@@ -1,15 +1,17 @@
-"""Kafka's checkpoint files and the atomic-write discipline every metadata file uses.
+"""Kafka's checkpoint files.
 
 ``recovery-point-offset-checkpoint`` and ``log-start-offset-checkpoint`` hold, in Kafka's text
 format, a version line (0), a count line, then one ``topic partition offset`` line per
-partition.  Every file here is written temp -> fsync -> rename -> fsync the directory, so a
-crash leaves either the old or the new file, never a torn one.
+partition.  They are written with ``durable.atomic_write``, so a crash leaves either the old
+or the new file, never a torn one.
 """
 
 from __future__ import annotations
 
 import os
 from collections.abc import Mapping
+
+from .durable import atomic_write
 
 RECOVERY_POINT_CHECKPOINT = "recovery-point-offset-checkpoint"
 LOG_START_OFFSET_CHECKPOINT = "log-start-offset-checkpoint"
@@ -19,30 +21,6 @@ CHECKPOINT_VERSION = 0
 
 class CheckpointError(ValueError):
     """A checkpoint file that does not follow the format; the message names file and line."""
-
-
-def fsync_dir(path: str | os.PathLike) -> None:
-    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def atomic_write(path: str | os.PathLike, data: bytes) -> None:
-    """Replace ``path`` with ``data`` durably: temp file, fsync, rename, fsync directory."""
-    path = os.fspath(path)
-    tmp = path + ".tmp"
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-    try:
-        view = memoryview(data)
-        while view:
-            view = view[os.write(fd, view):]
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-    os.replace(tmp, path)
-    fsync_dir(os.path.dirname(path) or ".")
 
 
 def format_checkpoint(entries: Mapping[tuple[str, int], int]) -> bytes:

@@ -8,7 +8,9 @@ marker is removed by ``open``, so any stop other than ``close`` is an unclean on
 next ``open`` re-validates everything after each log's recovery point.
 
 Threading: ``flush_all`` (and ``PartitionLog.flush``) may run on a worker thread while the
-owner thread appends; every other method belongs to the owner thread.  Checkpoints written
+owner thread appends; so may the steps yielded by ``retention_steps`` / ``compaction_steps``
+(the generators themselves run on the owner thread, see steps.py); every other method
+belongs to the owner thread.  Checkpoints written
 by ``flush_all`` are rate-limited by ``checkpoint_interval_ms`` (Kafka's
 ``log.flush.offset.checkpoint.interval.ms``, 60 s); ``write_checkpoints`` forces one.
 """
@@ -31,16 +33,16 @@ from .checkpoints import (
     LOG_START_OFFSET_CHECKPOINT,
     RECOVERY_POINT_CHECKPOINT,
     CheckpointError,
-    atomic_write,
-    fsync_dir,
     read_checkpoint,
     write_checkpoint,
 )
-from .compaction import compact_log
+from .compaction import compaction_steps
 from .config import LogConfig
+from .durable import atomic_write, fsync_dir
 from .errors import InvalidPartitionsError, TopicExistsError, UnknownTopicError
 from .partition_log import PartitionLog
-from .retention import apply_retention
+from .retention import retention_steps
+from .steps import Steps, run_steps
 from .topic_metadata import (
     PARTITION_METADATA_FILE,
     TopicInfo,
@@ -298,22 +300,38 @@ class LogManager:
                              {key: plog.log_start_offset for key, plog in logs})
             self._last_checkpoint_ms = self._now_ms()
 
+    def retention_steps(self, now_ms: int | None = None) -> Steps:
+        """Retention of every log, as steps (see steps.py); the actions taken."""
+        return self._every_log(retention_steps, "retention", now_ms)
+
+    def compaction_steps(self, now_ms: int | None = None) -> Steps:
+        """Compaction of every log that is due, as steps (see steps.py); the actions taken."""
+        return self._every_log(compaction_steps, "compaction", now_ms)
+
     def run_retention(self, now_ms: int | None = None) -> list[str]:
-        now_ms = self._now_ms() if now_ms is None else now_ms
-        actions = []
-        for plog in self.logs():
-            actions += apply_retention(plog, now_ms)
-        for line in actions:
-            log.info("retention: %s", line)
-        return actions
+        """``retention_steps`` run inline on the calling (owner) thread."""
+        return run_steps(self.retention_steps(now_ms))
 
     def run_compaction(self, now_ms: int | None = None) -> list[str]:
+        """``compaction_steps`` run inline on the calling (owner) thread."""
+        return run_steps(self.compaction_steps(now_ms))
+
+    def _every_log(self, steps_of, what: str, now_ms: int | None) -> Steps:
         now_ms = self._now_ms() if now_ms is None else now_ms
-        actions = []
+        actions: list[str] = []
         for plog in self.logs():
-            actions += compact_log(plog, now_ms)
-        for line in actions:
-            log.info("compaction: %s", line)
+            if plog.closed:  # deleted while an earlier log was being worked on
+                continue
+            try:
+                done = yield from steps_of(plog, now_ms)
+            except Exception:
+                if not plog.closed:
+                    raise
+                log.info("%s of %s stopped: the log was deleted or closed", what, plog.name)
+                continue
+            for line in done:
+                log.info("%s: %s", what, line)
+            actions += done
         return actions
 
     def close(self) -> None:

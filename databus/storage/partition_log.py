@@ -27,7 +27,11 @@ Public surface (the broker codes against it):
 * ``check_producer(batches) -> BatchMetadata | None``: the idempotence rule alone (see
   producer_state), for callers that want to know before appending.
 
-Threading: everything except ``flush`` runs on one thread (the broker's trio thread).
+Threading: everything except ``flush`` runs on one thread (the broker's trio thread), which
+alone changes the segment list (appends, rolls, ``remove_oldest_segments``,
+``replace_segment``), so reads take no lock.  Retention and compaction do their expensive
+work on other threads through ``Segment.reader()`` copies and their own files, and call
+the segment-list methods back on this thread (see steps.py, compaction.py).
 """
 
 from __future__ import annotations
@@ -54,8 +58,8 @@ from databus.protocol.records import (
     validate_batch,
 )
 
-from .checkpoints import fsync_dir
 from .config import LogConfig
+from .durable import atomic_write, fsync_dir
 from .errors import (
     InvalidRecordError,
     KafkaStorageError,
@@ -256,10 +260,8 @@ class PartitionLog:
         end) and keep only the newest few.  Not fsynced: a torn one fails its CRC and the
         headers after an older one are replayed instead."""
         offset = self.log_end_offset if offset is None else offset
-        path = self._snapshot_path(offset)
-        with open(path + ".tmp", "wb") as f:
-            f.write(self.producer_state.snapshot_bytes())
-        os.replace(path + ".tmp", path)
+        atomic_write(self._snapshot_path(offset), self.producer_state.snapshot_bytes(),
+                     sync=False)
         for old in self._snapshot_offsets()[:-_SNAPSHOTS_KEPT]:
             os.unlink(self._snapshot_path(old))
 
@@ -517,9 +519,10 @@ class PartitionLog:
 
     # -- segment removal and replacement (retention, compaction) -----------------------------
 
-    def delete_oldest_segments(self, count: int) -> list[Segment]:
-        """Delete the ``count`` oldest segments (never the active one); the log start offset
-        moves to the first remaining segment."""
+    def remove_oldest_segments(self, count: int) -> list[Segment]:
+        """Remove the ``count`` oldest segments (never the active one) from the log and close
+        them; the log start offset moves to the first remaining segment.  The caller deletes
+        their files (``Segment.delete_files``, on any thread)."""
         count = min(count, len(self.segments) - 1)
         if count <= 0:
             return []
@@ -531,9 +534,6 @@ class PartitionLog:
                 self._unflushed.pop(id(seg), None)
                 seg.close()
             self.log_start_offset = max(self.log_start_offset, self.segments[0].base_offset)
-            self._dir_dirty = True
-        for seg in doomed:
-            seg.delete_files()
         return doomed
 
     def replace_segment(self, old: Segment, new: Segment | None) -> None:

@@ -7,18 +7,23 @@
 * size: then the oldest segments while the log stays at or above ``retention.bytes`` without
   them.
 
-Only logs whose ``cleanup.policy`` includes ``delete`` are touched.  Files are unlinked at
-once: reads copy their bytes out synchronously, so no reader can hold a deleted segment
+Only logs whose ``cleanup.policy`` includes ``delete`` are touched.  ``retention_steps``
+(a generator of worker-thread steps, see steps.py) removes the segments from the log on the
+owner thread, then hands out their unlinking (and the directory fsync) as a step: reads copy
+their bytes out synchronously on the owner thread, so no reader can hold a removed segment
 (``file.delete.delay.ms`` exists for Kafka's memory-mapped readers; we keep the setting for
 DescribeConfigs only).
 """
 
 from __future__ import annotations
 
+import functools
 import os
 
+from .durable import fsync_dir
 from .partition_log import PartitionLog
 from .segment import Segment
+from .steps import Steps
 
 
 def _largest_timestamp(seg: Segment) -> int:
@@ -54,13 +59,20 @@ def deletable_segments(plog: PartitionLog, now_ms: int) -> list[tuple[Segment, s
     return out
 
 
-def apply_retention(plog: PartitionLog, now_ms: int) -> list[str]:
+def retention_steps(plog: PartitionLog, now_ms: int) -> Steps:
     """Delete what ``deletable_segments`` names; one line per deleted segment."""
     doomed = deletable_segments(plog, now_ms)
     if not doomed:
         return []
-    plog.delete_oldest_segments(len(doomed))
+    removed = plog.remove_oldest_segments(len(doomed))
+    yield functools.partial(_delete_files, plog.directory, removed)
     return [f"{plog.name}: deleted segment {os.path.basename(seg.log_path)} "
             f"(offsets {seg.base_offset}..{seg.next_offset - 1}): {reason}; "
             f"log start offset is now {plog.log_start_offset}"
             for seg, reason in doomed]
+
+
+def _delete_files(directory: str, segments: list[Segment]) -> None:
+    for seg in segments:
+        seg.delete_files()
+    fsync_dir(directory)

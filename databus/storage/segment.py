@@ -66,13 +66,15 @@ class Segment:
     """See the module docstring.  Attributes are read by PartitionLog; only methods mutate."""
 
     def __init__(self, directory: str, base_offset: int, index_interval_bytes: int,
-                 segment_index_bytes: int, created_ms: int) -> None:
+                 segment_index_bytes: int, created_ms: int, suffix: str = "") -> None:
+        """``suffix`` is appended to the three file names (compaction builds a segment as
+        ``.log.cleaned`` etc. before it takes the real names, see ``take_names_of``)."""
         self.directory = directory
         self.base_offset = base_offset
         name = os.path.join(directory, segment_name(base_offset))
-        self.log_path = name + ".log"
-        self.index = OffsetIndex(name + ".index", base_offset)
-        self.time_index = TimeIndex(name + ".timeindex", base_offset)
+        self.log_path = name + ".log" + suffix
+        self.index = OffsetIndex(name + ".index" + suffix, base_offset)
+        self.time_index = TimeIndex(name + ".timeindex" + suffix, base_offset)
         self.index_interval_bytes = index_interval_bytes
         self.max_index_entries = max(1, segment_index_bytes // OffsetIndex.entry.size)
         self.max_time_entries = max(1, segment_index_bytes // TimeIndex.entry.size)
@@ -89,8 +91,9 @@ class Segment:
 
     @classmethod
     def create(cls, directory: str, base_offset: int, *, index_interval_bytes: int,
-               segment_index_bytes: int, now_ms: int) -> Segment:
-        seg = cls(directory, base_offset, index_interval_bytes, segment_index_bytes, now_ms)
+               segment_index_bytes: int, now_ms: int, suffix: str = "") -> Segment:
+        seg = cls(directory, base_offset, index_interval_bytes, segment_index_bytes, now_ms,
+                  suffix)
         if os.path.exists(seg.log_path) and os.path.getsize(seg.log_path) > 0:
             raise FileExistsError(f"segment {seg.log_path} already exists and is not empty")
         try:
@@ -111,6 +114,29 @@ class Segment:
         seg.fd = os.open(seg.log_path, os.O_RDWR)
         seg.size = os.fstat(seg.fd).st_size
         return seg
+
+    def reader(self) -> Segment:
+        """A read-only copy of this segment's state on its own duplicate of the log's
+        descriptor, for a worker thread (compaction) to scan while the owner thread may close,
+        replace or delete this segment.  ``close()`` it after use."""
+        view = Segment(self.directory, self.base_offset, self.index_interval_bytes,
+                       self.max_index_entries * OffsetIndex.entry.size, self.created_ms)
+        view.fd = os.dup(self.fd)
+        view.size, view.next_offset = self.size, self.next_offset
+        view.max_timestamp = self.max_timestamp
+        return view
+
+    def take_names_of(self, other: Segment) -> None:
+        """This segment's files were renamed to ``other``'s names: use them from now on."""
+        self.log_path = other.log_path
+        self.index.path = other.index.path
+        self.time_index.path = other.time_index.path
+
+    def sync(self) -> None:
+        """fsync the log and both indexes."""
+        for fd in self.file_descriptors():
+            if fd >= 0:
+                os.fsync(fd)
 
     def file_descriptors(self) -> list[int]:
         return [self.fd, self.index.fileno(), self.time_index.fileno()]

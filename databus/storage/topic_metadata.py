@@ -20,7 +20,7 @@ import re
 import uuid
 from dataclasses import dataclass, field
 
-from .checkpoints import atomic_write
+from .durable import atomic_write
 from .errors import InvalidTopicError, StorageError
 
 TOPIC_METADATA_FILE = "topic-metadata.json"

@@ -1,4 +1,5 @@
 import os
+import threading
 
 import pytest
 
@@ -192,3 +193,76 @@ def test_a_config_change_that_cannot_be_persisted_changes_nothing(manager):
     assert lm.topics()["t"].config == {"retention.ms": "1000"}
     assert lm.get_log("t", 0).config.retention_ms == 1000
     assert lm.topic_config("t").retention_ms == 1000
+
+
+def _fill_compacted(lm, name, rounds=12):
+    lm.create_topic(name, 1, {"segment.bytes": "300", "cleanup.policy": "compact"})
+    plog = lm.get_log(name, 0)
+    for i in range(rounds):
+        plog.append(keyed([(b"k%d" % (i % 3), b"v%d" % i), (b"j", b"w%d" % i)], ts=1_000 + i))
+    return plog
+
+
+def test_compaction_builds_on_a_worker_thread_while_the_owner_appends_and_reads(manager):
+    """The thread contract: the expensive step runs on another thread while the owner keeps
+    appending (rolling new segments) and reading; the swap happens on the owner thread."""
+    lm = manager()
+    lm.open()
+    plog = _fill_compacted(lm, "c")
+    before = records(plog)
+    cleanable_end = plog.active_segment.base_offset
+    steps = lm.compaction_steps(now_ms=10_000)
+    work = next(steps)
+    result = {}
+    worker = threading.Thread(target=lambda: result.update(value=work()))
+    worker.start()
+    appended = []
+    for i in range(40):  # meanwhile: appends that roll segments, and reads of everything
+        info = plog.append(keyed([(b"k0", b"late%d" % i)], ts=5_000 + i))
+        appended.append((info.first_offset, b"k0", b"late%d" % i))
+        assert records(plog)[: len(before)] == before
+    worker.join()
+    assert records(plog) == before + appended, "nothing is swapped until the owner says so"
+    assert any(f.endswith(".cleaned") for f in os.listdir(plog.directory))
+    try:
+        work = steps.send(result["value"])
+        while True:  # the rest (unlink, directory fsync) inline
+            work = steps.send(work())
+    except StopIteration as done:
+        actions = done.value
+    assert actions and all("compact" in line for line in actions)
+    latest = {}
+    for off, k, _v in before:
+        if off < cleanable_end:
+            latest[k] = off
+    after = records(plog)
+    assert [r for r in after if r[0] < cleanable_end] == [
+        r for r in before if r[0] < cleanable_end and latest[r[1]] == r[0]]
+    assert [r for r in after if r[0] >= cleanable_end] == [
+        r for r in before if r[0] >= cleanable_end] + appended
+    assert not any(f.endswith(".cleaned") for f in os.listdir(plog.directory))
+    lm.close()
+    reopened = manager()
+    assert not any("rebuilt" in a or "leftover" in a for a in reopened.open())
+    assert records(reopened.get_log("c", 0)) == after
+
+
+def test_a_topic_deleted_while_its_log_is_cleaned_is_skipped(manager):
+    lm = manager()
+    lm.open()
+    _fill_compacted(lm, "a")
+    other = _fill_compacted(lm, "b")
+    expected_b = records(other)
+    steps = lm.compaction_steps(now_ms=10_000)
+    cleaned_a = next(steps)()  # a's cleaned segments are built...
+    lm.delete_topic("a")       # ...and the topic goes away before the swap
+    actions = []
+    try:
+        work = steps.send(cleaned_a)
+        while True:
+            work = steps.send(work())
+    except StopIteration as done:
+        actions = done.value
+    assert actions and all(line.startswith("b-0: ") for line in actions)
+    assert len(records(other)) < len(expected_b), "the next log is still compacted"
+    assert [name for name in os.listdir(lm.data_dir) if name.startswith("a-")] == []

@@ -1,19 +1,56 @@
-"""The broker's handler modules, one per Kafka API family.
+"""The broker's handler modules, one per Kafka API family, and the one list of what a broker
+answers: ``handler_table()``.
 
-The server imports every module named here at start (importing registers its handlers with
-``databus.broker.api.handles``).  A module may also define
-``async def serve(broker, *, task_status=trio.TASK_STATUS_IGNORED)``: the broker starts it
-with ``nursery.start`` after the LogManager is open and before it listens, and cancels it on
-shutdown before the LogManager is closed.  Other parts append their modules to this tuple.
+Each handler declares its API key and version range with ``@handles`` next to its code; a
+handler is answered only if it is listed below.  ``Broker.__init__`` builds its own table
+from this function (two brokers in one process share nothing), the server dispatches
+through it, ApiVersions advertises it and docs/protocol.md is generated from it.
 """
 
-HANDLER_MODULES: tuple[str, ...] = (
-    "databus.broker.handlers.api_versions",
-    "databus.broker.handlers.metadata",
-    "databus.broker.handlers.produce",
-    "databus.broker.handlers.fetch",
-    "databus.broker.handlers.list_offsets",
-    "databus.broker.handlers.admin",
-    "databus.broker.handlers.init_producer_id",
-    "databus.broker.handlers.groups", "databus.broker.handlers.offsets",
-)
+from __future__ import annotations
+
+from ..api import HandlerTable, build_table
+
+
+def handler_table() -> HandlerTable:
+    """api key -> Registration for every API this broker answers."""
+    # Imported here, not at module level: handler modules import ``databus.broker.broker``
+    # (which builds its table from this function).
+    from . import (
+        admin,
+        api_versions,
+        fetch,
+        groups,
+        init_producer_id,
+        list_offsets,
+        metadata,
+        offsets,
+        produce,
+    )
+
+    return build_table([
+        api_versions.api_versions,
+        metadata.metadata,
+        produce.produce,
+        fetch.fetch,
+        list_offsets.list_offsets,
+        admin.create_topics,
+        admin.delete_topics,
+        admin.create_partitions,
+        admin.describe_configs,
+        admin.alter_configs,
+        admin.incremental_alter_configs,
+        admin.describe_cluster,
+        init_producer_id.init_producer_id,
+        groups.find_coordinator,
+        groups.join_group,
+        groups.sync_group,
+        groups.heartbeat,
+        groups.leave_group,
+        groups.list_groups,
+        groups.describe_groups,
+        groups.delete_groups,
+        offsets.offset_commit,
+        offsets.offset_fetch,
+        offsets.offset_delete,
+    ])

@@ -1,6 +1,6 @@
-"""ApiVersions (key 18): the broker's API list, read from the handler registry.
+"""ApiVersions (key 18): the broker's API list, read from the broker's handler table.
 
-What is advertised is exactly what is registered (see databus/broker/api.py).  A client that
+What is advertised is exactly what the broker answers (see databus/broker/api.py).  A client that
 asks with a version we do not support gets a v0-format body with UNSUPPORTED_VERSION and the
 key list, so it can retry with a version we know (Kafka's KIP-511 behaviour); the response
 header of ApiVersions never carries tagged fields (framing.py handles that).
@@ -13,26 +13,26 @@ from databus.protocol.entities import build
 from databus.protocol.errors import ErrorCode
 from databus.protocol.framing import response_schema
 
-from ..api import RequestContext, handles, registrations
+from ..api import HandlerTable, RequestContext, handles
 
 
-def _api_keys() -> list[dict]:
+def _api_keys(table: HandlerTable) -> list[dict]:
     return [
         {"api_key": reg.api_key, "min_version": reg.min_version, "max_version": reg.max_version}
-        for reg in registrations()
+        for reg in table.values()
     ]
 
 
-def unsupported_version_response() -> object:
+def unsupported_version_response(table: HandlerTable) -> object:
     """The v0-format answer to an ApiVersions request of a version we do not support."""
     return build(
         response_schema(ApiKey.API_VERSIONS, 0),
-        error_code=ErrorCode.unsupported_version, api_keys=_api_keys(),
+        error_code=ErrorCode.unsupported_version, api_keys=_api_keys(table),
     )
 
 
 @handles(ApiKey.API_VERSIONS, 0, 3)
 async def api_versions(ctx: RequestContext, request) -> object:
     return build(
-        ctx.response_class(), error_code=ErrorCode.none, api_keys=_api_keys(), throttle_time=0
+        ctx.response_class(), error_code=ErrorCode.none, api_keys=_api_keys(ctx.broker.handlers), throttle_time=0
     )

@@ -1,17 +1,16 @@
 """Group membership APIs: FindCoordinator, JoinGroup, SyncGroup, Heartbeat, LeaveGroup,
-ListGroups, DescribeGroups, DeleteGroups; and ``serve``, which starts the coordinator.
+ListGroups, DescribeGroups, DeleteGroups.
 
 Thin translations between kio messages (every advertised version) and
-coordinator/service.py; all group logic lives in coordinator/group_state.py.  This broker is
+coordinator/service.py (the broker's ``groups``, built and started by the Broker); all group
+logic lives in coordinator/group_state.py.  This broker is
 the coordinator of every group (one node), so FindCoordinator always names itself.
 """
 
 from __future__ import annotations
 
-import trio
 
 from databus.broker.coordinator.group_state import (
-    CoordinatorConfig,
     GroupState,
     JoinRequest,
     SyncRequest,
@@ -26,27 +25,10 @@ from ..api import RequestContext, handles
 KEY_TYPE_GROUP = 0
 
 
-async def serve(broker, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
-    """Create ``__consumer_offsets`` if needed, replay it, then run the coordinator."""
-    config = broker.config
-    service = GroupService(
-        broker,
-        CoordinatorConfig(
-            initial_rebalance_delay_ms=config.group_initial_rebalance_delay_ms,
-            min_session_timeout_ms=config.group_min_session_timeout_ms,
-            max_session_timeout_ms=config.group_max_session_timeout_ms,
-        ),
-        num_partitions=config.offsets_topic_num_partitions,
-        retention_ms=config.offsets_retention_minutes * 60_000,
-        retention_check_interval_ms=config.offsets_retention_check_interval_ms,
-    )
-    broker.groups = service
-    await service.run(task_status=task_status)
-
-
 def groups_of(ctx: RequestContext) -> GroupService | None:
-    service = getattr(ctx.broker, "groups", None)
-    return service if service is not None and service.loaded else None
+    """The broker's coordinator, or None until it has replayed ``__consumer_offsets``."""
+    service = ctx.broker.groups
+    return service if service.loaded else None
 
 
 def _response(ctx: RequestContext, **values):

@@ -1,6 +1,6 @@
 """InitProducerId (key 22): ids for idempotent producers (no transactions).
 
-A new producer gets a fresh id (ProducerIdAllocator: unique across restarts) and epoch 0.
+A new producer gets a fresh id (the broker's ProducerIdAllocator: unique across restarts) and epoch 0.
 A producer that presents its current id and epoch (KIP-360, v3+) gets the epoch bumped, or a
 new id when the epoch would overflow.  Transactional ids are refused with
 TRANSACTIONAL_ID_AUTHORIZATION_FAILED: this broker has no transaction coordinator, and a
@@ -17,18 +17,10 @@ from databus.protocol.entities import build
 from databus.protocol.errors import ErrorCode
 
 from ..api import RequestContext, handles
-from ..producer_ids import ProducerIdAllocator
 
 log = logging.getLogger(__name__)
 
 MAX_EPOCH = 32767
-
-
-def _allocator(broker) -> ProducerIdAllocator:
-    allocator = getattr(broker, "producer_ids", None)
-    if allocator is None:
-        allocator = broker.producer_ids = ProducerIdAllocator(broker.data_dir)
-    return allocator
 
 
 @handles(ApiKey.INIT_PRODUCER_ID, 0, 4)
@@ -45,5 +37,5 @@ async def init_producer_id(ctx: RequestContext, request) -> object:
     if producer_id >= 0 and 0 <= epoch < MAX_EPOCH - 1:
         fields.update(producer_id=producer_id, producer_epoch=epoch + 1)
     else:
-        fields.update(producer_id=_allocator(ctx.broker).next_id(), producer_epoch=0)
+        fields.update(producer_id=ctx.broker.producer_ids.next_id(), producer_epoch=0)
     return build(ctx.response_class(), **fields)
