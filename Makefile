@@ -27,8 +27,11 @@ run: install
 test: install-test
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 
+# ruff's rules and mypy's files are in pyproject.toml; the import rules are a test
+# (tests/test_layering.py), so `make test` checks those.
 lint: install-test
 	$(BIN)/ruff check databus plugins spark_sink tests
+	$(BIN)/mypy
 
 clean:
 	rm -rf $(VENV) .pytest_cache build *.egg-info

@@ -15,8 +15,9 @@ from __future__ import annotations
 
 import ipaddress
 import os
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
@@ -106,7 +107,9 @@ class SidecarSettings(_Model):
         try:
             mode = int(str(v), 8)
         except ValueError:
-            raise ValueError(f"socket_mode must be an octal string like '0660', got {v!r}")
+            raise ValueError(
+                f"socket_mode must be an octal string like '0660', got {v!r}"
+            ) from None
         if not 0 <= mode <= 0o777:
             raise ValueError(f"socket_mode {v!r} is out of range")
         return str(v)
@@ -242,7 +245,7 @@ class DatabusConfig(_Model):
     )
 
     @model_validator(mode="after")
-    def _check(self) -> "DatabusConfig":
+    def _check(self) -> DatabusConfig:
         problems = []
         for what, cluster in self._cluster_refs():
             try:

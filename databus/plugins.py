@@ -15,8 +15,9 @@ from __future__ import annotations
 import importlib.metadata
 import logging
 import os
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 import pluggy
 

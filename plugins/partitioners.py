@@ -51,7 +51,7 @@ class FieldPartitioner:
         self._rng = rng or random.Random()
 
     @classmethod
-    def from_config(cls, config: dict) -> "FieldPartitioner":
+    def from_config(cls, config: dict) -> FieldPartitioner:
         unknown = set(config) - {"field", "format"}
         if unknown:
             raise ValueError(f"field partitioner: unknown option(s) {', '.join(sorted(unknown))}")

@@ -19,9 +19,9 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..protocol.types import TopicPartition
 from ..protocol.api_keys import ApiKey
 from ..protocol.consumer_protocol import decode_assignment
+from ..protocol.types import TopicPartition
 from . import errors
 from .cluster import Cluster, PartitionMetadata
 from .config import AdminConfig

@@ -31,8 +31,8 @@ from typing import Any
 import trio
 
 from .. import __version__
-from ..protocol.defaults import REQUEST_TIMEOUT_MS
 from ..protocol.api_keys import ApiKey
+from ..protocol.defaults import REQUEST_TIMEOUT_MS
 from ..protocol.entities import build_request
 from ..protocol.errors import ErrorCode
 from ..protocol.framing import FrameBuffer, FramingError, decode_response, encode_request

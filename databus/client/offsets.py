@@ -12,8 +12,8 @@ from collections.abc import Mapping
 
 import trio
 
-from ..protocol.types import TopicPartition
 from ..protocol.api_keys import ApiKey
+from ..protocol.types import TopicPartition
 from . import errors
 from .cluster import Cluster
 

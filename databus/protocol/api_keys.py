@@ -9,14 +9,21 @@ names upper-cased are exactly the names of Kafka's ``ApiKeys`` enum.
 from __future__ import annotations
 
 import enum
+from typing import Any
 
 from kio.schema.index import api_key_map
 
-ApiKey = enum.IntEnum(
-    "ApiKey",
-    [(name.upper(), key) for key, name in sorted(api_key_map.items())],
-    module=__name__,
-)
+
+def _from_kio() -> Any:
+    return enum.IntEnum(
+        "ApiKey",
+        [(name.upper(), key) for key, name in sorted(api_key_map.items())],
+        module=__name__,
+    )
+
+
+# Built from kio's table at import, so type checkers cannot list its members: to them it is Any.
+ApiKey: Any = _from_kio()
 ApiKey.__doc__ = "A Kafka API key (an int: usable wherever the wire wants the number)."
 
 __all__ = ["ApiKey"]

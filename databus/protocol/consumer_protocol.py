@@ -24,6 +24,7 @@ from __future__ import annotations
 import io
 import struct
 from dataclasses import dataclass
+from typing import Any
 
 from kio.schema.consumer_protocol_assignment.v0.data import (
     ConsumerProtocolAssignment as _AssignmentV0,
@@ -99,11 +100,13 @@ def decode_subscription(data: bytes) -> Subscription:
         raise ConsumerProtocolError(f"subscription version {version} is negative")
     cls = _SUBSCRIPTIONS[min(version, SUBSCRIPTION_VERSION)]
     try:
+        sub: Any
         sub, _ = entity_reader(cls)(bytes(data), 2)
     except Exception as exc:
         raise ConsumerProtocolError(f"undecodable subscription v{version}: {exc}") from exc
     owned = tuple(
-        (tp.topic, int(p)) for tp in getattr(sub, "owned_partitions", ()) for p in tp.partitions
+        TopicPartition(str(tp.topic), int(p))
+        for tp in getattr(sub, "owned_partitions", ()) for p in tp.partitions
     )
     return Subscription(
         tuple(sub.topics),
@@ -132,6 +135,7 @@ def decode_assignment(data: bytes) -> Assignment:
     except Exception as exc:
         raise ConsumerProtocolError(f"undecodable assignment: {exc}") from exc
     return Assignment(
-        tuple((tp.topic, int(p)) for tp in a.assigned_partitions for p in tp.partitions),
+        tuple(TopicPartition(str(tp.topic), int(p))
+              for tp in a.assigned_partitions for p in tp.partitions),
         a.user_data,
     )

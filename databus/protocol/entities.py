@@ -56,11 +56,11 @@ def _plan(cls: type) -> tuple[_Field, ...]:
             hint = non_none[0] if len(non_none) == 1 else hint
         args = typing.get_args(hint)
         is_tuple = typing.get_origin(hint) is tuple
-        nested = None
+        nested: type | None = None
         if is_tuple and args and dataclasses.is_dataclass(args[0]):
-            nested = args[0]
+            nested = typing.cast(type, args[0])
         elif dataclasses.is_dataclass(hint):
-            nested = hint
+            nested = typing.cast(type, hint)
         required = f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
         plan.append(
             _Field(f.name, f.metadata.get("kafka_type", ""), nested, required, is_tuple, nullable)

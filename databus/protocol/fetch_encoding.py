@@ -48,7 +48,7 @@ class PartitionResult:
     last_stable_offset: int = -1
     log_start_offset: int = -1
     aborted_transactions: tuple | None = None  # (producer_id, first_offset) pairs
-    records: object = b""  # bytes-like, never None (see the module docstring)
+    records: bytes | bytearray | memoryview | None = b""  # never None (module docstring)
 
 
 def _uvarint(value: int) -> bytes:

@@ -16,7 +16,7 @@ import io
 import struct
 from collections import deque
 from dataclasses import dataclass
-from functools import lru_cache
+from functools import cache
 from typing import Any
 
 from kio.index import load_request_schema, load_response_schema
@@ -36,7 +36,7 @@ class FramingError(ValueError):
 class UnsupportedVersion(FramingError):
     """The header decoded, but we have no schema for this api key / version."""
 
-    def __init__(self, header: "RequestHeader") -> None:
+    def __init__(self, header: RequestHeader) -> None:
         super().__init__(f"unsupported api key {header.api_key} version {header.api_version}")
         self.header = header
 
@@ -49,29 +49,30 @@ class RequestHeader:
     client_id: str | None
 
 
-@lru_cache(maxsize=None)
+@cache
 def request_schema(api_key: int, version: int) -> type:
     return load_request_schema(api_key, version)
 
 
-@lru_cache(maxsize=None)
+@cache
 def response_schema(api_key: int, version: int) -> type:
     return load_response_schema(api_key, version)
 
 
-@lru_cache(maxsize=None)
-def _reader(schema: type):
+@cache
+def _reader(schema: Any):
     return entity_reader(schema)
 
 
-@lru_cache(maxsize=None)
-def _writer(schema: type):
+@cache
+def _writer(schema: Any):
     return entity_writer(schema)
 
 
 def is_flexible(api_key: int, version: int) -> bool:
     try:
-        return bool(request_schema(api_key, version).__flexible__)
+        schema: Any = request_schema(api_key, version)  # a kio class: __flexible__ is its own
+        return bool(schema.__flexible__)
     except Exception:
         return False
 
@@ -146,7 +147,7 @@ def encode_request(body: Any, correlation_id: int, client_id: str | None) -> byt
         out.write(cid)
     if body.__flexible__:
         out.write(b"\0")  # no tagged fields in the header
-    _writer(type(body))(out, body)
+    _writer(type(body))(out, body)  # type: ignore[arg-type]  # a class is hashable
     data = out.getbuffer()
     _I32.pack_into(data, 0, len(data) - 4)
     return bytes(data)
@@ -166,7 +167,7 @@ def encode_response(
     out.write(_I32.pack(correlation_id))
     if response_header_flexible(api_key, version):
         out.write(b"\0")
-    _writer(type(body))(out, body)
+    _writer(type(body))(out, body)  # type: ignore[arg-type]  # a class is hashable
     data = out.getbuffer()
     _I32.pack_into(data, 0, len(data) - 4)
     return bytes(data)

@@ -50,7 +50,7 @@ class AsyncClient:
             None, functools.partial(Client, socket_path, **client_args)
         )
 
-    async def __aenter__(self) -> "AsyncClient":
+    async def __aenter__(self) -> AsyncClient:
         await self.start()
         return self
 

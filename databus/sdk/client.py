@@ -27,8 +27,9 @@ import selectors
 import socket
 import threading
 import time
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any, Callable, Iterable, Mapping, NamedTuple
+from typing import Any, NamedTuple
 
 import msgpack
 
@@ -89,12 +90,12 @@ class DeliveryFuture:
     # and builds the Delivery on first use: resolving costs two stores per message.
     __slots__ = ("_client", "_done", "_report", "_index", "_exc", "_callbacks")
 
-    def __init__(self, client: "Client") -> None:
+    def __init__(self, client: Client) -> None:
         self._client = client
         self._done = False
         self._report: Delivery | list | None = None
         self._exc: BaseException | None = None
-        self._callbacks: list[Callable[["DeliveryFuture"], Any]] | None = None
+        self._callbacks: list[Callable[[DeliveryFuture], Any]] | None = None
 
     def done(self) -> bool:
         return self._done
@@ -114,7 +115,7 @@ class DeliveryFuture:
             self._client._wait_for(self, timeout)
         return self._exc
 
-    def add_done_callback(self, fn: Callable[["DeliveryFuture"], Any]) -> None:
+    def add_done_callback(self, fn: Callable[[DeliveryFuture], Any]) -> None:
         """Call ``fn(future)`` when done (at once if already done; otherwise on the client's
         I/O thread, so keep it short)."""
         if self._done:
@@ -414,7 +415,7 @@ class Client:
             for s in (self._sock, self._wake_r, self._wake_w):
                 s.close()
 
-    def __enter__(self) -> "Client":
+    def __enter__(self) -> Client:
         return self
 
     def __exit__(self, *exc_info) -> None:

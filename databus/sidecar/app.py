@@ -17,9 +17,10 @@ from __future__ import annotations
 import logging
 import os
 import socket as stdlib_socket
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import trio
 
@@ -27,8 +28,8 @@ import databus
 from databus.config import EMBEDDED_CLUSTER, ConfigError, DatabusConfig
 from databus.plugins import PluginError, PluginManager, get_plugin_manager
 from databus.protocol import sidecar_wire as wire
-from databus.startup import StartupError, make_dirs, open_tcp_listeners, reason
 from databus.protocol.addresses import parse_host_port
+from databus.startup import StartupError, make_dirs, open_tcp_listeners, reason
 
 from .budget import ByteBudget
 from .ingress import Connection

@@ -72,7 +72,7 @@ def _load(args, prog: str):
             listen=getattr(args, "kafka_listen", None),
         )
     except ConfigError as exc:
-        raise SystemExit(f"{prog}: invalid configuration: {exc}")
+        raise SystemExit(f"{prog}: invalid configuration: {exc}") from None
     return path, config
 
 

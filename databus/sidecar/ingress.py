@@ -64,7 +64,7 @@ def _is_kafka_error(exc: BaseException) -> bool:
 
 
 class Connection:
-    def __init__(self, sidecar: "Sidecar", stream: trio.abc.Stream, name: str) -> None:
+    def __init__(self, sidecar: Sidecar, stream: trio.abc.Stream, name: str) -> None:
         self.sidecar = sidecar
         self.stream = stream
         self.name = name
@@ -371,7 +371,7 @@ class Connection:
                 return None
         return msg
 
-    async def _send_group(self, group: "Group") -> None:
+    async def _send_group(self, group: Group) -> None:
         n = len(group.ids)
         group.remaining = n
         group.total = total = sum(group.sizes)
@@ -422,7 +422,7 @@ class Connection:
         return True
 
     def _group_done(
-        self, group: "Group", start: int, count: int, first_offset: int, append_ms: int,
+        self, group: Group, start: int, count: int, first_offset: int, append_ms: int,
         error: BaseException | None,
     ) -> None:
         """``count`` messages of ``group`` from its ``start``-th are done: answer them with

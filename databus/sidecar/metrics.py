@@ -12,7 +12,8 @@ from __future__ import annotations
 import bisect
 import dataclasses
 import logging
-from typing import Any, Callable, Iterable
+from collections.abc import Callable, Iterable
+from typing import Any
 
 import trio
 from prometheus_client import CollectorRegistry, generate_latest

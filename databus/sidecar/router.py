@@ -9,8 +9,9 @@ any factory fails the table is not built and the config is rejected.
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from types import MappingProxyType
-from typing import Any, Callable
+from typing import Any
 
 from databus.config import DatabusConfig
 from databus.plugins import PluginError, PluginManager
@@ -80,11 +81,11 @@ class RoutingTable:
         pool: ProducerPool,
         bootstrap: dict[str, str],
         metrics,
-    ) -> "RoutingTable":
+    ) -> RoutingTable:
         """Make every route of ``config``; ``bootstrap`` maps cluster names to addresses
         (the embedded cluster's address is only known at run time)."""
         table = cls(config, pm, metrics)
-        for name, stream in config.streams.items():
+        for name, _stream in config.streams.items():
             handle = await pool.get(config, name, bootstrap)
             table.routes[name] = table._make_route(name, config.route_topic(name), handle)
         if config.default_route is not None:

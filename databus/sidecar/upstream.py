@@ -10,7 +10,8 @@ factory, once per producer, and handed to the producer as a plain callable.
 from __future__ import annotations
 
 import logging
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import trio
 

@@ -125,7 +125,9 @@ def _ratio(key: str, text: str) -> float:
     try:
         value = float(text)
     except ValueError:
-        raise InvalidConfigError(f"invalid value {text!r} for configuration {key}: not a number")
+        raise InvalidConfigError(
+            f"invalid value {text!r} for configuration {key}: not a number"
+        ) from None
     if not 0.0 <= value <= 1.0:
         raise InvalidConfigError(f"invalid value {value} for configuration {key}: must be in [0, 1]")
     return value
@@ -205,6 +207,8 @@ def apply_config_ops(overrides: Mapping[str, str], effective: Mapping[str, str],
         if name not in _SPECS:
             raise InvalidConfigError(f"unknown topic config {name!r}")
         if op == OP_SET:
+            if value is None:
+                raise InvalidConfigError(f"SET of topic config {name!r} needs a value")
             result[name] = value
         elif op == OP_DELETE:
             result.pop(name, None)

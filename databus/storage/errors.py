@@ -42,6 +42,8 @@ class KafkaStorageError(StorageError):
     Nothing half-written stays visible when an append raises this.
     """
 
+    errno: int | None = None  # the OSError's, when one caused it
+
     error_code = ErrorCode.kafka_storage_error
 
 

@@ -105,7 +105,7 @@ async def test_sigstop_blocks_sends_then_fails_them_with_memory_bounded(own_brok
         try:
             futures = []
             with pytest.raises(errors.BufferExhaustedError, match="max.block.ms=500"):
-                for i in range(10_000):
+                for _i in range(10_000):
                     futures.append(await p.send(topic, b"x" * 100))
             stats = p.statistics()
             assert 0 < stats.buffered_bytes <= memory

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import contextlib
 import os
-import socket
 import shutil
+import socket
 import tempfile
 from typing import Any
 

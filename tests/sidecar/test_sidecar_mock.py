@@ -227,7 +227,7 @@ async def test_metrics_and_healthz(sock_dir, mock_cluster):
 
     def app(path):
         with Client(path) as client:
-            for i in range(100):
+            for _i in range(100):
                 client.send("m", b"x" * 10, key=b"k")
             client.flush(30)
 

@@ -41,7 +41,7 @@ def test_disk_full_append_fails_cleanly_and_resumes(small_disk):
         acked = []
         value = os.urandom(1000)
         with pytest.raises(KafkaStorageError) as exc:
-            for i in range(10_000):
+            for _i in range(10_000):
                 info = plog.append(batch([value] * 16))
                 acked.append(info.last_offset)
         assert "no space left on the device holding" in str(exc.value)

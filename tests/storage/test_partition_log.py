@@ -39,7 +39,7 @@ def test_append_assigns_offsets_and_read_returns_identical_bytes(open_log):
 def test_read_starts_at_the_batch_holding_the_offset_and_returns_whole_batches(open_log):
     plog = open_log()
     sizes = []
-    for i in range(5):
+    for _i in range(5):
         b = batch([b"x" * 10] * 3)
         sizes.append(len(b))
         plog.append(b)

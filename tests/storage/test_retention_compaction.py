@@ -87,7 +87,7 @@ def test_compaction_keeps_latest_per_key_and_offsets(manager):
     after = records(plog)
     # every record in the cleaned range is the latest of its key within that range
     latest_in_range = {}
-    for off, k, v in before:
+    for off, k, _v in before:
         if off < active_base:
             latest_in_range[k] = off
     assert [r for r in after if r[0] < active_base] == sorted(

@@ -39,9 +39,8 @@ from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field
 from enum import Enum
 
-from databus.protocol.errors import ErrorCode
-
 from databus.protocol import defaults
+from databus.protocol.errors import ErrorCode
 
 # Kafka's GroupCoordinator.NewMemberJoinTimeoutMs: a brand-new member that never heartbeats is
 # dropped after this long even while it waits in a rebalance (KIP-394's safety valve).

@@ -23,8 +23,7 @@ from dataclasses import dataclass
 
 import trio
 
-from databus.protocol import defaults
-from databus.protocol import consumer_protocol
+from databus.protocol import consumer_protocol, defaults
 from databus.protocol.errors import ErrorCode
 from databus.protocol.records import build_batch, decode_batches
 
@@ -206,7 +205,7 @@ class GroupService:
                               "partition", OFFSETS_TOPIC, partition, offset)
                     break
         now = self.clock()
-        for group_id, snapshot in groups.items():
+        for snapshot in groups.values():
             if snapshot is not None:
                 self.coordinator.load_group(snapshot, now)
         for group_id in self.offsets.group_ids():

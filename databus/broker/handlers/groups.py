@@ -9,7 +9,6 @@ the coordinator of every group (one node), so FindCoordinator always names itsel
 
 from __future__ import annotations
 
-
 from databus.broker.coordinator.group_state import (
     GroupState,
     JoinRequest,
