@@ -40,12 +40,12 @@ class MirrorProcess:
         self.kills = 0
 
     def start(self) -> MirrorProcess:
-        log = open(self.log_path, "ab")
-        self.process = subprocess.Popen(
-            [sys.executable, "-m", "databus.cli", "mirror", "-c", str(self.config), *self.args],
-            stdin=subprocess.DEVNULL, stdout=log, stderr=log, env=_child_env(),
-        )
-        log.close()
+        with open(self.log_path, "ab") as log:
+            self.process = subprocess.Popen(
+                [sys.executable, "-m", "databus.cli", "mirror", "-c", str(self.config),
+                 *self.args],
+                stdin=subprocess.DEVNULL, stdout=log, stderr=log, env=_child_env(),
+            )
         return self
 
     def kill9(self) -> None:
