@@ -33,6 +33,11 @@ class MirrorSupervisor:
         self._running: dict[str, tuple[tuple, trio.CancelScope]] = {}
         self._nursery: trio.Nursery | None = None
 
+    @property
+    def running(self) -> list[str]:
+        """Names of the mirrors being run (started, or restarting after a failure)."""
+        return sorted(self._running)
+
     async def serve(self, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
         try:
             async with trio.open_nursery() as nursery:
