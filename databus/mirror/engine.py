@@ -487,7 +487,8 @@ class MirrorEngine:
             self.consumer.pause(part.tp)
         log.error("mirror %s: partition %s-%d STOPPED at source offset %s: %s (fix the cause "
                   "and restart the mirror; nothing after it is copied)", self.name, *part.tp,
-                  part.progress.next_offset if part.progress.next_offset is not None else "start",
+                  part.progress.next_offset if part.progress.next_offset is not None else
+                  "(its start)",
                   reason)
 
     # -- health and lag -----------------------------------------------------------------------

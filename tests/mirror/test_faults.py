@@ -67,6 +67,19 @@ def check_complete(on_b: dict, a_counts: dict) -> int:
     return duplicates
 
 
+def b_counts(b, topic):
+    """End offsets of ``topic`` ({} while it does not exist)."""
+    c = confluent_kafka.Consumer({"bootstrap.servers": b.bootstrap, "group.id": "counts"})
+    try:
+        md = c.list_topics(topic, timeout=10).topics.get(topic)
+        if md is None or md.error:
+            return {}
+        return {p: c.get_watermark_offsets(confluent_kafka.TopicPartition(topic, p), timeout=10)[1]
+                for p in md.partitions}
+    finally:
+        c.close()
+
+
 def a_counts(a, topic):
     c = confluent_kafka.Consumer({"bootstrap.servers": a.bootstrap, "group.id": "counts"})
     try:
@@ -90,9 +103,16 @@ def test_kill9_of_the_mirror_loses_nothing_and_duplicates_stay_bounded(regions, 
     stream.start()
     mirror = MirrorProcess(config)
     try:
-        for _ in range(5):
+        copied = 0
+        for kill in range(5):
             mirror.start()
-            time.sleep(1.5)
+            # kill it while it copies: once B has grown since the last kill
+            deadline = time.monotonic() + 60
+            while (now := sum(b_counts(b, "A.stream").values())) <= copied:
+                assert time.monotonic() < deadline, mirror.log_text()
+                time.sleep(0.05)
+            copied = now
+            time.sleep(0.1 * kill)
             mirror.kill9()
         stream.join(120)
         assert stream.error is None and not stream.is_alive()
@@ -217,3 +237,37 @@ def test_mock_cluster_with_three_brokers_as_the_target(tmp_path):
             (m.key(), m.value(), m.timestamp()) for m in msgs]
     assert not target.get(3)  # the mock's fourth partition has no source counterpart
     assert "Traceback" not in mirror.log_text(), mirror.log_text()
+
+
+def test_a_record_the_target_refuses_stops_its_partition_and_nothing_is_skipped(regions, tmp_path):
+    a, b = regions
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    admin = AdminClient({"bootstrap.servers": b.bootstrap})
+    admin.create_topics(
+        [NewTopic("A.big", 1, config={"max.message.bytes": "2000"})])["A.big"].result(10)
+    produce(a.bootstrap, "big", [(b"k", b"small-1", [], 0, None),
+                                 (b"k", b"x" * 5000, [], 0, None),
+                                 (b"k", b"small-2", [], 0, None)])
+    config = mirror_config(tmp_path / "mirror.yaml", clusters(a, b), [fast(
+        name="a2b", source="A", target="B", topics=["big"])])
+    config.write_text(config.read_text().replace("metrics_listen: null",
+                                                 "metrics_listen: 127.0.0.1:0"))
+    with MirrorProcess(config) as mirror:
+        deadline = time.monotonic() + 60
+        while "STOPPED" not in mirror.log_text():
+            assert time.monotonic() < deadline, mirror.log_text()
+            time.sleep(0.1)
+        url = mirror.log_text().split("metrics on http://", 1)[1].split("/metrics")[0]
+        status = subprocess.run(
+            [sys.executable, "-m", "databus.cli", "mirror", "status", "-c", str(config),
+             "--metrics", url], capture_output=True, text=True, env=_child_env(), timeout=60,
+            check=False)
+        on_b = read_all(b.bootstrap, "A.big", 0, settle=1.0)
+    # The three records went out in one batch, which the target refused whole: the partition
+    # stopped at the start of that batch (our producer does not split a refused batch), and
+    # nothing after the refused record was written.
+    assert [m.value() for m in on_b.get(0, [])] in ([], [b"small-1"])
+    assert "partition big-0 STOPPED at source offset" in mirror.log_text()
+    assert "MESSAGE_TOO_LARGE" in mirror.log_text()
+    assert status.returncode == 1 and "STOPPED" in status.stdout, status.stdout + status.stderr
