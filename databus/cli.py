@@ -26,6 +26,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "up": ("databus.sidecar.cmd_up", "run the sidecar (plus the built-in broker if no cluster is configured)"),
     "sidecar": ("databus.sidecar.cmd_sidecar", "run the sidecar alone against the configured clusters"),
     "plugins": ("databus.sidecar.cmd_plugins", "list the loaded plugins and the hooks each implements"),
+    "mirror": ("databus.mirror.command", "run cross-region mirrors alone; status; translate-offsets"),
 }
 
 # databus bench NAME -> (module, one-line help)
@@ -39,6 +40,7 @@ BENCHMARKS: dict[str, tuple[str, str]] = {
     "storage": ("databus.bench.storage", "log append (with/without group-commit fsync) and read throughput"),
     "produce": ("databus.bench.produce", "produce throughput against the broker (librdkafka)"),
     "consume": ("databus.bench.consume", "consume throughput from the broker (librdkafka)"),
+    "mirror": ("databus.bench.mirror", "mirror A -> B: copy rate and replication latency, beside librdkafka's ingest"),
 }
 
 

@@ -15,9 +15,10 @@ from __future__ import annotations
 
 import ipaddress
 import os
+import re
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
@@ -38,6 +39,11 @@ EMBEDDED_CLUSTER = "local"
 SIDECAR_PRODUCER_KEYS = ("partitioner", "partitioner.config")
 # Set per producer by the sidecar itself (the sidecar-wide buffer and the cluster address).
 RESERVED_PRODUCER_KEYS = ("buffer.memory", "bootstrap.servers")
+
+
+# Cluster names used by mirrors and regions: they go into provenance headers and topic names.
+_LABEL = re.compile(r"^[A-Za-z0-9._-]+$")
+RENAME_FIELDS = ("source", "region", "topic")
 
 
 class ConfigError(ValueError):
@@ -151,6 +157,19 @@ class ClusterConfig(BaseModel):
         alias="bootstrap.servers",
         description="Comma-separated HOST:PORT list of the cluster's brokers.",
     )
+    region: str | None = Field(
+        None,
+        description="Region label (letters, digits, `.`, `_`, `-`): written into the "
+        "provenance header of every record a mirror copies from this cluster, and shown by "
+        "`databus mirror status`.",
+    )
+
+    @field_validator("region")
+    @classmethod
+    def _region(cls, v: str | None) -> str | None:
+        if v is not None and not _LABEL.match(v):
+            raise ValueError(f"region {v!r} may only contain letters, digits, '.', '_', '-'")
+        return v
 
     @field_validator("bootstrap_servers")
     @classmethod
@@ -214,6 +233,153 @@ class EmbeddedBrokerConfig(_Model):
         return v
 
 
+class MirrorConfig(_Model):
+    """A mirror: copy the matched topics of cluster ``source`` to cluster ``target``."""
+
+    name: str = Field(
+        description="Unique name (letters, digits, `.`, `_`, `-`): it keys the mirror's "
+        "progress on the target, its metrics and `databus mirror` commands.",
+    )
+    source: str = Field(description="Cluster name (from `clusters:`) to read from.")
+    target: str = Field(description="Cluster name (from `clusters:`) to write to.")
+    topics: list[str] = Field(
+        default_factory=list,
+        description="Source topics to mirror, by exact name (with or besides `topics.regex`).",
+    )
+    topics_regex: str | None = Field(
+        None,
+        alias="topics.regex",
+        description="Mirror every source topic whose whole name matches this regex (checked "
+        "again every `metadata.max.age.ms` of the consumer, so new topics are picked up).",
+    )
+    topics_exclude: list[str] = Field(
+        default_factory=list,
+        alias="topics.exclude",
+        description="Regexes (whole name); a matching topic is never mirrored. Topics whose "
+        "name starts with `__` and the progress topic are always excluded.",
+    )
+    rename: str = Field(
+        "{source}.{topic}",
+        description="Target topic name template: `{source}` (the source cluster's name), "
+        "`{region}` (its region) and `{topic}`. `{topic}` keeps names (active-active).",
+    )
+    start: Literal["earliest", "latest"] = Field(
+        "earliest",
+        description="Where a source partition with no progress on the target starts.",
+    )
+    sync_group_offsets: bool = Field(
+        False,
+        alias="sync.group.offsets",
+        description="Commit translated offsets on the target for source groups (matching "
+        "`groups.regex`) that have no active members there, so consumers can fail over.",
+    )
+    sync_group_offsets_interval_ms: int = Field(
+        60000,
+        alias="sync.group.offsets.interval.ms",
+        gt=0,
+        description="How often group offsets are translated and committed on the target.",
+    )
+    groups_regex: str = Field(
+        ".*",
+        alias="groups.regex",
+        description="Groups (whole name) whose offsets `sync.group.offsets` translates.",
+    )
+    offset_syncs_topic: str = Field(
+        "databus-mirror-offset-syncs",
+        alias="offset.syncs.topic",
+        description="Compacted topic on the target holding each source partition's progress "
+        "(last source offset written, and the target offset it landed at).",
+    )
+    consumer: dict[str, Any] = Field(
+        default_factory=dict,
+        description="Kafka consumer keys for reading the source (e.g. `fetch.max.bytes`, "
+        "`metadata.max.age.ms`); not `bootstrap.servers`, `group.id`, `enable.auto.commit`.",
+    )
+    producer: dict[str, Any] = Field(
+        default_factory=dict,
+        description="Kafka producer keys for writing the target (e.g. `linger.ms`, "
+        "`batch.size`, `compression.type`); `acks` is always all and idempotence always on.",
+    )
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, v: str) -> str:
+        if not _LABEL.match(v):
+            raise ValueError(f"mirror name {v!r} may only contain letters, digits, '.', '_', '-'")
+        return v
+
+    @field_validator("topics_regex", "groups_regex")
+    @classmethod
+    def _regex(cls, v: str | None) -> str | None:
+        if v is not None:
+            _compile(v)
+        return v
+
+    @field_validator("topics_exclude")
+    @classmethod
+    def _regexes(cls, v: list[str]) -> list[str]:
+        for pattern in v:
+            _compile(pattern)
+        return v
+
+    @field_validator("rename")
+    @classmethod
+    def _rename(cls, v: str) -> str:
+        import string
+
+        try:
+            fields = [f for _, f, _, _ in string.Formatter().parse(v) if f is not None]
+        except ValueError as exc:
+            raise ValueError(f"rename {v!r}: {exc}") from None
+        unknown = [f for f in fields if f not in RENAME_FIELDS]
+        if unknown:
+            raise ValueError(
+                f"rename {v!r}: unknown field(s) {', '.join(map(repr, unknown))} (known: "
+                + ", ".join("{" + f + "}" for f in RENAME_FIELDS) + ")"
+            )
+        if "topic" not in fields:
+            raise ValueError(f"rename {v!r} must contain {{topic}}")
+        return v
+
+    @model_validator(mode="after")
+    def _check(self) -> MirrorConfig:
+        if not self.topics and self.topics_regex is None:
+            raise ValueError(f"mirror {self.name!r}: set `topics` and/or `topics.regex`")
+        if self.source == self.target:
+            raise ValueError(f"mirror {self.name!r}: source and target are the same cluster")
+        problems = []
+        for key in ("bootstrap.servers", "group.id", "enable.auto.commit"):
+            if key in self.consumer:
+                problems.append(f"consumer: {key} is set by the mirror")
+        for key in ("bootstrap.servers",):
+            if key in self.producer:
+                problems.append(f"producer: {key} is set by the mirror")
+        if str(self.producer.get("acks", "all")).lower() not in ("all", "-1"):
+            problems.append("producer: acks must be all (a mirror never loses an acked write)")
+        if self.producer.get("enable.idempotence", True) is not True:
+            problems.append("producer: enable.idempotence must stay true")
+        if not problems:
+            from databus.client.config import ConsumerConfig, ProducerConfig
+            from databus.client.errors import ConfigError as ClientConfigError
+
+            for what, model, settings in (("consumer", ConsumerConfig, self.consumer),
+                                          ("producer", ProducerConfig, self.producer)):
+                try:
+                    model.from_kafka(settings)
+                except ClientConfigError as exc:
+                    problems.append(f"{what}: {exc}")
+        if problems:
+            raise ValueError(f"mirror {self.name!r}: " + "; ".join(problems))
+        return self
+
+
+def _compile(pattern: str) -> re.Pattern:
+    try:
+        return re.compile(pattern)
+    except re.error as exc:
+        raise ValueError(f"invalid regex {pattern!r}: {exc}") from None
+
+
 class DatabusConfig(_Model):
     """The whole sidecar.yaml."""
 
@@ -243,6 +409,11 @@ class DatabusConfig(_Model):
         default_factory=EmbeddedBrokerConfig,
         description="The built-in broker `databus up` runs when `clusters` is empty (below).",
     )
+    mirrors: list[MirrorConfig] = Field(
+        default_factory=list,
+        description="Cross-region mirrors between `clusters:` (below; docs/mirror.md), run by "
+        "`databus up` and `databus mirror`.",
+    )
 
     @model_validator(mode="after")
     def _check(self) -> DatabusConfig:
@@ -264,9 +435,39 @@ class DatabusConfig(_Model):
                     problems.append(str(exc))
         if self.broker.options:
             problems.extend(_broker_option_problems(self.broker.options))
+        problems.extend(self._mirror_problems())
         if problems:
             raise ValueError("; ".join(dict.fromkeys(problems)))
         return self
+
+    def _mirror_problems(self) -> list[str]:
+        problems = []
+        seen: set[str] = set()
+        for m in self.mirrors:
+            if m.name in seen:
+                problems.append(f"mirrors: two mirrors are named {m.name!r}")
+            seen.add(m.name)
+            for role in ("source", "target"):
+                cluster = getattr(m, role)
+                if cluster not in self.clusters:
+                    defined = ", ".join(self.clusters) or "none"
+                    problems.append(
+                        f"mirror {m.name!r}: {role} cluster {cluster!r} is not defined in "
+                        f"`clusters:` (defined: {defined})"
+                    )
+                elif not _LABEL.match(cluster):
+                    problems.append(
+                        f"mirror {m.name!r}: cluster name {cluster!r} may only contain "
+                        "letters, digits, '.', '_', '-' (it goes into headers and topic names)"
+                    )
+        return problems
+
+    def mirror(self, name: str) -> MirrorConfig:
+        for m in self.mirrors:
+            if m.name == name:
+                return m
+        known = ", ".join(m.name for m in self.mirrors) or "none"
+        raise ConfigError(f"no mirror named {name!r} (configured: {known})")
 
     def _cluster_refs(self):
         for name, stream in self.streams.items():

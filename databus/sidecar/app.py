@@ -91,6 +91,7 @@ class Sidecar:
         self._nursery: trio.Nursery | None = None
         self._bound: _Bound | None = None
         self._conn_ids = 0
+        self.mirrors = None  # the MirrorSupervisor, once serving
 
     # --- hot-path helpers used by ingress -------------------------------------------------
 
@@ -158,6 +159,8 @@ class Sidecar:
                 return False
             await self._swap(table)
             self.config = new
+            if self.mirrors is not None:
+                self.mirrors.apply(new)  # adds, removes, restarts only the changed mirrors
             self.metrics.reloads_ok += 1
             log.info("config applied (%d streams)", len(new.streams))
             self.pm.notify("databus_config_reloaded", old=old, new=new)
@@ -261,6 +264,12 @@ class Sidecar:
                     root, self.pm, settings.buffer_memory, self._producer_factory
                 )
                 self.metrics.producer_stats = self.pool.statistics
+                # The config's mirrors run beside the ingress (none: an idle supervisor that
+                # a reload adding mirrors starts them in).
+                from databus.mirror.supervisor import MirrorSupervisor
+
+                self.mirrors = await root.start(MirrorSupervisor(self.config).serve)
+                self.metrics.registry.register(self.mirrors.metrics.collector)
                 try:
                     self.table = await RoutingTable.build(
                         self.config, self.pm, self.pool, self.bootstrap_map(self.config),

@@ -131,6 +131,7 @@ def render() -> str:
         DatabusConfig,
         DefaultRoute,
         EmbeddedBrokerConfig,
+        MirrorConfig,
         SidecarSettings,
         StreamConfig,
     )
@@ -191,6 +192,16 @@ def render() -> str:
         "## `default_route:`",
         "",
         *_model_table(DefaultRoute, "default_route."),
+        "",
+        "## `mirrors:`",
+        "",
+        ("A list of cross-region mirrors (docs/mirror.md), run by `databus up` (hot reload "
+         "adds, removes and changes them) and by `databus mirror -c FILE` (a file with only "
+         "`clusters:` and `mirrors:` is valid).  `source` and `target` name clusters of "
+         "`clusters:`; `consumer:` and `producer:` take Kafka's keys (the producer keys "
+         "below, the client's `ConsumerConfig` keys for the consumer)."),
+        "",
+        *_model_table(MirrorConfig, "mirrors[]."),
         "",
         "## Producer keys (`producer:`, a cluster, or a stream)",
         "",

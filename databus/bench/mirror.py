@@ -1,0 +1,142 @@
+"""``databus bench mirror``: A -> B replication throughput and latency, beside the broker's
+own ingest from librdkafka in the same run.
+
+Starts two broker subprocesses (regions A and B) in a temporary directory, then:
+
+1. ingest   librdkafka (confluent-kafka) produces ``--records`` values of ``--record-size``
+            bytes to A (acks=all): the rate A takes records in;
+2. copy     a mirror (databus.mirror's engine, in this process) copies that backlog to B:
+            records/s from start until B acknowledged the last one;
+3. paced    librdkafka produces ``--rate`` records/s to another topic on A for
+            ``--seconds`` while the mirror runs; replication latency (B's acknowledgement
+            minus the record's timestamp) p50/p99 over every record.
+
+On a 2-core machine the two brokers, librdkafka and the mirror share the cores: the figures
+are end to end.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+import time
+
+
+def add_arguments(parser) -> None:
+    parser.add_argument("--records", type=int, default=500_000, help="backlog records to copy")
+    parser.add_argument("--record-size", type=int, default=100, help="value bytes per record")
+    parser.add_argument("--partitions", type=int, default=4)
+    parser.add_argument("--rate", type=int, default=50_000, help="paced records/s")
+    parser.add_argument("--seconds", type=float, default=10.0, help="paced run length")
+
+
+def run(args) -> int:
+    import trio
+
+    from databus.broker.process import BrokerProcess
+    from databus.tools.table import Column, print_table
+
+    from .produce import create_topic, produce_records
+
+    with tempfile.TemporaryDirectory(prefix="databus-bench-mirror-") as root, \
+            BrokerProcess(os.path.join(root, "a")) as a, \
+            BrokerProcess(os.path.join(root, "b")) as b:
+        for topic in ("backlog", "paced"):
+            create_topic(a.bootstrap, topic, args.partitions)
+        ingest_s = produce_records(a.bootstrap, "backlog", args.records, args.record_size,
+                                   acks="all")
+        copy_s, latencies, paced_sent = trio.run(_mirror_runs, a.bootstrap, b.bootstrap, args)
+    latencies.sort()
+
+    def q(p: float) -> str:
+        return f"{latencies[min(len(latencies) - 1, int(p * len(latencies)))] * 1000:.0f} ms" \
+            if latencies else "-"
+
+    mb = args.record_size / 1e6
+    rows = [
+        ["librdkafka -> broker A (acks=all)", f"{args.records:,}", f"{ingest_s:.2f}",
+         f"{args.records / ingest_s:,.0f}", f"{args.records * mb / ingest_s:.1f}", "-", "-"],
+        ["mirror A -> B, backlog", f"{args.records:,}", f"{copy_s:.2f}",
+         f"{args.records / copy_s:,.0f}", f"{args.records * mb / copy_s:.1f}", "-", "-"],
+        [f"mirror A -> B, paced {args.rate:,}/s", f"{paced_sent:,}", f"{args.seconds:.0f}",
+         f"{len(latencies) / args.seconds:,.0f}", "-", q(0.5), q(0.99)],
+    ]
+    print_table([Column("RUN"), Column("RECORDS", "right"), Column("SECONDS", "right"),
+                 Column("RECORDS/S", "right"), Column("MB/S", "right"),
+                 Column("P50", "right"), Column("P99", "right")], rows,
+                title=f"{args.record_size}-byte records, {args.partitions} partitions")
+    return 0
+
+
+async def _mirror_runs(source: str, target: str, args):
+    import trio
+
+    from databus.config import parse_config
+    from databus.mirror.engine import MirrorEngine
+    from databus.mirror.metrics import MirrorMetrics
+
+    latencies: list[float] = []
+
+    class TimedEngine(MirrorEngine):
+        """Keeps every record's latency (the metrics keep a histogram only)."""
+
+        measuring = False
+
+        def _acked(self, part, chunk, start, count, append_ms):
+            super()._acked(part, chunk, start, count, append_ms)
+            if self.measuring and part.tp[0] == "paced":
+                now = time.time() * 1000
+                latencies.extend((now - ts) / 1000 for ts in chunk.timestamps[start:start + count])
+
+    config = parse_config({
+        "clusters": {"A": {"bootstrap.servers": source}, "B": {"bootstrap.servers": target}},
+        "mirrors": [{"name": "bench", "source": "A", "target": "B",
+                     "topics": ["backlog", "paced"]}],
+    })
+    metrics = MirrorMetrics()
+    engine = TimedEngine(config.mirrors[0], config.clusters, metrics)
+    stats = metrics.mirrors["bench"]
+
+    def copied(topic: str) -> int:
+        return sum(ps.records for (t, _), ps in stats.partitions.items() if t == topic)
+
+    async with trio.open_nursery() as nursery:
+        start = time.perf_counter()
+        await nursery.start(engine.run)
+        while copied("backlog") < args.records:
+            await trio.sleep(0.01)
+        copy_s = time.perf_counter() - start
+        engine.measuring = True
+        sent = await trio.to_thread.run_sync(_paced, source, args)
+        deadline = trio.current_time() + 60
+        while copied("paced") < sent and trio.current_time() < deadline:
+            await trio.sleep(0.05)
+        nursery.cancel_scope.cancel()
+    return copy_s, latencies, sent
+
+
+def _paced(bootstrap: str, args) -> int:
+    """Produce ``args.rate`` records/s for ``args.seconds`` (in 10 ms steps)."""
+    from confluent_kafka import Producer
+
+    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 1, "acks": "all",
+                         "queue.buffering.max.messages": 1_000_000})
+    value = os.urandom(args.record_size)
+    step = max(1, args.rate // 100)
+    sent = 0
+    start = time.perf_counter()
+    while True:
+        elapsed = time.perf_counter() - start
+        if elapsed >= args.seconds:
+            break
+        due = int(elapsed * args.rate) + step
+        while sent < due:
+            try:
+                producer.produce("paced", value)
+                sent += 1
+            except BufferError:
+                producer.poll(0.01)
+        producer.poll(0)
+        time.sleep(0.01)
+    producer.flush(60)
+    return sent

@@ -1,0 +1,16 @@
+"""`databus bench mirror` runs end to end (tiny sizes: this checks it works, not speed)."""
+
+import subprocess
+import sys
+
+from databus.broker.process import _child_env
+
+
+def test_bench_mirror_runs():
+    result = subprocess.run(
+        [sys.executable, "-m", "databus.cli", "--log-level", "WARNING", "bench", "mirror",
+         "--records", "2000", "--rate", "500", "--seconds", "1", "--partitions", "2"],
+        capture_output=True, text=True, env=_child_env(), timeout=180, check=False)
+    assert result.returncode == 0, result.stderr
+    assert "mirror A -> B, backlog" in result.stdout and "2,000" in result.stdout
+    assert "paced 500/s" in result.stdout
