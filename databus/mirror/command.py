@@ -19,7 +19,8 @@ from pathlib import Path
 
 import trio
 
-from databus.config import ConfigError, DatabusConfig, load_config, split_host_port
+from databus.config import ConfigError, DatabusConfig, load_config
+from databus.protocol.addresses import parse_host_port
 from databus.startup import StartupError, open_tcp_listeners
 
 log = logging.getLogger("databus.mirror")
@@ -96,7 +97,7 @@ async def _run(config: DatabusConfig, args) -> int:
     listen = args.metrics_listen if args.metrics_listen is not None else config.sidecar.metrics_listen
     listeners = []
     if listen and listen != "none":
-        host, port = split_host_port(listen)
+        host, port = parse_host_port(listen, allow_port_zero=True, what="--metrics-listen")
         listeners = await open_tcp_listeners(host, port, setting="--metrics-listen")
     supervisor = MirrorSupervisor(config)
     async with trio.open_nursery() as nursery:
