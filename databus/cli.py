@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import logging
+import os
 import sys
 
 from . import __version__
@@ -75,13 +76,56 @@ def _command_parser(prog: str, module_name: str, help_text: str):
     module = importlib.import_module(module_name)
     parser = argparse.ArgumentParser(prog=prog, description=help_text)
     module.add_arguments(parser)
-    return parser, module.run
+    return parser, module.run, module
+
+
+LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "WARN", "ERROR", "CRITICAL")
+
+
+def _take_log_level(args: list[str], level: str) -> tuple[list[str], str]:
+    """``--log-level L`` / ``--log-level=L`` anywhere after the command (a Kafka user puts
+    options after the tool's name): removed from ``args``; the last one given wins."""
+    rest: list[str] = []
+    i = 0
+    while i < len(args):
+        arg = args[i]
+        if arg == "--":
+            rest += args[i:]
+            break
+        if arg == "--log-level" and i + 1 < len(args):
+            level, i = args[i + 1], i + 2
+            continue
+        if arg.startswith("--log-level="):
+            level, i = arg.partition("=")[2], i + 1
+            continue
+        rest.append(arg)
+        i += 1
+    return rest, level
+
+
+def _kafka_action_first(module, args: list[str]) -> list[str]:
+    """kafka-topics.sh and kafka-consumer-groups.sh take the action as a flag anywhere
+    (``--create``, ``--describe``, ``--reset-offsets``); a module listing its actions in
+    ACTIONS accepts that spelling too: the flag becomes the leading action word."""
+    actions = getattr(module, "ACTIONS", None)
+    if not actions or (args and args[0] in actions):
+        return args
+    flags = [a for a in args if a.startswith("--") and a[2:] in actions]
+    if len(flags) != 1:
+        return args
+    rest = list(args)
+    rest.remove(flags[0])
+    return [flags[0][2:], *rest]
 
 
 def main(argv: list[str] | None = None) -> int:
     top = _top_parser()
     ns = top.parse_args(argv)
-    rest = list(ns.args)
+    rest, log_level = _take_log_level(list(ns.args), ns.log_level)
+    if str(log_level).upper() not in LOG_LEVELS:
+        print(f"databus: unknown --log-level {log_level!r} (one of {', '.join(LOG_LEVELS)})",
+              file=sys.stderr)
+        return 2
     if ns.command == "bench":
         bench = argparse.ArgumentParser(
             prog="databus bench", formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -95,10 +139,10 @@ def main(argv: list[str] | None = None) -> int:
     else:
         module_name, help_text = COMMANDS[ns.command]
         prog = f"databus {ns.command}"
-    parser, run = _command_parser(prog, module_name, help_text)
-    args = parser.parse_args(rest)
+    parser, run, module = _command_parser(prog, module_name, help_text)
+    args = parser.parse_args(_kafka_action_first(module, rest))
     logging.basicConfig(
-        level=getattr(logging, str(ns.log_level).upper(), logging.INFO),
+        level=getattr(logging, str(log_level).upper()),
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
         stream=sys.stderr,
     )
@@ -106,6 +150,11 @@ def main(argv: list[str] | None = None) -> int:
         return int(run(args) or 0)
     except KeyboardInterrupt:
         return 130
+    except BrokenPipeError:
+        # The reader went away (``| head``): stop quietly, as Kafka's tools and coreutils
+        # do; stdout is pointed at /dev/null so the interpreter's final flush cannot fail.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
 
 
 if __name__ == "__main__":

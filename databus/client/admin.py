@@ -247,6 +247,25 @@ class Admin:
             out[key] = entries
         return out
 
+    async def incremental_alter_configs(
+        self, topic: str, set_configs: Mapping[str, str] = (), delete: Iterable[str] = (),
+        *, validate_only: bool = False,
+    ) -> errors.KafkaError | None:
+        """Set and delete (back to the default) overrides of one topic's configs, leaving the
+        others as they are (IncrementalAlterConfigs; operation 0 SET, 1 DELETE)."""
+        configs = [{"name": k, "config_operation": 0, "value": str(v)}
+                   for k, v in dict(set_configs).items()]
+        configs += [{"name": k, "config_operation": 1, "value": None} for k in delete]
+        response = await self._cluster.request(None, ApiKey.INCREMENTAL_ALTER_CONFIGS, {
+            "resources": [{"resource_type": RESOURCE_TOPIC, "resource_name": topic,
+                           "configs": configs}],
+            "validate_only": validate_only,
+        })
+        (result,) = response.responses
+        if int(result.error_code):
+            return errors.from_code(result.error_code, result.error_message or topic)
+        return None
+
     # -- groups --------------------------------------------------------------------------
 
     async def list_groups(self) -> list[tuple[str, str]]:

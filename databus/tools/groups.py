@@ -1,33 +1,42 @@
 """``databus groups``: list, describe, reset the offsets of, and delete consumer groups.
 
 Like Kafka's kafka-consumer-groups.sh, it talks to a broker over the Kafka protocol
-(``--bootstrap HOST:PORT``; any Kafka-compatible cluster works), through databus's own client
-(databus.client.cluster for requests, databus.client.offsets for ListOffsets):
+(``--bootstrap-server HOST:PORT``, alias ``--bootstrap``; any Kafka-compatible cluster
+works), through databus's own client (databus.client.cluster for requests,
+databus.client.offsets for ListOffsets):
 
-    databus groups list
-    databus groups describe GROUP        state, members, and per partition: owner, committed
-                                         offset, log end offset, lag
-    databus groups reset-offsets GROUP --topic T[:P1,P2] (--to-earliest | --to-latest |
-                                 --to-datetime 2024-01-01T00:00:00 | --shift-by N) [--execute]
-    databus groups delete GROUP
+    databus groups list [--state S,S] [--json]
+    databus groups describe (GROUP | --group G ... | --all-groups)
+                            [--offsets | --members [--verbose] | --state] [--json]
+        --offsets (default): per partition: owner, committed offset, log end offset, lag
+    databus groups reset-offsets (GROUP | --group G ... | --all-groups)
+                            (--topic T[:P1,P2] ... | --all-topics)
+                            (--to-earliest | --to-latest | --to-current | --to-offset N |
+                             --to-datetime 2024-01-01T00:00:00 | --by-duration PnDTnHnMnS |
+                             --shift-by N) [--dry-run | --execute] [--export]
+    databus groups delete (GROUP | --group G ... | --all-groups)
 
+Kafka's flag spelling of the action works too (``databus groups --describe --group G``).
 reset-offsets prints the plan and changes nothing unless ``--execute`` is given (Kafka's
-dry-run default), and refuses a group that still has members: the offsets of a live group
-belong to its consumers.  Exit status: 0 done, 1 the broker refused or is unreachable,
-2 bad usage.
+dry-run default; ``--dry-run`` says so explicitly; ``--export`` prints the plan as Kafka's
+CSV), and refuses a group that still has members: the offsets of a live group belong to its
+consumers.  Exit status: 0 done, 1 the broker refused or is unreachable, 2 bad usage.
 """
 
 from __future__ import annotations
 
 import argparse
 import datetime
+import re
 import sys
+import time
 from dataclasses import dataclass, field
 
 from databus.protocol.api_keys import ApiKey
+from databus.tools.options import DEFAULT_BOOTSTRAP, add_json, print_json
 from databus.tools.table import Column, console, print_table
 
-DEFAULT_BOOTSTRAP = "127.0.0.1:9092"
+ACTIONS = ("list", "describe", "reset-offsets", "delete")
 INACTIVE_STATES = ("Empty", "Dead")
 
 
@@ -39,8 +48,10 @@ def _add_connection_options(parser, *, with_defaults: bool) -> None:
     def default(value):
         return value if with_defaults else argparse.SUPPRESS
 
-    parser.add_argument("--bootstrap", default=default(DEFAULT_BOOTSTRAP), metavar="HOST:PORT",
-                        help=f"a broker to ask (default {DEFAULT_BOOTSTRAP})")
+    parser.add_argument("--bootstrap-server", "--bootstrap", dest="bootstrap",
+                        default=default(DEFAULT_BOOTSTRAP), metavar="HOST:PORT",
+                        help=f"a broker to ask (default {DEFAULT_BOOTSTRAP}); --bootstrap "
+                             "is an alias")
     parser.add_argument("--timeout", type=float, default=default(30.0), metavar="SECONDS",
                         help="give up after this long (default 30)")
 
@@ -53,29 +64,63 @@ def add_arguments(parser) -> None:
     common = argparse.ArgumentParser(add_help=False)
     _add_connection_options(common, with_defaults=False)
     sub = parser.add_subparsers(dest="action", metavar="ACTION", required=True)
-    sub.add_parser("list", help="list the groups", parents=[common])
+    listing = sub.add_parser("list", help="list the groups", parents=[common])
+    listing.add_argument("--state", metavar="S,S",
+                         help="only groups in these states (e.g. Stable,Empty)")
+    add_json(listing)
     describe = sub.add_parser("describe", help="state, members, offsets and lag of a group",
                               parents=[common])
-    describe.add_argument("group")
+    _add_group_selection(describe)
+    shown = describe.add_mutually_exclusive_group()
+    shown.add_argument("--offsets", action="store_true",
+                       help="per partition: committed offset, log end, lag, owner (default)")
+    shown.add_argument("--members", action="store_true",
+                       help="the members: consumer id, host, client id, partition count")
+    shown.add_argument("--state", action="store_true",
+                       help="coordinator, assignment strategy, state, member count")
+    describe.add_argument("--verbose", action="store_true",
+                          help="with --members: each member's assignment")
+    add_json(describe)
     reset = sub.add_parser("reset-offsets", help="move an empty group's committed offsets",
                            parents=[common])
-    reset.add_argument("group")
-    reset.add_argument("--topic", required=True, action="append", metavar="TOPIC[:P,P]",
-                       help="a topic, optionally with some of its partitions; repeatable")
+    _add_group_selection(reset)
+    topics = reset.add_mutually_exclusive_group(required=True)
+    topics.add_argument("--topic", action="append", metavar="TOPIC[:P,P]",
+                        help="a topic, optionally with some of its partitions; repeatable")
+    topics.add_argument("--all-topics", action="store_true",
+                        help="every topic the group has committed offsets for")
     target = reset.add_mutually_exclusive_group(required=True)
     target.add_argument("--to-earliest", action="store_true")
     target.add_argument("--to-latest", action="store_true")
+    target.add_argument("--to-current", action="store_true",
+                        help="the committed offset (the log end where there is none)")
+    target.add_argument("--to-offset", type=int, metavar="N",
+                        help="this offset (kept within the partition's earliest..latest)")
     target.add_argument("--to-datetime", metavar="ISO-8601",
                         help="first offset at or after this time, e.g. 2024-05-01T12:00:00 "
                              "(local time unless it carries an offset such as +00:00)")
+    target.add_argument("--by-duration", metavar="PnDTnHnMnS",
+                        help="first offset at or after this long ago, e.g. PT30M, P1DT2H")
     target.add_argument("--shift-by", type=int, metavar="N",
                         help="move the committed offset by N (negative: back)")
-    reset.add_argument("--execute", action="store_true",
-                       help="commit the new offsets (without it: only print the plan)")
+    mode = reset.add_mutually_exclusive_group()
+    mode.add_argument("--execute", action="store_true",
+                      help="commit the new offsets (without it: only print the plan)")
+    mode.add_argument("--dry-run", action="store_true",
+                      help="only print the plan (the default)")
+    reset.add_argument("--export", action="store_true",
+                       help="print the plan as Kafka's CSV (topic,partition,offset; with "
+                            "several groups group,topic,partition,offset)")
     delete = sub.add_parser("delete", help="delete an empty group and its committed offsets",
                             parents=[common])
-    delete.add_argument("group")
+    _add_group_selection(delete)
 
+
+def _add_group_selection(parser) -> None:
+    parser.add_argument("group", nargs="?", help="the group (or --group G)")
+    parser.add_argument("--group", dest="groups", action="append", default=[], metavar="G",
+                        help="a group (Kafka's spelling; repeatable)")
+    parser.add_argument("--all-groups", action="store_true", help="every group")
 
 def run(args) -> int:
     import trio
@@ -85,9 +130,17 @@ def run(args) -> int:
     actions = {"list": _list, "describe": _describe, "reset-offsets": _reset,
                "delete": _delete}
     try:
+        if args.action != "list":
+            args.groups = ([args.group] if args.group else []) + list(args.groups)
+            if bool(args.groups) == bool(args.all_groups):
+                print(f"databus groups {args.action}: name a group (GROUP or --group G) "
+                      "or give --all-groups", file=sys.stderr)
+                return 2
         if args.action == "reset-offsets":
             args.timestamp = parse_datetime(args.to_datetime) if args.to_datetime else None
-            args.topic_partitions = [parse_topic(t) for t in args.topic]
+            if args.by_duration:
+                args.timestamp = int(time.time() * 1000) - parse_duration(args.by_duration)
+            args.topic_partitions = [parse_topic(t) for t in args.topic or ()]
         return trio.run(_with_session, actions[args.action], args)
     except (GroupsToolError, KafkaError, ValueError) as exc:
         print(f"databus groups: {exc}", file=sys.stderr)
@@ -105,6 +158,21 @@ def parse_datetime(text: str) -> int:
     except ValueError:
         raise ValueError(f"--to-datetime {text!r} is not an ISO-8601 date-time") from None
     return int(moment.timestamp() * 1000)
+
+
+_DURATION = re.compile(
+    r"P(?:(?P<d>\d+)D)?(?:T(?:(?P<h>\d+)H)?(?:(?P<m>\d+)M)?(?:(?P<s>\d+(?:\.\d+)?)S)?)?",
+    re.IGNORECASE,
+)
+
+
+def parse_duration(text: str) -> int:
+    """ISO-8601 duration as Java's Duration.parse reads it (PnDTnHnMnS) -> milliseconds."""
+    match = _DURATION.fullmatch(text.strip())
+    if not match or text.strip().upper() in ("P", "PT") or text.strip().upper().endswith("T"):
+        raise ValueError(f"--by-duration {text!r} is not a duration such as PT30M or P1DT2H")
+    d, h, m, sec = (float(match[g] or 0) for g in "dhms")
+    return int((((d * 24 + h) * 60 + m) * 60 + sec) * 1000)
 
 
 def parse_topic(text: str) -> tuple[str, list[int] | None]:
@@ -129,6 +197,7 @@ class Session:
     cluster: object
     timeout: float
     coordinators: dict[str, int] = field(default_factory=dict)
+    addresses: dict[int, str] = field(default_factory=dict)  # node id -> "host:port"
 
     async def request(self, node_id, api_key: int, fields: dict):
         return await self.cluster.request(node_id, api_key, fields)
@@ -141,6 +210,7 @@ class Session:
             _check(response.error_code, f"finding the coordinator of {group!r}")
             self.cluster.register_address(response.node_id, response.host, response.port)
             self.coordinators[group] = response.node_id
+            self.addresses[response.node_id] = f"{response.host}:{response.port}"
         return self.coordinators[group]
 
 
@@ -187,7 +257,8 @@ def _offset_column(header: str) -> Column:
 # -- list ------------------------------------------------------------------------------------
 
 
-async def _list(session: Session, args) -> int:
+async def list_group_states(session: Session) -> list[tuple[str, str, str]]:
+    """(group id, state, protocol type) of every group, sorted by id."""
     response = await session.request(None, ApiKey.LIST_GROUPS, {"states_filter": [],
                                                          "types_filter": []})
     _check(response.error_code, "listing groups")
@@ -198,12 +269,28 @@ async def _list(session: Session, args) -> int:
         described = await session.request(None, ApiKey.DESCRIBE_GROUPS, {
             "groups": unknown, "include_authorized_operations": False})
         states.update({g.group_id: g.group_state for g in described.groups})
-    print_table(
-        [GROUP_COLUMN, Column("STATE", min_width=20), Column("PROTOCOL-TYPE")],
-        [(g.group_id, states.get(g.group_id) or "?", g.protocol_type or "-")
-         for g in sorted(response.groups, key=lambda g: g.group_id)],
-    )
+    return [(g.group_id, states.get(g.group_id) or "?", g.protocol_type or "-")
+            for g in sorted(response.groups, key=lambda g: g.group_id)]
+
+
+async def _list(session: Session, args) -> int:
+    rows = await list_group_states(session)
+    if args.state:
+        wanted = {s.strip().lower() for s in args.state.split(",") if s.strip()}
+        rows = [r for r in rows if r[1].lower() in wanted]
+    if args.json:
+        print_json({"groups": [{"group": g, "state": st, "protocol_type": pt}
+                               for g, st, pt in rows]})
+        return 0
+    print_table([GROUP_COLUMN, Column("STATE", min_width=20), Column("PROTOCOL-TYPE")], rows)
     return 0
+
+
+async def _selected_groups(session: Session, args) -> list[str]:
+    """The groups named (GROUP, --group) or, with --all-groups, every group."""
+    if args.all_groups:
+        return [g for g, _state, _type in await list_group_states(session)]
+    return list(dict.fromkeys(args.groups))
 
 
 # -- describe --------------------------------------------------------------------------------
@@ -217,6 +304,7 @@ class GroupView:
     members: list  # kio DescribedGroupMember
     owners: dict[tuple[str, int], object]  # (topic, partition) -> member
     committed: dict[tuple[str, int], int]
+    coordinator: int = -1
 
 
 async def load_group(session: Session, group: str) -> GroupView:
@@ -244,7 +332,7 @@ async def load_group(session: Session, group: str) -> GroupView:
         for t in fetched.topics for p in t.partitions if p.committed_offset >= 0
     }
     return GroupView(described.group_state, described.protocol_type, described.protocol_data,
-                     list(described.members), owners, committed)
+                     list(described.members), owners, committed, node)
 
 
 async def _log_end_offsets(session: Session, partitions) -> dict[tuple[str, int], int]:
@@ -259,38 +347,122 @@ async def _log_end_offsets(session: Session, partitions) -> dict[tuple[str, int]
     return {tp: offset for tp, (offset, _ts) in result.items()}
 
 
-async def _describe(session: Session, args) -> int:
-    view = await load_group(session, args.group)
-    out = console()
-    out.print(
-        f"group [bold]{args.group}[/bold]: state {view.state}, "
-        f"protocol {view.protocol_type or '-'}/{view.protocol or '-'}, "
-        f"{len(view.members)} member(s)"
-    )
-    if view.state == "Dead" and not view.committed:
-        out.print(f"group {args.group!r} does not exist")
-        return 1
+async def group_document(session: Session, group: str, view: GroupView) -> dict:
+    """A group as ``describe --json`` prints it (fields documented in docs/cli.md)."""
     partitions = sorted(set(view.owners) | set(view.committed))
     ends = await _log_end_offsets(session, partitions)
-    rows = []
+    offsets = []
     for tp in partitions:
         current, end = view.committed.get(tp), ends.get(tp)
-        lag = end - current if current is not None and end is not None else None
         owner = view.owners.get(tp)
-        rows.append((
-            args.group, tp[0], str(tp[1]), _dash(current), _dash(end), _dash(lag),
-            owner.member_id if owner else "-", owner.client_host if owner else "-",
-            owner.client_id if owner else "-",
-        ))
+        offsets.append({
+            "topic": tp[0], "partition": tp[1], "current_offset": current,
+            "log_end_offset": end,
+            "lag": end - current if current is not None and end is not None else None,
+            "consumer_id": owner.member_id if owner else None,
+            "host": owner.client_host if owner else None,
+            "client_id": owner.client_id if owner else None,
+        })
+    members = [{
+        "consumer_id": m.member_id, "group_instance_id": m.group_instance_id,
+        "host": m.client_host, "client_id": m.client_id,
+        "assignment": [{"topic": t, "partition": p}
+                       for (t, p), o in sorted(view.owners.items()) if o is m],
+    } for m in view.members]
+    return {"group": group, "state": view.state, "protocol_type": view.protocol_type,
+            "assignment_strategy": view.protocol,
+            "coordinator": {"id": view.coordinator,
+                            "address": session.addresses.get(view.coordinator)},
+            "members": members, "offsets": offsets}
+
+
+async def _describe(session: Session, args) -> int:
+    status, documents = 0, []
+    out = console()
+    for n, group in enumerate(await _selected_groups(session, args)):
+        view = await load_group(session, group)
+        missing = view.state == "Dead" and not view.committed
+        if args.json:
+            if missing:
+                print(f"databus groups: group {group!r} does not exist", file=sys.stderr)
+                status = 1
+            else:
+                documents.append(await group_document(session, group, view))
+            continue
+        if n:
+            out.print()
+        if missing:
+            out.print(f"group {group!r} does not exist")
+            status = 1
+            continue
+        doc = await group_document(session, group, view)
+        if args.state:
+            _print_state(doc, out)
+        elif args.members:
+            _print_members(doc, args.verbose, out)
+        else:
+            _print_offsets(doc, out)
+    if args.json:
+        print_json({"groups": documents})
+    return status
+
+
+def _print_state(doc: dict, out) -> None:
+    # kafka-consumer-groups.sh --describe --state: its columns, in its order and widths.
+    coordinator = doc["coordinator"]
+    print_table([GROUP_COLUMN, Column("COORDINATOR (ID)", min_width=25),
+                 Column("ASSIGNMENT-STRATEGY", min_width=20), Column("STATE", min_width=15),
+                 Column("#MEMBERS")],
+                [(doc["group"], f"{coordinator['address'] or '-'} ({coordinator['id']})",
+                  doc["assignment_strategy"] or "-", doc["state"], str(len(doc["members"])))],
+                to=out)
+
+
+def _print_members(doc: dict, verbose: bool, out) -> None:
+    # kafka-consumer-groups.sh --describe --members [--verbose].
+    columns = [GROUP_COLUMN, Column("CONSUMER-ID", min_width=15), Column("HOST", min_width=15),
+               Column("CLIENT-ID", min_width=15), Column("#PARTITIONS", min_width=12)]
+    rows = []
+    for m in doc["members"]:
+        row = [doc["group"], m["consumer_id"], m["host"], m["client_id"],
+               str(len(m["assignment"]))]
+        if verbose:
+            row.append(_assignment_text(m["assignment"]))
+        rows.append(row)
+    if verbose:
+        columns.append(Column("ASSIGNMENT"))
+    if not rows:
+        out.print(f"Consumer group '{doc['group']}' has no active members.")
+        return
+    print_table(columns, rows, to=out)
+
+
+def _assignment_text(assignment: list[dict]) -> str:
+    """Kafka's ASSIGNMENT cell: topic(0,1),other(2); '-' when empty."""
+    by_topic: dict[str, list[int]] = {}
+    for a in assignment:
+        by_topic.setdefault(a["topic"], []).append(a["partition"])
+    return ",".join(f"{t}({','.join(map(str, ps))})" for t, ps in by_topic.items()) or "-"
+
+
+def _print_offsets(doc: dict, out) -> None:
+    out.print(
+        f"group [bold]{doc['group']}[/bold]: state {doc['state']}, "
+        f"protocol {doc['protocol_type'] or '-'}/{doc['assignment_strategy'] or '-'}, "
+        f"{len(doc['members'])} member(s)"
+    )
+    rows = [(doc["group"], o["topic"], str(o["partition"]), _dash(o["current_offset"]),
+             _dash(o["log_end_offset"]), _dash(o["lag"]), o["consumer_id"] or "-",
+             o["host"] or "-", o["client_id"] or "-") for o in doc["offsets"]]
     # Kafka's columns, in its order and widths.
     print_table([GROUP_COLUMN, TOPIC_COLUMN, PARTITION_COLUMN,
                  *map(_offset_column, ("CURRENT-OFFSET", "LOG-END-OFFSET", "LAG")),
                  Column("CONSUMER-ID", min_width=15), Column("HOST", min_width=15),
                  Column("CLIENT-ID")], rows, to=out)
-    idle = [m for m in view.members if not any(o is m for o in view.owners.values())]
-    for m in idle:
-        out.print(f"member {m.member_id} ({m.client_id}, {m.client_host}) has no partitions")
-    return 0
+    for m in doc["members"]:
+        if not m["assignment"]:
+            out.print(f"member {m['consumer_id']} ({m['client_id']}, {m['host']}) "
+                      "has no partitions")
 
 
 def _dash(value) -> str:
@@ -300,83 +472,121 @@ def _dash(value) -> str:
 # -- reset-offsets ---------------------------------------------------------------------------
 
 
-async def _reset(session: Session, args) -> int:
-    from databus.client import EARLIEST, LATEST, list_offsets
-
-    view = await load_group(session, args.group)
-    if view.state not in INACTIVE_STATES:
-        raise GroupsToolError(
-            f"offsets can only be reset when group {args.group!r} is inactive (no members), "
-            f"but it is {view.state}"
-        )
+async def _reset_partitions(session: Session, args, view: GroupView) -> list[tuple[str, int]]:
+    """The partitions to reset: --topic's (checked against the cluster) or, with
+    --all-topics, those the group has committed offsets for."""
     cluster = session.cluster
-    await cluster.refresh_metadata({t for t, _ in args.topic_partitions},
-                                   allow_auto_create=False)
+    wanted = ([(t, None) for t in sorted({t for t, _ in view.committed})]
+              if args.all_topics else args.topic_partitions)
+    await cluster.refresh_metadata({t for t, _ in wanted}, allow_auto_create=False)
     partitions = []
-    for topic, wanted in args.topic_partitions:
+    for topic, chosen in wanted:
         existing = cluster.partitions_for(topic)
         if not existing:
             raise GroupsToolError(f"topic {topic!r} does not exist")
-        missing = sorted(set(wanted or ()) - set(existing))
+        missing = sorted(set(chosen or ()) - set(existing))
         if missing:
             raise GroupsToolError(f"topic {topic!r} has no partition {missing}")
-        partitions += [(topic, p) for p in (wanted or sorted(existing))]
+        partitions += [(topic, p) for p in (chosen or sorted(existing))]
+    return partitions
 
+
+async def plan_reset(session: Session, args, view: GroupView, partitions) -> dict:
+    """(topic, partition) -> new offset, as kafka-consumer-groups.sh computes it: every
+    target but --to-earliest/--to-latest is kept within the partition's earliest..latest."""
+    from databus.client import EARLIEST, LATEST, list_offsets
+
+    cluster = session.cluster
     earliest = await list_offsets(cluster, {tp: EARLIEST for tp in partitions},
                                   timeout=session.timeout)
     latest = await list_offsets(cluster, {tp: LATEST for tp in partitions},
                                 timeout=session.timeout)
     low = {tp: o for tp, (o, _) in earliest.items()}
     high = {tp: o for tp, (o, _) in latest.items()}
+
+    def clamp(tp, offset: int) -> int:
+        return min(max(offset, low[tp]), high[tp])
+
     if args.to_earliest:
-        new = dict(low)
-    elif args.to_latest:
-        new = dict(high)
-    elif args.timestamp is not None:
+        return dict(low)
+    if args.to_latest:
+        return dict(high)
+    if args.to_current:
+        return {tp: view.committed.get(tp, high[tp]) for tp in partitions}
+    if args.to_offset is not None:
+        return {tp: clamp(tp, args.to_offset) for tp in partitions}
+    if args.timestamp is not None:
         found = await list_offsets(cluster, {tp: args.timestamp for tp in partitions},
                                    timeout=session.timeout)
-        new = {tp: (o if o >= 0 else high[tp]) for tp, (o, _) in found.items()}
-    else:
-        new = {}
-        for tp in partitions:
-            base = view.committed.get(tp, high[tp])
-            new[tp] = min(max(base + args.shift_by, low[tp]), high[tp])
+        return {tp: (o if o >= 0 else high[tp]) for tp, (o, _) in found.items()}
+    return {tp: clamp(tp, view.committed.get(tp, high[tp]) + args.shift_by)
+            for tp in partitions}
 
-    # Kafka's plan columns (NEW-OFFSET last), with the offset it replaces before it.
+
+async def _reset(session: Session, args) -> int:
+    groups = await _selected_groups(session, args)
+    plans = []
+    for group in groups:
+        view = await load_group(session, group)
+        if view.state not in INACTIVE_STATES:
+            raise GroupsToolError(
+                f"offsets can only be reset when group {group!r} is inactive (no members), "
+                f"but it is {view.state}"
+            )
+        partitions = await _reset_partitions(session, args, view)
+        plans.append((group, view, partitions, await plan_reset(session, args, view, partitions)))
+
     out = console()
-    print_table([GROUP_COLUMN, TOPIC_COLUMN, PARTITION_COLUMN, _offset_column("CURRENT-OFFSET"),
-                 Column("NEW-OFFSET")],
-                [(args.group, tp[0], str(tp[1]), _dash(view.committed.get(tp)), str(new[tp]))
-                 for tp in partitions], to=out)
+    if args.export:
+        # Kafka's CSV: topic,partition,offset; with several groups the group comes first.
+        for group, _view, partitions, new in plans:
+            for tp in partitions:
+                fields = [tp[0], str(tp[1]), str(new[tp])]
+                out.out(",".join([group, *fields] if len(groups) > 1 else fields),
+                        highlight=False)
+    else:
+        # Kafka's plan columns (NEW-OFFSET last), with the offset it replaces before it.
+        print_table([GROUP_COLUMN, TOPIC_COLUMN, PARTITION_COLUMN,
+                     _offset_column("CURRENT-OFFSET"), Column("NEW-OFFSET")],
+                    [(group, tp[0], str(tp[1]), _dash(view.committed.get(tp)), str(new[tp]))
+                     for group, view, partitions, new in plans for tp in partitions], to=out)
+    # With --export stdout is the CSV alone, so the notes go to stderr.
+    notes = console(stderr=args.export)
     if not args.execute:
-        out.print("dry run: nothing changed; add --execute to commit these offsets")
+        notes.print("dry run: nothing changed; add --execute to commit these offsets")
         return 0
+    for group, _view, _partitions, new in plans:
+        await _commit(session, group, new)
+        notes.print(f"committed {len(new)} offset(s) for group {group!r}")
+    return 0
+
+
+async def _commit(session: Session, group: str, new: dict) -> None:
     by_topic: dict[str, list] = {}
     for (topic, p), offset in new.items():
         by_topic.setdefault(topic, []).append({
             "partition_index": p, "committed_offset": offset, "committed_leader_epoch": -1,
             "committed_metadata": "",
         })
-    node = await session.coordinator(args.group)
+    node = await session.coordinator(group)
     response = await session.request(node, ApiKey.OFFSET_COMMIT, {
-        "group_id": args.group, "generation_id_or_member_epoch": -1, "member_id": "",
+        "group_id": group, "generation_id_or_member_epoch": -1, "member_id": "",
         "group_instance_id": None, "retention_time": -1,
         "topics": [{"name": t, "partitions": ps} for t, ps in by_topic.items()],
     })
     for t in response.topics:
         for p in t.partitions:
             _check(p.error_code, f"committing {t.name}-{p.partition_index}")
-    out.print(f"committed {len(new)} offset(s) for group {args.group!r}")
-    return 0
 
 
 # -- delete ----------------------------------------------------------------------------------
 
 
 async def _delete(session: Session, args) -> int:
-    node = await session.coordinator(args.group)
-    response = await session.request(node, ApiKey.DELETE_GROUPS, {"groups_names": [args.group]})
-    (result,) = response.results
-    _check(result.error_code, f"deleting group {args.group!r}")
-    console().print(f"deleted group {args.group!r}")
+    for group in await _selected_groups(session, args):
+        node = await session.coordinator(group)
+        response = await session.request(node, ApiKey.DELETE_GROUPS, {"groups_names": [group]})
+        (result,) = response.results
+        _check(result.error_code, f"deleting group {group!r}")
+        console().print(f"deleted group {group!r}")
     return 0

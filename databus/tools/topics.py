@@ -1,10 +1,18 @@
-"""``databus topics``: create, delete, list and describe topics (like kafka-topics.sh).
+"""``databus topics``: create, delete, list, describe and alter topics (like kafka-topics.sh).
 
-    databus topics create   --bootstrap HOST:PORT --topic T [--partitions N]
-                            [--replication-factor R] [--config K=V ...]
-    databus topics delete   --bootstrap HOST:PORT --topic T
-    databus topics list     --bootstrap HOST:PORT
-    databus topics describe --bootstrap HOST:PORT [--topic T]
+    databus topics create   --bootstrap-server HOST:PORT --topic T [--partitions N]
+                            [--replication-factor R] [--config K=V ...] [--if-not-exists]
+    databus topics delete   --bootstrap-server HOST:PORT --topic T [--if-exists]
+    databus topics list     --bootstrap-server HOST:PORT [--exclude-internal] [--json]
+    databus topics describe --bootstrap-server HOST:PORT [--topic T] [--if-exists] [--json]
+    databus topics alter    --bootstrap-server HOST:PORT --topic T [--partitions N]
+                            [--config K=V ...] [--delete-config K ...] [--if-exists]
+
+Kafka's flag spelling of the action works too (``databus topics --create --topic T``), and
+``--bootstrap`` is an alias of ``--bootstrap-server``.  ``alter --partitions`` grows a topic
+(CreatePartitions); ``alter --config``/``--delete-config`` set and remove overrides
+(IncrementalAlterConfigs, as kafka-configs.sh --alter --add-config/--delete-config does).
+``describe`` lists only the configs that differ from the broker's defaults, as Kafka does.
 
 Exit status: 0 done, 1 the cluster refused (the error is printed), 2 bad usage.
 """
@@ -13,20 +21,48 @@ from __future__ import annotations
 
 import sys
 
-DEFAULT_BOOTSTRAP = "127.0.0.1:9092"
+from databus.tools.options import add_bootstrap, add_json, print_json
+
+ACTIONS = ("create", "delete", "list", "describe", "alter")
 
 
 def add_arguments(parser) -> None:
-    parser.add_argument("action", choices=["create", "delete", "list", "describe"])
-    parser.add_argument("--bootstrap", default=DEFAULT_BOOTSTRAP, metavar="HOST:PORT")
+    parser.add_argument("action", choices=ACTIONS)
+    add_bootstrap(parser)
     parser.add_argument("--topic", action="append", default=[], help="topic name (repeatable)")
     parser.add_argument("--partitions", type=int, default=-1,
-                        help="partitions of a new topic (default: the broker's num.partitions)")
+                        help="create: partitions of the new topic (default: the broker's "
+                             "num.partitions); alter: the new, larger count")
     parser.add_argument("--replication-factor", type=int, default=-1)
     parser.add_argument("--config", action="append", default=[], metavar="K=V",
-                        help="topic config of a new topic (repeatable)")
+                        help="create: a config of the new topic; alter: a config to set "
+                             "(repeatable)")
+    parser.add_argument("--delete-config", action="append", default=[], metavar="K",
+                        help="alter: remove this override, back to the default (repeatable)")
+    parser.add_argument("--if-not-exists", action="store_true",
+                        help="create: do nothing (and succeed) for a topic that exists")
+    parser.add_argument("--if-exists", action="store_true",
+                        help="alter, delete, describe: do nothing for a topic that is missing")
+    parser.add_argument("--exclude-internal", action="store_true",
+                        help="describe: leave out internal topics (list never shows them)")
+    add_json(parser)
     parser.add_argument("-X", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                         help="admin client setting by Kafka's name (repeatable)")
+
+
+def _usage_error(args) -> str | None:
+    if args.action in ("create", "delete", "alter") and not args.topic:
+        return "--topic is required"
+    if args.action == "alter" and args.partitions < 0 and not args.config \
+            and not args.delete_config:
+        return "alter needs --partitions N, --config K=V or --delete-config K"
+    if args.if_not_exists and args.action != "create":
+        return "--if-not-exists only applies to create"
+    if args.if_exists and args.action not in ("alter", "delete", "describe"):
+        return "--if-exists only applies to alter, delete and describe"
+    if args.delete_config and args.action != "alter":
+        return "--delete-config only applies to alter"
+    return None
 
 
 def run(args) -> int:
@@ -40,8 +76,9 @@ def run(args) -> int:
     except KafkaError as exc:
         print(f"databus topics: {exc}", file=sys.stderr)
         return 2
-    if args.action in ("create", "delete") and not args.topic:
-        print(f"databus topics {args.action}: --topic is required", file=sys.stderr)
+    problem = _usage_error(args)
+    if problem:
+        print(f"databus topics {args.action}: {problem}", file=sys.stderr)
         return 2
     try:
         return trio.run(_run, args, config, topic_configs)
@@ -55,36 +92,102 @@ async def _run(args, config, topic_configs) -> int:
 
     async with Admin(args.bootstrap, config) as admin:
         if args.action == "list":
-            for name in await admin.list_topics():
-                print(name)
+            names = await admin.list_topics()
+            if args.json:
+                print_json({"topics": names})
+            else:
+                for name in names:
+                    print(name)
             return 0
         if args.action == "create":
             results = await admin.create_topics(
                 {t: args.partitions for t in args.topic},
                 replication_factor=args.replication_factor, configs=topic_configs,
             )
+            if args.if_not_exists:
+                results = {t: e for t, e in results.items()
+                           if not (e is not None and e.name == "TOPIC_ALREADY_EXISTS")}
             return _report(results, "Created topic")
         if args.action == "delete":
-            return _report(await admin.delete_topics(args.topic), "Deleted topic")
-        described = await admin.describe_topics(args.topic or None)
-        configs = await admin.describe_configs([n for n, d in described.items() if not isinstance(d, Exception)])
-        status = 0
-        for name, desc in sorted(described.items()):
-            if isinstance(desc, Exception):
-                print(f"Error describing topic {name}: {desc}", file=sys.stderr)
-                status = 1
-                continue
-            entries = configs.get(name)
-            shown = ""
-            if isinstance(entries, dict):
-                shown = ",".join(f"{k}={e.value}" for k, e in sorted(entries.items()) if not e.is_default)
-            rf = len(desc.partitions[0].replicas) if desc.partitions else 0
-            print(f"Topic: {name}\tTopicId: {desc.topic_id}\tPartitionCount: {len(desc.partitions)}"
-                  f"\tReplicationFactor: {rf}\tConfigs: {shown}")
-            for p in desc.partitions:
-                print(f"\tTopic: {name}\tPartition: {p.partition}\tLeader: {p.leader}"
-                      f"\tReplicas: {','.join(map(str, p.replicas))}\tIsr: {','.join(map(str, p.isr))}")
-        return status
+            names = await _existing(admin, args) if args.if_exists else args.topic
+            return _report(await admin.delete_topics(names) if names else {}, "Deleted topic")
+        if args.action == "alter":
+            return await _alter(admin, args, topic_configs)
+        return await _describe(admin, args)
+
+
+async def _existing(admin, args) -> list[str]:
+    """The named topics that exist (--if-exists: the missing ones are skipped silently)."""
+    described = await admin.describe_topics(args.topic)
+    return [t for t in args.topic if not isinstance(described.get(t), Exception)]
+
+
+async def _alter(admin, args, topic_configs) -> int:
+    names = await _existing(admin, args) if args.if_exists else args.topic
+    status = 0
+    if args.partitions >= 0 and names:
+        results = await admin.create_partitions({t: args.partitions for t in names})
+        status = _report(results, "Altered partitions of topic")
+    if topic_configs or args.delete_config:
+        for name in names:
+            error = await admin.incremental_alter_configs(name, topic_configs,
+                                                          args.delete_config)
+            status = max(status, _report({name: error}, "Altered configs of topic"))
+    return status
+
+
+def topic_document(desc, entries) -> dict:
+    """A topic as --json prints it (fields documented in docs/cli.md)."""
+    return {
+        "name": desc.name,
+        "topic_id": str(desc.topic_id) if desc.topic_id is not None else None,
+        "partition_count": len(desc.partitions),
+        "replication_factor": len(desc.partitions[0].replicas) if desc.partitions else 0,
+        "configs": _overrides(entries),
+        "partitions": [{"partition": p.partition, "leader": p.leader,
+                        "replicas": list(p.replicas), "isr": list(p.isr)}
+                       for p in desc.partitions],
+    }
+
+
+def _overrides(entries) -> dict[str, str | None]:
+    """The configs that differ from the defaults (as kafka-topics.sh --describe shows)."""
+    if not isinstance(entries, dict):
+        return {}
+    return {k: e.value for k, e in sorted(entries.items()) if not e.is_default}
+
+
+async def _describe(admin, args) -> int:
+    described = await admin.describe_topics(args.topic or None)
+    if args.if_exists:
+        described = {n: d for n, d in described.items() if not isinstance(d, Exception)}
+    if args.exclude_internal:
+        described = {n: d for n, d in described.items() if not getattr(d, "is_internal", False)}
+    found = [n for n, d in described.items() if not isinstance(d, Exception)]
+    configs = await admin.describe_configs(found) if found else {}
+    status = 0
+    documents, failures = [], {}
+    for name, desc in sorted(described.items()):
+        if isinstance(desc, Exception):
+            failures[name] = str(desc)
+            print(f"Error describing topic {name}: {desc}", file=sys.stderr)
+            status = 1
+            continue
+        doc = topic_document(desc, configs.get(name))
+        documents.append(doc)
+        if args.json:
+            continue
+        shown = ",".join(f"{k}={v}" for k, v in doc["configs"].items())
+        print(f"Topic: {name}\tTopicId: {doc['topic_id']}\tPartitionCount: "
+              f"{doc['partition_count']}\tReplicationFactor: {doc['replication_factor']}"
+              f"\tConfigs: {shown}")
+        for p in doc["partitions"]:
+            print(f"\tTopic: {name}\tPartition: {p['partition']}\tLeader: {p['leader']}"
+                  f"\tReplicas: {','.join(map(str, p['replicas']))}"
+                  f"\tIsr: {','.join(map(str, p['isr']))}")
+    if args.json:
+        print_json({"topics": documents, "errors": failures})
+    return status
 
 
 def _report(results, verb: str) -> int:
