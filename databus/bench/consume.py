@@ -1,24 +1,41 @@
-"""``databus bench consume``: librdkafka (confluent-kafka) consuming from the broker.
+"""``databus bench consume``: consuming from the broker.
+
+With ``--messages N`` (kafka-consumer-perf-test's required option) it is that tool: N
+records read by databus's consumer in a group, Kafka's header and figures line (see
+perf_test.py).  Otherwise the comparison table below, with librdkafka (confluent-kafka):
 
 Fills a topic with ``--records`` records (produced as in ``databus bench produce``), then
 reads them all from the beginning with one consumer and reports records/s and MB/s of the
 read alone.  The consumer assigns the partitions itself (no group), so the figure is the
 Fetch path: broker reads, response encoding, loopback, librdkafka parsing, Python delivery.
 A last row reads the same records with bare Fetch requests from a minimal client (no
-per-record work), which shows how fast the broker itself serves.
+per-record work), which shows how fast the broker itself serves.  Without confluent-kafka
+the librdkafka rows are printed as skipped with the command that installs it, the fill is
+written by databus's producer, and the bare-Fetch row still runs.  The topic is deleted
+after the run unless ``--keep-topic``.
 """
 
 from __future__ import annotations
 
 import time
 
-from .produce import ProcessCpu, Result, broker_for, create_topic, print_results, produce_records
+from .produce import (
+    ProcessCpu,
+    Result,
+    add_bench_options,
+    bench_topic,
+    broker_for,
+    fill_topic,
+    librdkafka_missing,
+    print_results,
+)
 
 
 def add_arguments(parser) -> None:
-    parser.add_argument("--bootstrap", help="HOST:PORT of a running broker (default: start one)")
-    parser.add_argument("--records", type=int, default=2_000_000, help="records to read")
-    parser.add_argument("--record-size", type=int, default=100, help="value bytes per record")
+    from .perf_test import add_consumer_perf_options
+
+    add_bench_options(parser, records=2_000_000)
+    add_consumer_perf_options(parser)
     parser.add_argument("--partitions", type=int, default=4, help="partitions of the topic")
     parser.add_argument("--compression", default="none", help="compression.type of the fill")
     parser.add_argument("--rounds", type=int, default=2, help="read the topic this many times")
@@ -104,14 +121,24 @@ def raw_fetch_all(bootstrap: str, topic: str, partitions: int, records: int) -> 
 
 
 def run(args) -> int:
+    if args.messages is not None:
+        from .perf_test import run_consumer_perf
+
+        return run_consumer_perf(args)
     results = []
-    with broker_for(args) as (bootstrap, cpu):
-        topic = f"bench-consume-{time.time_ns()}"
-        create_topic(bootstrap, topic, args.partitions)
-        fill = produce_records(bootstrap, topic, args.records, args.record_size,
-                               compression=args.compression)
-        results.append(Result("fill (produce acks=1)", args.records, fill, args.record_size))
+    skipped: dict[str, str] = {}
+    missing = librdkafka_missing()
+    with broker_for(args) as (bootstrap, cpu), bench_topic(
+            bootstrap, f"bench-consume-{time.time_ns()}", args.partitions,
+            args.keep_topic) as topic:
+        writer, fill = fill_topic(bootstrap, topic, args.records, args.record_size,
+                                  compression=args.compression)
+        results.append(Result(f"fill ({writer} produce acks=1)", args.records, fill,
+                              args.record_size))
         for round_no in range(1, args.rounds + 1):
+            if missing:
+                skipped[f"consume round {round_no} (librdkafka)"] = missing
+                continue
             before = cpu.seconds()
             seconds = consume_all(bootstrap, topic, args.partitions, args.records)
             used = None if before is None else cpu.seconds() - before
@@ -124,7 +151,8 @@ def run(args) -> int:
                               args.record_size, used))
     print_results(
         f"databus bench consume: {args.records:,} x {args.record_size} B, "
-        f"{args.partitions} partitions, compression {args.compression}", results)
+        f"{args.partitions} partitions, compression {args.compression}", results,
+        skipped=skipped, as_json=args.json)
     return 0
 
 

@@ -27,7 +27,13 @@ TOPIC = "bench-groups"
 
 
 def add_arguments(parser) -> None:
-    parser.add_argument("--bootstrap", help="HOST:PORT of a running broker (default: start one)")
+    parser.add_argument("--bootstrap-server", "--bootstrap", dest="bootstrap",
+                        metavar="HOST:PORT",
+                        help="a running broker (default: start one); --bootstrap is an alias")
+    parser.add_argument("--keep-topic", action="store_true",
+                        help="keep the topic the bench created (default: delete it)")
+    parser.add_argument("--json", action="store_true",
+                        help="print the results as one JSON document")
     parser.add_argument("--commits", type=int, default=2000, help="commits per connection")
     parser.add_argument("--connections", type=int, default=16,
                         help="connections committing at once in the concurrent run")
@@ -45,26 +51,40 @@ class Row:
     seconds: float
     latencies_ms: list[float]
 
-    def cells(self) -> list[str]:
+    def p50(self) -> float:
+        return statistics.median(self.latencies_ms)
+
+    def p99(self) -> float:
         lat = sorted(self.latencies_ms)
-        p99 = lat[min(len(lat) - 1, int(len(lat) * 0.99))]
+        return lat[min(len(lat) - 1, int(len(lat) * 0.99))]
+
+    def cells(self) -> list[str]:
         return [self.name, f"{self.operations:,}", f"{self.operations / self.seconds:,.0f}",
-                f"{statistics.median(lat):.2f}", f"{p99:.2f}"]
+                f"{self.p50():.2f}", f"{self.p99():.2f}"]
 
 
 def run(args) -> int:
     import trio
 
-    from databus.bench.produce import broker_for, create_topic
+    from databus.bench.produce import bench_topic, broker_for
     from databus.tools.table import Column, print_table
 
     broker_args = Namespace(
         bootstrap=args.bootstrap,
         broker_option=["group.initial.rebalance.delay.ms=0", *args.broker_option],
     )
-    with broker_for(broker_args) as (bootstrap, _cpu):
-        create_topic(bootstrap, TOPIC, 1)
-        rows = trio.run(_measure, bootstrap, args)
+    with broker_for(broker_args) as (bootstrap, _cpu), bench_topic(
+            bootstrap, f"{TOPIC}-{time.time_ns()}", 1, args.keep_topic) as topic:
+        rows = trio.run(_measure, bootstrap, args, topic)
+    if args.json:
+        from databus.tools.options import print_json
+
+        print_json({"title": "consumer groups: coordinator costs", "results": [
+            {"operation": r.name, "count": r.operations,
+             "per_second": r.operations / r.seconds,
+             "p50_ms": r.p50(), "p99_ms": r.p99()}
+            for r in rows]})
+        return 0
     print_table(
         [Column("operation"), *(Column(header, justify="right")
                                 for header in ("count", "per second", "p50 ms", "p99 ms"))],
@@ -73,7 +93,7 @@ def run(args) -> int:
     return 0
 
 
-async def _measure(bootstrap: str, args) -> list[Row]:
+async def _measure(bootstrap: str, args, topic: str) -> list[Row]:
     import trio
 
     from databus.client.connection import BrokerConnection
@@ -95,7 +115,7 @@ async def _measure(bootstrap: str, args) -> list[Row]:
                 response = await conn.request(ApiKey.OFFSET_COMMIT, {
                     "group_id": group, "generation_id_or_member_epoch": -1, "member_id": "",
                     "retention_time": -1,
-                    "topics": [{"name": TOPIC, "partitions": [
+                    "topics": [{"name": topic, "partitions": [
                         {"partition_index": 0, "committed_offset": i,
                          "committed_leader_epoch": -1, "committed_metadata": ""}]}],
                 })

@@ -1,13 +1,25 @@
-"""``databus bench produce``: librdkafka (confluent-kafka) producing to the broker.
+"""``databus bench produce``: producing to the broker.
 
-Records/s and MB/s for fixed-size records (100 bytes by default), once per acks level
-(acks=1: answered after the append; acks=all: after the group-commit fsync).  Starts its own
-broker subprocess in a temporary directory unless ``--bootstrap`` is given.  The client runs
-in this process, the broker in another: on a 2-core machine they share the cores, so the
-figures are end-to-end, client included.  A last row appends the same volume with bare
-Produce requests of prebuilt batches (no client work per record): the broker's own rate.
-Also holds the helpers ``databus bench consume``
-shares (``broker_for``, ``produce_records``, ``print_results``).
+Two modes:
+
+* ``--throughput T`` (kafka-producer-perf-test's required option) runs the perf test as
+  Kafka's tool does: ``--num-records`` records of ``--record-size`` bytes to ``--topic``
+  through databus's producer (``--producer-props K=V ...``, ``--producer.config FILE``),
+  paced to T records/s (-1: unpaced), a progress line every 5 s and Kafka's summary line
+  (records/s, MB/s, avg/max latency, 50th/95th/99th/99.9th percentiles); see perf_test.py.
+* otherwise, the comparison table: records/s and MB/s for fixed-size records (100 bytes by
+  default), with librdkafka (confluent-kafka) once per acks level (acks=1: answered after the
+  append; acks=all: after the group-commit fsync), and a last row appending the same volume
+  with bare Produce requests of prebuilt batches (no client work per record): the broker's
+  own rate.  Without confluent-kafka installed the librdkafka rows are printed as skipped,
+  with the command that installs it (``pip install 'databus[bench]'``), and the rest runs.
+
+Starts its own broker subprocess in a temporary directory unless ``--bootstrap-server`` is
+given.  The client runs in this process, the broker in another: on a 2-core machine they
+share the cores, so the figures are end-to-end, client included.  Topics are created with
+databus's admin client and deleted afterwards unless ``--keep-topic``.  Also holds the
+helpers the other benches share (``broker_for``, ``bench_topic``, ``produce_records``,
+``print_results``, ``librdkafka_missing``).
 """
 
 from __future__ import annotations
@@ -18,11 +30,28 @@ import tempfile
 import time
 from dataclasses import dataclass
 
+INSTALL_HINT = "pip install 'databus[bench]'"
+
+
+def add_bench_options(parser, *, records: int) -> None:
+    """The options every broker bench shares: where, how much, --keep-topic, --json."""
+    parser.add_argument("--bootstrap-server", "--bootstrap", dest="bootstrap",
+                        metavar="HOST:PORT",
+                        help="a running broker (default: start one); --bootstrap is an alias")
+    parser.add_argument("--num-records", "--records", dest="records", type=int,
+                        default=records, help=f"records per run (default {records:,})")
+    parser.add_argument("--record-size", type=int, default=100, help="value bytes per record")
+    parser.add_argument("--keep-topic", action="store_true",
+                        help="keep the topics the bench created (default: delete them)")
+    parser.add_argument("--json", action="store_true",
+                        help="print the results as one JSON document")
+
 
 def add_arguments(parser) -> None:
-    parser.add_argument("--bootstrap", help="HOST:PORT of a running broker (default: start one)")
-    parser.add_argument("--records", type=int, default=2_000_000, help="records per run")
-    parser.add_argument("--record-size", type=int, default=100, help="value bytes per record")
+    add_bench_options(parser, records=2_000_000)
+    from .perf_test import add_producer_perf_options
+
+    add_producer_perf_options(parser)
     parser.add_argument("--partitions", type=int, default=4, help="partitions of the topic")
     parser.add_argument("--acks", nargs="+", default=["1", "all"], help="acks levels to run")
     parser.add_argument("--compression", default="none", help="compression.type")
@@ -87,11 +116,53 @@ def broker_for(args):
             yield broker.bootstrap, ProcessCpu(broker.pid)
 
 
-def create_topic(bootstrap: str, topic: str, partitions: int) -> None:
-    from confluent_kafka.admin import AdminClient, NewTopic
+def librdkafka_missing() -> str | None:
+    """None when confluent-kafka imports; else the line a skipped row prints."""
+    try:
+        import confluent_kafka  # noqa: F401
+    except ImportError:
+        return f"skipped: confluent-kafka is not installed ({INSTALL_HINT})"
+    return None
 
-    admin = AdminClient({"bootstrap.servers": bootstrap})
-    admin.create_topics([NewTopic(topic, partitions)])[topic].result(30)
+
+def _admin(bootstrap: str, action):
+    """Run ``await action(admin)`` with databus's admin client (no librdkafka needed)."""
+    import trio
+
+    from databus.client import Admin
+
+    async def main():
+        async with Admin(bootstrap) as admin:
+            return await action(admin)
+
+    return trio.run(main)
+
+
+def create_topic(bootstrap: str, topic: str, partitions: int) -> None:
+    async def create(admin):
+        error = (await admin.create_topics({topic: partitions}))[topic]
+        if error is not None:
+            raise RuntimeError(f"creating topic {topic!r}: {error}")
+
+    _admin(bootstrap, create)
+
+
+def delete_topics(bootstrap: str, topics) -> None:
+    async def delete(admin):
+        await admin.delete_topics(list(topics))
+
+    _admin(bootstrap, delete)
+
+
+@contextlib.contextmanager
+def bench_topic(bootstrap: str, topic: str, partitions: int, keep: bool = False):
+    """A topic created for a bench run and deleted after it (unless ``keep``)."""
+    create_topic(bootstrap, topic, partitions)
+    try:
+        yield topic
+    finally:
+        if not keep:
+            delete_topics(bootstrap, [topic])
 
 
 def produce_records(bootstrap: str, topic: str, records: int, record_size: int, *,
@@ -136,6 +207,25 @@ def produce_records(bootstrap: str, topic: str, records: int, record_size: int, 
     if remaining or errors:
         raise RuntimeError(f"{remaining} records undelivered, errors: {errors[:3]}")
     return seconds
+
+
+def fill_topic(bootstrap: str, topic: str, records: int, record_size: int, *,
+               compression: str = "none") -> tuple[str, float]:
+    """Fill ``topic`` for a read bench: with librdkafka when installed (the fastest writer
+    here), else with databus's producer.  Returns (writer name, seconds)."""
+    if librdkafka_missing() is None:
+        return "librdkafka", produce_records(bootstrap, topic, records, record_size,
+                                             compression=compression, batch_size=1_000_000)
+    import trio
+
+    from databus.client import ProducerConfig
+
+    from .client_produce import produce_ours
+
+    config = ProducerConfig.from_kafka({"linger.ms": 20, "batch.size": 1_000_000, "acks": "1",
+                                        "compression.type": compression})
+    return "databus.client", trio.run(produce_ours, bootstrap, topic, records, record_size,
+                                      config)
 
 
 RAW_BATCH_RECORDS = 8_000
@@ -187,9 +277,26 @@ def raw_produce(bootstrap: str, topic: str, partitions: int, records: int, recor
         return time.perf_counter() - start
 
 
-def print_results(title: str, results: list[Result]) -> None:
+def results_document(title: str, results: list[Result], skipped: dict[str, str]) -> dict:
+    """The --json form of a bench's rows (fields documented in docs/cli.md)."""
+    return {"title": title, "results": [
+        {"name": r.name, "records": r.records, "record_size": r.record_size,
+         "seconds": r.seconds, "records_per_s": r.records_per_s, "mb_per_s": r.mb_per_s,
+         "broker_cpu_percent": (None if r.broker_cpu_s is None
+                                else 100 * r.broker_cpu_s / r.seconds)}
+        for r in results], "skipped": skipped}
+
+
+def print_results(title: str, results: list[Result], *, skipped: dict[str, str] | None = None,
+                  as_json: bool = False) -> None:
     from databus.tools.table import Column, print_table
 
+    skipped = skipped or {}
+    if as_json:
+        from databus.tools.options import print_json
+
+        print_json(results_document(title, results, skipped))
+        return
     print_table(
         [Column("run"), *(Column(header, justify="right") for header in (
             "records", "record bytes", "seconds", "records/s", "MB/s", "broker CPU"))],
@@ -198,43 +305,61 @@ def print_results(title: str, results: list[Result]) -> None:
          for r in results],
         title=title,
     )
+    print_skipped(skipped)
+
+
+def print_skipped(skipped: dict[str, str]) -> None:
+    for name, reason in skipped.items():
+        print(f"{name}: {reason}")
 
 
 def run(args) -> int:
-    results = []
+    if args.throughput is not None:
+        from .perf_test import run_producer_perf
+
+        return run_producer_perf(args)
+    results: list[Result] = []
+    skipped: dict[str, str] = {}
+    missing = librdkafka_missing()
     with broker_for(args) as (bootstrap, cpu):
         for acks in args.acks:
+            if missing:
+                skipped[f"produce acks={acks} (librdkafka)"] = missing
+                continue
             for round_no in range(1, args.rounds + 1):
-                topic = f"bench-produce-{acks}-{time.time_ns()}"
-                create_topic(bootstrap, topic, args.partitions)
-                cpu_before = cpu.seconds()
-                seconds = produce_records(bootstrap, topic, args.records, args.record_size,
-                                          acks=acks, compression=args.compression,
-                                          linger_ms=args.linger_ms,
-                                          batch_size=args.batch_size, api=args.api)
-                cpu_used = None if cpu_before is None else cpu.seconds() - cpu_before
                 name = f"produce acks={acks}"
                 if args.rounds > 1:
                     name += f" #{round_no}"
+                with bench_topic(bootstrap, f"bench-produce-{acks}-{time.time_ns()}",
+                                 args.partitions, args.keep_topic) as topic:
+                    cpu_before = cpu.seconds()
+                    seconds = produce_records(bootstrap, topic, args.records,
+                                              args.record_size, acks=acks,
+                                              compression=args.compression,
+                                              linger_ms=args.linger_ms,
+                                              batch_size=args.batch_size, api=args.api)
+                    cpu_used = None if cpu_before is None else cpu.seconds() - cpu_before
                 results.append(Result(name, args.records, seconds, args.record_size,
                                       cpu_used))
-        topic = f"bench-produce-raw-{time.time_ns()}"
-        create_topic(bootstrap, topic, args.partitions)
-        cpu_before = cpu.seconds()
-        seconds = raw_produce(bootstrap, topic, args.partitions, args.records,
-                              args.record_size)
-        cpu_used = None if cpu_before is None else cpu.seconds() - cpu_before
+        with bench_topic(bootstrap, f"bench-produce-raw-{time.time_ns()}", args.partitions,
+                         args.keep_topic) as topic:
+            cpu_before = cpu.seconds()
+            seconds = raw_produce(bootstrap, topic, args.partitions, args.records,
+                                  args.record_size)
+            cpu_used = None if cpu_before is None else cpu.seconds() - cpu_before
         records = -(-args.records // RAW_BATCH_RECORDS) * RAW_BATCH_RECORDS
         results.append(Result("bare Produce requests acks=1 (no client)", records, seconds,
                               args.record_size, cpu_used))
     print_results(
         f"databus bench produce: {args.records:,} x {args.record_size} B, "
         f"{args.partitions} partitions, compression {args.compression}, {args.api} API, "
-        f"librdkafka {_client_version()}", results)
+        f"librdkafka {_client_version()}", results, skipped=skipped, as_json=args.json)
     return 0
 
 
 def _client_version() -> str:
-    import confluent_kafka
-
+    try:
+        import confluent_kafka
+    except ImportError:
+        return "(not installed)"
     return confluent_kafka.libversion()[0]
