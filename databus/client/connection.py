@@ -152,6 +152,13 @@ class BrokerConnection:
         fields = {"client_software_name": "databus", "client_software_version": __version__}
         try:
             response = await self._request_version(ApiKey.API_VERSIONS, 3, fields)
+        except errors.RequestTimedOutError as exc:
+            # The first request of a connection: a peer that stays silent is most likely
+            # not a Kafka broker (or is hung); say so, naming the address.
+            raise errors.RequestTimedOutError(
+                f"{self.host}:{self.port} accepted the connection but did not answer the "
+                f"Kafka handshake (ApiVersions) within {self.request_timeout:g}s: is it a "
+                f"Kafka broker? ({exc})") from None
         except errors.KafkaConnectionError:
             raise
         except (FramingError, errors.UnsupportedVersionError):
@@ -272,18 +279,31 @@ class BrokerConnection:
     async def _reader(self) -> None:
         frames = FrameBuffer(MAX_RESPONSE_BYTES)
         stream = self._stream
+        head = b""  # the first bytes the peer sent, to name a peer that is not Kafka
+        delivered = False
         try:
             while True:
                 data = await stream.receive_some(_RECV_CHUNK)
                 if not data:
                     raise errors.KafkaConnectionError(f"{self}: broker closed the connection")
+                if len(head) < 80:
+                    head += data[:80 - len(head)]
                 frames.feed(data)
                 for frame in frames.frames():
                     self._deliver(frame)
+                    delivered = True
         except errors.KafkaError as exc:
             self._fail(exc)
         except FramingError as exc:
-            self._fail(errors.KafkaConnectionError(f"{self}: undecodable response: {exc}"))
+            if not delivered:
+                # Nothing Kafka-shaped ever came back (an HTTP server answers "HTTP/1.1 400",
+                # whose first four bytes read as a 1.2 GB frame): name the peer, not the frame.
+                first_line = head.split(b"\n")[0].rstrip(b"\r").decode("latin-1")
+                self._fail(errors.KafkaConnectionError(
+                    f"{self.host}:{self.port} is not a Kafka broker: it answered "
+                    f"{first_line!r}"))
+            else:
+                self._fail(errors.KafkaConnectionError(f"{self}: undecodable response: {exc}"))
         except (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as exc:
             self._fail(errors.KafkaConnectionError(f"{self}: connection lost: {exc!r}"))
         finally:

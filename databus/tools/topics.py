@@ -46,7 +46,9 @@ def add_arguments(parser) -> None:
     parser.add_argument("--exclude-internal", action="store_true",
                         help="describe: leave out internal topics (list never shows them)")
     add_json(parser)
-    parser.add_argument("-X", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+    parser.add_argument("--timeout", type=float, default=30.0, metavar="SECONDS",
+                        help="give up after this long (default 30), naming the address")
+    parser.add_argument("-X", "--command-property", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                         help="admin client setting by Kafka's name (repeatable)")
 
 
@@ -71,7 +73,9 @@ def run(args) -> int:
     from databus.client import AdminConfig, KafkaError, parse_overrides
 
     try:
-        config = AdminConfig.from_kafka(parse_overrides(args.overrides))
+        settings = {"request.timeout.ms": int(args.timeout * 1000),
+                    **parse_overrides(args.overrides)}
+        config = AdminConfig.from_kafka(settings)
         topic_configs = parse_overrides(args.config)
     except KafkaError as exc:
         print(f"databus topics: {exc}", file=sys.stderr)
@@ -85,9 +89,20 @@ def run(args) -> int:
     except KafkaError as exc:
         print(f"databus topics: {exc}", file=sys.stderr)
         return 1
+    except trio.TooSlowError:
+        print(f"databus topics: no answer from {args.bootstrap} within {args.timeout:g}s",
+              file=sys.stderr)
+        return 1
 
 
 async def _run(args, config, topic_configs) -> int:
+    import trio
+
+    with trio.fail_after(args.timeout):
+        return await _with_admin(args, config, topic_configs)
+
+
+async def _with_admin(args, config, topic_configs) -> int:
     from databus.client import Admin
 
     async with Admin(args.bootstrap, config) as admin:

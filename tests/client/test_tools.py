@@ -3,8 +3,11 @@ against a real broker."""
 
 from __future__ import annotations
 
+import contextlib
+import socket
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -76,3 +79,66 @@ def test_produce_reports_undeliverable_lines_and_exits_nonzero(broker, topic):
     assert usage.returncode == 2 and b"-X expects key=value" in usage.stderr
     unknown = databus("consume", *b, "--topic", topic, "-X", "fetch.min.byte=1")
     assert unknown.returncode == 2 and b"unknown ConsumerConfig key 'fetch.min.byte'" in unknown.stderr
+
+
+# -- a bootstrap that is not a Kafka broker --------------------------------------------------
+
+
+@contextlib.contextmanager
+def peer(answer: bytes | None):
+    """A loopback TCP server: each connection gets ``answer`` after its first bytes (an HTTP
+    server's reply to a request it cannot parse), or nothing at all (None: a silent peer)."""
+    server = socket.create_server(("127.0.0.1", 0))
+    stop = threading.Event()
+
+    def handle(conn):
+        with conn:
+            conn.recv(4096)
+            if answer is not None:
+                conn.sendall(answer)
+                return
+            while not stop.is_set() and conn.recv(4096):
+                pass
+
+    def accept():
+        while not stop.is_set():
+            try:
+                conn, _ = server.accept()
+            except OSError:
+                return
+            threading.Thread(target=handle, args=(conn,), daemon=True).start()
+
+    threading.Thread(target=accept, daemon=True).start()
+    try:
+        yield f"127.0.0.1:{server.getsockname()[1]}"
+    finally:
+        stop.set()
+        server.close()
+
+
+HTTP_400 = b"HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
+
+
+def test_a_non_kafka_bootstrap_is_named_with_what_it_answered():
+    with peer(HTTP_400) as address:
+        for command in (["topics", "list"], ["groups", "list", "--timeout", "20"]):
+            result = databus(*command, "--bootstrap-server", address)
+            assert result.returncode == 1
+            err = result.stderr.decode()
+            assert f"{address} is not a Kafka broker: it answered 'HTTP/1.1 400 Bad Request'" \
+                in err, err
+            assert "frame of" not in err and "Traceback" not in err
+
+
+def test_a_silent_peer_gives_up_after_the_timeout_naming_the_address():
+    with peer(None) as address:
+        result = databus("topics", "list", "--bootstrap-server", address, "--timeout", "2")
+        assert result.returncode == 1
+        assert result.stderr.decode().splitlines() == [
+            f"databus topics: no answer from {address} within 2s"]
+        # with a shorter request timeout, the handshake itself is named
+        result = databus("topics", "list", "--bootstrap-server", address, "--timeout", "20",
+                         "-X", "request.timeout.ms=1000")
+        assert result.returncode == 1
+        assert (f"{address} accepted the connection but did not answer the Kafka handshake "
+                "(ApiVersions) within 1s") in result.stderr.decode()
