@@ -114,10 +114,8 @@ class Broker:
         log (recovering after an unclean stop); the recovery actions taken."""
         self.data_dir.mkdir(parents=True, exist_ok=True)
         self.cluster_id = load_or_create_cluster_id(self.data_dir, self.node_id)
-        actions = self.log_manager.open()
-        for action in actions:
-            log.info("recovery: %s", action)
-        return actions
+        # The LogManager logs each recovery action where it takes it, and one summary line.
+        return self.log_manager.open()
 
     def close_storage(self) -> None:
         self.log_manager.close()

@@ -87,6 +87,7 @@ class LogManager:
         if self._opened:
             raise RuntimeError("LogManager.open() called twice")
         os.makedirs(self.data_dir, exist_ok=True)
+        started = time.perf_counter()
         actions: list[str] = []
 
         def act(line: str, level: int = logging.INFO) -> None:
@@ -134,6 +135,12 @@ class LogManager:
         if clean:
             os.unlink(marker)
             fsync_dir(self.data_dir)
+        # One line per data dir (each repair, if any, was logged where it was made).
+        partitions = sum(info.partitions for info in topics.values())
+        log.info("%s: loaded %d partition(s) of %d topic(s) in %.0f ms (%s)", self.data_dir,
+                 partitions, len(topics), (time.perf_counter() - started) * 1000,
+                 "clean shutdown" if clean or not partition_dirs
+                 else f"after an unclean shutdown: {len(actions)} recovery action(s)")
         self._opened = True
         self._last_checkpoint_ms = self._now_ms()
         return actions
