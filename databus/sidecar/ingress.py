@@ -81,12 +81,13 @@ class Connection:
 
     async def _reader(self) -> None:
         session = self.session
+        next_event = session.next_event
         produce = self.dispatcher.produce
         receive = self.stream.receive_some
         while True:
-            data = await receive(RECEIVE_BYTES)
+            session.feed(await receive(RECEIVE_BYTES))
             arrival = time.monotonic()
-            for event in session.receive_data(data):
+            while (event := next_event()) is not None:
                 kind = type(event)
                 if kind is Produce:
                     await produce(event.messages, event.sizes, arrival)

@@ -1,9 +1,9 @@
 """One app connection's protocol, sans I/O: this module owns its state machine.
 
-A Session is fed the bytes an app sent (``receive_data``) and turns them into events, in
-order: Hello, Produce, Flush, Ping, then ConnectionClosed at EOF, or ProtocolError when the
-bytes break the protocol (the error frame is queued for the app, and the session takes no
-more input).  Answers go the other way: ``send_report`` (single or group report items),
+A Session is fed the bytes an app sent (``feed``) and turns them into events, in order, one
+per ``next_event()`` call (``receive_data`` does both and returns a list): Hello, Produce,
+Flush, Ping, then ConnectionClosed at EOF, or ProtocolError when the bytes break the
+protocol (the error frame is queued for the app, and the session takes no more input).  Answers go the other way: ``send_report`` (single or group report items),
 ``send_error_report``, ``pong``, and the hello reply and ``flushed`` frames the session
 writes by itself; ``data_to_send()`` returns everything queued as bytes, reports coalesced
 into as few frames as possible, in the order queued.
@@ -95,6 +95,7 @@ class Session:
         self._open_groups: set[int] = set()
         self._flushes: list[tuple[set[int], int]] = []  # (groups waited for, flush id)
         self.discarding = False  # the app is gone: answers have nowhere to go
+        self._eof = False
 
     # --- input ----------------------------------------------------------------------------
 
@@ -104,32 +105,44 @@ class Session:
         return self._decoder.buffered
 
     def receive_data(self, data: bytes) -> list:
-        """The events in ``data``; ``b""`` means EOF.  After ConnectionClosed or
+        """``feed(data)``, then every event it completes, as a list."""
+        self.feed(data)
+        return list(iter(self.next_event, None))
+
+    def feed(self, data: bytes) -> None:
+        """Take bytes the app sent; ``b""`` means EOF.  They are parsed lazily, by
+        ``next_event``."""
+        if data:
+            self._decoder.receive(data)
+        else:
+            self._eof = True
+
+    def next_event(self):
+        """The next event, or None until more bytes arrive.  A frame is parsed only when
+        asked for, so what the caller did for the frames before it (reports queued, say)
+        comes before the error frame of a bad one.  After ConnectionClosed or
         ProtocolError there are no more events."""
         if self.state is State.CLOSED or self.state is State.ERROR:
-            return []
-        events: list = []
+            return None
         try:
-            if not data:
-                if self._decoder.buffered:
-                    raise WireError(
-                        ErrorCode.MALFORMED_FRAME,
-                        f"connection closed inside a frame ({self._decoder.buffered} bytes "
-                        "pending)",
-                    )
-                self.state = State.CLOSED
-                events.append(ConnectionClosed())
-                return events
-            decoder = self._decoder
-            decoder.receive(data)
-            while (frame := decoder.next_frame()) is not None:
-                events.append(self._event(frame))
+            frame = self._decoder.next_frame()
+            if frame is not None:
+                return self._event(frame)
+            if not self._eof:
+                return None
+            if self._decoder.buffered:
+                raise WireError(
+                    ErrorCode.MALFORMED_FRAME,
+                    f"connection closed inside a frame ({self._decoder.buffered} bytes "
+                    "pending)",
+                )
+            self.state = State.CLOSED
+            return ConnectionClosed()
         except WireError as exc:
-            # Frames before the bad one keep their events; the app hears why it is dropped.
+            # The app hears why it is dropped; frames before the bad one were served.
             self.state = State.ERROR
             self._queue_frame(wire.error(exc.code, str(exc)))
-            events.append(ProtocolError(int(exc.code), str(exc)))
-        return events
+            return ProtocolError(int(exc.code), str(exc))
 
     def _event(self, frame: dict[str, Any]):
         if self.state is State.AWAIT_HELLO:

@@ -193,6 +193,21 @@ def test_bad_bytes_end_the_session_with_an_error_frame_but_keep_the_frames_befor
     assert session.receive_data(GOLDEN["ping"]) == []  # nothing more is read
 
 
+def test_frames_are_parsed_as_asked_for_so_answers_to_earlier_frames_precede_the_error():
+    session, _ = new_session()
+    session.feed(GOLDEN["hello"] + GOLDEN["ping"] + b"\x00\x00\x00\x01\xc1")
+    assert session.next_event() == Hello(2, "databus-python/0.1.0")
+    assert session.next_event() == Ping(4)
+    session.pong(4)  # what the I/O shell does with the ping, before it looks further
+    error = session.next_event()
+    assert type(error) is ProtocolError
+    assert session.next_event() is None
+    assert session.data_to_send() == (
+        GOLDEN["hello-reply"] + GOLDEN["pong"]
+        + wire.encode_frame(wire.error(ErrorCode.MALFORMED_FRAME, error.message))
+    )
+
+
 @pytest.mark.parametrize(
     "data, code, fragment",
     [
