@@ -101,7 +101,7 @@ class Session:
 
     @property
     def buffered(self) -> int:
-        """Bytes received that are not a whole frame yet."""
+        """Bytes received and not yet returned as events."""
         return self._decoder.buffered
 
     def receive_data(self, data: bytes) -> list:
