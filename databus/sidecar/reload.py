@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 import os
 import signal
+from collections.abc import Awaitable, Callable
 
 import trio
 
@@ -28,7 +29,11 @@ async def watch_config(sidecar) -> None:
     async with trio.open_nursery() as nursery:
         if hasattr(signal, "SIGHUP"):
             nursery.start_soon(_on_sighup, sidecar)
-        await _poll(sidecar)
+        await poll_file(
+            sidecar.config_path,
+            lambda: sidecar.config.sidecar.reload_poll_ms / 1000,
+            sidecar.reload_from_file,
+        )
 
 
 async def _on_sighup(sidecar) -> None:
@@ -38,16 +43,23 @@ async def _on_sighup(sidecar) -> None:
             await sidecar.reload_from_file()
 
 
-async def _poll(sidecar) -> None:
-    last = _stamp(sidecar.config_path)
+async def poll_file(
+    path, interval: Callable[[], float], on_change: Callable[[], Awaitable[object]]
+) -> None:
+    """Every ``interval()`` seconds (read again each time: a reload may change it), look at
+    ``path``; when its stamp changed, await ``on_change()``.  An interval <= 0 turns
+    watching off until it turns positive again (looked at every second); a change made
+    meanwhile is seen then.  A missing file is no change (an editor's rename is under way,
+    or it was removed: the config in use stays)."""
+    last = _stamp(path)
     while True:
-        interval = sidecar.config.sidecar.reload_poll_ms / 1000
-        if interval <= 0:  # file watching is off; a SIGHUP reload may turn it back on
+        seconds = interval()
+        if seconds <= 0:
             await trio.sleep(1)
             continue
-        await trio.sleep(interval)
-        stamp = _stamp(sidecar.config_path)
+        await trio.sleep(seconds)
+        stamp = _stamp(path)
         if stamp is not None and stamp != last:
             last = stamp
-            log.info("%s changed: reloading", sidecar.config_path)
-            await sidecar.reload_from_file()
+            log.info("%s changed: reloading", path)
+            await on_change()
