@@ -31,9 +31,9 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
-import databus
 from databus.protocol import sidecar_wire as wire
 from databus.protocol.defaults import MAX_BLOCK_MS
+from databus.version import __version__
 
 from .errors import (
     BufferExhaustedError,
@@ -213,7 +213,7 @@ class Client:
         self._flushed_ok: set[int] = set()
         self._address = address
         self._connect_timeout = connect_timeout
-        self._client_name = client_name or f"databus-python/{databus.__version__}"
+        self._client_name = client_name or f"databus-python/{__version__}"
         self._max_block_override = max_block_ms
         self.reconnects = 0
         self._open()

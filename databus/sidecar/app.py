@@ -30,12 +30,13 @@ from databus.config import EMBEDDED_CLUSTER, ConfigError, DatabusConfig
 from databus.plugins import PluginError, PluginManager, get_plugin_manager
 from databus.protocol import sidecar_wire as wire
 from databus.protocol.addresses import parse_host_port
+from databus.service.metrics import serve_http
 from databus.startup import StartupError, make_dirs, open_tcp_listeners, reason
 
 from .budget import ByteBudget
 from .gate import ReloadGate
 from .ingress import Connection
-from .metrics import SidecarMetrics, serve_http
+from .metrics import SidecarMetrics
 from .router import RoutingTable
 from .upstream import ProducerPool, default_producer_factory
 
@@ -282,7 +283,7 @@ class Sidecar:
         if bound.metrics:
             ingress.start_soon(serve_http, self.metrics, bound.metrics, self.healthy)
         if self.config_path is not None:
-            from .reload import watch_config
+            from databus.service.reload import watch_config
 
             ingress.start_soon(watch_config, self)
         accept_scope = trio.CancelScope()

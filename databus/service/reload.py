@@ -1,7 +1,7 @@
 """Hot reload triggers: SIGHUP, and the config file's mtime (polled; no extra dependency).
 
-Both end in ``Sidecar.reload_from_file``, which validates the whole file and applies it or
-logs why not and keeps the old config.  A change is recognised by (mtime, size, inode), so an
+Both end in the service's ``reload_from_file`` (the sidecar's, ``databus mirror``'s), which
+validates the whole file and applies it or logs why not and keeps the old config.  A change is recognised by (mtime, size, inode), so an
 editor that replaces the file by renaming a new one over it is seen too.
 """
 
@@ -14,7 +14,7 @@ from collections.abc import Awaitable, Callable
 
 import trio
 
-log = logging.getLogger("databus.sidecar.reload")
+log = logging.getLogger("databus.reload")
 
 
 def _stamp(path) -> tuple | None:
