@@ -14,7 +14,7 @@ their hooks with ``databus.hookimpl`` (docs/plugins.md).  These names are import
 so that ``databus --help`` and the broker do not pay for the SDK, nor apps for pluggy.
 """
 
-__version__ = "0.1.0"
+from .version import __version__
 
 _SDK_NAMES = {
     "AsyncClient", "Client", "ClientStatistics", "Delivery", "DeliveryFuture", "DatabusError",

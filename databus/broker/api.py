@@ -4,7 +4,7 @@ coroutine.
 A handler declares what it answers with ``@handles(api_key, min_version, max_version)``;
 the declaration only labels the function (nothing global is registered).  The table of a
 broker is built explicitly by ``databus.broker.handlers.handler_table()`` from the list of
-handlers there, and each ``Broker`` owns its own table: the server dispatches through it,
+handlers there, and each ``Server`` owns its own table: it dispatches through it,
 ApiVersions answers from it, and docs/protocol.md is checked against it by a test, so what
 the broker advertises is exactly what it handles.
 
@@ -17,7 +17,7 @@ sockets; only the server loop does.
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from databus.protocol.framing import RequestHeader, response_schema
@@ -38,6 +38,8 @@ class RequestContext:
     client_port: int = 0
     # The whole request frame (header included): for handlers that parse versions kio lacks.
     frame: bytes = b""
+    # The serving Server's handler table (what ApiVersions advertises).
+    handlers: HandlerTable = field(default_factory=dict)
 
     @property
     def api_key(self) -> int:

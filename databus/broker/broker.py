@@ -8,9 +8,11 @@
 * ``group_commit``: the one flusher behind acks=all;
 * ``producer_ids``: the producer-id allocator of InitProducerId;
 * ``groups``: the group coordinator (``__consumer_offsets``, consumer groups);
-* ``retention``: the periodic retention and compaction runs (off the trio thread);
-* ``handlers``: the handler table (api key -> handler and version range) the server
-  dispatches through and ApiVersions advertises.
+* ``retention``: the periodic retention and compaction runs (off the trio thread).
+
+The Kafka protocol is served by a ``Server`` (server.py) over a running Broker: the server
+owns the handler table (api key -> handler and version range) that it dispatches through
+and ApiVersions advertises, so the handlers, which know the Broker, sit above it.
 
 Nothing is attached later and nothing is module-global, so two brokers in one process share
 nothing.  ``await nursery.start(broker.run)`` opens storage and starts the services
@@ -54,8 +56,6 @@ class Broker:
     """One broker.  Create, then ``await nursery.start(broker.run)``."""
 
     def __init__(self, config: BrokerConfig, data_dir: str | os.PathLike | None = None) -> None:
-        from .handlers import handler_table  # handler modules import this module
-
         self.config = config
         directory = data_dir or config.log_dir
         if not directory:
@@ -91,7 +91,6 @@ class Broker:
         self.retention = RetentionService(
             self.log_manager, config.log_retention_check_interval_ms / 1000
         )
-        self.handlers = handler_table()
 
     # -- identity -------------------------------------------------------------------------
 

@@ -34,7 +34,8 @@ from databus.protocol.framing import (
 )
 from databus.protocol.unsupported import bare_error_body, error_response
 
-from .api import Deferred, RawResponse, RequestContext
+from .api import Deferred, HandlerTable, RawResponse, RequestContext
+from .handlers import handler_table
 from .handlers.api_versions import unsupported_version_response
 
 log = logging.getLogger(__name__)
@@ -60,6 +61,7 @@ class _Connection:
     def __init__(self, server: Server, stream: trio.SocketStream) -> None:
         self.server = server
         self.broker = server.broker
+        self.handlers = server.handlers
         self.stream = stream
         try:
             host, port = stream.socket.getpeername()[:2]
@@ -113,14 +115,14 @@ class _Connection:
             header, request = decode_request(frame)
         except UnsupportedVersion as exc:
             header, request = exc.header, None
-        registration = self.broker.handlers.get(header.api_key)
+        registration = self.handlers.get(header.api_key)
         if registration is None or not registration.supports(header.api_version):
             log.info(
                 "unsupported api key %d v%d from %s (client %r)",
                 header.api_key, header.api_version, self.peer, header.client_id,
             )
-            return header, self._unsupported(header, self.broker.handlers)
-        ctx = RequestContext(self.broker, header, self.host, self.port, frame)
+            return header, self._unsupported(header, self.handlers)
+        ctx = RequestContext(self.broker, header, self.host, self.port, frame, self.handlers)
         result = await registration.handler(ctx, request)
         if result is None:
             return None
@@ -180,8 +182,11 @@ class _AsV0:
 class Server:
     """Listens for Kafka clients and serves them from a running Broker."""
 
-    def __init__(self, broker, *, drain_timeout: float = 5.0) -> None:
+    def __init__(self, broker, *, handlers: HandlerTable | None = None,
+                 drain_timeout: float = 5.0) -> None:
         self.broker = broker
+        # The APIs this server answers: by default every handler of handlers/__init__.py.
+        self.handlers = handler_table() if handlers is None else handlers
         self.drain_timeout = drain_timeout
         self._connections: set[_Connection] = set()
         self._accept_scope = trio.CancelScope()

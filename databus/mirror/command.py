@@ -69,7 +69,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 class _Reloader:
-    """What databus.sidecar.reload.watch_config drives: the file, the config, apply."""
+    """What databus.service.reload.watch_config drives: the file, the config, apply."""
 
     def __init__(self, path: Path, config: DatabusConfig, supervisor) -> None:
         self.config_path = path
@@ -89,8 +89,8 @@ class _Reloader:
 
 
 async def _run(config: DatabusConfig, args) -> int:
-    from databus.sidecar.metrics import serve_http
-    from databus.sidecar.reload import watch_config
+    from databus.service.metrics import serve_http
+    from databus.service.reload import watch_config
 
     from .supervisor import MirrorSupervisor
 

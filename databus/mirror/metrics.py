@@ -9,7 +9,7 @@ from __future__ import annotations
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 
-from databus.sidecar.metrics import LatencyHistogram
+from databus.service.metrics import LatencyHistogram
 
 STATES = ("running", "stopped")
 

@@ -105,10 +105,29 @@ def default_socket_path() -> str:
 
 # --- encoding ---------------------------------------------------------------------------
 
+# One packer for every frame (str as str, bytes as bin).  Its pack() runs without releasing
+# the GIL, so SDK I/O threads of several clients may share it.
+_pack = msgpack.Packer(use_bin_type=True).pack
+_prefix = LENGTH_PREFIX.pack
+
+
 def encode_frame(frame: dict[str, Any]) -> bytes:
     """One frame: length prefix + msgpack map (str as str, bytes as bin)."""
-    body = msgpack.packb(frame, use_bin_type=True)
-    return LENGTH_PREFIX.pack(len(body)) + body
+    body = _pack(frame)
+    return _prefix(len(body)) + body
+
+
+def append_frame(out: bytearray, frame: dict[str, Any]) -> int:
+    """Append one frame to ``out`` (no intermediate bytes object); returns its length."""
+    body = _pack(frame)
+    out += _prefix(len(body))
+    out += body
+    return 4 + len(body)
+
+
+def encode_reports(items: list[list[Any]]) -> bytes:
+    """A reports frame answering ``items`` (single or group report items)."""
+    return encode_frame({"type": "reports", "reports": items})
 
 
 def hello(client: str, version: int = PROTOCOL_VERSION) -> dict[str, Any]:
@@ -169,6 +188,18 @@ def report_group_error(ids: list[int], code: int, message: str) -> list[Any]:
     return [ids, int(code), message]
 
 
+def report_delivery(item: list[Any], index: int) -> tuple[str, int, int, int]:
+    """(topic, partition, offset, timestamp) of a delivered report item: the message itself
+    for a single report (``index`` -1), else the ``index``-th message of a group report."""
+    if index < 0:
+        return item[2], item[3], item[4], item[5]
+    first, timestamp = item[4], item[5]
+    return (
+        item[2], item[3], first + index if first >= 0 else -1,
+        timestamp[index] if type(timestamp) is list else timestamp,
+    )
+
+
 def expand_report(item: list[Any]) -> list[list[Any]]:
     """The per-message reports (version 1 forms) a report item stands for."""
     ids = item[0]
@@ -176,12 +207,7 @@ def expand_report(item: list[Any]) -> list[list[Any]]:
         return [item]
     if item[1] != 0:
         return [[id_, item[1], item[2]] for id_ in ids]
-    _, _, topic, partition, first, ts = item
-    if type(ts) is not list:
-        ts = [ts] * len(ids)
-    if first < 0:
-        return [[id_, 0, topic, partition, first, t] for id_, t in zip(ids, ts)]
-    return [[id_, 0, topic, partition, first + i, t] for i, (id_, t) in enumerate(zip(ids, ts))]
+    return [[id_, 0, *report_delivery(item, i)] for i, id_ in enumerate(ids)]
 
 
 def reports(items: list[list[Any]]) -> dict[str, Any]:
@@ -216,42 +242,117 @@ def _reject_ext(code: int, data: bytes) -> Any:
 
 
 class FrameDecoder:
-    """Sans-I/O splitter and decoder: ``feed(bytes)`` returns the complete frames as dicts.
+    """Sans-I/O frame splitter and decoder, linear in the bytes fed however they are cut.
 
-    The length prefix is checked against ``max_frame_bytes`` before the frame's bytes are
-    buffered, so a hostile 4 GiB prefix costs nothing.  Any violation raises WireError; the
-    decoder is then unusable (the connection must be closed).
+    ``receive(data)`` hands it bytes; ``next_frame()`` returns the next complete frame as a
+    dict, or None until more bytes arrive; ``feed(data)`` does both and returns a list.
+    Frames that lie whole inside one ``data`` are decoded in place (no copy); only the
+    bytes of a frame cut by a read boundary are copied, once each, into a buffer that
+    holds that one frame (``copied_bytes`` counts them).  The length prefix is checked
+    against ``max_frame_bytes`` before the body is buffered, so a hostile 4 GiB prefix
+    costs nothing.  Any violation raises WireError; the decoder is then unusable (the
+    connection must be closed).
     """
 
     def __init__(self, max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES) -> None:
         self.max_frame_bytes = max_frame_bytes
-        self._buf = b""
+        self.copied_bytes = 0  # bytes copied into the pending-frame buffer, ever
+        self._pending = bytearray()  # the start of a frame cut by a read boundary
+        self._need = 0  # the pending frame's whole length (prefix included); 0: unknown yet
+        self._data: memoryview | None = None  # the bytes received last, not yet consumed
+        self._pos = 0
 
     @property
     def buffered(self) -> int:
-        return len(self._buf)
+        """Bytes received that are not part of a returned frame yet."""
+        rest = len(self._data) - self._pos if self._data is not None else 0
+        return len(self._pending) + rest
+
+    def receive(self, data: bytes) -> None:
+        """Take ``data`` (kept by reference until ``next_frame`` has consumed it)."""
+        if self._data is not None and self._pos < len(self._data):
+            # Frames left unread (the caller stopped early): keep them in front.  Never
+            # happens on the paths that drain next_frame() after each receive().
+            rest = self._data[self._pos :]
+            self.copied_bytes += len(rest)
+            data = bytes(rest) + data
+        self._data = memoryview(data)
+        self._pos = 0
+
+    def next_frame(self) -> dict[str, Any] | None:
+        data = self._data
+        if data is None:
+            return None
+        pos = self._pos
+        end = len(data)
+        if self._pending:
+            return self._continue_pending(data, pos, end)
+        if end - pos < 4:
+            self._stash()
+            return None
+        (size,) = LENGTH_PREFIX.unpack_from(data, pos)
+        self._check(size)
+        if end - pos - 4 < size:
+            self._need = 4 + size
+            self._stash()
+            return None
+        self._pos = pos + 4 + size
+        return decode_body(data[pos + 4 : pos + 4 + size])
 
     def feed(self, data: bytes) -> list[dict[str, Any]]:
-        buf = self._buf + data if self._buf else bytes(data)
+        """``receive(data)``, then every frame complete so far."""
+        self.receive(data)
         frames = []
-        pos = 0
-        end = len(buf)
-        while end - pos >= 4:
-            (size,) = LENGTH_PREFIX.unpack_from(buf, pos)
-            if size > self.max_frame_bytes:
-                raise WireError(
-                    ErrorCode.FRAME_TOO_LARGE,
-                    f"frame of {size} bytes exceeds max_frame_bytes={self.max_frame_bytes}",
-                )
-            if end - pos - 4 < size:
-                break
-            frames.append(decode_body(buf[pos + 4 : pos + 4 + size]))
-            pos += 4 + size
-        self._buf = buf[pos:] if pos < end else b""
+        while (frame := self.next_frame()) is not None:
+            frames.append(frame)
         return frames
 
+    def _check(self, size: int) -> None:
+        if size > self.max_frame_bytes:
+            raise WireError(
+                ErrorCode.FRAME_TOO_LARGE,
+                f"frame of {size} bytes exceeds max_frame_bytes={self.max_frame_bytes}",
+            )
 
-def decode_body(body: bytes) -> dict[str, Any]:
+    def _stash(self) -> None:
+        """Copy the unread rest of the received bytes (the start of one frame) into the
+        pending-frame buffer."""
+        data = self._data
+        if data is not None:
+            rest = data[self._pos :]
+            self._pending += rest
+            self.copied_bytes += len(rest)
+        self._data = None
+        self._pos = 0
+
+    def _continue_pending(self, data: memoryview, pos: int, end: int) -> dict[str, Any] | None:
+        pending = self._pending
+        if not self._need:  # the prefix itself was cut: complete it first
+            take = min(4 - len(pending), end - pos)
+            pending += data[pos : pos + take]
+            self.copied_bytes += take
+            pos += take
+            if len(pending) < 4:
+                self._pos = pos
+                self._stash()
+                return None
+            (size,) = LENGTH_PREFIX.unpack_from(pending, 0)
+            self._check(size)
+            self._need = 4 + size
+        take = min(self._need - len(pending), end - pos)
+        pending += data[pos : pos + take]
+        self.copied_bytes += take
+        self._pos = pos + take
+        if len(pending) < self._need:
+            self._stash()
+            return None
+        # A new buffer for the next cut frame: the frame decoded here may hold views of it.
+        self._pending = bytearray()
+        self._need = 0
+        return decode_body(memoryview(pending)[4:])
+
+
+def decode_body(body: bytes | memoryview) -> dict[str, Any]:
     """Decode one frame body (without its prefix) into a map with a str ``type``."""
     try:
         frame = msgpack.unpackb(body, raw=False, ext_hook=_reject_ext, strict_map_key=True)
@@ -312,8 +413,8 @@ def parse_produce(frame: dict[str, Any]) -> tuple[list[tuple], list[int]]:
     raw = frame.get("messages")
     if type(raw) is not list:
         raise WireError(ErrorCode.MALFORMED_FRAME, "produce frame: 'messages' must be an array")
-    out = []
-    sizes = []
+    out: list[tuple] = []
+    sizes: list[int] = []
     append = out.append
     add_size = sizes.append
     for item in raw:
@@ -348,7 +449,8 @@ def payload_size(message: tuple) -> int:
 def _parse_message(index: int, item: Any) -> tuple:
     if type(item) is not list or not 3 <= len(item) <= 7:
         raise _bad(index, "must be an array of 3 to 7 fields")
-    id_, stream, value, key, headers, partition, timestamp = (*item, *_PAD[len(item)])
+    fields: tuple[Any, ...] = (*item, *_PAD[len(item)])
+    id_, stream, value, key, headers, partition, timestamp = fields
     if type(id_) is not int or id_ < 0:
         raise _bad(index, "id must be a non-negative integer")
     if type(stream) is not str:
@@ -371,7 +473,7 @@ def _parse_message(index: int, item: Any) -> tuple:
 _PAD = [(None,) * (7 - n) if n <= 7 else () for n in range(8)]
 
 
-def _headers(index: int, headers: Any) -> list[tuple[str, bytes]]:
+def _headers(index: int, headers: Any) -> list[tuple[str, bytes | None]]:
     if type(headers) is not list:
         raise _bad(index, "headers must be an array of [str, bin] pairs")
     out = []

@@ -31,11 +31,9 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
-import msgpack
-
-import databus
 from databus.protocol import sidecar_wire as wire
 from databus.protocol.defaults import MAX_BLOCK_MS
+from databus.version import __version__
 
 from .errors import (
     BufferExhaustedError,
@@ -47,8 +45,6 @@ from .errors import (
 
 log = logging.getLogger("databus.sdk")
 
-_PACK = msgpack.Packer(use_bin_type=True).pack
-_PREFIX = wire.LENGTH_PREFIX.pack
 # Messages per produce frame: big enough to amortise framing, small enough to keep the
 # sidecar's frames and the first report's latency short.
 MAX_MESSAGES_PER_FRAME = 2048
@@ -154,13 +150,7 @@ class DeliveryFuture:
 
 def _delivery(report: list, index: int) -> Delivery:
     """The Delivery of message ``index`` of a group report (-1: ``report`` is a single one)."""
-    if index < 0:
-        return Delivery(report[2], report[3], report[4], report[5])
-    first, timestamp = report[4], report[5]
-    return Delivery(
-        report[2], report[3], first + index if first >= 0 else -1,
-        timestamp[index] if type(timestamp) is list else timestamp,
-    )
+    return Delivery._make(wire.report_delivery(report, index))
 
 
 def _as_bytes(data: Any, what: str) -> bytes | None:
@@ -223,7 +213,7 @@ class Client:
         self._flushed_ok: set[int] = set()
         self._address = address
         self._connect_timeout = connect_timeout
-        self._client_name = client_name or f"databus-python/{databus.__version__}"
+        self._client_name = client_name or f"databus-python/{__version__}"
         self._max_block_override = max_block_ms
         self.reconnects = 0
         self._open()
@@ -568,28 +558,23 @@ class Client:
 
     def _encode(self, queue: list, out: bytearray, position: int) -> int:
         """Append ``queue`` to ``out`` as frames: runs of messages as produce frames (up to
-        MAX_MESSAGES_PER_FRAME each), markers as their own frames."""
+        MAX_MESSAGES_PER_FRAME each), flush markers as flush frames."""
         run_start = 0
         for i, item in enumerate(queue):
             if type(item[0]) is not int:  # a ("flush", id) marker
                 position = self._append_produce(out, queue, run_start, i, position)
-                position = self._append(out, {"type": item[0], "id": item[1]}, position)
+                position += wire.append_frame(out, wire.flush(item[1]))
                 run_start = i + 1
         return self._append_produce(out, queue, run_start, len(queue), position)
 
-    def _append_produce(self, out: bytearray, queue: list, start: int, end: int,
+    @staticmethod
+    def _append_produce(out: bytearray, queue: list, start: int, end: int,
                         position: int) -> int:
+        # The queued tuples are already message arrays (send() builds them in that shape).
         for first in range(start, end, MAX_MESSAGES_PER_FRAME):
             messages = queue[first : min(end, first + MAX_MESSAGES_PER_FRAME)]
-            position = self._append(out, {"type": "produce", "messages": messages}, position)
+            position += wire.append_frame(out, wire.produce(messages))
         return position
-
-    @staticmethod
-    def _append(out: bytearray, frame: dict, position: int) -> int:
-        body = _PACK(frame)
-        out += _PREFIX(len(body))
-        out += body
-        return position + 4 + len(body)
 
     def _release_written(self, marks: collections.deque, sent: int) -> None:
         released = 0

@@ -6,9 +6,10 @@ tasks.  ``request_stop()`` drains it: stop accepting connections, let every queu
 reach upstream (up to ``shutdown_timeout_ms``), write the last reports, close.
 
 ``apply(config)`` is hot reload: build the new routing table beside the old one (any failure
-rejects the config and keeps the old one), pause the hot path at a message boundary, swap,
-flush and retire the producers the new table no longer uses (so per-key order holds across a
-reload: the old producer's messages are acknowledged before the new producer sends), resume.
+rejects the config and keeps the old one), then swap it in through the reload gate (gate.py:
+no frame is routed while the old table's frames finish being handed over), flush and retire
+the producers the new table no longer uses (so per-key order holds across a reload: the old
+producer's messages are acknowledged before the new producer sends), and open the gate.
 Connections and queued messages are untouched.
 """
 
@@ -29,11 +30,13 @@ from databus.config import EMBEDDED_CLUSTER, ConfigError, DatabusConfig
 from databus.plugins import PluginError, PluginManager, get_plugin_manager
 from databus.protocol import sidecar_wire as wire
 from databus.protocol.addresses import parse_host_port
+from databus.service.metrics import serve_http
 from databus.startup import StartupError, make_dirs, open_tcp_listeners, reason
 
 from .budget import ByteBudget
+from .gate import ReloadGate
 from .ingress import Connection
-from .metrics import SidecarMetrics, serve_http
+from .metrics import SidecarMetrics
 from .router import RoutingTable
 from .upstream import ProducerPool, default_producer_factory
 
@@ -77,14 +80,11 @@ class Sidecar:
         self.budget = ByteBudget(config.sidecar.buffer_memory)
         self.metrics.buffer_bytes = lambda: self.budget.used
         self.metrics.buffer_limit = self.budget.limit
-        self.table: RoutingTable | None = None
+        # The routing table in use lives in the gate (None until serve() has built one).
+        self.gate: ReloadGate[RoutingTable | None] = ReloadGate(None)
         self.pool: ProducerPool | None = None
         self.addresses: Addresses | None = None
-        self.sending = 0
-        self.paused = False
         self.stopping = False
-        self.idle = trio.Event()
-        self._resumed = trio.Event()
         self._reload_lock = trio.Lock()
         self._stop = trio.Event()
         self._connections: set[Connection] = set()
@@ -93,13 +93,12 @@ class Sidecar:
         self._conn_ids = 0
         self.mirrors = None  # the MirrorSupervisor, once serving
 
-    # --- hot-path helpers used by ingress -------------------------------------------------
+    @property
+    def table(self) -> RoutingTable | None:
+        """The routing table in use."""
+        return self.gate.current
 
-    async def wait_resumed(self) -> bool:
-        """Wait out a reload swap; False if the sidecar is stopping instead."""
-        while self.paused and not self.stopping:
-            await self._resumed.wait()
-        return not self.stopping
+    # --- what connections need from the service -------------------------------------------
 
     def hello_reply(self, version: int) -> dict:
         max_block = self.config.producer_config(self.config.producer).max_block_ms
@@ -168,21 +167,13 @@ class Sidecar:
 
     async def _swap(self, table: RoutingTable) -> None:
         assert self.pool is not None and self.table is not None
-        self.paused = True
-        self._resumed = trio.Event()
-        self.idle = trio.Event()
-        try:
-            if self.sending:
-                await self.idle.wait()
-            old_table, self.table = self.table, table
+        async with self.gate.swapping():
+            old_table, self.gate.current = self.gate.current, table
             unused = old_table.handles() - table.handles()
             if unused:
                 await self.pool.retire(
                     unused, timeout=self.config.sidecar.shutdown_timeout_ms / 1000
                 )
-        finally:
-            self.paused = False
-            self._resumed.set()
 
     async def reload_from_file(self) -> bool:
         from databus.config import load_config
@@ -271,7 +262,7 @@ class Sidecar:
                 self.mirrors = await root.start(MirrorSupervisor(self.config).serve)
                 self.metrics.registry.register(self.mirrors.metrics.collector)
                 try:
-                    self.table = await RoutingTable.build(
+                    self.gate.current = await RoutingTable.build(
                         self.config, self.pm, self.pool, self.bootstrap_map(self.config),
                         self.metrics,
                     )
@@ -292,7 +283,7 @@ class Sidecar:
         if bound.metrics:
             ingress.start_soon(serve_http, self.metrics, bound.metrics, self.healthy)
         if self.config_path is not None:
-            from .reload import watch_config
+            from databus.service.reload import watch_config
 
             ingress.start_soon(watch_config, self)
         accept_scope = trio.CancelScope()
@@ -311,7 +302,12 @@ class Sidecar:
     async def _accept(self, listeners, scope: trio.CancelScope) -> None:
         async def handle(stream) -> None:
             self._conn_ids += 1
-            conn = Connection(self, stream, f"conn-{self._conn_ids}")
+            conn = Connection(
+                stream, f"conn-{self._conn_ids}",
+                max_frame_bytes=self.config.sidecar.max_frame_bytes,
+                hello_reply=self.hello_reply, budget=self.budget, gate=self.gate,
+                metrics=self.metrics, kick=self.kick_producers,
+            )
             self._connections.add(conn)
             try:
                 await conn.run()
@@ -326,15 +322,15 @@ class Sidecar:
 
     async def _drain(self) -> None:
         log.info("stopping: draining queued messages")
-        self.stopping = self.paused = True
-        self._resumed.set()
+        self.stopping = True
+        self.gate.stop()
         self.pm.notify("databus_sidecar_stopping", config=self.config)
         timeout = self.config.sidecar.shutdown_timeout_ms / 1000
         assert self.pool is not None
         await self.pool.close_all(timeout=timeout)
         # Give writers a moment to put the last reports on the wire.
         with trio.move_on_after(1.0):
-            while any(conn._out for conn in self._connections):
+            while any(conn.session.has_output for conn in self._connections):
                 await trio.sleep(0.01)
 
 

@@ -9,6 +9,7 @@ cluster is.  A waiter gives up at a deadline (the arrival time plus its stream's
 
 from __future__ import annotations
 
+import collections
 from dataclasses import dataclass
 
 import trio
@@ -21,11 +22,20 @@ class ByteBudgetStatistics:
     waiting: int  # messages waiting for bytes
 
 
+class _Waiter:
+    __slots__ = ("event", "granted", "n")
+
+    def __init__(self, n: int) -> None:
+        self.n = n
+        self.granted = False
+        self.event = trio.Event()
+
+
 class ByteBudget:
     def __init__(self, limit: int) -> None:
         self.limit = limit
         self.used = 0
-        self._lot = trio.lowlevel.ParkingLot()
+        self._waiters: collections.deque[_Waiter] = collections.deque()
 
     def try_acquire(self, n: int) -> bool:
         if self.used + n <= self.limit:
@@ -36,28 +46,45 @@ class ByteBudget:
     async def acquire(self, n: int, deadline: float) -> bool:
         """Wait until ``n`` bytes fit or ``deadline`` (trio clock) passes; True if taken.
 
-        Waiters are served in arrival order (parked FIFO, the head re-checks first), so a
-        big message is not starved by a stream of small ones."""
+        Waiters are served strictly in arrival order: bytes given back go to the first
+        waiter, and to the next only once it fits, so a big message is not starved by a
+        stream of small ones (they wait behind it)."""
         if n > self.limit:
             return False
-        if not self._lot and self.try_acquire(n):
+        if not self._waiters and self.try_acquire(n):
             return True
-        with trio.move_on_at(deadline):
-            while True:
-                await self._lot.park()
-                if self.try_acquire(n):
-                    # Let the next waiter check too: there may be room for it as well.
-                    self._lot.unpark()
-                    return True
-        # We may have been woken just as the deadline passed: hand the wake-up on.
-        if self._lot and self.used < self.limit:
-            self._lot.unpark()
+        waiter = _Waiter(n)
+        self._waiters.append(waiter)
+        try:
+            with trio.move_on_at(deadline):
+                await waiter.event.wait()
+        except BaseException:  # cancelled from outside: leave no bytes and no place behind
+            self._forget(waiter)
+            raise
+        if waiter.granted:  # (granted just as the deadline passed: the bytes are ours)
+            return True
+        self._forget(waiter)
         return False
+
+    def _forget(self, waiter: _Waiter) -> None:
+        if waiter.granted:
+            self.release(waiter.n)
+        else:
+            self._waiters.remove(waiter)
+            self._grant()  # the head giving up may let the next one in
+
+    def _grant(self) -> None:
+        waiters = self._waiters
+        while waiters and self.used + waiters[0].n <= self.limit:
+            waiter = waiters.popleft()
+            self.used += waiter.n
+            waiter.granted = True
+            waiter.event.set()
 
     def release(self, n: int) -> None:
         self.used -= n
-        if self._lot:
-            self._lot.unpark()
+        if self._waiters:
+            self._grant()
 
     def statistics(self) -> ByteBudgetStatistics:
-        return ByteBudgetStatistics(used=self.used, limit=self.limit, waiting=len(self._lot))
+        return ByteBudgetStatistics(used=self.used, limit=self.limit, waiting=len(self._waiters))

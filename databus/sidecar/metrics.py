@@ -1,4 +1,4 @@
-"""The sidecar's metrics and the tiny HTTP server for ``/metrics`` and ``/healthz``.
+"""The sidecar's metrics (served on ``/metrics`` by databus.service.metrics.serve_http).
 
 The hot path only bumps plain integers on a StreamStats (a prometheus-client Counter takes
 a lock per increment, too slow per message); a custom collector turns them into Prometheus
@@ -9,13 +9,11 @@ Producer figures (batch size, compression ratio, ...) are read from each upstrea
 
 from __future__ import annotations
 
-import bisect
 import dataclasses
 import logging
 from collections.abc import Callable, Iterable
 from typing import Any
 
-import trio
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import (
     CounterMetricFamily,
@@ -24,13 +22,9 @@ from prometheus_client.core import (
 )
 
 from databus.protocol.sidecar_wire import error_name
+from databus.service.metrics import LatencyHistogram
 
 log = logging.getLogger("databus.sidecar.metrics")
-
-LATENCY_BUCKETS = (
-    0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0
-)
-
 
 class StreamStats:
     __slots__ = ("messages_in", "bytes_in", "messages_out", "bytes_out", "dropped")
@@ -38,29 +32,6 @@ class StreamStats:
     def __init__(self) -> None:
         self.messages_in = self.bytes_in = self.messages_out = self.bytes_out = 0
         self.dropped = 0
-
-
-class LatencyHistogram:
-    __slots__ = ("counts", "total", "count")
-
-    def __init__(self) -> None:
-        self.counts = [0] * (len(LATENCY_BUCKETS) + 1)
-        self.total = 0.0
-        self.count = 0
-
-    def observe(self, seconds: float, n: int = 1) -> None:
-        """``n`` messages that each took ``seconds`` (a batch is answered at once)."""
-        self.counts[bisect.bisect_left(LATENCY_BUCKETS, seconds)] += n
-        self.total += seconds * n
-        self.count += n
-
-    def buckets(self) -> list[tuple[str, int]]:
-        out, running = [], 0
-        for bound, n in zip(LATENCY_BUCKETS, self.counts):
-            running += n
-            out.append((repr(bound), running))
-        out.append(("+Inf", running + self.counts[-1]))
-        return out
 
 
 class SidecarMetrics:
@@ -169,54 +140,3 @@ def m_producer_stats(m: SidecarMetrics):
     except Exception:
         log.exception("reading producer statistics failed")
         return []
-
-
-async def serve_http(
-    metrics: SidecarMetrics,
-    listeners: list[trio.SocketListener],
-    healthy: Callable[[], tuple[bool, str]],
-) -> None:
-    """Answer ``GET /metrics`` and ``GET /healthz`` on ``listeners`` (bound by the caller,
-    closed on return); anything else is 404.  One request per connection (``Connection:
-    close``), which is all Prometheus and probes need."""
-    try:
-        await trio.serve_listeners(
-            lambda stream: _handle(stream, metrics, healthy), listeners
-        )
-    finally:
-        for listener in listeners:
-            await listener.aclose()
-
-
-async def _handle(stream, metrics: SidecarMetrics, healthy) -> None:
-    try:
-        with trio.move_on_after(10):
-            request = b""
-            while b"\r\n\r\n" not in request and len(request) < 8192:
-                chunk = await stream.receive_some(4096)
-                if not chunk:
-                    return
-                request += chunk
-            line = request.split(b"\r\n", 1)[0].decode("latin-1").split()
-            path = line[1].split("?", 1)[0] if len(line) >= 2 else ""
-            method = line[0] if line else ""
-            if method not in ("GET", "HEAD"):
-                status, ctype, body = "405 Method Not Allowed", "text/plain", b"GET only\n"
-            elif path == "/metrics":
-                status, ctype = "200 OK", "text/plain; version=0.0.4; charset=utf-8"
-                body = metrics.render()
-            elif path == "/healthz":
-                ok, detail = healthy()
-                status = "200 OK" if ok else "503 Service Unavailable"
-                ctype, body = "text/plain", (detail + "\n").encode()
-            else:
-                status, ctype, body = "404 Not Found", "text/plain", b"try /metrics or /healthz\n"
-            head = (
-                f"HTTP/1.1 {status}\r\nContent-Type: {ctype}\r\n"
-                f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n"
-            ).encode()
-            await stream.send_all(head + (b"" if method == "HEAD" else body))
-    except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
-        pass
-    finally:
-        await stream.aclose()

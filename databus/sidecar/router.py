@@ -1,9 +1,17 @@
-"""Stream -> route: the topic, the upstream producer and the plugin callables for a stream.
+"""Stream -> route, and the routing decision for a produce frame.
 
 A RoutingTable is built from one validated config, all at once, before it is applied: every
 hook factory (``databus_route``, ``databus_partitioner`` through the producer pool) is called
 here, once, so the hot path only looks a stream up in a dict and calls plain functions.  If
 any factory fails the table is not built and the config is rejected.
+
+``place_frame`` is the decision itself, for a whole frame: each message's route, its topic
+(route plugins may change or drop it) and its partition, collected into a Group per
+(route, topic, partition) in frame order.  One loop serves both paths: the fast one (known
+metadata, no route plugins, no explicit partition: a dict lookup and the partitioner's
+plain function) and the careful one (route plugins, metadata waited for, an explicit
+partition checked, the size checked against the producer's limit).  Whatever keeps a
+message from being placed, a plugin failure included, is answered in one place.
 """
 
 from __future__ import annotations
@@ -11,18 +19,23 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 from types import MappingProxyType
-from typing import Any
+from typing import Any, Protocol
 
 from databus.config import DatabusConfig
 from databus.plugins import PluginError, PluginManager
+from databus.protocol.records import record_size_upper_bound
+from databus.protocol.sidecar_wire import ErrorCode
 
-from .upstream import ProducerHandle, ProducerPool
+from .upstream import ProducerHandle, ProducerPool, error_code_of, is_kafka_error
 
 log = logging.getLogger("databus.sidecar.router")
 
 # Unlisted streams seen through the default route are remembered up to this many names;
 # beyond it they are still served, just resolved again each time.
 MAX_DYNAMIC_ROUTES = 10000
+# Messages up to this size skip the per-message size check: far below any sane
+# max.request.size (bigger ones take the careful path, checked against the producer's limit).
+SMALL_MESSAGE = 64 * 1024
 
 
 class RoutedMessage:
@@ -118,3 +131,193 @@ class RoutingTable:
         if self.default_handle is not None:
             out.add(self.default_handle)
         return out
+
+
+class Rejected(Exception):
+    """A message the router answers instead of placing: ``code`` and why."""
+
+    def __init__(self, code: int, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+class _Dropped(Exception):
+    """A route plugin dropped the message on purpose."""
+
+
+class Answers(Protocol):
+    """Who hears about messages of a frame: those not placed (their bytes are the
+    caller's to give back) and, through their groups, those placed."""
+
+    def reject(self, id_: int, size: int, code: int, message: str) -> None: ...
+
+    def dropped(self, id_: int, size: int, topic: str) -> None: ...
+
+    def group_done(self, group: Group, start: int, count: int, first_offset: int,
+                   append_ms: int, error: BaseException | None) -> None: ...
+
+
+class Group:
+    """The messages of one produce frame bound for one (route, topic, partition), in frame
+    order: queued on the producer together, answered a batch at a time (the producer's
+    DeliverySink: ``batch_done`` goes to ``owner.group_done``)."""
+
+    __slots__ = (
+        "arrival", "ids", "own_timestamps", "owner", "partition", "records", "remaining",
+        "route", "seq", "sizes", "timestamp", "topic", "total",
+    )
+
+    def __init__(self, owner: Answers, route: Route, topic: str, partition: int,
+                 arrival: float, timestamp: int) -> None:
+        self.owner = owner
+        self.route = route
+        self.topic = topic
+        self.partition = partition
+        self.arrival = arrival
+        # The sidecar's clock (for messages without their own), or once queued, when some
+        # had their own, every message's timestamp.
+        self.timestamp: int | list[int] = timestamp
+        self.own_timestamps = False
+        self.ids: list[int] = []
+        self.sizes: list[int] = []
+        self.records: list[tuple] = []
+        self.remaining = 0
+        self.total = 0
+        self.seq = 0
+
+    def batch_done(self, start: int, count: int, first_offset: int, append_ms: int,
+                   error: BaseException | None) -> None:
+        self.owner.group_done(self, start, count, first_offset, append_ms, error)
+
+
+async def place_frame(
+    table: RoutingTable,
+    messages: list[tuple],
+    sizes: list[int],
+    arrival: float,
+    now_ms: int,
+    answers: Answers,
+) -> list[Group]:
+    """Route and partition ``messages`` (parsed, each ``sizes[i]`` bytes) into groups, in
+    frame order.  A message that cannot be placed is answered through ``answers`` instead
+    (``reject``, or ``dropped`` by a route plugin).  Waits only on the careful path (for a
+    topic's metadata)."""
+    routes = table.routes
+    groups: dict[tuple, Group] = {}
+    last_partition = last_topic = last_route = None
+    current = route = None  # the stream of the previous message, and its route
+    for (id_, stream, value, key, headers, partition, timestamp), size in zip(messages, sizes):
+        try:
+            if stream != current:
+                current = None
+                route = routes.get(stream) or _lookup(table, stream)
+                current = stream
+                topic, producer = route.topic, route.producer
+                partitions = producer.cached_partitions(topic)
+                partitioner = producer.partitioner
+                # The common case needs only the partitioner's plain function.
+                simple = partitions is not None and not route.route_fns
+                count = len(partitions) if partitions else 0
+            if simple and partition is None and size <= SMALL_MESSAGE:
+                try:
+                    p = partitions[partitioner(topic, key, value, count)]
+                except Exception as exc:
+                    raise PluginError(  # PluginError keeps exc as its cause
+                        route.handle.partitioner_plugin, "partitioner", exc
+                    ) from exc
+                t = topic
+            else:
+                t, key, value, headers, p = await _place(
+                    route, stream, key, value, headers, partition
+                )
+        except (Rejected, PluginError, _Dropped) as exc:
+            unplaced(answers, id_, size, exc, route)
+            continue
+        if p != last_partition or t is not last_topic or route is not last_route:
+            last_partition, last_topic, last_route = p, t, route
+            group = groups.get((route, t, p))
+            if group is None:
+                group = groups[(route, t, p)] = Group(answers, route, t, p, arrival, now_ms)
+            ids, group_sizes, records = group.ids, group.sizes, group.records
+        ids.append(id_)
+        group_sizes.append(size)
+        if timestamp is None:
+            timestamp = now_ms
+        else:
+            group.own_timestamps = True
+        records.append((timestamp, key, value, headers))
+    return list(groups.values())
+
+
+def unplaced(answers: Answers, id_: int, size: int, exc: Exception, route: Route | None) -> None:
+    """Answer a message that was not placed: the one place where routing failures,
+    plugin failures and drops become answers."""
+    if isinstance(exc, _Dropped):
+        route.stats.dropped += 1
+        answers.dropped(id_, size, route.topic)
+    elif isinstance(exc, PluginError):
+        log.error("%s", exc)
+        answers.reject(id_, size, ErrorCode.PLUGIN_ERROR, str(exc))
+    else:
+        answers.reject(id_, size, exc.code, str(exc))
+
+
+def resolve(table: RoutingTable, stream: str) -> Route:
+    """``stream``'s route; raises Rejected (unknown stream) or PluginError."""
+    return table.routes.get(stream) or _lookup(table, stream)
+
+
+def _lookup(table: RoutingTable, stream: str) -> Route:
+    route = table.lookup(stream)  # PluginError if a route factory fails
+    if route is None:
+        raise Rejected(
+            ErrorCode.UNKNOWN_STREAM,
+            f"unknown stream {stream!r}: it is not in the sidecar's streams and there is "
+            "no default_route",
+        )
+    return route
+
+
+async def _place(route: Route, stream, key, value, headers, partition):
+    """The careful path for one message: route plugins, the topic's metadata (waited
+    for), an explicit partition's existence, the size against the producer's limit.
+    Returns (topic, key, value, headers, partition); raises Rejected, PluginError or
+    _Dropped."""
+    topic = route.topic
+    if route.route_fns:
+        msg = RoutedMessage(stream, topic, key, value, headers, partition)
+        for plugin, fn in route.route_fns:
+            try:
+                msg = fn(msg)
+            except Exception as exc:
+                raise PluginError(plugin, "route", exc) from exc
+            if msg is None:
+                raise _Dropped
+        topic, key, value = msg.topic, msg.key, msg.value
+        headers, partition = msg.headers, msg.partition
+    producer = route.producer
+    try:
+        partitions = producer.cached_partitions(topic) or await producer.partitions_for(topic)
+    except Exception as exc:
+        if not is_kafka_error(exc):
+            raise
+        raise Rejected(error_code_of(exc), str(exc)) from None
+    size = record_size_upper_bound(key, value, headers)
+    if size > producer.max_record_size:
+        raise Rejected(
+            ErrorCode.MESSAGE_TOO_LARGE,
+            f"message of about {size} bytes exceeds the producer's max.request.size or "
+            f"buffer.memory ({producer.max_record_size} bytes)",
+        )
+    if partition is None:
+        try:
+            partition = partitions[producer.partitioner(topic, key, value, len(partitions))]
+        except Exception as exc:
+            raise PluginError(route.handle.partitioner_plugin, "partitioner", exc) from exc
+    elif partition not in partitions:
+        raise Rejected(
+            ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+            f"partition {partition} of topic {topic!r} does not exist "
+            f"(it has {len(partitions)} partitions)",
+        )
+    return topic, key, value, headers, partition

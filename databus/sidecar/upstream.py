@@ -17,6 +17,7 @@ import trio
 
 from databus.config import SIDECAR_PRODUCER_KEYS, DatabusConfig
 from databus.plugins import PluginManager, make_partitioner
+from databus.protocol.sidecar_wire import ErrorCode
 
 log = logging.getLogger("databus.sidecar.upstream")
 
@@ -27,6 +28,25 @@ def _freeze(value: Any) -> Any:
     if isinstance(value, list):
         return tuple(_freeze(v) for v in value)
     return value
+
+
+def error_code_of(exc: BaseException) -> int:
+    """The wire code for a producer exception: Kafka's code, or the sidecar's own."""
+    name = getattr(exc, "name", None)
+    if name == "BUFFER_EXHAUSTED":
+        return ErrorCode.BUFFER_EXHAUSTED
+    if name == "PRODUCER_CLOSED":  # shutdown gave up waiting for upstream
+        return ErrorCode.SHUTTING_DOWN
+    code = getattr(exc, "code", None)
+    if isinstance(code, int) and code != 0:
+        return code
+    return ErrorCode.UNKNOWN_SERVER_ERROR
+
+
+def is_kafka_error(exc: BaseException) -> bool:
+    from databus.client.errors import KafkaError
+
+    return isinstance(exc, KafkaError)
 
 
 def default_producer_factory(bootstrap: str, config: dict[str, Any], partitioner: Callable):

@@ -24,9 +24,9 @@ DESCRIBE_CLUSTER = 60
 
 
 @contextmanager
-def brokers_in_a_thread(tmp_path, count: int, prepare=lambda brokers: None):
+def brokers_in_a_thread(tmp_path, count: int, prepare=lambda servers: None):
     """``count`` in-process brokers with their servers, on one trio thread; yields
-    (brokers, bootstrap addresses)."""
+    (brokers, bootstrap addresses).  ``prepare`` sees the servers before they listen."""
     started: queue.Queue = queue.Queue()
 
     async def main():
@@ -34,13 +34,14 @@ def brokers_in_a_thread(tmp_path, count: int, prepare=lambda brokers: None):
                                           "listeners": "127.0.0.1:0",
                                           "group.initial.rebalance.delay.ms": 0}))
                    for i in range(count)]
-        prepare(brokers)
+        servers = [Server(broker) for broker in brokers]
+        prepare(servers)
         async with trio.open_nursery() as nursery:
             addresses = []
-            for broker in brokers:
+            for broker, server in zip(brokers, servers):
                 await nursery.start(broker.run)
                 listeners = await trio.open_tcp_listeners(0, host="127.0.0.1")
-                host, port = await nursery.start(Server(broker).serve, listeners, "127.0.0.1")
+                host, port = await nursery.start(server.serve, listeners, "127.0.0.1")
                 addresses.append(f"{host}:{port}")
             started.put((brokers, addresses, trio.lowlevel.current_trio_token(),
                          nursery.cancel_scope))
@@ -75,16 +76,19 @@ def api_keys(bootstrap: str) -> set[int]:
 
 
 def test_two_brokers_in_one_process_share_nothing(tmp_path):
-    def only_first_describes_the_cluster(brokers):
-        del brokers[1].handlers[DESCRIBE_CLUSTER]
+    tables = []
+
+    def only_first_describes_the_cluster(servers):
+        del servers[1].handlers[DESCRIBE_CLUSTER]
+        tables.extend(server.handlers for server in servers)
 
     with brokers_in_a_thread(tmp_path, 2, only_first_describes_the_cluster) as (brokers, addrs):
         first, second = brokers
-        assert first.handlers is not second.handlers
+        assert tables[0] is not tables[1]
         assert first.groups is not second.groups and first.log_manager is not second.log_manager
         assert first.cluster_id != second.cluster_id
 
-        # the handler table is each broker's own: ApiVersions answers from it
+        # the handler table is each server's own: ApiVersions answers from it
         assert DESCRIBE_CLUSTER in api_keys(addrs[0])
         assert DESCRIBE_CLUSTER not in api_keys(addrs[1])
 

@@ -3,6 +3,7 @@ shows), byte-by-byte feeding, validation errors, and a hypothesis round trip."""
 
 from __future__ import annotations
 
+import itertools
 import re
 import struct
 from pathlib import Path
@@ -238,3 +239,59 @@ def test_produce_round_trip_in_arbitrary_chunks(msgs, chunk):
         frames += decoder.feed(data[i : i + chunk])
     assert len(frames) == 1
     assert wire.parse_messages(frames[0]) == msgs
+
+
+def test_a_16_mib_frame_in_4_kib_reads_is_copied_once_not_once_per_read():
+    # The splitter is linear: each byte of a frame cut by reads is copied into its buffer
+    # once.  (Concatenating the buffer with every read, as it once did, copies
+    # ~ size**2 / (2 * read) bytes: 32 GiB here.)
+    value = bytes(range(256)) * (wire.DEFAULT_MAX_FRAME_BYTES // 256 - 1)
+    data = wire.encode_frame(wire.produce([[1, "s", value]]))
+    assert len(data) > 16 * 1024 * 1024 - 512
+    decoder = wire.FrameDecoder()
+    frames = []
+    for i in range(0, len(data), 4096):
+        frames += decoder.feed(data[i : i + 4096])
+    assert len(frames) == 1 and frames[0]["messages"][0][2] == value
+    assert decoder.copied_bytes == len(data)
+    assert decoder.buffered == 0
+
+
+def test_frames_whole_in_a_read_are_not_copied():
+    data = b"".join(wire.encode_frame(wire.ping(i)) for i in range(100))
+    decoder = wire.FrameDecoder()
+    assert [f["id"] for f in decoder.feed(data)] == list(range(100))
+    assert decoder.copied_bytes == 0
+    # A frame cut by the read boundary: only its bytes are copied.
+    one = wire.encode_frame(wire.ping(7))
+    assert decoder.feed(data + one[:5]) == [wire.ping(i) for i in range(100)]
+    assert decoder.feed(one[5:] + one) == [wire.ping(7), wire.ping(7)]
+    assert decoder.copied_bytes == len(one)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(st.binary(max_size=300), min_size=1, max_size=8),
+    st.lists(st.integers(0, 4000), max_size=10),
+)
+def test_frames_cut_anywhere_split_the_same_and_each_byte_is_copied_at_most_once(values, cuts):
+    frames = [wire.produce([[i, "s", v]]) for i, v in enumerate(values)]
+    data = b"".join(wire.encode_frame(f) for f in frames)
+    bounds = [0, *sorted(c for c in cuts if c < len(data)), len(data)]
+    decoder = wire.FrameDecoder()
+    out = []
+    for start, end in itertools.pairwise(bounds):
+        out += decoder.feed(data[start:end])
+    assert out == frames
+    assert decoder.copied_bytes <= len(data)
+    assert decoder.buffered == 0
+
+
+def test_next_frame_leaves_the_rest_for_later():
+    data = b"".join(wire.encode_frame(wire.ping(i)) for i in range(3))
+    decoder = wire.FrameDecoder()
+    decoder.receive(data)
+    assert decoder.next_frame() == wire.ping(0)
+    assert decoder.buffered == len(data) * 2 // 3
+    # More bytes before the rest was read: nothing is lost, order is kept.
+    assert decoder.feed(wire.encode_frame(wire.ping(3))) == [wire.ping(i) for i in (1, 2, 3)]

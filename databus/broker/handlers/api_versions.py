@@ -34,5 +34,5 @@ def unsupported_version_response(table: HandlerTable) -> object:
 @handles(ApiKey.API_VERSIONS, 0, 3)
 async def api_versions(ctx: RequestContext, request) -> object:
     return build(
-        ctx.response_class(), error_code=ErrorCode.none, api_keys=_api_keys(ctx.broker.handlers), throttle_time=0
+        ctx.response_class(), error_code=ErrorCode.none, api_keys=_api_keys(ctx.handlers), throttle_time=0
     )

@@ -1,0 +1,5 @@
+"""Service plumbing shared by the long-running processes (the sidecar, ``databus mirror``,
+the sinks): the ``/metrics`` and ``/healthz`` endpoint with latency histograms
+(``metrics``), and configuration reload on SIGHUP and file change (``reload``).  It knows
+nothing of what the processes do, so each of them imports it and it imports none of them.
+"""
