@@ -25,26 +25,35 @@ def _stamp(path) -> tuple | None:
     return (st.st_mtime_ns, st.st_size, st.st_ino)
 
 
-async def watch_config(sidecar) -> None:
+async def watch_config(sidecar, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
+    """Reload on SIGHUP and on a change of the file.  Started with ``nursery.start`` it
+    returns once both are armed (the SIGHUP handler installed, the file's stamp taken): an
+    edit or a SIGHUP right after start-up is then seen, and a SIGHUP never meets Python's
+    default action (terminate)."""
     async with trio.open_nursery() as nursery:
         if hasattr(signal, "SIGHUP"):
-            nursery.start_soon(_on_sighup, sidecar)
+            await nursery.start(_on_sighup, sidecar)
         await poll_file(
             sidecar.config_path,
             lambda: sidecar.config.sidecar.reload_poll_ms / 1000,
             sidecar.reload_from_file,
+            task_status=task_status,
         )
 
 
-async def _on_sighup(sidecar) -> None:
+async def _on_sighup(sidecar, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
     with trio.open_signal_receiver(signal.SIGHUP) as signals:
+        task_status.started()
         async for _ in signals:
-            log.info("SIGHUP: reloading %s", sidecar.config_path)
+            # DEBUG: the reload itself logs its outcome once, whichever trigger fired
+            # (SIGHUP and the file watch often both fire for one edit).
+            log.debug("SIGHUP: reloading %s", sidecar.config_path)
             await sidecar.reload_from_file()
 
 
 async def poll_file(
-    path, interval: Callable[[], float], on_change: Callable[[], Awaitable[object]]
+    path, interval: Callable[[], float], on_change: Callable[[], Awaitable[object]], *,
+    task_status=trio.TASK_STATUS_IGNORED,
 ) -> None:
     """Every ``interval()`` seconds (read again each time: a reload may change it), look at
     ``path``; when its stamp changed, await ``on_change()``.  An interval <= 0 turns
@@ -52,6 +61,7 @@ async def poll_file(
     meanwhile is seen then.  A missing file is no change (an editor's rename is under way,
     or it was removed: the config in use stays)."""
     last = _stamp(path)
+    task_status.started()
     while True:
         seconds = interval()
         if seconds <= 0:
@@ -61,5 +71,5 @@ async def poll_file(
         stamp = _stamp(path)
         if stamp is not None and stamp != last:
             last = stamp
-            log.info("%s changed: reloading", path)
+            log.debug("%s changed: reloading", path)
             await on_change()

@@ -34,6 +34,7 @@ from databus.service.metrics import serve_http
 from databus.startup import StartupError, make_dirs, open_tcp_listeners, reason
 
 from .budget import ByteBudget
+from .config_diff import RELOADABLE_SIDECAR, diff_configs
 from .gate import ReloadGate
 from .ingress import Connection
 from .metrics import SidecarMetrics
@@ -41,11 +42,6 @@ from .router import RoutingTable
 from .upstream import ProducerPool, default_producer_factory
 
 log = logging.getLogger("databus.sidecar")
-
-# Settings that only a restart can change (they are sockets or sizes fixed at start).
-RESTART_ONLY = ("socket", "socket_mode", "tcp_listen", "metrics_listen", "buffer_memory",
-                "max_frame_bytes")
-
 
 @dataclass(frozen=True)
 class Addresses:
@@ -70,8 +66,14 @@ class Sidecar:
         embedded_bootstrap: str | None = None,
         config_path: str | os.PathLike | None = None,
         producer_factory: Callable[..., Any] = default_producer_factory,
+        config_overrides: Callable[[DatabusConfig], DatabusConfig] | None = None,
     ) -> None:
         self.config = config
+        # The config as last asked for (the file plus the command line's overrides, which
+        # ``config_overrides`` applies again to each reloaded file): a reload is compared
+        # with it, so a --socket flag is no change and a change is reported once.
+        self.requested = config
+        self._config_overrides = config_overrides
         self.pm = plugin_manager or get_plugin_manager()
         self.embedded_bootstrap = embedded_bootstrap
         self.config_path = Path(config_path) if config_path else None
@@ -130,20 +132,15 @@ class Sidecar:
     async def apply(self, new: DatabusConfig) -> bool:
         """Hot reload (see the module docstring).  Returns False if ``new`` was rejected."""
         async with self._reload_lock:
+            diff = diff_configs(self.requested, new)
+            if not diff:
+                # e.g. the file watch and SIGHUP both fired for one edit
+                log.debug("reload: no change")
+                return True
+            requested = new
             old = self.config
-            changed = [
-                name for name in RESTART_ONLY
-                if getattr(old.sidecar, name) != getattr(new.sidecar, name)
-            ]
-            if changed:
-                log.warning(
-                    "reload: %s changed; these take effect only after a restart",
-                    ", ".join(changed),
-                )
             new = new.model_copy(update={"sidecar": old.sidecar.model_copy(update={
-                "reload_poll_ms": new.sidecar.reload_poll_ms,
-                "shutdown_timeout_ms": new.sidecar.shutdown_timeout_ms,
-            })})
+                name: getattr(new.sidecar, name) for name in RELOADABLE_SIDECAR})})
             assert self.pool is not None and self.table is not None
             before = set(self.pool.handles.values())
             try:
@@ -157,11 +154,13 @@ class Sidecar:
                 await self.pool.retire(orphans, timeout=1.0)
                 return False
             await self._swap(table)
-            self.config = new
+            self.config, self.requested = new, requested
             if self.mirrors is not None:
                 self.mirrors.apply(new)  # adds, removes, restarts only the changed mirrors
             self.metrics.reloads_ok += 1
-            log.info("config applied (%d streams)", len(new.streams))
+            for item in diff.restart:
+                log.warning("reload: %s: takes effect only after a restart", item)
+            log.info("reload applied: %s", diff.applied_line() or "nothing a reload changes")
             self.pm.notify("databus_config_reloaded", old=old, new=new)
             return True
 
@@ -182,6 +181,8 @@ class Sidecar:
             return False
         try:
             new = load_config(self.config_path)
+            if self._config_overrides is not None:
+                new = self._config_overrides(new)
         except ConfigError as exc:
             log.error("config rejected, keeping the current one: %s", exc)
             self.metrics.reloads_failed += 1
@@ -285,7 +286,7 @@ class Sidecar:
         if self.config_path is not None:
             from databus.service.reload import watch_config
 
-            ingress.start_soon(watch_config, self)
+            await ingress.start(watch_config, self)  # armed before "databus is up"
         accept_scope = trio.CancelScope()
         ingress.start_soon(self._accept, bound.app, accept_scope)
         self.addresses = bound.addresses

@@ -29,6 +29,11 @@ def _common_arguments(parser) -> None:
     parser.add_argument(
         "--metrics-listen", help="HOST:PORT for /metrics and /healthz (sidecar.metrics_listen)"
     )
+    parser.add_argument(
+        "--check-config", metavar="FILE",
+        help="validate FILE and print what a reload to it would change against the running "
+        "config (-c, default ./sidecar.yaml, with these flags); apply nothing, start nothing",
+    )
 
 
 def add_up_arguments(parser) -> None:
@@ -55,15 +60,13 @@ def _prog(embedded: bool) -> str:
     return "databus up" if embedded else "databus sidecar"
 
 
-def _load(args, prog: str):
-    from databus.config import ConfigError, load_config, with_overrides
+def _overrides(args):
+    """The command line's flags as a function applied to every loaded config (at start and
+    on each reload, so a flag is never mistaken for a change of the file)."""
+    from databus.config import with_overrides
 
-    path = args.config
-    if path is None and os.path.exists("sidecar.yaml"):
-        path = "sidecar.yaml"
-    try:
-        config = load_config(path)
-        config = with_overrides(
+    def apply(config):
+        return with_overrides(
             config,
             socket=args.socket,
             tcp_listen=args.tcp_listen,
@@ -71,15 +74,52 @@ def _load(args, prog: str):
             data_dir=getattr(args, "data_dir", None),
             listen=getattr(args, "kafka_listen", None),
         )
+
+    return apply
+
+
+def _load(args, prog: str, path=None):
+    from databus.config import ConfigError, load_config
+
+    if path is None:
+        path = args.config
+        if path is None and os.path.exists("sidecar.yaml"):
+            path = "sidecar.yaml"
+    try:
+        config = _overrides(args)(load_config(path))
     except ConfigError as exc:
         raise SystemExit(f"{prog}: invalid configuration: {exc}") from None
     return path, config
+
+
+def check_config(args, prog: str) -> int:
+    """``--check-config FILE``: validate it and print the reload diff against the running
+    config; exit 0 if valid (even with changes), 2 if invalid."""
+    from .config_diff import diff_configs
+
+    path, running = _load(args, prog)
+    try:
+        _, candidate = _load(args, prog, args.check_config)
+    except SystemExit as exc:
+        print(exc, file=sys.stderr)
+        return 2
+    diff = diff_configs(running, candidate)
+    print(f"{args.check_config}: valid; against {path or 'the built-in defaults'}:")
+    if not diff:
+        print("  no change")
+    for item in diff.applied:
+        print(f"  reload applies: {item}")
+    for item in diff.restart:
+        print(f"  needs a restart: {item}")
+    return 0
 
 
 def _run(args, *, embedded: bool) -> int:
     import trio
 
     prog = _prog(embedded)
+    if args.check_config:
+        return check_config(args, prog)
     path, config = _load(args, prog)
     if not embedded and config.uses_embedded_broker:
         print(
@@ -89,12 +129,13 @@ def _run(args, *, embedded: bool) -> int:
         )
         return 2
     try:
-        return trio.run(_main, prog, path, config, embedded and config.uses_embedded_broker)
+        return trio.run(_main, prog, path, config, embedded and config.uses_embedded_broker,
+                        _overrides(args))
     except KeyboardInterrupt:
         return 130
 
 
-async def _main(prog: str, path, config, with_broker: bool) -> int:
+async def _main(prog: str, path, config, with_broker: bool, overrides=None) -> int:
     import trio
 
     from databus.config import ConfigError
@@ -111,7 +152,7 @@ async def _main(prog: str, path, config, with_broker: bool) -> int:
         log.error("plugin %r not loaded: %s", name, reason)
     status = 0
     started = False
-    sidecar = Sidecar(config, plugin_manager=pm, config_path=path)
+    sidecar = Sidecar(config, plugin_manager=pm, config_path=path, config_overrides=overrides)
 
     def failed(exc: BaseException) -> None:
         # Before "databus is up" a failure is a start-up failure: one plain line for the
