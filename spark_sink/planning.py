@@ -213,7 +213,8 @@ def split_for_min_partitions(ranges: list[OffsetRange], min_partitions: int | No
     total = sum(r.size for r in ranges)
     out: list[OffsetRange] = []
     for r in ranges:
-        parts = max(round(r.size / total * min_partitions), 1)
+        # Math.round in Kafka's calculator: half up (Python's round() is half to even)
+        parts = max(math.floor(r.size / total * min_partitions + 0.5), 1)
         for i in range(parts):
             lo = r.start + r.size * i // parts
             hi = r.start + r.size * (i + 1) // parts

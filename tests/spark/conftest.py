@@ -35,9 +35,8 @@ def spark():
     os.environ["PYSPARK_PYTHON"] = sys.executable
     os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
     os.environ["SPARK_LOCAL_IP"] = "127.0.0.1"
-    from pyspark.sql import SparkSession
-
     import databus_spark
+    from pyspark.sql import SparkSession
 
     session = (
         SparkSession.builder.master("local[2]")
