@@ -5,9 +5,8 @@ partitions exist, their earliest/latest offsets, offsets for timestamps) and han
 answers back here; everything that decides which offsets a batch or a micro-batch reads
 lives here and is tested without a cluster:
 
-- ``start_requests`` / ``resolve_start``: startingOffsets / startingTimestamp /
-  startingOffsetsByTimestamp -> one offset per partition;
-- ``resolve_end``: endingOffsets and its timestamp forms (batch);
+- ``start_requests`` / ``resolve_offsets``: startingOffsets / startingTimestamp /
+  startingOffsetsByTimestamp (and the ending ones of a batch) -> one offset per partition;
 - ``plan_ranges``: [start, end) per partition, with the data-loss checks of Kafka's source
   (offsets gone to retention, partitions deleted, topics recreated, new partitions that do not
   start at 0) and the ``minPartitions`` split;
@@ -96,9 +95,13 @@ def require_all_partitions(spec: OffsetSpec, partitions: Iterable[TopicPartition
 
 # -- starting and ending offsets ------------------------------------------------------------
 
-def start_requests(spec: OffsetSpec, partitions: Iterable[TopicPartition]) -> dict[TopicPartition, int]:
+def start_requests(
+    spec: OffsetSpec, partitions: list[TopicPartition], display: str
+) -> dict[TopicPartition, int]:
     """What to ask ListOffsets for: {tp: EARLIEST | LATEST | timestamp}; partitions with a
-    fixed offset need no lookup and are left out."""
+    fixed offset need no lookup and are left out.  Per-partition JSON (option ``display``)
+    must name exactly ``partitions``."""
+    require_all_partitions(spec, partitions, display)
     out: dict[TopicPartition, int] = {}
     for tp in partitions:
         if spec.kind == "earliest":

@@ -95,11 +95,9 @@ class DatabusReader(DataSourceReader):
     def partitions(self):
         opts = self.opts
         snap = cluster.snapshot(opts, lambda parts: [
-            planning.start_requests(opts.starting, parts),
-            planning.start_requests(opts.ending, parts),
+            planning.start_requests(opts.starting, parts, "startingOffsets"),
+            planning.start_requests(opts.ending, parts, "endingOffsets"),
         ])
-        planning.require_all_partitions(opts.starting, snap.partitions, "startingOffsets")
-        planning.require_all_partitions(opts.ending, snap.partitions, "endingOffsets")
         start = planning.resolve_offsets(
             opts.starting, snap.partitions, snap.looked_up[0], snap.latest,
             strict=opts.starting_timestamp_strict, display="startingOffsets",
@@ -139,8 +137,9 @@ class DatabusStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def initialOffset(self) -> dict:
         opts = self.opts
-        snap = cluster.snapshot(opts, lambda parts: [planning.start_requests(opts.starting, parts)])
-        planning.require_all_partitions(opts.starting, snap.partitions, "startingOffsets")
+        snap = cluster.snapshot(
+            opts, lambda parts: [planning.start_requests(opts.starting, parts, "startingOffsets")]
+        )
         start = planning.resolve_offsets(
             opts.starting, snap.partitions, snap.looked_up[0], snap.latest,
             strict=opts.starting_timestamp_strict, display="startingOffsets",

@@ -33,12 +33,12 @@ def test_json_offsets_round_trip_in_kafkas_shape():
 def test_start_requests_and_resolution():
     parts = [A0, A1]
     spec = OffsetSpec("offsets", {A0: 3, A1: LATEST})
-    assert start_requests(spec, parts) == {A1: LATEST}
+    assert start_requests(spec, parts, "x") == {A1: LATEST}
     assert resolve_offsets(spec, parts, {A1: 40}, {A0: 10, A1: 40}, strict=True,
                            display="startingOffsets") == {A0: 3, A1: 40}
-    assert start_requests(OffsetSpec("earliest"), parts) == {A0: EARLIEST, A1: EARLIEST}
-    assert start_requests(OffsetSpec("timestamp", timestamp=99), parts) == {A0: 99, A1: 99}
-    assert start_requests(OffsetSpec("timestamps", {A0: 5, A1: 6}), parts) == {A0: 5, A1: 6}
+    assert start_requests(OffsetSpec("earliest"), parts, "x") == {A0: EARLIEST, A1: EARLIEST}
+    assert start_requests(OffsetSpec("timestamp", timestamp=99), parts, "x") == {A0: 99, A1: 99}
+    assert start_requests(OffsetSpec("timestamps", {A0: 5, A1: 6}), parts, "x") == {A0: 5, A1: 6}
 
 
 def test_timestamp_with_no_record_after_it():
@@ -57,6 +57,9 @@ def test_per_partition_json_must_name_every_partition():
         require_all_partitions(spec, [A0, A1], "startingOffsets")
     assert "missing a-1" in str(info.value) and "not read by this query b-0" in str(info.value)
     require_all_partitions(OffsetSpec("earliest"), [A0], "startingOffsets")
+    # checked before any lookup is planned
+    with pytest.raises(OptionError, match="option 'endingOffsets' must give every partition"):
+        start_requests(OffsetSpec("offsets", {A0: 4}), [A0, A1], "endingOffsets")
 
 
 def test_ranges_skip_empty_partitions():
