@@ -37,7 +37,8 @@ SOURCE_OPTIONS = {
     "maxoffsetspertrigger", "minpartitions", "failondataloss", "includeheaders",
     "kafkaconsumer.polltimeoutms",
 }
-SINK_OPTIONS = {"topic", "includeheaders"}
+# writeStream hands the sink its checkpointLocation among the options
+SINK_OPTIONS = {"topic", "includeheaders", "checkpointlocation"}
 
 # Options of Spark's Kafka source this one refuses, and why (the message names the option).
 NOT_SUPPORTED = {
