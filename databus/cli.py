@@ -26,6 +26,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "up": ("databus.sidecar.cmd_up", "run the sidecar (plus the built-in broker if no cluster is configured)"),
     "sidecar": ("databus.sidecar.cmd_sidecar", "run the sidecar alone against the configured clusters"),
     "plugins": ("databus.sidecar.cmd_plugins", "list the loaded plugins and the hooks each implements"),
+    "spark": ("databus_spark.command", "Spark pipelines: export topics to Parquet (needs the spark extra)"),
 }
 
 # databus bench NAME -> (module, one-line help)
