@@ -40,6 +40,7 @@ BENCHMARKS: dict[str, tuple[str, str]] = {
     "storage": ("databus.bench.storage", "log append (with/without group-commit fsync) and read throughput"),
     "produce": ("databus.bench.produce", "produce throughput against the broker (librdkafka)"),
     "consume": ("databus.bench.consume", "consume throughput from the broker (librdkafka)"),
+    "spark": ("databus.bench.spark", "a batch read through the databus Spark source beside a Parquet scan"),
 }
 
 
