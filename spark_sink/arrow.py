@@ -42,18 +42,20 @@ def arrow_schema(include_headers: bool) -> pa.Schema:
     return pa.schema(fields)
 
 
-def record_batch(records: Sequence, include_headers: bool) -> pa.RecordBatch:
-    """ConsumerRecords (topic, partition, offset, timestamp ms, timestamp type, key, value,
-    headers) of one partition -> a RecordBatch in the Kafka source's schema."""
+def record_batch(topic: str, partition: int, records: Sequence, types: Sequence[int],
+                 include_headers: bool) -> pa.RecordBatch:
+    """Records of one partition -> a RecordBatch in the Kafka source's schema.
+
+    ``records`` are decode_records' tuples (offset, timestamp ms, key, value, headers);
+    ``types`` the timestamp type of each (0 CreateTime, 1 LogAppendTime)."""
     n = len(records)
-    _topics, _parts, offsets, stamps, types, keys, values, headers = zip(*records)
-    first = records[0]
+    offsets, stamps, keys, values, headers = zip(*records)
     ms = pa.array(stamps, pa.int64())
     columns = [
         pa.array(keys, pa.binary()),
         pa.array(values, pa.binary()),
-        pa.repeat(pa.scalar(first[0], pa.string()), n),
-        pa.repeat(pa.scalar(first[1], pa.int32()), n),
+        pa.repeat(pa.scalar(topic, pa.string()), n),
+        pa.repeat(pa.scalar(partition, pa.int32()), n),
         pa.array(offsets, pa.int64()),
         # ms -> us: multiply as int64, then reinterpret (a cast from timestamp[ms] would too,
         # but checks each value for overflow)

@@ -9,8 +9,11 @@ chunks.  No consumer group, no commits: the Spark checkpoint is the only source 
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import queue
 import re
+import threading
 import time
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
@@ -22,14 +25,17 @@ from databus.client import (
     LATEST,
     Admin,
     AdminConfig,
+    Cluster,
     ConsumerConfig,
-    ConsumerRecord,
     KafkaError,
     Producer,
     ProducerConfig,
     SyncConsumer,
     errors,
+    list_offsets,
 )
+from databus.protocol.api_keys import ApiKey
+from databus.protocol.records import CorruptRecordError, decode_records, iter_headers
 
 from .options import OptionError, SourceOptions, TopicPartition
 from .planning import DataLossError, OffsetRange
@@ -140,6 +146,12 @@ async def _lookup(admin: Admin, req: Mapping[TopicPartition, int], earliest, lat
 
 # -- executor: one range ---------------------------------------------------------------------
 
+# A chunk of one partition's records: Record tuples (offset, timestamp ms, key, value,
+# headers) as records.decode_records makes them, and the timestamp type of each.
+Chunk = tuple[list[tuple], list[int]]
+_DONE = object()
+
+
 def fetch_range(
     bootstrap: str,
     config: ConsumerConfig,
@@ -147,16 +159,92 @@ def fetch_range(
     *,
     fail_on_data_loss: bool,
     poll_timeout_ms: int,
-) -> Iterator[list[ConsumerRecord]]:
-    """Yield the records of ``rng`` in offset order, in chunks of up to max.poll.records.
+) -> Iterator[Chunk]:
+    """Yield the records of ``rng`` in offset order, one chunk per Fetch response.
+
+    A thread runs the fetches (trio, our client's Cluster) and hands over the raw record
+    bytes; this thread decodes them (every codec, CRCs checked with check.crcs) while the next
+    Fetch is on the wire.  Records are decoded once, straight into the tuples the Arrow
+    columns are built from (no per-record consumer object).
 
     Offsets missing inside the range (compaction, transaction markers) are not data loss.
     Records gone to retention before or while reading, or a partition now ending before
     ``rng.end``: DataLossError naming the offsets with ``fail_on_data_loss``, else a warning
     and the rest of the range.  No progress for ``poll_timeout_ms``: TimeoutError.
     """
+    if config.isolation_level == "read_committed":
+        # aborted transactions are the consumer's business: take its (slower) path
+        yield from _consumer_range(bootstrap, config, rng, fail_on_data_loss, poll_timeout_ms)
+        return
+    chunks: queue.Queue = queue.Queue(maxsize=2)
+    stop = threading.Event()
+    thread = threading.Thread(
+        target=_fetch_thread, name=f"databus-fetch-{rng}", daemon=True,
+        args=(bootstrap, config, rng, fail_on_data_loss, poll_timeout_ms, chunks, stop),
+    )
+    thread.start()
+    try:
+        while True:
+            item = chunks.get()
+            if item is _DONE:
+                return
+            if isinstance(item, BaseException):
+                raise item
+            offset, blob = item
+            try:
+                yield _decode(blob, offset, rng.end, config.check_crcs)
+            except CorruptRecordError as exc:
+                raise errors.CorruptMessageError(f"{rng} at offset {offset}: {exc}") from None
+    finally:
+        stop.set()
+        while thread.is_alive():  # unblock a pending put, then let the thread finish
+            try:
+                chunks.get(timeout=0.1)
+            except queue.Empty:
+                pass
+        thread.join()
+
+
+def _decode(blob: bytes, fetch_offset: int, end: int, verify_crc: bool) -> Chunk:
+    records: list[tuple] = []
+    types: list[int] = []
+    for pos, h in iter_headers(blob):
+        if h.next_offset <= fetch_offset or h.is_control:
+            continue
+        if h.base_offset >= end:
+            break
+        _, batch = decode_records(blob, pos, verify_crc=verify_crc)
+        if h.base_offset < fetch_offset or h.last_offset >= end:
+            batch = [r for r in batch if fetch_offset <= r[0] < end]
+        records += batch
+        types += [h.timestamp_type] * len(batch)
+    return records, types
+
+
+def _fetch_thread(bootstrap, config, rng, fail_on_data_loss, poll_timeout_ms, chunks, stop):
+    def put(item) -> None:
+        while not stop.is_set():
+            try:
+                chunks.put(item, timeout=0.2)
+                return
+            except queue.Full:
+                continue
+
+    try:
+        trio.run(_fetch_loop, bootstrap, config, rng, fail_on_data_loss, poll_timeout_ms,
+                 put, stop)
+    except BaseException as exc:  # noqa: BLE001 - handed to the reading thread, which raises it
+        put(exc)
+    else:
+        put(_DONE)
+
+
+async def _fetch_loop(bootstrap, config, rng, fail_on_data_loss, poll_timeout_ms, put, stop):
     tp = (rng.topic, rng.partition)
-    position = rng.start
+    name = f"{tp[0]}-{tp[1]}"
+    timeout = config.request_timeout_ms / 1000
+    backoff = config.retry_backoff_ms / 1000
+    cluster = Cluster(bootstrap, config, allow_auto_create=False)
 
     def lost(message: str) -> None:
         if fail_on_data_loss:
@@ -164,6 +252,88 @@ def fetch_range(
                 f"{message} while reading {rng}. Set failOnDataLoss=false to skip them "
                 "with a warning."
             )
+        log.warning("%s while reading %s; skipped (failOnDataLoss=false)", message, rng)
+
+    async def retry_later() -> None:
+        with contextlib.suppress(KafkaError):
+            await cluster.refresh_metadata([tp[0]], allow_auto_create=False)
+        await trio.sleep(backoff)
+
+    async with cluster.running():
+        position = rng.start
+        deadline = trio.current_time() + poll_timeout_ms / 1000
+        while position < rng.end and not stop.is_set():
+            if trio.current_time() > deadline:
+                raise TimeoutError(f"no records of {rng} arrived from offset {position} within "
+                                   f"kafkaConsumer.pollTimeoutMs={poll_timeout_ms}")
+            leader = cluster.leader_for(*tp)
+            if leader < 0:
+                await retry_later()
+                continue
+            try:
+                response = await cluster.request(leader, ApiKey.FETCH, {
+                    "replica_id": -1, "max_wait": config.fetch_max_wait_ms,
+                    "min_bytes": config.fetch_min_bytes, "max_bytes": config.fetch_max_bytes,
+                    "isolation_level": 0, "session_id": 0, "session_epoch": -1,
+                    "topics": [{"topic": tp[0], "partitions": [{
+                        "partition": tp[1], "fetch_offset": position,
+                        "partition_max_bytes": config.max_partition_fetch_bytes,
+                        "current_leader_epoch": -1, "log_start_offset": -1,
+                        "last_fetched_epoch": -1,
+                    }]}],
+                    "forgotten_topics_data": [], "rack_id": config.client_rack,
+                }, timeout=timeout + config.fetch_max_wait_ms / 1000)
+            except KafkaError as exc:
+                if not exc.retriable:
+                    raise
+                await retry_later()
+                continue
+            answer = next((p for t in response.responses if t.topic == tp[0]
+                           for p in t.partitions if int(p.partition_index) == tp[1]), None)
+            code = int(answer.error_code) if answer is not None else errors.UnknownTopicOrPartitionError.code
+            if code == errors.OffsetOutOfRangeError.code:
+                got = await list_offsets(cluster, {tp: EARLIEST}, timeout=timeout)
+                earliest = got[tp][0]
+                if position < earliest:
+                    lost(f"records [{position}, {min(earliest, rng.end)}) of {name} are gone "
+                         f"(earliest offset now {earliest})")
+                    position = earliest
+                    continue
+                latest = (await list_offsets(cluster, {tp: LATEST}, timeout=timeout))[tp][0]
+                lost(f"records [{latest}, {rng.end}) of {name} are gone (the partition now "
+                     f"ends at {latest})")
+                return
+            if code:
+                err = errors.from_code(code, f"fetch {name}")
+                if not err.retriable:
+                    raise err
+                await retry_later()
+                continue
+            blob = bytes(answer.records or b"")
+            next_offset = position
+            for _pos, h in iter_headers(blob):
+                next_offset = max(next_offset, h.next_offset)
+            if next_offset > position:
+                put((position, blob))
+                position = next_offset
+                deadline = trio.current_time() + poll_timeout_ms / 1000
+                continue
+            high_watermark = int(answer.high_watermark)
+            if 0 <= high_watermark <= position < rng.end:
+                lost(f"records [{position}, {rng.end}) of {name} are gone (the partition now "
+                     f"ends at {high_watermark})")
+                return
+
+
+def _consumer_range(bootstrap, config, rng, fail_on_data_loss, poll_timeout_ms) -> Iterator[Chunk]:
+    """The range through our consumer (read_committed: it skips aborted transactions)."""
+    tp = (rng.topic, rng.partition)
+    position = rng.start
+
+    def lost(message: str) -> None:
+        if fail_on_data_loss:
+            raise DataLossError(f"{message} while reading {rng}. Set failOnDataLoss=false to "
+                                "skip them with a warning.")
         log.warning("%s while reading %s; skipped (failOnDataLoss=false)", message, rng)
 
     with SyncConsumer(bootstrap, config) as consumer:
@@ -175,42 +345,24 @@ def fetch_range(
                 records = consumer.poll(0.5)
             except errors.OffsetOutOfRangeError:
                 earliest = consumer.beginning_offsets([tp])[tp]
-                if position < earliest:
-                    lost(f"records [{position}, {min(earliest, rng.end)}) of "
-                         f"{tp[0]}-{tp[1]} are gone (earliest offset now {earliest})")
-                    position = earliest
-                    if position >= rng.end:
-                        return
-                    consumer.seek(tp, position)
-                    continue
-                latest = consumer.end_offsets([tp])[tp]
-                lost(f"records [{latest}, {rng.end}) of {tp[0]}-{tp[1]} are gone (the "
-                     f"partition now ends at {latest})")
-                return
+                if position >= earliest:
+                    raise
+                lost(f"records [{position}, {min(earliest, rng.end)}) of {tp[0]}-{tp[1]} are "
+                     f"gone (earliest offset now {earliest})")
+                position = earliest
+                consumer.seek(tp, position)
+                continue
+            records = [r for r in records if r.offset < rng.end]
             if records:
-                if records[-1].offset >= rng.end:
-                    records = [r for r in records if r.offset < rng.end]
-                if records:
-                    position = records[-1].offset + 1
-                    yield records
+                position = records[-1].offset + 1
                 deadline = time.monotonic() + poll_timeout_ms / 1000
+                yield ([(r.offset, r.timestamp, r.key, r.value, r.headers) for r in records],
+                       [r.timestamp_type for r in records])
                 continue
-            now = consumer.position(tp)
-            if now > position:  # past control batches or a compaction gap
-                position = now
-                deadline = time.monotonic() + poll_timeout_ms / 1000
-                continue
-            latest = consumer.end_offsets([tp])[tp]
-            if latest < rng.end and latest <= position:
-                lost(f"records [{max(latest, position)}, {rng.end}) of {tp[0]}-{tp[1]} are "
-                     f"gone (the partition now ends at {latest})")
-                return
+            position = max(position, consumer.position(tp))
             if time.monotonic() > deadline:
-                raise TimeoutError(
-                    f"no records of {rng} arrived from offset {position} within "
-                    f"kafkaConsumer.pollTimeoutMs={poll_timeout_ms}"
-                )
-
+                raise TimeoutError(f"no records of {rng} arrived from offset {position} within "
+                                   f"kafkaConsumer.pollTimeoutMs={poll_timeout_ms}")
 
 
 def earliest_offsets(opts: SourceOptions, partitions: list[TopicPartition]) -> dict[TopicPartition, int]:

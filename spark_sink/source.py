@@ -75,11 +75,13 @@ def _read(opts: SourceOptions, partition: InputPartition) -> Iterator:
     if rng is None:  # Spark's stand-in partition for an empty plan
         return
     config = cluster.consumer_config(opts.kafka)
-    for records in cluster.fetch_range(
+    for records, types in cluster.fetch_range(
         opts.bootstrap_servers, config, rng,
         fail_on_data_loss=opts.fail_on_data_loss, poll_timeout_ms=opts.poll_timeout_ms,
     ):
-        yield arrow.record_batch(records, opts.include_headers)
+        if records:
+            yield arrow.record_batch(rng.topic, rng.partition, records, types,
+                                     opts.include_headers)
 
 
 def _warn(warnings: list[str]) -> None:
