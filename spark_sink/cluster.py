@@ -75,6 +75,20 @@ def producer_config(kafka: Mapping[str, str]) -> ProducerConfig:
     return _config(ProducerConfig, settings)
 
 
+def _run(fn, *args):
+    """trio.run, raising what failed rather than the ExceptionGroup the client's nursery
+    wraps it in (Spark shows the user the exception's own type and message)."""
+    try:
+        return trio.run(fn, *args)
+    except BaseExceptionGroup as group:
+        exc: BaseException = group
+        while isinstance(exc, BaseExceptionGroup) and len(exc.exceptions) == 1:
+            exc = exc.exceptions[0]
+        if exc is group:
+            raise
+        raise exc from None
+
+
 # -- driver: partitions and offsets ---------------------------------------------------------
 
 @dataclass
@@ -126,7 +140,7 @@ def snapshot(
                 answers.append(await _lookup(admin, req, earliest, latest))
             return Snapshot(partitions, earliest, latest, answers)
 
-    return trio.run(run)
+    return _run(run)
 
 
 async def _lookup(admin: Admin, req: Mapping[TopicPartition, int], earliest, latest):
@@ -231,7 +245,7 @@ def _fetch_thread(bootstrap, config, rng, fail_on_data_loss, poll_timeout_ms, ch
                 continue
 
     try:
-        trio.run(_fetch_loop, bootstrap, config, rng, fail_on_data_loss, poll_timeout_ms,
+        _run(_fetch_loop, bootstrap, config, rng, fail_on_data_loss, poll_timeout_ms,
                  put, stop)
     except BaseException as exc:  # noqa: BLE001 - handed to the reading thread, which raises it
         put(exc)
@@ -370,7 +384,7 @@ def earliest_offsets(opts: SourceOptions, partitions: list[TopicPartition]) -> d
         async with Admin(opts.bootstrap_servers, admin_config(opts.kafka)) as admin:
             return await admin.list_offsets(partitions, "earliest")
 
-    return trio.run(run) if partitions else {}
+    return _run(run) if partitions else {}
 
 
 # -- executor: writing ----------------------------------------------------------------------
@@ -418,7 +432,7 @@ def produce_batches(bootstrap: str, config: ProducerConfig, batches, topic: str 
             raise failures[0]
         return sent
 
-    return trio.run(run)
+    return _run(run)
 
 
 def _column(batch, name: str, payload: bool = False) -> list:
