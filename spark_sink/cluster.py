@@ -10,6 +10,7 @@ chunks.  No consumer group, no commits: the Spark checkpoint is the only source 
 from __future__ import annotations
 
 import contextlib
+import gc
 import logging
 import queue
 import re
@@ -206,9 +207,11 @@ def fetch_range(
                 raise item
             offset, blob = item
             try:
-                yield _decode(blob, offset, rng.end, config.check_crcs)
+                with no_cyclic_gc():
+                    chunk = _decode(blob, offset, rng.end, config.check_crcs)
             except CorruptRecordError as exc:
                 raise errors.CorruptMessageError(f"{rng} at offset {offset}: {exc}") from None
+            yield chunk
     finally:
         stop.set()
         while thread.is_alive():  # unblock a pending put, then let the thread finish
@@ -217,6 +220,25 @@ def fetch_range(
             except queue.Empty:
                 pass
         thread.join()
+
+
+@contextlib.contextmanager
+def no_cyclic_gc():
+    """Pause the cyclic garbage collector while a chunk is decoded into tuples and Arrow.
+
+    Tens of thousands of new tuples per chunk would start a young collection every 700
+    (CPython's threshold), each rescanning what is alive: measured here, that doubled the
+    cost of decoding and tripled that of building the columns.  The tuples hold no cycles;
+    reference counting frees them.  The previous state is restored: the worker process is
+    Spark's and runs other code too (cf. databus/gc_tuning.py, for databus's own services).
+    """
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            gc.enable()
 
 
 def _decode(blob: bytes, fetch_offset: int, end: int, verify_crc: bool) -> Chunk:

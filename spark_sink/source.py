@@ -80,8 +80,11 @@ def _read(opts: SourceOptions, partition: InputPartition) -> Iterator:
         fail_on_data_loss=opts.fail_on_data_loss, poll_timeout_ms=opts.poll_timeout_ms,
     ):
         if records:
-            yield arrow.record_batch(rng.topic, rng.partition, records, types,
-                                     opts.include_headers)
+            with cluster.no_cyclic_gc():
+                batch = arrow.record_batch(rng.topic, rng.partition, records, types,
+                                           opts.include_headers)
+            del records, types  # freed by reference counting, before Spark asks for more
+            yield batch
 
 
 def _warn(warnings: list[str]) -> None:
