@@ -93,3 +93,16 @@ def test_starting_latest_and_timestamps(spark_broker):
     reader = _reader(spark_broker, subscribe=topic, startingTimestamp="5000",
                      startingOffsetsByTimestampStrategy="latest")
     assert reader.initialOffset() == {topic: {"0": 5, "1": 5}}
+
+
+def test_topic_created_after_the_query_started_is_read_from_earliest(spark_broker):
+    topic = "stream-created-later"
+    reader = _reader(spark_broker, subscribe=topic)  # startingOffsets=latest
+    start = reader.initialOffset()
+    assert start == {}
+    assert reader.latestOffset(start, ReadAllAvailable()) == {}
+    create_topic(spark_broker.bootstrap, topic, 2)
+    produce(spark_broker.bootstrap, topic, [{"value": b"v", "partition": i % 2} for i in range(5)])
+    end = reader.latestOffset(start, ReadAllAvailable())
+    assert end == {topic: {"0": 3, "1": 2}}
+    assert _offsets(reader, start, end) == [(0, 0), (0, 1), (0, 2), (1, 0), (1, 1)]
