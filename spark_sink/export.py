@@ -76,6 +76,13 @@ def run(args: argparse.Namespace) -> int:
     except ValueError as exc:
         print(f"databus spark export: {exc}", file=sys.stderr)
         return 2
+    try:
+        import pyarrow  # noqa: F401
+        import pyspark  # noqa: F401
+    except ImportError as exc:
+        print(f"databus spark export needs the spark extra ({exc}): "
+              "pip install 'databus[spark]'", file=sys.stderr)
+        return 2
     spark, owned = _session(args.master, confs)
     try:
         return Export(spark, args, kafka).run()
