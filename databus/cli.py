@@ -27,6 +27,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "sidecar": ("databus.sidecar.cmd_sidecar", "run the sidecar alone against the configured clusters"),
     "plugins": ("databus.sidecar.cmd_plugins", "list the loaded plugins and the hooks each implements"),
     "mirror": ("databus.mirror.command", "run cross-region mirrors alone; status; translate-offsets"),
+    "spark": ("databus_spark.command", "Spark pipelines: export topics to Parquet (needs the spark extra)"),
 }
 
 # databus bench NAME -> (module, one-line help)
@@ -41,6 +42,7 @@ BENCHMARKS: dict[str, tuple[str, str]] = {
     "produce": ("databus.bench.produce", "produce throughput against the broker (librdkafka)"),
     "consume": ("databus.bench.consume", "consume throughput from the broker (librdkafka)"),
     "mirror": ("databus.bench.mirror", "mirror A -> B: copy rate and replication latency, beside librdkafka's ingest"),
+    "spark": ("databus.bench.spark", "a batch read through the databus Spark source beside a Parquet scan"),
 }
 
 
