@@ -25,6 +25,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "groups": ("databus.tools.groups", "list, describe, reset offsets of, delete consumer groups"),
     "up": ("databus.sidecar.cmd_up", "run the sidecar (plus the built-in broker if no cluster is configured)"),
     "sidecar": ("databus.sidecar.cmd_sidecar", "run the sidecar alone against the configured clusters"),
+    "sinks": ("databus.sinks.command", "run the sinks of a sidecar.yaml (consumer-side plugins) without an app socket"),
     "plugins": ("databus.sidecar.cmd_plugins", "list the loaded plugins and the hooks each implements"),
 }
 

@@ -29,6 +29,8 @@ from databus.plugins import PluginError, PluginManager, get_plugin_manager
 from databus.protocol import sidecar_wire as wire
 from databus.startup import StartupError, make_dirs, open_tcp_listeners, reason
 from databus.protocol.addresses import parse_host_port
+from databus.sinks.metrics import SinkCollector
+from databus.sinks.runtime import SinkSupervisor
 
 from .budget import ByteBudget
 from .ingress import Connection
@@ -90,6 +92,11 @@ class Sidecar:
         self._nursery: trio.Nursery | None = None
         self._bound: _Bound | None = None
         self._conn_ids = 0
+        # Consumer-side plugins (databus.sinks): their own supervisor task in the root nursery.
+        self.sinks = SinkSupervisor(
+            self.pm, self.bootstrap_map, stop_timeout=config.sidecar.shutdown_timeout_ms / 1000
+        )
+        self.metrics.registry.register(SinkCollector(self.sinks))
 
     # --- hot-path helpers used by ingress -------------------------------------------------
 
@@ -149,6 +156,7 @@ class Sidecar:
                 table = await RoutingTable.build(
                     new, self.pm, self.pool, self.bootstrap_map(new), self.metrics
                 )
+                sinks = self.sinks.prepare(new)
             except (ConfigError, ValueError, PluginError, KeyError) as exc:
                 log.error("config rejected, keeping the current one: %s", exc)
                 self.metrics.reloads_failed += 1
@@ -157,6 +165,7 @@ class Sidecar:
                 return False
             await self._swap(table)
             self.config = new
+            await self.sinks.apply(sinks)
             self.metrics.reloads_ok += 1
             log.info("config applied (%d streams)", len(new.streams))
             self.pm.notify("databus_config_reloaded", old=old, new=new)
@@ -265,11 +274,13 @@ class Sidecar:
                         self.config, self.pm, self.pool, self.bootstrap_map(self.config),
                         self.metrics,
                     )
+                    await root.start(self.sinks.serve, self.sinks.prepare(self.config))
                     async with trio.open_nursery() as ingress:
                         self._ingress = ingress
                         await self._serve_ingress(ingress, self._bound, task_status)
                 finally:
                     with trio.CancelScope(shield=True):
+                        await self.sinks.aclose()  # flush, commit, leave the groups
                         with trio.move_on_after(settings.shutdown_timeout_ms / 1000):
                             await self.pool.close_all(
                                 timeout=settings.shutdown_timeout_ms / 1000

@@ -132,6 +132,7 @@ def render() -> str:
         DefaultRoute,
         EmbeddedBrokerConfig,
         SidecarSettings,
+        SinkConfig,
         StreamConfig,
     )
 
@@ -191,6 +192,15 @@ def render() -> str:
         "## `default_route:`",
         "",
         *_model_table(DefaultRoute, "default_route."),
+        "",
+        "## `sinks:`",
+        "",
+        "A map from sink name to a consumer-side plugin (docs/plugins.md; the built-in "
+        "`parquet` export is in docs/parquet.md) fed by a consumer group of its own.  Offsets "
+        "are committed only once the plugin reports the records durable.  A reload adds, "
+        "removes and restarts (when changed) sinks; unchanged ones keep running.",
+        "",
+        *_model_table(SinkConfig, "sinks.NAME."),
         "",
         "## Producer keys (`producer:`, a cluster, or a stream)",
         "",
