@@ -126,6 +126,9 @@ class SinkRunner:
                     nursery.start_soon(self._lag_loop, consumer)
                     await self._consume(consumer, sink, dlq)
                     nursery.cancel_scope.cancel()
+                # A graceful stop: release every partition while the consumer can still
+                # commit (its close() runs the revocation after it stopped committing).
+                await self._on_revoked(self.progress.owned())
             if self._broken is not None:
                 raise self._broken
         finally:
