@@ -138,7 +138,7 @@ class Decoder:
         rows = [msgpack.unpackb(v) if v is not _EMPTY else {} for v in values]
         for row in rows:
             if not isinstance(row, dict):
-                raise ValueError(f"not a msgpack map but {type(row).__name__}")
+                raise TypeError(f"not a msgpack map but {type(row).__name__}")
         return rows
 
     def _rows(self, rows: list[dict]) -> pa.Table:
@@ -158,8 +158,8 @@ class Decoder:
                 tables.append(decode_one(value))
                 good.append(i)
             except (ValueError, TypeError, pa.ArrowException, msgpack.UnpackException) as exc:
-                rejected.append((record, f"{self.format} value does not decode: "
-                                 f"{' '.join(str(exc).split())}"))
+                reason = " ".join(str(exc).split())
+                rejected.append((record, f"{self.format} value does not decode: {reason}"))
         if tables:
             table = pa.concat_tables([t.cast(self.schema) for t in tables])
         else:

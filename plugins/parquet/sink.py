@@ -138,7 +138,6 @@ class ParquetSink:
             written.add(self.target.write(table, directory, name, self.options.codec))
             self.files_written += 1
         part.chunks.clear()
-        part.group.reset()
         part.durable = part.last_row + 1
         # Stale files this group replaces (a different cut of records now written).
         while part.stale and part.stale[0][0] <= part.last_row:
@@ -156,6 +155,7 @@ class ParquetSink:
                 continue
             if part.chunks and (force or layout.schedule_due(self.options, part.group, now)):
                 self._roll(tp, part)
+                part.group.reset()  # (a roll at a cut point leaves the counters to cut_points)
             if not part.chunks and part.taken is not None:
                 part.durable = part.taken  # records rejected after the last row are done too
             if part.durable is not None:

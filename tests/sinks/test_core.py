@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import pytest
+from databus_plugins.parquet import layout
 
 from databus.sinks.core import (
     HEADER_MESSAGE,
@@ -12,7 +13,6 @@ from databus.sinks.core import (
     SinkProgress,
     dead_letter_headers,
 )
-from databus_plugins.parquet import layout
 
 TP = ("t", 0)
 

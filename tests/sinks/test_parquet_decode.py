@@ -8,9 +8,9 @@ import json
 import msgpack
 import pyarrow as pa
 import pytest
+from databus_plugins.parquet.decode import Decoder, declared_schema
 
 from databus.client import ConsumerRecord
-from databus_plugins.parquet.decode import Decoder, declared_schema
 
 
 def records(values, topic="t", partition=1, headers=()):

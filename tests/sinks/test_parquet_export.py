@@ -1,0 +1,101 @@
+"""The parquet sink with real processes: a ``databus broker``, ``databus sinks`` (and ``databus
+up``) subprocesses as users run them, records produced by confluent-kafka, the files read
+back with pyarrow: every record exactly once, also across kill -9, rebalances, rolls, Hive
+directories and the dead-letter topic."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import confluent_kafka
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from tests.helpers.broker import BrokerProcess
+
+from .harness import (
+    Service,
+    assert_exactly_once,
+    export_files,
+    exported_rows,
+    produce_json,
+    read_export,
+    wait_for,
+)
+
+BROKER_OPTIONS = {"num.partitions": 4, "group.initial.rebalance.delay.ms": 0}
+# Short sessions so that a killed member's partitions move within seconds.
+CONSUMER = {"session.timeout.ms": 6000, "heartbeat.interval.ms": 500}
+
+
+@pytest.fixture(scope="module")
+def broker(tmp_path_factory):
+    with BrokerProcess(tmp_path_factory.mktemp("broker"), options=BROKER_OPTIONS) as running:
+        yield running
+
+
+def sinks_config(broker, sinks: dict, **sidecar) -> dict:
+    return {
+        "clusters": {"main": {"bootstrap.servers": broker.bootstrap}},
+        "sidecar": {"metrics_listen": "127.0.0.1:0", "reload_poll_ms": 0, **sidecar},
+        "sinks": sinks,
+    }
+
+
+def parquet_sink(topic: str, path: Path, **config) -> dict:
+    return {"plugin": "parquet", "topics": [topic], "consumer": CONSUMER,
+            "config": {"path": str(path), **config}}
+
+
+N = 200_000
+
+
+def test_export_200k_json_records_exactly_once_with_columns_and_types(broker, tmp_path):
+    out = tmp_path / "export"
+    produce_json(broker.bootstrap, "big", range(N))
+    service = Service(tmp_path, "sinks", sinks_config(broker, {
+        "big-export": parquet_sink("big", out, **{"flush.size": 25_000})}))
+    try:
+        service.start()
+        # 50 000 records per partition: two full files each, durable without a stop.
+        wait_for(lambda: exported_rows(out) >= N, 300, "the export", service.log)
+        table = assert_exactly_once(out, "big", range(N))
+        wait_for(lambda: service.metric("databus_sink_lag", sink="big-export") == 0
+                 and service.metric("databus_sink_last_durable_age_seconds",
+                                    sink="big-export") == 0, 60, "lag 0")
+        metrics = service.metrics()
+        assert service.metric("databus_sink_records_in_total", sink="big-export") == N
+        assert service.metric("databus_sink_partitions", sink="big-export") == 4
+        assert service.metric("databus_sink_running", sink="big-export") == 1
+        assert service.metric("databus_sink_errors_total", sink="big-export") == 0
+        assert service.stop() == 0
+    finally:
+        service.close()
+    # docs/operations.md lists every sink family /metrics has.
+    documented = (Path(__file__).resolve().parents[2] / "docs" / "operations.md").read_text()
+    families = set(re.findall(r"^# TYPE (databus_sink\S+)", metrics, re.M))
+    assert len(families) == 8
+    for family in families:
+        assert f"`{family}`" in documented or f"`{family}_total`" in documented, family
+
+    assert len(export_files(out)) == 8
+    for path in export_files(out):
+        topic, partition, first, last = path.name.removesuffix(".parquet").split("+")
+        assert path.parent.parent.parent.name == "topic=big"
+        rows = pq.read_table(path)
+        assert rows.column("offset").to_pylist() == list(range(int(first), int(last) + 1))
+        assert set(rows.column("partition").to_pylist()) == {int(partition)}
+        assert pq.ParquetFile(path).metadata.row_group(0).column(0).compression == "SNAPPY"
+    schema = table.schema
+    for name, type_ in [("topic", pa.string()), ("partition", pa.int32()),
+                        ("offset", pa.int64()), ("timestamp", pa.timestamp("ms", tz="UTC")),
+                        ("key", pa.binary()), ("id", pa.int64()), ("name", pa.string()),
+                        ("amount", pa.float64())]:
+        assert schema.field(name).type == type_, name
+    rows = {r["id"]: r for r in table.slice(0, 1000).to_pylist()}
+    some = next(iter(rows.values()))
+    assert some["key"] == b"%d" % some["id"] and some["partition"] == some["id"] % 4
+    assert some["name"] == f"name-{some['id']}" and some["amount"] == some["id"] / 4
