@@ -157,3 +157,22 @@ def assert_exactly_once(path: Path, topic: str, ids) -> object:
     pairs = list(zip(table.column("partition").to_pylist(), table.column("offset").to_pylist()))
     assert len(set(pairs)) == len(pairs)
     return table
+
+
+def children(pid: int) -> list[int]:
+    try:
+        text = Path(f"/proc/{pid}/task/{pid}/children").read_text()
+    except OSError:
+        return []
+    return [int(p) for p in text.split()]
+
+
+def wait_gone(pid: int, timeout: float = 30) -> None:
+    def gone():
+        try:
+            state = Path(f"/proc/{pid}/stat").read_text().split(")")[-1].split()[0]
+        except OSError:
+            return True
+        return state == "Z"
+
+    wait_for(gone, timeout, f"process {pid} to exit")

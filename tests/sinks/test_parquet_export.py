@@ -19,10 +19,12 @@ from tests.helpers.broker import BrokerProcess
 from .harness import (
     Service,
     assert_exactly_once,
+    children,
     export_files,
     exported_rows,
     produce_json,
     read_export,
+    wait_gone,
     wait_for,
 )
 
@@ -99,3 +101,48 @@ def test_export_200k_json_records_exactly_once_with_columns_and_types(broker, tm
     some = next(iter(rows.values()))
     assert some["key"] == b"%d" % some["id"] and some["partition"] == some["id"] % 4
     assert some["name"] == f"name-{some['id']}" and some["amount"] == some["id"] / 4
+
+
+def test_kill_9_of_databus_up_three_times_during_the_export_still_exactly_once(tmp_path):
+    from tests.sidecar.harness import short_tmpdir
+
+    n = 200_000
+    out = tmp_path / "export"
+    with short_tmpdir() as sock_dir:
+        config = {
+            "sidecar": {"socket": f"{sock_dir}/up.sock", "metrics_listen": None},
+            "broker": {"data_dir": "data", "listen": "127.0.0.1:0", "options": BROKER_OPTIONS},
+            "streams": {"events": {}},
+            # Small files: many rolls (and so many commits) to be killed between.
+            "sinks": {"export": parquet_sink("events", out, **{"flush.size": 500})},
+        }
+        up = Service(tmp_path, "up", config, command="up")
+        try:
+            up.start()
+            bootstrap = re.search(r"Kafka listener\s+(\S+:\d+)", up.log()).group(1)
+            produce_json(bootstrap, "events", range(n))
+            for _kill in range(3):
+                before = len(export_files(out))
+                # Kill as soon as this run has written files of its own, mid-export.
+                wait_for(lambda: len(export_files(out)) >= before + 3, 120,  # noqa: B023
+                         "export progress", up.log)
+                assert exported_rows(out) < n
+                brokers = children(up.process.pid)
+                up.kill9()
+                for pid in brokers:  # the broker stops by itself when `up` dies
+                    wait_gone(pid)
+                up.start()
+            wait_for(lambda: exported_rows(out) >= n, 300, "the export", up.log)
+            up.process.send_signal(2)  # Ctrl-C: drains, stops the sinks, then the broker
+            assert up.process.wait(60) == 0, up.log()
+        finally:
+            up.close()
+    assert_exactly_once(out, "events", range(n))
+    # The partitions' files tile their offsets: nothing written twice under two names.
+    spans: dict[int, list] = {}
+    for path in export_files(out):
+        _topic, partition, first, last = path.name.removesuffix(".parquet").split("+")
+        spans.setdefault(int(partition), []).append((int(first), int(last)))
+    for ranges in spans.values():
+        ranges.sort()
+        assert all(a[1] + 1 == b[0] for a, b in zip(ranges, ranges[1:]))
