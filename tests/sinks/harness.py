@@ -46,15 +46,14 @@ class Service:
         self.path.write_text(yaml.safe_dump(config))
 
     def start(self, ready: str | None = None) -> Service:
-        log = open(self.log_path, "ab")
-        self._offset = self.log_path.stat().st_size
-        self.process = subprocess.Popen(
-            [sys.executable, "-m", "databus.cli", self.command, "-c", str(self.path),
-             *self.args],
-            stdout=log, stderr=subprocess.STDOUT, cwd=self.tmp,
-            env={**os.environ, **(self.env or {})},
-        )
-        log.close()
+        self._offset = self.log_path.stat().st_size if self.log_path.exists() else 0
+        with open(self.log_path, "ab") as log:
+            self.process = subprocess.Popen(
+                [sys.executable, "-m", "databus.cli", self.command, "-c", str(self.path),
+                 *self.args],
+                stdout=log, stderr=subprocess.STDOUT, cwd=self.tmp,
+                env={**os.environ, **(self.env or {})},
+            )
         ready = ready or ("databus is up" if self.command == "up" else "databus sinks is up")
         wait_for(lambda: ready in self.log() or self.process.poll() is not None, 60,
                  f"{self.name} to start", self.log)
@@ -76,7 +75,7 @@ class Service:
     def metric(self, name: str, **labels) -> float | None:
         want = {f'{k}="{v}"' for k, v in labels.items()}
         for line in self.metrics().splitlines():
-            if line.startswith(name + "{") or line.startswith(name + " "):
+            if line.startswith((name + "{", name + " ")):
                 head, _, value = line.rpartition(" ")
                 found = set(re.findall(r'\w+="[^"]*"', head))
                 if want <= found:

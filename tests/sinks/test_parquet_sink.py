@@ -4,14 +4,15 @@ exactly one file."""
 
 from __future__ import annotations
 
+import itertools
 import json
 import random
 
 import pyarrow.parquet as pq
-
-from databus.client import ConsumerRecord
 from databus_plugins.parquet import layout
 from databus_plugins.parquet.sink import ParquetSink
+
+from databus.client import ConsumerRecord
 
 from .harness import export_files, read_export
 
@@ -75,7 +76,7 @@ def test_a_replay_after_a_crash_leaves_each_record_in_exactly_one_file(tmp_path)
     # and the files tile the offsets: no overlap, no gap
     spans = sorted(layout.parse_file_name(p.name)[2:] for p in export_files(tmp_path))
     assert spans[0][0] == 0 and spans[-1][1] == 4999
-    assert all(a[1] + 1 == b[0] for a, b in zip(spans, spans[1:]))
+    assert all(a[1] + 1 == b[0] for a, b in itertools.pairwise(spans))
 
 
 def test_a_deterministic_replay_rewrites_the_same_names(tmp_path):
