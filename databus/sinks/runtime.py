@@ -150,8 +150,14 @@ class SinkRunner:
                     raise self._broken
                 now = trio.current_time()
                 for tp, records in batches.items():
-                    if not records or not self.progress.owns(tp):
-                        continue  # revoked while this batch was on its way
+                    if not records:
+                        continue
+                    if not self.progress.owns(tp):
+                        if tp in consumer.assignment():
+                            # Fetched before on_assigned opened it: read these again once
+                            # it is open (dropping them would skip them for good).
+                            consumer.seek(tp, records[0].offset)
+                        continue  # else revoked meanwhile: the next owner reads them
                     rejected = await self._call("write", sink.write, tp, records)
                     self.progress.handed(tp, len(records), records[-1].offset + 1, now)
                     if rejected:

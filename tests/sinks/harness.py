@@ -175,3 +175,21 @@ def wait_gone(pid: int, timeout: float = 30) -> None:
         return state == "Z"
 
     wait_for(gone, timeout, f"process {pid} to exit")
+
+
+BROKER_OPTIONS = {"num.partitions": 4, "group.initial.rebalance.delay.ms": 0}
+# Short sessions so that a killed member's partitions move within seconds.
+CONSUMER = {"session.timeout.ms": 6000, "heartbeat.interval.ms": 500}
+
+
+def sinks_config(broker, sinks: dict, **sidecar) -> dict:
+    return {
+        "clusters": {"main": {"bootstrap.servers": broker.bootstrap}},
+        "sidecar": {"metrics_listen": "127.0.0.1:0", "reload_poll_ms": 0, **sidecar},
+        "sinks": sinks,
+    }
+
+
+def parquet_sink(topic: str, path: Path, **config) -> dict:
+    return {"plugin": "parquet", "topics": [topic], "consumer": CONSUMER,
+            "config": {"path": str(path), **config}}

@@ -13,44 +13,20 @@ from pathlib import Path
 import confluent_kafka
 import pyarrow as pa
 import pyarrow.parquet as pq
-import pytest
-
-from tests.helpers.broker import BrokerProcess
 
 from .harness import (
+    BROKER_OPTIONS,
     Service,
     assert_exactly_once,
     children,
     export_files,
     exported_rows,
+    parquet_sink,
     produce_json,
+    sinks_config,
     wait_for,
     wait_gone,
 )
-
-BROKER_OPTIONS = {"num.partitions": 4, "group.initial.rebalance.delay.ms": 0}
-# Short sessions so that a killed member's partitions move within seconds.
-CONSUMER = {"session.timeout.ms": 6000, "heartbeat.interval.ms": 500}
-
-
-@pytest.fixture(scope="module")
-def broker(tmp_path_factory):
-    with BrokerProcess(tmp_path_factory.mktemp("broker"), options=BROKER_OPTIONS) as running:
-        yield running
-
-
-def sinks_config(broker, sinks: dict, **sidecar) -> dict:
-    return {
-        "clusters": {"main": {"bootstrap.servers": broker.bootstrap}},
-        "sidecar": {"metrics_listen": "127.0.0.1:0", "reload_poll_ms": 0, **sidecar},
-        "sinks": sinks,
-    }
-
-
-def parquet_sink(topic: str, path: Path, **config) -> dict:
-    return {"plugin": "parquet", "topics": [topic], "consumer": CONSUMER,
-            "config": {"path": str(path), **config}}
-
 
 N = 200_000
 

@@ -7,14 +7,19 @@ from __future__ import annotations
 import textwrap
 import urllib.request
 
-import pytest
 import trio
 
 from databus.config import parse_config
-from tests.helpers.broker import BrokerProcess
 
-from .harness import Service, assert_exactly_once, exported_rows, produce_json, wait_for
-from .test_parquet_export import BROKER_OPTIONS, parquet_sink, sinks_config
+from .harness import (
+    Service,
+    assert_exactly_once,
+    exported_rows,
+    parquet_sink,
+    produce_json,
+    sinks_config,
+    wait_for,
+)
 
 FAULTY = textwrap.dedent('''
     from databus import hookimpl
@@ -47,11 +52,6 @@ FAULTY = textwrap.dedent('''
         return Faulty()
 ''')
 
-
-@pytest.fixture(scope="module")
-def broker(tmp_path_factory):
-    with BrokerProcess(tmp_path_factory.mktemp("broker"), options=BROKER_OPTIONS) as running:
-        yield running
 
 
 def installed_faulty_plugin(tmp_path):
