@@ -216,9 +216,14 @@ class EmbeddedBrokerConfig(_Model):
 # its exactly-once commits work).
 RESERVED_SINK_CONSUMER_KEYS = ("group.id", "enable.auto.commit", "bootstrap.servers")
 # A sink consumer's defaults where they differ from Kafka's consumer defaults: like Kafka
-# Connect's sink consumers, start at the beginning of a topic the group has never read; and
-# hand plugins larger batches (they decode and write in batches).
-SINK_CONSUMER_DEFAULTS = {"auto.offset.reset": "earliest", "max.poll.records": 5000}
+# Connect's sink consumers, start at the beginning of a topic the group has never read; hand
+# plugins larger batches (they decode and write in batches); and long-poll for 100 ms, not
+# 500: while a Fetch for a partition at its log end waits, the consumer sends no Fetch for
+# the partitions it is draining (one Fetch in flight per broker), and a 500 ms wait cut
+# `databus bench parquet`'s export rate by two thirds.
+SINK_CONSUMER_DEFAULTS = {
+    "auto.offset.reset": "earliest", "max.poll.records": 5000, "fetch.max.wait.ms": 100,
+}
 
 
 class SinkConfig(_Model):
@@ -259,7 +264,7 @@ class SinkConfig(_Model):
         default_factory=dict,
         description="Kafka consumer keys for this sink's consumer (`max.poll.records`, "
         "`session.timeout.ms`, ...). Defaults as Kafka's, except `auto.offset.reset: "
-        "earliest` and `max.poll.records: 5000`; `group.id`, `enable.auto.commit` and "
+        "earliest`, `max.poll.records: 5000` and `fetch.max.wait.ms: 100`; `group.id`, `enable.auto.commit` and "
         "`bootstrap.servers` are set by the runtime.",
     )
     config: dict[str, Any] = Field(

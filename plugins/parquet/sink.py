@@ -101,14 +101,26 @@ class ParquetSink:
         if rejected:
             bad = {record.offset for record, _ in rejected}
             records = [r for r in records if r.offset not in bad]
-        sizes = [len(r.value or b"") + len(r.key or b"") for r in records]
-        timestamps = [r.timestamp for r in records]
-        cuts = layout.cut_points(self.options, part.group, sizes, timestamps, time.monotonic())
-        start, n = 0, table.num_rows
+        # Columns by transposition (C speed); per-row Python work only when a cut is near.
+        _t, _p, offsets, timestamps, _tt, keys, values, _h = zip(*records)
+        sizes = None
+        try:
+            total = sum(map(len, values)) + sum(map(len, filter(None, keys)))
+        except TypeError:  # tombstones (None values)
+            sizes = _sizes(keys, values)
+            total = sum(sizes)
+        now = time.monotonic()
+        n = table.num_rows
+        if layout.no_cut(self.options, part.group, n, total, timestamps[0], max(timestamps), now):
+            cuts = []
+        else:
+            sizes = sizes or _sizes(keys, values)
+            cuts = layout.cut_points(self.options, part.group, sizes, timestamps, now)
+        start = 0
         for end in cuts if cuts and cuts[-1] == n else [*cuts, n]:
             if end > start:
                 self._add(tp, part, table.slice(start, end - start), timestamps[start:end],
-                          records[end - 1].offset)
+                          offsets[end - 1])
             if end in cuts:
                 self._roll(tp, part)
             start = end
@@ -116,13 +128,13 @@ class ParquetSink:
 
     def _add(self, tp, part: _Partition, rows: pa.Table, timestamps, last_offset: int) -> None:
         by = self.options.partition_by
-        buckets = [layout.bucket(ts, by) for ts in timestamps] if by != "none" else [0]
-        if min(buckets) == max(buckets):
-            groups = {buckets[0]: None}
+        low = layout.bucket(min(timestamps), by)
+        if low == layout.bucket(max(timestamps), by):
+            groups = {low: None}  # the common case: one directory, no per-row work
         else:
             groups: dict[int, list[int]] = {}
-            for i, b in enumerate(buckets):
-                groups.setdefault(b, []).append(i)
+            for i, ts in enumerate(timestamps):
+                groups.setdefault(layout.bucket(ts, by), []).append(i)
         for b, rows_of in groups.items():
             chunk = rows if rows_of is None else rows.take(rows_of)
             part.chunks.setdefault(layout.hive_dir(tp[0], b, by), []).append(chunk)
@@ -161,3 +173,8 @@ class ParquetSink:
             if part.durable is not None:
                 out[tp] = part.durable
         return out
+
+
+def _sizes(keys, values) -> list[int]:
+    """Key + value bytes per record (what ``rotate.size.bytes`` counts)."""
+    return [(len(k) if k else 0) + (len(v) if v else 0) for k, v in zip(keys, values)]

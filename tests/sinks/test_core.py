@@ -141,3 +141,25 @@ def test_bad_options_are_named(config, problem):
     with pytest.raises(ValueError, match="parquet: .*" + problem.replace("(", r"\(")
                        .replace(")", r"\)")):
         layout.parse_options(config)
+
+
+def test_the_fast_path_agrees_with_the_row_by_row_cuts():
+    import random
+
+    rng = random.Random(7)
+    for _ in range(300):
+        opts = options(**{"flush.size": rng.randint(1, 50), "rotate.size.bytes":
+                          rng.randint(1, 2000), "rotate.interval.ms": rng.choice([None, 500])})
+        start = rng.randint(0, 30)
+        fast, slow = layout.OpenGroup(), layout.OpenGroup()
+        layout.cut_points(opts, fast, [10] * start, list(range(start)), now=0)
+        layout.cut_points(opts, slow, [10] * start, list(range(start)), now=0)
+        n = rng.randint(1, 40)
+        sizes = [rng.randint(0, 60) for _ in range(n)]
+        times = sorted(rng.randint(0, 1000) for _ in range(n))
+        if layout.no_cut(opts, fast, n, sum(sizes), times[0], max(times), now=1):
+            assert layout.cut_points(opts, slow, sizes, times, now=1) == []
+            assert (fast.records, fast.bytes, fast.first_timestamp) == (
+                slow.records, slow.bytes, slow.first_timestamp)
+        else:
+            assert (fast.records, fast.bytes) == (slow.records, slow.bytes)  # untouched
