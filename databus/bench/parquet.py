@@ -81,11 +81,12 @@ def export_with_runtime(bootstrap: str, topic: str, records: int, path: str, arg
         async with trio.open_nursery() as nursery:
             await nursery.start(supervisor.serve, supervisor.prepare(config))
             progress = supervisor.runners["bench"].progress
-            while progress.records_in == 0:
-                await trio.sleep(0.001)
-            start = time.perf_counter()
-            while progress.records_in < records:
-                await trio.sleep(0.01)
+            with trio.fail_after(600):
+                while progress.records_in == 0:
+                    await trio.sleep(0.001)
+                start = time.perf_counter()
+                while progress.records_in < records:
+                    await trio.sleep(0.01)
             await supervisor.aclose()
             print("closed", time.perf_counter() - start)  # the rest of the records into files, committed
             seconds = time.perf_counter() - start

@@ -29,7 +29,7 @@ import trio
 
 from databus.client import Consumer, KafkaError, Producer
 from databus.config import DatabusConfig, SinkConfig
-from databus.plugins import PluginManager, make_sink
+from databus.plugins import PluginError, PluginManager, make_sink
 
 from .core import PluginReportError, SinkProgress, TopicPartition, dead_letter_headers
 
@@ -304,7 +304,7 @@ class SinkSupervisor:
             if running is None or (running.spec, running.bootstrap) != (spec, planned.bootstrap):
                 try:
                     planned.plugin, planned.sink = make_sink(self.pm, spec.plugin, spec.config)
-                except ValueError as exc:
+                except (ValueError, PluginError) as exc:
                     raise ValueError(f"sink {name!r}: {exc}") from None
             plan[name] = planned
         return plan
