@@ -453,7 +453,7 @@ class SinkConfig(_Model):
             try:
                 re.compile(v)
             except re.error as exc:
-                raise ValueError(f"topics.regex {v!r} is not a regular expression: {exc}")
+                raise ValueError(f"topics.regex {v!r} is not a regular expression: {exc}") from None
         return v
 
     @model_validator(mode="after")
