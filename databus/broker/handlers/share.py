@@ -1,0 +1,284 @@
+"""Share-group APIs (KIP-932, "Queues for Kafka"): ShareGroupHeartbeat (76),
+ShareGroupDescribe (77), ShareFetch (78), ShareAcknowledge (79), DescribeShareGroupOffsets
+(90), AlterShareGroupOffsets (91), DeleteShareGroupOffsets (92).
+
+Thin translations between kio messages and share/service.py (the broker's ``shares``);
+membership logic lives in share/group_state.py, record states in share/partition_state.py.
+
+Versions: 76-79 at v1 only, what Kafka 4.1+ and librdkafka 2.15 (confluent-kafka 2.16's
+``ShareConsumer``) speak; v0 was Kafka 4.0's early access, v2 adds RENEW and acquire modes,
+not implemented.  90-92 at v0 (v1 of 90 only adds a lag field: not served).
+
+ShareFetch: acknowledgements piggy-backed on the request are applied and made durable
+before anything is fetched (so a response never precedes the fsync of what it confirms);
+then the session's partitions are read and records acquired, waiting up to ``max_wait``
+for an append or for records released by others.  Partitions are answered when records
+were acquired, when they were named in the request, or with an error.
+"""
+
+from __future__ import annotations
+
+import uuid
+
+import trio
+
+from databus.broker.share.group_state import HeartbeatRequest
+from databus.broker.share.service import (
+    FINAL_EPOCH,
+    OPEN_EPOCH,
+    AckBatch,
+    PartitionFetch,
+    SessionError,
+    ShareService,
+)
+from databus.protocol.api_keys import ApiKey
+from databus.protocol.entities import build, ms
+from databus.protocol.errors import ErrorCode
+
+from ..api import RequestContext, handles
+
+NO_OPERATIONS = -(2**31)
+ZERO_UUID = uuid.UUID(int=0)
+
+
+def shares_of(ctx: RequestContext) -> ShareService | None:
+    """The broker's share-group service, or None until it has replayed its state."""
+    service = ctx.broker.shares
+    return service if service.loaded else None
+
+
+def _response(ctx: RequestContext, **values):
+    values.setdefault("throttle_time", 0)
+    return build(ctx.response_class(), values)
+
+
+def _classic_group(ctx: RequestContext, group_id: str) -> bool:
+    groups = ctx.broker.groups
+    return groups.loaded and group_id in groups.group_ids()
+
+
+def _not_share_group(group_id: str) -> str:
+    return f"Group {group_id} is not a share group."
+
+
+# -- ShareGroupHeartbeat ----------------------------------------------------------------------
+
+
+@handles(ApiKey.SHARE_GROUP_HEARTBEAT, 1, 1)
+async def share_group_heartbeat(ctx: RequestContext, request):
+    service = shares_of(ctx)
+    if service is None:
+        return _response(ctx, error_code=ErrorCode.coordinator_load_in_progress)
+    if _classic_group(ctx, request.group_id):
+        return _response(ctx, error_code=ErrorCode.group_id_not_found,
+                         error_message=_not_share_group(request.group_id))
+    result = service.heartbeat(HeartbeatRequest(
+        group_id=request.group_id,
+        member_id=request.member_id,
+        member_epoch=request.member_epoch,
+        subscribed_topic_names=(tuple(request.subscribed_topic_names)
+                                if request.subscribed_topic_names is not None else None),
+        rack_id=request.rack_id,
+        client_id=ctx.client_id or "",
+        client_host="/" + ctx.client_host if ctx.client_host else "",
+    ))
+    assignment = None
+    if result.assignment is not None:
+        topics = ctx.broker.log_manager.topics()
+        assignment = {"topic_partitions": [
+            {"topic_id": topics[name].topic_id, "partitions": list(parts)}
+            for name, parts in sorted(result.assignment.items()) if name in topics
+        ]}
+    ok = result.error == ErrorCode.none
+    return _response(
+        ctx, error_code=result.error, error_message=result.message,
+        member_id=request.member_id if ok else None,
+        member_epoch=result.member_epoch, heartbeat_interval=result.heartbeat_interval_ms,
+        assignment=assignment,
+    )
+
+
+# -- ShareGroupDescribe -----------------------------------------------------------------------
+
+
+@handles(ApiKey.SHARE_GROUP_DESCRIBE, 1, 1)
+async def share_group_describe(ctx: RequestContext, request):
+    service = shares_of(ctx)
+    topics = ctx.broker.log_manager.topics()
+    described = []
+    for group_id in request.group_ids:
+        entry = {"group_id": group_id, "group_state": "", "group_epoch": -1,
+                 "assignment_epoch": -1, "assignor_name": "", "members": [],
+                 "authorized_operations": NO_OPERATIONS}
+        snapshot = service.describe(group_id) if service is not None else None
+        if service is None:
+            entry["error_code"] = ErrorCode.coordinator_load_in_progress
+        elif snapshot is None:
+            entry["error_code"] = ErrorCode.group_id_not_found
+            entry["error_message"] = (_not_share_group(group_id) if _classic_group(ctx, group_id)
+                                      else f"Group {group_id} not found.")
+        else:
+            entry.update(
+                error_code=ErrorCode.none, group_state=snapshot.state.value,
+                group_epoch=snapshot.group_epoch, assignment_epoch=snapshot.assignment_epoch,
+                assignor_name="simple",
+                members=[{
+                    "member_id": m.member_id, "rack_id": m.rack_id,
+                    "member_epoch": m.member_epoch, "client_id": m.client_id,
+                    "client_host": m.client_host,
+                    "subscribed_topic_names": list(m.subscribed_topic_names),
+                    "assignment": {"topic_partitions": [
+                        {"topic_id": topics[name].topic_id, "topic_name": name,
+                         "partitions": list(parts)}
+                        for name, parts in sorted(m.assignment.items()) if name in topics
+                    ]},
+                } for m in snapshot.members],
+            )
+        described.append(entry)
+    return _response(ctx, groups=described)
+
+
+# -- ShareFetch / ShareAcknowledge ------------------------------------------------------------
+
+
+def _ack_batches(partition) -> list[AckBatch]:
+    return [AckBatch(b.first_offset, b.last_offset, tuple(b.acknowledge_types))
+            for b in partition.acknowledgement_batches]
+
+
+def _apply_acks(service: ShareService, group_id: str, member_id: str,
+                topics) -> dict[tuple[uuid.UUID, int], ErrorCode]:
+    """(topic id, partition) -> acknowledge error, for every partition carrying batches."""
+    results = {}
+    for topic in topics:
+        for partition in topic.partitions:
+            batches = _ack_batches(partition)
+            if batches:
+                results[(topic.topic_id, partition.partition_index)] = service.acknowledge(
+                    group_id, member_id, topic.topic_id, partition.partition_index, batches)
+    return results
+
+
+async def _persist_acks(service: ShareService,
+                        acks: dict[tuple[uuid.UUID, int], ErrorCode]) -> None:
+    """Wait for the fsync of the applied acknowledgements; a failed write becomes their
+    error (the client retries or the records are delivered again: never lost)."""
+    if not acks:
+        return
+    error = await service.persist()
+    if error != ErrorCode.none:
+        for key, code in acks.items():
+            if code == ErrorCode.none:
+                acks[key] = error
+
+
+def _leader(ctx: RequestContext) -> dict:
+    return {"leader_id": ctx.broker.node_id, "leader_epoch": 0}
+
+
+@handles(ApiKey.SHARE_FETCH, 1, 1)
+async def share_fetch(ctx: RequestContext, request):
+    service = shares_of(ctx)
+    group_id, member_id = request.group_id or "", request.member_id or ""
+
+    def top_error(code: ErrorCode, message: str | None = None):
+        return _response(ctx, error_code=code, error_message=message,
+                         acquisition_lock_timeout=0, responses=[], node_endpoints=[])
+
+    if service is None:
+        return top_error(ErrorCode.coordinator_load_in_progress)
+    epoch = request.share_session_epoch
+    has_acks = any(p.acknowledgement_batches for t in request.topics for p in t.partitions)
+    if epoch == OPEN_EPOCH and has_acks:
+        return top_error(ErrorCode.invalid_request,
+                         "a ShareFetch opening a share session carries no acknowledgements")
+    try:
+        session = service.session_for(group_id, member_id, epoch, may_open=True)
+    except SessionError as exc:
+        return top_error(exc.code, str(exc))
+    if epoch != FINAL_EPOCH:
+        for topic in request.topics:
+            for p in topic.partitions:
+                session.partitions.add((topic.topic_id, p.partition_index))
+        for forgotten in request.forgotten_topics_data:
+            for index in forgotten.partitions:
+                session.partitions.discard((forgotten.topic_id, index))
+
+    acks = _apply_acks(service, group_id, member_id, request.topics)
+    await _persist_acks(service, acks)
+
+    results: list[PartitionFetch] = []
+    if epoch == FINAL_EPOCH:
+        service.close_session(session)
+    else:
+        wanted = {(t.topic_id, p.partition_index) for t in request.topics for p in t.partitions}
+        created = service.created
+        deadline = trio.current_time() + ms(request.max_wait) / 1000
+        max_records = request.max_records if request.max_records > 0 else 500
+        max_bytes = min(request.max_bytes, ctx.broker.config.fetch_max_bytes)
+        while True:
+            results = service.acquire(session, max_records, max_bytes, wanted)
+            got = sum(len(r.records) for r in results)
+            errors = any(r.error != ErrorCode.none for r in results)
+            if (got and got >= request.min_bytes) or errors or not session.partitions:
+                break
+            if trio.current_time() >= deadline:
+                break
+            await service.wait_for_records(session, deadline)
+            if (group_id, member_id) not in service.sessions:
+                break  # the member left or was removed while waiting
+        if any(r.acquired for r in results):
+            service.wake_timers()
+        if service.created != created:
+            await service.persist()  # a start offset chosen by auto reset must be durable
+
+    by_key = {(r.topic_id, r.partition): r for r in results}
+    for key, code in acks.items():
+        by_key.setdefault(key, PartitionFetch(*key)).ack_error = code
+    topics: dict[uuid.UUID, list[dict]] = {}
+    for (topic_id, index), r in by_key.items():
+        topics.setdefault(topic_id, []).append({
+            "partition_index": index, "error_code": r.error,
+            "acknowledge_error_code": r.ack_error, "current_leader": _leader(ctx),
+            "records": r.records,
+            "acquired_records": [
+                {"first_offset": a.first_offset, "last_offset": a.last_offset,
+                 "delivery_count": a.delivery_count} for a in r.acquired],
+        })
+    return _response(
+        ctx, error_code=ErrorCode.none,
+        acquisition_lock_timeout=service.lock_duration_ms(group_id),
+        responses=[{"topic_id": t, "partitions": parts} for t, parts in topics.items()],
+        node_endpoints=[],
+    )
+
+
+@handles(ApiKey.SHARE_ACKNOWLEDGE, 1, 1)
+async def share_acknowledge(ctx: RequestContext, request):
+    service = shares_of(ctx)
+    group_id, member_id = request.group_id or "", request.member_id or ""
+
+    def top_error(code: ErrorCode, message: str | None = None):
+        return _response(ctx, error_code=code, error_message=message, responses=[],
+                         node_endpoints=[])
+
+    if service is None:
+        return top_error(ErrorCode.coordinator_load_in_progress)
+    try:
+        session = service.session_for(group_id, member_id, request.share_session_epoch,
+                                      may_open=False)
+    except SessionError as exc:
+        return top_error(exc.code, str(exc))
+    acks = _apply_acks(service, group_id, member_id, request.topics)
+    await _persist_acks(service, acks)
+    if request.share_session_epoch == FINAL_EPOCH:
+        service.close_session(session)
+    topics: dict[uuid.UUID, list[dict]] = {}
+    for (topic_id, index), code in acks.items():
+        topics.setdefault(topic_id, []).append(
+            {"partition_index": index, "error_code": code, "current_leader": _leader(ctx)})
+    return _response(
+        ctx, error_code=ErrorCode.none,
+        responses=[{"topic_id": t, "partitions": parts} for t, parts in topics.items()],
+        node_endpoints=[],
+    )
