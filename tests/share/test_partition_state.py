@@ -147,13 +147,18 @@ def test_snapshot_restores_final_states_and_makes_acquired_available_with_its_co
         AcquiredRange(12, 12, 2), AcquiredRange(14, 19, 2), AcquiredRange(20, 29, 1)]
 
 
-def test_move_start_forward_keeps_the_states_above():
+def test_move_start_keeps_the_states_above_reset_forgets_everything():
     sp = partition()
     sp.acquire("a", [(0, 9)], 0, 100)
-    sp.move_start(5)
-    assert sp.start_offset == 5 and sp.state_of(5)[0] is RecordState.ACQUIRED
-    sp.move_start(0)  # a reset backwards starts afresh
-    assert sp.start_offset == 0 and sp.end_offset == 0
+    sp.acknowledge("a", 5, 5, [RELEASE])
+    sp.move_start(3)  # retention removed 0-2
+    assert sp.start_offset == 3 and sp.state_of(3)[0] is RecordState.ACQUIRED
+    assert sp.state_of(5)[:2] == (RecordState.AVAILABLE, 1)
+    sp.move_start(1)  # never backwards
+    assert sp.start_offset == 3
+    sp.reset_start(0)  # an admin reset starts afresh
+    assert (sp.start_offset, sp.end_offset, sp.next_deadline()) == (0, 0, None)
+    assert sp.acquire("b", [(0, 9)], 0, 100) == [AcquiredRange(0, 9, 1)]
 
 
 # -- the model --------------------------------------------------------------------------------

@@ -58,4 +58,7 @@ def handler_table() -> HandlerTable:
         share.share_group_describe,
         share.share_fetch,
         share.share_acknowledge,
+        share.describe_share_group_offsets,
+        share.alter_share_group_offsets,
+        share.delete_share_group_offsets,
     ])

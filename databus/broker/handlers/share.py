@@ -217,10 +217,12 @@ async def share_fetch(ctx: RequestContext, request):
         max_records = request.max_records if request.max_records > 0 else 500
         max_bytes = min(request.max_bytes, ctx.broker.config.fetch_max_bytes)
         while True:
+            # records once acquired are answered at once, whatever min_bytes says: a second
+            # pass would acquire more while the first ones wait in no response
             results = service.acquire(session, max_records, max_bytes, wanted)
-            got = sum(len(r.records) for r in results)
+            got = any(r.acquired for r in results)
             errors = any(r.error != ErrorCode.none for r in results)
-            if (got and got >= request.min_bytes) or errors or not session.partitions:
+            if got or errors or not session.partitions:
                 break
             if trio.current_time() >= deadline:
                 break
@@ -282,3 +284,97 @@ async def share_acknowledge(ctx: RequestContext, request):
         responses=[{"topic_id": t, "partitions": parts} for t, parts in topics.items()],
         node_endpoints=[],
     )
+
+
+# -- DescribeShareGroupOffsets / AlterShareGroupOffsets / DeleteShareGroupOffsets -------------
+
+
+def _unknown_group(ctx: RequestContext, service: ShareService | None,
+                   group_id: str) -> tuple[ErrorCode, str | None]:
+    """Whether ``group_id`` can be administered as a share group: (error, message)."""
+    if service is None:
+        return ErrorCode.coordinator_load_in_progress, None
+    if _classic_group(ctx, group_id):
+        return ErrorCode.group_id_not_found, _not_share_group(group_id)
+    if not service.is_share_group(group_id):
+        return ErrorCode.group_id_not_found, f"Group {group_id} not found."
+    return ErrorCode.none, None
+
+
+@handles(ApiKey.DESCRIBE_SHARE_GROUP_OFFSETS, 0, 1)
+async def describe_share_group_offsets(ctx: RequestContext, request):
+    service = shares_of(ctx)
+    topics = ctx.broker.log_manager.topics()
+    groups = []
+    for group in request.groups:
+        error, message = _unknown_group(ctx, service, group.group_id)
+        if error != ErrorCode.none:
+            groups.append({"group_id": group.group_id, "topics": [], "error_code": error,
+                           "error_message": message})
+            continue
+        known = service.start_offsets(group.group_id)
+        if group.topics is None:
+            wanted: dict[str, list[int]] = {}
+            for topic, partition in sorted(known):
+                wanted.setdefault(topic, []).append(partition)
+        else:
+            wanted = {t.topic_name: list(t.partitions) for t in group.topics}
+        described = []
+        for name, partitions in wanted.items():
+            info = topics.get(name)
+            entries = []
+            for index in partitions:
+                if info is None or not 0 <= index < info.partitions:
+                    entries.append({"partition_index": index, "start_offset": -1,
+                                    "leader_epoch": -1, "lag": -1,
+                                    "error_code": ErrorCode.unknown_topic_or_partition})
+                    continue
+                start, lag = known.get((name, index), (-1, -1))
+                entries.append({"partition_index": index, "start_offset": start,
+                                "leader_epoch": 0 if start >= 0 else -1, "lag": lag,
+                                "error_code": ErrorCode.none})
+            described.append({"topic_name": name,
+                              "topic_id": info.topic_id if info else ZERO_UUID,
+                              "partitions": entries})
+        groups.append({"group_id": group.group_id, "topics": described,
+                       "error_code": ErrorCode.none})
+    return _response(ctx, groups=groups)
+
+
+@handles(ApiKey.ALTER_SHARE_GROUP_OFFSETS, 0, 0)
+async def alter_share_group_offsets(ctx: RequestContext, request):
+    service = shares_of(ctx)
+    topics = ctx.broker.log_manager.topics()
+    if service is None:
+        return _response(ctx, error_code=ErrorCode.coordinator_load_in_progress, responses=[])
+    if _classic_group(ctx, request.group_id):
+        return _response(ctx, error_code=ErrorCode.group_id_not_found,
+                         error_message=_not_share_group(request.group_id), responses=[])
+    offsets = {(t.topic_name, p.partition_index): p.start_offset
+               for t in request.topics for p in t.partitions}
+    results = await service.alter_start_offsets(request.group_id, offsets)
+    by_topic: dict[str, list[dict]] = {}
+    for (topic, index), code in results.items():
+        by_topic.setdefault(topic, []).append({"partition_index": index, "error_code": code})
+    top = ErrorCode.none
+    if results and all(code == ErrorCode.non_empty_group for code in results.values()):
+        top = ErrorCode.non_empty_group  # Kafka: a group with members is refused as a whole
+    return _response(ctx, error_code=top, responses=[
+        {"topic_name": topic, "topic_id": topics[topic].topic_id if topic in topics else ZERO_UUID,
+         "partitions": parts} for topic, parts in by_topic.items()])
+
+
+@handles(ApiKey.DELETE_SHARE_GROUP_OFFSETS, 0, 0)
+async def delete_share_group_offsets(ctx: RequestContext, request):
+    service = shares_of(ctx)
+    topics = ctx.broker.log_manager.topics()
+    error, message = _unknown_group(ctx, service, request.group_id)
+    if error != ErrorCode.none:
+        return _response(ctx, error_code=error, error_message=message, responses=[])
+    results = await service.delete_state(request.group_id, [t.topic_name for t in request.topics])
+    if any(code == ErrorCode.non_empty_group for code in results.values()):
+        return _response(ctx, error_code=ErrorCode.non_empty_group,
+                         error_message="the share group has members", responses=[])
+    return _response(ctx, error_code=ErrorCode.none, responses=[
+        {"topic_name": topic, "topic_id": topics[topic].topic_id if topic in topics else ZERO_UUID,
+         "error_code": code} for topic, code in results.items()])

@@ -161,6 +161,10 @@ class SharePartition:
     def in_flight(self) -> int:
         return len(self._state)
 
+    def done_in_flight(self) -> int:
+        """In-flight offsets already acknowledged or archived (above a record not done)."""
+        return sum(1 for state in self._state if state in FINAL_STATES)
+
     def acquired_by(self, member_id: str) -> int:
         return sum(1 for owner in self._owner if owner == member_id)
 
@@ -335,20 +339,23 @@ class SharePartition:
             self.dirty = True
 
     def move_start(self, offset: int) -> None:
-        """Set SPSO (log start moved past it, or an admin reset): offsets below are dropped;
-        moving it forward keeps the in-flight states above, moving it backward (a reset of
-        an idle group) starts afresh."""
-        if offset == self.start_offset:
+        """The log start moved past SPSO (retention): offsets below ``offset`` are gone,
+        the in-flight states above it are kept."""
+        if offset <= self.start_offset:
             return
-        if offset > self.start_offset:
-            drop = min(offset - self.start_offset, len(self._state))
-            del self._state[:drop], self._count[:drop], self._owner[:drop], \
-                self._deadline[:drop]
-        else:
-            self._state, self._count, self._owner, self._deadline = [], [], [], []
+        drop = min(offset - self.start_offset, len(self._state))
+        del self._state[:drop], self._count[:drop], self._owner[:drop], self._deadline[:drop]
         self.start_offset = offset
         self.dirty = True
         self._advance_start()
+
+    def reset_start(self, offset: int) -> None:
+        """AlterShareGroupOffsets (a group without members): start afresh at ``offset``,
+        every in-flight state and delivery count forgotten."""
+        self._state, self._count, self._owner, self._deadline = [], [], [], []
+        self._locks = []
+        self.start_offset = offset
+        self.dirty = True
 
     # -- durable state ---------------------------------------------------------------------
 

@@ -45,6 +45,7 @@ from .group_state import (
     ShareGroupSnapshot,
 )
 from .partition_state import (
+    FINAL_STATES,
     AcknowledgeType,
     AcquiredRange,
     SharePartition,
@@ -152,6 +153,26 @@ def group_config_checks(config: ShareConfig) -> dict[str, Callable[[str], None]]
         "share.session.timeout.ms": _bounded(1, 2**31 - 1),
         "share.heartbeat.interval.ms": _bounded(1, 2**31 - 1),
     }
+
+
+class GroupConfigError(ValueError):
+    """A group config name or value the broker refuses (Kafka's INVALID_CONFIG)."""
+
+
+def check_group_configs(config: ShareConfig, overrides: dict[str, str]) -> None:
+    """Raise GroupConfigError naming the first unknown name or bad value."""
+    checks = group_config_checks(config)
+    for name, value in sorted(overrides.items()):
+        check = checks.get(name)
+        if check is None:
+            raise GroupConfigError(
+                f"Unknown group config name: {name} (share groups take "
+                f"{', '.join(sorted(checks))})")
+        try:
+            check(value)
+        except ValueError as exc:
+            raise GroupConfigError(f"Invalid value {value} for configuration {name}: "
+                                   f"{exc}") from exc
 
 
 def group_config_defaults(config: ShareConfig) -> dict[str, str]:
@@ -632,18 +653,26 @@ class ShareService:
 
     # -- administration ---------------------------------------------------------------------
 
-    def start_offsets(self, group_id: str) -> dict[tuple[str, int], int]:
-        """(topic, partition) -> share-partition start offset, for every share-partition of
-        the group known in memory or durably."""
+    def start_offsets(self, group_id: str) -> dict[tuple[str, int], tuple[int, int]]:
+        """(topic, partition) -> (share-partition start offset, lag) of every share-partition
+        of the group, in memory or only durable.  Lag: records at or past the start offset
+        not yet acknowledged or archived (Kafka's share-partition lag)."""
         names = self.topic_names_by_id()
         out = {}
         for (group, topic_id, partition), state in self.durable.items():
             if group == group_id and topic_id in names:
-                out[(names[topic_id], partition)] = state.start_offset
+                done = sum(b.last_offset - b.first_offset + 1 for b in state.batches
+                           if b.state in FINAL_STATES)
+                out[(names[topic_id], partition)] = (state.start_offset, done)
         for (group, topic_id, partition), sp in self.partitions.items():
             if group == group_id and topic_id in names:
-                out[(names[topic_id], partition)] = sp.start_offset
-        return out
+                out[(names[topic_id], partition)] = (sp.start_offset, sp.done_in_flight())
+        result = {}
+        for (topic, partition), (start, done) in out.items():
+            plog = self.broker.get_log(topic, partition)
+            end_offset = plog.log_end_offset if plog is not None else start
+            result[(topic, partition)] = (start, max(end_offset - start - done, 0))
+        return result
 
     async def alter_start_offsets(self, group_id: str,
                                   offsets: dict[tuple[str, int], int]) -> dict[tuple[str, int],
@@ -662,7 +691,7 @@ class ShareService:
             plog = self.broker.get_log(topic, partition)
             offset = min(max(offset, plog.log_start_offset), plog.log_end_offset)
             sp = self.share_partition(group_id, info.topic_id, partition, topic)
-            sp.move_start(offset)
+            sp.reset_start(offset)
             results[(topic, partition)] = ErrorCode.none
         self.coordinator.ensure_group(group_id)
         error = await self.persist()
@@ -671,29 +700,26 @@ class ShareService:
         return results
 
     async def delete_state(self, group_id: str,
-                           partitions: list[tuple[str, int]] | None) -> dict[tuple[str, int],
-                                                                              ErrorCode]:
-        """DeleteShareGroupOffsets (partitions) or DeleteGroups (None = everything): drop
-        the share-partitions' state with tombstones; the group must have no members."""
+                           topics: list[str] | None) -> dict[str, ErrorCode]:
+        """DeleteShareGroupOffsets (``topics``) or DeleteGroups (None: everything, configs
+        too): drop the share-partitions' state with tombstones.  The group must have no
+        members; per topic, UNKNOWN_TOPIC_OR_PARTITION for a topic that does not exist."""
         snapshot = self.coordinator.snapshot(group_id)
         if snapshot is not None and snapshot.members:
-            return {tp: ErrorCode.non_empty_group for tp in partitions or [("", -1)]}
-        names = self.topic_names_by_id()
-        ids = {name: tid for tid, name in names.items()}
+            return {topic: ErrorCode.non_empty_group for topic in topics or [""]}
+        ids = {name: tid for tid, name in self.topic_names_by_id().items()}
         keys = {k for k in list(self.partitions) + list(self.durable) if k[0] == group_id}
-        results: dict[tuple[str, int], ErrorCode] = {}
-        if partitions is not None:
+        results: dict[str, ErrorCode] = {}
+        if topics is not None:
             wanted = set()
-            for topic, partition in partitions:
-                if topic not in ids:
-                    results[(topic, partition)] = ErrorCode.unknown_topic_or_partition
-                else:
-                    wanted.add((group_id, ids[topic], partition))
-                    results[(topic, partition)] = ErrorCode.none
-            keys &= wanted
+            for topic in topics:
+                results[topic] = (ErrorCode.none if topic in ids
+                                  else ErrorCode.unknown_topic_or_partition)
+                wanted.add(ids.get(topic))
+            keys = {k for k in keys if k[1] in wanted}
         kvs: list[tuple[bytes, bytes | None]] = [
             (encode_key(StateKey(*key)), None) for key in sorted(keys, key=str)]
-        if partitions is None:
+        if topics is None:
             kvs.append((encode_key(ConfigKey(group_id)), None))
         for key in keys:
             self.partitions.pop(key, None)
