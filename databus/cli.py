@@ -22,7 +22,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "topics": ("databus.tools.topics", "create, delete, list and describe topics"),
     "dump-log": ("databus.tools.dump_log", "print the batches (and records) of a .log segment"),
     "broker": ("databus.broker.command", "run the built-in Kafka-compatible broker"),
-    "groups": ("databus.tools.groups", "list, describe, reset offsets of, delete consumer groups"),
+    "groups": ("databus.tools.groups", "list, describe, reset offsets of, delete consumer and share groups"),
     "up": ("databus.sidecar.cmd_up", "run the sidecar (plus the built-in broker if no cluster is configured)"),
     "sidecar": ("databus.sidecar.cmd_sidecar", "run the sidecar alone against the configured clusters"),
     "plugins": ("databus.sidecar.cmd_plugins", "list the loaded plugins and the hooks each implements"),
@@ -39,6 +39,7 @@ BENCHMARKS: dict[str, tuple[str, str]] = {
     "storage": ("databus.bench.storage", "log append (with/without group-commit fsync) and read throughput"),
     "produce": ("databus.bench.produce", "produce throughput against the broker (librdkafka)"),
     "consume": ("databus.bench.consume", "consume throughput from the broker (librdkafka)"),
+    "share": ("databus.bench.share", "share group (3 ShareConsumers, explicit accepts) beside a classic consumer"),
 }
 
 

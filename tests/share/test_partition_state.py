@@ -42,9 +42,9 @@ def test_acquire_accept_moves_the_start_offset():
 
 def test_two_members_get_different_records_of_one_partition():
     sp = partition()
-    assert sp.acquire("a", [(0, 9)], 0, max_records=4) == [AcquiredRange(0, 3, 1)]
+    assert sp.acquire("a", [(0, 3), (4, 9)], 0, max_records=4) == [AcquiredRange(0, 3, 1)]
     assert sp.next_fetch_offset() == 4
-    assert sp.acquire("b", [(0, 9)], 0, max_records=100) == [AcquiredRange(4, 9, 1)]
+    assert sp.acquire("b", [(0, 3), (4, 9)], 0, max_records=100) == [AcquiredRange(4, 9, 1)]
     assert sp.acknowledge("b", 0, 0, [ACCEPT]) == ErrorCode.invalid_record_state
     assert sp.acknowledge("a", 0, 3, [ACCEPT]) == ErrorCode.none
 
@@ -114,15 +114,16 @@ def test_max_record_locks_bounds_the_window_but_not_redelivery():
                                                   AcquiredRange(5, 6, 1)]
 
 
-def test_max_records_limits_one_fetch():
+def test_max_records_limits_one_fetch_even_inside_a_batch():
     sp = partition()
     assert sp.acquire("a", [(0, 9), (10, 19)], 0, 3) == [AcquiredRange(0, 2, 1)]
+    assert sp.acquire("b", [(0, 9), (10, 19)], 0, 10) == [AcquiredRange(3, 12, 1)]
 
 
 def test_member_release_returns_only_its_records():
     sp = partition()
-    sp.acquire("a", [(0, 9)], 0, 5)
-    sp.acquire("b", [(0, 9)], 0, 5)
+    sp.acquire("a", [(0, 4), (5, 9)], 0, 5)
+    sp.acquire("b", [(0, 4), (5, 9)], 0, 5)
     assert sp.release_member("a") == 5
     assert sp.acquired_by("b") == 5
     assert sp.acquire("c", [(0, 9)], 0, 10) == [AcquiredRange(0, 4, 2)]

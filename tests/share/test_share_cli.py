@@ -68,3 +68,19 @@ def test_share_group_list_describe_reset_delete(tmp_path, capsys):
         capsys.readouterr()
         assert groups("list") == 0
         assert GROUP not in capsys.readouterr().out
+
+
+def test_bench_share_runs(tmp_path):
+    """``databus bench share`` end to end at a tiny size (this checks it works, not speed)."""
+    import subprocess
+    import sys
+
+    with BrokerProcess(tmp_path) as broker:
+        result = subprocess.run(
+            [sys.executable, "-m", "databus.cli", "bench", "share", "--bootstrap",
+             broker.bootstrap, "--records", "3000"],
+            capture_output=True, text=True, timeout=300, check=False)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert "share group, 3 consumers" in result.stdout
+    assert "records delivered more than once: 0" in result.stdout
+    assert "share state writes:" in result.stdout

@@ -9,10 +9,11 @@ Versions: 76-79 at v1 only, what Kafka 4.1+ and librdkafka 2.15 (confluent-kafka
 ``ShareConsumer``) speak; v0 was Kafka 4.0's early access, v2 adds RENEW and acquire modes,
 not implemented.  90-92 at v0 (v1 of 90 only adds a lag field: not served).
 
-ShareFetch: acknowledgements piggy-backed on the request are applied and made durable
-before anything is fetched (so a response never precedes the fsync of what it confirms);
-then the session's partitions are read and records acquired, waiting up to ``max_wait``
-for an append or for records released by others.  Partitions are answered when records
+ShareFetch: acknowledgements piggy-backed on the request are applied, and their write to
+``__share_group_state`` is started; meanwhile the session's partitions are read and records
+acquired (waiting up to ``max_wait`` for an append or for records released by others); the
+answer goes out once the write is fsynced, so a response never confirms an acknowledgement
+that a crash could lose.  Partitions are answered when records
 were acquired, when they were named in the request, or with an error.
 """
 
@@ -160,12 +161,13 @@ def _apply_acks(service: ShareService, group_id: str, member_id: str,
 
 
 async def _persist_acks(service: ShareService,
-                        acks: dict[tuple[uuid.UUID, int], ErrorCode]) -> None:
-    """Wait for the fsync of the applied acknowledgements; a failed write becomes their
-    error (the client retries or the records are delivered again: never lost)."""
+                        acks: dict[tuple[uuid.UUID, int], ErrorCode], pending=None) -> None:
+    """Wait for the fsync of the applied acknowledgements (``pending``: the write round
+    asked for earlier); a failed write becomes their error (the client retries or the
+    records are delivered again: never lost)."""
     if not acks:
         return
-    error = await service.persist()
+    error = await service.wait_written(pending or service.persist_soon())
     if error != ErrorCode.none:
         for key, code in acks.items():
             if code == ErrorCode.none:
@@ -205,10 +207,13 @@ async def share_fetch(ctx: RequestContext, request):
                 session.partitions.discard((forgotten.topic_id, index))
 
     acks = _apply_acks(service, group_id, member_id, request.topics)
-    await _persist_acks(service, acks)
+    # the write of the acknowledgements starts now; records are acquired meanwhile and the
+    # answer waits for both (it must not confirm an acknowledgement before its fsync)
+    pending = service.persist_soon() if acks else None
 
     results: list[PartitionFetch] = []
     if epoch == FINAL_EPOCH:
+        await _persist_acks(service, acks, pending)
         service.close_session(session)
     else:
         wanted = {(t.topic_id, p.partition_index) for t in request.topics for p in t.partitions}
@@ -232,7 +237,12 @@ async def share_fetch(ctx: RequestContext, request):
         if any(r.acquired for r in results):
             service.wake_timers()
         if service.created != created:
-            await service.persist()  # a start offset chosen by auto reset must be durable
+            # a start offset chosen by auto reset must be durable before records from it
+            # are handed out: a later round covers it (and the acknowledgements)
+            pending = service.persist_soon()
+            if not acks:
+                await service.wait_written(pending)
+        await _persist_acks(service, acks, pending)
 
     by_key = {(r.topic_id, r.partition): r for r in results}
     for key, code in acks.items():

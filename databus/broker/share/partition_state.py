@@ -36,6 +36,7 @@ acquired records AVAILABLE again with the delivery count last written (Kafka's r
 from __future__ import annotations
 
 import heapq
+import itertools
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from enum import IntEnum
@@ -95,6 +96,14 @@ class StateBatch:
     last_offset: int
     state: RecordState
     delivery_count: int
+
+
+def _add_run(runs: list[AcquiredRange], first: int, last: int, count: int) -> None:
+    """Append an acquired run, merged into the previous one when contiguous and alike."""
+    if runs and runs[-1].last_offset == first - 1 and runs[-1].delivery_count == count:
+        runs[-1] = AcquiredRange(runs[-1].first_offset, last, count)
+    else:
+        runs.append(AcquiredRange(first, last, count))
 
 
 class SharePartition:
@@ -175,6 +184,12 @@ class SharePartition:
         """Acquire for ``member_id`` up to ``max_records`` AVAILABLE offsets among the
         ``batches`` (first, last) read from the log in order, lowest first.
 
+        ``max_records`` is a hard limit, even inside a batch (Kafka's ``record_limit``
+        acquire mode; the client delivers only the acquired ranges of a returned batch).
+        Kafka's default acquires whole batches, but librdkafka producers write batches of
+        up to 1 MB: one member would take a whole window of records and leave the others
+        idle, where a share group is meant to spread them.
+
         Offsets at or past SPEO that no batch covers, up to the first offset acquired past
         SPEO, are gaps and are ARCHIVED; so are the ranges in ``gaps`` (control batches).
         Returns the acquired runs, each with one delivery count.
@@ -194,39 +209,47 @@ class SharePartition:
                     break
                 self._extend_to(first, RecordState.ARCHIVED)  # nothing in the log there
             is_gap = any(g_first <= first and last <= g_last for g_first, g_last in gap_set)
-            for offset in range(first, last + 1):
-                if offset == self.end_offset:
-                    if not self.can_acquire_new():
+            # the part already in flight, offset by offset (released records come back)
+            if not is_gap:
+                for offset in range(first, min(last + 1, self.end_offset)):
+                    i = offset - self.start_offset
+                    if taken >= max_records:
                         break
-                    self._append(RecordState.ARCHIVED if is_gap else RecordState.AVAILABLE, 0)
+                    if self._state[i] is RecordState.AVAILABLE:
+                        self._state[i] = RecordState.ACQUIRED
+                        self._count[i] += 1
+                        self._owner[i] = member_id
+                        self._deadline[i] = deadline
+                        taken += 1
+                        _add_run(acquired, offset, offset, self._count[i])
+            # the part past SPEO: records never delivered, taken in bulk while the window
+            # has room
+            if last >= self.end_offset and taken < max_records:
+                wanted = last + 1 - self.end_offset
+                room = self.config.max_record_locks - len(self._state)
+                n = min(wanted, room, max_records - taken)
+                if n > 0:
+                    new_first = self.end_offset
                     if is_gap:
+                        self._extend(n, RecordState.ARCHIVED, 0, None, 0)
                         self.dirty = True
-                        continue
-                i = offset - self.start_offset
-                if is_gap or self._state[i] is not RecordState.AVAILABLE:
-                    continue
-                if taken >= max_records:
-                    break
-                self._state[i] = RecordState.ACQUIRED
-                self._count[i] += 1
-                self._owner[i] = member_id
-                self._deadline[i] = deadline
-                taken += 1
-                count = self._count[i]
-                if acquired and acquired[-1].last_offset == offset - 1 and (
-                    acquired[-1].delivery_count == count
-                ):
-                    prev = acquired[-1]
-                    acquired[-1] = AcquiredRange(prev.first_offset, offset, count)
-                else:
-                    acquired.append(AcquiredRange(offset, offset, count))
-            else:
-                continue
-            break  # the window is full
+                    else:
+                        self._extend(n, RecordState.ACQUIRED, 1, member_id, deadline)
+                        taken += n
+                        _add_run(acquired, new_first, new_first + n - 1, 1)
+                if n < wanted and n == room:
+                    break  # the window is full
         for run in acquired:
             heapq.heappush(self._locks, (deadline, run.first_offset, run.last_offset))
         self._advance_start()
         return acquired
+
+    def _extend(self, n: int, state: RecordState, count: int, owner: str | None,
+                deadline: int) -> None:
+        self._state.extend([state] * n)
+        self._count.extend([count] * n)
+        self._owner.extend([owner] * n)
+        self._deadline.extend([deadline] * n)
 
     def _room_for(self, offset: int) -> bool:
         return offset - self.start_offset < self.config.max_record_locks
@@ -257,18 +280,28 @@ class SharePartition:
             return ErrorCode.invalid_request
         if first < self.start_offset or last >= self.end_offset:
             return ErrorCode.invalid_record_state
-        base = first - self.start_offset
-        for i in range(base, base + last - first + 1):
-            if self._state[i] is not RecordState.ACQUIRED or self._owner[i] != member_id:
-                return ErrorCode.invalid_record_state
-        for k, i in enumerate(range(base, base + last - first + 1)):
-            kind = types[0] if len(types) == 1 else types[k]
-            if kind == AcknowledgeType.ACCEPT:
-                self._finish(i, RecordState.ACKNOWLEDGED)
-            elif kind == AcknowledgeType.RELEASE:
-                self._release(i)
-            else:  # REJECT, GAP
-                self._finish(i, RecordState.ARCHIVED)
+        base, end = first - self.start_offset, last - self.start_offset + 1
+        n = end - base
+        if self._state[base:end].count(RecordState.ACQUIRED) != n or (
+            self._owner[base:end].count(member_id) != n
+        ):
+            return ErrorCode.invalid_record_state
+        if len(types) == 1 and types[0] != AcknowledgeType.RELEASE:
+            # one final state for the whole range: in bulk
+            final = (RecordState.ACKNOWLEDGED if types[0] == AcknowledgeType.ACCEPT
+                     else RecordState.ARCHIVED)
+            self._state[base:end] = [final] * n
+            self._owner[base:end] = [None] * n
+            self.dirty = True
+        else:
+            for k, i in enumerate(range(base, end)):
+                kind = types[0] if len(types) == 1 else types[k]
+                if kind == AcknowledgeType.ACCEPT:
+                    self._finish(i, RecordState.ACKNOWLEDGED)
+                elif kind == AcknowledgeType.RELEASE:
+                    self._release(i)
+                else:  # REJECT, GAP
+                    self._finish(i, RecordState.ARCHIVED)
         self._advance_start()
         return ErrorCode.none
 
@@ -331,7 +364,8 @@ class SharePartition:
     def _advance_start(self) -> None:
         n = 0
         states = self._state
-        while n < len(states) and states[n] in FINAL_STATES:
+        while n < len(states) and (states[n] is RecordState.ACKNOWLEDGED
+                                   or states[n] is RecordState.ARCHIVED):
             n += 1
         if n:
             del self._state[:n], self._count[:n], self._owner[:n], self._deadline[:n]
@@ -364,16 +398,13 @@ class SharePartition:
         after a crash those records are delivered again with the count written here.
         Clears ``dirty``."""
         runs: list[StateBatch] = []
-        for i, state in enumerate(self._state):
-            if state is RecordState.ACQUIRED:
-                state = RecordState.AVAILABLE
-            count = self._count[i]
-            offset = self.start_offset + i
-            if runs and runs[-1].state is state and runs[-1].delivery_count == count:
-                prev = runs[-1]
-                runs[-1] = StateBatch(prev.first_offset, offset, state, count)
-            else:
-                runs.append(StateBatch(offset, offset, state, count))
+        offset = self.start_offset
+        written = (RecordState.AVAILABLE if state is RecordState.ACQUIRED else state
+                   for state in self._state)
+        for (state, count), run in itertools.groupby(zip(written, self._count)):
+            n = sum(1 for _ in run)
+            runs.append(StateBatch(offset, offset + n - 1, state, count))
+            offset += n
         # trailing never-delivered AVAILABLE offsets need no record: past SPEO is the same
         while runs and runs[-1].state is RecordState.AVAILABLE and runs[-1].delivery_count == 0:
             runs.pop()

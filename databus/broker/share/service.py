@@ -70,6 +70,8 @@ log = logging.getLogger(__name__)
 FINAL_EPOCH = -1
 OPEN_EPOCH = 0
 STATE_TOPIC_SEGMENT_BYTES = 104_857_600
+# ShareFetch reads the log this much at a time, until it has acquired max_records
+READ_CHUNK_BYTES = 256 * 1024
 
 PartitionKey = tuple[str, uuid.UUID, int]  # (group, topic id, partition)
 
@@ -469,21 +471,33 @@ class ShareService:
             return ErrorCode.invalid_record_state
         error = ErrorCode.none
         released = False
+        start = sp.start_offset
         for batch in batches:
             code = sp.acknowledge(member_id, batch.first_offset, batch.last_offset, batch.types)
             if code != ErrorCode.none and error == ErrorCode.none:
                 error = code
-            released = released or (code == ErrorCode.none and AcknowledgeType.RELEASE in batch.types)
-        if released:
-            self._records_changed()  # fetchers waiting for records may take them now
+            released = released or (
+                code == ErrorCode.none and AcknowledgeType.RELEASE in batch.types)
+        if released or sp.start_offset != start:
+            # records to redeliver, or room in the window for new ones: fetchers waiting
+            # on this partition may acquire now
+            self._records_changed()
         return error
+
+    def persist_soon(self) -> _Round:
+        """Ask for the write of every change made so far; ``wait_written`` on the returned
+        round (meanwhile the caller may do other work, e.g. acquire records)."""
+        self._write_wanted.set()
+        return self._next_round
+
+    @staticmethod
+    async def wait_written(round_: _Round) -> ErrorCode:
+        await round_.done.wait()
+        return round_.error
 
     async def persist(self) -> ErrorCode:
         """Wait until every change made so far is in ``__share_group_state`` and fsynced."""
-        round_ = self._next_round
-        self._write_wanted.set()
-        await round_.done.wait()
-        return round_.error
+        return await self.wait_written(self.persist_soon())
 
     async def _writer_loop(self) -> None:
         while True:
@@ -570,26 +584,36 @@ class ShareService:
         plog = self.broker.get_log(topic, partition)
         if plog.log_start_offset > sp.start_offset:
             sp.move_start(plog.log_start_offset)  # retention removed what was not done
-        start = sp.next_fetch_offset()
-        if start >= plog.log_end_offset or (start >= sp.end_offset and not sp.can_acquire_new()):
-            return 0
-        data = plog.read(start, max(budget, 1))
-        batches, gaps, spans = [], [], []
-        for pos, header in iter_headers(data):
-            span = (header.base_offset, header.last_offset)
-            (gaps if header.is_control else batches).append(span)
-            spans.append((pos, header.size, span))
-        acquired = sp.acquire(session.member_id, batches + gaps, now, max_records, gaps=gaps)
-        if not acquired:
-            return 0
-        # only the batches holding acquired records go back (the client delivers nothing
-        # outside the acquired ranges; sending less saves the bytes)
-        view = memoryview(data)
-        parts = [view[pos:pos + size] for pos, size, (first, last) in spans
-                 if any(r.first_offset <= last and first <= r.last_offset for r in acquired)]
+        offset = sp.next_fetch_offset()
+        taken, used = 0, 0
+        parts: list = []
+        # read a chunk at a time until enough is acquired: the fetch's max_bytes (50 MB from
+        # librdkafka) is a bound, not a read size
+        while taken < max_records and used < budget and offset < plog.log_end_offset:
+            if offset >= sp.end_offset and not sp.can_acquire_new():
+                break  # the window is full and nothing before it is available
+            data = plog.read(offset, max(min(READ_CHUNK_BYTES, budget - used), 1))
+            headers = list(iter_headers(data))
+            if not headers:
+                break
+            batches = [(h.base_offset, h.last_offset) for _, h in headers]
+            gaps = [(h.base_offset, h.last_offset) for _, h in headers if h.is_control]
+            acquired = sp.acquire(session.member_id, batches, now, max_records - taken,
+                                  gaps=gaps)
+            if acquired:
+                # only the batches holding acquired records go back (the client delivers
+                # nothing outside the acquired ranges; sending less saves the bytes)
+                view = memoryview(data)
+                for pos, h in headers:
+                    if any(r.first_offset <= h.last_offset and h.base_offset <= r.last_offset
+                           for r in acquired):
+                        parts.append(view[pos:pos + h.size])
+                        used += h.size
+                result.acquired.extend(acquired)
+                taken += sum(r.last_offset - r.first_offset + 1 for r in acquired)
+            offset = max(headers[-1][1].next_offset, sp.start_offset)
         result.records = b"".join(parts)
-        result.acquired = acquired
-        return sum(r.last_offset - r.first_offset + 1 for r in acquired)
+        return taken
 
     async def wait_for_records(self, session: ShareSession, deadline: float) -> None:
         """Sleep until an append to one of the session's partitions, records becoming
