@@ -129,3 +129,28 @@ def test_config_records_round_trip():
     assert decode_key(b"\x00\x01\x00\x01g") == ConfigKey("g")
     configs = {"share.auto.offset.reset": "earliest"}
     assert decode_config_value(encode_config_value(configs)) == configs
+
+
+def test_by_duration_and_group_config_checks():
+    import pytest
+
+    from databus.broker.share.service import (
+        GroupConfigError,
+        ShareConfig,
+        check_group_configs,
+        parse_by_duration,
+    )
+
+    assert parse_by_duration("by_duration:PT1H") == 3_600_000
+    assert parse_by_duration("by_duration:P1DT0.5S") == 86_400_500
+    for bad in ("by_duration:1h", "by_duration:P", "by_duration:PT", "by_duration:-PT1S"):
+        with pytest.raises(ValueError):
+            parse_by_duration(bad)
+    config = ShareConfig()
+    check_group_configs(config, {"share.auto.offset.reset": "by_duration:PT10M",
+                                 "share.delivery.count.limit": "10"})
+    for bad in ({"share.auto.offset.reset": "newest"},
+                {"share.record.lock.duration.ms": "60001"},
+                {"share.isolation.level": "dirty"}, {"consumer.session.timeout.ms": "1"}):
+        with pytest.raises(GroupConfigError):
+            check_group_configs(config, bad)

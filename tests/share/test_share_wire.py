@@ -126,3 +126,55 @@ def test_share_state_survives_kill_9(broker):
         # accepted 10-12 and rejected 13 stay done; 14-19 come back with the delivery count
         # last written (14 was released once: 1; 15-19 were in flight at the ack: 1)
         assert acquired(member.fetch()) == [(14, 19, 2)]
+
+
+def test_a_silent_member_is_removed_and_its_records_go_to_others(broker):
+    produce(broker.bootstrap, 1)
+    with RawClient(broker.bootstrap) as client:
+        # the group's own session timeout: 1 s instead of 45 (share.session.timeout.ms)
+        response = client.call(ApiKey.INCREMENTAL_ALTER_CONFIGS, 1, {"resources": [{
+            "resource_type": 32, "resource_name": "g", "configs": [{
+                "name": "share.session.timeout.ms", "config_operation": 0,
+                "value": "1000"}]}], "validate_only": False})
+        assert response.responses[0].error_code == ErrorCode.none
+        silent, other = Member(client), Member(client)
+        silent.heartbeat()
+        other.heartbeat()
+        other.topic_id = silent.topic_id
+        silent.fetch(max_wait_ms=0)
+        produce(broker.bootstrap, 3)
+        assert acquired(silent.fetch()) == [(1, 3, 1)]
+        assert acquired(other.fetch(max_wait_ms=0)) == []
+        # silent stops heartbeating; other keeps going and, within its lock of 30 s, gets
+        # the records back once silent's session has timed out
+        got = []
+        for _ in range(100):
+            other.heartbeat(topics=None)
+            got = acquired(other.fetch(max_wait_ms=200))
+            if got:
+                break
+        assert got == [(1, 3, 2)]
+        assert silent.fetch().error_code == ErrorCode.share_session_not_found
+        assert silent.heartbeat(topics=None).error_code == ErrorCode.unknown_member_id
+
+
+def test_auto_offset_reset_by_duration_starts_at_the_first_recent_record(broker):
+    import time
+
+    producer = confluent_kafka.Producer({"bootstrap.servers": broker.bootstrap})
+    hour_ago = int(time.time() * 1000) - 3_600_000
+    for i in range(3):
+        producer.produce(TOPIC, value=b"old-%d" % i, timestamp=hour_ago)
+    assert producer.flush(30) == 0
+    for i in range(2):
+        producer.produce(TOPIC, value=b"new-%d" % i)
+    assert producer.flush(30) == 0
+    with RawClient(broker.bootstrap) as client:
+        response = client.call(ApiKey.INCREMENTAL_ALTER_CONFIGS, 1, {"resources": [{
+            "resource_type": 32, "resource_name": "g", "configs": [{
+                "name": "share.auto.offset.reset", "config_operation": 0,
+                "value": "by_duration:PT10M"}]}], "validate_only": False})
+        assert response.responses[0].error_code == ErrorCode.none
+        member = Member(client)
+        member.heartbeat()
+        assert acquired(member.fetch()) == [(3, 4, 1)]
