@@ -22,7 +22,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "topics": ("databus.tools.topics", "create, delete, list and describe topics"),
     "dump-log": ("databus.tools.dump_log", "print the batches (and records) of a .log segment"),
     "broker": ("databus.broker.command", "run the built-in Kafka-compatible broker"),
-    "groups": ("databus.tools.groups", "list, describe, reset offsets of, delete consumer groups"),
+    "groups": ("databus.tools.groups", "list, describe, reset offsets of, delete consumer and share groups"),
     "up": ("databus.sidecar.cmd_up", "run the sidecar (plus the built-in broker if no cluster is configured)"),
     "sidecar": ("databus.sidecar.cmd_sidecar", "run the sidecar alone against the configured clusters"),
     "sinks": ("databus.sinks.command", "run the sinks of a sidecar.yaml (consumer-side plugins) without an app socket"),
@@ -45,6 +45,7 @@ BENCHMARKS: dict[str, tuple[str, str]] = {
     "consume": ("databus.bench.consume", "consume throughput from the broker (librdkafka)"),
     "mirror": ("databus.bench.mirror", "mirror A -> B: copy rate and replication latency, beside librdkafka's ingest"),
     "spark": ("databus.bench.spark", "a batch read through the databus Spark source beside a Parquet scan"),
+    "share": ("databus.bench.share", "share group (3 ShareConsumers, explicit accepts) beside a classic consumer"),
 }
 
 

@@ -1,15 +1,25 @@
-"""``databus groups``: list, describe, reset the offsets of, and delete consumer groups.
+"""``databus groups``: list, describe, reset the offsets of, and delete consumer groups and
+share groups (KIP-932).
 
-Like Kafka's kafka-consumer-groups.sh, it talks to a broker over the Kafka protocol
-(``--bootstrap HOST:PORT``; any Kafka-compatible cluster works), through databus's own client
-(databus.client.cluster for requests, databus.client.offsets for ListOffsets):
+Like Kafka's kafka-consumer-groups.sh and kafka-share-groups.sh, it talks to a broker over
+the Kafka protocol (``--bootstrap HOST:PORT``; any Kafka-compatible cluster works), through
+databus's own client (databus.client.cluster for requests, databus.client.offsets for
+ListOffsets):
 
-    databus groups list
+    databus groups list [--type share|classic]
     databus groups describe GROUP        state, members, and per partition: owner, committed
                                          offset, log end offset, lag
+    databus groups describe SHARE-GROUP [--offsets | --members | --state]
+                                         kafka-share-groups.sh's views: per partition the
+                                         share-partition start offset and lag (default),
+                                         the members and their assignments, or the state
     databus groups reset-offsets GROUP --topic T[:P1,P2] (--to-earliest | --to-latest |
                                  --to-datetime 2024-01-01T00:00:00 | --shift-by N) [--execute]
+                                         (a share group: AlterShareGroupOffsets, no --shift-by)
+    databus groups delete-offsets SHARE-GROUP --topic T   (DeleteShareGroupOffsets)
     databus groups delete GROUP
+
+Whether GROUP is a share group is asked with ListGroups (its ``share`` type).
 
 reset-offsets prints the plan and changes nothing unless ``--execute`` is given (Kafka's
 dry-run default), and refuses a group that still has members: the offsets of a live group
@@ -28,6 +38,7 @@ from databus.protocol.api_keys import ApiKey
 from databus.tools.table import Column, console, print_table
 
 DEFAULT_BOOTSTRAP = "127.0.0.1:9092"
+LIST_GROUPS_TYPES = 5  # the ListGroups version with group types (share groups)
 INACTIVE_STATES = ("Empty", "Dead")
 
 
@@ -53,10 +64,17 @@ def add_arguments(parser) -> None:
     common = argparse.ArgumentParser(add_help=False)
     _add_connection_options(common, with_defaults=False)
     sub = parser.add_subparsers(dest="action", metavar="ACTION", required=True)
-    sub.add_parser("list", help="list the groups", parents=[common])
+    listing = sub.add_parser("list", help="list the groups", parents=[common])
+    listing.add_argument("--type", choices=("classic", "consumer", "share"),
+                         help="only groups of this type (kafka-groups.sh --group-type)")
     describe = sub.add_parser("describe", help="state, members, offsets and lag of a group",
                               parents=[common])
     describe.add_argument("group")
+    view = describe.add_mutually_exclusive_group()
+    for flag, what in (("--offsets", "start offset and lag per partition (the default)"),
+                       ("--members", "members and their assignments"),
+                       ("--state", "state, coordinator, epochs")):
+        view.add_argument(flag, action="store_true", help=f"share groups: {what}")
     reset = sub.add_parser("reset-offsets", help="move an empty group's committed offsets",
                            parents=[common])
     reset.add_argument("group")
@@ -75,6 +93,11 @@ def add_arguments(parser) -> None:
     delete = sub.add_parser("delete", help="delete an empty group and its committed offsets",
                             parents=[common])
     delete.add_argument("group")
+    delete_offsets = sub.add_parser(
+        "delete-offsets", help="forget a share group's state of some topics", parents=[common])
+    delete_offsets.add_argument("group")
+    delete_offsets.add_argument("--topic", required=True, action="append", metavar="TOPIC",
+                                help="a topic; repeatable")
 
 
 def run(args) -> int:
@@ -83,7 +106,7 @@ def run(args) -> int:
     from databus.client import KafkaError
 
     actions = {"list": _list, "describe": _describe, "reset-offsets": _reset,
-               "delete": _delete}
+               "delete": _delete, "delete-offsets": _delete_offsets}
     try:
         if args.action == "reset-offsets":
             args.timestamp = parse_datetime(args.to_datetime) if args.to_datetime else None
@@ -129,9 +152,25 @@ class Session:
     cluster: object
     timeout: float
     coordinators: dict[str, int] = field(default_factory=dict)
+    addresses: dict[str, str] = field(default_factory=dict)  # group -> coordinator host:port
 
     async def request(self, node_id, api_key: int, fields: dict):
         return await self.cluster.request(node_id, api_key, fields)
+
+    async def request_up_to(self, node_id, api_key: int, highest: int, fields: dict):
+        """At the broker's newest version of ``api_key`` up to ``highest``: for what the
+        client's own version table stops short of (ListGroups' type filter, v5) or lacks
+        (the share-group APIs)."""
+        from databus.protocol.entities import build_request
+
+        cluster = self.cluster
+        conn = await (cluster.any_connection() if node_id is None
+                      else cluster.connection(node_id))
+        low, high = conn.broker_versions.get(int(api_key), (None, None))
+        if high is None or low > highest:
+            raise GroupsToolError(f"the broker does not serve {ApiKey(api_key).name} "
+                                  f"(versions up to {highest} needed)")
+        return await conn.send_body(build_request(api_key, min(high, highest), fields))
 
     async def coordinator(self, group: str) -> int:
         if group not in self.coordinators:
@@ -141,6 +180,7 @@ class Session:
             _check(response.error_code, f"finding the coordinator of {group!r}")
             self.cluster.register_address(response.node_id, response.host, response.port)
             self.coordinators[group] = response.node_id
+            self.addresses[group] = f"{response.host}:{response.port}"
         return self.coordinators[group]
 
 
@@ -188,8 +228,9 @@ def _offset_column(header: str) -> Column:
 
 
 async def _list(session: Session, args) -> int:
-    response = await session.request(None, ApiKey.LIST_GROUPS, {"states_filter": [],
-                                                         "types_filter": []})
+    kind = getattr(args, "type", None)
+    response = await session.request_up_to(None, ApiKey.LIST_GROUPS, LIST_GROUPS_TYPES, {
+        "states_filter": [], "types_filter": [kind] if kind else []})
     _check(response.error_code, "listing groups")
     states = {g.group_id: getattr(g, "group_state", "") for g in response.groups}
     unknown = [group for group, state in states.items() if not state]
@@ -199,11 +240,22 @@ async def _list(session: Session, args) -> int:
             "groups": unknown, "include_authorized_operations": False})
         states.update({g.group_id: g.group_state for g in described.groups})
     print_table(
-        [GROUP_COLUMN, Column("STATE", min_width=20), Column("PROTOCOL-TYPE")],
-        [(g.group_id, states.get(g.group_id) or "?", g.protocol_type or "-")
+        [GROUP_COLUMN, Column("STATE", min_width=20), Column("PROTOCOL-TYPE", min_width=15),
+         Column("TYPE")],
+        [(g.group_id, states.get(g.group_id) or "?", g.protocol_type or "-",
+          getattr(g, "group_type", "") or "-")
          for g in sorted(response.groups, key=lambda g: g.group_id)],
     )
     return 0
+
+
+async def is_share_group(session: Session, group: str) -> bool:
+    """Whether ListGroups (v5, type filter ``share``) names ``group`` as a share group."""
+    response = await session.request_up_to(None, ApiKey.LIST_GROUPS, LIST_GROUPS_TYPES, {
+        "states_filter": [], "types_filter": ["share"]})
+    _check(response.error_code, "listing groups")
+    return any(g.group_id == group and getattr(g, "group_type", "") == "share"
+               for g in response.groups)
 
 
 # -- describe --------------------------------------------------------------------------------
@@ -260,6 +312,8 @@ async def _log_end_offsets(session: Session, partitions) -> dict[tuple[str, int]
 
 
 async def _describe(session: Session, args) -> int:
+    if await is_share_group(session, args.group):
+        return await _describe_share(session, args)
     view = await load_group(session, args.group)
     out = console()
     out.print(
@@ -303,7 +357,14 @@ def _dash(value) -> str:
 async def _reset(session: Session, args) -> int:
     from databus.client import EARLIEST, LATEST, list_offsets
 
-    view = await load_group(session, args.group)
+    share = await is_share_group(session, args.group)
+    if share:
+        if args.shift_by is not None:
+            raise GroupsToolError("--shift-by is not for share groups (kafka-share-groups.sh "
+                                  "has --to-earliest, --to-latest and --to-datetime)")
+        view = await load_share_offsets(session, args.group)
+    else:
+        view = await load_group(session, args.group)
     if view.state not in INACTIVE_STATES:
         raise GroupsToolError(
             f"offsets can only be reset when group {args.group!r} is inactive (no members), "
@@ -351,6 +412,8 @@ async def _reset(session: Session, args) -> int:
     if not args.execute:
         out.print("dry run: nothing changed; add --execute to commit these offsets")
         return 0
+    if share:
+        return await _alter_share_offsets(session, args.group, new)
     by_topic: dict[str, list] = {}
     for (topic, p), offset in new.items():
         by_topic.setdefault(topic, []).append({
@@ -379,4 +442,102 @@ async def _delete(session: Session, args) -> int:
     (result,) = response.results
     _check(result.error_code, f"deleting group {args.group!r}")
     console().print(f"deleted group {args.group!r}")
+    return 0
+
+
+# -- share groups ----------------------------------------------------------------------------
+
+
+async def load_share_offsets(session: Session, group: str) -> GroupView:
+    """A share group as GroupView: state and members from ShareGroupDescribe, the
+    share-partition start offsets as ``committed`` (what reset-offsets moves)."""
+    node = await session.coordinator(group)
+    (described,) = (await session.request_up_to(node, ApiKey.SHARE_GROUP_DESCRIBE, 1, {
+        "group_ids": [group], "include_authorized_operations": False})).groups
+    _check(described.error_code, f"describing share group {group!r}")
+    offsets = await _share_offsets(session, node, group)
+    return GroupView(described.group_state, "share", "", list(described.members), {},
+                     {tp: start for tp, (start, _lag) in offsets.items() if start >= 0})
+
+
+async def _share_offsets(session: Session, node, group: str) -> dict[tuple[str, int],
+                                                                       tuple[int, int]]:
+    response = await session.request_up_to(node, ApiKey.DESCRIBE_SHARE_GROUP_OFFSETS, 1, {
+        "groups": [{"group_id": group, "topics": None}]})
+    (result,) = response.groups
+    _check(result.error_code, f"describing the offsets of share group {group!r}")
+    return {(t.topic_name, p.partition_index): (p.start_offset, getattr(p, "lag", -1))
+            for t in result.topics for p in t.partitions}
+
+
+async def _describe_share(session: Session, args) -> int:
+    node = await session.coordinator(args.group)
+    (described,) = (await session.request_up_to(node, ApiKey.SHARE_GROUP_DESCRIBE, 1, {
+        "group_ids": [args.group], "include_authorized_operations": False})).groups
+    _check(described.error_code, f"describing share group {args.group!r}")
+    out = console()
+    members = list(described.members)
+    if args.state:
+        # kafka-share-groups.sh --describe --state
+        print_table([GROUP_COLUMN, Column("COORDINATOR (ID)", min_width=25),
+                     Column("STATE", min_width=10), Column("GROUP-EPOCH", min_width=12),
+                     Column("ASSIGNMENT-EPOCH", min_width=17), Column("#MEMBERS")],
+                    [(args.group, f"{session.addresses[args.group]} ({node})",
+                      described.group_state, str(described.group_epoch),
+                      str(described.assignment_epoch), str(len(members)))], to=out)
+        return 0
+    if args.members:
+        # kafka-share-groups.sh --describe --members
+        rows = []
+        for m in members:
+            assigned = [(tp.topic_name, p) for tp in m.assignment.topic_partitions
+                        for p in tp.partitions]
+            rows.append((args.group, m.member_id, m.client_host, m.client_id,
+                         str(len(assigned)),
+                         ",".join(f"{t}:{p}" for t, p in sorted(assigned)) or "-"))
+        print_table([GROUP_COLUMN, Column("CONSUMER-ID", min_width=15),
+                     Column("HOST", min_width=15), Column("CLIENT-ID", min_width=15),
+                     Column("#PARTITIONS", min_width=12), Column("ASSIGNMENT")], rows, to=out)
+        return 0
+    # kafka-share-groups.sh --describe (--offsets)
+    offsets = await _share_offsets(session, node, args.group)
+    out.print(f"share group [bold]{args.group}[/bold]: state {described.group_state}, "
+              f"{len(members)} member(s)")
+    print_table([GROUP_COLUMN, TOPIC_COLUMN, PARTITION_COLUMN,
+                 _offset_column("START-OFFSET"), Column("LAG")],
+                [(args.group, t, str(p), _dash(start if start >= 0 else None),
+                  _dash(lag if lag >= 0 else None))
+                 for (t, p), (start, lag) in sorted(offsets.items())], to=out)
+    return 0
+
+
+async def _alter_share_offsets(session: Session, group: str,
+                               new: dict[tuple[str, int], int]) -> int:
+    by_topic: dict[str, list] = {}
+    for (topic, p), offset in new.items():
+        by_topic.setdefault(topic, []).append({"partition_index": p, "start_offset": offset})
+    node = await session.coordinator(group)
+    response = await session.request_up_to(node, ApiKey.ALTER_SHARE_GROUP_OFFSETS, 0, {
+        "group_id": group,
+        "topics": [{"topic_name": t, "partitions": ps} for t, ps in by_topic.items()]})
+    _check(response.error_code, f"altering the offsets of share group {group!r}")
+    for t in response.responses:
+        for p in t.partitions:
+            _check(p.error_code, f"altering {t.topic_name}-{p.partition_index}")
+    console().print(f"set {len(new)} start offset(s) of share group {group!r}")
+    return 0
+
+
+async def _delete_offsets(session: Session, args) -> int:
+    if not await is_share_group(session, args.group):
+        raise GroupsToolError(f"{args.group!r} is not a share group (delete-offsets forgets "
+                              "a share group's state of whole topics)")
+    node = await session.coordinator(args.group)
+    response = await session.request_up_to(node, ApiKey.DELETE_SHARE_GROUP_OFFSETS, 0, {
+        "group_id": args.group, "topics": [{"topic_name": t} for t in args.topic]})
+    _check(response.error_code, f"deleting the offsets of share group {args.group!r}")
+    for t in response.responses:
+        _check(t.error_code, f"deleting the offsets of {t.topic_name}")
+    console().print(f"deleted the state of {', '.join(args.topic)} in share group "
+                    f"{args.group!r}")
     return 0
