@@ -130,7 +130,7 @@ class SharePartition:
             first = max(batch.first_offset, self.start_offset)
             self._extend_to(first, RecordState.AVAILABLE)
             state = RecordState.AVAILABLE if batch.state is RecordState.ACQUIRED else batch.state
-            for offset in range(max(first, self.end_offset), batch.last_offset + 1):
+            for _ in range(max(first, self.end_offset), batch.last_offset + 1):
                 self._append(state, batch.delivery_count)
         self._advance_start()
 
