@@ -23,11 +23,13 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "topics": ("databus.tools.topics", "create, delete, list and describe topics"),
     "dump-log": ("databus.tools.dump_log", "print the batches (and records) of a .log segment"),
     "broker": ("databus.broker.command", "run the built-in Kafka-compatible broker"),
-    "groups": ("databus.tools.groups", "list, describe, reset offsets of, delete consumer groups"),
+    "groups": ("databus.tools.groups", "list, describe, reset offsets of, delete consumer and share groups"),
     "up": ("databus.sidecar.cmd_up", "run the sidecar (plus the built-in broker if no cluster is configured)"),
     "sidecar": ("databus.sidecar.cmd_sidecar", "run the sidecar alone against the configured clusters"),
+    "sinks": ("databus.sinks.command", "run the sinks of a sidecar.yaml (consumer-side plugins) without an app socket"),
     "plugins": ("databus.sidecar.cmd_plugins", "list the loaded plugins and the hooks each implements"),
     "mirror": ("databus.mirror.command", "run cross-region mirrors alone; status; translate-offsets"),
+    "spark": ("databus_spark.command", "Spark pipelines: export topics to Parquet (needs the spark extra)"),
 }
 
 # databus bench NAME -> (module, one-line help)
@@ -37,11 +39,14 @@ BENCHMARKS: dict[str, tuple[str, str]] = {
     "client-consume": ("databus.bench.client_consume", "our consumer's throughput beside librdkafka's, same broker"),
     "sdk": ("databus.bench.sdk", "the SDK's own CPU per message, against a stand-in sidecar"),
     "sidecar": ("databus.bench.sidecar", "SDK -> sidecar -> broker: records/s, p50/p99 latency, beside librdkafka"),
+    "parquet": ("databus.bench.parquet", "records/s of JSON records exported to Parquet by the sinks runtime"),
     "records": ("databus.bench.records", "RecordBatch v2 encode/decode cost per record"),
     "storage": ("databus.bench.storage", "log append (with/without group-commit fsync) and read throughput"),
     "produce": ("databus.bench.produce", "produce throughput against the broker (librdkafka)"),
     "consume": ("databus.bench.consume", "consume throughput from the broker (librdkafka)"),
     "mirror": ("databus.bench.mirror", "mirror A -> B: copy rate and replication latency, beside librdkafka's ingest"),
+    "spark": ("databus.bench.spark", "a batch read through the databus Spark source beside a Parquet scan"),
+    "share": ("databus.bench.share", "share group (3 ShareConsumers, explicit accepts) beside a classic consumer"),
 }
 
 

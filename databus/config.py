@@ -380,6 +380,118 @@ def _compile(pattern: str) -> re.Pattern:
         raise ValueError(f"invalid regex {pattern!r}: {exc}") from None
 
 
+# Consumer keys the sinks runtime sets itself (the group and offset handling are what make
+# its exactly-once commits work).
+RESERVED_SINK_CONSUMER_KEYS = ("group.id", "enable.auto.commit", "bootstrap.servers")
+# A sink consumer's defaults where they differ from Kafka's consumer defaults: like Kafka
+# Connect's sink consumers, start at the beginning of a topic the group has never read; hand
+# plugins larger batches (they decode and write in batches); and long-poll for 100 ms, not
+# 500: while a Fetch for a partition at its log end waits, the consumer sends no Fetch for
+# the partitions it is draining (one Fetch in flight per broker), and a 500 ms wait cut
+# `databus bench parquet`'s export rate by two thirds.
+SINK_CONSUMER_DEFAULTS = {
+    "auto.offset.reset": "earliest", "max.poll.records": 5000, "fetch.max.wait.ms": 100,
+}
+
+
+class SinkConfig(_Model):
+    """A sink: a consumer-side plugin fed from topics by a consumer group of its own."""
+
+    plugin: str = Field(
+        description="Name of the sink plugin (`parquet`, or a third-party plugin's name; "
+        "`databus plugins` lists them)."
+    )
+    cluster: str | None = Field(
+        None, description="Cluster to consume from, by the rules of a stream's `cluster`."
+    )
+    topics: list[str] = Field(
+        default_factory=list,
+        description="Topics to consume (a list, or a comma-separated string as in Kafka "
+        "Connect). Exactly one of `topics` and `topics.regex`.",
+    )
+    topics_regex: str | None = Field(
+        None,
+        alias="topics.regex",
+        description="Consume every topic whose whole name matches this regular expression "
+        "(re-checked every `metadata.max.age.ms`).",
+    )
+    group_id: str | None = Field(
+        None,
+        alias="group.id",
+        description="Consumer group; default `databus-sink-NAME`. Sidecars running the same "
+        "sink share its partitions through this group.",
+    )
+    dead_letter_topic: str | None = Field(
+        None,
+        alias="errors.deadletterqueue.topic.name",
+        description="Topic for records the plugin rejects (each with the reason in the "
+        "header `__connect.errors.exception.message`, as Kafka Connect does); default "
+        "`NAME.dlq`.",
+    )
+    consumer: dict[str, Any] = Field(
+        default_factory=dict,
+        description="Kafka consumer keys for this sink's consumer (`max.poll.records`, "
+        "`session.timeout.ms`, ...). Defaults as Kafka's, except `auto.offset.reset: "
+        "earliest`, `max.poll.records: 5000` and `fetch.max.wait.ms: 100`; `group.id`, `enable.auto.commit` and "
+        "`bootstrap.servers` are set by the runtime.",
+    )
+    config: dict[str, Any] = Field(
+        default_factory=dict, description="The plugin's own options (see its documentation)."
+    )
+
+    @field_validator("topics", mode="before")
+    @classmethod
+    def _topics(cls, v: Any) -> Any:
+        if isinstance(v, str):
+            return [t.strip() for t in v.split(",") if t.strip()]
+        return v
+
+    @field_validator("topics_regex")
+    @classmethod
+    def _regex(cls, v: str | None) -> str | None:
+        if v is not None:
+            try:
+                re.compile(v)
+            except re.error as exc:
+                raise ValueError(f"topics.regex {v!r} is not a regular expression: {exc}") from None
+        return v
+
+    @model_validator(mode="after")
+    def _one_source(self) -> SinkConfig:
+        if bool(self.topics) == (self.topics_regex is not None):
+            raise ValueError("set exactly one of topics and topics.regex")
+        reserved = [k for k in self.consumer if k in RESERVED_SINK_CONSUMER_KEYS]
+        if reserved:
+            raise ValueError(
+                f"consumer: {', '.join(reserved)} cannot be set here (the sinks runtime sets "
+                "them; the sink's group is its `group.id`)"
+            )
+        self.consumer_config("sink")
+        return self
+
+    def consumer_config(self, name: str):
+        """The client's ConsumerConfig of this sink's consumer (named ``name``)."""
+        from databus.client import ConsumerConfig, errors
+
+        settings = {
+            **SINK_CONSUMER_DEFAULTS,
+            "client.id": f"databus-sink-{name}",
+            **self.consumer,
+            "group.id": self.group(name),
+            "enable.auto.commit": False,
+        }
+        try:
+            return ConsumerConfig.from_kafka(settings)
+        except errors.ConfigError as exc:
+            raise ValueError(f"consumer: {exc}") from None
+
+    def group(self, name: str) -> str:
+        return self.group_id or f"databus-sink-{name}"
+
+    def dead_letters(self, name: str) -> str:
+        return self.dead_letter_topic or f"{name}.dlq"
+
+
 class DatabusConfig(_Model):
     """The whole sidecar.yaml."""
 
@@ -408,6 +520,11 @@ class DatabusConfig(_Model):
     broker: EmbeddedBrokerConfig = Field(
         default_factory=EmbeddedBrokerConfig,
         description="The built-in broker `databus up` runs when `clusters` is empty (below).",
+    )
+    sinks: dict[str, SinkConfig] = Field(
+        default_factory=dict,
+        description="Sink name -> consumer-side plugin fed from topics (below; run by "
+        "`databus up`, `databus sidecar` and `databus sinks`).",
     )
     mirrors: list[MirrorConfig] = Field(
         default_factory=list,
@@ -474,6 +591,8 @@ class DatabusConfig(_Model):
             yield f"stream {name!r}", stream.cluster
         if self.default_route is not None:
             yield "default_route", self.default_route.cluster
+        for name, sink in self.sinks.items():
+            yield f"sink {name!r}", sink.cluster
 
     # --- resolution helpers used by the sidecar ---------------------------------------------
 

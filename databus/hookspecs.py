@@ -106,3 +106,42 @@ def databus_config_reloaded(old, new):
     When: after the new routes are live (SIGHUP or a changed file).  Not called for a
     rejected (invalid) configuration.
     """
+
+
+@hookspec(firstresult=True)
+def databus_sink(name, config):
+    """Make the sink called ``name``, or return None if this plugin has no such name.
+
+    :param name: the sink's ``plugin`` setting in ``sinks:``, e.g. ``"parquet"``.
+    :param config: the sink's ``config:`` mapping in ``sinks:`` (empty if not set).
+    :returns: a sink object (methods below), or None.
+
+    When: once per sink per (re)configuration, and again when the runtime restarts a sink
+    after it raised.  The factory must be cheap and do no I/O (do that in ``open``): it
+    also runs to validate a reload.  Raise ``ValueError`` for a bad ``config``: the
+    configuration (or reload) is rejected with your message.
+
+    The sink's methods are ``async`` and the runtime never calls two at once:
+    ``open(tp, committed)`` when a partition ``(topic, partition)`` is assigned
+    (``committed`` is the group's committed offset, or None); ``write(tp, records)`` with a
+    batch of ``databus.client.ConsumerRecord`` of one partition in offset order, returning
+    the records it rejects as ``[(record, reason), ...]`` (they go to the dead-letter
+    topic) or None; ``flush(partitions, force)`` makes durable what it chooses (with
+    ``force``, everything taken for ``partitions``) and returns ``{tp: next_offset}`` that
+    are now safe to commit; ``close(partitions)`` after a final forced flush when
+    partitions are revoked; ``aclose()`` when the sink stops.  Offsets are committed only
+    as ``flush`` reports them.  A method that raises is logged with the plugin's name and
+    counted; the runtime restarts that sink (from its committed offsets) after a backoff,
+    and every other sink and the sidecar keep serving.
+    """
+
+
+@hookspec
+def databus_sink_names():
+    """Name the sinks this plugin can make.
+
+    :returns: a list of names accepted by this plugin's ``databus_sink``.
+
+    When: by ``databus plugins`` and when a sink names an unknown plugin (to list the
+    choices in the error).  All results are collected.
+    """

@@ -121,12 +121,18 @@ class PluginManager(pluggy.PluginManager):
                 log.exception("plugin %r failed in %s (ignored)", impl.plugin_name, hook_name)
 
     def partitioner_names(self) -> list[str]:
+        return self._names("databus_partitioner_names")
+
+    def sink_names(self) -> list[str]:
+        return self._names("databus_sink_names")
+
+    def _names(self, hook_name: str) -> list[str]:
         names: set[str] = set()
-        for impl in self._impls("databus_partitioner_names"):
+        for impl in self._impls(hook_name):
             try:
                 names.update(impl.function() or ())
             except Exception:
-                log.exception("plugin %r failed in databus_partitioner_names", impl.plugin_name)
+                log.exception("plugin %r failed in %s", impl.plugin_name, hook_name)
         return sorted(names)
 
 
@@ -167,3 +173,24 @@ def make_partitioner(
     if not callable(fn):
         raise PluginError(plugin, "databus_partitioner", TypeError("did not return a callable"))
     return plugin, fn
+
+
+SINK_METHODS = ("open", "write", "flush", "close", "aclose")
+
+
+def make_sink(pm: PluginManager, name: str, config: dict[str, Any]) -> tuple[str, Any]:
+    """(plugin name, sink object) for a sink's ``plugin`` setting (hookspecs.databus_sink).
+
+    Raises ValueError naming the choices when no plugin makes ``name``, PluginError when the
+    plugin's factory raises or returns an object without the sink methods."""
+    found = pm.call_first("databus_sink", name=name, config=dict(config))
+    if found is None:
+        known = ", ".join(pm.sink_names()) or "none loaded"
+        raise ValueError(f"unknown sink plugin {name!r} (available: {known})")
+    plugin, sink = found
+    missing = [m for m in SINK_METHODS if not callable(getattr(sink, m, None))]
+    if missing:
+        raise PluginError(
+            plugin, "databus_sink", TypeError(f"the sink has no {', '.join(missing)} method")
+        )
+    return plugin, sink

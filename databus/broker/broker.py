@@ -8,6 +8,7 @@
 * ``group_commit``: the one flusher behind acks=all;
 * ``producer_ids``: the producer-id allocator of InitProducerId;
 * ``groups``: the group coordinator (``__consumer_offsets``, consumer groups);
+* ``shares``: the share-group service (``__share_group_state``, share groups, KIP-932);
 * ``retention``: the periodic retention and compaction runs (off the trio thread).
 
 The Kafka protocol is served by a ``Server`` (server.py) over a running Broker: the server
@@ -16,7 +17,7 @@ and ApiVersions advertises, so the handlers, which know the Broker, sit above it
 
 Nothing is attached later and nothing is module-global, so two brokers in one process share
 nothing.  ``await nursery.start(broker.run)`` opens storage and starts the services
-explicitly (group commit, retention, checkpoints, the group coordinator).
+explicitly (group commit, retention, checkpoints, the group coordinator, share groups).
 
 ``append`` / ``append_durably`` are THE way records enter a partition: Produce uses them and
 so does the group coordinator for ``__consumer_offsets``, so acks, fetch wake-ups and
@@ -44,6 +45,7 @@ from .durability import GroupCommit
 from .notify import AppendNotifier
 from .producer_ids import ProducerIdAllocator
 from .retention import RetentionService
+from .share.service import ShareConfig, ShareService
 
 log = logging.getLogger(__name__)
 
@@ -88,6 +90,18 @@ class Broker:
             retention_ms=config.offsets_retention_minutes * 60_000,
             retention_check_interval_ms=config.offsets_retention_check_interval_ms,
         )
+        self.shares = ShareService(self, ShareConfig(
+            record_lock_duration_ms=config.group_share_record_lock_duration_ms,
+            min_record_lock_duration_ms=config.group_share_min_record_lock_duration_ms,
+            max_record_lock_duration_ms=config.group_share_max_record_lock_duration_ms,
+            delivery_count_limit=config.group_share_delivery_count_limit,
+            partition_max_record_locks=config.group_share_partition_max_record_locks,
+            session_timeout_ms=config.group_share_session_timeout_ms,
+            heartbeat_interval_ms=config.group_share_heartbeat_interval_ms,
+            max_size=config.group_share_max_size,
+            max_share_sessions=config.group_share_max_share_sessions,
+            state_topic_num_partitions=config.share_coordinator_state_topic_num_partitions,
+        ))
         self.retention = RetentionService(
             self.log_manager, config.log_retention_check_interval_ms / 1000
         )
@@ -225,6 +239,7 @@ class Broker:
                 await nursery.start(self._checkpoint_loop)
                 # creates/replays __consumer_offsets: after the LogManager is open
                 await nursery.start(self.groups.run)
+                await nursery.start(self.shares.run)  # creates/replays __share_group_state
                 task_status.started(self)
                 await trio.sleep_forever()
         finally:

@@ -165,6 +165,53 @@ class BrokerConfig(BaseModel):
         "one gets INVALID_SESSION_TIMEOUT.",
     )
 
+    group_share_record_lock_duration_ms: int = Field(
+        30_000, alias="group.share.record.lock.duration.ms", ge=1,
+        description="How long a share consumer holds the records it acquired before they "
+        "are offered to others again (a share group may override it within the bounds "
+        "below: `share.record.lock.duration.ms`).",
+    )
+    group_share_min_record_lock_duration_ms: int = Field(
+        15_000, alias="group.share.min.record.lock.duration.ms", ge=1,
+        description="Smallest acquisition lock a share group may configure.",
+    )
+    group_share_max_record_lock_duration_ms: int = Field(
+        60_000, alias="group.share.max.record.lock.duration.ms", ge=1,
+        description="Largest acquisition lock a share group may configure.",
+    )
+    group_share_delivery_count_limit: int = Field(
+        5, alias="group.share.delivery.count.limit", ge=2, le=10,
+        description="Deliveries of a record to share consumers before it is archived "
+        "(never delivered again).",
+    )
+    group_share_partition_max_record_locks: int = Field(
+        2000, alias="group.share.partition.max.record.locks", ge=100, le=10_000,
+        description="Records of one partition a share group may have in flight (delivered, "
+        "not yet accepted, released or rejected).",
+    )
+    group_share_session_timeout_ms: int = Field(
+        45_000, alias="group.share.session.timeout.ms", ge=1,
+        description="A share consumer not heard from for this long leaves its group and "
+        "its records go to others.",
+    )
+    group_share_heartbeat_interval_ms: int = Field(
+        5_000, alias="group.share.heartbeat.interval.ms", ge=1,
+        description="How often share consumers are told to heartbeat.",
+    )
+    group_share_max_size: int = Field(
+        200, alias="group.share.max.size", ge=1,
+        description="Most members of one share group (GROUP_MAX_SIZE_REACHED past it).",
+    )
+    group_share_max_share_sessions: int = Field(
+        2000, alias="group.share.max.share.sessions", ge=1,
+        description="Most share sessions open at once (SHARE_SESSION_LIMIT_REACHED past it).",
+    )
+    share_coordinator_state_topic_num_partitions: int = Field(
+        50, alias="share.coordinator.state.topic.num.partitions", ge=1,
+        description="Partitions of the internal `__share_group_state` topic (fixed once "
+        "created).",
+    )
+
     @field_validator("log_cleanup_policy")
     @classmethod
     def _cleanup_policy(cls, value: str) -> str:

@@ -18,6 +18,7 @@ from .consumer import Consumer, ConsumerRecord, ConsumerStatistics
 from .errors import KafkaError
 from .offsets import EARLIEST, LATEST, list_offsets
 from .producer import DeliveryFuture, Producer, ProducerStatistics, RecordMetadata
+from .sync import SyncAdmin, SyncConsumer, SyncProducer
 
 __all__ = [
     "EARLIEST",
@@ -35,6 +36,9 @@ __all__ = [
     "ProducerConfig",
     "ProducerStatistics",
     "RecordMetadata",
+    "SyncAdmin",
+    "SyncConsumer",
+    "SyncProducer",
     "TopicPartition",
     "errors",
     "list_offsets",

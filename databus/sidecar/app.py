@@ -31,6 +31,8 @@ from databus.plugins import PluginError, PluginManager, get_plugin_manager
 from databus.protocol import sidecar_wire as wire
 from databus.protocol.addresses import parse_host_port
 from databus.service.metrics import serve_http
+from databus.sinks.metrics import SinkCollector
+from databus.sinks.runtime import SinkSupervisor
 from databus.startup import StartupError, make_dirs, open_tcp_listeners, reason
 
 from .budget import ByteBudget
@@ -94,6 +96,11 @@ class Sidecar:
         self._bound: _Bound | None = None
         self._conn_ids = 0
         self.mirrors = None  # the MirrorSupervisor, once serving
+        # Consumer-side plugins (databus.sinks): their own supervisor task in the root nursery.
+        self.sinks = SinkSupervisor(
+            self.pm, self.bootstrap_map, stop_timeout=config.sidecar.shutdown_timeout_ms / 1000
+        )
+        self.metrics.registry.register(SinkCollector(self.sinks))
 
     @property
     def table(self) -> RoutingTable | None:
@@ -147,6 +154,7 @@ class Sidecar:
                 table = await RoutingTable.build(
                     new, self.pm, self.pool, self.bootstrap_map(new), self.metrics
                 )
+                sinks = self.sinks.prepare(new)
             except (ConfigError, ValueError, PluginError, KeyError) as exc:
                 log.error("config rejected, keeping the current one: %s", exc)
                 self.metrics.reloads_failed += 1
@@ -157,6 +165,7 @@ class Sidecar:
             self.config, self.requested = new, requested
             if self.mirrors is not None:
                 self.mirrors.apply(new)  # adds, removes, restarts only the changed mirrors
+            await self.sinks.apply(sinks)
             self.metrics.reloads_ok += 1
             for item in diff.restart:
                 log.warning("reload: %s: takes effect only after a restart", item)
@@ -267,11 +276,13 @@ class Sidecar:
                         self.config, self.pm, self.pool, self.bootstrap_map(self.config),
                         self.metrics,
                     )
+                    await root.start(self.sinks.serve, self.sinks.prepare(self.config))
                     async with trio.open_nursery() as ingress:
                         self._ingress = ingress
                         await self._serve_ingress(ingress, self._bound, task_status)
                 finally:
                     with trio.CancelScope(shield=True):
+                        await self.sinks.aclose()  # flush, commit, leave the groups
                         with trio.move_on_after(settings.shutdown_timeout_ms / 1000):
                             await self.pool.close_all(
                                 timeout=settings.shutdown_timeout_ms / 1000

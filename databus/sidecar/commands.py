@@ -256,11 +256,13 @@ def run_plugins(args) -> int:
     pm = get_plugin_manager()
     infos = pm.info()
     partitioners = pm.partitioner_names()
+    sinks = pm.sink_names()
     if args.json:
         print(json.dumps({
             "plugins": [vars(info) for info in infos],
             "failed": pm.failures,
             "partitioners": partitioners,
+            "sinks": sinks,
         }, indent=2))
         return 1 if pm.failures else 0
     from databus.tools.table import console, print_table
@@ -275,6 +277,7 @@ def run_plugins(args) -> int:
         to=out,
     )
     out.print(f"partitioners: {', '.join(partitioners) or '(none)'}")
+    out.print(f"sinks: {', '.join(sinks) or '(none)'}")
     for name, reason in pm.failures.items():
         out.print(f"[red]failed to load {name}[/]: {reason}")
     return 1 if pm.failures else 0

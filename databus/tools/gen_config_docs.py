@@ -133,6 +133,7 @@ def render() -> str:
         EmbeddedBrokerConfig,
         MirrorConfig,
         SidecarSettings,
+        SinkConfig,
         StreamConfig,
     )
 
@@ -202,6 +203,15 @@ def render() -> str:
          "below, the client's `ConsumerConfig` keys for the consumer)."),
         "",
         *_model_table(MirrorConfig, "mirrors[]."),
+        "",
+        "## `sinks:`",
+        "",
+        "A map from sink name to a consumer-side plugin (docs/plugins.md; the built-in "
+        "`parquet` export is in docs/parquet.md) fed by a consumer group of its own.  Offsets "
+        "are committed only once the plugin reports the records durable.  A reload adds, "
+        "removes and restarts (when changed) sinks; unchanged ones keep running.",
+        "",
+        *_model_table(SinkConfig, "sinks.NAME."),
         "",
         "## Producer keys (`producer:`, a cluster, or a stream)",
         "",

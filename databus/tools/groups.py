@@ -1,11 +1,12 @@
-"""``databus groups``: list, describe, reset the offsets of, and delete consumer groups.
+"""``databus groups``: list, describe, reset the offsets of, and delete consumer groups and
+share groups (KIP-932).
 
-Like Kafka's kafka-consumer-groups.sh, it talks to a broker over the Kafka protocol
-(``--bootstrap-server HOST:PORT``, alias ``--bootstrap``; any Kafka-compatible cluster
-works), through databus's own client (databus.client.cluster for requests,
-databus.client.offsets for ListOffsets):
+Like Kafka's kafka-consumer-groups.sh and kafka-share-groups.sh, it talks to a broker over
+the Kafka protocol (``--bootstrap-server HOST:PORT``, alias ``--bootstrap``; any
+Kafka-compatible cluster works), through databus's own client (databus.client.cluster for
+requests, databus.client.offsets for ListOffsets):
 
-    databus groups list [--state S,S] [--json]
+    databus groups list [--type share|classic] [--state S,S] [--json]
     databus groups describe (GROUP | --group G ... | --all-groups)
                             [--offsets | --members [--verbose] | --state] [--json]
         --offsets (default): per partition: owner, committed offset, log end offset, lag
@@ -15,6 +16,12 @@ databus.client.offsets for ListOffsets):
                              --to-datetime 2024-01-01T00:00:00 | --by-duration PnDTnHnMnS |
                              --shift-by N) [--dry-run | --execute] [--export]
     databus groups delete (GROUP | --group G ... | --all-groups)
+    databus groups delete-offsets SHARE-GROUP --topic T   (DeleteShareGroupOffsets)
+
+A share group is described with kafka-share-groups.sh's views (--offsets: share-partition
+start offset and lag; --members; --state: coordinator, epochs) and reset through
+AlterShareGroupOffsets (--to-earliest, --to-latest, --to-datetime, --by-duration).  Whether
+GROUP is a share group is asked with ListGroups (its ``share`` type).
 
 Kafka's flag spelling of the action works too (``databus groups --describe --group G``).
 reset-offsets prints the plan and changes nothing unless ``--execute`` is given (Kafka's
@@ -36,8 +43,9 @@ from databus.protocol.api_keys import ApiKey
 from databus.tools.options import DEFAULT_BOOTSTRAP, add_json, print_json
 from databus.tools.table import Column, console, print_table
 
-ACTIONS = ("list", "describe", "reset-offsets", "delete")
+ACTIONS = ("list", "describe", "reset-offsets", "delete", "delete-offsets")
 INACTIVE_STATES = ("Empty", "Dead")
+LIST_GROUPS_TYPES = 5  # the ListGroups version with group types (share groups)
 
 
 class GroupsToolError(Exception):
@@ -67,6 +75,8 @@ def add_arguments(parser) -> None:
     listing = sub.add_parser("list", help="list the groups", parents=[common])
     listing.add_argument("--state", metavar="S,S",
                          help="only groups in these states (e.g. Stable,Empty)")
+    listing.add_argument("--type", choices=("classic", "consumer", "share"),
+                         help="only groups of this type (kafka-groups.sh --group-type)")
     add_json(listing)
     describe = sub.add_parser("describe", help="state, members, offsets and lag of a group",
                               parents=[common])
@@ -114,6 +124,11 @@ def add_arguments(parser) -> None:
     delete = sub.add_parser("delete", help="delete an empty group and its committed offsets",
                             parents=[common])
     _add_group_selection(delete)
+    delete_offsets = sub.add_parser(
+        "delete-offsets", help="forget a share group's state of some topics", parents=[common])
+    _add_group_selection(delete_offsets)
+    delete_offsets.add_argument("--topic", required=True, action="append", metavar="TOPIC",
+                                help="a topic; repeatable")
 
 
 def _add_group_selection(parser) -> None:
@@ -128,7 +143,7 @@ def run(args) -> int:
     from databus.client import KafkaError
 
     actions = {"list": _list, "describe": _describe, "reset-offsets": _reset,
-               "delete": _delete}
+               "delete": _delete, "delete-offsets": _delete_offsets}
     try:
         if args.action != "list":
             args.groups = ([args.group] if args.group else []) + list(args.groups)
@@ -202,6 +217,21 @@ class Session:
     async def request(self, node_id, api_key: int, fields: dict):
         return await self.cluster.request(node_id, api_key, fields)
 
+    async def request_up_to(self, node_id, api_key: int, highest: int, fields: dict):
+        """At the broker's newest version of ``api_key`` up to ``highest``: for what the
+        client's own version table stops short of (ListGroups' type filter, v5) or lacks
+        (the share-group APIs)."""
+        from databus.protocol.entities import build_request
+
+        cluster = self.cluster
+        conn = await (cluster.any_connection() if node_id is None
+                      else cluster.connection(node_id))
+        low, high = conn.broker_versions.get(int(api_key), (None, None))
+        if high is None or low > highest:
+            raise GroupsToolError(f"the broker does not serve {ApiKey(api_key).name} "
+                                  f"(versions up to {highest} needed)")
+        return await conn.send_body(build_request(api_key, min(high, highest), fields))
+
     async def coordinator(self, group: str) -> int:
         if group not in self.coordinators:
             response = await self.request(None, ApiKey.FIND_COORDINATOR,
@@ -257,10 +287,12 @@ def _offset_column(header: str) -> Column:
 # -- list ------------------------------------------------------------------------------------
 
 
-async def list_group_states(session: Session) -> list[tuple[str, str, str]]:
-    """(group id, state, protocol type) of every group, sorted by id."""
-    response = await session.request(None, ApiKey.LIST_GROUPS, {"states_filter": [],
-                                                         "types_filter": []})
+async def list_group_states(session: Session,
+                            kind: str | None = None) -> list[tuple[str, str, str, str]]:
+    """(group id, state, protocol type, group type) of every group (of type ``kind``),
+    sorted by id."""
+    response = await session.request_up_to(None, ApiKey.LIST_GROUPS, LIST_GROUPS_TYPES, {
+        "states_filter": [], "types_filter": [kind] if kind else []})
     _check(response.error_code, "listing groups")
     states = {g.group_id: getattr(g, "group_state", "") for g in response.groups}
     unknown = [group for group, state in states.items() if not state]
@@ -269,28 +301,39 @@ async def list_group_states(session: Session) -> list[tuple[str, str, str]]:
         described = await session.request(None, ApiKey.DESCRIBE_GROUPS, {
             "groups": unknown, "include_authorized_operations": False})
         states.update({g.group_id: g.group_state for g in described.groups})
-    return [(g.group_id, states.get(g.group_id) or "?", g.protocol_type or "-")
+    return [(g.group_id, states.get(g.group_id) or "?", g.protocol_type or "-",
+             getattr(g, "group_type", "") or "-")
             for g in sorted(response.groups, key=lambda g: g.group_id)]
 
 
 async def _list(session: Session, args) -> int:
-    rows = await list_group_states(session)
+    rows = await list_group_states(session, args.type)
     if args.state:
         wanted = {s.strip().lower() for s in args.state.split(",") if s.strip()}
         rows = [r for r in rows if r[1].lower() in wanted]
     if args.json:
-        print_json({"groups": [{"group": g, "state": st, "protocol_type": pt}
-                               for g, st, pt in rows]})
+        print_json({"groups": [{"group": g, "state": st, "protocol_type": pt, "type": gt}
+                               for g, st, pt, gt in rows]})
         return 0
-    print_table([GROUP_COLUMN, Column("STATE", min_width=20), Column("PROTOCOL-TYPE")], rows)
+    print_table([GROUP_COLUMN, Column("STATE", min_width=20),
+                 Column("PROTOCOL-TYPE", min_width=15), Column("TYPE")], rows)
     return 0
 
 
 async def _selected_groups(session: Session, args) -> list[str]:
     """The groups named (GROUP, --group) or, with --all-groups, every group."""
     if args.all_groups:
-        return [g for g, _state, _type in await list_group_states(session)]
+        return [row[0] for row in await list_group_states(session)]
     return list(dict.fromkeys(args.groups))
+
+
+async def is_share_group(session: Session, group: str) -> bool:
+    """Whether ListGroups (v5, type filter ``share``) names ``group`` as a share group."""
+    response = await session.request_up_to(None, ApiKey.LIST_GROUPS, LIST_GROUPS_TYPES, {
+        "states_filter": [], "types_filter": ["share"]})
+    _check(response.error_code, "listing groups")
+    return any(g.group_id == group and getattr(g, "group_type", "") == "share"
+               for g in response.groups)
 
 
 # -- describe --------------------------------------------------------------------------------
@@ -380,6 +423,14 @@ async def _describe(session: Session, args) -> int:
     status, documents = 0, []
     out = console()
     for n, group in enumerate(await _selected_groups(session, args)):
+        if await is_share_group(session, group):
+            if args.json:
+                raise GroupsToolError(f"--json does not describe share groups yet ({group!r} "
+                                      "is one)")
+            if n:
+                out.print()
+            await _describe_share(session, group, args)
+            continue
         view = await load_group(session, group)
         missing = view.state == "Dead" and not view.committed
         if args.json:
@@ -527,19 +578,28 @@ async def _reset(session: Session, args) -> int:
     groups = await _selected_groups(session, args)
     plans = []
     for group in groups:
-        view = await load_group(session, group)
+        share = await is_share_group(session, group)
+        if share:
+            if args.shift_by is not None or args.to_offset is not None or args.to_current:
+                raise GroupsToolError(
+                    "--shift-by, --to-offset and --to-current are not for share groups "
+                    "(kafka-share-groups.sh has --to-earliest, --to-latest and --to-datetime)")
+            view = await load_share_offsets(session, group)
+        else:
+            view = await load_group(session, group)
         if view.state not in INACTIVE_STATES:
             raise GroupsToolError(
                 f"offsets can only be reset when group {group!r} is inactive (no members), "
                 f"but it is {view.state}"
             )
         partitions = await _reset_partitions(session, args, view)
-        plans.append((group, view, partitions, await plan_reset(session, args, view, partitions)))
+        plans.append((group, view, partitions, await plan_reset(session, args, view, partitions),
+                      share))
 
     out = console()
     if args.export:
         # Kafka's CSV: topic,partition,offset; with several groups the group comes first.
-        for group, _view, partitions, new in plans:
+        for group, _view, partitions, new, _share in plans:
             for tp in partitions:
                 fields = [tp[0], str(tp[1]), str(new[tp])]
                 out.out(",".join([group, *fields] if len(groups) > 1 else fields),
@@ -549,15 +609,20 @@ async def _reset(session: Session, args) -> int:
         print_table([GROUP_COLUMN, TOPIC_COLUMN, PARTITION_COLUMN,
                      _offset_column("CURRENT-OFFSET"), Column("NEW-OFFSET")],
                     [(group, tp[0], str(tp[1]), _dash(view.committed.get(tp)), str(new[tp]))
-                     for group, view, partitions, new in plans for tp in partitions], to=out)
+                     for group, view, partitions, new, _share in plans for tp in partitions],
+                    to=out)
     # With --export stdout is the CSV alone, so the notes go to stderr.
     notes = console(stderr=args.export)
     if not args.execute:
         notes.print("dry run: nothing changed; add --execute to commit these offsets")
         return 0
-    for group, _view, _partitions, new in plans:
-        await _commit(session, group, new)
-        notes.print(f"committed {len(new)} offset(s) for group {group!r}")
+    for group, _view, _partitions, new, share in plans:
+        if share:
+            await _alter_share_offsets(session, group, new)
+            notes.print(f"set {len(new)} start offset(s) of share group {group!r}")
+        else:
+            await _commit(session, group, new)
+            notes.print(f"committed {len(new)} offset(s) for group {group!r}")
     return 0
 
 
@@ -590,3 +655,103 @@ async def _delete(session: Session, args) -> int:
         _check(result.error_code, f"deleting group {group!r}")
         console().print(f"deleted group {group!r}")
     return 0
+
+
+# -- share groups ----------------------------------------------------------------------------
+
+
+async def load_share_offsets(session: Session, group: str) -> GroupView:
+    """A share group as GroupView: state and members from ShareGroupDescribe, the
+    share-partition start offsets as ``committed`` (what reset-offsets moves)."""
+    node = await session.coordinator(group)
+    (described,) = (await session.request_up_to(node, ApiKey.SHARE_GROUP_DESCRIBE, 1, {
+        "group_ids": [group], "include_authorized_operations": False})).groups
+    _check(described.error_code, f"describing share group {group!r}")
+    offsets = await _share_offsets(session, node, group)
+    return GroupView(described.group_state, "share", "", list(described.members), {},
+                     {tp: start for tp, (start, _lag) in offsets.items() if start >= 0})
+
+
+async def _share_offsets(session: Session, node, group: str) -> dict[tuple[str, int],
+                                                                       tuple[int, int]]:
+    response = await session.request_up_to(node, ApiKey.DESCRIBE_SHARE_GROUP_OFFSETS, 1, {
+        "groups": [{"group_id": group, "topics": None}]})
+    (result,) = response.groups
+    _check(result.error_code, f"describing the offsets of share group {group!r}")
+    return {(t.topic_name, p.partition_index): (p.start_offset, getattr(p, "lag", -1))
+            for t in result.topics for p in t.partitions}
+
+
+async def _describe_share(session: Session, group: str, args) -> int:
+    node = await session.coordinator(group)
+    (described,) = (await session.request_up_to(node, ApiKey.SHARE_GROUP_DESCRIBE, 1, {
+        "group_ids": [group], "include_authorized_operations": False})).groups
+    _check(described.error_code, f"describing share group {group!r}")
+    out = console()
+    members = list(described.members)
+    if args.state:
+        # kafka-share-groups.sh --describe --state
+        print_table([GROUP_COLUMN, Column("COORDINATOR (ID)", min_width=25),
+                     Column("STATE", min_width=10), Column("GROUP-EPOCH", min_width=12),
+                     Column("ASSIGNMENT-EPOCH", min_width=17), Column("#MEMBERS")],
+                    [(group, f"{session.addresses.get(node, '-')} ({node})",
+                      described.group_state, str(described.group_epoch),
+                      str(described.assignment_epoch), str(len(members)))], to=out)
+        return 0
+    if args.members:
+        # kafka-share-groups.sh --describe --members
+        rows = []
+        for m in members:
+            assigned = [(tp.topic_name, p) for tp in m.assignment.topic_partitions
+                        for p in tp.partitions]
+            rows.append((group, m.member_id, m.client_host, m.client_id,
+                         str(len(assigned)),
+                         ",".join(f"{t}:{p}" for t, p in sorted(assigned)) or "-"))
+        print_table([GROUP_COLUMN, Column("CONSUMER-ID", min_width=15),
+                     Column("HOST", min_width=15), Column("CLIENT-ID", min_width=15),
+                     Column("#PARTITIONS", min_width=12), Column("ASSIGNMENT")], rows, to=out)
+        return 0
+    # kafka-share-groups.sh --describe (--offsets)
+    offsets = await _share_offsets(session, node, group)
+    out.print(f"share group [bold]{group}[/bold]: state {described.group_state}, "
+              f"{len(members)} member(s)")
+    print_table([GROUP_COLUMN, TOPIC_COLUMN, PARTITION_COLUMN,
+                 _offset_column("START-OFFSET"), Column("LAG")],
+                [(group, t, str(p), _dash(start if start >= 0 else None),
+                  _dash(lag if lag >= 0 else None))
+                 for (t, p), (start, lag) in sorted(offsets.items())], to=out)
+    return 0
+
+
+async def _alter_share_offsets(session: Session, group: str,
+                               new: dict[tuple[str, int], int]) -> None:
+    by_topic: dict[str, list] = {}
+    for (topic, p), offset in new.items():
+        by_topic.setdefault(topic, []).append({"partition_index": p, "start_offset": offset})
+    node = await session.coordinator(group)
+    response = await session.request_up_to(node, ApiKey.ALTER_SHARE_GROUP_OFFSETS, 0, {
+        "group_id": group,
+        "topics": [{"topic_name": t, "partitions": ps} for t, ps in by_topic.items()]})
+    _check(response.error_code, f"altering the offsets of share group {group!r}")
+    for t in response.responses:
+        for p in t.partitions:
+            _check(p.error_code, f"altering {t.topic_name}-{p.partition_index}")
+
+
+async def _delete_offsets(session: Session, args) -> int:
+    for group in await _selected_groups(session, args):
+        await _delete_share_offsets(session, group, args.topic)
+    return 0
+
+
+async def _delete_share_offsets(session: Session, group: str, topics: list[str]) -> None:
+    if not await is_share_group(session, group):
+        raise GroupsToolError(f"{group!r} is not a share group (delete-offsets forgets "
+                              "a share group's state of whole topics)")
+    node = await session.coordinator(group)
+    response = await session.request_up_to(node, ApiKey.DELETE_SHARE_GROUP_OFFSETS, 0, {
+        "group_id": group, "topics": [{"topic_name": t} for t in topics]})
+    _check(response.error_code, f"deleting the offsets of share group {group!r}")
+    for t in response.responses:
+        _check(t.error_code, f"deleting the offsets of {t.topic_name}")
+    console().print(f"deleted the state of {', '.join(topics)} in share group {group!r}")

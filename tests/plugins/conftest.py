@@ -14,26 +14,33 @@ import pytest
 # The sidecar harness's fixtures, shared rather than written again.
 from tests.sidecar.conftest import mock_cluster, sock_dir  # noqa: F401
 
-EXAMPLE = Path(__file__).resolve().parents[2] / "docs" / "examples" / "databus-example-plugin"
+EXAMPLES = Path(__file__).resolve().parents[2] / "docs" / "examples"
 
 
-def _installed_is_current() -> bool:
+def _installed_is_current(distribution: str, module: str, source: Path) -> bool:
     try:
-        dist = importlib.metadata.distribution("databus-example-plugin")
+        dist = importlib.metadata.distribution(distribution)
     except importlib.metadata.PackageNotFoundError:
         return False
-    installed = dist.locate_file("databus_example_plugin.py")
-    source = EXAMPLE / "databus_example_plugin.py"
+    installed = dist.locate_file(f"{module}.py")
+    source = source / f"{module}.py"
     return Path(installed).exists() and Path(installed).read_bytes() == source.read_bytes()
+
+
+def install_example(distribution: str, module: str):
+    """Install docs/examples/DISTRIBUTION like a user would (pip) unless it is current;
+    returns its module."""
+    source = EXAMPLES / distribution
+    if not _installed_is_current(distribution, module, source):
+        subprocess.run(
+            [sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", str(source)],
+            check=True,
+        )
+        importlib.invalidate_caches()
+    return importlib.import_module(module)
 
 
 @pytest.fixture(scope="session")
 def example_plugin():
-    """Install docs/examples/databus-example-plugin like a user would (pip), once."""
-    if not _installed_is_current():
-        subprocess.run(
-            [sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", str(EXAMPLE)],
-            check=True,
-        )
-        importlib.invalidate_caches()
-    return importlib.import_module("databus_example_plugin")
+    """docs/examples/databus-example-plugin, installed once."""
+    return install_example("databus-example-plugin", "databus_example_plugin")

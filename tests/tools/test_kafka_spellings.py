@@ -265,7 +265,8 @@ def test_groups_group_option_state_members_and_json(broker, bs, name, empty_grou
         {"topic": name, "partition": p, "current_offset": 5, "log_end_offset": 5, "lag": 0,
          "consumer_id": None, "host": None, "client_id": None} for p in (0, 1)]
     listed = json.loads(ok(databus(*groups, "list", "--json", "--state", "Empty")))
-    assert {"group": empty_group, "state": "Empty", "protocol_type": "consumer"} \
+    assert {"group": empty_group, "state": "Empty", "protocol_type": "consumer",
+            "type": "classic"} \
         in listed["groups"]
     others = json.loads(ok(databus(*groups, "list", "--json", "--state", "Stable,Dead")))
     assert all(x["state"] in ("Stable", "Dead") for x in others["groups"])

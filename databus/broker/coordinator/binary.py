@@ -43,6 +43,10 @@ class Writer:
     def bytes_(self, v: bytes) -> None:
         self.parts.append(_I32.pack(len(v)) + bytes(v))
 
+    def raw(self, v: bytes) -> None:
+        """Bytes as they are, no length (fixed-size fields: a uuid, packed structs)."""
+        self.parts.append(bytes(v))
+
     def getvalue(self) -> bytes:
         return b"".join(self.parts)
 
@@ -59,6 +63,10 @@ class Reader:
         out = self.data[self.pos : self.pos + n]
         self.pos += n
         return out
+
+    def raw(self, n: int) -> bytes:
+        """The next ``n`` bytes as they are (fixed-size fields)."""
+        return self._take(n)
 
     def i16(self) -> int:
         return _I16.unpack(self._take(2))[0]

@@ -25,7 +25,7 @@ import trio
 
 from databus.protocol import consumer_protocol, defaults
 from databus.protocol.errors import ErrorCode
-from databus.protocol.records import build_batch, decode_batches
+from databus.protocol.records import build_batch
 
 from .group_state import (
     CoordinatorConfig,
@@ -56,6 +56,7 @@ from .offsets_topic import (
     encode_offset_value,
     partition_for,
 )
+from .replay import log_records
 
 log = logging.getLogger(__name__)
 
@@ -66,7 +67,6 @@ OFFSET_METADATA_MAX_BYTES = 4096
 # A parked request outliving every timeout the state machine knows means a bug: answer it
 # anyway rather than hang the client (and say so in the log).
 _PARK_SAFETY_MARGIN_S = 30.0
-_REPLAY_READ_BYTES = 1 << 20
 
 
 def _subscribed_topics(metadata: bytes) -> set[str]:
@@ -182,28 +182,9 @@ class GroupService:
             plog = self.broker.get_log(OFFSETS_TOPIC, partition)
             if plog is None:
                 continue
-            offset = plog.log_start_offset
-            while offset < plog.log_end_offset:
-                data = bytes(plog.read(offset, _REPLAY_READ_BYTES))
-                if not data:
-                    break
-                progressed = False
-                for header, batch_records in decode_batches(data):
-                    if header.is_control:
-                        offset = max(offset, header.next_offset)
-                        progressed = True
-                        continue
-                    for record in batch_records:
-                        if record.offset >= offset:
-                            records += 1
-                            self._replay_record(record.key, record.value, record.offset, groups)
-                    if header.next_offset > offset:
-                        offset = header.next_offset
-                        progressed = True
-                if not progressed:
-                    log.error("%s-%d: no progress replaying at offset %d; stopping this "
-                              "partition", OFFSETS_TOPIC, partition, offset)
-                    break
+            for offset, key, value in log_records(plog, f"{OFFSETS_TOPIC}-{partition}"):
+                records += 1
+                self._replay_record(key, value, offset, groups)
         now = self.clock()
         for snapshot in groups.values():
             if snapshot is not None:

@@ -26,6 +26,7 @@ def handler_table() -> HandlerTable:
         metadata,
         offsets,
         produce,
+        share,
     )
 
     return build_table([
@@ -53,4 +54,11 @@ def handler_table() -> HandlerTable:
         offsets.offset_commit,
         offsets.offset_fetch,
         offsets.offset_delete,
+        share.share_group_heartbeat,
+        share.share_group_describe,
+        share.share_fetch,
+        share.share_acknowledge,
+        share.describe_share_group_offsets,
+        share.alter_share_group_offsets,
+        share.delete_share_group_offsets,
     ])

@@ -1,6 +1,10 @@
 """Admin APIs: CreateTopics (19), DeleteTopics (20), CreatePartitions (37),
 DescribeConfigs (32), AlterConfigs (33), IncrementalAlterConfigs (44), DescribeCluster (60).
 
+Resources: topics, the broker, and groups (type 32): a share group's ``share.*`` configs
+(share/service.py's ``check_group_configs`` bounds them by the broker's ``group.share.*``),
+stored durably in ``__share_group_state``; a group's overrides are DYNAMIC_GROUP_CONFIG.
+
 One node: a replication factor other than 1 (or -1, "broker default") is
 INVALID_REPLICATION_FACTOR, manual replica assignments may only name this node.  Topic
 configs use Kafka's topic config names (validated by storage's LogConfig); DescribeConfigs
@@ -37,9 +41,11 @@ log = logging.getLogger(__name__)
 # DescribeConfigs resource types and config sources (Kafka's ConfigResource / ConfigSource)
 RESOURCE_TOPIC = 2
 RESOURCE_BROKER = 4
+RESOURCE_GROUP = 32
 SOURCE_DYNAMIC_TOPIC = 1
 SOURCE_STATIC_BROKER = 4
 SOURCE_DEFAULT = 5
+SOURCE_DYNAMIC_GROUP = 8
 NO_THROTTLE = datetime.timedelta(0)
 
 
@@ -234,6 +240,12 @@ async def describe_configs(ctx: RequestContext, request) -> object:
                 message = f"no broker {resource.resource_name!r}; this is node {broker.node_id}"
             else:
                 entries = _broker_config_entries(broker.config)
+        elif resource.resource_type == RESOURCE_GROUP:
+            overrides = broker.shares.group_configs.get(resource.resource_name, {})
+            entries = {
+                key: (value, SOURCE_DYNAMIC_GROUP if key in overrides else SOURCE_DEFAULT)
+                for key, value in broker.shares.group_config(resource.resource_name).items()
+            }
         else:
             code = ErrorCode.invalid_request
             message = f"resource type {resource.resource_type} is not supported"
@@ -286,7 +298,36 @@ def _incremental(broker, info, configs) -> dict[str, str]:
                             [(c.name, c.config_operation, c.value) for c in configs])
 
 
-def _alter_resource(broker, resource, new_overrides, validate_only: bool) -> None:
+def _group_overrides(broker, resource, new_overrides) -> dict[str, str]:
+    """A share group's config overrides after the change (SET and DELETE: no group config is
+    a list), validated against the broker's bounds."""
+    from databus.storage.config import OP_DELETE, OP_SET
+
+    from ..share.service import GroupConfigError, check_group_configs
+
+    configs = resource.configs
+    _no_duplicate_keys(configs)
+    if new_overrides is _replacement:
+        result = _replacement(broker, None, configs)
+    else:
+        result = dict(broker.shares.group_configs.get(resource.resource_name, {}))
+        for c in configs:
+            if c.config_operation == OP_SET and c.value is not None:
+                result[c.name] = c.value
+            elif c.config_operation == OP_DELETE:
+                result.pop(c.name, None)
+            else:
+                raise _Refused(ErrorCode.invalid_config,
+                               f"operation {c.config_operation} on {c.name}: group configs "
+                               "take only SET (0) and DELETE (1)")
+    try:
+        check_group_configs(broker.shares.config, result)
+    except GroupConfigError as exc:
+        raise _Refused(ErrorCode.invalid_config, str(exc)) from exc
+    return result
+
+
+async def _alter_resource(broker, resource, new_overrides, validate_only: bool) -> None:
     """Validate and (unless ``validate_only``) apply one resource's change; raise on refusal."""
     from databus.storage.config import LogConfig
 
@@ -308,13 +349,20 @@ def _alter_resource(broker, resource, new_overrides, validate_only: bool) -> Non
             raise _Refused(ErrorCode.invalid_request,
                            f"Cannot update these configs dynamically: {keys} (broker configs "
                            "are static here: set them with -o KEY=VALUE and restart)")
+    elif resource.resource_type == RESOURCE_GROUP:
+        if not name:
+            raise _Refused(ErrorCode.invalid_group_id, "the group id is empty")
+        overrides = _group_overrides(broker, resource, new_overrides)
+        if not validate_only:
+            await broker.shares.set_group_configs(name, overrides)
     else:
         raise _Refused(ErrorCode.invalid_request,
                        f"resource type {resource.resource_type} is not supported "
-                       f"(only topics ({RESOURCE_TOPIC}) and brokers ({RESOURCE_BROKER}))")
+                       f"(only topics ({RESOURCE_TOPIC}), brokers ({RESOURCE_BROKER}) and "
+                       f"groups ({RESOURCE_GROUP}))")
 
 
-def _alter_configs(ctx: RequestContext, request, new_overrides) -> object:
+async def _alter_configs(ctx: RequestContext, request, new_overrides) -> object:
     broker = ctx.broker
     module = ctx.response_module()
     counts = Counter((r.resource_type, r.resource_name) for r in request.resources)
@@ -325,7 +373,7 @@ def _alter_configs(ctx: RequestContext, request, new_overrides) -> object:
             if counts[(resource.resource_type, resource.resource_name)] > 1:
                 raise _Refused(ErrorCode.invalid_request,
                                f"resource {resource.resource_name!r} appears more than once")
-            _alter_resource(broker, resource, new_overrides, request.validate_only)
+            await _alter_resource(broker, resource, new_overrides, request.validate_only)
         except _Refused as exc:
             code, message = exc.code, str(exc)
         except Exception as exc:  # noqa: BLE001  (a storage error answers this resource only)
@@ -339,12 +387,12 @@ def _alter_configs(ctx: RequestContext, request, new_overrides) -> object:
 
 @handles(ApiKey.ALTER_CONFIGS, 0, 2)
 async def alter_configs(ctx: RequestContext, request) -> object:
-    return _alter_configs(ctx, request, _replacement)
+    return await _alter_configs(ctx, request, _replacement)
 
 
 @handles(ApiKey.INCREMENTAL_ALTER_CONFIGS, 0, 1)
 async def incremental_alter_configs(ctx: RequestContext, request) -> object:
-    return _alter_configs(ctx, request, _incremental)
+    return await _alter_configs(ctx, request, _incremental)
 
 
 @handles(ApiKey.DESCRIBE_CLUSTER, 0, 1)

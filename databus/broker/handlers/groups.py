@@ -1,6 +1,10 @@
 """Group membership APIs: FindCoordinator, JoinGroup, SyncGroup, Heartbeat, LeaveGroup,
 ListGroups, DescribeGroups, DeleteGroups.
 
+Share groups (handlers/share.py) share the group id space: ListGroups v5 lists them with
+type ``share``, DeleteGroups deletes them (and their durable share state), and JoinGroup
+with a share group's id is INCONSISTENT_GROUP_PROTOCOL, as in Kafka.
+
 Thin translations between kio messages (every advertised version) and
 coordinator/service.py (the broker's ``groups``, built and started by the Broker); all group
 logic lives in coordinator/group_state.py.  This broker is
@@ -71,6 +75,8 @@ async def join_group(ctx: RequestContext, request):
     service = groups_of(ctx)
     if service is None:
         return _join_error(ctx, request, ErrorCode.coordinator_load_in_progress)
+    if ctx.broker.shares.is_share_group(request.group_id):
+        return _join_error(ctx, request, ErrorCode.inconsistent_group_protocol)
     result = await service.join(
         JoinRequest(
             group_id=request.group_id,
@@ -182,7 +188,8 @@ async def leave_group(ctx: RequestContext, request):
 @handles(ApiKey.LIST_GROUPS, 0, 5)
 async def list_groups(ctx: RequestContext, request):
     service = groups_of(ctx)
-    if service is None:
+    shares = ctx.broker.shares
+    if service is None or not shares.loaded:
         return _response(ctx, error_code=ErrorCode.coordinator_load_in_progress, groups=[])
     states = {s.lower() for s in getattr(request, "states_filter", ()) or ()}
     types = {t.lower() for t in getattr(request, "types_filter", ()) or ()}
@@ -190,16 +197,23 @@ async def list_groups(ctx: RequestContext, request):
     for group_id in service.group_ids():
         snapshot = service.describe(group_id)
         state = snapshot.state.value if snapshot else GroupState.EMPTY.value
-        if states and state.lower() not in states:
-            continue
-        if types and "classic" not in types:
-            continue
         listed.append({
             "group_id": group_id,
             "protocol_type": (snapshot.protocol_type if snapshot else None) or "",
             "group_state": state,
             "group_type": "classic",
         })
+    # share groups (KIP-932): listed by ListGroups v5's type "share", protocol type "share"
+    for group_id in shares.group_ids():
+        snapshot = shares.describe(group_id)
+        listed.append({"group_id": group_id, "protocol_type": "share",
+                       "group_state": snapshot.state.value if snapshot else "Empty",
+                       "group_type": "share"})
+    listed = [g for g in listed
+              if (not states or g["group_state"].lower() in states)
+              and (not types or g["group_type"] in types)]
+    if ctx.api_version < 5:
+        listed = [g for g in listed if g["group_type"] == "classic"]  # clients before v5
     return _response(ctx, error_code=ErrorCode.none, groups=listed)
 
 
@@ -258,6 +272,8 @@ async def delete_groups(ctx: RequestContext, request):
             error = ErrorCode.coordinator_load_in_progress
         elif not group_id:
             error = ErrorCode.invalid_group_id
+        elif ctx.broker.shares.is_share_group(group_id):
+            error = await ctx.broker.shares.delete_group(group_id)
         else:
             error = await service.delete_group(group_id)
         results.append({"group_id": group_id, "error_code": error})

@@ -1,0 +1,269 @@
+"""The ``databus`` PySpark data source: batch and streaming reads and writes.
+
+Spark runs these classes in three kinds of Python process (see docs/spark.md): a planner
+that builds the DataSource from the options and asks for the schema; a driver-side process
+that plans (``partitions``, and for a stream ``initialOffset`` / ``latestOffset``, kept alive
+for the whole query); executor workers that get a pickled reader or writer and run
+``read(partition)`` / ``write(batches)``.  Nothing crosses between them but the options and
+the InputPartitions, so every connection is opened where it is used, from the options.
+
+The decisions (which offsets, how many per trigger, what counts as data loss) are in
+planning.py; the cluster calls in cluster.py; the Arrow layout in arrow.py.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator
+
+from pyspark.sql.datasource import (
+    DataSource,
+    DataSourceArrowWriter,
+    DataSourceReader,
+    DataSourceStreamArrowWriter,
+    DataSourceStreamReader,
+    InputPartition,
+    WriterCommitMessage,
+)
+from pyspark.sql.streaming.datasource import (
+    ReadAllAvailable,
+    ReadMaxRows,
+    SupportsTriggerAvailableNow,
+)
+from pyspark.sql.types import BinaryType, IntegerType, StringType, StructType
+
+from . import arrow, cluster, planning
+from .options import OptionError, SourceOptions, parse_sink_options, parse_source_options
+
+log = logging.getLogger("databus_spark")
+
+
+class RangePartition(InputPartition):
+    """One Spark task: an OffsetRange (its ``value``)."""
+
+
+class DatabusDataSource(DataSource):
+    """``spark.read.format("databus")``, ``readStream``, ``write`` and ``writeStream``."""
+
+    @classmethod
+    def name(cls) -> str:
+        return "databus"
+
+    def schema(self):
+        # load() calls this before Spark says batch or stream: check what is wrong either way
+        # here, the rest in reader() / streamReader().
+        opts = parse_source_options(self.options, streaming=None)
+        return arrow.schema_ddl(opts.include_headers)
+
+    def reader(self, schema: StructType) -> DataSourceReader:
+        return DatabusReader(parse_source_options(self.options, streaming=False))
+
+    def streamReader(self, schema: StructType) -> DataSourceStreamReader:
+        return DatabusStreamReader(parse_source_options(self.options, streaming=True))
+
+    def writer(self, schema: StructType, overwrite: bool) -> DatabusWriter:
+        return DatabusWriter(self.options, schema)
+
+    def streamWriter(self, schema: StructType, overwrite: bool) -> DatabusStreamWriter:
+        return DatabusStreamWriter(self.options, schema)
+
+
+# -- reading --------------------------------------------------------------------------------
+
+def _read(opts: SourceOptions, partition: InputPartition) -> Iterator:
+    rng = partition.value
+    if rng is None:  # Spark's stand-in partition for an empty plan
+        return
+    config = cluster.consumer_config(opts.kafka)
+    for records, types in cluster.fetch_range(
+        opts.bootstrap_servers, config, rng,
+        fail_on_data_loss=opts.fail_on_data_loss, poll_timeout_ms=opts.poll_timeout_ms,
+    ):
+        if records:
+            with cluster.no_cyclic_gc():
+                batch = arrow.record_batch(rng.topic, rng.partition, records, types,
+                                           opts.include_headers)
+            del records, types  # freed by reference counting, before Spark asks for more
+            yield batch
+
+
+def _warn(warnings: list[str]) -> None:
+    for message in warnings:
+        log.warning("%s (failOnDataLoss=false: continuing)", message)
+
+
+class DatabusReader(DataSourceReader):
+    def __init__(self, opts: SourceOptions) -> None:
+        self.opts = opts
+        cluster.consumer_config(opts.kafka)  # a bad kafka.* option fails here, not in a task
+
+    def partitions(self):
+        opts = self.opts
+        snap = cluster.snapshot(opts, lambda parts: [
+            planning.start_requests(opts.starting, parts, "startingOffsets"),
+            planning.start_requests(opts.ending, parts, "endingOffsets"),
+        ])
+        start = planning.resolve_offsets(
+            opts.starting, snap.partitions, snap.looked_up[0], snap.latest,
+            strict=opts.starting_timestamp_strict, display="startingOffsets",
+        )
+        # an ending timestamp with no record at or after it ends at latest (Kafka's rule)
+        end = planning.resolve_offsets(
+            opts.ending, snap.partitions, snap.looked_up[1], snap.latest,
+            strict=False, display="endingOffsets",
+        )
+        for tp in snap.partitions:
+            if end[tp] < start[tp] and opts.starting.kind == "offsets" == opts.ending.kind:
+                raise OptionError(
+                    f"starting offset {start[tp]} of {tp[0]}-{tp[1]} is after its ending "
+                    f"offset {end[tp]}"
+                )
+        ranges, warnings = planning.plan_ranges(
+            start, end, snap.earliest, fail_on_data_loss=opts.fail_on_data_loss
+        )
+        _warn(warnings)
+        ranges = planning.split_for_min_partitions(ranges, opts.min_partitions)
+        return [RangePartition(r) for r in ranges]
+
+    def read(self, partition):
+        return _read(self.opts, partition)
+
+
+class DatabusStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
+    """Offsets are Kafka's JSON (``{"topic": {"0": 42}}``), kept only in Spark's checkpoint:
+    nothing is committed to the cluster, so a restart resumes exactly where the checkpoint
+    says.  Partitions that appear while the query runs are read from their earliest offset."""
+
+    def __init__(self, opts: SourceOptions) -> None:
+        self.opts = opts
+        cluster.consumer_config(opts.kafka)
+        self._available_now_target: dict | None = None
+        self._latest: dict | None = None
+
+    def initialOffset(self) -> dict:
+        opts = self.opts
+        snap = cluster.snapshot(
+            opts, lambda parts: [planning.start_requests(opts.starting, parts, "startingOffsets")]
+        )
+        start = planning.resolve_offsets(
+            opts.starting, snap.partitions, snap.looked_up[0], snap.latest,
+            strict=opts.starting_timestamp_strict, display="startingOffsets",
+        )
+        return planning.to_json(start)
+
+    def getDefaultReadLimit(self):
+        limit = self.opts.max_offsets_per_trigger
+        return ReadMaxRows(limit) if limit else ReadAllAvailable()
+
+    def prepareForTriggerAvailableNow(self) -> None:
+        # AvailableNow reads what is there now, in as many micro-batches as the limit makes,
+        # and nothing that arrives meanwhile.
+        self._available_now_target = cluster.snapshot(self.opts).latest
+
+    def latestOffset(self, start: dict, limit) -> dict:
+        snap = cluster.snapshot(self.opts)
+        self._latest = snap.latest
+        begin = planning.from_json(start)
+        latest = snap.latest
+        if self._available_now_target is not None:
+            latest = planning.cap(latest, self._available_now_target)
+        new = {tp: snap.earliest[tp] for tp in latest if tp not in begin}
+        if isinstance(limit, ReadMaxRows):
+            end = planning.rate_limit(begin, latest, limit.max_rows, new)
+        else:
+            end = dict(latest)
+        return planning.to_json(end)
+
+    def reportLatestOffset(self):
+        return None if self._latest is None else planning.to_json(self._latest)
+
+    def partitions(self, start: dict, end: dict):
+        begin, until = planning.from_json(start), planning.from_json(end)
+        if begin == until:
+            return []
+        earliest = cluster.earliest_offsets(self.opts, sorted(until))
+        ranges, warnings = planning.plan_ranges(
+            begin, until, earliest, fail_on_data_loss=self.opts.fail_on_data_loss,
+            new_partitions_from_zero=True,
+        )
+        _warn(warnings)
+        ranges = planning.split_for_min_partitions(ranges, self.opts.min_partitions)
+        return [RangePartition(r) for r in ranges]
+
+    def read(self, partition):
+        return _read(self.opts, partition)
+
+    def commit(self, end: dict) -> None:
+        pass  # the checkpoint is the source of truth; nothing goes to the cluster
+
+    def __getstate__(self):
+        # what the driver-side process learned is of no use to an executor
+        return {"opts": self.opts, "_available_now_target": None, "_latest": None}
+
+
+# -- writing --------------------------------------------------------------------------------
+
+_COLUMN_TYPES = {
+    "key": (BinaryType, StringType),
+    "value": (BinaryType, StringType),
+    "topic": (StringType,),
+    "partition": (IntegerType,),
+}
+
+
+def check_sink_schema(schema: StructType, topic_option: str | None) -> None:
+    """The Kafka sink's rules for the DataFrame being written (other columns are ignored)."""
+    fields = {f.name.lower(): f for f in schema.fields}
+    if "value" not in fields:
+        raise OptionError("the DataFrame to write needs a 'value' column (binary or string)")
+    if topic_option is None and "topic" not in fields:
+        raise OptionError("the DataFrame to write needs a 'topic' column, or set the option 'topic'")
+    for name, types in _COLUMN_TYPES.items():
+        f = fields.get(name)
+        if f is not None and not isinstance(f.dataType, types):
+            allowed = " or ".join(t.typeName() for t in (ty() for ty in types))
+            raise OptionError(
+                f"column '{name}' must be {allowed}, got {f.dataType.simpleString()}"
+            )
+    headers = fields.get("headers")
+    if headers is not None and headers.dataType.simpleString() != "array<struct<key:string,value:binary>>":
+        raise OptionError("column 'headers' must be array<struct<key:string,value:binary>>, got "
+                          + headers.dataType.simpleString())
+
+
+class _Writer:
+    def __init__(self, options, schema: StructType) -> None:
+        self.opts = parse_sink_options(options)
+        self.config = cluster.producer_config(self.opts.kafka)
+        check_sink_schema(schema, self.opts.topic)
+
+    def write(self, iterator):
+        sent = cluster.produce_batches(self.opts.bootstrap_servers, self.config, iterator,
+                                       self.opts.topic)
+        return WrittenMessage(sent)
+
+
+class WrittenMessage(WriterCommitMessage):
+    def __init__(self, records: int) -> None:
+        self.records = records
+
+
+class DatabusWriter(_Writer, DataSourceArrowWriter):
+    """``df.write.format("databus")``: at-least-once, as Kafka's sink (a retried task may
+    write its records again)."""
+
+    def commit(self, messages) -> None:
+        log.info("wrote %d records", sum(m.records for m in messages if m is not None))
+
+    def abort(self, messages) -> None:
+        log.warning("write aborted: records already delivered stay in the topics")
+
+
+class DatabusStreamWriter(_Writer, DataSourceStreamArrowWriter):
+    """``df.writeStream.format("databus")``: at-least-once, as Kafka's sink."""
+
+    def commit(self, messages, batchId: int) -> None:
+        pass
+
+    def abort(self, messages, batchId: int) -> None:
+        log.warning("micro-batch %s aborted: records already delivered stay in the topics", batchId)

@@ -1,0 +1,15 @@
+"""``databus bench parquet`` runs end to end (tiny sizes: this checks it works, not speed)."""
+
+import subprocess
+import sys
+
+
+def test_bench_parquet_runs_against_a_broker(broker):
+    result = subprocess.run(
+        [sys.executable, "-m", "databus.cli", "bench", "parquet", "--bootstrap",
+         broker.bootstrap, "--records", "20000", "--flush-size", "3000"],
+        capture_output=True, text=True, timeout=180, check=False,
+    )
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert "records/s" in result.stdout
+    assert "sinks runtime + parquet" in result.stdout and "parquet sink alone" in result.stdout

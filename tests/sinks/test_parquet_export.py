@@ -1,0 +1,242 @@
+"""The parquet sink with real processes: a ``databus broker``, ``databus sinks`` (and ``databus
+up``) subprocesses as users run them, records produced by confluent-kafka, the files read
+back with pyarrow: every record exactly once, also across kill -9, rebalances, rolls, Hive
+directories and the dead-letter topic."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import re
+from pathlib import Path
+
+import confluent_kafka
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from .harness import (
+    BROKER_OPTIONS,
+    Service,
+    assert_exactly_once,
+    children,
+    export_files,
+    exported_rows,
+    parquet_sink,
+    produce_json,
+    sinks_config,
+    wait_for,
+    wait_gone,
+)
+
+N = 200_000
+
+
+def test_export_200k_json_records_exactly_once_with_columns_and_types(broker, tmp_path):
+    out = tmp_path / "export"
+    produce_json(broker.bootstrap, "big", range(N))
+    service = Service(tmp_path, "sinks", sinks_config(broker, {
+        "big-export": parquet_sink("big", out, **{"flush.size": 25_000})}))
+    try:
+        service.start()
+        # 50 000 records per partition: two full files each, durable without a stop.
+        wait_for(lambda: exported_rows(out) >= N, 300, "the export", service.log)
+        table = assert_exactly_once(out, "big", range(N))
+        wait_for(lambda: service.metric("databus_sink_lag", sink="big-export") == 0
+                 and service.metric("databus_sink_last_durable_age_seconds",
+                                    sink="big-export") == 0, 60, "lag 0")
+        metrics = service.metrics()
+        assert service.metric("databus_sink_records_in_total", sink="big-export") == N
+        assert service.metric("databus_sink_partitions", sink="big-export") == 4
+        assert service.metric("databus_sink_running", sink="big-export") == 1
+        assert service.metric("databus_sink_errors_total", sink="big-export") == 0
+        assert service.stop() == 0
+    finally:
+        service.close()
+    # docs/operations.md lists every sink family /metrics has.
+    documented = (Path(__file__).resolve().parents[2] / "docs" / "operations.md").read_text()
+    families = set(re.findall(r"^# TYPE (databus_sink\S+)", metrics, re.MULTILINE))
+    assert len(families) == 8
+    for family in families:
+        assert f"`{family}`" in documented or f"`{family}_total`" in documented, family
+
+    assert len(export_files(out)) == 8
+    for path in export_files(out):
+        _topic, partition, first, last = path.name.removesuffix(".parquet").split("+")
+        assert path.parent.parent.parent.name == "topic=big"
+        rows = pq.read_table(path)
+        assert rows.column("offset").to_pylist() == list(range(int(first), int(last) + 1))
+        assert set(rows.column("partition").to_pylist()) == {int(partition)}
+        assert pq.ParquetFile(path).metadata.row_group(0).column(0).compression == "SNAPPY"
+    schema = table.schema
+    for name, type_ in [("topic", pa.string()), ("partition", pa.int32()),
+                        ("offset", pa.int64()), ("timestamp", pa.timestamp("ms", tz="UTC")),
+                        ("key", pa.binary()), ("id", pa.int64()), ("name", pa.string()),
+                        ("amount", pa.float64())]:
+        assert schema.field(name).type == type_, name
+    rows = {r["id"]: r for r in table.slice(0, 1000).to_pylist()}
+    some = next(iter(rows.values()))
+    assert some["key"] == b"%d" % some["id"] and some["partition"] == some["id"] % 4
+    assert some["name"] == f"name-{some['id']}" and some["amount"] == some["id"] / 4
+
+
+def test_kill_9_of_databus_up_three_times_during_the_export_still_exactly_once(tmp_path):
+    from tests.sidecar.harness import short_tmpdir
+
+    n = 200_000
+    out = tmp_path / "export"
+    with short_tmpdir() as sock_dir:
+        config = {
+            "sidecar": {"socket": f"{sock_dir}/up.sock", "metrics_listen": None},
+            "broker": {"data_dir": "data", "listen": "127.0.0.1:0", "options": BROKER_OPTIONS},
+            "streams": {"events": {}},
+            # Small files: many rolls (and so many commits) to be killed between.
+            "sinks": {"export": parquet_sink("events", out, **{"flush.size": 500})},
+        }
+        up = Service(tmp_path, "up", config, command="up")
+        try:
+            up.start()
+            bootstrap = re.search(r"Kafka listener\s+(\S+:\d+)", up.log()).group(1)
+            produce_json(bootstrap, "events", range(n))
+            for _kill in range(3):
+                before = len(export_files(out))
+                # Kill as soon as this run has written files of its own, mid-export.
+                wait_for(lambda before=before: len(export_files(out)) >= before + 3, 120,
+                         "export progress", up.log)
+                assert exported_rows(out) < n
+                brokers = children(up.process.pid)
+                up.kill9()
+                for pid in brokers:  # the broker stops by itself when `up` dies
+                    wait_gone(pid)
+                up.start()
+            wait_for(lambda: exported_rows(out) >= n, 300, "the export", up.log)
+            up.process.send_signal(2)  # Ctrl-C: drains, stops the sinks, then the broker
+            assert up.process.wait(60) == 0, up.log()
+        finally:
+            up.close()
+    assert_exactly_once(out, "events", range(n))
+    # The partitions' files tile their offsets: nothing written twice under two names.
+    spans: dict[int, list] = {}
+    for path in export_files(out):
+        _topic, partition, first, last = path.name.removesuffix(".parquet").split("+")
+        spans.setdefault(int(partition), []).append((int(first), int(last)))
+    for ranges in spans.values():
+        ranges.sort()
+        assert all(a[1] + 1 == b[0] for a, b in itertools.pairwise(ranges))
+
+
+def test_two_processes_share_a_sinks_partitions_and_stopping_one_moves_them(broker, tmp_path):
+    out = tmp_path / "export"
+    config = sinks_config(broker, {"shared": parquet_sink("shared", out, **{"flush.size": 500})})
+    a, b = Service(tmp_path, "a", config), Service(tmp_path, "b", config)
+
+    def partitions(service):
+        return service.metric("databus_sink_partitions", sink="shared")
+
+    def records_in(service):
+        return service.metric("databus_sink_records_in_total", sink="shared")
+
+    try:
+        a.start()
+        wait_for(lambda: partitions(a) == 4, 60, "a owns the 4 partitions", a.log)
+        b.start()
+        wait_for(lambda: partitions(a) == 2 and partitions(b) == 2, 60, "a 2/2 split", b.log)
+        produce_json(broker.bootstrap, "shared", range(20_000))
+        # 5000 records per partition: ten full files each, durable without a stop.
+        wait_for(lambda: exported_rows(out) >= 20_000, 120, "the first half", b.log)
+        assert records_in(a) == records_in(b) == 10_000  # two partitions each
+        assert a.stop() == 0  # flushes, commits, leaves the group: no session timeout
+        wait_for(lambda: partitions(b) == 4, 30, "b to take a's partitions", b.log)
+        produce_json(broker.bootstrap, "shared", range(20_000, 40_000))
+        wait_for(lambda: exported_rows(out) >= 40_000, 120, "the second half", b.log)
+        assert records_in(b) == 30_000
+        assert b.stop() == 0
+    finally:
+        a.close()
+        b.close()
+    assert_exactly_once(out, "shared", range(40_000))
+
+
+HOUR = 3_600_000
+T0 = 1_700_000_000_000 - 1_700_000_000_000 % HOUR
+
+
+def test_rolls_hive_directories_and_the_dead_letter_topic(broker, tmp_path):
+    n = 2000
+    malformed = {13: b"{broken", 500: b"[1, 2]", 1999: b'{"id": "not a number"}'}
+    good = [i for i in range(n) if i not in malformed]
+    # 6 s apart: 3.3 hours of record time
+    produce_json(broker.bootstrap, "mixed", range(n), timestamp=lambda i: T0 + i * 6000,
+                 raw=malformed)
+    out = {name: tmp_path / name for name in ("count", "size", "time", "wallclock")}
+    schema = {"id": "int64", "name": "string", "amount": "double"}
+    sinks = {
+        "count": parquet_sink("mixed", out["count"], schema=schema, **{"flush.size": 100}),
+        "size": parquet_sink("mixed", out["size"], schema=schema, **{
+            "rotate.size.bytes": 3000, "partition.by": "none", "parquet.codec": "zstd"}),
+        "time": parquet_sink("mixed", out["time"], schema=schema, **{
+            "rotate.interval.ms": 600_000, "partition.by": "day"}),
+        "wallclock": parquet_sink("mixed", out["wallclock"], schema=schema, **{
+            "rotate.schedule.interval.ms": 1000, "flush.size": 10**9}),
+    }
+    service = Service(tmp_path, "sinks", sinks_config(broker, sinks))
+    try:
+        service.start()
+        for name in sinks:
+            wait_for(lambda name=name: service.metric("databus_sink_records_in_total",
+                                                      sink=name) == n,
+                     60, f"{name} to take all", service.log)
+        # The wall clock rolls the files of a sink whose sizes are never reached.
+        wait_for(lambda: exported_rows(out["wallclock"]) == len(good), 30, "wall-clock roll",
+                 service.log)
+        assert service.metric("databus_sink_dead_letters_total", sink="count") == 3
+        assert service.stop() == 0
+    finally:
+        service.close()
+    for name in sinks:
+        assert_exactly_once(out[name], "mixed", good)
+
+    def size(i):
+        return len(b"%d" % i) + len(json.dumps({"id": i, "name": f"name-{i}",
+                                                "amount": i / 4}).encode())
+
+    for path in export_files(out["count"]):
+        rows = pq.read_table(path)
+        assert rows.num_rows <= 100
+        hours = {t // HOUR for t in rows.column("timestamp").cast(pa.int64()).to_pylist()}
+        assert len(hours) == 1, path
+        stamp = hours.pop() * 3600
+        day = __import__("datetime").datetime.fromtimestamp(stamp, __import__("datetime").UTC)
+        assert path.parent.name == f"hour={day:%H}" and path.parent.parent.name == (
+            f"date={day:%Y-%m-%d}")
+    assert len({p.parent for p in export_files(out["count"])}) >= 4  # 3.3 hours of records
+    for path in export_files(out["size"]):
+        assert path.parent.name == "topic=mixed"
+        sizes = [size(i) for i in pq.read_table(path).column("id").to_pylist()]
+        assert sum(sizes[:-1]) < 3000  # rolled after the record that reached the limit
+        assert pq.ParquetFile(path).metadata.row_group(0).column(0).compression == "ZSTD"
+    for path in export_files(out["time"]):
+        times = pq.read_table(path).column("timestamp").cast(pa.int64()).to_pylist()
+        assert max(times) - min(times) < 600_000
+        assert path.parent.name.startswith("date=")
+    # The malformed records are in each sink's dead-letter topic, with the reason.
+    consumer = confluent_kafka.Consumer({"bootstrap.servers": broker.bootstrap,
+                                         "group.id": "dlq-check", "auto.offset.reset":
+                                         "earliest"})
+    consumer.subscribe(["count.dlq"])
+    dead = {}
+    try:
+        deadline_polls = 0
+        while len(dead) < 3 and deadline_polls < 60:
+            deadline_polls += 1
+            msg = consumer.poll(1.0)
+            if msg is not None and msg.error() is None:
+                dead[int(msg.key())] = (msg.value(), dict(msg.headers()))
+    finally:
+        consumer.close()
+    assert sorted(dead) == sorted(malformed)
+    for i, (value, headers) in dead.items():
+        assert value == malformed[i]
+        assert headers["__connect.errors.topic"] == b"mixed"
+        assert headers["__connect.errors.partition"] == str(i % 4).encode()
+        assert headers["__connect.errors.exception.message"].startswith(
+            b"json value does not decode: ")
