@@ -22,7 +22,8 @@ from .produce import Result, broker_for, create_topic, print_results
 
 
 def add_arguments(parser) -> None:
-    parser.add_argument("--bootstrap", help="HOST:PORT of a running broker (default: start one)")
+    parser.add_argument("--bootstrap-server", "--bootstrap", dest="bootstrap",
+                        help="HOST:PORT of a running broker (default: start one)")
     parser.add_argument("--records", type=int, default=1_000_000, help="records to export")
     parser.add_argument("--record-size", type=int, default=100, help="JSON bytes per record")
     parser.add_argument("--partitions", type=int, default=4, help="partitions of the topic")

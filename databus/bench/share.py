@@ -27,7 +27,8 @@ STATE_TOPIC = "__share_group_state"
 
 
 def add_arguments(parser) -> None:
-    parser.add_argument("--bootstrap", help="HOST:PORT of a running broker (default: start one)")
+    parser.add_argument("--bootstrap-server", "--bootstrap", dest="bootstrap",
+                        help="HOST:PORT of a running broker (default: start one)")
     parser.add_argument("--records", type=int, default=200_000, help="records to deliver")
     parser.add_argument("--record-size", type=int, default=100, help="value bytes per record")
     parser.add_argument("--consumers", type=int, default=3, help="share consumers")

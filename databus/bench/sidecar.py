@@ -31,7 +31,8 @@ from .produce import ProcessCpu
 
 
 def add_arguments(parser) -> None:
-    parser.add_argument("--bootstrap", help="HOST:PORT of a running broker (default: start one)")
+    parser.add_argument("--bootstrap-server", "--bootstrap", dest="bootstrap",
+                        help="HOST:PORT of a running broker (default: start one)")
     parser.add_argument("--messages", type=int, default=300_000, help="throughput run size")
     parser.add_argument("--size", type=int, default=100, help="value bytes per message")
     parser.add_argument(

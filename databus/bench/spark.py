@@ -20,7 +20,8 @@ from .produce import broker_for, create_topic, produce_records
 
 
 def add_arguments(parser) -> None:
-    parser.add_argument("--bootstrap", help="HOST:PORT of a running broker (default: start one)")
+    parser.add_argument("--bootstrap-server", "--bootstrap", dest="bootstrap",
+                        help="HOST:PORT of a running broker (default: start one)")
     parser.add_argument("--records", type=int, default=2_000_000, help="records to read")
     parser.add_argument("--record-size", type=int, default=100, help="value bytes per record")
     parser.add_argument("--partitions", type=int, default=4, help="partitions of the topic")

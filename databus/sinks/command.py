@@ -25,7 +25,7 @@ def add_arguments(parser) -> None:
         help="sidecar.yaml with the sinks (default: ./sidecar.yaml); watched for changes",
     )
     parser.add_argument(
-        "--bootstrap", default=None,
+        "--bootstrap-server", "--bootstrap", dest="bootstrap", default=None,
         help="HOST:PORT of the built-in broker (cluster `local`) when the file names no "
         "clusters",
     )
