@@ -100,8 +100,10 @@ def load_segments(directory: str, name: str, *, index_interval_bytes: int,
                 del segments[i + 1:]
                 result.segments = segments
                 break
+            # Nothing was wrong, only unverified: an action (counted in the start-up summary
+            # line) but not a line per partition at INFO.
             _act(result, name, f"{fname}: re-validated {size_before} bytes after an unclean "
-                               "shutdown, indexes rebuilt")
+                               "shutdown, indexes rebuilt", logging.DEBUG)
         elif problem is not None:
             seg.rebuild(validate=False)
             seg.seal()
