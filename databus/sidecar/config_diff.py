@@ -2,7 +2,8 @@
 
 ``diff_configs(old, new)`` is plain code (no I/O): ``applied`` lists what a hot reload
 applies (streams added / removed / changed by name, producer defaults, the default route,
-clusters, mirrors), ``restart`` what only a restart can change (``sidecar.socket`` and the
+clusters, mirrors, sinks — and any other section, named, so a reload never mistakes a
+change for "no change"), ``restart`` what only a restart can change (``sidecar.socket`` and the
 other listeners and sizes fixed at start, every ``broker.*`` setting of the built-in broker),
 each with its old and new value.  Both configs must have had the same command-line
 overrides applied (commands.py does), so a ``--socket`` given on the command line is not a
@@ -93,6 +94,14 @@ def diff_configs(old, new) -> ConfigDiff:
                             {m.name: _dump(m) for m in new.mirrors})
     if mirrors:
         diff.applied.append(f"mirrors changed: {', '.join(_mirror_words(mirrors))}")
+    sinks = _keys_changed({k: _dump(v) for k, v in old.sinks.items()},
+                          {k: _dump(v) for k, v in new.sinks.items()})
+    if sinks:
+        diff.applied.append(f"sinks changed: {', '.join(_mirror_words(sinks))}")
+    # Any other top-level section (one added to the config later): named, never ignored.
+    for section in sorted(set(type(new).model_fields) - _DIFFED):
+        if _dump_field(old, section) != _dump_field(new, section):
+            diff.applied.append(f"{section} changed")
     for name in RELOADABLE_SIDECAR:
         a, b = getattr(old.sidecar, name), getattr(new.sidecar, name)
         if a != b:
@@ -104,6 +113,16 @@ def diff_configs(old, new) -> ConfigDiff:
     for key in _keys_changed(_flat(_dump(old.broker)), _flat(_dump(new.broker))):
         diff.restart.append(f"broker.{key}")
     return diff
+
+
+# The DatabusConfig fields diff_configs compares one by one above.
+_DIFFED = {"streams", "producer", "default_route", "clusters", "mirrors", "sinks", "sidecar",
+           "broker"}
+
+
+def _dump_field(config, name: str) -> Any:
+    value = getattr(config, name)
+    return value.model_dump(by_alias=True) if hasattr(value, "model_dump") else repr(value)
 
 
 def _describe_route(route) -> str:

@@ -217,20 +217,29 @@ def test_mock_cluster_with_three_brokers_as_the_target(tmp_path):
     md = mock.list_topics(timeout=10)
     bootstrap = ",".join(f"{br.host}:{br.port}" for br in md.brokers.values())
     assert len(md.brokers) == 3
+    # The mock creates a topic on first use and picks its partitions' leaders at random, so
+    # all four can land on one broker: create the remote topic ahead under a name whose
+    # partitions are spread, so the mirror really writes to several brokers.
+    for attempt in range(20):
+        source_topic = f"events{attempt}"
+        parts = mock.list_topics(f"A.{source_topic}", timeout=10).topics[
+            f"A.{source_topic}"].partitions.values()
+        if len({p.leader for p in parts}) > 1:
+            break
     with BrokerProcess(tmp_path / "a", {"num.partitions": 3}) as a:
-        produce(a.bootstrap, "events", [(f"k{i}".encode(), f"v{i}".encode(), [("h", b"1")],
-                                        None, None) for i in range(3000)])
+        produce(a.bootstrap, source_topic, [(f"k{i}".encode(), f"v{i}".encode(), [("h", b"1")],
+                                            None, None) for i in range(3000)])
         # the mock names no controller, so CreateTopics times out there: a short timeout,
         # and the topics are created on first use (4 partitions)
         config = mirror_config(tmp_path / "mirror.yaml", clusters(a, bootstrap), [fast(
-            name="a2mock", source="A", target="B", topics=["events"],
+            name="a2mock", source="A", target="B", topics=[source_topic],
             producer={"request.timeout.ms": 2000},
         )])
         with MirrorProcess(config) as mirror:
-            source = read_all(a.bootstrap, "events", 3000)
-            target = read_all(bootstrap, "A.events", 3000, settle=0.5)
-        leaders = {p.id: p.leader for p in
-                   mock.list_topics("A.events", timeout=10).topics["A.events"].partitions.values()}
+            source = read_all(a.bootstrap, source_topic, 3000)
+            target = read_all(bootstrap, f"A.{source_topic}", 3000, settle=0.5)
+        leaders = {p.id: p.leader for p in mock.list_topics(f"A.{source_topic}", timeout=10)
+                   .topics[f"A.{source_topic}"].partitions.values()}
     assert len(set(leaders.values())) > 1  # the partitions are led by different brokers
     for p, msgs in source.items():
         assert [(m.key(), m.value(), m.timestamp()) for m in target[p]] == [

@@ -48,6 +48,18 @@ def test_streams_are_named_and_producer_keys_shown():
     assert diff.restart == []
 
 
+def test_sinks_are_a_change():
+    """A reload that only adds, changes or removes a sink is a change (adding one once read
+    as "no change", and the sink never started)."""
+    sink = {"plugin": "parquet", "topics": "orders", "config": {"path": "/tmp/x"}}
+    with_sink = config(sinks={"export": sink})
+    assert diff_configs(config(), with_sink).applied == ["sinks changed: export added"]
+    moved = config(sinks={"export": {**sink, "topics": "clicks"}})
+    assert diff_configs(with_sink, moved).applied == ["sinks changed: export changed"]
+    assert diff_configs(with_sink, config()).applied == ["sinks changed: export removed"]
+    assert not diff_configs(with_sink, config(sinks={"export": sink}))
+
+
 def test_only_real_restart_settings_warn_and_flags_are_no_change():
     old = with_overrides(config(), socket="/tmp/x/cli.sock", metrics_listen="127.0.0.1:0")
     same_file_again = with_overrides(config(), socket="/tmp/x/cli.sock",
