@@ -83,7 +83,7 @@ class SinksService:
         await self.supervisor.apply(plan)
         self.config = new.model_copy(update={"sidecar": self.config.sidecar.model_copy(
             update={"reload_poll_ms": new.sidecar.reload_poll_ms})})
-        log.info("config applied (%d sinks)", len(new.sinks))
+        log.info("config applied (%d sinks)", len(new.all_sinks()))
         return True
 
 
@@ -134,7 +134,7 @@ async def _main(path, config, bootstrap: str | None) -> int:
             await nursery.start(supervisor.serve, plan)
             nursery.start_soon(watch_config, service)
             log.info("databus sinks is up: %s (config %s; kill -HUP %d reloads it)",
-                     ", ".join(config.sinks) or "no sinks", os.path.abspath(path), os.getpid())
+                     ", ".join(config.all_sinks()) or "no sinks", os.path.abspath(path), os.getpid())
             async for signum in signals:
                 if stopping:
                     status = 130
