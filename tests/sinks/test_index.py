@@ -258,3 +258,19 @@ def test_the_index_offsets_win_over_the_group_and_a_removed_database_is_rebuilt(
         assert entries(db) == second
     finally:
         service.close()
+
+
+def test_a_reload_adding_an_index_builds_it_from_the_beginning(broker, tmp_path):
+    produce(broker.bootstrap, "idx-reload", range(2000))
+    config = index_config(broker, tmp_path, "idx-reload")
+    indexes = config.pop("indexes")
+    service = Service(tmp_path, "sinks", config)
+    db = tmp_path / "idx" / "orders.db"
+    try:
+        service.start()
+        service.reload({**config, "indexes": indexes})
+        wait_for(lambda: indexed(db) == 2000, 120, "the new index", service.log)
+        assert query_json(tmp_path, "orders", "key=1999")[0]["offset"] == 1999 // 4
+        assert service.stop() == 0
+    finally:
+        service.close()
