@@ -5,6 +5,7 @@ state of every index of a sidecar.yaml.
 
     databus index query orders user_id=42 --since 2026-01-01T00:00 --limit 20 --json
     databus index status
+    databus index rebuild orders
 """
 
 from __future__ import annotations
@@ -29,7 +30,10 @@ def add_arguments(parser) -> None:
     query.add_argument("--limit", type=int, default=100, help="at most N messages (default 100)")
     query.add_argument("--json", action="store_true", help="JSON lines instead of a table")
     status = sub.add_parser("status", help="entries, size, skipped fields and lag per index")
-    for p in (query, status):
+    rebuild = sub.add_parser("rebuild", help="empty INDEX: its builder indexes its topics "
+                             "again from the beginning")
+    rebuild.add_argument("index", metavar="INDEX")
+    for p in (query, status, rebuild):
         p.add_argument("-c", "--config", default=None,
                        help="sidecar.yaml declaring the indexes (default: ./sidecar.yaml)")
         p.add_argument("--bootstrap-server", "--bootstrap", dest="bootstrap", default=None,
@@ -74,6 +78,8 @@ def run(args) -> int:
     try:
         if args.action == "query":
             return _query(args, config)
+        if args.action == "rebuild":
+            return _rebuild(args, config)
         return _status(args, config)
     except (ValueError, FileNotFoundError) as exc:
         print(f"{PROG}: {exc}", file=sys.stderr)
@@ -138,6 +144,22 @@ def _table(rows: list[dict], title: str) -> None:
                       str(row["partition"]), str(row["offset"]), row["key"] or "",
                       row["value"] or "")
     Console().print(table)
+
+
+def _rebuild(args, config) -> int:
+    from .query import find_index
+    from .store import IndexStore
+
+    path = find_index(config, args.index).db_path(args.index)
+    if not os.path.exists(path):
+        raise FileNotFoundError(f"no index database at {path} (not built yet?)")
+    store = IndexStore(path)
+    try:
+        store.rebuild()
+    finally:
+        store.close()
+    print(f"index {args.index!r} emptied; its builder indexes from the beginning again")
+    return 0
 
 
 def _status(args, config) -> int:

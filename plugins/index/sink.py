@@ -4,7 +4,8 @@ Its durable offsets are its own: ``open`` returns the partition's next offset fr
 database (the runtime reads from there), each ``write`` commits the batch's entries with that
 offset in one SQLite transaction, and ``flush`` reports those offsets so the group follows
 (for ``databus index status`` and the sinks' lag metrics).  Records handed again (before an
-offset the database already has) are skipped.  Blocking work runs in a worker thread.
+offset the database already has) are skipped.  After ``databus index rebuild`` (store.py)
+``flush`` or ``write`` raises, and the runtime starts the builder again from the beginning.  Blocking work runs in a worker thread.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ class IndexSink:
         self.extractor = extractor
         self.store: IndexStore | None = None
         self.next: dict[tuple[str, int], int] = {}
+        self.generation = 0
 
     async def open(self, tp, committed):
         return await trio.to_thread.run_sync(self._open, tuple(tp), committed)
@@ -35,6 +37,8 @@ class IndexSink:
         return None  # a field that is missing or undecodable is counted, never rejected
 
     async def flush(self, partitions, force):
+        if self.store is not None:  # an idle builder notices a rebuild too
+            await trio.to_thread.run_sync(self.store.check, self.generation)
         return {tp: self.next[tp] for tp in map(tuple, partitions) if tp in self.next}
 
     async def close(self, partitions):
@@ -49,6 +53,7 @@ class IndexSink:
     def _open(self, tp, committed):
         if self.store is None:
             self.store = IndexStore(self.path)
+            self.generation = self.store.generation()
         stored = self.store.offsets().get(tp)
         if stored is None:
             # Nothing of this partition indexed: from the beginning, even if the group has
@@ -70,5 +75,5 @@ class IndexSink:
                 return
         entries, skipped = self.extractor.entries(records)
         next_offset = records[-1].offset + 1
-        self.store.add(entries, {tp: next_offset}, skipped)
+        self.store.add(entries, {tp: next_offset}, skipped, self.generation)
         self.next[tp] = next_offset

@@ -9,6 +9,10 @@ offset and its skip counts in one transaction: after a crash the database holds 
 it acknowledged and nothing of the others, and the builder resumes from ``offsets``, so no
 entry is ever missing or indexed twice (a duplicate would violate the key and fail loudly).
 
+``rebuild`` empties the database and bumps its *generation* in one transaction; a builder
+that finds another generation than the one it opened refuses to write (``Rebuilt``), and
+the runtime starts it again, from offset 0 (it has no offsets any more).
+
 ``synchronous=NORMAL``: a committed transaction survives a crash of the process (kill -9)
 but may be lost by a crash of the machine; the builder then indexes those records again
 from its offsets, which went with them.
@@ -36,7 +40,13 @@ CREATE TABLE IF NOT EXISTS skipped (
     field TEXT NOT NULL, reason TEXT NOT NULL, count INTEGER NOT NULL,
     PRIMARY KEY (field, reason)
 ) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value INTEGER NOT NULL) WITHOUT ROWID;
+INSERT OR IGNORE INTO meta (key, value) VALUES ('generation', 0);
 """
+
+
+class Rebuilt(RuntimeError):
+    """``databus index rebuild`` emptied the database under a running builder."""
 
 Location = tuple[int, str, int, int]  # (timestamp, topic, partition, offset)
 
@@ -63,12 +73,33 @@ class IndexStore:
     def offsets(self) -> dict[tuple[str, int], int]:
         return {(t, p): n for t, p, n in self.db.execute("SELECT topic, partition, next FROM offsets")}
 
+    def generation(self) -> int:
+        return self.db.execute("SELECT value FROM meta WHERE key = 'generation'").fetchone()[0]
+
+    def check(self, generation: int) -> None:
+        current = self.generation()
+        if current != generation:
+            raise Rebuilt(f"the index was rebuilt (generation {generation} -> {current}): "
+                          "indexing again from the beginning")
+
+    def rebuild(self) -> None:
+        """Forget every entry, offset and count; a running builder starts over."""
+        db = self.db
+        db.execute("BEGIN IMMEDIATE")
+        for table in ("entries", "offsets", "skipped"):
+            db.execute(f"DELETE FROM {table}")
+        db.execute("UPDATE meta SET value = value + 1 WHERE key = 'generation'")
+        db.execute("COMMIT")
+
     def add(self, entries: Iterable[Entry], offsets: Mapping[tuple[str, int], int],
-            skipped: Mapping[tuple[str, str], int]) -> None:
-        """Entries, next offsets and skip counts: all or nothing."""
+            skipped: Mapping[tuple[str, str], int], generation: int | None = None) -> None:
+        """Entries, next offsets and skip counts: all or nothing (and nothing if the index
+        is no longer at ``generation``)."""
         db = self.db
         db.execute("BEGIN IMMEDIATE")
         try:
+            if generation is not None:
+                self.check(generation)
             db.executemany(
                 'INSERT INTO entries (field, value, ts, topic, partition, "offset") '
                 "VALUES (?, ?, ?, ?, ?, ?)", entries)

@@ -222,7 +222,7 @@ def entries(db) -> list[tuple]:
         store.close()
 
 
-def test_the_index_offsets_win_over_the_group_and_a_removed_database_is_rebuilt(broker,
+def test_the_index_offsets_win_over_the_group_and_rebuilds_give_the_same_index(broker,
                                                                                 tmp_path):
     n = 4000
     produce(broker.bootstrap, "idx-own", range(n))
@@ -254,6 +254,13 @@ def test_the_index_offsets_win_over_the_group_and_a_removed_database_is_rebuilt(
             path.unlink()
         service.start()
         wait_for(lambda: indexed(db) == n + 400, 120, "the rebuild", service.log)
+        assert entries(db) == second
+        # databus index rebuild under the running builder: emptied, then built again.
+        done = cli(tmp_path, "rebuild", "orders")
+        assert done.returncode == 0, done.stderr
+        wait_for(lambda: "the index was rebuilt" in service.log(), 60, "the restart",
+                 service.log)
+        wait_for(lambda: indexed(db) == n + 400, 120, "the second rebuild", service.log)
         assert service.stop() == 0
         assert entries(db) == second
     finally:

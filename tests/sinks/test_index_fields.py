@@ -10,7 +10,7 @@ import sqlite3
 import msgpack
 import pytest
 from databus_plugins.index.fields import MISSING, UNDECODABLE, Extractor, parse_source
-from databus_plugins.index.store import IndexStore
+from databus_plugins.index.store import IndexStore, Rebuilt
 
 from databus.config import ConfigError, parse_config
 
@@ -92,6 +92,14 @@ def test_the_store_commits_entries_with_offsets_in_one_transaction(tmp_path):
     assert store.lookup("f", "a", since=11) == [(30, "t", 1, 0)]
     assert store.lookup("f", "a", until=30) == [(10, "t", 0, 0)]
     assert store.lookup("f", "a", limit=1) == [(30, "t", 1, 0)]
+    # A rebuild empties it and moves the generation: a builder of the old one cannot write.
+    generation = store.generation()
+    store.rebuild()
+    assert store.entry_count() == 0 and store.offsets() == {} and store.skipped() == {}
+    with pytest.raises(Rebuilt):
+        store.add([("f", "a", 10, "t", 0, 0)], {("t", 0): 1}, {}, generation)
+    assert store.entry_count() == 0
+    store.add([("f", "a", 10, "t", 0, 0)], {("t", 0): 2, ("t", 1): 1}, {}, generation + 1)
     store.close()
     reader = IndexStore(str(tmp_path / "i.db"), readonly=True)
     assert reader.db.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
