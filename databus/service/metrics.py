@@ -69,13 +69,16 @@ async def serve_http(
             await listener.aclose()
 
 
+ROUTE_TIMEOUT_S = 60.0
+
 # A route: (path, {name: [values]} of the query string) -> (status, content type, body).
 Route = Callable[[str, dict[str, list[str]]], Awaitable[tuple[str, str, bytes]]]
 
 
 async def _handle(stream, metrics: Rendered, healthy, routes: Mapping[str, Route]) -> None:
     try:
-        with trio.move_on_after(10):
+        # A route may fetch from a cluster (an index query): the deadline is its own.
+        with trio.move_on_after(ROUTE_TIMEOUT_S if routes else 10):
             request = b""
             while b"\r\n\r\n" not in request and len(request) < 8192:
                 chunk = await stream.receive_some(4096)
