@@ -394,6 +394,13 @@ SINK_CONSUMER_DEFAULTS = {
 }
 
 
+def _split_topics(v: Any) -> Any:
+    """``topics`` as a list, or a comma-separated string as in Kafka Connect."""
+    if isinstance(v, str):
+        return [t.strip() for t in v.split(",") if t.strip()]
+    return v
+
+
 class SinkConfig(_Model):
     """A sink: a consumer-side plugin fed from topics by a consumer group of its own."""
 
@@ -442,9 +449,7 @@ class SinkConfig(_Model):
     @field_validator("topics", mode="before")
     @classmethod
     def _topics(cls, v: Any) -> Any:
-        if isinstance(v, str):
-            return [t.strip() for t in v.split(",") if t.strip()]
-        return v
+        return _split_topics(v)
 
     @field_validator("topics_regex")
     @classmethod
@@ -492,6 +497,94 @@ class SinkConfig(_Model):
         return self.dead_letter_topic or f"{name}.dlq"
 
 
+# An index field's source: ``key``, ``header.NAME``, or ``value.PATH`` (a dotted path into a
+# JSON object or msgpack map; a bare name means ``value.NAME``).
+INDEX_PLUGIN = "index"
+INDEX_SINK_PREFIX = "index."
+
+
+class IndexConfig(_Model):
+    """An index: a topic's records found by business fields (run as a sink of the `index`
+    plugin; docs/index.md)."""
+
+    cluster: str | None = Field(
+        None, description="Cluster to index, by the rules of a stream's `cluster`."
+    )
+    topics: list[str] = Field(
+        default_factory=list,
+        description="Topics to index. Exactly one of `topics` and `topics.regex`.",
+    )
+    topics_regex: str | None = Field(
+        None, alias="topics.regex",
+        description="Index every topic whose whole name matches this regular expression.",
+    )
+    fields: dict[str, str] = Field(
+        description="Field name -> where it is in a record: `value.PATH` (a dotted path into "
+        "the JSON object or msgpack map of the value; a bare `PATH` means the same), "
+        "`header.NAME` (a header, as UTF-8) or `key` (the key, as UTF-8). A list of names "
+        "means `{name: value.name}`.",
+    )
+    format: Literal["json", "msgpack"] = Field(
+        "json", description="How values are encoded: `json` or `msgpack`."
+    )
+    path: str = Field(
+        "indexes",
+        description="Directory of the index databases (`NAME.db`, SQLite in WAL mode); "
+        "relative to the config file.",
+    )
+    group_id: str | None = Field(
+        None, alias="group.id",
+        description="Consumer group of the builder; default `databus-index-NAME`.",
+    )
+    consumer: dict[str, Any] = Field(
+        default_factory=dict,
+        description="Kafka consumer keys for the builder's consumer (as a sink's `consumer`).",
+    )
+
+    @field_validator("topics", mode="before")
+    @classmethod
+    def _topics(cls, v: Any) -> Any:
+        return _split_topics(v)
+
+    @field_validator("fields", mode="before")
+    @classmethod
+    def _fields(cls, v: Any) -> Any:
+        if isinstance(v, (list, tuple)):
+            return {str(name): f"value.{name}" for name in v}
+        return v
+
+    @field_validator("fields")
+    @classmethod
+    def _field_sources(cls, v: dict[str, str]) -> dict[str, str]:
+        if not v:
+            raise ValueError("fields: name at least one field to index")
+        for name, source in v.items():
+            if not name or "=" in name:
+                raise ValueError(f"fields: {name!r} is not a field name (no '=')")
+            head, _, rest = source.partition(".")
+            if source != "key" and head in ("header", "value") and not rest:
+                raise ValueError(f"fields: {name}: {source!r} needs a name after {head!r}.")
+        return v
+
+    @model_validator(mode="after")
+    def _as_sink(self) -> IndexConfig:
+        self.sink("index")  # the topics, the regex and the consumer keys as a sink's
+        return self
+
+    def db_path(self, name: str) -> str:
+        return str(Path(self.path) / f"{name}.db")
+
+    def sink(self, name: str) -> SinkConfig:
+        """This index as the sink the runtime runs (plugin ``index``)."""
+        return SinkConfig.model_validate({
+            "plugin": INDEX_PLUGIN, "cluster": self.cluster, "topics": self.topics,
+            "topics.regex": self.topics_regex,
+            "group.id": self.group_id or f"databus-index-{name}", "consumer": self.consumer,
+            "config": {"index": name, "path": self.db_path(name), "fields": dict(self.fields),
+                       "format": self.format},
+        })
+
+
 class DatabusConfig(_Model):
     """The whole sidecar.yaml."""
 
@@ -526,6 +619,12 @@ class DatabusConfig(_Model):
         description="Sink name -> consumer-side plugin fed from topics (below; run by "
         "`databus up`, `databus sidecar` and `databus sinks`).",
     )
+    indexes: dict[str, IndexConfig] = Field(
+        default_factory=dict,
+        description="Index name -> topics whose records are found by business fields (below; "
+        "docs/index.md); each is built by a sink of the `index` plugin, so it runs where "
+        "`sinks:` run.",
+    )
     mirrors: list[MirrorConfig] = Field(
         default_factory=list,
         description="Cross-region mirrors between `clusters:` (below; docs/mirror.md), run by "
@@ -553,6 +652,12 @@ class DatabusConfig(_Model):
         if self.broker.options:
             problems.extend(_broker_option_problems(self.broker.options))
         problems.extend(self._mirror_problems())
+        problems.extend(
+            f"sinks: {name!r} is the name of index {name.removeprefix(INDEX_SINK_PREFIX)!r}'s "
+            "builder; rename the sink"
+            for name in self.sinks if name.removeprefix(INDEX_SINK_PREFIX) in self.indexes
+            and name.startswith(INDEX_SINK_PREFIX)
+        )
         if problems:
             raise ValueError("; ".join(dict.fromkeys(problems)))
         return self
@@ -593,6 +698,15 @@ class DatabusConfig(_Model):
             yield "default_route", self.default_route.cluster
         for name, sink in self.sinks.items():
             yield f"sink {name!r}", sink.cluster
+        for name, index in self.indexes.items():
+            yield f"index {name!r}", index.cluster
+
+    def all_sinks(self) -> dict[str, SinkConfig]:
+        """``sinks:`` plus one sink per index (named ``index.NAME``), as the runtime runs them."""
+        out = dict(self.sinks)
+        for name, index in self.indexes.items():
+            out[INDEX_SINK_PREFIX + name] = index.sink(name)
+        return out
 
     # --- resolution helpers used by the sidecar ---------------------------------------------
 
@@ -740,7 +854,9 @@ def _absolute_paths(config: DatabusConfig, base_dir: Path) -> DatabusConfig:
 
     sidecar = config.sidecar.model_copy(update={"socket": absolute(config.sidecar.socket)})
     broker = config.broker.model_copy(update={"data_dir": absolute(config.broker.data_dir)})
-    return config.model_copy(update={"sidecar": sidecar, "broker": broker})
+    indexes = {name: index.model_copy(update={"path": absolute(index.path)})
+               for name, index in config.indexes.items()}
+    return config.model_copy(update={"sidecar": sidecar, "broker": broker, "indexes": indexes})
 
 
 # The configuration used when there is no file at all (no -c, no ./sidecar.yaml): every

@@ -123,7 +123,8 @@ def databus_sink(name, config):
 
     The sink's methods are ``async`` and the runtime never calls two at once:
     ``open(tp, committed)`` when a partition ``(topic, partition)`` is assigned
-    (``committed`` is the group's committed offset, or None); ``write(tp, records)`` with a
+    (``committed`` is the group's committed offset, or None; a sink that keeps its own
+    durable offsets returns the offset to read from, else None); ``write(tp, records)`` with a
     batch of ``databus.client.ConsumerRecord`` of one partition in offset order, returning
     the records it rejects as ``[(record, reason), ...]`` (they go to the dead-letter
     topic) or None; ``flush(partitions, force)`` makes durable what it chooses (with

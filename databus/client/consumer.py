@@ -341,7 +341,9 @@ class Consumer:
             committed = await self._group.fetch_committed(need_committed)
         strategy = self.config.auto_offset_reset
         for tp in missing:
-            st = self._subscriptions.partitions[tp]
+            st = self._subscriptions.partitions.get(tp)
+            if st is None or st.position is not None:
+                continue  # revoked, or seeked (e.g. by on_assigned) while committed was fetched
             if st.reset_to is not None:
                 targets[tp] = st.reset_to
             elif committed.get(tp, -1) >= 0:

@@ -9,8 +9,9 @@ time and hands the text to ``serve_http`` through ``render()``.
 from __future__ import annotations
 
 import bisect
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Protocol
+from urllib.parse import parse_qs
 
 import trio
 
@@ -53,22 +54,31 @@ async def serve_http(
     metrics: Rendered,
     listeners: list[trio.SocketListener],
     healthy: Callable[[], tuple[bool, str]],
+    routes: Mapping[str, Route] | None = None,
 ) -> None:
     """Answer ``GET /metrics`` and ``GET /healthz`` on ``listeners`` (bound by the caller,
-    closed on return); anything else is 404.  One request per connection (``Connection:
-    close``), which is all Prometheus and probes need."""
+    closed on return), and a path starting with a key of ``routes`` by that route; anything
+    else is 404.  One request per connection (``Connection: close``), which is all
+    Prometheus and probes need."""
     try:
         await trio.serve_listeners(
-            lambda stream: _handle(stream, metrics, healthy), listeners
+            lambda stream: _handle(stream, metrics, healthy, routes or {}), listeners
         )
     finally:
         for listener in listeners:
             await listener.aclose()
 
 
-async def _handle(stream, metrics: Rendered, healthy) -> None:
+ROUTE_TIMEOUT_S = 60.0
+
+# A route: (path, {name: [values]} of the query string) -> (status, content type, body).
+Route = Callable[[str, dict[str, list[str]]], Awaitable[tuple[str, str, bytes]]]
+
+
+async def _handle(stream, metrics: Rendered, healthy, routes: Mapping[str, Route]) -> None:
     try:
-        with trio.move_on_after(10):
+        # A route may fetch from a cluster (an index query): the deadline is its own.
+        with trio.move_on_after(ROUTE_TIMEOUT_S if routes else 10):
             request = b""
             while b"\r\n\r\n" not in request and len(request) < 8192:
                 chunk = await stream.receive_some(4096)
@@ -76,8 +86,9 @@ async def _handle(stream, metrics: Rendered, healthy) -> None:
                     return
                 request += chunk
             line = request.split(b"\r\n", 1)[0].decode("latin-1").split()
-            path = line[1].split("?", 1)[0] if len(line) >= 2 else ""
+            path, _, query = (line[1] if len(line) >= 2 else "").partition("?")
             method = line[0] if line else ""
+            route = next((r for prefix, r in routes.items() if path.startswith(prefix)), None)
             if method not in ("GET", "HEAD"):
                 status, ctype, body = "405 Method Not Allowed", "text/plain", b"GET only\n"
             elif path == "/metrics":
@@ -87,6 +98,8 @@ async def _handle(stream, metrics: Rendered, healthy) -> None:
                 ok, detail = healthy()
                 status = "200 OK" if ok else "503 Service Unavailable"
                 ctype, body = "text/plain", (detail + "\n").encode()
+            elif route is not None:
+                status, ctype, body = await route(path, parse_qs(query, keep_blank_values=True))
             else:
                 status, ctype, body = "404 Not Found", "text/plain", b"try /metrics or /healthz\n"
             head = (

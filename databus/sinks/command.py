@@ -1,9 +1,10 @@
 """``databus sinks -c FILE``: run the ``sinks:`` of a sidecar.yaml without an app socket.
 
 For hosts that export or index but serve no apps.  It reads the same file as ``databus up``
-(clusters, sinks, ``sidecar.metrics_listen`` for /metrics and /healthz,
-``sidecar.reload_poll_ms``), reloads it on SIGHUP or change, and on SIGTERM / Ctrl-C stops
-every sink gracefully (flush, commit, leave the group) — a second signal stops at once.
+(clusters, sinks, indexes, ``sidecar.metrics_listen`` for /metrics, /healthz and the
+indexes' ``GET /index/NAME``, ``sidecar.reload_poll_ms``), reloads it on SIGHUP or change,
+and on SIGTERM / Ctrl-C stops every sink gracefully (flush, commit, leave the group) — a
+second signal stops at once.
 Without ``clusters:`` in the file, ``--bootstrap`` names the built-in broker (``local``).
 """
 
@@ -83,7 +84,7 @@ class SinksService:
         await self.supervisor.apply(plan)
         self.config = new.model_copy(update={"sidecar": self.config.sidecar.model_copy(
             update={"reload_poll_ms": new.sidecar.reload_poll_ms})})
-        log.info("config applied (%d sinks)", len(new.sinks))
+        log.info("config applied (%d sinks)", len(new.all_sinks()))
         return True
 
 
@@ -128,13 +129,14 @@ async def _main(path, config, bootstrap: str | None) -> int:
                 nursery.start_soon(
                     serve_http, SinkMetrics(supervisor), listeners,
                     lambda: (False, "stopping") if stopping else (True, "ok"),
+                    _routes(service, bootstrap),
                 )
                 host, port = listeners[0].socket.getsockname()[:2]
                 log.info("metrics on http://%s:%d/metrics", host, port)
             await nursery.start(supervisor.serve, plan)
             nursery.start_soon(watch_config, service)
             log.info("databus sinks is up: %s (config %s; kill -HUP %d reloads it)",
-                     ", ".join(config.sinks) or "no sinks", os.path.abspath(path), os.getpid())
+                     ", ".join(config.all_sinks()) or "no sinks", os.path.abspath(path), os.getpid())
             async for signum in signals:
                 if stopping:
                     status = 130
@@ -146,6 +148,15 @@ async def _main(path, config, bootstrap: str | None) -> int:
             nursery.cancel_scope.cancel()
     log.info("databus sinks stopped")
     return status
+
+
+def _routes(service: SinksService, bootstrap: str | None) -> dict:
+    """GET /index/NAME (docs/index.md): the index plugin's queries, when it is installed."""
+    try:
+        from databus_plugins.index.http import PREFIX, index_route
+    except ImportError:
+        return {}
+    return {PREFIX: index_route(lambda: service.config, bootstrap)}
 
 
 async def _stop_then_cancel(supervisor, scope) -> None:

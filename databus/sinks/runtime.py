@@ -223,7 +223,12 @@ class SinkRunner:
                 for tp in partitions:
                     committed = await self._consumer.committed(tp)
                     self.progress.assigned(tp, committed)
-                    await self._call("open", self._sink.open, tp, committed)
+                    start = await self._call("open", self._sink.open, tp, committed)
+                    if start is not None and start != committed:
+                        # The sink keeps its own durable offsets (with its data, in one
+                        # transaction): read from there, not from the group's.
+                        self._consumer.seek(tp, int(start))
+                        self.progress.assigned(tp, int(start))
             except SinkFailed as exc:
                 self._fail(exc)
             except KafkaError as exc:
@@ -296,8 +301,9 @@ class SinkSupervisor:
         sink (raises ValueError / PluginError naming the sink, so the configuration is
         rejected); unchanged sinks are kept as they run."""
         plan: dict[str, _Planned] = {}
-        bootstraps = self.bootstrap_map(config) if config.sinks else {}
-        for name, spec in config.sinks.items():
+        sinks = config.all_sinks()
+        bootstraps = self.bootstrap_map(config) if sinks else {}
+        for name, spec in sinks.items():
             cluster = config.resolve_cluster(spec.cluster, f"sink {name!r}")
             planned = _Planned(spec, bootstraps[cluster])
             running = self.runners.get(name)

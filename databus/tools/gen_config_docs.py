@@ -131,6 +131,7 @@ def render() -> str:
         DatabusConfig,
         DefaultRoute,
         EmbeddedBrokerConfig,
+        IndexConfig,
         MirrorConfig,
         SidecarSettings,
         SinkConfig,
@@ -212,6 +213,15 @@ def render() -> str:
         "removes and restarts (when changed) sinks; unchanged ones keep running.",
         "",
         *_model_table(SinkConfig, "sinks.NAME."),
+        "",
+        "## `indexes:`",
+        "",
+        "A map from index name to the topics whose records it finds by business fields "
+        "(docs/index.md).  Each index is built by a sink of the `index` plugin named "
+        "`index.NAME` (group `databus-index-NAME`) into `PATH/NAME.db`; a reload that adds an "
+        "index builds it from the beginning of its topics.  Query with `databus index query`.",
+        "",
+        *_model_table(IndexConfig, "indexes.NAME."),
         "",
         "## Producer keys (`producer:`, a cluster, or a stream)",
         "",

@@ -1,0 +1,42 @@
+"""The built-in ``index`` sink: a topic's records found by business fields.
+
+::
+
+    indexes:
+      orders:
+        topics: [orders]
+        fields: {user_id: value.user.id, log_id: header.log-id}
+
+Each entry of ``indexes:`` is run by the sinks runtime as a sink of this plugin (named
+``index.NAME``, group ``databus-index-NAME``); the plugin is registered through the
+``databus`` entry-point group (``index = "databus_plugins.index"``) like any third-party
+plugin.  Modules: ``fields`` (pure: where a field is in a record, its value as text),
+``store`` (the SQLite database of one index), ``sink`` (the builder the runtime drives),
+``query`` (entries -> the messages, fetched by offset), ``command`` (``databus index``).
+Users' documentation: docs/index.md.
+"""
+
+from __future__ import annotations
+
+from databus import hookimpl
+
+NAME = "index"
+
+
+@hookimpl
+def databus_sink_names():
+    return [NAME]
+
+
+@hookimpl
+def databus_sink(name, config):
+    if name != NAME:
+        return None
+    from .fields import Extractor
+    from .sink import IndexSink
+
+    for key in ("index", "path", "fields"):
+        if key not in config:
+            raise ValueError(f"index: config needs {key!r} (declare indexes under `indexes:`)")
+    return IndexSink(config["index"], config["path"],
+                     Extractor(config["fields"], config.get("format", "json")))

@@ -1,0 +1,128 @@
+"""The index plugin's pure parts: where a field is in a record and the text stored for it,
+the SQLite store's transaction and order, and the `indexes:` configuration (no trio, no
+broker)."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+
+import msgpack
+import pytest
+from databus_plugins.index.fields import MISSING, UNDECODABLE, Extractor, parse_source
+from databus_plugins.index.store import IndexStore, Rebuilt
+
+from databus.config import ConfigError, parse_config
+
+
+def record(offset, value, key=b"k", headers=(), ts=1000, partition=0):
+    return ("t", partition, offset, ts, 0, key, value, tuple(headers))
+
+
+FIELDS = {"user": "value.user.id", "kind": "kind", "log": "header.log-id", "key": "key"}
+
+
+def test_fields_from_a_json_path_a_header_and_the_key_as_text():
+    ex = Extractor(FIELDS)
+    value = json.dumps({"user": {"id": 42}, "kind": "buy"}).encode()
+    entries, skipped = ex.entries([record(7, value, b"abc", [("log-id", b"L1")], ts=5)])
+    assert sorted(entries) == sorted([
+        ("user", "42", 5, "t", 0, 7), ("kind", "buy", 5, "t", 0, 7),
+        ("log", "L1", 5, "t", 0, 7), ("key", "abc", 5, "t", 0, 7),
+    ])
+    assert skipped == {}
+
+
+@pytest.mark.parametrize("raw, text", [
+    (True, "true"), (False, "false"), (3, "3"), (2.5, "2.5"), ("x y", "x y"), (-1, "-1"),
+])
+def test_scalars_are_stored_as_text(raw, text):
+    entries, _ = Extractor({"f": "f"}).entries([record(0, json.dumps({"f": raw}).encode())])
+    assert entries == [("f", text, 1000, "t", 0, 0)]
+
+
+def test_missing_and_undecodable_fields_are_counted_and_the_others_kept():
+    ex = Extractor(FIELDS)
+    records = [
+        record(0, b"{broken", None, [("log-id", b"L")]),        # value not JSON, no key
+        record(1, json.dumps({"user": {"id": [1]}, "kind": None}).encode(),
+               headers=[("log-id", b"\xff\xfe")]),               # a list; null; bad UTF-8
+        record(2, None),                                          # a tombstone
+        record(3, json.dumps({"user": "flat"}).encode()),         # a path through a string
+    ]
+    entries, skipped = ex.entries(records)
+    assert sorted((e[0], e[5]) for e in entries) == [
+        ("key", 1), ("key", 2), ("key", 3), ("log", 0)]
+    assert skipped == {
+        ("user", UNDECODABLE): 3, ("kind", UNDECODABLE): 1, ("key", MISSING): 1,
+        ("kind", MISSING): 3, ("log", UNDECODABLE): 1, ("log", MISSING): 2,
+        ("user", MISSING): 1,
+    }
+
+
+def test_msgpack_values():
+    ex = Extractor({"user": "user.id", "tag": "tag"}, "msgpack")
+    value = msgpack.packb({"user": {"id": 9}, "tag": b"bin"})
+    entries, skipped = ex.entries([record(0, value), record(1, b"\xc1")])
+    assert sorted(entries) == [("tag", "bin", 1000, "t", 0, 0), ("user", "9", 1000, "t", 0, 0)]
+    assert skipped == {("user", UNDECODABLE): 1, ("tag", UNDECODABLE): 1}
+
+
+def test_sources():
+    assert parse_source("key").kind == "key"
+    assert parse_source("header.x.y").path == ("x.y",)
+    assert parse_source("value.a.b").path == parse_source("a.b").path == ("a", "b")
+    with pytest.raises(ValueError, match="value.PATH"):
+        parse_source("a..b")
+    with pytest.raises(ValueError, match="json or msgpack"):
+        Extractor({"f": "f"}, "avro")
+
+
+def test_the_store_commits_entries_with_offsets_in_one_transaction(tmp_path):
+    store = IndexStore(str(tmp_path / "i.db"))
+    store.add([("f", "a", 10, "t", 0, 0), ("f", "a", 30, "t", 1, 0), ("f", "b", 20, "t", 0, 1)],
+              {("t", 0): 2, ("t", 1): 1}, {("f", MISSING): 2})
+    with pytest.raises(sqlite3.IntegrityError):  # an entry indexed twice fails loudly...
+        store.add([("f", "c", 40, "t", 0, 2), ("f", "a", 10, "t", 0, 0)], {("t", 0): 3},
+                  {("f", MISSING): 1})
+    # ...and nothing of its batch is kept: neither entries nor offsets nor counts.
+    assert store.offsets() == {("t", 0): 2, ("t", 1): 1}
+    assert store.entry_count() == 3 and store.skipped() == {("f", MISSING): 2}
+    assert store.lookup("f", "a") == [(30, "t", 1, 0), (10, "t", 0, 0)]  # newest first
+    assert store.lookup("f", "a", since=11) == [(30, "t", 1, 0)]
+    assert store.lookup("f", "a", until=30) == [(10, "t", 0, 0)]
+    assert store.lookup("f", "a", limit=1) == [(30, "t", 1, 0)]
+    # A rebuild empties it and moves the generation: a builder of the old one cannot write.
+    generation = store.generation()
+    store.rebuild()
+    assert store.entry_count() == 0 and store.offsets() == {} and store.skipped() == {}
+    with pytest.raises(Rebuilt):
+        store.add([("f", "a", 10, "t", 0, 0)], {("t", 0): 1}, {}, generation)
+    assert store.entry_count() == 0
+    store.add([("f", "a", 10, "t", 0, 0)], {("t", 0): 2, ("t", 1): 1}, {}, generation + 1)
+    store.close()
+    reader = IndexStore(str(tmp_path / "i.db"), readonly=True)
+    assert reader.db.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+    assert reader.offsets() == {("t", 0): 2, ("t", 1): 1}
+    reader.close()
+
+
+def test_indexes_config_becomes_index_sinks_and_bad_input_is_named():
+    config = parse_config({"indexes": {"orders": {"topics": "a, b", "fields": ["user_id"],
+                                                  "path": "/srv/idx"}}})
+    sink = config.all_sinks()["index.orders"]
+    assert sink.plugin == "index" and sink.topics == ["a", "b"]
+    assert sink.group("index.orders") == "databus-index-orders"
+    assert sink.config == {"index": "orders", "path": "/srv/idx/orders.db",
+                           "fields": {"user_id": "value.user_id"}, "format": "json"}
+    for bad, message in [
+        ({"topics": ["a"], "fields": {}}, "at least one field"),
+        ({"topics": ["a"], "fields": {"f": "header."}}, "needs a name after 'header'"),
+        ({"fields": ["f"]}, "exactly one of topics and topics.regex"),
+        ({"topics": ["a"], "fields": ["f"], "format": "avro"}, "format"),
+    ]:
+        with pytest.raises(ConfigError, match=message):
+            parse_config({"indexes": {"x": bad}})
+    with pytest.raises(ConfigError, match="rename the sink"):
+        parse_config({"indexes": {"x": {"topics": ["a"], "fields": ["f"]}},
+                      "sinks": {"index.x": {"plugin": "parquet", "topics": ["a"]}}})
