@@ -233,7 +233,44 @@ class EmbeddedBrokerConfig(_Model):
         return v
 
 
-class MirrorConfig(_Model):
+class TopicSelection(_Model):
+    """The topics a mirror, sink or index reads: by exact name and/or by a regex."""
+
+    topics: list[str] = Field(
+        default_factory=list,
+        description="Topics by exact name (a list, or a comma-separated string as in Kafka "
+        "Connect).",
+    )
+    topics_regex: str | None = Field(
+        None,
+        alias="topics.regex",
+        description="Every topic whose whole name matches this regular expression (checked "
+        "again every `metadata.max.age.ms` of the consumer, so new topics are picked up).",
+    )
+
+    @field_validator("topics", mode="before")
+    @classmethod
+    def _topics(cls, v: Any) -> Any:
+        """``topics`` as a list, or a comma-separated string as in Kafka Connect."""
+        if isinstance(v, str):
+            return [t.strip() for t in v.split(",") if t.strip()]
+        return v
+
+    @field_validator("topics_regex")
+    @classmethod
+    def _topics_regex(cls, v: str | None) -> str | None:
+        if v is not None:
+            _compile(v)
+        return v
+
+    def _require_topics(self, *, exactly_one: bool) -> None:
+        if exactly_one and bool(self.topics) == (self.topics_regex is not None):
+            raise ValueError("set exactly one of topics and topics.regex")
+        if not self.topics and self.topics_regex is None:
+            raise ValueError("set `topics` and/or `topics.regex`")
+
+
+class MirrorConfig(TopicSelection):
     """A mirror: copy the matched topics of cluster ``source`` to cluster ``target``."""
 
     name: str = Field(
@@ -242,16 +279,6 @@ class MirrorConfig(_Model):
     )
     source: str = Field(description="Cluster name (from `clusters:`) to read from.")
     target: str = Field(description="Cluster name (from `clusters:`) to write to.")
-    topics: list[str] = Field(
-        default_factory=list,
-        description="Source topics to mirror, by exact name (with or besides `topics.regex`).",
-    )
-    topics_regex: str | None = Field(
-        None,
-        alias="topics.regex",
-        description="Mirror every source topic whose whole name matches this regex (checked "
-        "again every `metadata.max.age.ms` of the consumer, so new topics are picked up).",
-    )
     topics_exclude: list[str] = Field(
         default_factory=list,
         alias="topics.exclude",
@@ -308,11 +335,10 @@ class MirrorConfig(_Model):
             raise ValueError(f"mirror name {v!r} may only contain letters, digits, '.', '_', '-'")
         return v
 
-    @field_validator("topics_regex", "groups_regex")
+    @field_validator("groups_regex")
     @classmethod
-    def _regex(cls, v: str | None) -> str | None:
-        if v is not None:
-            _compile(v)
+    def _regex(cls, v: str) -> str:
+        _compile(v)
         return v
 
     @field_validator("topics_exclude")
@@ -343,8 +369,10 @@ class MirrorConfig(_Model):
 
     @model_validator(mode="after")
     def _check(self) -> MirrorConfig:
-        if not self.topics and self.topics_regex is None:
-            raise ValueError(f"mirror {self.name!r}: set `topics` and/or `topics.regex`")
+        try:
+            self._require_topics(exactly_one=False)
+        except ValueError as exc:
+            raise ValueError(f"mirror {self.name!r}: {exc}") from None
         if self.source == self.target:
             raise ValueError(f"mirror {self.name!r}: source and target are the same cluster")
         problems = []
@@ -394,14 +422,7 @@ SINK_CONSUMER_DEFAULTS = {
 }
 
 
-def _split_topics(v: Any) -> Any:
-    """``topics`` as a list, or a comma-separated string as in Kafka Connect."""
-    if isinstance(v, str):
-        return [t.strip() for t in v.split(",") if t.strip()]
-    return v
-
-
-class SinkConfig(_Model):
+class SinkConfig(TopicSelection):
     """A sink: a consumer-side plugin fed from topics by a consumer group of its own."""
 
     plugin: str = Field(
@@ -410,17 +431,6 @@ class SinkConfig(_Model):
     )
     cluster: str | None = Field(
         None, description="Cluster to consume from, by the rules of a stream's `cluster`."
-    )
-    topics: list[str] = Field(
-        default_factory=list,
-        description="Topics to consume (a list, or a comma-separated string as in Kafka "
-        "Connect). Exactly one of `topics` and `topics.regex`.",
-    )
-    topics_regex: str | None = Field(
-        None,
-        alias="topics.regex",
-        description="Consume every topic whose whole name matches this regular expression "
-        "(re-checked every `metadata.max.age.ms`).",
     )
     group_id: str | None = Field(
         None,
@@ -446,25 +456,9 @@ class SinkConfig(_Model):
         default_factory=dict, description="The plugin's own options (see its documentation)."
     )
 
-    @field_validator("topics", mode="before")
-    @classmethod
-    def _topics(cls, v: Any) -> Any:
-        return _split_topics(v)
-
-    @field_validator("topics_regex")
-    @classmethod
-    def _regex(cls, v: str | None) -> str | None:
-        if v is not None:
-            try:
-                re.compile(v)
-            except re.error as exc:
-                raise ValueError(f"topics.regex {v!r} is not a regular expression: {exc}") from None
-        return v
-
     @model_validator(mode="after")
     def _one_source(self) -> SinkConfig:
-        if bool(self.topics) == (self.topics_regex is not None):
-            raise ValueError("set exactly one of topics and topics.regex")
+        self._require_topics(exactly_one=True)
         reserved = [k for k in self.consumer if k in RESERVED_SINK_CONSUMER_KEYS]
         if reserved:
             raise ValueError(
@@ -503,20 +497,12 @@ INDEX_PLUGIN = "index"
 INDEX_SINK_PREFIX = "index."
 
 
-class IndexConfig(_Model):
+class IndexConfig(TopicSelection):
     """An index: a topic's records found by business fields (run as a sink of the `index`
     plugin; docs/index.md)."""
 
     cluster: str | None = Field(
         None, description="Cluster to index, by the rules of a stream's `cluster`."
-    )
-    topics: list[str] = Field(
-        default_factory=list,
-        description="Topics to index. Exactly one of `topics` and `topics.regex`.",
-    )
-    topics_regex: str | None = Field(
-        None, alias="topics.regex",
-        description="Index every topic whose whole name matches this regular expression.",
     )
     fields: dict[str, str] = Field(
         description="Field name -> where it is in a record: `value.PATH` (a dotted path into "
@@ -540,11 +526,6 @@ class IndexConfig(_Model):
         default_factory=dict,
         description="Kafka consumer keys for the builder's consumer (as a sink's `consumer`).",
     )
-
-    @field_validator("topics", mode="before")
-    @classmethod
-    def _topics(cls, v: Any) -> Any:
-        return _split_topics(v)
 
     @field_validator("fields", mode="before")
     @classmethod
