@@ -16,3 +16,13 @@ def broker(tmp_path_factory):
 
     with BrokerProcess(tmp_path_factory.mktemp("broker")) as running:
         yield running
+
+
+def pytest_collection_modifyitems(config, items):
+    """Under ``pytest -n`` (xdist, ``--dist loadgroup``) keep each module on one worker, so
+    module-scoped fixtures (a broker subprocess) start once, and every Spark test on one
+    worker, so the run builds one Spark session (a JVM) and not one per worker."""
+    for item in items:
+        module = item.nodeid.split("::")[0]
+        group = "spark" if module.startswith("tests/spark/") else module
+        item.add_marker(pytest.mark.xdist_group(group))

@@ -167,8 +167,19 @@ async def test_mixed_group_with_confluent_consumer(mock_cluster, topic):
                 "heartbeat.interval.ms": 500, "session.timeout.ms": 6000,
             }) as c:
                 c.subscribe([topic])
+
+                def settled() -> bool:
+                    # both members hold partitions of one generation: disjoint, all four
+                    mine = {p for _, p in c.assignment()}
+                    theirs_now = set(their_assignment[-1]) if their_assignment else set()
+                    return bool(mine and theirs_now and not (mine & theirs_now)
+                                and mine | theirs_now == {0, 1, 2, 3})
+
+                # Go on until every record is read AND the group has settled: our member may
+                # read all 400 before the other one joins, or stop in mid-rebalance.
                 deadline = time.monotonic() + 25
-                while len(set(ours) | set(theirs)) < 400 and time.monotonic() < deadline:
+                while ((len(set(ours) | set(theirs)) < 400 or not settled())
+                       and time.monotonic() < deadline):
                     ours.extend((r.partition, r.offset) for r in await c.poll(0.3))
                 our_partitions = {p for _, p in c.assignment()}
         finally:
