@@ -1,0 +1,83 @@
+"""The console as a trio service: hypercorn's trio worker serving the Starlette app, the
+lag sampler beside it, one Admin connection for both.  ``databus console`` runs it alone;
+``databus up`` starts it in its nursery when ``console.listen`` is set.
+"""
+
+from __future__ import annotations
+
+import logging
+from functools import partial
+
+import trio
+
+log = logging.getLogger("databus.console")
+
+
+def status_tables(config, bootstrap: str):
+    """An async callable returning the mirrors/indexes/sinks tables of ``config`` for the
+    status page (each read when the page is asked for, never cached)."""
+    import databus.index
+    from databus.client import Admin
+    from databus.mirror.command import STATUS_COLUMNS as MIRROR_COLUMNS
+    from databus.mirror.command import status_rows as mirror_rows
+    from databus.tools.groups import Session, group_document, load_group
+
+    async def tables() -> list[dict]:
+        mirrors = []
+        for mirror in config.mirrors:
+            try:
+                mirrors += await mirror_rows(config, mirror)
+            except Exception as exc:  # one unreachable cluster must not hide the others
+                mirrors.append([mirror.name, f"? ({exc})", *["-"] * 7])
+        indexes = await databus.index.status_rows(config, bootstrap) if config.indexes else []
+        sinks = []
+        if config.sinks:
+            async with Admin(bootstrap, {"client.id": "databus-console"}) as admin:
+                session = Session(admin.cluster, 15.0)
+                for name, sink in config.sinks.items():
+                    group = sink.group(name)
+                    view = await load_group(session, group)
+                    doc = await group_document(session, group, view)
+                    lag = sum(o["lag"] or 0 for o in doc["offsets"])
+                    sinks.append([name, sink.plugin, ", ".join(sink.topics) or
+                                  sink.topics_regex or "-", group, view.state,
+                                  len(view.members), lag])
+        return [
+            {"id": "mirrors", "title": "Mirrors", "columns": MIRROR_COLUMNS, "rows": mirrors,
+             "empty": "no mirrors in the configuration"},
+            {"id": "indexes", "title": "Indexes", "columns": databus.index.STATUS_COLUMNS,
+             "rows": indexes, "empty": "no indexes in the configuration"},
+            {"id": "sinks", "title": "Sinks",
+             "columns": ("sink", "plugin", "topics", "group", "state", "members", "lag"),
+             "rows": sinks, "empty": "no sinks in the configuration"},
+        ]
+
+    return tables
+
+
+async def serve_console(bootstrap: str, listen: str, *, read_only: bool = False,
+                        sample_interval: float = 5.0, status=None,
+                        task_status=trio.TASK_STATUS_IGNORED) -> None:
+    """Serve the console on ``listen`` (HOST:PORT, port 0: a free one) for the cluster at
+    ``bootstrap``; ``task_status.started(url)`` once it accepts connections."""
+    from hypercorn.config import Config
+    from hypercorn.trio import serve
+
+    from .app import create_app
+    from .cluster import ClusterView
+
+    config = Config()
+    config.bind = [listen]
+    config.accesslog = None
+    # Through logging (one handler, the process's format) instead of hypercorn's own stderr.
+    config.errorlog = logging.getLogger("hypercorn.error")
+    config.graceful_timeout = 1.0
+    view = ClusterView(bootstrap)
+    async with view.open(), trio.open_nursery() as nursery:
+        await nursery.start(view.sample_forever, sample_interval)
+        app = create_app(view, read_only=read_only, status=status)
+        binds = await nursery.start(partial(serve, app, config))
+        url = binds[0]
+        log.info("console on %s (cluster %s%s)", url, bootstrap,
+                 ", read-only" if read_only else "")
+        task_status.started(url)
