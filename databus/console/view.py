@@ -47,7 +47,7 @@ def show_bytes(data: bytes | None) -> Shown:
                 pass
         return Shown("text", text[:TEXT_LIMIT])
     try:
-        decoded = msgpack.unpackb(data, raw=False, strict_map_key=False)
+        decoded = msgpack.unpackb(data, raw=False, strict_map_key=False, ext_hook=_ext)
     except Exception:  # msgpack raises several unrelated types for bytes that are not msgpack
         decoded = _NOT_MSGPACK
     if decoded is not _NOT_MSGPACK:
@@ -64,12 +64,16 @@ def _is_plain_text(text: str) -> bool:
     return all(c.isprintable() or c in "\n\r\t" for c in text)
 
 
+def _ext(code: int, data: bytes) -> dict:
+    # An application's extension type: its code and bytes (ExtType is a tuple, which JSON
+    # would print as a bare list).
+    return {"ext": code, "data": data.hex()}
+
+
 def _msgpack_default(value):
     if isinstance(value, bytes):
         return value.hex()
-    if isinstance(value, msgpack.ExtType):
-        return {"ext": value.code, "data": value.data.hex()}
-    return repr(value)
+    return repr(value)  # msgpack.Timestamp and the like
 
 
 def hex_dump(data: bytes) -> str:
