@@ -13,6 +13,7 @@
 from __future__ import annotations
 
 from databus_plugins.index.command import STATUS_COLUMNS, status_rows
-from databus_plugins.index.query import IndexQueryError, query, query_async
+from databus_plugins.index.query import IndexQueryError, bootstrap_for, query, query_async
 
-__all__ = ["STATUS_COLUMNS", "IndexQueryError", "query", "query_async", "status_rows"]
+__all__ = ["STATUS_COLUMNS", "IndexQueryError", "bootstrap_for", "query", "query_async",
+           "status_rows"]

@@ -31,8 +31,8 @@ REFRESH_SECONDS = 2  # how often a group's lag fragment reloads itself (htmx pol
 
 
 def create_app(view: ClusterView, *, read_only: bool = False, status=None) -> Starlette:
-    """``status``: an async callable returning the mirrors/indexes/sinks tables (None: the
-    console was started without a sidecar.yaml, so there is nothing to show)."""
+    """``status``: a server.ConfigStatus (the mirrors/indexes/sinks of a sidecar.yaml and
+    index search), or None when the console was started without one."""
     templates = Jinja2Templates(directory=str(HERE / "templates"))
     env = templates.env
     env.globals.update(read_only=read_only, bootstrap=view.bootstrap,
@@ -109,10 +109,22 @@ def create_app(view: ClusterView, *, read_only: bool = False, status=None) -> St
         if status is None:
             return page(request, "status.html", tables=None)
         try:
-            tables = await status()
+            tables = await status.tables()
         except (ConsoleError, OSError) as exc:
             return failure(request, exc)
-        return page(request, "status.html", tables=tables)
+        return page(request, "status.html", tables=tables, indexes=status.indexes)
+
+    async def index_search(request: Request) -> Response:
+        q = request.query_params
+        try:
+            if status is None:
+                raise ConsoleError("no sidecar.yaml: no indexes to search")
+            records = await status.search(request.path_params["name"], q.get("field", ""),
+                                          q.get("value", ""),
+                                          limit=_int(q.get("limit"), "limit") or 20)
+        except ConsoleError as exc:
+            return failure(request, exc, 400)
+        return page(request, "_messages.html", records=records)
 
     # -- actions ------------------------------------------------------------------------
 
@@ -211,6 +223,7 @@ def create_app(view: ClusterView, *, read_only: bool = False, status=None) -> St
         Route("/groups/{group}", group_page),
         Route("/groups/{group}/lag", lag_fragment),
         Route("/status", status_page),
+        Route("/indexes/{name}/search", index_search),
         Route("/actions/{kind}", action, methods=["POST"]),
         Route("/healthz", healthz),
         Mount("/static", StaticFiles(directory=str(HERE / "static")), name="static"),

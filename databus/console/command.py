@@ -88,9 +88,9 @@ async def _main(config, bootstrap: str, listen: str, read_only: bool, interval: 
 
     from databus.startup import leaves
 
-    from .server import serve_console, status_tables
+    from .server import ConfigStatus, serve_console
 
-    status = status_tables(config, bootstrap) if config is not None else None
+    status = ConfigStatus(config, bootstrap) if config is not None else None
     failed = False
     with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
         try:

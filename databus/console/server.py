@@ -13,26 +13,53 @@ import trio
 log = logging.getLogger("databus.console")
 
 
-def status_tables(config, bootstrap: str):
-    """An async callable returning the mirrors/indexes/sinks tables of ``config`` for the
-    status page (each read when the page is asked for, never cached)."""
-    import databus.index
-    from databus.client import Admin
-    from databus.mirror.command import STATUS_COLUMNS as MIRROR_COLUMNS
-    from databus.mirror.command import status_rows as mirror_rows
-    from databus.tools.groups import Session, group_document, load_group
+class ConfigStatus:
+    """What a sidecar.yaml adds to the console: its mirrors, indexes and sinks as tables
+    (read when the page is asked for, never cached) and searching its indexes."""
 
-    async def tables() -> list[dict]:
+    def __init__(self, config, bootstrap: str) -> None:
+        self.config = config
+        self.bootstrap = bootstrap
+
+    @property
+    def indexes(self) -> dict[str, list[str]]:
+        """Index name -> its fields (the search box's choices)."""
+        return {name: list(index.fields) for name, index in self.config.indexes.items()}
+
+    async def search(self, index: str, field: str, value: str, limit: int = 20) -> list:
+        """The messages of ``index`` whose ``field`` is ``value``, newest first."""
+        import databus.index
+
+        from .cluster import ConsoleError
+
+        # An index on the built-in broker has no cluster entry: it is the console's cluster.
+        bootstrap = databus.index.bootstrap_for(
+            self.config, index, None if self.config.clusters else self.bootstrap)
+        try:
+            return await databus.index.query_async(self.config, bootstrap, index, field, value,
+                                                   limit=limit)
+        except (databus.index.IndexQueryError, FileNotFoundError) as exc:
+            raise ConsoleError(f"index {index!r}: {exc}") from None
+
+    async def tables(self) -> list[dict]:
+        import databus.index
+        from databus.client import Admin
+        from databus.mirror.command import STATUS_COLUMNS as MIRROR_COLUMNS
+        from databus.mirror.command import status_rows as mirror_rows
+        from databus.tools.groups import Session, group_document, load_group
+
+        config = self.config
         mirrors = []
         for mirror in config.mirrors:
             try:
                 mirrors += await mirror_rows(config, mirror)
             except Exception as exc:  # one unreachable cluster must not hide the others
                 mirrors.append([mirror.name, f"? ({exc})", *["-"] * 7])
-        indexes = await databus.index.status_rows(config, bootstrap) if config.indexes else []
+        indexes = (await databus.index.status_rows(config, self.bootstrap)
+                   if config.indexes else [])
         sinks = []
         if config.sinks:
-            async with Admin(bootstrap, {"client.id": "databus-console"}) as admin:
+            async with Admin(self.bootstrap, {"client.id": "databus-console"}) as admin:
                 session = Session(admin.cluster, 15.0)
                 for name, sink in config.sinks.items():
                     group = sink.group(name)
@@ -51,8 +78,6 @@ def status_tables(config, bootstrap: str):
              "columns": ("sink", "plugin", "topics", "group", "state", "members", "lag"),
              "rows": sinks, "empty": "no sinks in the configuration"},
         ]
-
-    return tables
 
 
 async def serve_console(bootstrap: str, listen: str, *, read_only: bool = False,

@@ -218,13 +218,13 @@ async def _console(config, broker_address, task_status):
     """The web console (``console.listen``) on the configured or built-in cluster; its
     settings are read at start (a reload does not move it)."""
     from databus.console.command import console_bootstrap
-    from databus.console.server import serve_console, status_tables
+    from databus.console.server import ConfigStatus, serve_console
 
     bootstrap = console_bootstrap(config, broker_address)
     settings = config.console
     await serve_console(bootstrap, settings.listen, read_only=settings.read_only,
                         sample_interval=settings.sample_interval_ms / 1000,
-                        status=status_tables(config, bootstrap), task_status=task_status)
+                        status=ConfigStatus(config, bootstrap), task_status=task_status)
 
 
 def _print_summary(config, path, addresses, broker_address, console_url=None) -> None:

@@ -71,7 +71,8 @@ def page(browser, request, tmp_path):
 
 
 class ConsoleProcess:
-    """``databus console`` on a free port; ``.url``; killed by ``close()``."""
+    """``databus console`` on a free port: started by the constructor, ``wait()`` for its
+    ``.url`` (so several can start at once), killed by ``close()``."""
 
     def __init__(self, tmp: Path, *args: str) -> None:
         self.log = tmp / "console.log"
@@ -79,16 +80,20 @@ class ConsoleProcess:
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "databus.cli", "console", "--listen", "127.0.0.1:0", *args],
             stdout=self._log_file, stderr=subprocess.STDOUT, cwd=tmp)
+        self.url = ""
+
+    def wait(self) -> ConsoleProcess:
         deadline = time.monotonic() + 30
-        while True:
+        while not self.url:
             match = re.search(r"databus console on (http://\S+)", self.log.read_text())
             if match:
                 self.url = match.group(1)
-                return
-            if self.proc.poll() is not None or time.monotonic() > deadline:
+            elif self.proc.poll() is not None or time.monotonic() > deadline:
                 self.close()
                 raise RuntimeError(f"databus console did not start:\n{self.log.read_text()}")
-            time.sleep(0.05)
+            else:
+                time.sleep(0.05)
+        return self
 
     def close(self) -> None:
         self.proc.kill()

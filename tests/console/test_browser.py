@@ -15,6 +15,7 @@ import msgpack
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
+from databus_plugins.index.store import IndexStore
 
 from tests.console.conftest import ConsoleProcess, databus
 from tests.helpers.broker import BrokerProcess
@@ -44,28 +45,42 @@ def kafka(tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def console(kafka, tmp_path_factory):
+def consoles(kafka, tmp_path_factory):
+    """Two ``databus console`` processes, started together: one with a sidecar.yaml, one
+    read-only with --bootstrap."""
     tmp = tmp_path_factory.mktemp("console")
-    # Everything the status page reads: an index (not built: nothing runs it) and a sink.
+    # What the status page reads: an index with a sink; its database holds the entry its
+    # builder (tests/sinks/test_index.py) would have written for the JSON message.
     (tmp / "sidecar.yaml").write_text(
         f"clusters:\n  main:\n    bootstrap.servers: {kafka.bootstrap}\n"
-        f"indexes:\n  orders:\n    topics: [{TOPIC}]\n    fields: {{user: user}}\n"
-        f"    path: {tmp}/indexes\n")
-    process = ConsoleProcess(tmp, "-c", str(tmp / "sidecar.yaml"), "--sample-interval-ms", "300")
+        f"indexes:\n  orders:\n    topics: [{TOPIC}]\n    fields: {{order: order}}\n"
+        f"    path: {tmp}/indexes\n"
+        f"sinks:\n  archive:\n    plugin: parquet\n    topics: [{TOPIC}]\n"
+        f"    config: {{path: {tmp}/parquet}}\n")
+    (tmp / "indexes").mkdir()
+    store = IndexStore(str(tmp / "indexes" / "orders.db"))
+    store.add([("order", "42", 1, TOPIC, 0, 0)], {(TOPIC, 0): 2, (TOPIC, 1): 1}, {})
+    store.close()
+    processes = [
+        ConsoleProcess(tmp, "-c", str(tmp / "sidecar.yaml"), "--sample-interval-ms", "300"),
+        ConsoleProcess(tmp_path_factory.mktemp("ro-console"), "--bootstrap", kafka.bootstrap,
+                       "--read-only"),
+    ]
     try:
-        yield process.url
+        yield [process.wait().url for process in processes]
     finally:
-        process.close()
+        for process in processes:
+            process.close()
 
 
 @pytest.fixture(scope="module")
-def read_only_console(kafka, tmp_path_factory):
-    process = ConsoleProcess(tmp_path_factory.mktemp("ro-console"), "--bootstrap",
-                             kafka.bootstrap, "--read-only")
-    try:
-        yield process.url
-    finally:
-        process.close()
+def console(consoles):
+    return consoles[0]
+
+
+@pytest.fixture(scope="module")
+def read_only_console(consoles):
+    return consoles[1]
 
 
 def shoot(page, name: str) -> None:
@@ -206,7 +221,14 @@ def test_every_page_loads_without_console_errors(page, console):
         page.goto(console + path)
         page.wait_for_load_state("networkidle")
         assert page.inner_text("h1") == heading, path
-    assert "not built yet" in page.inner_text("#status-indexes")
+    indexes = page.inner_text("#status-indexes")
+    assert "orders" in indexes and "MB" in indexes
+    assert "archive" in page.inner_text("#status-sinks")
+    # The index search box returns the message itself, fetched from the broker.
+    page.fill("#search-orders input[name=value]", "42")
+    page.click("#search-orders button[type=submit]")
+    page.wait_for_selector("#found-orders tr.message")
+    assert '"order": 42' in page.inner_text("#found-orders")
     shoot(page, "status")
     page.goto(f"{console}/groups")
     shoot(page, "groups")
