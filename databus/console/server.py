@@ -65,7 +65,8 @@ class ConfigStatus:
                     group = sink.group(name)
                     view = await load_group(session, group)
                     doc = await group_document(session, group, view)
-                    lag = sum(o["lag"] or 0 for o in doc["offsets"])
+                    lags = [o["lag"] for o in doc["offsets"] if o["lag"] is not None]
+                    lag = sum(lags) if lags else "-"  # nothing committed yet: unknown
                     sinks.append([name, sink.plugin, ", ".join(sink.topics) or
                                   sink.topics_regex or "-", group, view.state,
                                   len(view.members), lag])

@@ -5,6 +5,7 @@ no trio, no HTTP: tested directly (tests/console/test_view.py).
 
 from __future__ import annotations
 
+import datetime
 import json
 from collections import deque
 from collections.abc import Hashable
@@ -105,13 +106,14 @@ class Samples:
         for key in [k for k in self._series if k not in present]:
             del self._series[key]
 
-    def rate(self, key: Hashable) -> float | None:
-        """Per second growth between the first and last sample (messages/s for a topic's
-        end offsets); None with fewer than two samples."""
+    def rate(self, key: Hashable, window: int = 12) -> float | None:
+        """Per second growth over the last ``window`` samples (a topic's end offsets:
+        messages/s over about a minute at the default 5 s interval); None with fewer than
+        two samples."""
         points = self._series.get(key)
         if not points or len(points) < 2:
             return None
-        (t0, v0), (t1, v1) = points[0], points[-1]
+        (t0, v0), (t1, v1) = points[max(0, len(points) - window)], points[-1]
         return (v1 - v0) / (t1 - t0) if t1 > t0 else None
 
 
@@ -133,21 +135,30 @@ class Chart:
 
 
 def chart(samples: list[tuple[float, int]], width: int = 600, height: int = 160,
-          pad: int = 4) -> Chart:
-    """Scale samples to the box: time left to right, 0 at the bottom, the largest value (at
-    least 1, so a flat zero line sits on the floor) at the top."""
+          pad: int = 6, left: int = 40) -> Chart:
+    """Scale samples to the box: time left to right (after a ``left`` margin for the axis
+    labels), 0 at the bottom, the largest value (at least 1, so a flat zero line sits on the
+    floor) at the top."""
     if not samples:
         return Chart(width, height, "", 0, None, 0.0)
     t0, t1 = samples[0][0], samples[-1][0]
     span = t1 - t0
     y_max = max(1, max(v for _, v in samples))
-    inner_w, inner_h = width - 2 * pad, height - 2 * pad
+    inner_w, inner_h = width - left - pad, height - 2 * pad
     coords = []
     for i, (t, v) in enumerate(samples):
         # One sample (or all at one instant): spread them evenly instead of dividing by 0.
         fx = (t - t0) / span if span > 0 else (i / (len(samples) - 1) if len(samples) > 1
                                                else 1.0)
-        x = pad + fx * inner_w
+        x = left + fx * inner_w
         y = pad + inner_h - (v / y_max) * inner_h
         coords.append(f"{x:.1f},{y:.1f}")
     return Chart(width, height, " ".join(coords), y_max, samples[-1][1], span)
+
+
+def format_ms(ms: int) -> str:
+    """A record's timestamp (epoch ms) as ISO-8601 UTC; Kafka's -1 (none) as '-'."""
+    if ms < 0:
+        return "-"
+    moment = datetime.datetime.fromtimestamp(ms / 1000, datetime.UTC)
+    return moment.isoformat(timespec="milliseconds").replace("+00:00", "Z")

@@ -10,7 +10,7 @@ import pytest
 
 from databus.console.app import _headers, _same_origin
 from databus.console.cluster import ConsoleError, reset_args
-from databus.console.view import HEX_LIMIT, Samples, chart, show_bytes
+from databus.console.view import HEX_LIMIT, Samples, chart, format_ms, show_bytes
 
 
 @pytest.mark.parametrize("data, kind, text", [
@@ -51,24 +51,34 @@ def test_samples_keep_the_last_n_and_give_a_rate():
         samples.add("t", t, v)
     assert samples.series("t") == [(1, 10), (2, 30), (4, 70)]
     assert samples.rate("t") == 20.0
+    assert samples.rate("t", window=2) == 20.0  # the last two: (70 - 30) / 2 s
+    samples.add("t", 5, 70)
+    assert samples.rate("t", window=2) == 0.0  # quiet in the last second
     samples.add("gone", 0, 1)
     samples.forget_missing({"t"})
     assert samples.series("gone") == []
 
 
 def test_chart_scales_time_and_value():
-    c = chart([(10.0, 0), (12.0, 5), (14.0, 10)], width=108, height=58, pad=4)
+    c = chart([(10.0, 0), (12.0, 5), (14.0, 10)], width=108, height=58, pad=4, left=4)
     # x: 4..104 over 10..14 s; y: 54 (0) .. 4 (10, the top)
     assert c.points == "4.0,54.0 54.0,29.0 104.0,4.0"
+    labelled = chart([(10.0, 0), (14.0, 10)], width=108, height=58, pad=4, left=24)
+    assert labelled.points == "24.0,54.0 104.0,4.0"  # room for the axis labels
     assert (c.y_max, c.last, c.seconds) == (10, 10, 4.0)
 
 
 def test_chart_of_nothing_and_of_zeros():
     assert chart([]).empty
-    flat = chart([(0.0, 0), (1.0, 0)], width=108, height=58, pad=4)
+    flat = chart([(0.0, 0), (1.0, 0)], width=108, height=58, pad=4, left=4)
     assert flat.points == "4.0,54.0 104.0,54.0"  # on the floor, not divided by zero
-    one = chart([(5.0, 3)], width=108, height=58, pad=4)
+    one = chart([(5.0, 3)], width=108, height=58, pad=4, left=4)
     assert one.points == "104.0,4.0"
+
+
+def test_timestamps_are_shown_in_utc():
+    assert format_ms(1704067200123) == "2024-01-01T00:00:00.123Z"
+    assert format_ms(-1) == "-"
 
 
 def test_reset_form_reads_as_the_tool_options():
