@@ -2,8 +2,9 @@
 
 Rules every action follows (creating and deleting topics, producing, resetting offsets):
 
-* POST only, and only from the console's own pages: a request another site's page sends
-  (``Sec-Fetch-Site: cross-site``, or an ``Origin`` that is not this host) is refused.
+* POST only, and only from the console's own pages: a request any other page sends (a
+  ``Sec-Fetch-Site`` other than same-origin, or an ``Origin`` that is not this host) is
+  refused.
 * Two steps: the first POST shows what would happen (for a reset, the plan: each partition's
   current and new offset) and a Confirm button; only the second POST, carrying
   ``confirmed=yes``, acts.  Nothing is changed by a GET.
@@ -132,7 +133,7 @@ def create_app(view: ClusterView, *, read_only: bool = False, status=None) -> St
     async def action(request: Request) -> Response:
         kind = request.path_params["kind"]
         if read_only:
-            return page(request, "error.html", 403,
+            return page(request, "error.html", 403, refused=True,
                         message=f"read-only console: {kind} refused")
         if not _same_origin(request):
             return PlainTextResponse("cross-site request refused\n", status_code=403)

@@ -57,8 +57,9 @@ def console_bootstrap(config, embedded_bootstrap: str | None = None) -> str:
 
 def run(args) -> int:
     import trio
+    from pydantic import ValidationError
 
-    from databus.config import ConfigError, load_config
+    from databus.config import ConfigError, ConsoleSettings, load_config
 
     path = args.config
     if path is None and args.bootstrap is None and os.path.exists("sidecar.yaml"):
@@ -71,6 +72,11 @@ def run(args) -> int:
         return 2
     settings = config.console
     listen = args.listen or settings.listen or DEFAULT_LISTEN
+    try:
+        ConsoleSettings(listen=listen)  # the same HOST:PORT rules as console.listen
+    except ValidationError as exc:
+        print(f"{PROG}: --listen {listen!r}: {exc.errors()[0]['msg']}", file=sys.stderr)
+        return 2
     interval_ms = args.sample_interval_ms or settings.sample_interval_ms
     if interval_ms <= 0:
         print(f"{PROG}: --sample-interval-ms must be positive", file=sys.stderr)

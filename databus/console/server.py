@@ -38,8 +38,11 @@ class ConfigStatus:
         try:
             return await databus.index.query_async(self.config, bootstrap, index, field, value,
                                                    limit=limit)
-        except (databus.index.IndexQueryError, FileNotFoundError) as exc:
-            raise ConsoleError(f"index {index!r}: {exc}") from None
+        except databus.index.IndexQueryError as exc:
+            raise ConsoleError(str(exc)) from None
+        except FileNotFoundError:
+            raise ConsoleError(f"index {index!r} is not built yet (its builder runs where "
+                               "the configuration's sinks run)") from None
 
     async def tables(self) -> list[dict]:
         import databus.index
@@ -58,10 +61,11 @@ class ConfigStatus:
         indexes = (await databus.index.status_rows(config, self.bootstrap)
                    if config.indexes else [])
         sinks = []
-        if config.sinks:
+        # Every sink as the runtime runs them: an index's builder is a sink too (index.NAME).
+        if config.all_sinks():
             async with Admin(self.bootstrap, {"client.id": "databus-console"}) as admin:
                 session = Session(admin.cluster, 15.0)
-                for name, sink in config.sinks.items():
+                for name, sink in config.all_sinks().items():
                     group = sink.group(name)
                     view = await load_group(session, group)
                     doc = await group_document(session, group, view)
