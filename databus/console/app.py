@@ -29,6 +29,9 @@ from .view import chart, format_ms, show_bytes
 
 HERE = Path(__file__).parent
 REFRESH_SECONDS = 2  # how often a group's lag fragment reloads itself (htmx polling)
+# The status page reads the clusters (a mirror's offset syncs) and the index databases:
+# seldom enough not to load them while someone watches.
+STATUS_REFRESH_SECONDS = 10
 
 
 def create_app(view: ClusterView, *, read_only: bool = False, status=None) -> Starlette:
@@ -37,7 +40,8 @@ def create_app(view: ClusterView, *, read_only: bool = False, status=None) -> St
     templates = Jinja2Templates(directory=str(HERE / "templates"))
     env = templates.env
     env.globals.update(read_only=read_only, bootstrap=view.bootstrap,
-                       refresh_seconds=REFRESH_SECONDS, reset_targets=RESET_TARGETS,
+                       refresh_seconds=REFRESH_SECONDS,
+                       status_refresh_seconds=STATUS_REFRESH_SECONDS, reset_targets=RESET_TARGETS,
                        has_status=status is not None)
     env.filters["show"] = show_bytes
     env.filters["ms"] = format_ms

@@ -6,9 +6,12 @@ lag sampler beside it, one Admin connection for both.  ``databus console`` runs 
 from __future__ import annotations
 
 import logging
+import time
 from functools import partial
 
 import trio
+
+from .view import Samples, chart
 
 log = logging.getLogger("databus.console")
 
@@ -20,6 +23,16 @@ class ConfigStatus:
     def __init__(self, config, bootstrap: str) -> None:
         self.config = config
         self.bootstrap = bootstrap
+        # Mirror and index lag, sampled on each read of the tables (not on a timer: reading
+        # a mirror's offset syncs costs more than a group's offsets).
+        self.samples = Samples()
+
+    def _charts(self, kind: str, lags: dict[str, int]) -> list:
+        now = time.monotonic()
+        for name, lag in lags.items():
+            self.samples.add((kind, name), now, lag)
+        return [(name, chart(self.samples.series((kind, name)), width=380, height=110))
+                for name in lags]
 
     @property
     def indexes(self) -> dict[str, list[str]]:
@@ -74,11 +87,18 @@ class ConfigStatus:
                     sinks.append([name, sink.plugin, ", ".join(sink.topics) or
                                   sink.topics_regex or "-", group, view.state,
                                   len(view.members), lag])
+        mirror_lag: dict[str, int] = {}
+        for row in mirrors:
+            if isinstance(row[5], int):
+                mirror_lag[row[0]] = mirror_lag.get(row[0], 0) + row[5]
+        index_lag = {row[0]: int(row[4]) for row in indexes if str(row[4]).isdigit()}
         return [
             {"id": "mirrors", "title": "Mirrors", "columns": MIRROR_COLUMNS, "rows": mirrors,
-             "empty": "no mirrors in the configuration"},
+             "empty": "no mirrors in the configuration",
+             "charts": self._charts("mirror", mirror_lag)},
             {"id": "indexes", "title": "Indexes", "columns": databus.index.STATUS_COLUMNS,
-             "rows": indexes, "empty": "no indexes in the configuration"},
+             "rows": indexes, "empty": "no indexes in the configuration",
+             "charts": self._charts("index", index_lag)},
             {"id": "sinks", "title": "Sinks",
              "columns": ("sink", "plugin", "topics", "group", "state", "members", "lag"),
              "rows": sinks, "empty": "no sinks in the configuration"},
