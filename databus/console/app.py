@@ -52,7 +52,13 @@ def create_app(view: ClusterView, *, read_only: bool = False, status=None) -> St
         return templates.TemplateResponse(request, name, context, status_code=status_code)
 
     def failure(request: Request, exc: Exception, status_code: int = 502) -> Response:
-        if request.headers.get("hx-request"):
+        headers = request.headers
+        if headers.get("hx-request"):
+            if headers.get("hx-target") and headers.get("hx-target") == headers.get("hx-trigger"):
+                # A part of a page reloading itself (lag, topics): 204 makes htmx keep what
+                # it shows and keep polling, so the page recovers when the cluster answers.
+                return Response(status_code=204)
+            # A form's answer (messages, index search): the reason, where the answer goes.
             return HTMLResponse(f'<p class="error">{_escape(str(exc))}</p>', status_code=200)
         return page(request, "error.html", status_code, message=str(exc))
 
