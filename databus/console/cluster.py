@@ -237,7 +237,12 @@ class ClusterView:
                             continue
                         out.append(r)
                         taken[tp] += 1
-                        if taken[tp] >= limit or r.offset + 1 >= ends[tp]:
+                        if taken[tp] >= limit:
+                            pending.discard(tp)
+                    # The position, not the last record: a transaction's commit marker or a
+                    # compacted tail ends a partition with an offset no record carries.
+                    for tp in list(pending):
+                        if await consumer.position(tp) >= ends[tp]:
                             pending.discard(tp)
         return out
 
