@@ -141,15 +141,18 @@ def chart(samples: list[tuple[float, int]], width: int = 600, height: int = 160,
     floor) at the top."""
     if not samples:
         return Chart(width, height, "", 0, None, 0.0)
+    if len(samples) == 1:
+        # A line needs two points: one sample is drawn as a level line across the box.
+        (t, v), = samples
+        samples = [(t, v), (t, v)]
     t0, t1 = samples[0][0], samples[-1][0]
     span = t1 - t0
     y_max = max(1, max(v for _, v in samples))
     inner_w, inner_h = width - left - pad, height - 2 * pad
     coords = []
     for i, (t, v) in enumerate(samples):
-        # One sample (or all at one instant): spread them evenly instead of dividing by 0.
-        fx = (t - t0) / span if span > 0 else (i / (len(samples) - 1) if len(samples) > 1
-                                               else 1.0)
+        # All at one instant: spread them evenly instead of dividing by 0.
+        fx = (t - t0) / span if span > 0 else i / (len(samples) - 1)
         x = left + fx * inner_w
         y = pad + inner_h - (v / y_max) * inner_h
         coords.append(f"{x:.1f},{y:.1f}")

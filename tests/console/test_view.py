@@ -73,7 +73,7 @@ def test_chart_of_nothing_and_of_zeros():
     flat = chart([(0.0, 0), (1.0, 0)], width=108, height=58, pad=4, left=4)
     assert flat.points == "4.0,54.0 104.0,54.0"  # on the floor, not divided by zero
     one = chart([(5.0, 3)], width=108, height=58, pad=4, left=4)
-    assert one.points == "104.0,4.0"
+    assert one.points == "4.0,4.0 104.0,4.0"  # one sample: a level line, not an unseen dot
 
 
 def test_timestamps_are_shown_in_utc():
