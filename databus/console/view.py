@@ -42,22 +42,29 @@ def show_bytes(data: bytes | None) -> Shown:
         stripped = text.strip()
         if stripped[:1] in ("{", "["):
             try:
-                return Shown("json", json.dumps(json.loads(stripped), indent=2,
-                                                ensure_ascii=False)[:TEXT_LIMIT])
+                return Shown("json", _cut(json.dumps(json.loads(stripped), indent=2,
+                                                     ensure_ascii=False)))
             except ValueError:
                 pass
-        return Shown("text", text[:TEXT_LIMIT])
+        return Shown("text", _cut(text))
     try:
         decoded = msgpack.unpackb(data, raw=False, strict_map_key=False, ext_hook=_ext)
     except Exception:  # msgpack raises several unrelated types for bytes that are not msgpack
         decoded = _NOT_MSGPACK
     if decoded is not _NOT_MSGPACK:
-        return Shown("msgpack", json.dumps(decoded, indent=2, ensure_ascii=False,
-                                           default=_msgpack_default)[:TEXT_LIMIT])
+        return Shown("msgpack", _cut(json.dumps(decoded, indent=2, ensure_ascii=False,
+                                                default=_msgpack_default)))
     return Shown("hex", hex_dump(data))
 
 
 _NOT_MSGPACK = object()
+
+
+def _cut(text: str) -> str:
+    """At most TEXT_LIMIT characters of a shown text, saying how many were left out."""
+    if len(text) <= TEXT_LIMIT:
+        return text
+    return f"{text[:TEXT_LIMIT]}\n... {len(text) - TEXT_LIMIT} more characters"
 
 
 def _is_plain_text(text: str) -> bool:

@@ -10,7 +10,14 @@ import pytest
 
 from databus.console.app import _headers, _same_origin
 from databus.console.cluster import ConsoleError, reset_args
-from databus.console.view import HEX_LIMIT, Samples, chart, format_ms, show_bytes
+from databus.console.view import (
+    HEX_LIMIT,
+    TEXT_LIMIT,
+    Samples,
+    chart,
+    format_ms,
+    show_bytes,
+)
 
 
 @pytest.mark.parametrize("data, kind, text", [
@@ -42,6 +49,12 @@ def test_long_binary_is_cut_and_says_how_much():
     assert shown.kind == "hex"
     assert shown.text.endswith("... 10 more bytes")
     assert shown.text.count("ff") == HEX_LIMIT
+
+
+def test_long_text_is_cut_and_says_how_much():
+    shown = show_bytes(b"x" * (TEXT_LIMIT + 5))
+    assert shown.kind == "text"
+    assert shown.text == "x" * TEXT_LIMIT + "\n... 5 more characters"
 
 
 def test_samples_keep_the_last_n_and_give_a_rate():
