@@ -25,7 +25,7 @@ from starlette.staticfiles import StaticFiles
 from starlette.templating import Jinja2Templates
 
 from .cluster import RESET_TARGETS, ClusterView, ConsoleError
-from .view import chart, format_ms, show_bytes
+from .view import chart, format_bytes, format_ms, show_bytes
 
 HERE = Path(__file__).parent
 REFRESH_SECONDS = 2  # how often a group's lag fragment reloads itself (htmx polling)
@@ -45,6 +45,7 @@ def create_app(view: ClusterView, *, read_only: bool = False, status=None) -> St
                        has_status=status is not None)
     env.filters["show"] = show_bytes
     env.filters["ms"] = format_ms
+    env.filters["bytes"] = format_bytes
     env.filters["q"] = lambda s: quote(str(s), safe="")
 
     def page(request: Request, name: str, status_code: int = 200, **context) -> Response:

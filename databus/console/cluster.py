@@ -51,6 +51,9 @@ class TopicRow:
     configs: dict[str, str | None]
     rate: float | None
     internal: bool = False
+    size: int | None = None  # bytes on disk; None where the cluster does not say
+
+
 
 
 @dataclass
@@ -60,6 +63,7 @@ class PartitionRow:
     replicas: list[int]
     start: int
     end: int
+    size: int | None = None
 
     @property
     def messages(self) -> int:
@@ -133,6 +137,7 @@ class ClusterView:
             configs = await self.admin.describe_configs(list(topics)) if topics else {}
             ends = await self._offsets(topics, "latest")
             starts = await self._offsets(topics, "earliest")
+            sizes = await self._sizes(None)
             cluster = self.admin.cluster
             rows = []
             for name, desc in sorted(topics.items()):
@@ -141,10 +146,22 @@ class ClusterView:
                              else None) for k in SHOWN_CONFIGS}
                 count = sum(ends.get((name, p.partition), 0) - starts.get((name, p.partition), 0)
                             for p in desc.partitions)
+                size = (sum(sizes.get((name, p.partition), 0) for p in desc.partitions)
+                        if sizes else None)
                 rows.append(TopicRow(name, len(desc.partitions), count, shown,
-                                     self.samples.rate(("topic", name)), desc.is_internal))
+                                     self.samples.rate(("topic", name)), desc.is_internal,
+                                     size))
             return Overview(sorted(cluster.brokers.values(), key=lambda b: b.node_id),
                             cluster.controller_id, rows)
+
+    async def _sizes(self, topics: list[str] | None) -> dict[tuple[str, int], int]:
+        """Partition sizes on disk, or {} when the cluster will not say (DescribeLogDirs
+        needs Kafka's cluster-level DESCRIBE permission): the pages then show '-'."""
+        try:
+            return await self.admin.describe_log_dirs(topics)
+        except KafkaError as exc:
+            log.info("no partition sizes: %s", exc)
+            return {}
 
     async def _offsets(self, topics: dict, spec: str) -> dict[tuple[str, int], int]:
         tps = [(name, p.partition) for name, d in topics.items() for p in d.partitions]
@@ -157,9 +174,11 @@ class ClusterView:
                 raise ConsoleError(str(desc))
             starts = await self._offsets({name: desc}, "earliest")
             ends = await self._offsets({name: desc}, "latest")
+            sizes = await self._sizes([name])
             return [PartitionRow(p.partition, p.leader, list(p.replicas),
                                  starts.get((name, p.partition), 0),
-                                 ends.get((name, p.partition), 0)) for p in desc.partitions]
+                                 ends.get((name, p.partition), 0),
+                                 sizes.get((name, p.partition))) for p in desc.partitions]
 
     async def create_topic(self, name: str, partitions: int,
                            configs: dict[str, str]) -> None:

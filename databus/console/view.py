@@ -172,3 +172,15 @@ def format_ms(ms: int) -> str:
         return "-"
     moment = datetime.datetime.fromtimestamp(ms / 1000, datetime.UTC)
     return moment.isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+def format_bytes(size: int | None) -> str:
+    """A size as people read it (binary units, as `du -h`); None as '-'."""
+    if size is None:
+        return "-"
+    value = float(size)
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if value < 1024 or unit == "TiB":
+            return f"{int(value)} B" if unit == "B" else f"{value:.1f} {unit}"
+        value /= 1024
+    raise AssertionError("unreachable")

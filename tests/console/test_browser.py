@@ -105,6 +105,9 @@ def topic_names(kafka) -> set[str]:
 
 def test_message_browser_shows_produced_messages(page, console):
     page.goto(f"{console}/topics/{TOPIC}")
+    # Each partition's size on disk (DescribeLogDirs): bytes, not "-".
+    sizes = page.locator("#partitions tr td:nth-child(7)").all_inner_texts()
+    assert len(sizes) == 2 and all(s.endswith(" B") and s != "0 B" for s in sizes), sizes
     # The newest-first list loads by itself (htmx, on load).
     page.wait_for_selector("#messages tr.message")
     rows = page.locator("#messages tr.message")

@@ -15,6 +15,7 @@ from databus.console.view import (
     TEXT_LIMIT,
     Samples,
     chart,
+    format_bytes,
     format_ms,
     show_bytes,
 )
@@ -87,6 +88,11 @@ def test_chart_of_nothing_and_of_zeros():
     assert flat.points == "4.0,54.0 104.0,54.0"  # on the floor, not divided by zero
     one = chart([(5.0, 3)], width=108, height=58, pad=4, left=4)
     assert one.points == "4.0,4.0 104.0,4.0"  # one sample: a level line, not an unseen dot
+
+
+def test_sizes_are_shown_in_binary_units():
+    assert [format_bytes(n) for n in (None, 0, 1023, 1024, 1536 * 1024, 5 << 40, 5 << 50)] == [
+        "-", "0 B", "1023 B", "1.0 KiB", "1.5 MiB", "5.0 TiB", "5120.0 TiB"]
 
 
 def test_timestamps_are_shown_in_utc():
