@@ -181,13 +181,17 @@ def test_lag_chart_moves_while_a_consumer_lags_then_reset(page, console, kafka):
         page.goto(f"{console}/groups/{GROUP}")
         page.wait_for_selector("#members td:has-text('rdkafka')")
         before = int(page.inner_text("#total-lag"))
+        # The chart has sampled the lag as it is now before the consumer falls behind.
+        page.wait_for_function(
+            "(n) => document.querySelector('#lag-chart').textContent.includes('now ' + n + ' ·')",
+            arg=before)
         producer = Producer({"bootstrap.servers": kafka.bootstrap})
         for n in range(10):
             producer.produce(TOPIC, f"more {n}".encode(), partition=message.partition())
         assert producer.flush(30) == 0
         # The fragment reloads itself; the chart's latest sample reaches the new lag.
         page.wait_for_function(
-            "(n) => document.querySelector('#lag-chart').textContent.includes('now ' + n)",
+            "(n) => document.querySelector('#lag-chart').textContent.includes('now ' + n + ' ·')",
             arg=before + 10)
         assert int(page.inner_text("#total-lag")) == before + 10
         points = page.get_attribute("#lag-chart polyline", "points").split()
