@@ -41,8 +41,7 @@ def create_app(view: ClusterView, *, read_only: bool = False, status=None) -> St
     env = templates.env
     env.globals.update(read_only=read_only, bootstrap=view.bootstrap,
                        refresh_seconds=REFRESH_SECONDS,
-                       status_refresh_seconds=STATUS_REFRESH_SECONDS, reset_targets=RESET_TARGETS,
-                       has_status=status is not None)
+                       status_refresh_seconds=STATUS_REFRESH_SECONDS, reset_targets=RESET_TARGETS)
     env.filters["show"] = show_bytes
     env.filters["ms"] = format_ms
     env.filters["bytes"] = format_bytes
@@ -76,8 +75,7 @@ def create_app(view: ClusterView, *, read_only: bool = False, status=None) -> St
             partitions = await view.topic(name)
         except ConsoleError as exc:
             return failure(request, exc, 404)
-        return page(request, "topic.html", topic=name, partitions=partitions,
-                    params=request.query_params)
+        return page(request, "topic.html", topic=name, partitions=partitions)
 
     async def messages_fragment(request: Request) -> Response:
         name, q = request.path_params["name"], request.query_params
