@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: run test install install-test lint clean
+.PHONY: run test install install-test lint clean browser
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -25,7 +25,15 @@ install-test: $(VENV)/.installed-test
 run: install
 	$(BIN)/databus up -c sidecar.yaml
 
-test: install-test
+# tests/console drive Debian's chromium (a fresh CI machine has none; root installs it).
+browser:
+	@if [ ! -x /usr/bin/chromium ] || [ ! -x /usr/bin/chromedriver ]; then \
+	  if [ "$$(id -u)" = 0 ]; then \
+	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium chromium-driver; \
+	  else echo "tests/console need chromium: apt-get install chromium chromium-driver"; fi; \
+	fi
+
+test: install-test browser
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 
 # ruff's rules and mypy's files are in pyproject.toml; the import rules are a test

@@ -147,6 +147,40 @@ class SidecarSettings(_Model):
         return int(self.socket_mode, 8)
 
 
+class ConsoleSettings(_Model):
+    """The web console (docs/console.md), served by `databus up` when `listen` is set."""
+
+    listen: str | None = Field(
+        None,
+        description="HOST:PORT of the web console (port 0 picks a free port); null: `databus "
+        "up` serves no console (`databus console` defaults to 127.0.0.1:8080). It has no "
+        "login of its own: bind it to loopback or put it behind one.",
+    )
+    read_only: bool = Field(
+        False,
+        description="Refuse every action (create/delete topic, produce, reset offsets); the "
+        "pages show no forms.",
+    )
+    cluster: str | None = Field(
+        None,
+        description="The cluster (a name under `clusters:`) the console shows; null: the only "
+        "one, or the built-in broker.",
+    )
+    sample_interval_ms: int = Field(
+        5000,
+        gt=0,
+        description="How often the console samples consumer lag and topic end offsets for its "
+        "charts and messages/s (it keeps the last 360 samples, in memory).",
+    )
+
+    @field_validator("listen")
+    @classmethod
+    def _listen(cls, v: str | None) -> str | None:
+        if v is not None:
+            _listen_address(v, "console.listen")
+        return v
+
+
 class ClusterConfig(BaseModel):
     """An upstream Kafka cluster: ``bootstrap.servers`` plus any producer keys that apply to
     every stream sent there (``client.id``, ``request.timeout.ms``, ...)."""
@@ -591,6 +625,10 @@ class DatabusConfig(_Model):
         description="Route for unlisted streams; null: sending to one is an UNKNOWN_STREAM "
         "error.",
     )
+    console: ConsoleSettings = Field(
+        default_factory=ConsoleSettings,
+        description="The web console (below; docs/console.md).",
+    )
     broker: EmbeddedBrokerConfig = Field(
         default_factory=EmbeddedBrokerConfig,
         description="The built-in broker `databus up` runs when `clusters` is empty (below).",
@@ -681,6 +719,8 @@ class DatabusConfig(_Model):
             yield f"sink {name!r}", sink.cluster
         for name, index in self.indexes.items():
             yield f"index {name!r}", index.cluster
+        if self.console.cluster is not None:
+            yield "console", self.console.cluster
 
     def all_sinks(self) -> dict[str, SinkConfig]:
         """``sinks:`` plus one sink per index (named ``index.NAME``), as the runtime runs them."""

@@ -5,10 +5,15 @@
 
     import databus.index
     messages = databus.index.query("sidecar.yaml", "orders", "user_id", "42", limit=10)
+
+``status_rows(config, bootstrap)`` (async) gives ``databus index status``'s table
+(STATUS_COLUMNS), as the web console shows it.
 """
 
 from __future__ import annotations
 
-from databus_plugins.index.query import IndexQueryError, query
+from databus_plugins.index.command import STATUS_COLUMNS, status_rows
+from databus_plugins.index.query import IndexQueryError, bootstrap_for, query, query_async
 
-__all__ = ["IndexQueryError", "query"]
+__all__ = ["STATUS_COLUMNS", "IndexQueryError", "bootstrap_for", "query", "query_async",
+           "status_rows"]

@@ -22,6 +22,9 @@ RULES = [
     ("databus.tools", ("databus.broker",), ("databus.broker.config",)),
     # the client's public surface is its package (databus/client/__init__.py), not its modules
     ("databus.tools", ("databus.client.",), ()),
+    # the web console is a tool too: the client's public surface, never the broker
+    ("databus.console", ("databus.broker", "databus.client.", "databus.protocol",
+                         "databus.sidecar", "databus.storage"), ()),
     ("databus.protocol", ("trio", "databus.broker", "databus.client", "databus.sidecar",
                           "databus.storage"), ()),
     ("databus.storage", ("trio", "databus.broker", "databus.client", "databus.sidecar"), ()),

@@ -266,6 +266,30 @@ class Admin:
             return errors.from_code(result.error_code, result.error_message or topic)
         return None
 
+    async def describe_log_dirs(
+        self, topics: Iterable[str] | None = None
+    ) -> dict[TopicPartition, int]:
+        """Bytes on disk of each partition of ``topics`` (None: every topic), asked of every
+        broker (DescribeLogDirs).  A partition with several replicas reports the largest
+        copy: the size of the partition, not of all its replicas together."""
+        names = None if topics is None else list(topics)
+        await self._cluster.refresh_metadata(names or (), allow_auto_create=False)
+        fields = {"topics": None if names is None else [
+            {"topic": t, "partitions": self._cluster.partitions_for(t) or []} for t in names]}
+        sizes: dict[TopicPartition, int] = {}
+        for node in sorted(self._cluster.brokers):
+            response = await self._cluster.request(node, ApiKey.DESCRIBE_LOG_DIRS, fields)
+            errors.raise_for_code(getattr(response, "error_code", 0),
+                                  f"DescribeLogDirs on broker {node}")
+            for result in response.results:
+                if int(result.error_code):
+                    continue  # an offline directory: its replicas are counted elsewhere
+                for t in result.topics:
+                    for p in t.partitions:
+                        tp = (t.name, int(p.partition_index))
+                        sizes[tp] = max(sizes.get(tp, 0), int(p.partition_size))
+        return sizes
+
     # -- groups --------------------------------------------------------------------------
 
     async def list_groups(self) -> list[tuple[str, str]]:

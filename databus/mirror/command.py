@@ -136,14 +136,16 @@ async def _status(config: DatabusConfig, args) -> int:
     else:
         rows = []
         for mirror in _mirrors(config, args.mirror):
-            rows.extend(await _rows_from_clusters(config, mirror))
+            rows.extend(await status_rows(config, mirror))
         columns = list(STATUS_COLUMNS)
     right = {"PARTITION", "SOURCE-END", "MIRRORED", "LAG", "TARGET-OFFSET", "RECORDS", "ERRORS"}
     print_table([Column(c, "right" if c in right else "left") for c in columns], rows)
     return 1 if any(str(row[8]).startswith("STOPPED") for row in rows) else 0
 
 
-async def _rows_from_clusters(config: DatabusConfig, mirror) -> list[list]:
+async def status_rows(config: DatabusConfig, mirror) -> list[list]:
+    """One row of STATUS_COLUMNS per partition of ``mirror``, read from the clusters (the
+    web console shows the same table)."""
     from databus.client import Admin
 
     from .engine import read_offset_syncs

@@ -182,8 +182,11 @@ async def _main(prog: str, path, config, with_broker: bool, overrides=None) -> i
                     nursery.cancel_scope.cancel()
 
                 addresses = await nursery.start(sidecar_then_stop)
+                console_url = None
+                if config.console.listen:
+                    console_url = await nursery.start(_console, config, broker_address)
                 started = True
-                _print_summary(config, path, addresses, broker_address)
+                _print_summary(config, path, addresses, broker_address, console_url)
                 tune_for_service()  # start-up is done: freeze what it made
 
                 async for signum in signals:
@@ -211,7 +214,20 @@ async def _main(prog: str, path, config, with_broker: bool, overrides=None) -> i
     return status
 
 
-def _print_summary(config, path, addresses, broker_address) -> None:
+async def _console(config, broker_address, task_status):
+    """The web console (``console.listen``) on the configured or built-in cluster; its
+    settings are read at start (a reload does not move it)."""
+    from databus.console.command import console_bootstrap
+    from databus.console.server import ConfigStatus, serve_console
+
+    bootstrap = console_bootstrap(config, broker_address)
+    settings = config.console
+    await serve_console(bootstrap, settings.listen, read_only=settings.read_only,
+                        sample_interval=settings.sample_interval_ms / 1000,
+                        status=ConfigStatus(config, bootstrap), task_status=task_status)
+
+
+def _print_summary(config, path, addresses, broker_address, console_url=None) -> None:
     from databus.tools.table import Column, console, print_table
 
     rows = [("apps connect to", f"{addresses.socket}  (databus.Client())")]
@@ -227,6 +243,9 @@ def _print_summary(config, path, addresses, broker_address) -> None:
     if addresses.metrics:
         host, port = addresses.metrics
         rows.append(("metrics", f"http://{host}:{port}/metrics   health: /healthz"))
+    if console_url:
+        rows.append(("console", console_url + ("  (read-only)" if config.console.read_only
+                                               else "")))
     routes = [f"{name} → {config.route_topic(name)}" for name in config.streams]
     if config.default_route is not None:
         routes.append(f"* → {config.default_route.topic}")

@@ -112,12 +112,15 @@ def diff_configs(old, new) -> ConfigDiff:
             diff.restart.append(f"sidecar.{name} {_show(a)} -> {_show(b)}")
     for key in _keys_changed(_flat(_dump(old.broker)), _flat(_dump(new.broker))):
         diff.restart.append(f"broker.{key}")
+    # The console is started once with its settings (databus up): a restart moves it.
+    for key in _keys_changed(_dump(old.console), _dump(new.console)):
+        diff.restart.append(f"console.{key}")
     return diff
 
 
 # The DatabusConfig fields diff_configs compares one by one above.
 _DIFFED = {"streams", "producer", "default_route", "clusters", "mirrors", "sinks", "sidecar",
-           "broker"}
+           "broker", "console"}
 
 
 def _dump_field(config, name: str) -> Any:

@@ -128,6 +128,7 @@ def render() -> str:
     from databus.broker.config import BrokerConfig
     from databus.config import (
         ClusterConfig,
+        ConsoleSettings,
         DatabusConfig,
         DefaultRoute,
         EmbeddedBrokerConfig,
@@ -222,6 +223,14 @@ def render() -> str:
         "index builds it from the beginning of its topics.  Query with `databus index query`.",
         "",
         *_model_table(IndexConfig, "indexes.NAME."),
+        "",
+        "## `console:`",
+        "",
+        "The web console (docs/console.md): `databus up` serves it when `listen` is set; "
+        "`databus console -c FILE` reads these settings too (its flags override them).  "
+        "Changes take effect at the next restart.",
+        "",
+        *_model_table(ConsoleSettings, "console."),
         "",
         "## Producer keys (`producer:`, a cluster, or a stream)",
         "",

@@ -574,27 +574,39 @@ async def plan_reset(session: Session, args, view: GroupView, partitions) -> dic
             for tp in partitions}
 
 
+async def plan_group_reset(session: Session, group: str, args):
+    """(view, partitions, new offsets, is a share group) of resetting ``group`` as ``args``
+    say (reset-offsets' options; the web console fills the same fields).  Refuses a group
+    with members: the offsets of a live group belong to its consumers."""
+    share = await is_share_group(session, group)
+    if share:
+        if args.shift_by is not None or args.to_offset is not None or args.to_current:
+            raise GroupsToolError(
+                "--shift-by, --to-offset and --to-current are not for share groups "
+                "(kafka-share-groups.sh has --to-earliest, --to-latest and --to-datetime)")
+        view = await load_share_offsets(session, group)
+    else:
+        view = await load_group(session, group)
+    if view.state not in INACTIVE_STATES:
+        raise GroupsToolError(
+            f"offsets can only be reset when group {group!r} is inactive (no members), "
+            f"but it is {view.state}"
+        )
+    partitions = await _reset_partitions(session, args, view)
+    return view, partitions, await plan_reset(session, args, view, partitions), share
+
+
+async def execute_group_reset(session: Session, group: str, new: dict, share: bool) -> None:
+    """Commit a plan of plan_group_reset (share groups: their start offsets)."""
+    if share:
+        await _alter_share_offsets(session, group, new)
+    else:
+        await _commit(session, group, new)
+
+
 async def _reset(session: Session, args) -> int:
     groups = await _selected_groups(session, args)
-    plans = []
-    for group in groups:
-        share = await is_share_group(session, group)
-        if share:
-            if args.shift_by is not None or args.to_offset is not None or args.to_current:
-                raise GroupsToolError(
-                    "--shift-by, --to-offset and --to-current are not for share groups "
-                    "(kafka-share-groups.sh has --to-earliest, --to-latest and --to-datetime)")
-            view = await load_share_offsets(session, group)
-        else:
-            view = await load_group(session, group)
-        if view.state not in INACTIVE_STATES:
-            raise GroupsToolError(
-                f"offsets can only be reset when group {group!r} is inactive (no members), "
-                f"but it is {view.state}"
-            )
-        partitions = await _reset_partitions(session, args, view)
-        plans.append((group, view, partitions, await plan_reset(session, args, view, partitions),
-                      share))
+    plans = [(group, *await plan_group_reset(session, group, args)) for group in groups]
 
     out = console()
     if args.export:
@@ -617,11 +629,10 @@ async def _reset(session: Session, args) -> int:
         notes.print("dry run: nothing changed; add --execute to commit these offsets")
         return 0
     for group, _view, _partitions, new, share in plans:
+        await execute_group_reset(session, group, new, share)
         if share:
-            await _alter_share_offsets(session, group, new)
             notes.print(f"set {len(new)} start offset(s) of share group {group!r}")
         else:
-            await _commit(session, group, new)
             notes.print(f"committed {len(new)} offset(s) for group {group!r}")
     return 0
 

@@ -162,44 +162,55 @@ def _rebuild(args, config) -> int:
     return 0
 
 
+STATUS_COLUMNS = ("index", "entries", "size", "partitions", "lag", "skipped")
+
+
 def _status(args, config) -> int:
-    import trio
     from rich.console import Console
     from rich.table import Table
-
-    from .store import IndexStore
 
     if not config.indexes:
         print(f"{PROG}: no indexes declared (`indexes:` in {args.config or 'sidecar.yaml'})")
         return 0
     table = Table(title="indexes")
-    for column in ("index", "entries", "size", "partitions", "lag", "skipped"):
+    for column in STATUS_COLUMNS:
         table.add_column(column)
+    import trio
+
+    for row in trio.run(status_rows, config, args.bootstrap):
+        table.add_row(*row)
+    Console().print(table)
+    return 0
+
+
+async def status_rows(config, bootstrap: str | None) -> list[list[str]]:
+    """One row of STATUS_COLUMNS per index: the local database's figures, and the lag
+    against the cluster's end offsets (``?`` and the reason when the cluster is down).
+    The web console shows the same table."""
+    from .query import bootstrap_for
+    from .store import IndexStore
+
+    rows = []
     for name, index in config.indexes.items():
         try:
             store = IndexStore(index.db_path(name), readonly=True)
         except FileNotFoundError:
-            table.add_row(name, "-", "-", "-", "not built yet", "-")
+            rows.append([name, "-", "-", "-", "not built yet", "-"])
             continue
         try:
             offsets, entries = store.offsets(), store.entry_count()
             size, skipped = store.size_bytes(), store.skipped()
         finally:
             store.close()
-        lag = "?"
         try:
-            from .query import bootstrap_for
-
-            ends = trio.run(_end_offsets, bootstrap_for(config, name, args.bootstrap),
-                            list(offsets))
+            ends = await _end_offsets(bootstrap_for(config, name, bootstrap), list(offsets))
             lag = str(sum(max(0, ends[tp] - n) for tp, n in offsets.items() if tp in ends))
         except Exception as exc:  # the cluster is down: the local figures still help
             lag = f"? ({exc})"
-        table.add_row(name, str(entries), f"{size / 1e6:.1f} MB", str(len(offsets)), lag,
-                      ", ".join(f"{f} {r}: {c}" for (f, r), c in sorted(skipped.items()))
-                      or "0")
-    Console().print(table)
-    return 0
+        rows.append([name, str(entries), f"{size / 1e6:.1f} MB", str(len(offsets)), lag,
+                     ", ".join(f"{f} {r}: {c}" for (f, r), c in sorted(skipped.items()))
+                     or "0"])
+    return rows
 
 
 async def _end_offsets(bootstrap: str, partitions):

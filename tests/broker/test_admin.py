@@ -140,3 +140,37 @@ def test_internal_topics_cannot_be_written_deleted_or_grown_by_clients(admin, br
             "__consumer_offsets"].result(30)
     assert grown.value.args[0].code() == KafkaError.INVALID_REQUEST
     assert "__consumer_offsets" in admin.list_topics(timeout=10).topics
+
+
+async def test_describe_log_dirs_gives_the_bytes_on_disk(admin, broker):
+    """DescribeLogDirs through kafka-python's admin client and our own: each partition's size
+    is the bytes of its .log files in the data directory."""
+    from confluent_kafka import Producer
+    from kafka import KafkaAdminClient
+
+    from databus.client import Admin
+
+    admin.create_topics([NewTopic("adm-sizes", 2)])["adm-sizes"].result(30)
+    producer = Producer({"bootstrap.servers": broker.bootstrap})
+    for n in range(5):
+        producer.produce("adm-sizes", b"x" * 100 * (n + 1), partition=0)
+    assert producer.flush(30) == 0
+    on_disk = {p: sum(f.stat().st_size for f in (broker.data_dir / f"adm-sizes-{p}").glob("*.log"))
+               for p in (0, 1)}
+    assert on_disk[0] > 1500 and on_disk[1] == 0
+
+    theirs = KafkaAdminClient(bootstrap_servers=broker.bootstrap)
+    try:
+        (answer,) = theirs.describe_log_dirs({"adm-sizes": [0, 1]})
+    finally:
+        theirs.close()
+    (log_dir,) = answer["log_dirs"]
+    assert log_dir["error_code"] == 0 and log_dir["log_dir"] == str(broker.data_dir)
+    (topic,) = log_dir["topics"]
+    assert {p["partition_index"]: p["partition_size"] for p in topic["partitions"]} == on_disk
+
+    async with Admin(broker.bootstrap) as ours:
+        sizes = await ours.describe_log_dirs(["adm-sizes"])
+        everything = await ours.describe_log_dirs()
+    assert sizes == {("adm-sizes", 0): on_disk[0], ("adm-sizes", 1): on_disk[1]}
+    assert everything[("adm-sizes", 0)] == on_disk[0]

@@ -308,11 +308,34 @@ def ex_init_producer_id(client, v):
     assert second.producer_id != first.producer_id
 
 
+def ex_describe_log_dirs(client, v):
+    topic = f"wire-logdirs-{v}"
+    create_topic(client, topic, partitions=2)
+    batch = a_batch(4)
+    produce(client, topic, batch)
+    mod = req(35, v)
+    asked = client.request(make(35, v, topics=(
+        build(mod.DescribableLogDirTopic, topic=topic, partitions=(0, 1, 7)),
+        build(mod.DescribableLogDirTopic, topic="wire-logdirs-missing", partitions=(0,)))))
+    (result,) = asked.results
+    assert result.error_code == ErrorCode.none and result.log_dir
+    # The broker stores batches as they came: partition 0 holds exactly the batch's bytes.
+    # A partition the topic lacks (7) and a missing topic are left out, as Kafka does.
+    (t,) = result.topics
+    assert t.name == topic
+    assert [(p.partition_index, p.partition_size, p.offset_lag) for p in t.partitions] == [
+        (0, len(batch), 0), (1, 0, 0)]
+    every = client.request(make(35, v, topics=None))
+    assert topic in {t.name for t in every.results[0].topics}
+    if v >= 4:
+        assert 0 < result.usable_bytes <= result.total_bytes
+
+
 EXERCISES = {
     18: ex_api_versions, 3: ex_metadata, 0: ex_produce, 1: ex_fetch, 2: ex_list_offsets,
     19: ex_create_topics, 20: ex_delete_topics, 37: ex_create_partitions,
     32: ex_describe_configs, 60: ex_describe_cluster, 22: ex_init_producer_id,
-    33: ex_alter_configs, 44: ex_incremental_alter_configs,
+    33: ex_alter_configs, 44: ex_incremental_alter_configs, 35: ex_describe_log_dirs,
 }
 
 

@@ -11,6 +11,7 @@ import signal
 import subprocess
 import sys
 import time
+import urllib.request
 
 import pytest
 import yaml
@@ -33,6 +34,7 @@ def start_up(tmp, sock_dir):
                    "options": {"num.partitions": 4}},
         "producer": {"linger.ms": 5, "compression.type": "lz4"},
         "streams": {"events": {"topic": "e2e-events"}},
+        "console": {"listen": "127.0.0.1:0"},
     }))
     log = open(tmp / "up.log", "wb")
     process = subprocess.Popen(
@@ -187,6 +189,13 @@ def test_up_serves_after_idling_and_its_broker_dies_with_it(tmp_path, sock_dir):
         assert delivery.topic == "e2e-events"
         (record,) = consume_all(bootstrap, "e2e-events", 1, timeout=60)
         assert record[2:4] == (b"k", b"after idling")
+        # The web console (console.listen) serves the same cluster (tests/console: in a browser).
+        console = re.search(r"console\s+(http://\S+)", (tmp_path / "up.log").read_text())
+        assert console, (tmp_path / "up.log").read_text()
+        with urllib.request.urlopen(f"{console.group(1)}/topics/e2e-events", timeout=30) as page:
+            html = page.read().decode()
+        assert "Topic e2e-events" in html
+        assert html.count('<tr><td class="n">') == 4  # a row per partition (num.partitions)
 
         # kill -9 of `databus up`: its broker sees the lifeline pipe close and stops cleanly.
         os.kill(process.pid, signal.SIGKILL)

@@ -42,6 +42,7 @@ def handler_table() -> HandlerTable:
         admin.alter_configs,
         admin.incremental_alter_configs,
         admin.describe_cluster,
+        admin.describe_log_dirs,
         init_producer_id.init_producer_id,
         groups.find_coordinator,
         groups.join_group,

@@ -1,5 +1,6 @@
 """Admin APIs: CreateTopics (19), DeleteTopics (20), CreatePartitions (37),
-DescribeConfigs (32), AlterConfigs (33), IncrementalAlterConfigs (44), DescribeCluster (60).
+DescribeConfigs (32), AlterConfigs (33), IncrementalAlterConfigs (44), DescribeCluster (60),
+DescribeLogDirs (35).
 
 Resources: topics, the broker, and groups (type 32): a share group's ``share.*`` configs
 (share/service.py's ``check_group_configs`` bounds them by the broker's ``group.share.*``),
@@ -24,6 +25,7 @@ from __future__ import annotations
 
 import datetime
 import logging
+import shutil
 from collections import Counter
 
 from databus.protocol.api_keys import ApiKey
@@ -407,3 +409,36 @@ async def describe_cluster(ctx: RequestContext, request) -> object:
         controller_id=broker.node_id, brokers=(node,),
         cluster_authorized_operations=-2147483648,
     )
+
+
+@handles(ApiKey.DESCRIBE_LOG_DIRS, 1, 4)
+async def describe_log_dirs(ctx: RequestContext, request) -> object:
+    """The one log directory (the data directory) with the size on disk of each partition
+    asked for (null topics: every partition), as Kafka reports it: the bytes of its segments'
+    ``.log`` files.  Offset lag is 0 (no future replicas); v4 adds the directory's file
+    system total and usable bytes.  A topic that does not exist is left out, as Kafka does."""
+    broker = ctx.broker
+    module = ctx.response_module()
+    manager = broker.log_manager
+    topics = manager.topics()
+    if request.topics is None:
+        wanted = {name: range(info.partitions) for name, info in topics.items()}
+    else:
+        wanted = {t.topic: [p for p in t.partitions if p < topics[t.topic].partitions]
+                  for t in request.topics if t.topic in topics}
+    described = []
+    for name, partitions in sorted(wanted.items()):
+        sizes = []
+        for p in partitions:
+            log = manager.get_log(name, p)
+            if log is not None:
+                sizes.append(build(module.DescribeLogDirsPartition, partition_index=p,
+                                   partition_size=log.size_in_bytes, offset_lag=0,
+                                   is_future_key=False))
+        described.append(build(module.DescribeLogDirsTopic, name=name, partitions=tuple(sizes)))
+    disk = shutil.disk_usage(manager.data_dir)
+    result = build(module.DescribeLogDirsResult, error_code=ErrorCode.none,
+                   log_dir=manager.data_dir, topics=tuple(described),
+                   total_bytes=disk.total, usable_bytes=disk.free)
+    return build(ctx.response_class(), throttle_time=NO_THROTTLE, error_code=ErrorCode.none,
+                 results=(result,))

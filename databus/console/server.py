@@ -1,0 +1,133 @@
+"""The console as a trio service: hypercorn's trio worker serving the Starlette app, the
+lag sampler beside it, one Admin connection for both.  ``databus console`` runs it alone;
+``databus up`` starts it in its nursery when ``console.listen`` is set.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from functools import partial
+
+import trio
+
+from .view import Samples, chart
+
+log = logging.getLogger("databus.console")
+
+
+class ConfigStatus:
+    """What a sidecar.yaml adds to the console: its mirrors, indexes and sinks as tables
+    (read when the page is asked for, never cached) and searching its indexes."""
+
+    def __init__(self, config, bootstrap: str) -> None:
+        self.config = config
+        self.bootstrap = bootstrap
+        # Mirror and index lag, sampled on each read of the tables (not on a timer: reading
+        # a mirror's offset syncs costs more than a group's offsets).
+        self.samples = Samples()
+
+    def _charts(self, kind: str, lags: dict[str, int]) -> list:
+        now = time.monotonic()
+        for name, lag in lags.items():
+            self.samples.add((kind, name), now, lag)
+        return [(name, chart(self.samples.series((kind, name)), width=380, height=110))
+                for name in lags]
+
+    @property
+    def indexes(self) -> dict[str, list[str]]:
+        """Index name -> its fields (the search box's choices)."""
+        return {name: list(index.fields) for name, index in self.config.indexes.items()}
+
+    async def search(self, index: str, field: str, value: str, limit: int = 20) -> list:
+        """The messages of ``index`` whose ``field`` is ``value``, newest first."""
+        import databus.index
+
+        from .cluster import ConsoleError
+
+        # An index on the built-in broker has no cluster entry: it is the console's cluster.
+        bootstrap = databus.index.bootstrap_for(
+            self.config, index, None if self.config.clusters else self.bootstrap)
+        try:
+            return await databus.index.query_async(self.config, bootstrap, index, field, value,
+                                                   limit=limit)
+        except databus.index.IndexQueryError as exc:
+            raise ConsoleError(str(exc)) from None
+        except FileNotFoundError:
+            raise ConsoleError(f"index {index!r} is not built yet (its builder runs where "
+                               "the configuration's sinks run)") from None
+
+    async def tables(self) -> list[dict]:
+        import databus.index
+        from databus.client import Admin
+        from databus.mirror.command import STATUS_COLUMNS as MIRROR_COLUMNS
+        from databus.mirror.command import status_rows as mirror_rows
+        from databus.tools.groups import Session, group_document, load_group
+
+        config = self.config
+        mirrors = []
+        for mirror in config.mirrors:
+            try:
+                mirrors += await mirror_rows(config, mirror)
+            except Exception as exc:  # one unreachable cluster must not hide the others
+                mirrors.append([mirror.name, f"? ({exc})", *["-"] * 7])
+        indexes = (await databus.index.status_rows(config, self.bootstrap)
+                   if config.indexes else [])
+        sinks = []
+        # Every sink as the runtime runs them: an index's builder is a sink too (index.NAME).
+        if config.all_sinks():
+            async with Admin(self.bootstrap, {"client.id": "databus-console"}) as admin:
+                session = Session(admin.cluster, 15.0)
+                for name, sink in config.all_sinks().items():
+                    group = sink.group(name)
+                    view = await load_group(session, group)
+                    doc = await group_document(session, group, view)
+                    lags = [o["lag"] for o in doc["offsets"] if o["lag"] is not None]
+                    lag = sum(lags) if lags else "-"  # nothing committed yet: unknown
+                    sinks.append([name, sink.plugin, ", ".join(sink.topics) or
+                                  sink.topics_regex or "-", group, view.state,
+                                  len(view.members), lag])
+        mirror_lag: dict[str, int] = {}
+        for row in mirrors:
+            if isinstance(row[5], int):
+                mirror_lag[row[0]] = mirror_lag.get(row[0], 0) + row[5]
+        index_lag = {row[0]: int(row[4]) for row in indexes if str(row[4]).isdigit()}
+        return [
+            {"id": "mirrors", "title": "Mirrors", "columns": MIRROR_COLUMNS, "rows": mirrors,
+             "empty": "no mirrors in the configuration",
+             "charts": self._charts("mirror", mirror_lag)},
+            {"id": "indexes", "title": "Indexes", "columns": databus.index.STATUS_COLUMNS,
+             "rows": indexes, "empty": "no indexes in the configuration",
+             "charts": self._charts("index", index_lag)},
+            {"id": "sinks", "title": "Sinks",
+             "columns": ("sink", "plugin", "topics", "group", "state", "members", "lag"),
+             "rows": sinks, "empty": "no sinks in the configuration"},
+        ]
+
+
+async def serve_console(bootstrap: str, listen: str, *, read_only: bool = False,
+                        sample_interval: float = 5.0, status=None,
+                        task_status=trio.TASK_STATUS_IGNORED) -> None:
+    """Serve the console on ``listen`` (HOST:PORT, port 0: a free one) for the cluster at
+    ``bootstrap``; ``task_status.started(url)`` once it accepts connections."""
+    from hypercorn.config import Config
+    from hypercorn.trio import serve
+
+    from .app import create_app
+    from .cluster import ClusterView
+
+    config = Config()
+    config.bind = [listen]
+    config.accesslog = None
+    # Through logging (one handler, the process's format) instead of hypercorn's own stderr.
+    config.errorlog = logging.getLogger("hypercorn.error")
+    config.graceful_timeout = 1.0
+    view = ClusterView(bootstrap)
+    async with view.open(), trio.open_nursery() as nursery:
+        await nursery.start(view.sample_forever, sample_interval)
+        app = create_app(view, read_only=read_only, status=status)
+        binds = await nursery.start(partial(serve, app, config))
+        url = binds[0]
+        log.info("console on %s (cluster %s%s)", url, bootstrap,
+                 ", read-only" if read_only else "")
+        task_status.started(url)
