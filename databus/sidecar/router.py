@@ -107,9 +107,10 @@ class RoutingTable:
 
     def _make_route(self, stream: str, topic: str, handle: ProducerHandle) -> Route:
         settings = MappingProxyType(dict(handle.settings))
-        fns = tuple(
-            self._pm.call_each("databus_route", stream=stream, topic=topic, settings=settings)
-        )
+        fns = tuple(self._pm.call_each(
+            "databus_route", stream=stream, topic=topic, settings=settings, config=self.config,
+            bootstrap=handle.bootstrap,
+        ))
         for plugin, fn in fns:
             if not callable(fn):
                 raise PluginError(plugin, "databus_route", TypeError("did not return a callable"))
@@ -289,6 +290,10 @@ async def _place(route: Route, stream, key, value, headers, partition):
         for plugin, fn in route.route_fns:
             try:
                 msg = fn(msg)
+                if msg is not None and type(msg) is not RoutedMessage:
+                    msg = await msg  # a route that must wait first (hookspecs.databus_route)
+            except Rejected:
+                raise  # refused on purpose, with the plugin's own code and reason
             except Exception as exc:
                 raise PluginError(plugin, "route", exc) from exc
             if msg is None:

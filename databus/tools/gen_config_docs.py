@@ -132,6 +132,7 @@ def render() -> str:
         DefaultRoute,
         EmbeddedBrokerConfig,
         IndexConfig,
+        LanesConfig,
         MirrorConfig,
         SidecarSettings,
         SinkConfig,
@@ -222,6 +223,14 @@ def render() -> str:
         "index builds it from the beginning of its topics.  Query with `databus index query`.",
         "",
         *_model_table(IndexConfig, "indexes.NAME."),
+        "",
+        "## `lanes:`",
+        "",
+        "Swimlanes (docs/lanes.md): present, the built-in `lanes` route plugin sends a "
+        "message whose lane header names a live lane to that lane's topic; lanes are made "
+        "with `databus lanes create` and shared by every sidecar through the registry topic.",
+        "",
+        *_model_table(LanesConfig, "lanes."),
         "",
         "## Producer keys (`producer:`, a cluster, or a stream)",
         "",
