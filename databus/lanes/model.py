@@ -192,3 +192,24 @@ class Registry:
         """Claims whose lane (that incarnation) is gone: their tombstones are due."""
         return [c for c in self.claims.values()
                 if (lane := self.lanes.get(c.lane)) is None or lane.created != c.created]
+
+
+def subscription(state: Registry, topics: list[str], template: str, now_ms: int, *,
+                 lane: str | None, consume_main: bool, consume_orphans: bool,
+                 existing: set[str] | frozenset[str] = frozenset()) -> list[str]:
+    """The topics a consumer of ``topics`` reads now.
+
+    A lane consumer: its lane's topics while the lane is live, plus ``topics`` with
+    ``consume_main`` (TSF's laneConsumeMain).  A main consumer: ``topics``, plus with
+    ``consume_orphans`` the ``existing`` topics of live lanes that have no live consumer
+    (MSE's fallback); the topics of a lane with a live consumer never.
+    """
+    if lane is not None:
+        out = [lane_topic(template, t, lane) for t in topics] if state.live_lane(lane, now_ms) \
+            else []
+        return out + list(topics) if consume_main else out
+    out = list(topics)
+    if consume_orphans:
+        out += [name for orphan in state.orphans(now_ms) for t in topics
+                if (name := lane_topic(template, t, orphan)) in existing]
+    return out
