@@ -3,7 +3,7 @@ import pytest
 from tests.sidecar.harness import short_tmpdir
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="package")
 def lane_broker(tmp_path_factory):
     """A broker subprocess whose groups form at once (lane and main consumers join
     several groups per test)."""

@@ -1,6 +1,6 @@
 """Swimlanes end to end: a real broker process, a sidecar with `lanes:`, apps sending
 through the SDK, and LaneConsumers (databus.lanes) reading.  Each test has its own registry
-topic and topics, so they share the module's broker."""
+topic and topics, so they share the broker of tests/lanes."""
 
 from __future__ import annotations
 
