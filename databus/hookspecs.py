@@ -73,7 +73,9 @@ def databus_route(stream, topic, settings, config, bootstrap):
         wait (for a topic it creates) may return an awaitable of the same instead; return
         the plain message whenever it need not wait, awaiting costs per message.  Raise
         ``databus.sidecar.router.Rejected(code, reason)`` to refuse a message on purpose:
-        the app gets ``code`` and ``reason``, nothing is logged as a plugin failure.
+        the app gets ``code`` and ``reason``, nothing is logged as a plugin failure.  A
+        route function whose attribute ``needs_headers`` is true is called only for messages
+        that carry headers (the others keep the sidecar's fast path).
 
     When: once per stream per (re)configuration (for a stream reaching the default route,
     when it is first seen); every plugin's route function is kept and they run in plugin

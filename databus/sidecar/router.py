@@ -59,7 +59,8 @@ class RoutedMessage:
 
 
 class Route:
-    __slots__ = ("stream", "topic", "handle", "producer", "route_fns", "max_block", "stats")
+    __slots__ = ("stream", "topic", "handle", "producer", "route_fns", "headers_only",
+                 "max_block", "stats")
 
     def __init__(
         self,
@@ -74,6 +75,10 @@ class Route:
         self.handle = handle
         self.producer = handle.producer
         self.route_fns = route_fns
+        # Every route function looks only at messages with headers (``needs_headers``):
+        # messages without any keep the fast path.
+        self.headers_only = bool(route_fns) and all(
+            getattr(fn, "needs_headers", False) for _, fn in route_fns)
         self.max_block = handle.max_block_ms / 1000.0
         self.stats = stats
 
@@ -217,9 +222,11 @@ async def place_frame(
                 partitions = producer.cached_partitions(topic)
                 partitioner = producer.partitioner
                 # The common case needs only the partitioner's plain function.
-                simple = partitions is not None and not route.route_fns
+                simple = partitions is not None and (not route.route_fns or route.headers_only)
+                plain = not route.route_fns
                 count = len(partitions) if partitions else 0
-            if simple and partition is None and size <= SMALL_MESSAGE:
+            if simple and partition is None and size <= SMALL_MESSAGE and (
+                    plain or not headers):
                 try:
                     p = partitions[partitioner(topic, key, value, count)]
                 except Exception as exc:

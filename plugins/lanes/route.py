@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
+import time
+
 import trio
 
 from databus.config import LanesConfig
 from databus.lanes import model
-from databus.lanes.registry import now_ms
 from databus.protocol.sidecar_wire import ErrorCode
 from databus.sidecar.router import Rejected, RoutedMessage
 
 from .service import LOAD_TIMEOUT_S, LaneService
+
+CACHE_LIMIT = 1000
 
 
 def make_route(service: LaneService, stream: str, settings: LanesConfig):
@@ -19,6 +22,11 @@ def make_route(service: LaneService, stream: str, settings: LanesConfig):
     reject = settings.unknown == "reject"
     registry = service.follower  # .state is read per message: a retry may replace it
     topics = service.topics
+
+    # Per lane header value: (lane name, its counters); per (topic, lane): the lane topic.
+    # Bounded: header values come from apps, and a typo per message must not grow memory.
+    names: dict[bytes, tuple[str, object]] = {}
+    lane_topics: dict[tuple[str, str], str] = {}
 
     def route(msg: RoutedMessage):
         name = None
@@ -30,10 +38,15 @@ def make_route(service: LaneService, stream: str, settings: LanesConfig):
             return msg  # the main lane
         if not service.ready.is_set():
             return _after_load(msg)
-        lane_name = name.decode(errors="replace") if isinstance(name, bytes) else str(name)
-        lane = registry.state.live_lane(lane_name, now_ms())
+        known = names.get(name)
+        if known is None:
+            lane_name = name.decode(errors="replace") if isinstance(name, bytes) else str(name)
+            known = (lane_name, service.stat(stream, lane_name))
+            if len(names) < CACHE_LIMIT:
+                names[name] = known
+        lane_name, stats = known
+        lane = registry.state.live_lane(lane_name, int(time.time() * 1000))
         if lane is None:
-            stats = service.stat(stream, lane_name)
             if reject:
                 stats.rejected += 1
                 raise Rejected(
@@ -44,8 +57,12 @@ def make_route(service: LaneService, stream: str, settings: LanesConfig):
                 )
             stats.fallback += 1
             return msg  # to the main topic, the header kept
-        topic = model.lane_topic(template, msg.topic, lane_name)
-        service.stat(stream, lane_name).routed += 1
+        stats.routed += 1
+        topic = lane_topics.get((msg.topic, lane_name))
+        if topic is None:
+            topic = model.lane_topic(template, msg.topic, lane_name)
+            if len(lane_topics) < CACHE_LIMIT:
+                lane_topics[(msg.topic, lane_name)] = topic
         msg.topic = topic
         if topic in topics:
             return msg
@@ -67,4 +84,5 @@ def make_route(service: LaneService, stream: str, settings: LanesConfig):
         out = route(msg)
         return await out if out is not None and type(out) is not RoutedMessage else out
 
+    route.needs_headers = True  # a message without headers is in the main lane
     return route

@@ -33,6 +33,9 @@ log = logging.getLogger("databus.lanes")
 RETRY_S = 1.0
 # A lane message waits this long at most for the registry to be read at start.
 LOAD_TIMEOUT_S = 30.0
+# Metric series per sidecar before further (stream, lane) pairs share one.
+MAX_LANE_SERIES = 1000
+OTHER = "(other)"
 
 
 @dataclass
@@ -61,9 +64,15 @@ class LaneService:
         return self.follower.state
 
     def stat(self, stream: str, lane: str) -> LaneStats:
+        """The counters of (``stream``, ``lane``); past MAX_LANE_SERIES pairs (lane names
+        come from apps' headers) new ones are counted under lane ``(other)``."""
         stats = self.stats.get((stream, lane))
         if stats is None:
-            stats = self.stats[(stream, lane)] = LaneStats()
+            if len(self.stats) >= MAX_LANE_SERIES:
+                lane = OTHER
+                stats = self.stats.get((stream, lane))
+            if stats is None:
+                stats = self.stats[(stream, lane)] = LaneStats()
         return stats
 
     async def run(self) -> None:
