@@ -89,14 +89,23 @@ def run(args) -> int:
     from databus.client import KafkaError
     from databus.config import ConfigError
 
-    try:
+    from .model import check_lane_name
+
+    try:  # bad usage: exit 2, nothing asked of the cluster
         bootstrap, lanes = _settings(args)
         if args.action != "list":
-            from .model import check_lane_name
-
             check_lane_name(args.lane)
+        for name in ("ttl", "retention"):
+            if hasattr(args, name):
+                setattr(args, f"{name}_ms", parse_duration_ms(getattr(args, name)))
+        if getattr(args, "partitions", 1) < 1:
+            raise ValueError("--partitions must be at least 1")
+    except (ValueError, ConfigError) as exc:
+        print(f"{PROG}: {exc}", file=sys.stderr)
+        return 2
+    try:
         return trio.run(globals()[f"_{args.action}"], args, bootstrap, lanes)
-    except (ValueError, ConfigError, KafkaError) as exc:
+    except (ValueError, KafkaError) as exc:
         print(f"{PROG}: {exc}", file=sys.stderr)
         return 1
 
@@ -107,10 +116,7 @@ async def _create(args, bootstrap, lanes) -> int:
     from . import model
     from .registry import RegistryWriter, default_owner, ensure_registry_topic, now_ms
 
-    ttl = parse_duration_ms(args.ttl)
-    retention = parse_duration_ms(args.retention)
-    if args.partitions < 1:
-        raise ValueError("--partitions must be at least 1")
+    ttl, retention = args.ttl_ms, args.retention_ms
     async with Admin(bootstrap) as admin:
         await ensure_registry_topic(admin, lanes.registry_topic)
     state = await _read(bootstrap, lanes)
@@ -136,7 +142,7 @@ async def _extend(args, bootstrap, lanes) -> int:
     from . import model
     from .registry import RegistryWriter, now_ms
 
-    ttl = parse_duration_ms(args.ttl)
+    ttl = args.ttl_ms
     lane = (await _read(bootstrap, lanes)).lanes.get(args.lane)
     now = now_ms()
     if lane is None or not lane.live(now):

@@ -4,6 +4,9 @@ topic and topics, so they share the broker of tests/lanes."""
 
 from __future__ import annotations
 
+import re
+from pathlib import Path
+
 import pytest
 import trio
 
@@ -149,6 +152,10 @@ async def test_an_expired_lane_is_gone_and_later_sends_follow_the_policy(
         assert (f'databus_sidecar_lane_messages_total{{lane="short",outcome="{outcome}",'
                 f'stream="t3"}} 1.0') in metrics
     assert "databus_sidecar_lanes_cleaned_total 1.0" in metrics
+    # docs/operations.md lists the lane families too
+    documented = (Path(__file__).resolve().parents[2] / "docs" / "operations.md").read_text()
+    for family in re.findall(r"^# TYPE (databus_sidecar_lane\S+)", metrics, re.M):
+        assert f"`{family}`" in documented or f"`{family}_total`" in documented, family
 
 
 def test_lane_names_are_checked_where_they_enter():

@@ -103,3 +103,8 @@ def test_the_command_lists_lanes_and_merges_a_lane_into_main(lane_broker, tmp_pa
     assert registry(bootstrap, reg).lanes == {}
     assert databus(["lanes", "delete", "m", *c]) == 1
     assert "no lane 'm'" in capsys.readouterr().err
+    # bad usage is exit 2, named
+    assert databus(["lanes", "create", "a.b", *c]) == 2
+    assert "invalid lane name 'a.b'" in capsys.readouterr().err
+    assert databus(["lanes", "create", "ok", "--ttl", "2 hours", *c]) == 2
+    assert "'2 hours' is not a duration" in capsys.readouterr().err
