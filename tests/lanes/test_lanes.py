@@ -4,6 +4,7 @@ topic and topics, so they share the broker of tests/lanes."""
 
 from __future__ import annotations
 
+import asyncio
 import re
 from pathlib import Path
 
@@ -78,15 +79,22 @@ async def test_each_lane_and_the_main_lane_see_only_their_traffic(lane_broker, s
         assert (await send(sidecar, "t1", b"m1")).topic == "t1"
         assert (await send(sidecar, "t1", b"a1", lane="a")).topic == "t1.lane.a"
         assert (await send(sidecar, "t1", b"b1", lane="b")).topic == "t1.lane.b"
+
+        async def from_asyncio():
+            async with databus.AsyncClient(sidecar.addresses.socket) as client:
+                return await client.send_and_wait("t1", b"a2", lane="a")
+
+        delivery = await trio.to_thread.run_sync(lambda: asyncio.run(from_asyncio()))
+        assert delivery.topic == "t1.lane.a"
         metrics = sidecar.metrics.render().decode()
-    assert 'databus_sidecar_lane_messages_total{lane="a",outcome="routed",stream="t1"} 1.0' \
+    assert 'databus_sidecar_lane_messages_total{lane="a",outcome="routed",stream="t1"} 2.0' \
         in metrics
     async with LaneConsumer(bootstrap, ["t1"], consumer_config(registry, "t1-main")) as main, \
             LaneConsumer(bootstrap, ["t1"], consumer_config(registry, "t1-a", lane="a")) as a, \
             LaneConsumer(bootstrap, "t1", consumer_config(
                 registry, "t1-b", lane="b", **{"lane.consume.main": "true"})) as b:
         assert sorted(await values(main, [b"m1"])) == [b"m1"]
-        assert sorted(await values(a, [b"a1"])) == [b"a1"]
+        assert sorted(await values(a, [b"a1", b"a2"])) == [b"a1", b"a2"]
         assert sorted(await values(b, [b"b1", b"m1"])) == [b"b1", b"m1"]
         # liveness is announced through the registry
         state = await read_registry(bootstrap, registry)
@@ -164,3 +172,33 @@ def test_lane_names_are_checked_where_they_enter():
     with pytest.raises(ValueError, match="main.consume.orphans is for main-lane consumers"):
         LaneConsumer("127.0.0.1:1", ["t"], {"group.id": "g", "lane": "a",
                                              "main.consume.orphans": True})
+
+
+async def test_the_lane_header_arrives_intact_after_a_mirror_hop(lane_broker, sock_dir, tmp_path):
+    """Region A's sidecar routes a lane message and mirrors the lane topic to region B: on B
+    the record still says its lane (header), and B's topic name still parses as a lane
+    topic.  The registry is not mirrored (each region has its own lanes)."""
+    from databus.broker.process import BrokerProcess
+
+    registry = "lanes-t6"
+    await create_lane(lane_broker.bootstrap, registry, "x")
+    with BrokerProcess(tmp_path / "b") as b:
+        config = sidecar_config(
+            sock_dir,
+            clusters={"A": {"bootstrap.servers": lane_broker.bootstrap},
+                      "B": {"bootstrap.servers": b.bootstrap}},
+            streams={"t6": {"cluster": "A"}},
+            lanes={"registry.topic": registry, "cluster": "A"},
+            mirrors=[{"name": "a2b", "source": "A", "target": "B", "topics.regex": r"t6\..*",
+                      "consumer": {"metadata.max.age.ms": 500}}])
+        async with running_sidecar(config) as sidecar:
+            assert (await send(sidecar, "t6", b"x1", lane="x")).topic == "t6.lane.x"
+            async with Admin(b.bootstrap) as admin_b:
+                async def mirrored():
+                    return "A.t6.lane.x" in await admin_b.list_topics()
+
+                await wait_until(mirrored, "the mirror creates A.t6.lane.x on B")
+            got = await trio.to_thread.run_sync(consume_all, b.bootstrap, "A.t6.lane.x", 1)
+    [(_, _, _, value, headers)] = got
+    assert value == b"x1" and ("databus-lane", b"x") in headers
+    assert model.parse_lane_topic(model.DEFAULT_TEMPLATE, "A.t6.lane.x") == ("A.t6", "x")
