@@ -159,11 +159,12 @@ async def _delete(args, bootstrap, lanes) -> int:
 
     from .registry import RegistryWriter, delete_lane
 
-    if args.lane not in (await _read(bootstrap, lanes)).lanes:
+    state = await _read(bootstrap, lanes)
+    if args.lane not in state.lanes:
         raise ValueError(f"no lane {args.lane!r} (see `databus lanes list`)")
     async with Admin(bootstrap) as admin, \
             RegistryWriter(bootstrap, lanes.registry_topic) as writer:
-        topics = await delete_lane(admin, writer, lanes.topic, args.lane,
+        topics = await delete_lane(admin, writer, lanes.topic, args.lane, state=state,
                                    merge_bootstrap=bootstrap if args.merge else None)
     merged = " (merged into their main topics first)" if args.merge and topics else ""
     print(f"deleted lane {args.lane} and its topics{merged}: {', '.join(topics) or 'none'}")

@@ -164,9 +164,11 @@ async def read_registry(bootstrap: str, topic: str = DEFAULT_REGISTRY_TOPIC,
 
 
 async def delete_lane(admin: Admin, writer: RegistryWriter, template: str, lane: str, *,
+                      state: model.Registry | None = None,
                       merge_bootstrap: str | None = None) -> list[str]:
     """Delete ``lane``: its topics (copied into their main topics first when
-    ``merge_bootstrap`` names the cluster), then its registry record.  Returns the topics."""
+    ``merge_bootstrap`` names the cluster), then its registry record and the heartbeat
+    records ``state`` knows for it (a consumer that died leaves one).  Returns the topics."""
     topics = await lane_topics(admin, template, lane)
     if merge_bootstrap is not None and topics:
         await merge_topics(merge_bootstrap, template, topics)
@@ -174,6 +176,9 @@ async def delete_lane(admin: Admin, writer: RegistryWriter, template: str, lane:
         for error in (await admin.delete_topics(topics)).values():
             if error is not None and not isinstance(error, errors.UnknownTopicOrPartitionError):
                 raise error
+    for name, id_ in list(state.consumers if state is not None else ()):
+        if name == lane:
+            await writer.put(model.consumer_key(name, id_), None)
     await writer.put(model.lane_key(lane), None)
     return topics
 

@@ -138,7 +138,8 @@ class LaneService:
             winner = state.claim_winner(lane, now_ms())
         if winner is None or winner.claimant != self.id:
             return
-        deleted = await delete_lane(self._admin, writer, self.settings.topic, lane.name)
+        deleted = await delete_lane(self._admin, writer, self.settings.topic, lane.name,
+                                    state=state)
         self.topics.difference_update(deleted)
         self.cleaned += 1
         log.info("lanes: lane %s expired; deleted its topics: %s", lane.name,

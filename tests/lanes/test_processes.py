@@ -14,7 +14,8 @@ import yaml
 
 from databus.cli import main as databus
 from databus.client import SyncAdmin, SyncProducer
-from databus.lanes.registry import read_registry
+from databus.lanes import model
+from databus.lanes.registry import RegistryWriter, now_ms, read_registry
 from databus.sdk import Client
 from tests.sidecar.harness import consume_all
 
@@ -30,6 +31,12 @@ def wait_for(predicate, what: str) -> None:
 
 def registry(bootstrap, topic):
     return trio.run(read_registry, bootstrap, topic)
+
+
+async def write_heartbeat(bootstrap, topic, lane):
+    async with RegistryWriter(bootstrap, topic) as writer:
+        await writer.put(model.consumer_key(lane, "dead"),
+                         model.LaneConsumer(lane, "dead", now_ms(), 1000))
 
 
 def test_two_sidecars_agree_on_the_registry_and_one_cleans_an_expired_lane_up(
@@ -93,6 +100,7 @@ def test_the_command_lists_lanes_and_merges_a_lane_into_main(lane_broker, tmp_pa
     assert databus(["lanes", "list", "--json", *c]) == 0
     [row] = json.loads(capsys.readouterr().out)
     assert (row["lane"], row["live"], row["topics"]) == ("m", True, ["t5.lane.m"])
+    trio.run(write_heartbeat, bootstrap, reg, "m")  # of a consumer that died (no tombstone)
     assert databus(["lanes", "delete", "m", "--merge", *c]) == 0
     assert "t5.lane.m" in capsys.readouterr().out
     merged = consume_all(bootstrap, "t5", 3)
@@ -101,6 +109,7 @@ def test_the_command_lists_lanes_and_merges_a_lane_into_main(lane_broker, tmp_pa
     with SyncAdmin(bootstrap) as admin:
         assert "t5.lane.m" not in admin.list_topics()
     assert registry(bootstrap, reg).lanes == {}
+    assert registry(bootstrap, reg).consumers == {}  # its heartbeat went with the lane
     assert databus(["lanes", "delete", "m", *c]) == 1
     assert "no lane 'm'" in capsys.readouterr().err
     # bad usage is exit 2, named
