@@ -37,3 +37,19 @@ def databus_sidecar_started(config, spawn, metrics):
         from .metrics import LaneCollector
 
         metrics.register(LaneCollector())
+
+
+@hookimpl
+def databus_config_reloaded(old, new):
+    if old.lanes is not None and old.lanes != new.lanes:
+        from .service import stop_services
+
+        stop_services(keep=new.lanes)
+
+
+@hookimpl
+def databus_sidecar_stopping(config):
+    if config.lanes is not None:
+        from .service import stop_services
+
+        stop_services()

@@ -7,7 +7,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
 from databus.lanes.registry import now_ms
 
-from .service import services
+from .service import counters, services
 
 
 class LaneCollector:
@@ -24,15 +24,14 @@ class LaneCollector:
         live = GaugeMetricFamily("databus_sidecar_lanes_live", "Live lanes in the registry")
         cleaned = CounterMetricFamily(
             "databus_sidecar_lanes_cleaned", "Expired lanes this sidecar cleaned up")
-        n_live = n_cleaned = 0
-        for service in services():
-            for (stream, lane), stats in service.stats.items():
-                for outcome in ("routed", "fallback", "rejected"):
-                    messages.add_metric([stream, lane, outcome], getattr(stats, outcome))
-            now = now_ms()
-            n_live = max(n_live, sum(1 for lane in service.registry.lanes.values()
-                                     if lane.live(now)))
-            n_cleaned += service.cleaned
+        counts = counters()
+        for (stream, lane), stats in counts.stats.items():
+            for outcome in ("routed", "fallback", "rejected"):
+                messages.add_metric([stream, lane, outcome], getattr(stats, outcome))
+        now = now_ms()
+        n_live = max((sum(1 for lane in service.registry.lanes.values() if lane.live(now))
+                      for service in services()), default=0)
+        n_cleaned = counts.cleaned
         live.add_metric([], n_live)
         cleaned.add_metric([], n_cleaned)
         yield messages

@@ -1,10 +1,12 @@
 """One sidecar's side of the lanes: the registry it follows, the lane topics it has made
 sure of, expiry cleanup, and the per-lane counters.
 
-A ``LaneService`` exists per (trio run, cluster, ``lanes:`` settings): route factories are
-called while a routing table is built (a start, a reload), so the first one starts the
-service as a trio system task and the others find it.  The service keeps routing from the
-state it last read when the registry cannot be reached, and retries.
+A ``LaneService`` exists per (trio run, cluster, the ``lanes:`` settings it uses: registry
+topic, topic template, expiry check): route factories are called while a routing table is
+built (a start, a reload), so the first one starts the service as a trio system task and the
+others find it.  A reload that changes only the policy or the header keeps the service; the
+counters (``Counters``) belong to the trio run, so no reload resets them.  The service keeps
+routing from the state it last read when the registry cannot be reached, and retries.
 """
 
 from __future__ import annotations
@@ -45,23 +47,12 @@ class LaneStats:
     rejected: int = 0  # lane unknown or expired: refused (policy reject)
 
 
-class LaneService:
-    def __init__(self, bootstrap: str, settings: LanesConfig) -> None:
-        self.bootstrap = bootstrap
-        self.settings = settings
-        self.id = f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
-        self.follower = RegistryFollower(bootstrap, settings.registry_topic)
-        self.ready = trio.Event()  # the registry is read, the admin client is up
-        self.topics: set[str] = set()  # lane topics known to exist
-        self._creating: dict[str, trio.Event] = {}
+class Counters:
+    """The per-lane counters of one trio run (a sidecar), whatever services come and go."""
+
+    def __init__(self) -> None:
         self.stats: dict[tuple[str, str], LaneStats] = {}
         self.cleaned = 0  # expired lanes this sidecar cleaned up
-        self._admin: Admin | None = None
-        self._writer: RegistryWriter | None = None
-
-    @property
-    def registry(self) -> model.Registry:
-        return self.follower.state
 
     def stat(self, stream: str, lane: str) -> LaneStats:
         """The counters of (``stream``, ``lane``); past MAX_LANE_SERIES pairs (lane names
@@ -74,6 +65,42 @@ class LaneService:
             if stats is None:
                 stats = self.stats[(stream, lane)] = LaneStats()
         return stats
+
+
+_COUNTERS: dict[object, Counters] = {}
+
+
+def counters() -> Counters:
+    try:
+        token = trio.lowlevel.current_trio_token()
+    except RuntimeError:  # outside trio (databus bench lanes)
+        token = None
+    found = _COUNTERS.get(token)
+    if found is None:
+        found = _COUNTERS[token] = Counters()
+    return found
+
+
+class LaneService:
+    def __init__(self, bootstrap: str, settings: LanesConfig) -> None:
+        self.bootstrap = bootstrap
+        self.settings = settings
+        self.id = f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+        self.follower = RegistryFollower(bootstrap, settings.registry_topic)
+        self.ready = trio.Event()  # the registry is read, the admin client is up
+        self.topics: set[str] = set()  # lane topics known to exist
+        self._creating: dict[str, trio.Event] = {}
+        self.counters = counters()
+        self._admin: Admin | None = None
+        self._writer: RegistryWriter | None = None
+        self.scope = trio.CancelScope()  # stop(): the sidecar stops, or a reload replaced it
+
+    @property
+    def registry(self) -> model.Registry:
+        return self.follower.state
+
+    def stat(self, stream: str, lane: str) -> LaneStats:
+        return self.counters.stat(stream, lane)
 
     async def run(self) -> None:
         """Forever (a system task): follow the registry, clean expired lanes up."""
@@ -141,7 +168,7 @@ class LaneService:
         deleted = await delete_lane(self._admin, writer, self.settings.topic, lane.name,
                                     state=state)
         self.topics.difference_update(deleted)
-        self.cleaned += 1
+        self.counters.cleaned += 1
         log.info("lanes: lane %s expired; deleted its topics: %s", lane.name,
                  ", ".join(deleted) or "none")
 
@@ -149,9 +176,14 @@ class LaneService:
 _SERVICES: dict[tuple, LaneService] = {}
 
 
+def _key(bootstrap: str, settings: LanesConfig) -> tuple:
+    return (trio.lowlevel.current_trio_token(), bootstrap, settings.registry_topic,
+            settings.topic, settings.expiry_check_ms)
+
+
 def service_for(bootstrap: str, settings: LanesConfig) -> LaneService:
-    """The service of this trio run for (``bootstrap``, ``settings``), started if new."""
-    key = (trio.lowlevel.current_trio_token(), bootstrap, settings)
+    """The service of this trio run for ``bootstrap`` and ``settings``, started if new."""
+    key = _key(bootstrap, settings)
     service = _SERVICES.get(key)
     if service is None:
         service = _SERVICES[key] = LaneService(bootstrap, settings)
@@ -161,9 +193,19 @@ def service_for(bootstrap: str, settings: LanesConfig) -> LaneService:
 
 async def _run_then_forget(key, service: LaneService) -> None:
     try:
-        await service.run()
+        with service.scope:
+            await service.run()
     finally:
         _SERVICES.pop(key, None)
+
+
+def stop_services(keep: LanesConfig | None = None) -> None:
+    """Stop this trio run's services, except those serving the ``keep`` settings (a reload
+    that changed or removed ``lanes:``; the sidecar stopping)."""
+    for key, service in list(_SERVICES.items()):
+        if key[0] is trio.lowlevel.current_trio_token() and (
+                keep is None or key != _key(service.bootstrap, keep)):
+            service.scope.cancel()
 
 
 def services() -> list[LaneService]:
@@ -171,4 +213,4 @@ def services() -> list[LaneService]:
         token = trio.lowlevel.current_trio_token()
     except RuntimeError:
         return list(_SERVICES.values())
-    return [s for (t, _, _), s in list(_SERVICES.items()) if t is token]
+    return [s for key, s in list(_SERVICES.items()) if key[0] is token]

@@ -156,6 +156,18 @@ async def test_an_expired_lane_is_gone_and_later_sends_follow_the_policy(
         with pytest.raises(databus.PluginFailedError, match="lane 'short' is not live"):
             await send(sidecar, "t3", b"s3", lane="short")
         metrics = sidecar.metrics.render().decode()
+        # a reload that moves the registry replaces the follower (the policy did not)
+        from databus_plugins.lanes.service import services
+
+        assert [s.settings.registry_topic for s in services()] == [registry]
+        data["lanes"]["registry.topic"] = "lanes-t3-moved"
+        assert await sidecar.apply(parse_config(data))
+        await send(sidecar, "t3", b"s4")  # the stream's route (default_route) is made again
+
+        async def moved():
+            return [s.settings.registry_topic for s in services()] == ["lanes-t3-moved"]
+
+        await wait_until(moved, "the old registry follower stops")
     for outcome in ("routed", "fallback", "rejected"):
         assert (f'databus_sidecar_lane_messages_total{{lane="short",outcome="{outcome}",'
                 f'stream="t3"}} 1.0') in metrics
