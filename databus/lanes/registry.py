@@ -52,14 +52,22 @@ async def ensure_registry_topic(admin: Admin, topic: str) -> None:
         raise error
 
 
-async def ensure_lane_topics(admin: Admin, topics: list[str], lane: model.Lane) -> None:
-    """Create ``topics`` of ``lane`` (its partitions, its retention) unless they exist."""
-    created = await admin.create_topics(
-        {t: lane.partitions for t in topics}, configs={"retention.ms": str(lane.retention_ms)}
-    )
+async def ensure_lane_topics(admin: Admin, topics: list[str], lane: model.Lane) -> bool:
+    """Create ``topics`` of ``lane`` (its partitions, its retention) unless they exist.
+    False: the cluster cannot create topics, it will make them on first use."""
+    try:
+        created = await admin.create_topics(
+            {t: lane.partitions for t in topics},
+            configs={"retention.ms": str(lane.retention_ms)})
+    except (errors.RequestTimedOutError, errors.UnsupportedVersionError) as exc:
+        # As for the registry: a cluster without CreateTopics makes them on first use,
+        # with its own partition count and retention.
+        log.warning("could not create %s (%s); relying on auto-creation", ", ".join(topics), exc)
+        return False
     for error in created.values():
         if error is not None and not isinstance(error, errors.TopicAlreadyExistsError):
             raise error
+    return True
 
 
 async def lane_topics(admin: Admin, template: str, lane: str) -> list[str]:

@@ -134,10 +134,10 @@ class LaneService:
             try:
                 await self.ready.wait()
                 assert self._admin is not None
-                await ensure_lane_topics(self._admin, [topic], lane)
+                if await ensure_lane_topics(self._admin, [topic], lane):
+                    log.info("lanes: created %s (lane %s, %d partition(s))", topic, lane.name,
+                             lane.partitions)
                 self.topics.add(topic)
-                log.info("lanes: created %s (lane %s, %d partition(s))", topic, lane.name,
-                         lane.partitions)
             finally:
                 del self._creating[topic]
                 done.set()
