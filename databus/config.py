@@ -600,6 +600,48 @@ class IndexConfig(TopicSelection):
         })
 
 
+class LanesConfig(_Model):
+    """Swimlanes (docs/lanes.md): a message whose lane header names a live lane goes to that
+    lane's topic instead of the stream's topic."""
+
+    cluster: str | None = Field(
+        None, description="Cluster holding the lane registry, by the rules of a stream's "
+        "`cluster`. Lanes apply to the streams sent to this cluster.",
+    )
+    header: str = Field(
+        "databus-lane", description="Header carrying a message's lane (what "
+        "`Client.send(..., lane=...)` sets).",
+    )
+    topic: str = Field(
+        "{topic}.lane.{lane}", description="Lane topic name template: `{topic}` (the "
+        "stream's topic) and `{lane}`; created on first use with the lane's partitions and "
+        "retention.",
+    )
+    unknown: Literal["main", "reject"] = Field(
+        "main", description="A message of an unknown or expired lane: `main` sends it to the "
+        "stream's topic (header kept); `reject` fails it (the app's future raises "
+        "PluginFailedError naming the lane).",
+    )
+    registry_topic: str = Field(
+        "databus-lanes", alias="registry.topic",
+        description="Compacted topic (one partition) holding the lanes, their consumers' "
+        "heartbeats and expiry claims; shared by every sidecar and `databus lanes` (keep it "
+        "out of mirrors: each region has its own lanes).",
+    )
+    expiry_check_ms: int = Field(
+        1000, alias="expiry.check.ms", gt=0,
+        description="How often the sidecar looks for expired lanes to clean up (their topics "
+        "deleted; exactly one sidecar does it).",
+    )
+
+    @field_validator("topic")
+    @classmethod
+    def _template(cls, v: str) -> str:
+        from databus.lanes.model import check_template
+
+        return check_template(v)
+
+
 class DatabusConfig(_Model):
     """The whole sidecar.yaml."""
 
@@ -648,6 +690,11 @@ class DatabusConfig(_Model):
         default_factory=list,
         description="Cross-region mirrors between `clusters:` (below; docs/mirror.md), run by "
         "`databus up` and `databus mirror`.",
+    )
+    lanes: LanesConfig | None = Field(
+        None,
+        description="Swimlanes (below; docs/lanes.md): routing by the lane header to "
+        "`{topic}.lane.{lane}`; null: off.",
     )
 
     @model_validator(mode="after")
@@ -715,6 +762,8 @@ class DatabusConfig(_Model):
             yield f"stream {name!r}", stream.cluster
         if self.default_route is not None:
             yield "default_route", self.default_route.cluster
+        if self.lanes is not None:
+            yield "lanes", self.lanes.cluster
         for name, sink in self.sinks.items():
             yield f"sink {name!r}", sink.cluster
         for name, index in self.indexes.items():

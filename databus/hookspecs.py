@@ -55,17 +55,27 @@ def databus_partitioner_names():
 
 
 @hookspec
-def databus_route(stream, topic, settings):
+def databus_route(stream, topic, settings, config, bootstrap):
     """Make a per-message route function for a stream, or return None to leave it alone.
 
     :param stream: the stream's name as apps send it.
     :param topic: the topic the configuration maps the stream to.
     :param settings: the stream's merged producer settings (a read-only mapping).
+    :param config: the whole ``databus.config.DatabusConfig`` being built (e.g. a plugin's
+        own section, such as ``lanes:``).
+    :param bootstrap: the ``bootstrap.servers`` of the cluster the stream is sent to (for a
+        plugin that must talk to it, e.g. to create the topics it routes to).
     :returns: a callable ``route(message) -> message | None`` or None.  ``message`` is a
         ``databus.sidecar.router.RoutedMessage`` with mutable attributes ``topic``, ``key``,
         ``value``, ``headers`` (a list of ``(str, bytes)``), ``partition`` and read-only
         ``stream``.  Return the message (changed or not) to send it, or None to drop it (the
-        app gets a delivery report with ``partition`` and ``offset`` -1).
+        app gets a delivery report with ``partition`` and ``offset`` -1).  A route that must
+        wait (for a topic it creates) may return an awaitable of the same instead; return
+        the plain message whenever it need not wait, awaiting costs per message.  Raise
+        ``databus.sidecar.router.Rejected(code, reason)`` to refuse a message on purpose:
+        the app gets ``code`` and ``reason``, nothing is logged as a plugin failure.  A
+        route function whose attribute ``needs_headers`` is true is called only for messages
+        that carry headers (the others keep the sidecar's fast path).
 
     When: once per stream per (re)configuration (for a stream reaching the default route,
     when it is first seen); every plugin's route function is kept and they run in plugin
@@ -75,12 +85,14 @@ def databus_route(stream, topic, settings):
 
 
 @hookspec
-def databus_sidecar_started(config, spawn):
+def databus_sidecar_started(config, spawn, metrics):
     """The sidecar is serving.
 
     :param config: the ``databus.config.DatabusConfig`` in force.
     :param spawn: ``spawn(async_fn, *args)`` starts a long-running trio task in the sidecar's
         nursery; it is cancelled when the sidecar stops.
+    :param metrics: the sidecar's ``prometheus_client.CollectorRegistry``: register a
+        collector in it to have the plugin's figures on ``/metrics``.
 
     When: once, after the ingress sockets listen and before apps are served.
     """

@@ -65,7 +65,7 @@ class AsyncClient:
         return self._client
 
     async def send(self, stream: str, value, key=None, headers=None, partition=None,
-                   timestamp: int | None = None) -> asyncio.Future:
+                   timestamp: int | None = None, *, lane: str | None = None) -> asyncio.Future:
         """Queue a message; returns an asyncio future for its Delivery.  Waits (without
         blocking the loop) while the client's buffer is full, up to ``max_block_ms``."""
         client = self.client
@@ -73,7 +73,7 @@ class AsyncClient:
         while True:
             try:
                 queued = client.send(stream, value, key, headers, partition, timestamp,
-                                     block=False)
+                                     block=False, lane=lane)
                 break
             except BufferExhaustedError:
                 now = time.monotonic()
@@ -87,8 +87,10 @@ class AsyncClient:
         return future
 
     async def send_and_wait(self, stream: str, value, key=None, headers=None, partition=None,
-                            timestamp: int | None = None) -> Delivery:
-        return await (await self.send(stream, value, key, headers, partition, timestamp))
+                            timestamp: int | None = None, *, lane: str | None = None
+                            ) -> Delivery:
+        return await (await self.send(stream, value, key, headers, partition, timestamp,
+                                      lane=lane))
 
     async def flush(self, timeout: float | None = None) -> None:
         await self._loop.run_in_executor(None, self.client.flush, timeout)

@@ -45,6 +45,8 @@ from .errors import (
 
 log = logging.getLogger("databus.sdk")
 
+# The header carrying a message's swimlane (the sidecar's lanes.header must match).
+LANE_HEADER = "databus-lane"
 # Messages per produce frame: big enough to amortise framing, small enough to keep the
 # sidecar's frames and the first report's latency short.
 MAX_MESSAGES_PER_FRAME = 2048
@@ -176,6 +178,16 @@ def _headers(headers: Any) -> list[list] | None:
     return out
 
 
+def with_lane(headers: Any, lane: str, header: str) -> list:
+    """``headers`` with ``header`` set to ``lane`` (an incoming message's lane header, when
+    an app forwards its headers, is replaced rather than repeated)."""
+    if not isinstance(lane, str) or not lane:
+        raise ValueError("lane must be a non-empty str")
+    items = [] if headers is None else (
+        headers.items() if isinstance(headers, Mapping) else headers)
+    return [*(pair for pair in items if pair[0] != header), (header, lane.encode())]
+
+
 class Client:
     """Send messages to streams through the local databus sidecar.
 
@@ -193,6 +205,7 @@ class Client:
         max_buffer_bytes: int = 32 * 1024 * 1024,
         max_block_ms: int | None = None,
         client_name: str | None = None,
+        lane_header: str = LANE_HEADER,
     ) -> None:
         self.socket_path = None if address else str(socket_path or wire.default_socket_path())
         self._lock = threading.Lock()
@@ -215,6 +228,7 @@ class Client:
         self._connect_timeout = connect_timeout
         self._client_name = client_name or f"databus-python/{__version__}"
         self._max_block_override = max_block_ms
+        self.lane_header = lane_header
         self.reconnects = 0
         self._open()
         self._wake_r, self._wake_w = socket.socketpair()
@@ -301,13 +315,17 @@ class Client:
         timestamp: int | None = None,
         *,
         block: bool = True,
+        lane: str | None = None,
     ) -> DeliveryFuture:
         """Queue a message for ``stream``; returns at once with a DeliveryFuture, unless this
         client's buffer is full (then waits up to ``max_block_ms``, then raises
         BufferExhaustedError; with ``block=False`` it raises at once instead, as
         librdkafka's produce raises BufferError).  ``headers``: (str, bytes) pairs.
         ``timestamp``: ms since the epoch (default: the sidecar's clock when it accepts
-        the message)."""
+        the message).  ``lane``: the swimlane (docs/lanes.md), sent as the header
+        ``lane_header`` (default ``databus-lane``)."""
+        if lane is not None:
+            headers = with_lane(headers, lane, self.lane_header)
         if type(value) is not bytes:
             value = _as_bytes(value, "value")
         if key is not None and type(key) is not bytes:

@@ -303,7 +303,7 @@ class Sidecar:
         self.addresses = bound.addresses
         self.pm.notify(
             "databus_sidecar_started", config=self.config,
-            spawn=lambda fn, *args: ingress.start_soon(fn, *args),
+            spawn=lambda fn, *args: ingress.start_soon(fn, *args), metrics=self.metrics.registry,
         )
         task_status.started(self.addresses)
         await self._stop.wait()

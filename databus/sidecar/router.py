@@ -59,7 +59,8 @@ class RoutedMessage:
 
 
 class Route:
-    __slots__ = ("stream", "topic", "handle", "producer", "route_fns", "max_block", "stats")
+    __slots__ = ("stream", "topic", "handle", "producer", "route_fns", "headers_only",
+                 "max_block", "stats")
 
     def __init__(
         self,
@@ -74,6 +75,10 @@ class Route:
         self.handle = handle
         self.producer = handle.producer
         self.route_fns = route_fns
+        # Every route function looks only at messages with headers (``needs_headers``):
+        # messages without any keep the fast path.
+        self.headers_only = bool(route_fns) and all(
+            getattr(fn, "needs_headers", False) for _, fn in route_fns)
         self.max_block = handle.max_block_ms / 1000.0
         self.stats = stats
 
@@ -107,9 +112,10 @@ class RoutingTable:
 
     def _make_route(self, stream: str, topic: str, handle: ProducerHandle) -> Route:
         settings = MappingProxyType(dict(handle.settings))
-        fns = tuple(
-            self._pm.call_each("databus_route", stream=stream, topic=topic, settings=settings)
-        )
+        fns = tuple(self._pm.call_each(
+            "databus_route", stream=stream, topic=topic, settings=settings, config=self.config,
+            bootstrap=handle.bootstrap,
+        ))
         for plugin, fn in fns:
             if not callable(fn):
                 raise PluginError(plugin, "databus_route", TypeError("did not return a callable"))
@@ -216,9 +222,11 @@ async def place_frame(
                 partitions = producer.cached_partitions(topic)
                 partitioner = producer.partitioner
                 # The common case needs only the partitioner's plain function.
-                simple = partitions is not None and not route.route_fns
+                simple = partitions is not None and (not route.route_fns or route.headers_only)
+                plain = not route.route_fns
                 count = len(partitions) if partitions else 0
-            if simple and partition is None and size <= SMALL_MESSAGE:
+            if simple and partition is None and size <= SMALL_MESSAGE and (
+                    plain or not headers):
                 try:
                     p = partitions[partitioner(topic, key, value, count)]
                 except Exception as exc:
@@ -289,6 +297,10 @@ async def _place(route: Route, stream, key, value, headers, partition):
         for plugin, fn in route.route_fns:
             try:
                 msg = fn(msg)
+                if msg is not None and type(msg) is not RoutedMessage:
+                    msg = await msg  # a route that must wait first (hookspecs.databus_route)
+            except Rejected:
+                raise  # refused on purpose, with the plugin's own code and reason
             except Exception as exc:
                 raise PluginError(plugin, "route", exc) from exc
             if msg is None:

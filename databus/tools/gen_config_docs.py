@@ -133,6 +133,7 @@ def render() -> str:
         DefaultRoute,
         EmbeddedBrokerConfig,
         IndexConfig,
+        LanesConfig,
         MirrorConfig,
         SidecarSettings,
         SinkConfig,
@@ -231,6 +232,14 @@ def render() -> str:
         "Changes take effect at the next restart.",
         "",
         *_model_table(ConsoleSettings, "console."),
+        "",
+        "## `lanes:`",
+        "",
+        "Swimlanes (docs/lanes.md): present, the built-in `lanes` route plugin sends a "
+        "message whose lane header names a live lane to that lane's topic; lanes are made "
+        "with `databus lanes create` and shared by every sidecar through the registry topic.",
+        "",
+        *_model_table(LanesConfig, "lanes."),
         "",
         "## Producer keys (`producer:`, a cluster, or a stream)",
         "",

@@ -1,0 +1,20 @@
+import pytest
+
+from tests.sidecar.harness import short_tmpdir
+
+
+@pytest.fixture(scope="package")
+def lane_broker(tmp_path_factory):
+    """A broker subprocess whose groups form at once (lane and main consumers join
+    several groups per test)."""
+    from tests.helpers.broker import BrokerProcess
+
+    with BrokerProcess(tmp_path_factory.mktemp("broker"),
+                       options={"group.initial.rebalance.delay.ms": 0}) as running:
+        yield running
+
+
+@pytest.fixture
+def sock_dir():
+    with short_tmpdir() as path:
+        yield path

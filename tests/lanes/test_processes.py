@@ -1,0 +1,119 @@
+"""Swimlanes across processes: two `databus sidecar` processes sharing one registry, and
+`databus lanes` run as a user runs it."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+
+import trio
+import yaml
+
+from databus.cli import main as databus
+from databus.client import SyncAdmin, SyncProducer
+from databus.lanes import model
+from databus.lanes.registry import RegistryWriter, now_ms, read_registry
+from databus.sdk import Client
+from tests.sidecar.harness import consume_all
+
+DEADLINE = 30.0
+
+
+def wait_for(predicate, what: str) -> None:
+    deadline = time.monotonic() + DEADLINE
+    while not predicate():
+        assert time.monotonic() < deadline, f"{what} within {DEADLINE}s"
+        time.sleep(0.05)
+
+
+def registry(bootstrap, topic):
+    return trio.run(read_registry, bootstrap, topic)
+
+
+async def write_heartbeat(bootstrap, topic, lane):
+    async with RegistryWriter(bootstrap, topic) as writer:
+        await writer.put(model.consumer_key(lane, "dead"),
+                         model.LaneConsumer(lane, "dead", now_ms(), 1000))
+
+
+def test_two_sidecars_agree_on_the_registry_and_one_cleans_an_expired_lane_up(
+        lane_broker, tmp_path, sock_dir):
+    bootstrap, reg = lane_broker.bootstrap, "lanes-t4"
+    processes, logs, sockets, configs = [], [], [], []
+    try:
+        for n in (1, 2):
+            socket_path = os.path.join(sock_dir, f"s{n}.sock")
+            config = tmp_path / f"s{n}.yaml"
+            config.write_text(yaml.safe_dump({
+                "sidecar": {"socket": socket_path, "metrics_listen": None},
+                "clusters": {"main": {"bootstrap.servers": bootstrap}},
+                "default_route": {"topic": "{stream}"},
+                "lanes": {"registry.topic": reg, "expiry.check.ms": 100},
+            }))
+            log = tmp_path / f"s{n}.log"
+            processes.append(subprocess.Popen(
+                [sys.executable, "-m", "databus.cli", "sidecar", "-c", str(config)],
+                stdout=open(log, "wb"), stderr=subprocess.STDOUT))
+            logs.append(log)
+            sockets.append(socket_path)
+            configs.append(config)
+        for log in logs:
+            wait_for(lambda log=log: "databus is up" in log.read_text(), f"{log.name} up")
+        # the lane is made through the command, with the first sidecar's file
+        assert databus(["lanes", "create", "x", "--ttl", "1h", "-c", str(configs[0])]) == 0
+        for socket_path in sockets:  # both route it (each as soon as it has read it)
+            with Client(socket_path) as client:
+                wait_for(lambda c=client: c.send("t4", b"v", lane="x").result(30).topic
+                         == "t4.lane.x", f"{socket_path} routes lane x")
+        # shortened to expire now: exactly one of the two sidecars cleans it up
+        assert databus(["lanes", "extend", "x", "--ttl", "1ms", "-c", str(configs[0])]) == 0
+        with SyncAdmin(bootstrap) as admin:
+            wait_for(lambda: "t4.lane.x" not in admin.list_topics()
+                     and "x" not in registry(bootstrap, reg).lanes, "lane x cleaned up")
+    finally:
+        for process in processes:
+            process.terminate()
+            process.wait(30)
+    cleanups = [line for log in logs for line in log.read_text().splitlines()
+                if "lane x expired" in line]
+    assert len(cleanups) == 1, cleanups
+
+
+def test_the_command_lists_lanes_and_merges_a_lane_into_main(lane_broker, tmp_path, capsys):
+    bootstrap, reg = lane_broker.bootstrap, "lanes-t5"
+    config = tmp_path / "sidecar.yaml"
+    config.write_text(yaml.safe_dump({
+        "clusters": {"main": {"bootstrap.servers": bootstrap}},
+        "lanes": {"registry.topic": reg},
+    }))
+    c = ["-c", str(config)]
+    assert databus(["lanes", "create", "m", "--ttl", "2h", "--partitions", "2", *c]) == 0
+    assert databus(["lanes", "create", "m", *c]) == 1
+    assert "lane 'm' exists" in capsys.readouterr().err
+    with SyncProducer(bootstrap) as producer:
+        for topic, value in (("t5", b"main"), ("t5.lane.m", b"l1"), ("t5.lane.m", b"l2")):
+            producer.send(topic, value, headers=[("databus-lane", b"m")] if "lane" in topic
+                          else None).result(30)
+    assert databus(["lanes", "list", "--json", *c]) == 0
+    [row] = json.loads(capsys.readouterr().out)
+    assert (row["lane"], row["live"], row["topics"]) == ("m", True, ["t5.lane.m"])
+    trio.run(write_heartbeat, bootstrap, reg, "m")  # of a consumer that died (no tombstone)
+    assert databus(["lanes", "delete", "m", "--merge", *c]) == 0
+    assert "t5.lane.m" in capsys.readouterr().out
+    merged = consume_all(bootstrap, "t5", 3)
+    assert sorted(r[3] for r in merged) == [b"l1", b"l2", b"main"]
+    assert [r[4] for r in merged if r[3] == b"l1"] == [[("databus-lane", b"m")]]
+    with SyncAdmin(bootstrap) as admin:
+        assert "t5.lane.m" not in admin.list_topics()
+    assert registry(bootstrap, reg).lanes == {}
+    assert registry(bootstrap, reg).consumers == {}  # its heartbeat went with the lane
+    assert databus(["lanes", "delete", "m", *c]) == 1
+    assert "no lane 'm'" in capsys.readouterr().err
+    # bad usage is exit 2, named
+    assert databus(["lanes", "create", "a.b", *c]) == 2
+    assert "invalid lane name 'a.b'" in capsys.readouterr().err
+    assert databus(["lanes", "create", "ok", "--ttl", "2 hours", *c]) == 2
+    assert "'2 hours' is not a duration" in capsys.readouterr().err
