@@ -35,6 +35,12 @@ from databus.protocol import sidecar_wire as wire
 from databus.protocol.defaults import MAX_BLOCK_MS
 from databus.version import __version__
 
+from .consume import (
+    DEFAULT_FETCH_MAX_WAIT_MS,
+    DEFAULT_FETCH_MIN_BYTES,
+    DEFAULT_MAX_IN_FLIGHT,
+    Subscription,
+)
 from .errors import (
     BufferExhaustedError,
     DatabusError,
@@ -51,6 +57,8 @@ MAX_MESSAGES_PER_FRAME = 2048
 # After losing the sidecar, reconnect attempts back off from 50 ms to 1 s.
 RECONNECT_BACKOFF_MIN = 0.05
 RECONNECT_BACKOFF_MAX = 1.0
+# A subscription the sidecar ended (its group member failed) subscribes again after this.
+RESUBSCRIBE_S = 1.0
 
 
 class Delivery(NamedTuple):
@@ -216,6 +224,9 @@ class Client:
         self._client_name = client_name or f"databus-python/{__version__}"
         self._max_block_override = max_block_ms
         self.reconnects = 0
+        self._epoch = 0  # counts connections: a subscription subscribes again on a new one
+        self._subs: dict[int, Subscription] = {}
+        self._control: list[dict] = []  # frames of consuming to send (unsubscribe)
         self._open()
         self._wake_r, self._wake_w = socket.socketpair()
         self._wake_r.setblocking(False)
@@ -238,6 +249,7 @@ class Client:
             raise
         sock.setblocking(False)
         self._sock = sock
+        self._epoch += 1
         self.server = hello.get("server")
         self.max_frame_bytes = int(hello.get("max_frame_bytes", wire.DEFAULT_MAX_FRAME_BYTES))
         self.max_block_ms = (
@@ -301,13 +313,19 @@ class Client:
         timestamp: int | None = None,
         *,
         block: bool = True,
+        tag: str | None = None,
     ) -> DeliveryFuture:
         """Queue a message for ``stream``; returns at once with a DeliveryFuture, unless this
         client's buffer is full (then waits up to ``max_block_ms``, then raises
         BufferExhaustedError; with ``block=False`` it raises at once instead, as
         librdkafka's produce raises BufferError).  ``headers``: (str, bytes) pairs.
         ``timestamp``: ms since the epoch (default: the sidecar's clock when it accepts
-        the message)."""
+        the message).  ``tag``: a label subscribers filter on (``subscribe(tags=...)``),
+        sent as the header ``databus-tag``."""
+        if tag is not None:
+            if not isinstance(tag, str) or not tag:
+                raise TypeError("tag must be a non-empty str")
+            headers = [*(_headers(headers) or ()), [wire.TAG_HEADER, tag.encode()]]
         if type(value) is not bytes:
             value = _as_bytes(value, "value")
         if key is not None and type(key) is not bytes:
@@ -359,6 +377,52 @@ class Client:
         else:
             self._wake()
         return future
+
+    def subscribe(
+        self,
+        stream: str,
+        group: str,
+        *,
+        tags: Iterable[str] | None = None,
+        max_in_flight: int = DEFAULT_MAX_IN_FLIGHT,
+        fetch_max_wait_ms: int = DEFAULT_FETCH_MAX_WAIT_MS,
+        fetch_min_bytes: int = DEFAULT_FETCH_MIN_BYTES,
+        timeout: float | None = None,
+    ) -> Subscription:
+        """Consume ``stream`` as a member of ``group`` (see databus/sdk/consume.py and
+        docs/consuming.md): returns a Subscription, an iterator of Messages with ``ack()`` /
+        ``nack()``; ``poll(timeout)`` takes one.  ``tags``: only messages sent with one of
+        these tags.  ``max_in_flight``: messages held unacked at most.  Raises the
+        sidecar's refusal (an unknown stream, a group already consuming another stream)."""
+        if type(stream) is not str or type(group) is not str or not stream or not group:
+            raise TypeError("stream and group must be non-empty str")
+        if isinstance(tags, str):
+            tags = [tags]
+        with self._lock:
+            if self._closed or self._failure is not None:
+                raise self._failure or SidecarUnavailableError("the client is closed")
+            self._last_id = sub_id = self._last_id + 1
+            sub = Subscription(self, sub_id, stream, group, list(tags) if tags else None,
+                               max_in_flight, fetch_max_wait_ms, fetch_min_bytes)
+            self._subs[sub_id] = sub
+        self._poke()
+        sub._wait_subscribed(self._connect_timeout if timeout is None else timeout)
+        return sub
+
+    def _poke(self) -> None:
+        """Have the I/O thread look at the subscriptions (acks, nacks, polls to send)."""
+        with self._lock:
+            if self._armed:
+                return
+            self._armed = True
+        self._wake()
+
+    def _subscription_closed(self, sub: Subscription, tell_sidecar: bool = True) -> None:
+        with self._lock:
+            self._subs.pop(sub.id, None)
+            if tell_sidecar and sub._epoch == self._epoch:
+                self._control.append(wire.unsubscribe(sub.id))
+        self._poke()
 
     def flush(self, timeout: float | None = None) -> None:
         """Wait until every message sent before this call has its delivery report (success
@@ -511,7 +575,9 @@ class Client:
             for frame in self._early_frames:
                 self._on_frame(frame)
             while True:
-                for key, _ in sel.select():
+                # With subscriptions, look again now and then: one ended by the sidecar
+                # subscribes again after a backoff.
+                for key, _ in sel.select(RESUBSCRIBE_S if self._subs else None):
                     if key.fileobj is self._wake_r:
                         try:
                             self._wake_r.recv(4096)
@@ -529,6 +595,8 @@ class Client:
                     # The queue's bytes count against max_buffer_bytes until its last
                     # frame is on the socket.
                     written_marks.append((position, payload))
+                if self._subs or self._control:
+                    position = self._consume_frames(out, position)
                 if out:
                     try:
                         n = self._sock.send(out)
@@ -555,6 +623,18 @@ class Client:
             return SidecarUnavailableError(f"the client's I/O thread failed: {exc!r}")
         finally:
             sel.close()
+
+    def _consume_frames(self, out: bytearray, position: int) -> int:
+        with self._lock:
+            control, self._control = self._control, []
+            subs = list(self._subs.values())
+        for frame in control:
+            position += wire.append_frame(out, frame)
+        epoch, now = self._epoch, time.monotonic()
+        for sub in subs:
+            for frame in sub._frames(epoch, now):
+                position += wire.append_frame(out, frame)
+        return position
 
     def _encode(self, queue: list, out: bytearray, position: int) -> int:
         """Append ``queue`` to ``out`` as frames: runs of messages as produce frames (up to
@@ -623,6 +703,18 @@ class Client:
                 with self._lock:
                     self._flushed_ok.add(frame.get("id"))
                 event.set()
+        elif kind == "messages":
+            sub = self._subs.get(frame.get("id"))
+            if sub is not None:
+                sub._on_messages(frame["messages"], self._epoch)
+        elif kind == "subscribed":
+            sub = self._subs.get(frame.get("id"))
+            if sub is not None:
+                sub._on_subscribed(frame)
+        elif kind == "unsubscribed":
+            sub = self._subs.get(frame.get("id"))
+            if sub is not None:
+                sub._on_unsubscribed(frame, RESUBSCRIBE_S)
         elif kind == "error":
             raise error_for(int(frame.get("code", -1)), str(frame.get("message")))
         # pong and future frame types need nothing
@@ -681,6 +773,8 @@ class Client:
                 future._set(None, exc)
         for event in flushes.values():
             event.set()
+        for sub in list(self._subs.values()):
+            sub._lost(exc)
         with self._done_cond:
             self._done_cond.notify_all()
         with self._space:

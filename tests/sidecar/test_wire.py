@@ -60,7 +60,7 @@ def test_hello_golden_bytes_spelled_out():
     data = wire.encode_frame(wire.hello("x"))
     assert data == (
         b"\x00\x00\x00\x1e"
-        b"\x83\xa4type\xa5hello\xa7version\x02\xa6client\xa1x"
+        b"\x83\xa4type\xa5hello\xa7version\x03\xa6client\xa1x"
     )
 
 
@@ -111,15 +111,16 @@ def test_malformed_bodies(body, fragment):
 
 
 def test_hello_checks():
-    assert wire.check_hello(wire.hello("x")) == wire.PROTOCOL_VERSION == 2
+    assert wire.check_hello(wire.hello("x")) == wire.PROTOCOL_VERSION == 3
+    assert wire.check_hello(wire.hello("x", version=2)) == 2
     assert wire.check_hello(wire.hello("x", version=1)) == 1
     with pytest.raises(WireError) as info:
         wire.check_hello(wire.ping(1))
     assert info.value.code == ErrorCode.HELLO_REQUIRED
     with pytest.raises(WireError) as info:
-        wire.check_hello(wire.hello("x", version=3))
+        wire.check_hello(wire.hello("x", version=4))
     assert info.value.code == ErrorCode.UNSUPPORTED_VERSION
-    assert "supported: [1, 2]" in str(info.value)
+    assert "supported: [1, 2, 3]" in str(info.value)
     assert wire.hello_reply("s", 1, 2, version=1)["version"] == 1
 
 
