@@ -24,6 +24,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "dump-log": ("databus.tools.dump_log", "print the batches (and records) of a .log segment"),
     "broker": ("databus.broker.command", "run the built-in Kafka-compatible broker"),
     "groups": ("databus.tools.groups", "list, describe, reset offsets of, delete consumer and share groups"),
+    "dlq": ("databus.tools.dlq", "list, show and replay a consumer group's dead letters (GROUP.dlq)"),
     "up": ("databus.sidecar.cmd_up", "run the sidecar (plus the built-in broker if no cluster is configured)"),
     "sidecar": ("databus.sidecar.cmd_sidecar", "run the sidecar alone against the configured clusters"),
     "sinks": ("databus.sinks.command", "run the sinks of a sidecar.yaml (consumer-side plugins) without an app socket"),
