@@ -27,13 +27,14 @@ import logging
 import math
 import time
 from collections.abc import Hashable
-from typing import Any
+from typing import Any, NamedTuple
 
 import trio
 
 from databus.client import Admin, Consumer, KafkaError, Producer, errors
 from databus.config import ConfigError
 from databus.protocol import sidecar_wire as wire
+from databus.protocol.api_keys import ApiKey
 from databus.protocol.sidecar_wire import ErrorCode
 
 from .consume_core import Copy, MemberCore
@@ -41,6 +42,7 @@ from .consume_core import Copy, MemberCore
 log = logging.getLogger("databus.sidecar.consume")
 
 PENDING_FACTOR = 4  # records waiting in the sidecar per member: up to 4 * max.poll.records
+RESOURCE_GROUP = 32  # IncrementalAlterConfigs' resource type of a group (KIP-848/932)
 
 
 def retry_topic(group: str) -> str:
@@ -60,6 +62,8 @@ class SubscribeError(Exception):
 class Member:
     """One group member: see the module docstring."""
 
+    SHARE = False  # a share-group member (ShareMember)
+
     def __init__(self, service: ConsumeService, stream: str, group: str, topic: str,
                  bootstrap: str, settings: Any, kafka: dict[str, Any], ordering: str,
                  tags: tuple[str, ...] | None) -> None:
@@ -74,7 +78,7 @@ class Member:
         self.core = MemberCore(
             topic, retry_topic(group), ordering=ordering, tags=tags,
             max_attempts=settings.max_attempts, retry_levels_ms=settings.retry_levels_ms,
-            ack_timeout_ms=settings.ack_timeout_ms,
+            ack_timeout_ms=settings.ack_timeout_ms, share=self.SHARE,
         )
         self.subs: dict[Hashable, tuple[Any, int]] = {}  # key -> (session, subscription id)
         self.ready = trio.Event()
@@ -83,7 +87,8 @@ class Member:
         self._wake = trio.Event()
         self._room = trio.Event()
         self._stop = trio.Event()
-        self._consumer: Consumer | None = None
+        self._source: Any = None  # the Consumer (or ShareConsumer) reading for this member
+        self._commit_interval = 1.0
         self._producer: Producer | None = None
         self._nursery: trio.Nursery | None = None
         self._max_pending = 0
@@ -119,34 +124,29 @@ class Member:
     async def run(self, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
         started = False
         try:
-            config = {
-                **self.kafka, "group.id": self.group, "enable.auto.commit": False,
-                "client.id": f"databus-sidecar-{self.group}",
-            }
-            consumer = Consumer(self.bootstrap, config, on_revoked=self._revoked)
-            self._max_pending = PENDING_FACTOR * consumer.config.max_poll_records
-            interval = consumer.config.auto_commit_interval_ms / 1000
+            source = self._make_source()
             producer = Producer(self.bootstrap, {
                 "client.id": f"databus-sidecar-{self.group}-retry", "acks": "all",
                 "linger.ms": 5,
             })
             async with producer:
                 self._producer = producer
-                await self._ensure_topics()
-                async with consumer:
-                    self._consumer = consumer
-                    consumer.subscribe([self.topic, self.core.retry_topic])
+                async with Admin(self.bootstrap) as admin:
+                    await self._prepare(admin)
+                async with source:
+                    self._source = source
+                    source.subscribe(self._topics())
                     async with trio.open_nursery() as nursery:
                         self._nursery = nursery
                         nursery.start_soon(self._poll_loop)
                         nursery.start_soon(self._dispatch_loop)
-                        nursery.start_soon(self._commit_loop, interval)
+                        self._background(nursery)
                         started = True
                         self.ready.set()
                         task_status.started()
                         await self._stop.wait()
                         nursery.cancel_scope.cancel()
-                    await self._commit()
+                    await self._finish()
         except Exception as exc:
             self.failed = f"{type(exc).__name__}: {exc}"
             log.error("group %r on stream %r failed: %s", self.group, self.stream, self.failed,
@@ -159,28 +159,43 @@ class Member:
             self.service.member_done(self)
             self.done.set()
 
+    # --- what a classic member does (ShareMember overrides these) ---------------------------
+
+    def _make_source(self):
+        config = {
+            **self.kafka, "group.id": self.group, "enable.auto.commit": False,
+            "client.id": f"databus-sidecar-{self.group}",
+        }
+        consumer = Consumer(self.bootstrap, config, on_revoked=self._revoked)
+        self._max_pending = PENDING_FACTOR * consumer.config.max_poll_records
+        self._commit_interval = consumer.config.auto_commit_interval_ms / 1000
+        return consumer
+
+    def _topics(self) -> list[str]:
+        return [self.topic, self.core.retry_topic]
+
+    async def _prepare(self, admin: Admin) -> None:
+        """The group's retry and dead-letter topics, with the stream topic's partition
+        count (so retries spread as the stream does)."""
+        await _create_topics(admin, self.topic, [self.core.retry_topic, dlq_topic(self.group)])
+
+    def _background(self, nursery: trio.Nursery) -> None:
+        nursery.start_soon(self._commit_loop, self._commit_interval)
+
+    async def _finish(self) -> None:
+        await self._commit()
+
+    def _after_dispatch(self) -> None:
+        pass
+
     def _end_subscriptions(self, code: int, message: str) -> None:
         for key, (session, sub_id) in list(self.subs.items()):
             session.send_frame(wire.unsubscribed(sub_id, code, message))
             self.service.forget(key)
         self.subs.clear()
 
-    async def _ensure_topics(self) -> None:
-        """The group's retry and dead-letter topics, with the stream topic's partition
-        count (so retries spread as the stream does)."""
-        async with Admin(self.bootstrap) as admin:
-            try:
-                partitions = len(await admin.cluster.wait_for_topic(self.topic, 10.0))
-            except KafkaError:
-                partitions = -1  # not there yet: the broker's num.partitions
-            wanted = {self.core.retry_topic: partitions, dlq_topic(self.group): partitions}
-            result = await admin.create_topics(wanted)
-            for error in result.values():
-                if error is not None and not isinstance(error, errors.TopicAlreadyExistsError):
-                    raise error
-
     async def _poll_loop(self) -> None:
-        consumer = self._consumer
+        consumer = self._source
         core = self.core
         while True:
             if core.pending >= self._max_pending:
@@ -211,6 +226,7 @@ class Member:
                 if target is not None:
                     session, sub_id = target
                     session.send_frame(wire.messages(sub_id, [e.wire() for e in entries]))
+            self._after_dispatch()
             if core.pending < self._max_pending:
                 self._room.set()
             wait = core.next_wakeup(now, wall_ms)
@@ -230,8 +246,8 @@ class Member:
         offsets = self.core.committable()
         if only is not None:
             offsets = {tp: off for tp, off in offsets.items() if tp in only}
-        if offsets and self._consumer is not None:
-            await self._consumer.commit(offsets)
+        if offsets and self._source is not None:
+            await self._source.commit(offsets)
             self.core.mark_committed(offsets)
 
     async def _revoked(self, partitions) -> None:
@@ -272,6 +288,113 @@ class Member:
             if copy.dead:
                 self.dead_lettered += 1
         self._wake.set()
+
+
+async def _create_topics(admin: Admin, like: str, names: list[str]) -> None:
+    """Create ``names`` (if missing) with as many partitions as topic ``like``."""
+    try:
+        partitions = len(await admin.cluster.wait_for_topic(like, 10.0))
+    except KafkaError:
+        partitions = -1  # not there yet: the broker's num.partitions
+    result = await admin.create_topics({name: partitions for name in names})
+    for error in result.values():
+        if error is not None and not isinstance(error, errors.TopicAlreadyExistsError):
+            raise error
+
+
+class _Ref(NamedTuple):
+    """What ShareConsumer.acknowledge needs of a record."""
+
+    topic: str
+    partition: int
+    offset: int
+
+
+# The Kafka consumer keys a share consumer takes (the rest are a classic consumer's).
+SHARE_CONSUMER_KEYS = ("fetch.min.bytes", "fetch.max.bytes", "fetch.max.wait.ms",
+                       "max.poll.records", "check.crcs", "client.rack", "request.timeout.ms",
+                       "retry.backoff.ms", "metadata.max.age.ms")
+ACK_FLUSH_S = 0.02  # settlements gathered this long go to the broker in one ShareAcknowledge
+
+
+class ShareMember(Member):
+    """Queue mode (``ordering: none``) on a KIP-932 share group named after the app's group:
+    the broker hands one partition's records to many members and keeps each record's state.
+    Acks and nacks become ACCEPT / RELEASE; the last attempt is copied to ``GROUP.dlq`` and
+    then REJECTed.  No offsets, and the retry topic carries only replayed dead letters: a
+    released record comes back at once (share groups have no delay), a record whose app
+    vanished comes back when its acquisition lock expires."""
+
+    SHARE = True
+
+    def _make_source(self):
+        from databus.client import ShareConsumer
+
+        config = {k: v for k, v in self.kafka.items() if k in SHARE_CONSUMER_KEYS}
+        consumer = ShareConsumer(self.bootstrap, {
+            **config, "group.id": self.group, "share.acknowledgement.mode": "explicit",
+            "client.id": f"databus-sidecar-{self.group}",
+        })
+        self._max_pending = PENDING_FACTOR * consumer.config.max_poll_records
+        self._acks_waiting = trio.Event()
+        return consumer
+
+    async def _prepare(self, admin: Admin) -> None:
+        # The retry topic only carries what `databus dlq replay` sends back.
+        await _create_topics(admin, self.topic, [self.core.retry_topic, dlq_topic(self.group)])
+        # A new share group starts at the log end by default (share.auto.offset.reset
+        # latest); the sidecar's groups start where its classic ones do.
+        reset = str(self.kafka.get("auto.offset.reset", "earliest"))
+        if reset in ("earliest", "latest"):
+            try:
+                await admin.cluster.request(None, ApiKey.INCREMENTAL_ALTER_CONFIGS, {
+                    "resources": [{"resource_type": RESOURCE_GROUP, "resource_name": self.group,
+                                   "configs": [{"name": "share.auto.offset.reset",
+                                                "config_operation": 0, "value": reset}]}],
+                    "validate_only": False,
+                })
+            except KafkaError as exc:
+                log.warning("share group %r: cannot set share.auto.offset.reset: %s",
+                            self.group, exc)
+
+    def _background(self, nursery: trio.Nursery) -> None:
+        nursery.start_soon(self._ack_loop)
+
+    def _after_dispatch(self) -> None:
+        settled = self.core.take_settled()
+        if not settled:
+            return
+        acknowledge = self._source.acknowledge
+        for entry, kind in settled:
+            try:
+                acknowledge(_Ref(entry.source[0], entry.source[1], entry.offset), kind)
+            except errors.IllegalStateError as exc:
+                # Its lock expired and the broker took it back: delivered again elsewhere.
+                log.debug("share group %r: %s", self.group, exc)
+        self._acks_waiting.set()
+
+    async def _ack_loop(self) -> None:
+        """Send settlements without waiting for the next fetch to carry them (a fetch may
+        wait up to fetch.max.wait.ms), a few ms' worth at a time."""
+        while True:
+            await self._acks_waiting.wait()
+            self._acks_waiting = trio.Event()
+            try:
+                await self._source.commit()
+            except (KafkaError, trio.TooSlowError) as exc:
+                log.warning("share group %r: acknowledging failed: %s", self.group, exc)
+            await trio.sleep(ACK_FLUSH_S)
+
+    async def _finish(self) -> None:
+        self._after_dispatch()
+        # Closing the share consumer sends what is pending and releases what it holds.
+
+
+async def upstream_serves_share_groups(bootstrap: str) -> bool:
+    """Whether the cluster speaks KIP-932 (ShareGroupHeartbeat in its ApiVersions)."""
+    async with Admin(bootstrap) as admin:
+        conn = await admin.cluster.any_connection()
+        return ApiKey.SHARE_GROUP_HEARTBEAT in conn.broker_versions
 
 
 class ConsumeService:
@@ -327,8 +450,16 @@ class ConsumeService:
                 settings, kafka = config.stream_consumer_settings(stream)
             except ConfigError as exc:
                 raise SubscribeError(ErrorCode.UNKNOWN_STREAM, str(exc)) from None
-            member = Member(self, stream, group, topic, bootstrap, settings, kafka,
-                            config.stream_ordering(stream), tags)
+            ordering = config.stream_ordering(stream)
+            kind = Member
+            if ordering == "none":
+                try:
+                    if await upstream_serves_share_groups(bootstrap):
+                        kind = ShareMember
+                except KafkaError as exc:
+                    raise SubscribeError(exc.code, f"cluster unreachable: {exc}") from None
+            member = kind(self, stream, group, topic, bootstrap, settings, kafka, ordering,
+                          tags)
             self.members[(stream, group)] = member
             try:
                 await self._nursery.start(member.run)

@@ -23,6 +23,12 @@ Bookkeeping, and why:
 - **In flight**: handed to a subscriber under a delivery id, with a deadline
   (``ack.timeout.ms``); an expired one counts as a nack.  When a subscriber leaves, its
   in-flight messages go back to the front of their queues for another one.
+- **Queue mode on a share group** (``share=True``; ``ordering: none`` where the cluster
+  serves KIP-932): the broker keeps each record's state instead of offsets and retry topics.
+  Records come with their delivery count (the attempt); an ack becomes ACCEPT, a nack
+  RELEASE (the broker delivers it again, at once, to any member), and the last attempt a
+  copy to the DLQ followed by REJECT.  These settlements queue in ``settled`` for the shell
+  to hand to the share consumer; nothing is committed by offset.
 - **Long polls**: a fetch waits until ``min_bytes`` of messages are ready for its subscriber
   or its ``max_wait_ms`` passed (Kafka's fetch.min.bytes / fetch.max.wait.ms); a subscriber
   is never handed more than its window (``max_in_flight``) minus what it holds.
@@ -48,6 +54,9 @@ H_OFFSET = "databus-origin-offset"
 H_REASON = "databus-reason"
 H_GROUP = "databus-group"
 INTERNAL_HEADERS = frozenset({H_ATTEMPT, H_DUE, H_TOPIC, H_PARTITION, H_OFFSET, H_REASON, H_GROUP})
+
+# Share-group settlements (KIP-932's AcknowledgeType values).
+ACCEPT, RELEASE, REJECT = 1, 2, 3
 
 def retry_delay_ms(failed_attempt: int, levels_ms: tuple[int, ...]) -> int:
     """How long after its ``failed_attempt``-th delivery (1: the first) a message is retried."""
@@ -184,10 +193,14 @@ class MemberCore:
         max_attempts: int = 16,
         retry_levels_ms: tuple[int, ...] = tuple(map(parse_duration_ms, DEFAULT_RETRY_LEVELS)),
         ack_timeout_ms: int = 30_000,
+        share: bool = False,
     ) -> None:
         self.topic = topic
+        self.share = share
+        # share mode: (entry, ACCEPT | RELEASE | REJECT) for the shell to acknowledge
+        self.settled: list[tuple[Entry, int]] = []
         self.retry_topic = retry_topic
-        self.ordered = ordering == "partition"
+        self.ordered = ordering == "partition" and not share
         self.tags = frozenset(tags) if tags else None
         self.max_attempts = max_attempts
         self.retry_levels_ms = retry_levels_ms
@@ -211,6 +224,9 @@ class MemberCore:
     def add(self, records: Iterable[Any], wall_ms: int) -> None:
         """Take records (ConsumerRecord-like: topic, partition, offset, timestamp, key,
         value, headers) read from the stream's topic or the retry topic."""
+        if self.share:
+            self._add_shared(records)
+            return
         tags = self.tags
         progress = self.progress
         for r in records:
@@ -242,6 +258,31 @@ class MemberCore:
             entry = Entry(source, r.offset, r.partition, r.offset, r.timestamp, 1, r.value,
                           r.key, headers)
             self._ready(entry, front=False, any_=not self.ordered)
+
+    def _add_shared(self, records: Iterable[Any]) -> None:
+        tags = self.tags
+        for r in records:
+            count = r.delivery_count or 1
+            if r.topic == self.retry_topic:
+                # Replayed from the DLQ (databus dlq replay): due at once, its attempt
+                # counted on from the copy's.
+                entry = self._retry_entry(r, (r.topic, r.partition))
+                if entry is None:
+                    self.settled.append((Entry((r.topic, r.partition), r.offset, r.partition,
+                                               r.offset, r.timestamp, count, None, None, ()),
+                                         REJECT))
+                    continue
+                entry.attempt += count - 1
+            else:
+                entry = Entry((r.topic, r.partition), r.offset, r.partition, r.offset,
+                              r.timestamp, count, r.value, r.key, r.headers)
+            if tags is not None:
+                tag = header(r.headers, TAG_HEADER) if r.headers else None
+                if tag is None or tag.decode(errors="replace") not in tags:
+                    self.settled.append((entry, ACCEPT))  # not for this group: done with it
+                    self.filtered += 1
+                    continue
+            self._ready(entry, front=False, any_=True)
 
     def _retry_entry(self, r: Any, source: tuple[str, int]) -> Entry | None:
         meta = {k: v for k, v in r.headers if k in INTERNAL_HEADERS}
@@ -401,7 +442,10 @@ class MemberCore:
             entry = pop(id_, None)
             if entry is not None:
                 self._unown(entry)
-                self._finish(entry)
+                if self.share:
+                    self.settled.append((entry, ACCEPT))
+                else:
+                    self._finish(entry)
                 n += 1
         return n
 
@@ -417,24 +461,41 @@ class MemberCore:
             entry = sub.inflight.pop(id_, None)
             if entry is not None:
                 self._unown(entry)
-                copies.append(self._fail(entry, delay_ms, reason or "nacked", wall_ms))
+                copy = self._fail(entry, delay_ms, reason or "nacked", wall_ms)
+                if copy is not None:
+                    copies.append(copy)
         return copies
 
-    def _fail(self, entry: Entry, delay_ms: int | None, reason: str, wall_ms: int) -> Copy:
+    def _fail(self, entry: Entry, delay_ms: int | None, reason: str,
+              wall_ms: int) -> Copy | None:
         if entry.attempt >= self.max_attempts:
             return Copy(entry, True, 0, reason)
+        if self.share:
+            # The broker redelivers a released record at once (KIP-932 has no delay).
+            self.settled.append((entry, RELEASE))
+            return None
         if delay_ms is None:
             delay_ms = retry_delay_ms(entry.attempt, self.retry_levels_ms)
         return Copy(entry, False, wall_ms + delay_ms, reason)
 
     def copied(self, entry: Entry) -> None:
         """The retry or DLQ copy of ``entry`` is in the cluster: the original is done."""
-        self._finish(entry)
+        if self.share:
+            self.settled.append((entry, REJECT))
+        else:
+            self._finish(entry)
 
     def copy_failed(self, entry: Entry) -> None:
         """Writing the copy failed: deliver the original again (same attempt)."""
-        if self.progress.get(entry.source) is not None:
+        if self.share:
+            self.settled.append((entry, RELEASE))
+        elif self.progress.get(entry.source) is not None:
             self._ready(entry, front=True, any_=True)
+
+    def take_settled(self) -> list[tuple[Entry, int]]:
+        """Share mode: the settlements to acknowledge to the broker, oldest first."""
+        settled, self.settled = self.settled, []
+        return settled
 
     def _finish(self, entry: Entry) -> None:
         prog = self.progress.get(entry.source)
@@ -456,10 +517,12 @@ class MemberCore:
             for id_ in expired:
                 entry = sub.inflight.pop(id_)
                 self._unown(entry)
-                copies.append(self._fail(
+                copy = self._fail(
                     entry, None, f"ack timeout (ack.timeout.ms={int(self.ack_timeout * 1000)})",
                     wall_ms,
-                ))
+                )
+                if copy is not None:
+                    copies.append(copy)
         return copies
 
     def _promote(self, wall_ms: int) -> None:

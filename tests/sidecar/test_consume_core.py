@@ -10,12 +10,15 @@ from hypothesis import strategies as st
 
 from databus.config import parse_duration_ms
 from databus.sidecar.consume_core import (
+    ACCEPT,
     H_ATTEMPT,
     H_DUE,
     H_OFFSET,
     H_PARTITION,
     H_REASON,
     H_TOPIC,
+    REJECT,
+    RELEASE,
     MemberCore,
     Progress,
     retry_delay_ms,
@@ -242,3 +245,37 @@ def test_retry_levels_and_durations():
     levels = tuple(map(parse_duration_ms, ["1s", "5s", "2m", "250ms", 40]))
     assert levels == (1000, 5000, 120_000, 250, 40)
     assert [retry_delay_ms(n, levels) for n in (1, 2, 3, 9)] == [1000, 5000, 120_000, 40]
+
+
+class ShareRec(NamedTuple):
+    topic: str
+    partition: int
+    offset: int
+    delivery_count: int
+    timestamp: int = 1000
+    key: bytes | None = None
+    value: bytes | None = b"v"
+    headers: tuple = ()
+
+
+def test_share_mode_settles_with_accept_release_reject_and_copies_the_last_attempt():
+    c = core(ordering="none", share=True, tags=("paid",))
+    c.subscribe("a", 100)
+    c.subscribe("b", 100)
+    paid = (("databus-tag", b"paid"),)
+    c.add([ShareRec("t", 0, 0, 1, headers=paid), ShareRec("t", 0, 1, 3, headers=paid),
+           ShareRec("t", 0, 2, 1, headers=paid), ShareRec("t", 0, 3, 1)], 0)
+    assert [(e.offset, kind) for e, kind in c.take_settled()] == [(3, ACCEPT)]  # filtered
+    c.fetch("a", 1, 1, 500, 0.0)
+    c.fetch("b", 2, 1, 500, 0.0)
+    got = dict(c.serve(0.0, 0))
+    assert [e.offset for e in got["a"]] == [0] and [e.offset for e in got["b"]] == [1, 2]
+    assert [e.attempt for e in got["b"]] == [3, 1]  # the delivery count is the attempt
+    c.ack("a", [got["a"][0].delivery_id])
+    assert c.nack("b", [(got["b"][1].delivery_id, 60_000, "later")], 0) == []
+    [dead] = c.nack("b", [(got["b"][0].delivery_id, None, "poison")], 0)
+    assert dead.dead and dead.reason == "poison"
+    assert [(e.offset, kind) for e, kind in c.take_settled()] == [(0, ACCEPT), (2, RELEASE)]
+    c.copied(dead.entry)
+    assert [(e.offset, kind) for e, kind in c.take_settled()] == [(1, REJECT)]
+    assert c.committable() == {}  # the broker keeps the state, not offsets
