@@ -122,7 +122,8 @@ class Subscription:
         self._closed = False
         self._retry_at = 0.0
         self.on_arrival: Callable[[], Any] | None = None  # AsyncClient's wake-up
-        self.received = 0
+        self.received = 0  # messages received, ever
+        self.fetches = 0  # long polls sent, ever
 
     # --- the app's side ----------------------------------------------------------------------
 
@@ -217,6 +218,7 @@ class Subscription:
                 room = self.max_in_flight - self._held
                 if room > 0 and (room * 4 >= self.max_in_flight or not self._buffer):
                     self._fetching = room
+                    self.fetches += 1
                     out.append(wire.fetch(self.id, room, self._max_wait_ms, self._min_bytes))
         return out
 

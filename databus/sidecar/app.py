@@ -37,7 +37,7 @@ from databus.startup import StartupError, make_dirs, open_tcp_listeners, reason
 
 from .budget import ByteBudget
 from .config_diff import RELOADABLE_SIDECAR, diff_configs
-from .consume import ConsumeService
+from .consume import ConsumeCollector, ConsumeService
 from .gate import ReloadGate
 from .ingress import Connection
 from .metrics import SidecarMetrics
@@ -98,6 +98,7 @@ class Sidecar:
         self._conn_ids = 0
         self.mirrors = None  # the MirrorSupervisor, once serving
         self.consume = ConsumeService(self)  # apps' subscriptions: one member per (stream, group)
+        self.metrics.registry.register(ConsumeCollector(self.consume))
         # Consumer-side plugins (databus.sinks): their own supervisor task in the root nursery.
         self.sinks = SinkSupervisor(
             self.pm, self.bootstrap_map, stop_timeout=config.sidecar.shutdown_timeout_ms / 1000

@@ -292,10 +292,9 @@ class Member:
 
 async def _create_topics(admin: Admin, like: str, names: list[str]) -> None:
     """Create ``names`` (if missing) with as many partitions as topic ``like``."""
-    try:
-        partitions = len(await admin.cluster.wait_for_topic(like, 10.0))
-    except KafkaError:
-        partitions = -1  # not there yet: the broker's num.partitions
+    await admin.cluster.refresh_metadata([like])
+    found = admin.cluster.partitions_for(like)
+    partitions = len(found) if found else -1  # not there yet: the broker's num.partitions
     result = await admin.create_topics({name: partitions for name in names})
     for error in result.values():
         if error is not None and not isinstance(error, errors.TopicAlreadyExistsError):
@@ -532,3 +531,48 @@ class ConsumeService:
         with trio.move_on_after(timeout):
             for member in members:
                 await member.done.wait()
+
+
+class ConsumeCollector:
+    """/metrics for subscriptions: one series per (stream, group) member of this sidecar."""
+
+    GAUGES = (
+        ("databus_sidecar_consume_subscribers", "apps subscribed", lambda m: len(m.subs)),
+        ("databus_sidecar_consume_pending", "messages read and waiting for an app",
+         lambda m: m.core.pending),
+        ("databus_sidecar_consume_pending_bytes", "key + value bytes of the pending messages",
+         lambda m: m.core.pending_bytes),
+        ("databus_sidecar_consume_in_flight", "messages handed to apps, not acked or nacked",
+         lambda m: m.core.in_flight),
+    )
+    COUNTERS = (
+        ("databus_sidecar_consume_delivered", "messages handed to apps (redeliveries too)",
+         lambda m: m.core.delivered),
+        ("databus_sidecar_consume_acked", "messages acked", lambda m: m.core.acked),
+        ("databus_sidecar_consume_nacked", "nacks and ack timeouts", lambda m: m.core.nacked),
+        ("databus_sidecar_consume_filtered", "messages skipped by the tag filter",
+         lambda m: m.core.filtered),
+        ("databus_sidecar_consume_dead_lettered", "messages written to the group's DLQ",
+         lambda m: m.dead_lettered),
+    )
+
+    def __init__(self, service: ConsumeService) -> None:
+        self.service = service
+
+    def describe(self):
+        return []
+
+    def collect(self):
+        from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+
+        members = list(self.service.members.values())
+        for name, doc, get in self.GAUGES:
+            family = GaugeMetricFamily(name, doc, labels=["stream", "group"])
+            for m in members:
+                family.add_metric([m.stream, m.group], get(m))
+            yield family
+        for name, doc, get in self.COUNTERS:
+            family = CounterMetricFamily(name, doc, labels=["stream", "group"])
+            for m in members:
+                family.add_metric([m.stream, m.group], get(m))
+            yield family

@@ -218,6 +218,9 @@ class MemberCore:
         self._deadlines: deque[tuple[float, Subscriber, int]] = deque()
         self._committed: dict[tuple[str, int], int] = {}
         self.filtered = 0  # messages skipped by the tag filter
+        self.delivered = 0  # handed to apps (redeliveries included)
+        self.acked = 0
+        self.nacked = 0  # nacks and ack timeouts
 
     # --- records in ------------------------------------------------------------------------
 
@@ -382,6 +385,7 @@ class MemberCore:
             size += entry.size
         sub.next_id = next_id
         deadlines.append((deadline, sub, next_id))
+        self.delivered += len(taken)
         self.pending -= len(taken)
         self.pending_bytes -= size
         return taken
@@ -447,6 +451,7 @@ class MemberCore:
                 else:
                     self._finish(entry)
                 n += 1
+        self.acked += n
         return n
 
     def nack(self, key: Hashable, items: Iterable[tuple[int, int | None, str | None]],
@@ -468,6 +473,7 @@ class MemberCore:
 
     def _fail(self, entry: Entry, delay_ms: int | None, reason: str,
               wall_ms: int) -> Copy | None:
+        self.nacked += 1
         if entry.attempt >= self.max_attempts:
             return Copy(entry, True, 0, reason)
         if self.share:
