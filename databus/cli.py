@@ -41,6 +41,7 @@ BENCHMARKS: dict[str, tuple[str, str]] = {
     "client-consume": ("databus.bench.client_consume", "our consumer's throughput beside librdkafka's, same broker"),
     "sdk": ("databus.bench.sdk", "the SDK's own CPU per message, against a stand-in sidecar"),
     "sidecar": ("databus.bench.sidecar", "SDK -> sidecar -> broker: records/s, p50/p99 latency, beside librdkafka"),
+    "consume-sdk": ("databus.bench.consume_sdk", "broker -> sidecar -> SDK with an ack per message, beside librdkafka"),
     "parquet": ("databus.bench.parquet", "records/s of JSON records exported to Parquet by the sinks runtime"),
     "records": ("databus.bench.records", "RecordBatch v2 encode/decode cost per record"),
     "storage": ("databus.bench.storage", "log append (with/without group-commit fsync) and read throughput"),

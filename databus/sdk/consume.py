@@ -50,9 +50,13 @@ class Message:
     def __init__(self, sub: Subscription, epoch: int, item: list) -> None:
         self._sub = sub
         self._epoch = epoch
+        self.delivery_id = item[0]
+        self.partition = item[1]
+        self.offset = item[2]
+        self.timestamp = item[3]
+        self.attempt = item[4]
+        self.value = item[5]
         n = len(item)
-        (self.delivery_id, self.partition, self.offset, self.timestamp, self.attempt,
-         self.value) = item[:6]
         self.key = item[6] if n > 6 else None
         self.headers = [tuple(h) for h in item[7]] if n > 7 and item[7] else []
         self._settled = False
@@ -112,9 +116,14 @@ class Subscription:
         self._lock = threading.Lock()
         self._cond = threading.Condition(self._lock)
         self._buffer: collections.deque[Message] = collections.deque()
-        self._held = 0  # received on this connection, not yet acked or nacked
-        self._acks: list[int] = []
-        self._nacks: list[list] = []
+        # Received on this connection and not yet settled as far as the I/O thread knows
+        # (it counts the settlements it sends): only the I/O thread writes it.
+        self._held = 0
+        # Settlements to send.  The app's threads append, the I/O thread pops: both atomic
+        # on a deque, so acking takes no lock (it is done once per message).
+        self._acks: collections.deque[int] = collections.deque()
+        self._nacks: collections.deque[list] = collections.deque()
+        self._poked = False  # the I/O thread was asked to look since it last drained
         self._fetching = 0  # max_messages of the long poll open at the sidecar (0: none)
         self._epoch = -1  # the connection this subscription is subscribed on
         self._answered = threading.Event()
@@ -130,6 +139,10 @@ class Subscription:
     def poll(self, timeout: float | None = None) -> Message | None:
         """The next message, waiting up to ``timeout`` seconds (None: for ever); None if
         none came.  Raises the subscription's error if the sidecar ended it."""
+        try:
+            return self._buffer.popleft()  # the common case: no lock, no waiting
+        except IndexError:
+            pass
         with self._cond:
             if not self._buffer:
                 deadline = None if timeout is None else time.monotonic() + timeout
@@ -172,16 +185,15 @@ class Subscription:
         return self._held
 
     def _settle(self, message: Message, nack: list | None) -> None:
-        with self._lock:
-            if message._epoch != self._epoch:
-                return  # from a lost connection: the sidecar redelivers it anyway
-            self._held -= 1
-            if nack is None:
-                self._acks.append(message.delivery_id)
-            else:
-                self._nacks.append(nack)
-            first = len(self._acks) + len(self._nacks) == 1
-        if first:
+        if message._epoch != self._epoch:
+            return  # from a lost connection: the sidecar redelivers it anyway
+        if nack is None:
+            self._acks.append(message.delivery_id)
+        else:
+            self._nacks.append(nack)
+        # The I/O thread clears _poked before it drains: an ack it missed sees False here.
+        if not self._poked:
+            self._poked = True
             self._client._poke()
 
     def _retrying(self) -> bool:
@@ -202,18 +214,19 @@ class Subscription:
                 self._epoch = epoch
                 self._buffer.clear()
                 self._held = 0
-                self._acks, self._nacks = [], []
+                self._acks.clear()
+                self._nacks.clear()
                 self._fetching = 0
                 return [wire.subscribe(self.id, self.stream, self.group, self.tags,
                                        self.max_in_flight)]
             if self.topic is None and not self._answered.is_set():
                 return out  # subscribed not answered yet
-            if self._acks:
-                out.append(wire.ack(self.id, self._acks))
-                self._acks = []
-            if self._nacks:
-                out.append(wire.nack(self.id, self._nacks))
-                self._nacks = []
+            self._poked = False
+            for queue, frame in ((self._acks, wire.ack), (self._nacks, wire.nack)):
+                if queue:
+                    taken = [queue.popleft() for _ in range(len(queue))]
+                    self._held -= len(taken)
+                    out.append(frame(self.id, taken))
             if not self._fetching and self._error is None:
                 room = self.max_in_flight - self._held
                 if room > 0 and (room * 4 >= self.max_in_flight or not self._buffer):

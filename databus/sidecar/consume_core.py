@@ -40,6 +40,7 @@ import heapq
 import math
 from collections import deque
 from collections.abc import Hashable, Iterable
+from itertools import repeat
 from typing import Any, NamedTuple
 
 from databus.config import DEFAULT_RETRY_LEVELS, parse_duration_ms
@@ -106,7 +107,7 @@ class Entry:
 
     __slots__ = (
         "source", "offset", "partition", "origin_offset", "timestamp", "attempt", "value",
-        "key", "headers", "size", "due", "owner", "delivery_id", "deadline",
+        "key", "headers", "size", "due", "delivery_id",
     )
 
     def __init__(self, source, offset, partition, origin_offset, timestamp, attempt, value,
@@ -122,9 +123,7 @@ class Entry:
         self.headers = headers
         self.size = (len(value) if value else 0) + (len(key) if key else 0)
         self.due = due
-        self.owner = None
         self.delivery_id = 0
-        self.deadline = 0.0
 
     def wire(self) -> list[Any]:
         """The consumed-message array for the socket (sidecar_wire.consumed_array's shape)."""
@@ -230,6 +229,8 @@ class MemberCore:
         if self.share:
             self._add_shared(records)
             return
+        if self.tags is None:
+            records = self._add_plain(records)
         tags = self.tags
         progress = self.progress
         for r in records:
@@ -261,6 +262,44 @@ class MemberCore:
             entry = Entry(source, r.offset, r.partition, r.offset, r.timestamp, 1, r.value,
                           r.key, headers)
             self._ready(entry, front=False, any_=not self.ordered)
+
+    def _add_plain(self, records: Iterable[Any]) -> list[Any]:
+        """The hot path of ``add``: runs of the stream topic's records of one partition,
+        taken a run at a time; returns the records left for the general path (retries)."""
+        rest = []
+        run: list[Any] = []
+        topic = self.topic
+        for r in records:
+            if r.topic != topic:
+                rest.append(r)
+            elif run and r.partition != run[0].partition:
+                self._add_run(run)
+                run = [r]
+            else:
+                run.append(r)
+        if run:
+            self._add_run(run)
+        return rest
+
+    def _add_run(self, run: list[Any]) -> None:
+        first = run[0]
+        source = (first.topic, first.partition)
+        prog = self.progress.get(source)
+        if prog is None:
+            prog = self.progress[source] = Progress()
+        prog.outstanding.extend([r.offset for r in run])
+        prog.next = run[-1].offset + 1
+        entries = [Entry(source, r.offset, r.partition, r.offset, r.timestamp, 1, r.value,
+                         r.key, r.headers) for r in run]
+        if self.ordered:
+            queue = self.ready.get(first.partition)
+            if queue is None:
+                queue = self.ready[first.partition] = deque()
+        else:
+            queue = self.ready_any
+        queue.extend(entries)
+        self.pending += len(entries)
+        self.pending_bytes += sum([e.size for e in entries])
 
     def _add_shared(self, records: Iterable[Any]) -> None:
         tags = self.tags
@@ -379,8 +418,6 @@ class MemberCore:
         for entry in taken:
             next_id += 1
             entry.delivery_id = next_id
-            entry.owner = sub
-            entry.deadline = deadline
             inflight[next_id] = entry
             size += entry.size
         sub.next_id = next_id
@@ -429,7 +466,6 @@ class MemberCore:
         if self.ordered and entry.source[0] == self.topic:
             left = self.owner_inflight.get(entry.partition, 0) - 1
             self.owner_inflight[entry.partition] = max(left, 0)
-        entry.owner = None
 
     # --- acks and nacks --------------------------------------------------------------------
 
@@ -441,18 +477,29 @@ class MemberCore:
         if sub is None:
             return 0
         pop = sub.inflight.pop
-        n = 0
-        for id_ in ids:
-            entry = pop(id_, None)
-            if entry is not None:
-                self._unown(entry)
-                if self.share:
-                    self.settled.append((entry, ACCEPT))
-                else:
-                    self._finish(entry)
-                n += 1
-        self.acked += n
-        return n
+        entries = [e for e in map(pop, ids, repeat(None)) if e is not None]
+        if self.share:
+            self.settled += [(e, ACCEPT) for e in entries]
+        else:
+            topic = self.topic
+            progress = self.progress
+            owned: dict[int, int] = {}
+            prog = last = None
+            for e in entries:
+                source = e.source
+                if source is not last:
+                    last = source
+                    prog = progress.get(source)
+                if source[0] == topic:
+                    owned[e.partition] = owned.get(e.partition, 0) + 1
+                if prog is not None:  # else revoked meanwhile: read again by the new owner
+                    prog.finish(e.offset)
+            if self.ordered:
+                owner_inflight = self.owner_inflight
+                for partition, n in owned.items():
+                    owner_inflight[partition] = max(owner_inflight.get(partition, 0) - n, 0)
+        self.acked += len(entries)
+        return len(entries)
 
     def nack(self, key: Hashable, items: Iterable[tuple[int, int | None, str | None]],
              wall_ms: int) -> list[Copy]:
