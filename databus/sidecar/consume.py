@@ -89,6 +89,7 @@ class Member:
         self._stop = trio.Event()
         self._source: Any = None  # the Consumer (or ShareConsumer) reading for this member
         self._commit_interval = 1.0
+        self._retries_paused = False
         self._producer: Producer | None = None
         self._nursery: trio.Nursery | None = None
         self._max_pending = 0
@@ -198,10 +199,13 @@ class Member:
         consumer = self._source
         core = self.core
         while True:
-            if core.pending >= self._max_pending:
+            # Retries waiting for their due time are bounded apart (by pausing the retry
+            # topic), so that they never stop the stream's own messages from being read.
+            if core.pending - len(core.delayed) >= self._max_pending:
                 await self._room.wait()
                 self._room = trio.Event()
                 continue
+            self._pace_retries()
             try:
                 records = await consumer.poll(1.0)
             except KafkaError as exc:
@@ -213,6 +217,20 @@ class Member:
             if records:
                 core.add(records, int(time.time() * 1000))
                 self._wake.set()
+
+    def _pace_retries(self) -> None:
+        """Pause the retry topic while ``max_pending`` retries wait for their due time;
+        resume it when half of them went out."""
+        if self.SHARE:
+            return
+        waiting = len(self.core.delayed)
+        retry = [tp for tp in self._source.assignment() if tp[0] == self.core.retry_topic]
+        if waiting >= self._max_pending:  # again each time: a rebalance may bring new ones
+            self._source.pause(*retry)
+            self._retries_paused = True
+        elif waiting < self._max_pending // 2 and self._retries_paused:
+            self._source.resume(*retry)
+            self._retries_paused = False
 
     async def _dispatch_loop(self) -> None:
         core = self.core
@@ -227,7 +245,7 @@ class Member:
                     session, sub_id = target
                     session.send_frame(wire.messages(sub_id, [e.wire() for e in entries]))
             self._after_dispatch()
-            if core.pending < self._max_pending:
+            if core.pending - len(core.delayed) < self._max_pending:
                 self._room.set()
             wait = core.next_wakeup(now, wall_ms)
             with trio.move_on_after(math.inf if wait is None else wait):

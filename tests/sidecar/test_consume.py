@@ -52,9 +52,13 @@ class SidecarProcess:
             stdout=self.log, stderr=subprocess.STDOUT,
         )
         metrics = re.compile(r"metrics\s+http://(\S+?)/metrics")
-        wait_for(lambda: metrics.search(self.text()) or self.process.poll() is not None,
-                 f"sidecar {name} started")
-        assert self.process.poll() is None, self.text()
+        try:
+            wait_for(lambda: metrics.search(self.text()) or self.process.poll() is not None,
+                     f"sidecar {name} started")
+            assert self.process.poll() is None, self.text()
+        except BaseException:
+            self.close()
+            raise
         self.metrics = metrics.search(self.text()).group(1)
 
     def text(self) -> str:
@@ -124,12 +128,15 @@ def test_three_apps_two_sidecars_each_message_once_then_at_least_once_through_ki
     }}}
     options = {"num.partitions": 4, "group.initial.rebalance.delay.ms": 0}
     with BrokerProcess(tmp_path / "broker", options) as broker:
-        a = SidecarProcess(tmp_path, "a", sock_dir, broker.bootstrap, streams)
-        b = SidecarProcess(tmp_path, "b", sock_dir, broker.bootstrap, streams)
         (tmp_path / "app.py").write_text(APP)
         outs = [tmp_path / f"app{i}.out" for i in range(3)]
-        apps = []
+        apps: list = []
+        sidecars: list = []
         try:
+            a = SidecarProcess(tmp_path, "a", sock_dir, broker.bootstrap, streams)
+            sidecars.append(a)
+            b = SidecarProcess(tmp_path, "b", sock_dir, broker.bootstrap, streams)
+            sidecars.append(b)
             with Client(a.socket) as client:
                 client.send("work", b"create").result(30)  # the topic, 4 partitions
             for out, sidecar in zip(outs, (a, a, b)):
@@ -176,8 +183,8 @@ def test_three_apps_two_sidecars_each_message_once_then_at_least_once_through_ki
             for app in apps:
                 app.kill()
                 app.wait()
-            a.close()
-            b.close()
+            for sidecar in sidecars:
+                sidecar.close()
 
 
 @pytest.fixture(scope="module")

@@ -39,6 +39,19 @@ GOLDEN_FRAMES = {
     "ping": wire.ping(4),
     "pong": wire.pong(4),
     "error": wire.error(1003, "frame too large"),
+    "subscribe": wire.subscribe(1, "orders", "billing", ["paid"], 100),
+    "subscribed": wire.subscribed(1, topic="orders", ordering="partition"),
+    "subscribed-error": wire.subscribed(2, 1008, "group 'billing' already consumes 'clicks'"),
+    "fetch": wire.fetch(1, 100, 500, 1),
+    "messages": wire.messages(1, [
+        wire.consumed_array(1, 3, 1041, 1700000000000, 1, b'{"id":7}', b"c-42"),
+        wire.consumed_array(2, 3, 1042, 1700000000001, 2, b"x", None,
+                            [["databus-tag", b"paid"]]),
+    ]),
+    "ack": wire.ack(1, [1, 2]),
+    "nack": wire.nack(1, [[3, 5000, "db down"], [4, None, None]]),
+    "unsubscribe": wire.unsubscribe(1),
+    "unsubscribed": wire.unsubscribed(1),
 }
 
 
