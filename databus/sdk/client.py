@@ -226,7 +226,6 @@ class Client:
         self.reconnects = 0
         self._epoch = 0  # counts connections: a subscription subscribes again on a new one
         self._subs: dict[int, Subscription] = {}
-        self._control: list[dict] = []  # frames of consuming to send (unsubscribe)
         self._open()
         self._wake_r, self._wake_w = socket.socketpair()
         self._wake_r.setblocking(False)
@@ -418,10 +417,13 @@ class Client:
         self._wake()
 
     def _subscription_closed(self, sub: Subscription, tell_sidecar: bool = True) -> None:
+        """Its last acks and nacks, then unsubscribe, go out in order with what is queued
+        (so a flush after close() is answered after the sidecar has them)."""
         with self._lock:
             self._subs.pop(sub.id, None)
             if tell_sidecar and sub._epoch == self._epoch:
-                self._control.append(wire.unsubscribe(sub.id))
+                frames = [*sub._settlement_frames(), wire.unsubscribe(sub.id)]
+                self._queue += [("frame", frame) for frame in frames]
         self._poke()
 
     def flush(self, timeout: float | None = None) -> None:
@@ -455,6 +457,8 @@ class Client:
         without a report fail with SidecarUnavailableError."""
         if self._closed:
             return
+        for sub in list(self._subs.values()):
+            sub.close()  # its acks reach the sidecar before the flush below is answered
         try:
             if self._failure is None:
                 self.flush(timeout)
@@ -595,7 +599,7 @@ class Client:
                     # The queue's bytes count against max_buffer_bytes until its last
                     # frame is on the socket.
                     written_marks.append((position, payload))
-                if self._subs or self._control:
+                if self._subs:
                     position = self._consume_frames(out, position)
                 if out:
                     try:
@@ -626,10 +630,7 @@ class Client:
 
     def _consume_frames(self, out: bytearray, position: int) -> int:
         with self._lock:
-            control, self._control = self._control, []
             subs = list(self._subs.values())
-        for frame in control:
-            position += wire.append_frame(out, frame)
         epoch, now = self._epoch, time.monotonic()
         for sub in subs:
             for frame in sub._frames(epoch, now):
@@ -638,12 +639,14 @@ class Client:
 
     def _encode(self, queue: list, out: bytearray, position: int) -> int:
         """Append ``queue`` to ``out`` as frames: runs of messages as produce frames (up to
-        MAX_MESSAGES_PER_FRAME each), flush markers as flush frames."""
+        MAX_MESSAGES_PER_FRAME each), flush markers as flush frames, ("frame", frame)
+        markers as that frame."""
         run_start = 0
         for i, item in enumerate(queue):
-            if type(item[0]) is not int:  # a ("flush", id) marker
+            if type(item[0]) is not int:  # a ("flush", id) or ("frame", frame) marker
                 position = self._append_produce(out, queue, run_start, i, position)
-                position += wire.append_frame(out, wire.flush(item[1]))
+                frame = wire.flush(item[1]) if item[0] == "flush" else item[1]
+                position += wire.append_frame(out, frame)
                 run_start = i + 1
         return self._append_produce(out, queue, run_start, len(queue), position)
 

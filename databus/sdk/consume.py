@@ -140,9 +140,15 @@ class Subscription:
         """The next message, waiting up to ``timeout`` seconds (None: for ever); None if
         none came.  Raises the subscription's error if the sidecar ended it."""
         try:
-            return self._buffer.popleft()  # the common case: no lock, no waiting
+            message = self._buffer.popleft()  # the common case: no lock, no waiting
         except IndexError:
             pass
+        else:
+            if not self._buffer and not self._fetching:
+                # An app that holds messages without acking them yet: its next poll
+                # needs a fetch now that the buffer is empty.
+                self._client._poke()
+            return message
         with self._cond:
             if not self._buffer:
                 deadline = None if timeout is None else time.monotonic() + timeout
@@ -164,7 +170,8 @@ class Subscription:
                 yield message
 
     def close(self) -> None:
-        """Unsubscribe: messages held and not acked are redelivered by the sidecar."""
+        """Unsubscribe (after sending the acks and nacks given so far): messages held and not
+        acked are redelivered by the sidecar."""
         if self._closed:
             return
         with self._cond:
@@ -172,6 +179,16 @@ class Subscription:
             self._buffer.clear()
             self._cond.notify_all()
         self._client._subscription_closed(self)
+
+    def _settlement_frames(self) -> list[dict]:
+        """The acks and nacks not sent yet, as frames (the client holds its lock)."""
+        out = []
+        for queue, frame in ((self._acks, wire.ack), (self._nacks, wire.nack)):
+            if queue:
+                taken = [queue.popleft() for _ in range(len(queue))]
+                self._held -= len(taken)
+                out.append(frame(self.id, taken))
+        return out
 
     def __enter__(self) -> Subscription:
         return self
@@ -222,11 +239,7 @@ class Subscription:
             if self.topic is None and not self._answered.is_set():
                 return out  # subscribed not answered yet
             self._poked = False
-            for queue, frame in ((self._acks, wire.ack), (self._nacks, wire.nack)):
-                if queue:
-                    taken = [queue.popleft() for _ in range(len(queue))]
-                    self._held -= len(taken)
-                    out.append(frame(self.id, taken))
+            out += self._settlement_frames()
             if not self._fetching and self._error is None:
                 room = self.max_in_flight - self._held
                 if room > 0 and (room * 4 >= self.max_in_flight or not self._buffer):

@@ -42,6 +42,8 @@ from .consume_core import Copy, MemberCore
 log = logging.getLogger("databus.sidecar.consume")
 
 PENDING_FACTOR = 4  # records waiting in the sidecar per member: up to 4 * max.poll.records
+# While the apps are slow, how often the member polls (paused) to stay in its group.
+FULL_POLL_S = 1.0
 RESOURCE_GROUP = 32  # IncrementalAlterConfigs' resource type of a group (KIP-848/932)
 
 
@@ -90,6 +92,7 @@ class Member:
         self._source: Any = None  # the Consumer (or ShareConsumer) reading for this member
         self._commit_interval = 1.0
         self._retries_paused = False
+        self._stream_paused = False
         self._producer: Producer | None = None
         self._nursery: trio.Nursery | None = None
         self._max_pending = 0
@@ -103,6 +106,10 @@ class Member:
 
     def stop(self) -> None:
         self._stop.set()
+
+    @property
+    def stopping(self) -> bool:
+        return self._stop.is_set()
 
     def add_subscriber(self, key: Hashable, session: Any, sub_id: int, window: int) -> None:
         self.subs[key] = (session, sub_id)
@@ -196,27 +203,48 @@ class Member:
         self.subs.clear()
 
     async def _poll_loop(self) -> None:
-        consumer = self._source
         core = self.core
         while True:
             # Retries waiting for their due time are bounded apart (by pausing the retry
             # topic), so that they never stop the stream's own messages from being read.
             if core.pending - len(core.delayed) >= self._max_pending:
-                await self._room.wait()
+                with trio.move_on_after(FULL_POLL_S):
+                    await self._room.wait()
                 self._room = trio.Event()
-                continue
-            self._pace_retries()
-            try:
-                records = await consumer.poll(1.0)
-            except KafkaError as exc:
-                if not exc.retriable:
-                    raise
-                log.warning("group %r: poll failed: %s", self.group, exc)
-                await trio.sleep(1.0)
-                continue
+                if core.pending - len(core.delayed) < self._max_pending or self.SHARE:
+                    continue  # (a share member's liveness is its heartbeat alone)
+                # Still full (the apps are slow): poll the stream's partitions paused, so
+                # that this member stays in the group (max.poll.interval.ms) and reads
+                # nothing more.
+                self._pause_stream(True)
+                records = await self._poll(0)
+            else:
+                self._pause_stream(False)
+                self._pace_retries()
+                records = await self._poll(1.0)
             if records:
                 core.add(records, int(time.time() * 1000))
                 self._wake.set()
+
+    async def _poll(self, timeout: float) -> list:
+        try:
+            return await self._source.poll(timeout)
+        except KafkaError as exc:
+            if not exc.retriable:
+                raise
+            log.warning("group %r: poll failed: %s", self.group, exc)
+            await trio.sleep(1.0)
+            return []
+
+    def _pause_stream(self, pause: bool) -> None:
+        if self.SHARE or (not pause and not self._stream_paused):
+            return
+        stream = [tp for tp in self._source.assignment() if tp[0] == self.topic]
+        if pause:  # again each time: a rebalance may have brought new partitions
+            self._source.pause(*stream)
+        else:
+            self._source.resume(*stream)
+        self._stream_paused = pause
 
     def _pace_retries(self) -> None:
         """Pause the retry topic while ``max_pending`` retries wait for their due time;
@@ -231,6 +259,7 @@ class Member:
         elif waiting < self._max_pending // 2 and self._retries_paused:
             self._source.resume(*retry)
             self._retries_paused = False
+        self._stream_paused = False
 
     async def _dispatch_loop(self) -> None:
         core = self.core
@@ -452,6 +481,11 @@ class ConsumeService:
                     "a group consumes one stream (use another group name)",
                 )
         member = self.members.get((stream, group))
+        if member is not None and member.stopping:
+            # The last app just left: let it commit and leave the group first, so that
+            # the new member starts where the old one's acks got to.
+            await member.done.wait()
+            member = self.members.get((stream, group))
         if member is None:
             if self._nursery is None or self.sidecar.stopping:
                 raise SubscribeError(ErrorCode.SHUTTING_DOWN, "the sidecar is stopping")
