@@ -78,6 +78,12 @@ def consume_sdk(bootstrap: str, topic: str, args) -> tuple[float, dict]:
     return elapsed, cpu
 
 
+def _used(cpu: ProcessCpu, before: float | None) -> float | None:
+    """CPU seconds since ``before`` (None for a broker this run did not start)."""
+    now = cpu.seconds()
+    return None if now is None or before is None else now - before
+
+
 def run(args) -> int:
     missing = librdkafka_missing()
     baseline = None
@@ -89,11 +95,11 @@ def run(args) -> int:
             before = broker_cpu.seconds()
             theirs = consume_all(bootstrap, topic, args.partitions, args.records)
             baseline = Result("librdkafka consume() from the broker", args.records, theirs,
-                              args.record_size, broker_cpu.seconds() - before)
+                              args.record_size, _used(broker_cpu, before))
         before = broker_cpu.seconds()
         ours, cpu = consume_sdk(bootstrap, topic, args)
         mine = Result("SDK subscribe() + ack() through the sidecar", args.records, ours,
-                      args.record_size, broker_cpu.seconds() - before)
+                      args.record_size, _used(broker_cpu, before))
     print_ratios(
         f"databus bench consume-sdk: {args.records:,} x {args.record_size} B, "
         f"{args.partitions} partitions, window {args.window}",
