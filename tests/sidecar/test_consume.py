@@ -126,10 +126,11 @@ def test_three_apps_two_sidecars_each_message_once_then_at_least_once_through_ki
     # max.poll.interval.ms is also the group's rebalance timeout: a sidecar killed while a
     # rebalance waits for it holds the group up to that long (as in Kafka).
     streams = {"work": {"topic": "work", "consumer": {
-        "session.timeout.ms": 6000, "heartbeat.interval.ms": 500, "fetch.max.wait.ms": 100,
+        "session.timeout.ms": 4000, "heartbeat.interval.ms": 400, "fetch.max.wait.ms": 100,
         "max.poll.interval.ms": 10000,
     }}}
-    options = {"num.partitions": 4, "group.initial.rebalance.delay.ms": 0}
+    options = {"num.partitions": 4, "group.initial.rebalance.delay.ms": 0,
+               "group.min.session.timeout.ms": 1000}
     with BrokerProcess(tmp_path / "broker", options) as broker:
         (tmp_path / "app.py").write_text(APP)
         outs = [tmp_path / f"app{i}.out" for i in range(3)]
