@@ -102,37 +102,39 @@ class Progress:
 
 class Entry:
     """One message between being read and being done.  ``source``/``offset`` say where it
-    was read (the stream's topic or the retry topic: what progress tracks); ``partition``
-    and ``origin_offset`` are the stream's, as the app sees them."""
+    was read (the stream's topic or the retry topic: what progress tracks); ``rec`` is the
+    record as the app sees it (for a retry: the original's partition and offset, the app's
+    own headers).  Made once per message read, so it stores little and reads ``rec``
+    lazily."""
 
-    __slots__ = (
-        "source", "offset", "partition", "origin_offset", "timestamp", "attempt", "value",
-        "key", "headers", "size", "due", "delivery_id",
-    )
+    __slots__ = ("source", "offset", "rec", "attempt", "size", "due", "delivery_id")
 
-    def __init__(self, source, offset, partition, origin_offset, timestamp, attempt, value,
-                 key, headers, due=0) -> None:
+    def __init__(self, source: tuple[str, int], offset: int, rec: Any, attempt: int,
+                 due: int = 0) -> None:
         self.source = source
         self.offset = offset
-        self.partition = partition
-        self.origin_offset = origin_offset
-        self.timestamp = timestamp
+        self.rec = rec
         self.attempt = attempt
-        self.value = value
-        self.key = key
-        self.headers = headers
+        value, key = rec.value, rec.key
         self.size = (len(value) if value else 0) + (len(key) if key else 0)
         self.due = due
         self.delivery_id = 0
 
+    partition = property(lambda self: self.rec.partition)
+    origin_offset = property(lambda self: self.rec.offset)
+    timestamp = property(lambda self: self.rec.timestamp)
+    value = property(lambda self: self.rec.value)
+    key = property(lambda self: self.rec.key)
+    headers = property(lambda self: self.rec.headers)
+
     def wire(self) -> list[Any]:
         """The consumed-message array for the socket (sidecar_wire.consumed_array's shape)."""
-        fields = [self.delivery_id, self.partition, self.origin_offset, self.timestamp,
-                  self.attempt, self.value]
-        if self.headers:
-            fields += [self.key, [list(h) for h in self.headers]]
-        elif self.key is not None:
-            fields.append(self.key)
+        r = self.rec
+        fields = [self.delivery_id, r.partition, r.offset, r.timestamp, self.attempt, r.value]
+        if r.headers:
+            fields += [r.key, [list(h) for h in r.headers]]
+        elif r.key is not None:
+            fields.append(r.key)
         return fields
 
 
@@ -259,8 +261,7 @@ class MemberCore:
                     continue
                 self._ready(entry, front=False, any_=True)
                 continue
-            entry = Entry(source, r.offset, r.partition, r.offset, r.timestamp, 1, r.value,
-                          r.key, headers)
+            entry = Entry(source, r.offset, r, 1)
             self._ready(entry, front=False, any_=not self.ordered)
 
     def _add_plain(self, records: Iterable[Any]) -> list[Any]:
@@ -289,8 +290,7 @@ class MemberCore:
             prog = self.progress[source] = Progress()
         prog.outstanding.extend([r.offset for r in run])
         prog.next = run[-1].offset + 1
-        entries = [Entry(source, r.offset, r.partition, r.offset, r.timestamp, 1, r.value,
-                         r.key, r.headers) for r in run]
+        entries = [Entry(source, r.offset, r, 1) for r in run]
         if self.ordered:
             queue = self.ready.get(first.partition)
             if queue is None:
@@ -310,14 +310,12 @@ class MemberCore:
                 # counted on from the copy's.
                 entry = self._retry_entry(r, (r.topic, r.partition))
                 if entry is None:
-                    self.settled.append((Entry((r.topic, r.partition), r.offset, r.partition,
-                                               r.offset, r.timestamp, count, None, None, ()),
+                    self.settled.append((Entry((r.topic, r.partition), r.offset, r, count),
                                          REJECT))
                     continue
                 entry.attempt += count - 1
             else:
-                entry = Entry((r.topic, r.partition), r.offset, r.partition, r.offset,
-                              r.timestamp, count, r.value, r.key, r.headers)
+                entry = Entry((r.topic, r.partition), r.offset, r, count)
             if tags is not None:
                 tag = header(r.headers, TAG_HEADER) if r.headers else None
                 if tag is None or tag.decode(errors="replace") not in tags:
@@ -338,8 +336,8 @@ class MemberCore:
         except (KeyError, ValueError):
             return None  # not written by a sidecar: nothing to deliver it as
         own = tuple(h for h in r.headers if h[0] not in INTERNAL_HEADERS)
-        return Entry(source, r.offset, partition, offset, r.timestamp, attempt, r.value, r.key,
-                     own, due)
+        return Entry(source, r.offset, r._replace(partition=partition, offset=offset,
+                                                  headers=own), attempt, due)
 
     def _ready(self, entry: Entry, front: bool, any_: bool) -> None:
         if any_:
