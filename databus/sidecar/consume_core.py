@@ -87,14 +87,18 @@ class Progress:
         self.next = offset + 1
 
     def finish(self, offset: int) -> None:
+        self.finish_many((offset,))
+
+    def finish_many(self, offsets: Iterable[int]) -> None:
         out = self.outstanding
-        if out and out[0] == offset:
-            out.popleft()
-            done = self.done
-            while out and out[0] in done:
-                done.remove(out.popleft())
-        else:
-            self.done.add(offset)
+        done = self.done
+        for offset in offsets:
+            if out and out[0] == offset:  # the usual case: acked in order
+                out.popleft()
+                while out and out[0] in done:
+                    done.remove(out.popleft())
+            else:
+                done.add(offset)
 
     def committable(self) -> int | None:
         return self.outstanding[0] if self.outstanding else self.next
@@ -480,18 +484,23 @@ class MemberCore:
             self.settled += [(e, ACCEPT) for e in entries]
         else:
             topic = self.topic
-            progress = self.progress
             owned: dict[int, int] = {}
-            prog = last = None
+            done: dict[tuple[str, int], list[int]] = {}
+            offsets = last = None
             for e in entries:
                 source = e.source
                 if source is not last:
                     last = source
-                    prog = progress.get(source)
-                if source[0] == topic:
-                    owned[e.partition] = owned.get(e.partition, 0) + 1
-                if prog is not None:  # else revoked meanwhile: read again by the new owner
-                    prog.finish(e.offset)
+                    offsets = done.get(source)
+                    if offsets is None:
+                        offsets = done[source] = []
+                offsets.append(e.offset)
+                if source[0] == topic:  # (the stream's partition is where it was read)
+                    owned[source[1]] = owned.get(source[1], 0) + 1
+            for source, offsets in done.items():
+                prog = self.progress.get(source)
+                if prog is not None:  # else revoked meanwhile: the new owner reads it again
+                    prog.finish_many(offsets)
             if self.ordered:
                 owner_inflight = self.owner_inflight
                 for partition, n in owned.items():
