@@ -15,6 +15,9 @@ Losing the sidecar (a restart, a crash) fails every message without a report wit
 SidecarUnavailableError (its outcome is unknown: it may have been delivered), and sends fail
 at once while it is away; the I/O thread reconnects with backoff, and the same Client works
 again once the sidecar is back (``reconnects`` counts how often).
+
+Consuming: ``subscribe(stream, group)`` returns a Subscription (databus/sdk/consume.py); the
+same I/O thread keeps its long poll open and sends its acks and nacks (protocol version 3).
 """
 
 from __future__ import annotations

@@ -393,12 +393,18 @@ class ShareMember(Member):
         reset = str(self.kafka.get("auto.offset.reset", "earliest"))
         if reset in ("earliest", "latest"):
             try:
-                await admin.cluster.request(None, ApiKey.INCREMENTAL_ALTER_CONFIGS, {
-                    "resources": [{"resource_type": RESOURCE_GROUP, "resource_name": self.group,
-                                   "configs": [{"name": "share.auto.offset.reset",
-                                                "config_operation": 0, "value": reset}]}],
-                    "validate_only": False,
-                })
+                response = await admin.cluster.request(
+                    None, ApiKey.INCREMENTAL_ALTER_CONFIGS, {
+                        "resources": [{
+                            "resource_type": RESOURCE_GROUP, "resource_name": self.group,
+                            "configs": [{"name": "share.auto.offset.reset",
+                                         "config_operation": 0, "value": reset}],
+                        }],
+                        "validate_only": False,
+                    })
+                (result,) = response.responses
+                if int(result.error_code):
+                    raise errors.from_code(result.error_code, result.error_message or "")
             except KafkaError as exc:
                 log.warning("share group %r: cannot set share.auto.offset.reset: %s",
                             self.group, exc)
