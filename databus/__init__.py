@@ -17,10 +17,10 @@ so that ``databus --help`` and the broker do not pay for the SDK, nor apps for p
 from .version import __version__
 
 _SDK_NAMES = {
-    "AsyncClient", "Client", "ClientStatistics", "Delivery", "DeliveryFuture", "DatabusError",
+    "AsyncClient", "AsyncSubscription", "Client", "Message", "Subscription", "ClientStatistics", "Delivery", "DeliveryFuture", "DatabusError",
     "BufferExhaustedError",
     "DeliveryError", "MessageTooLargeError", "PluginFailedError", "ProtocolError",
-    "ShuttingDownError", "SidecarUnavailableError", "UnknownStreamError",
+    "ShuttingDownError", "SidecarUnavailableError", "SubscriptionError", "UnknownStreamError",
 }
 
 __all__ = ["__version__", "hookimpl", *sorted(_SDK_NAMES)]

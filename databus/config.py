@@ -216,6 +216,81 @@ class ClusterConfig(BaseModel):
         return dict(self.model_extra or {})
 
 
+# --- consuming through the sidecar ---------------------------------------------------------
+
+# RocketMQ's delay levels (messageDelayLevel): the Nth failed delivery of a message is
+# retried after the Nth level (the last one repeats).
+DEFAULT_RETRY_LEVELS = "1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h".split()
+_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d)?\s*$")
+_UNIT_MS = {"ms": 1, "s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000, None: 1}
+
+
+def parse_duration_ms(value: Any) -> int:
+    """``"1s"``, ``"5m"``, ``"2h"``, ``"250ms"`` or a number of ms -> ms."""
+    if isinstance(value, bool):
+        raise ValueError(f"not a duration: {value!r}")
+    if isinstance(value, (int, float)):
+        if value < 0:
+            raise ValueError(f"a duration cannot be negative: {value!r}")
+        return int(value)
+    match = _DURATION.match(str(value))
+    if not match:
+        raise ValueError(f"not a duration: {value!r} (write e.g. 500ms, 1s, 5m, 2h)")
+    return int(float(match.group(1)) * _UNIT_MS[match.group(2)])
+
+
+# Consumer keys the sidecar sets itself for a subscription's group member.
+RESERVED_STREAM_CONSUMER_KEYS = ("group.id", "enable.auto.commit", "bootstrap.servers")
+# Where a group member's defaults differ from Kafka's consumer: start at the beginning of a
+# topic the group never read (a message sent before the first subscriber is not lost), and
+# commit every second (what a crash redelivers is what was not committed).
+STREAM_CONSUMER_DEFAULTS = {"auto.offset.reset": "earliest", "auto.commit.interval.ms": 1000}
+
+
+class ConsumeSettings(_Model):
+    """How the sidecar consumes a stream for its subscribers: under a stream's or the
+    top-level `consumer:`, beside Kafka consumer keys."""
+
+    max_attempts: int = Field(
+        16,
+        alias="max.attempts",
+        ge=1,
+        description="Deliveries of a message before a nack (or ack timeout) sends it to the "
+        "group's dead-letter topic `GROUP.dlq` instead of the retry topic `GROUP.retry`.",
+    )
+    ack_timeout_ms: int = Field(
+        30000,
+        alias="ack.timeout.ms",
+        gt=0,
+        description="A message handed to an app and neither acked nor nacked within this "
+        "time counts as nacked (reason `ack timeout`).",
+    )
+    retry_levels: list[str | int] = Field(
+        default_factory=lambda: list(DEFAULT_RETRY_LEVELS),
+        alias="retry.levels",
+        min_length=1,
+        description="Redelivery delays: the Nth failed delivery of a message is retried "
+        "after the Nth level (the last one repeats). Default RocketMQ's levels, "
+        "`1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h`.",
+    )
+
+    @field_validator("retry_levels")
+    @classmethod
+    def _levels(cls, v: list[str | int]) -> list[str | int]:
+        for level in v:
+            parse_duration_ms(level)
+        return v
+
+    @property
+    def retry_levels_ms(self) -> tuple[int, ...]:
+        return tuple(parse_duration_ms(level) for level in self.retry_levels)
+
+
+CONSUME_SETTINGS_KEYS = tuple(
+    field.alias or name for name, field in ConsumeSettings.model_fields.items()
+)
+
+
 class StreamConfig(BaseModel):
     """A stream: a logical name apps send to, mapped to a cluster and a topic, with producer
     keys overriding the ``producer:`` defaults for this stream."""
@@ -229,6 +304,17 @@ class StreamConfig(BaseModel):
     )
     topic: str | None = Field(
         None, description="Topic to write; default: the stream's name."
+    )
+    ordering: Literal["partition", "none"] = Field(
+        "partition",
+        description="For subscribers (docs/consuming.md): `partition` hands each partition "
+        "to one app of a group at a time, in order; `none` is queue mode: any app of the "
+        "group gets any message (a share group where the cluster serves them).",
+    )
+    consumer: dict[str, Any] = Field(
+        default_factory=dict,
+        description="For subscribers: Kafka consumer keys and `max.attempts`, "
+        "`ack.timeout.ms`, `retry.levels`, overriding the top-level `consumer:`.",
     )
 
     @property
@@ -659,6 +745,12 @@ class DatabusConfig(_Model):
         description="Producer defaults for every stream (Kafka keys, see the producer "
         "section), plus `partitioner` (a partitioner plugin's name) and `partitioner.config`.",
     )
+    consumer: dict[str, Any] = Field(
+        default_factory=dict,
+        description="Defaults for consuming any stream through the sidecar: Kafka consumer "
+        "keys (default `auto.offset.reset: earliest`, `auto.commit.interval.ms: 1000`) and "
+        "`max.attempts`, `ack.timeout.ms`, `retry.levels` (below).",
+    )
     streams: dict[str, StreamConfig] = Field(
         default_factory=dict, description="Stream name -> cluster, topic and overrides."
     )
@@ -713,6 +805,11 @@ class DatabusConfig(_Model):
             for name in self.streams:
                 try:
                     self.stream_producer_settings(name)
+                except ConfigError as exc:
+                    problems.append(str(exc))
+            for name in [None, *self.streams]:
+                try:
+                    self.stream_consumer_settings(name)
                 except ConfigError as exc:
                     problems.append(str(exc))
         if self.broker.options:
@@ -835,6 +932,37 @@ class DatabusConfig(_Model):
             where = f"stream {stream!r}" if stream else "default_route"
             raise ConfigError(f"{where}: {exc}") from None
         return merged
+
+    def stream_consumer_settings(self, stream: str | None):
+        """(ConsumeSettings, the client's ConsumerConfig without group.id) for subscribers
+        of ``stream`` (None: the top-level defaults alone); top-level < stream keys."""
+        from databus.client import ConsumerConfig
+        from databus.client import errors as client_errors
+
+        merged = {**STREAM_CONSUMER_DEFAULTS, **self.consumer}
+        if stream is not None and stream in self.streams:
+            merged.update(self.streams[stream].consumer)
+        where = f"stream {stream!r}: consumer" if stream in self.streams else "consumer"
+        reserved = [k for k in merged if k in RESERVED_STREAM_CONSUMER_KEYS]
+        if reserved:
+            raise ConfigError(
+                f"{where}: {', '.join(reserved)} cannot be set (the group is the one an app "
+                "names in subscribe(); the sidecar commits and knows the cluster)"
+            )
+        ours = {k: v for k, v in merged.items() if k in CONSUME_SETTINGS_KEYS}
+        kafka = {k: v for k, v in merged.items() if k not in CONSUME_SETTINGS_KEYS}
+        try:
+            settings = ConsumeSettings.model_validate(ours)
+        except ValidationError as exc:
+            raise ConfigError(f"{where}: {_format_validation(exc)}") from None
+        try:
+            ConsumerConfig.from_kafka(kafka)  # validated here, built by the member
+        except client_errors.ConfigError as exc:
+            raise ConfigError(f"{where}: {exc}") from None
+        return settings, kafka
+
+    def stream_ordering(self, stream: str) -> str:
+        return self.streams[stream].ordering if stream in self.streams else "partition"
 
     @staticmethod
     def producer_config(settings: Mapping[str, Any]):

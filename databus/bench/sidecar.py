@@ -53,8 +53,9 @@ def add_arguments(parser) -> None:
 
 
 @contextlib.contextmanager
-def sidecar_process(root: str, bootstrap: str, args):
-    """A ``databus sidecar`` child process; yields (its socket path, its pid)."""
+def sidecar_process(root: str, bootstrap: str, args, **sections):
+    """A ``databus sidecar`` child process; yields (its socket path, its pid).
+    ``sections``: more of sidecar.yaml (``streams=...``, ``consumer=...``)."""
     import yaml
 
     socket_path = os.path.join(root, "bench.sock")
@@ -66,6 +67,7 @@ def sidecar_process(root: str, bootstrap: str, args):
             "producer": {"acks": args.acks, "linger.ms": args.linger_ms,
                          "batch.size": 262144},
             "default_route": {"topic": "{stream}"},
+            **sections,
         }, f)
     log = open(os.path.join(root, "sidecar.log"), "wb")
     process = subprocess.Popen(

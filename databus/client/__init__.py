@@ -2,8 +2,9 @@
 
 It speaks the Kafka protocol (databus.protocol) to any Kafka cluster, not only databus's
 broker.  Modules: connection (one broker connection, pipelined), cluster (metadata and
-connections), accumulator + sender + producer, fetcher + group + consumer, assignors/,
-partitioners, admin, sync (blocking facades), config (Kafka's settings), errors.
+connections), accumulator + sender + producer, fetcher + group + consumer, share +
+share_consumer (share groups, KIP-932), assignors/, partitioners, admin, sync (blocking
+facades), config (Kafka's settings), errors.
 
 The names below are the client's public surface: console tools, the sidecar's users and
 plugins import from ``databus.client``, never from its modules (tests/test_layering.py).
@@ -13,16 +14,25 @@ from ..protocol.types import TopicPartition
 from . import errors
 from .admin import Admin
 from .cluster import Cluster
-from .config import AdminConfig, ConsumerConfig, ProducerConfig, parse_overrides
+from .config import (
+    AdminConfig,
+    ConsumerConfig,
+    ProducerConfig,
+    ShareConsumerConfig,
+    parse_overrides,
+)
 from .consumer import Consumer, ConsumerRecord, ConsumerStatistics
 from .errors import KafkaError
 from .offsets import EARLIEST, LATEST, list_offsets
 from .producer import DeliveryFuture, Producer, ProducerStatistics, RecordMetadata
+from .share import AcknowledgeType
+from .share_consumer import ShareConsumer
 from .sync import SyncAdmin, SyncConsumer, SyncProducer
 
 __all__ = [
     "EARLIEST",
     "LATEST",
+    "AcknowledgeType",
     "Admin",
     "AdminConfig",
     "Cluster",
@@ -36,6 +46,8 @@ __all__ = [
     "ProducerConfig",
     "ProducerStatistics",
     "RecordMetadata",
+    "ShareConsumer",
+    "ShareConsumerConfig",
     "SyncAdmin",
     "SyncConsumer",
     "SyncProducer",

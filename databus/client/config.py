@@ -4,6 +4,7 @@ Build them from the dotted keys every Kafka user knows::
 
     ProducerConfig.from_kafka({"linger.ms": 5, "compression.type": "lz4", "acks": "all"})
     ConsumerConfig.from_kafka({"group.id": "g", "auto.offset.reset": "earliest"})
+    ShareConsumerConfig.from_kafka({"group.id": "g", "share.acknowledgement.mode": "explicit"})
 
 Attributes use the Python spelling (``cfg.linger_ms``).  An unknown key or an invalid value
 raises ConfigError naming the key.  Defaults are the Java client's (Kafka 3.x/4.x), except
@@ -208,6 +209,28 @@ class ConsumerConfig(_KafkaConfig):
                 f"session.timeout.ms ({self.session_timeout_ms})"
             )
         return self
+
+
+class ShareConsumerConfig(_KafkaConfig):
+    """Share consumer settings (KIP-932; Java's KafkaShareConsumer and librdkafka's share
+    consumer).  Membership timing (heartbeat interval, session timeout), the lock duration
+    and ``share.auto.offset.reset`` are group configs set on the broker, not here."""
+
+    group_id: str = Field(alias="group.id", min_length=1)
+    share_acknowledgement_mode: Literal["implicit", "explicit"] = Field(
+        "implicit", alias="share.acknowledgement.mode"
+    )
+    fetch_min_bytes: int = Field(1, alias="fetch.min.bytes", ge=0)
+    fetch_max_bytes: int = Field(52428800, alias="fetch.max.bytes", gt=0)
+    fetch_max_wait_ms: int = Field(500, alias="fetch.max.wait.ms", ge=0)
+    max_poll_records: int = Field(500, alias="max.poll.records", gt=0)
+    check_crcs: bool = Field(True, alias="check.crcs")
+    client_rack: str = Field("", alias="client.rack")
+
+    @field_validator("share_acknowledgement_mode", mode="before")
+    @classmethod
+    def _mode(cls, v: Any) -> Any:
+        return v.strip().lower() if isinstance(v, str) else v
 
 
 class AdminConfig(_KafkaConfig):

@@ -68,6 +68,11 @@ CLIENT_VERSIONS: dict[int, tuple[int, int]] = {
     ApiKey.DELETE_GROUPS: (0, 2),
     ApiKey.INCREMENTAL_ALTER_CONFIGS: (0, 1),
     ApiKey.DESCRIBE_LOG_DIRS: (1, 4),
+    # Share groups (KIP-932): v1 is what Kafka 4.1+ serves (v0 was 4.0's early access);
+    # v2 adds RENEW and acquire modes, not spoken here.
+    ApiKey.SHARE_GROUP_HEARTBEAT: (1, 1),
+    ApiKey.SHARE_FETCH: (1, 1),
+    ApiKey.SHARE_ACKNOWLEDGE: (1, 1),
 }
 
 # Opens the byte stream to a broker: ``await open_stream(host, port)``.

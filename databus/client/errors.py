@@ -129,6 +129,13 @@ class ConsumerClosedError(KafkaError):
     name = "CONSUMER_CLOSED"
 
 
+class IllegalStateError(KafkaError):
+    """A call that the client's state does not allow (Java's IllegalStateException): e.g.
+    acknowledging, in explicit mode, a record the share consumer did not hand out."""
+
+    name = "ILLEGAL_STATE"
+
+
 class ConfigError(KafkaError, ValueError):
     """An unknown configuration key or an invalid value; the message names the key."""
 

@@ -60,6 +60,9 @@ class ConsumerRecord(NamedTuple):
     key: bytes | None
     value: bytes | None
     headers: tuple[tuple[str, bytes | None], ...]
+    # Share consumers (KIP-932): how many times the record has been delivered, this time
+    # included (Kafka's ``deliveryCount()``); None from a classic consumer.
+    delivery_count: int | None = None
 
 
 @dataclass
@@ -104,13 +107,13 @@ def decode_fetched(
         _, records = decode_records(data, pos, verify_crc=check_crcs)
         ts_type = h.timestamp_type
         # Per record: one tuple built directly (Record is (offset, timestamp, key, value,
-        # headers)); the NamedTuple constructor would cost as much again.
+        # headers); delivery_count None); the NamedTuple constructor would cost as much again.
         new, cls = tuple.__new__, ConsumerRecord
         if h.base_offset >= fetch_offset:
-            out += [new(cls, (topic, partition, r[0], r[1], ts_type, r[2], r[3], r[4])) for r in records]
+            out += [new(cls, (topic, partition, r[0], r[1], ts_type, r[2], r[3], r[4], None)) for r in records]
         else:  # the first batch: skip the records before the fetch offset
             out += [
-                new(cls, (topic, partition, r[0], r[1], ts_type, r[2], r[3], r[4]))
+                new(cls, (topic, partition, r[0], r[1], ts_type, r[2], r[3], r[4], None))
                 for r in records if r[0] >= fetch_offset
             ]
     return out, next_offset

@@ -67,38 +67,15 @@ async def call_listener(callback: Callable | None, partitions: list[TopicPartiti
         log.exception("rebalance listener %r failed", callback)
 
 
-class GroupMember:
-    def __init__(
-        self,
-        cluster: Cluster,
-        config: ConsumerConfig,
-        subscriptions: SubscriptionState,
-        *,
-        on_assigned: Callable | None = None,
-        on_revoked: Callable | None = None,
-        before_revoke: Callable | None = None,
-    ) -> None:
-        self.cluster = cluster
-        self.config = config
-        self.group_id = config.group_id
-        self.subscriptions = subscriptions
-        self.assignors = [ASSIGNORS[name]() for name in config.partition_assignment_strategy]
-        self.on_assigned = on_assigned
-        self.on_revoked = on_revoked
-        self.before_revoke = before_revoke  # the consumer's auto-commit
-        self.member_id = ""
-        self.generation_id = -1
-        self.protocol: str | None = None
-        self.leader_id: str | None = None
-        self.coordinator: int | None = None
-        self.needs_rejoin = True
-        self.joined = trio.Event()
-        self.assigned_counts: dict[str, int] = {}  # partition counts the leader assigned from
-        self.last_error: BaseException | None = None
-        self.last_poll: float | None = None  # trio time of the consumer's last poll
-        self.last_heartbeat: float | None = None  # trio time the session was last confirmed
-        self.poll_timed_out = False
-        self._lock = trio.Lock()
+class CoordinatorClient:
+    """The group coordinator of ``self.group_id`` (FindCoordinator), reached over a connection
+    of its own (node id ``COORDINATOR_NODE_BASE - broker id``); shared by the classic group
+    member and the share-group member (share_consumer.py).  Needs ``self.cluster``,
+    ``self.group_id`` and ``self.coordinator`` (None until found)."""
+
+    cluster: Cluster
+    group_id: str
+    coordinator: int | None
 
     # -- coordinator ---------------------------------------------------------------------
 
@@ -133,6 +110,40 @@ class GroupMember:
         except _COORDINATOR_ERRORS as exc:
             self.coordinator_dead(exc)
             raise
+
+
+class GroupMember(CoordinatorClient):
+    def __init__(
+        self,
+        cluster: Cluster,
+        config: ConsumerConfig,
+        subscriptions: SubscriptionState,
+        *,
+        on_assigned: Callable | None = None,
+        on_revoked: Callable | None = None,
+        before_revoke: Callable | None = None,
+    ) -> None:
+        self.cluster = cluster
+        self.config = config
+        self.group_id = config.group_id
+        self.subscriptions = subscriptions
+        self.assignors = [ASSIGNORS[name]() for name in config.partition_assignment_strategy]
+        self.on_assigned = on_assigned
+        self.on_revoked = on_revoked
+        self.before_revoke = before_revoke  # the consumer's auto-commit
+        self.member_id = ""
+        self.generation_id = -1
+        self.protocol: str | None = None
+        self.leader_id: str | None = None
+        self.coordinator: int | None = None
+        self.needs_rejoin = True
+        self.joined = trio.Event()
+        self.assigned_counts: dict[str, int] = {}  # partition counts the leader assigned from
+        self.last_error: BaseException | None = None
+        self.last_poll: float | None = None  # trio time of the consumer's last poll
+        self.last_heartbeat: float | None = None  # trio time the session was last confirmed
+        self.poll_timed_out = False
+        self._lock = trio.Lock()
 
     # -- membership ----------------------------------------------------------------------
 

@@ -17,6 +17,12 @@ Version 2 adds *group reports*: one report item answering many messages, ``[ids,
 partition, first_offset, timestamp(s)]`` or ``[ids, code, message]``, where ``ids`` is an
 array of message ids.  The sidecar produces them a batch at a time, so a report costs per
 batch, not per message.  A version 1 connection gets them expanded (``expand_report``).
+
+Version 3 adds consuming: ``subscribe`` (answered by ``subscribed``), ``fetch`` (a long poll,
+answered by exactly one ``messages`` frame), ``ack``, ``nack`` and ``unsubscribe`` (answered
+by ``unsubscribed``, which the sidecar also sends by itself when it ends a subscription).
+Each consumed message is ``[delivery_id, partition, offset, timestamp, attempt, value, key,
+headers]`` with trailing nils omittable; acks and nacks name messages by delivery id.
 """
 
 from __future__ import annotations
@@ -32,8 +38,9 @@ import msgpack
 DEFAULT_SOCKET = "/tmp/databus/databus.sock"
 SOCKET_ENV = "DATABUS_SOCKET"
 
-PROTOCOL_VERSION = 2
-SUPPORTED_VERSIONS = frozenset({1, 2})
+PROTOCOL_VERSION = 3
+SUPPORTED_VERSIONS = frozenset({1, 2, 3})
+CONSUME_VERSION = 3  # the first version with subscribe/fetch/ack/nack
 DEFAULT_MAX_FRAME_BYTES = 16 * 1024 * 1024
 LENGTH_PREFIX = struct.Struct(">I")
 
@@ -64,6 +71,8 @@ class ErrorCode(enum.IntEnum):
     PLUGIN_ERROR = 1005
     SHUTTING_DOWN = 1006
     INVALID_MESSAGE = 1007
+    INVALID_SUBSCRIPTION = 1008
+    UNKNOWN_SUBSCRIPTION = 1009
 
 
 def error_name(code: int) -> str:
@@ -234,6 +243,77 @@ def error(code: int, message: str) -> dict[str, Any]:
     return {"type": "error", "code": int(code), "message": message}
 
 
+# --- consuming (version 3) ----------------------------------------------------------------
+
+# The header a message's tag travels in (``send(..., tag=...)``; ``subscribe(tags=...)``
+# filters on it in the sidecar).
+TAG_HEADER = "databus-tag"
+
+
+def subscribe(
+    id: int, stream: str, group: str, tags: list[str] | None = None, max_in_flight: int = 1000
+) -> dict[str, Any]:
+    return {
+        "type": "subscribe", "id": id, "stream": stream, "group": group, "tags": tags,
+        "max_in_flight": max_in_flight,
+    }
+
+
+def subscribed(id: int, code: int = 0, message: str | None = None, topic: str | None = None,
+               ordering: str | None = None) -> dict[str, Any]:
+    """The answer to subscribe ``id``: code 0 with the stream's topic and ordering, or an
+    error code and message (the subscription does not exist then)."""
+    if code:
+        return {"type": "subscribed", "id": id, "code": int(code), "message": message}
+    return {"type": "subscribed", "id": id, "code": 0, "topic": topic, "ordering": ordering}
+
+
+def fetch(id: int, max_messages: int, max_wait_ms: int = 500, min_bytes: int = 1) -> dict[str, Any]:
+    """Long poll of subscription ``id``: answered once ``min_bytes`` of messages are ready or
+    ``max_wait_ms`` passed, with at most ``max_messages`` (Kafka's fetch.min.bytes and
+    fetch.max.wait.ms, on the socket)."""
+    return {
+        "type": "fetch", "id": id, "max_messages": max_messages, "max_wait_ms": max_wait_ms,
+        "min_bytes": min_bytes,
+    }
+
+
+def consumed_array(
+    delivery_id: int, partition: int, offset: int, timestamp: int, attempt: int,
+    value: bytes | None, key: bytes | None = None, headers: Any = None,
+) -> list[Any]:
+    """One consumed message, trailing nils dropped."""
+    if headers:
+        return [delivery_id, partition, offset, timestamp, attempt, value, key, headers]
+    if key is not None:
+        return [delivery_id, partition, offset, timestamp, attempt, value, key]
+    return [delivery_id, partition, offset, timestamp, attempt, value]
+
+
+def messages(id: int, items: list[list[Any]]) -> dict[str, Any]:
+    return {"type": "messages", "id": id, "messages": items}
+
+
+def ack(id: int, ids: list[int]) -> dict[str, Any]:
+    return {"type": "ack", "id": id, "ids": ids}
+
+
+def nack(id: int, items: list[list[Any]]) -> dict[str, Any]:
+    """``items``: ``[delivery_id, delay_ms or nil, reason or nil]`` each."""
+    return {"type": "nack", "id": id, "nacks": items}
+
+
+def unsubscribe(id: int) -> dict[str, Any]:
+    return {"type": "unsubscribe", "id": id}
+
+
+def unsubscribed(id: int, code: int = 0, message: str | None = None) -> dict[str, Any]:
+    frame: dict[str, Any] = {"type": "unsubscribed", "id": id, "code": int(code)}
+    if message is not None:
+        frame["message"] = message
+    return frame
+
+
 # --- decoding ---------------------------------------------------------------------------
 
 
@@ -395,6 +475,63 @@ def check_hello(frame: dict[str, Any]) -> int:
             f"{sorted(SUPPORTED_VERSIONS)})",
         )
     return version
+
+
+def _malformed(kind: str, what: str) -> WireError:
+    return WireError(ErrorCode.MALFORMED_FRAME, f"{kind} frame: {what}")
+
+
+def parse_subscribe(frame: dict[str, Any]) -> tuple[int, str, str, tuple[str, ...] | None, int]:
+    """(id, stream, group, tags or None, max_in_flight) of a subscribe frame."""
+    id_ = frame_int(frame, "id")
+    stream, group, tags = frame.get("stream"), frame.get("group"), frame.get("tags")
+    if type(stream) is not str or not stream:
+        raise _malformed("subscribe", "'stream' must be a non-empty string")
+    if type(group) is not str or not group:
+        raise _malformed("subscribe", "'group' must be a non-empty string")
+    if tags is not None:
+        if type(tags) is not list or not all(type(t) is str and t for t in tags):
+            raise _malformed("subscribe", "'tags' must be an array of non-empty strings or nil")
+        tags = None if "*" in tags else tuple(sorted(set(tags)))
+    window = frame.get("max_in_flight", 1000)
+    if type(window) is not int or window < 1:
+        raise _malformed("subscribe", "'max_in_flight' must be a positive integer")
+    return id_, stream, group, tags, window
+
+
+def parse_fetch(frame: dict[str, Any]) -> tuple[int, int, int, int]:
+    """(id, max_messages, max_wait_ms, min_bytes) of a fetch frame."""
+    return (
+        frame_int(frame, "id"), frame_int(frame, "max_messages"),
+        frame_int(frame, "max_wait_ms"), frame_int(frame, "min_bytes"),
+    )
+
+
+def parse_ack(frame: dict[str, Any]) -> tuple[int, list[int]]:
+    ids = frame.get("ids")
+    if type(ids) is not list or not all(type(i) is int for i in ids):
+        raise _malformed("ack", "'ids' must be an array of delivery ids")
+    return frame_int(frame, "id"), ids
+
+
+def parse_nack(frame: dict[str, Any]) -> tuple[int, list[tuple[int, int | None, str | None]]]:
+    items = frame.get("nacks")
+    if type(items) is not list:
+        raise _malformed("nack", "'nacks' must be an array")
+    out = []
+    for item in items:
+        if (
+            type(item) is not list or not 1 <= len(item) <= 3 or type(item[0]) is not int
+        ):
+            raise _malformed("nack", "each nack is [delivery_id, delay_ms or nil, reason or nil]")
+        delay = item[1] if len(item) > 1 else None
+        reason = item[2] if len(item) > 2 else None
+        if delay is not None and (type(delay) is not int or delay < 0):
+            raise _malformed("nack", "delay_ms must be a non-negative integer or nil")
+        if reason is not None and type(reason) is not str:
+            raise _malformed("nack", "reason must be a string or nil")
+        out.append((item[0], delay, reason))
+    return frame_int(frame, "id"), out
 
 
 def _bad(index: int, what: str) -> WireError:

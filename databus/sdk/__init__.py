@@ -5,6 +5,7 @@ docs/sidecar-protocol.md for the wire format it speaks.
 """
 
 from .client import Client, ClientStatistics, Delivery, DeliveryFuture
+from .consume import Message, Subscription
 from .errors import (
     BufferExhaustedError,
     DatabusError,
@@ -14,21 +15,22 @@ from .errors import (
     ProtocolError,
     ShuttingDownError,
     SidecarUnavailableError,
+    SubscriptionError,
     UnknownStreamError,
 )
 
 __all__ = [
-    "AsyncClient", "Client", "ClientStatistics", "Delivery", "DeliveryFuture", "DatabusError",
+    "AsyncClient", "AsyncSubscription", "Client", "Message", "Subscription", "ClientStatistics", "Delivery", "DeliveryFuture", "DatabusError",
     "BufferExhaustedError",
     "DeliveryError", "MessageTooLargeError", "PluginFailedError", "ProtocolError",
-    "ShuttingDownError", "SidecarUnavailableError", "UnknownStreamError",
+    "ShuttingDownError", "SidecarUnavailableError", "SubscriptionError", "UnknownStreamError",
 ]
 
 
 def __getattr__(name: str):
     # AsyncClient pulls in asyncio: only apps that use it pay for that import.
-    if name == "AsyncClient":
-        from .aio import AsyncClient
+    if name in ("AsyncClient", "AsyncSubscription"):
+        from . import aio
 
-        return AsyncClient
+        return getattr(aio, name)
     raise AttributeError(f"module 'databus.sdk' has no attribute {name!r}")

@@ -6,6 +6,8 @@
         delivery = await client.send_and_wait("orders", b'{"id": 1}', key=b"customer-7")
         future = await client.send("clicks", b"...")     # queued; await future for the report
         await client.flush()
+        async for message in await client.subscribe("orders", "billing"):
+            message.ack()
 
 The shape is aiokafka's: ``send`` returns once the message is queued (an asyncio future for
 its Delivery), ``send_and_wait`` returns the Delivery.  Nothing blocks the event loop: when
@@ -25,6 +27,7 @@ import time
 from typing import Any
 
 from .client import Client, Delivery, DeliveryFuture
+from .consume import Message, Subscription
 from .errors import BufferExhaustedError
 
 # How often a send waiting for buffer room looks again.
@@ -65,7 +68,8 @@ class AsyncClient:
         return self._client
 
     async def send(self, stream: str, value, key=None, headers=None, partition=None,
-                   timestamp: int | None = None, *, lane: str | None = None) -> asyncio.Future:
+                   timestamp: int | None = None, *, lane: str | None = None,
+                   tag: str | None = None) -> asyncio.Future:
         """Queue a message; returns an asyncio future for its Delivery.  Waits (without
         blocking the loop) while the client's buffer is full, up to ``max_block_ms``."""
         client = self.client
@@ -73,7 +77,7 @@ class AsyncClient:
         while True:
             try:
                 queued = client.send(stream, value, key, headers, partition, timestamp,
-                                     block=False, lane=lane)
+                                     block=False, lane=lane, tag=tag)
                 break
             except BufferExhaustedError:
                 now = time.monotonic()
@@ -87,10 +91,18 @@ class AsyncClient:
         return future
 
     async def send_and_wait(self, stream: str, value, key=None, headers=None, partition=None,
-                            timestamp: int | None = None, *, lane: str | None = None
-                            ) -> Delivery:
+                            timestamp: int | None = None, *, lane: str | None = None,
+                            tag: str | None = None) -> Delivery:
         return await (await self.send(stream, value, key, headers, partition, timestamp,
-                                      lane=lane))
+                                      lane=lane, tag=tag))
+
+    async def subscribe(self, stream: str, group: str, **options: Any) -> AsyncSubscription:
+        """``Client.subscribe`` for asyncio: an AsyncSubscription (``async for``,
+        ``await poll(timeout)``); messages' ``ack()`` and ``nack()`` never block."""
+        sub = await self._loop.run_in_executor(
+            None, functools.partial(self.client.subscribe, stream, group, **options)
+        )
+        return AsyncSubscription(sub, self._loop)
 
     async def flush(self, timeout: float | None = None) -> None:
         await self._loop.run_in_executor(None, self.client.flush, timeout)
@@ -124,3 +136,60 @@ class AsyncClient:
                 future.set_exception(exc)
             else:
                 future.set_result(queued.result(0))
+
+
+class AsyncSubscription:
+    """asyncio surface of a Subscription: the I/O thread wakes the loop once per batch of
+    messages that arrives, never per message."""
+
+    def __init__(self, subscription: Subscription, loop: asyncio.AbstractEventLoop) -> None:
+        self.subscription = subscription
+        self._loop = loop
+        self._arrived = asyncio.Event()
+        subscription.on_arrival = self._on_arrival
+
+    def _on_arrival(self) -> None:
+        try:
+            self._loop.call_soon_threadsafe(self._arrived.set)
+        except RuntimeError:  # the loop is closed
+            pass
+
+    async def poll(self, timeout: float | None = None) -> Message | None:
+        """The next message, waiting up to ``timeout`` seconds (None: for ever)."""
+        sub = self.subscription
+        deadline = None if timeout is None else self._loop.time() + timeout
+        while True:
+            message = sub.poll(0)
+            if message is not None or sub._closed:
+                return message
+            self._arrived.clear()
+            message = sub.poll(0)  # one may have arrived before the clear
+            if message is not None:
+                return message
+            remaining = None if deadline is None else deadline - self._loop.time()
+            if remaining is not None and remaining <= 0:
+                return None
+            try:
+                await asyncio.wait_for(self._arrived.wait(), remaining)
+            except TimeoutError:
+                return None
+
+    def __aiter__(self) -> AsyncSubscription:
+        return self
+
+    async def __anext__(self) -> Message:
+        while True:
+            if self.subscription._closed:
+                raise StopAsyncIteration
+            message = await self.poll(1.0)
+            if message is not None:
+                return message
+
+    def close(self) -> None:
+        self.subscription.close()
+
+    async def __aenter__(self) -> AsyncSubscription:
+        return self
+
+    async def __aexit__(self, *exc_info) -> None:
+        self.close()

@@ -15,6 +15,9 @@ Losing the sidecar (a restart, a crash) fails every message without a report wit
 SidecarUnavailableError (its outcome is unknown: it may have been delivered), and sends fail
 at once while it is away; the I/O thread reconnects with backoff, and the same Client works
 again once the sidecar is back (``reconnects`` counts how often).
+
+Consuming: ``subscribe(stream, group)`` returns a Subscription (databus/sdk/consume.py); the
+same I/O thread keeps its long poll open and sends its acks and nacks (protocol version 3).
 """
 
 from __future__ import annotations
@@ -35,6 +38,12 @@ from databus.protocol import sidecar_wire as wire
 from databus.protocol.defaults import MAX_BLOCK_MS
 from databus.version import __version__
 
+from .consume import (
+    DEFAULT_FETCH_MAX_WAIT_MS,
+    DEFAULT_FETCH_MIN_BYTES,
+    DEFAULT_MAX_IN_FLIGHT,
+    Subscription,
+)
 from .errors import (
     BufferExhaustedError,
     DatabusError,
@@ -53,6 +62,8 @@ MAX_MESSAGES_PER_FRAME = 2048
 # After losing the sidecar, reconnect attempts back off from 50 ms to 1 s.
 RECONNECT_BACKOFF_MIN = 0.05
 RECONNECT_BACKOFF_MAX = 1.0
+# A subscription the sidecar ended (its group member failed) subscribes again after this.
+RESUBSCRIBE_S = 1.0
 
 
 class Delivery(NamedTuple):
@@ -230,6 +241,8 @@ class Client:
         self._max_block_override = max_block_ms
         self.lane_header = lane_header
         self.reconnects = 0
+        self._epoch = 0  # counts connections: a subscription subscribes again on a new one
+        self._subs: dict[int, Subscription] = {}
         self._open()
         self._wake_r, self._wake_w = socket.socketpair()
         self._wake_r.setblocking(False)
@@ -252,6 +265,7 @@ class Client:
             raise
         sock.setblocking(False)
         self._sock = sock
+        self._epoch += 1
         self.server = hello.get("server")
         self.max_frame_bytes = int(hello.get("max_frame_bytes", wire.DEFAULT_MAX_FRAME_BYTES))
         self.max_block_ms = (
@@ -316,6 +330,7 @@ class Client:
         *,
         block: bool = True,
         lane: str | None = None,
+        tag: str | None = None,
     ) -> DeliveryFuture:
         """Queue a message for ``stream``; returns at once with a DeliveryFuture, unless this
         client's buffer is full (then waits up to ``max_block_ms``, then raises
@@ -323,9 +338,14 @@ class Client:
         librdkafka's produce raises BufferError).  ``headers``: (str, bytes) pairs.
         ``timestamp``: ms since the epoch (default: the sidecar's clock when it accepts
         the message).  ``lane``: the swimlane (docs/lanes.md), sent as the header
-        ``lane_header`` (default ``databus-lane``)."""
+        ``lane_header`` (default ``databus-lane``).  ``tag``: a label subscribers filter on
+        (``subscribe(tags=...)``), sent as the header ``databus-tag``."""
         if lane is not None:
             headers = with_lane(headers, lane, self.lane_header)
+        if tag is not None:
+            if not isinstance(tag, str) or not tag:
+                raise TypeError("tag must be a non-empty str")
+            headers = [*(_headers(headers) or ()), [wire.TAG_HEADER, tag.encode()]]
         if type(value) is not bytes:
             value = _as_bytes(value, "value")
         if key is not None and type(key) is not bytes:
@@ -378,6 +398,55 @@ class Client:
             self._wake()
         return future
 
+    def subscribe(
+        self,
+        stream: str,
+        group: str,
+        *,
+        tags: Iterable[str] | None = None,
+        max_in_flight: int = DEFAULT_MAX_IN_FLIGHT,
+        fetch_max_wait_ms: int = DEFAULT_FETCH_MAX_WAIT_MS,
+        fetch_min_bytes: int = DEFAULT_FETCH_MIN_BYTES,
+        timeout: float | None = None,
+    ) -> Subscription:
+        """Consume ``stream`` as a member of ``group`` (see databus/sdk/consume.py and
+        docs/consuming.md): returns a Subscription, an iterator of Messages with ``ack()`` /
+        ``nack()``; ``poll(timeout)`` takes one.  ``tags``: only messages sent with one of
+        these tags.  ``max_in_flight``: messages held unacked at most.  Raises the
+        sidecar's refusal (an unknown stream, a group already consuming another stream)."""
+        if type(stream) is not str or type(group) is not str or not stream or not group:
+            raise TypeError("stream and group must be non-empty str")
+        if isinstance(tags, str):
+            tags = [tags]
+        with self._lock:
+            if self._closed or self._failure is not None:
+                raise self._failure or SidecarUnavailableError("the client is closed")
+            self._last_id = sub_id = self._last_id + 1
+            sub = Subscription(self, sub_id, stream, group, list(tags) if tags else None,
+                               max_in_flight, fetch_max_wait_ms, fetch_min_bytes)
+            self._subs[sub_id] = sub
+        self._poke()
+        sub._wait_subscribed(self._connect_timeout if timeout is None else timeout)
+        return sub
+
+    def _poke(self) -> None:
+        """Have the I/O thread look at the subscriptions (acks, nacks, polls to send)."""
+        with self._lock:
+            if self._armed:
+                return
+            self._armed = True
+        self._wake()
+
+    def _subscription_closed(self, sub: Subscription, tell_sidecar: bool = True) -> None:
+        """Its last acks and nacks, then unsubscribe, go out in order with what is queued
+        (so a flush after close() is answered after the sidecar has them)."""
+        with self._lock:
+            self._subs.pop(sub.id, None)
+            if tell_sidecar and sub._epoch == self._epoch:
+                frames = [*sub._settlement_frames(), wire.unsubscribe(sub.id)]
+                self._queue += [("frame", frame) for frame in frames]
+        self._poke()
+
     def flush(self, timeout: float | None = None) -> None:
         """Wait until every message sent before this call has its delivery report (success
         or error).  Raises TimeoutError if that takes longer than ``timeout`` seconds."""
@@ -409,6 +478,8 @@ class Client:
         without a report fail with SidecarUnavailableError."""
         if self._closed:
             return
+        for sub in list(self._subs.values()):
+            sub.close()  # its acks reach the sidecar before the flush below is answered
         try:
             if self._failure is None:
                 self.flush(timeout)
@@ -529,7 +600,9 @@ class Client:
             for frame in self._early_frames:
                 self._on_frame(frame)
             while True:
-                for key, _ in sel.select():
+                # With subscriptions, look again now and then: one ended by the sidecar
+                # subscribes again after a backoff.
+                for key, _ in sel.select(RESUBSCRIBE_S if self._subs else None):
                     if key.fileobj is self._wake_r:
                         try:
                             self._wake_r.recv(4096)
@@ -547,6 +620,8 @@ class Client:
                     # The queue's bytes count against max_buffer_bytes until its last
                     # frame is on the socket.
                     written_marks.append((position, payload))
+                if self._subs:
+                    position = self._consume_frames(out, position)
                 if out:
                     try:
                         n = self._sock.send(out)
@@ -574,14 +649,25 @@ class Client:
         finally:
             sel.close()
 
+    def _consume_frames(self, out: bytearray, position: int) -> int:
+        with self._lock:
+            subs = list(self._subs.values())
+        epoch, now = self._epoch, time.monotonic()
+        for sub in subs:
+            for frame in sub._frames(epoch, now):
+                position += wire.append_frame(out, frame)
+        return position
+
     def _encode(self, queue: list, out: bytearray, position: int) -> int:
         """Append ``queue`` to ``out`` as frames: runs of messages as produce frames (up to
-        MAX_MESSAGES_PER_FRAME each), flush markers as flush frames."""
+        MAX_MESSAGES_PER_FRAME each), flush markers as flush frames, ("frame", frame)
+        markers as that frame."""
         run_start = 0
         for i, item in enumerate(queue):
-            if type(item[0]) is not int:  # a ("flush", id) marker
+            if type(item[0]) is not int:  # a ("flush", id) or ("frame", frame) marker
                 position = self._append_produce(out, queue, run_start, i, position)
-                position += wire.append_frame(out, wire.flush(item[1]))
+                frame = wire.flush(item[1]) if item[0] == "flush" else item[1]
+                position += wire.append_frame(out, frame)
                 run_start = i + 1
         return self._append_produce(out, queue, run_start, len(queue), position)
 
@@ -641,6 +727,18 @@ class Client:
                 with self._lock:
                     self._flushed_ok.add(frame.get("id"))
                 event.set()
+        elif kind == "messages":
+            sub = self._subs.get(frame.get("id"))
+            if sub is not None:
+                sub._on_messages(frame["messages"], self._epoch)
+        elif kind == "subscribed":
+            sub = self._subs.get(frame.get("id"))
+            if sub is not None:
+                sub._on_subscribed(frame)
+        elif kind == "unsubscribed":
+            sub = self._subs.get(frame.get("id"))
+            if sub is not None:
+                sub._on_unsubscribed(frame, RESUBSCRIBE_S)
         elif kind == "error":
             raise error_for(int(frame.get("code", -1)), str(frame.get("message")))
         # pong and future frame types need nothing
@@ -699,6 +797,8 @@ class Client:
                 future._set(None, exc)
         for event in flushes.values():
             event.set()
+        for sub in list(self._subs.values()):
+            sub._lost(exc)
         with self._done_cond:
             self._done_cond.notify_all()
         with self._space:

@@ -49,6 +49,11 @@ class DeliveryError(DatabusError):
     """Upstream Kafka refused or lost the message (``code`` is Kafka's error code)."""
 
 
+class SubscriptionError(DatabusError):
+    """The sidecar refused or ended a subscription (INVALID_SUBSCRIPTION: the group consumes
+    another stream or other tags on this host; UNKNOWN_SUBSCRIPTION)."""
+
+
 class SidecarUnavailableError(DatabusError):
     """No connection to the sidecar (not running, socket missing, or connection lost)."""
 
@@ -69,6 +74,8 @@ _BY_CODE: dict[int, type[DatabusError]] = {
     ErrorCode.HELLO_REQUIRED: ProtocolError,
     ErrorCode.UNSUPPORTED_VERSION: ProtocolError,
     ErrorCode.INVALID_MESSAGE: ProtocolError,
+    ErrorCode.INVALID_SUBSCRIPTION: SubscriptionError,
+    ErrorCode.UNKNOWN_SUBSCRIPTION: SubscriptionError,
 }
 
 

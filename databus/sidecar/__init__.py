@@ -5,6 +5,7 @@ Modules: ``app`` (the root service), ``session`` (one connection's protocol, san
 from admission to its reports), ``router`` (stream -> route with plugin callables, and the
 routing decision), ``gate`` (the reload barrier), ``upstream`` (the producer pool),
 ``budget`` (buffer.memory), ``metrics`` (/metrics and /healthz), ``reload`` (SIGHUP and file
-watching), ``embedded_broker`` (the broker subprocess of ``databus up``), ``commands`` (the
-``up``, ``sidecar`` and ``plugins`` subcommands).
+watching), ``consume`` and ``consume_core`` (apps' subscriptions: the group members, and
+their sans-I/O state), ``embedded_broker`` (the broker subprocess of ``databus up``),
+``commands`` (the ``up``, ``sidecar`` and ``plugins`` subcommands).
 """

@@ -37,6 +37,7 @@ from databus.startup import StartupError, make_dirs, open_tcp_listeners, reason
 
 from .budget import ByteBudget
 from .config_diff import RELOADABLE_SIDECAR, diff_configs
+from .consume import ConsumeCollector, ConsumeService
 from .gate import ReloadGate
 from .ingress import Connection
 from .metrics import SidecarMetrics
@@ -96,6 +97,8 @@ class Sidecar:
         self._bound: _Bound | None = None
         self._conn_ids = 0
         self.mirrors = None  # the MirrorSupervisor, once serving
+        self.consume = ConsumeService(self)  # apps' subscriptions: one member per (stream, group)
+        self.metrics.registry.register(ConsumeCollector(self.consume))
         # Consumer-side plugins (databus.sinks): their own supervisor task in the root nursery.
         self.sinks = SinkSupervisor(
             self.pm, self.bootstrap_map, stop_timeout=config.sidecar.shutdown_timeout_ms / 1000
@@ -277,11 +280,13 @@ class Sidecar:
                         self.metrics,
                     )
                     await root.start(self.sinks.serve, self.sinks.prepare(self.config))
+                    self.consume.bind(root)
                     async with trio.open_nursery() as ingress:
                         self._ingress = ingress
                         await self._serve_ingress(ingress, self._bound, task_status)
                 finally:
                     with trio.CancelScope(shield=True):
+                        await self.consume.aclose(settings.shutdown_timeout_ms / 1000)
                         await self.sinks.aclose()  # flush, commit, leave the groups
                         with trio.move_on_after(settings.shutdown_timeout_ms / 1000):
                             await self.pool.close_all(
@@ -318,7 +323,7 @@ class Sidecar:
                 stream, f"conn-{self._conn_ids}",
                 max_frame_bytes=self.config.sidecar.max_frame_bytes,
                 hello_reply=self.hello_reply, budget=self.budget, gate=self.gate,
-                metrics=self.metrics, kick=self.kick_producers,
+                metrics=self.metrics, kick=self.kick_producers, consume=self.consume,
             )
             self._connections.add(conn)
             try:

@@ -22,7 +22,19 @@ import trio
 from .budget import ByteBudget
 from .dispatch import Dispatcher
 from .gate import ReloadGate
-from .session import ConnectionClosed, Flush, Ping, Produce, ProtocolError, Session
+from .session import (
+    Ack,
+    ConnectionClosed,
+    Fetch,
+    Flush,
+    Nack,
+    Ping,
+    Produce,
+    ProtocolError,
+    Session,
+    Subscribe,
+    Unsubscribe,
+)
 
 log = logging.getLogger("databus.sidecar.ingress")
 
@@ -41,11 +53,13 @@ class Connection:
         gate: ReloadGate,
         metrics: Any,
         kick: Callable[[], None] = lambda: None,
+        consume: Any = None,
     ) -> None:
         self.stream = stream
         self.name = name
         self.metrics = metrics
         self._kick = kick  # a flush waits: ask the producers to send now
+        self.consume = consume  # consume.ConsumeService: subscriptions (version 3)
         self._wake = trio.Event()
         self._reading_done = False
         self.session = Session(max_frame_bytes, hello_reply, self._wake_writer)
@@ -74,6 +88,8 @@ class Connection:
             # every other connection).
             log.exception("%s: connection failed", self.name)
         finally:
+            if self.consume is not None:
+                self.consume.connection_closed(self)  # its unacked messages go to others
             self.session.discard_output()
             metrics.connections -= 1
             with trio.CancelScope(shield=True):
@@ -96,6 +112,18 @@ class Connection:
                         self._kick()
                 elif kind is Ping:
                     session.pong(event.id)
+                elif kind is Ack:
+                    self.consume.ack(self, event.id, event.ids)
+                elif kind is Fetch:
+                    self.consume.fetch(self, event.id, event.max_messages, event.max_wait_ms,
+                                       event.min_bytes)
+                elif kind is Nack:
+                    self.consume.nack(self, event.id, event.nacks)
+                elif kind is Subscribe:
+                    await self.consume.subscribe(self, event.id, event.stream, event.group,
+                                                 event.tags, event.max_in_flight)
+                elif kind is Unsubscribe:
+                    self.consume.unsubscribe(self, event.id)
                 elif kind is ConnectionClosed:
                     return
                 elif kind is ProtocolError:

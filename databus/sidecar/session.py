@@ -2,7 +2,7 @@
 
 A Session is fed the bytes an app sent (``feed``) and turns them into events, in order, one
 per ``next_event()`` call (``receive_data`` does both and returns a list): Hello, Produce,
-Flush, Ping, then ConnectionClosed at EOF, or ProtocolError when the bytes break the
+Flush, Ping (and, from version 3, Subscribe, Fetch, Ack, Nack, Unsubscribe), then ConnectionClosed at EOF, or ProtocolError when the bytes break the
 protocol (the error frame is queued for the app, and the session takes no more input).  Answers go the other way: ``send_report`` (single or group report items),
 ``send_error_report``, ``pong``, and the hello reply and ``flushed`` frames the session
 writes by itself; ``data_to_send()`` returns everything queued as bytes, reports coalesced
@@ -58,6 +58,47 @@ class Flush(NamedTuple):
 
 class Ping(NamedTuple):
     id: int
+
+
+class Subscribe(NamedTuple):
+    """Version 3: subscribe ``id`` to ``stream`` as a member of ``group``."""
+
+    id: int
+    stream: str
+    group: str
+    tags: tuple[str, ...] | None
+    max_in_flight: int
+
+
+class Fetch(NamedTuple):
+    id: int
+    max_messages: int
+    max_wait_ms: int
+    min_bytes: int
+
+
+class Ack(NamedTuple):
+    id: int
+    ids: list[int]
+
+
+class Nack(NamedTuple):
+    id: int
+    nacks: list[tuple[int, int | None, str | None]]
+
+
+class Unsubscribe(NamedTuple):
+    id: int
+
+
+# Frame types of consuming (version 3) and their parsers.
+_CONSUME_FRAMES = {
+    "subscribe": lambda f: Subscribe(*wire.parse_subscribe(f)),
+    "fetch": lambda f: Fetch(*wire.parse_fetch(f)),
+    "ack": lambda f: Ack(*wire.parse_ack(f)),
+    "nack": lambda f: Nack(*wire.parse_nack(f)),
+    "unsubscribe": lambda f: Unsubscribe(wire.frame_int(f, "id")),
+}
 
 
 class ConnectionClosed(NamedTuple):
@@ -157,6 +198,15 @@ class Session:
             return Flush(wire.frame_int(frame, "id"))
         if kind == "ping":
             return Ping(wire.frame_int(frame, "id"))
+        parse = _CONSUME_FRAMES.get(kind)
+        if parse is not None:
+            if self.version < wire.CONSUME_VERSION:
+                raise WireError(
+                    ErrorCode.MALFORMED_FRAME,
+                    f"{kind} frames need protocol version {wire.CONSUME_VERSION} "
+                    f"(this connection said hello with {self.version})",
+                )
+            return parse(frame)
         if kind == "hello":
             raise WireError(ErrorCode.MALFORMED_FRAME, "hello sent twice")
         raise WireError(ErrorCode.MALFORMED_FRAME, f"unknown frame type {kind!r}")
@@ -191,6 +241,10 @@ class Session:
 
     def pong(self, id_: int) -> None:
         self._queue_frame(wire.pong(id_))
+
+    def send_frame(self, frame: dict[str, Any]) -> None:
+        """Queue a frame of consuming (subscribed, messages, unsubscribed)."""
+        self._queue_frame(frame)
 
     def _queue_frame(self, frame: dict[str, Any]) -> None:
         if self.discarding:

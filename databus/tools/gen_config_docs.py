@@ -129,6 +129,7 @@ def render() -> str:
     from databus.config import (
         ClusterConfig,
         ConsoleSettings,
+        ConsumeSettings,
         DatabusConfig,
         DefaultRoute,
         EmbeddedBrokerConfig,
@@ -192,6 +193,17 @@ def render() -> str:
         "producer.",
         "",
         *_model_table(StreamConfig, "streams.NAME."),
+        "",
+        "## Consuming (`consumer:`, or a stream's `consumer:`)",
+        "",
+        "How the sidecar consumes a stream for apps that subscribe to it (docs/consuming.md). "
+        "Besides the keys below, any Kafka consumer key of the client's `ConsumerConfig` "
+        "(`fetch.max.wait.ms`, `max.poll.records`, `session.timeout.ms`, ...); the sidecar "
+        "defaults `auto.offset.reset` to `earliest` and `auto.commit.interval.ms` to 1000, and "
+        "sets `group.id` (the app's group) and `enable.auto.commit` itself.  Precedence: "
+        "stream > top-level `consumer:`.",
+        "",
+        *_model_table(ConsumeSettings, "consumer."),
         "",
         "## `default_route:`",
         "",

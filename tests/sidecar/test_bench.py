@@ -20,3 +20,18 @@ def test_bench_sidecar_runs_every_path_with_keys(broker):
         assert row is not None, result.stdout
         assert row.split()[-1] == "0", row  # the errors column, the last one
     assert "50 keys" in result.stdout
+
+
+def test_bench_consume_sdk_runs_beside_librdkafka(broker):
+    result = subprocess.run(
+        [sys.executable, "-m", "databus.cli", "bench", "consume-sdk", "--bootstrap",
+         broker.bootstrap, "--records", "3000", "--window", "500"],
+        capture_output=True, text=True, timeout=180, check=False,
+    )
+    assert result.returncode == 0, result.stderr[-2000:]
+    lines = result.stdout.splitlines()
+    for path in ("librdkafka consume() from the broker",
+                 "SDK subscribe() + ack() through the sidecar"):
+        row = next((line for line in lines if line.startswith(path)), None)
+        assert row is not None and "3,000" in row, result.stdout
+    assert "CPU per message through the sidecar" in result.stdout

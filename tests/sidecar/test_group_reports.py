@@ -62,7 +62,7 @@ async def test_each_message_once_at_its_offset_with_its_timestamp(tmp_path, sock
                 conn = RawConnection(path)
                 try:
                     conn.send(wire.hello("group-test"))
-                    assert conn.receive()["version"] == 2
+                    assert conn.receive()["version"] == wire.PROTOCOL_VERSION
                     for first in range(0, N, 1000):
                         conn.send(wire.produce([message(i) for i in range(first, first + 1000)]))
                     conn.send(wire.flush(N + 1))

@@ -98,7 +98,7 @@ def test_hello_then_reports_resolve_futures_in_any_order(sock_dir):
     finally:
         fake.close()
     hello, produce = fake.received
-    assert hello == {"type": "hello", "version": 2, "client": "test-sdk/1"}
+    assert hello == {"type": "hello", "version": 3, "client": "test-sdk/1"}
     first_id = produce["messages"][0][0]
     assert produce["messages"][0] == [first_id, "a", b"1", b"k", [["h", b"v"]], 2, 5]
     assert produce["messages"][1][1:] == ["b", b"2"]

@@ -32,7 +32,7 @@ GOLDEN = doc_goldens()
 # What an app sends first: hello, a produce frame of two messages, a flush and a ping.
 APP_BYTES = GOLDEN["hello"] + GOLDEN["produce"] + GOLDEN["flush"] + GOLDEN["ping"]
 APP_EVENTS = [
-    Hello(2, "databus-python/0.1.0"),
+    Hello(wire.PROTOCOL_VERSION, "databus-python/0.1.0"),
     Produce(
         [(1, "orders", b'{"id":7}', b"c-42", None, None, None),
          (2, "clicks", b"x", None, [("trace", b"\x01")], None, None)],
@@ -182,7 +182,7 @@ def test_bad_bytes_end_the_session_with_an_error_frame_but_keep_the_frames_befor
     session, _ = new_session()
     bad = b"\x00\x00\x00\x01\xc1"  # 0xc1 is never valid msgpack
     events = session.receive_data(GOLDEN["hello"] + GOLDEN["ping"] + bad + GOLDEN["ping"])
-    assert events[:2] == [Hello(2, "databus-python/0.1.0"), Ping(4)]
+    assert events[:2] == [Hello(wire.PROTOCOL_VERSION, "databus-python/0.1.0"), Ping(4)]
     assert len(events) == 3 and type(events[2]) is ProtocolError
     assert events[2].code == ErrorCode.MALFORMED_FRAME
     assert "invalid msgpack" in events[2].message
@@ -196,7 +196,7 @@ def test_bad_bytes_end_the_session_with_an_error_frame_but_keep_the_frames_befor
 def test_frames_are_parsed_as_asked_for_so_answers_to_earlier_frames_precede_the_error():
     session, _ = new_session()
     session.feed(GOLDEN["hello"] + GOLDEN["ping"] + b"\x00\x00\x00\x01\xc1")
-    assert session.next_event() == Hello(2, "databus-python/0.1.0")
+    assert session.next_event() == Hello(wire.PROTOCOL_VERSION, "databus-python/0.1.0")
     assert session.next_event() == Ping(4)
     session.pong(4)  # what the I/O shell does with the ping, before it looks further
     error = session.next_event()
@@ -213,7 +213,7 @@ def test_frames_are_parsed_as_asked_for_so_answers_to_earlier_frames_precede_the
     [
         (GOLDEN["ping"], ErrorCode.HELLO_REQUIRED, "the first frame must be hello"),
         (GOLDEN["produce"], ErrorCode.HELLO_REQUIRED, "got 'produce'"),
-        (wire.encode_frame(wire.hello("x", version=3)), ErrorCode.UNSUPPORTED_VERSION, "3"),
+        (wire.encode_frame(wire.hello("x", version=4)), ErrorCode.UNSUPPORTED_VERSION, "4"),
         (GOLDEN["hello"] + GOLDEN["hello"], ErrorCode.MALFORMED_FRAME, "hello sent twice"),
         (GOLDEN["hello"] + wire.encode_frame({"type": "nope"}), ErrorCode.MALFORMED_FRAME,
          "unknown frame type 'nope'"),

@@ -39,6 +39,19 @@ GOLDEN_FRAMES = {
     "ping": wire.ping(4),
     "pong": wire.pong(4),
     "error": wire.error(1003, "frame too large"),
+    "subscribe": wire.subscribe(1, "orders", "billing", ["paid"], 100),
+    "subscribed": wire.subscribed(1, topic="orders", ordering="partition"),
+    "subscribed-error": wire.subscribed(2, 1008, "group 'billing' already consumes 'clicks'"),
+    "fetch": wire.fetch(1, 100, 500, 1),
+    "messages": wire.messages(1, [
+        wire.consumed_array(1, 3, 1041, 1700000000000, 1, b'{"id":7}', b"c-42"),
+        wire.consumed_array(2, 3, 1042, 1700000000001, 2, b"x", None,
+                            [["databus-tag", b"paid"]]),
+    ]),
+    "ack": wire.ack(1, [1, 2]),
+    "nack": wire.nack(1, [[3, 5000, "db down"], [4, None, None]]),
+    "unsubscribe": wire.unsubscribe(1),
+    "unsubscribed": wire.unsubscribed(1),
 }
 
 
@@ -60,7 +73,7 @@ def test_hello_golden_bytes_spelled_out():
     data = wire.encode_frame(wire.hello("x"))
     assert data == (
         b"\x00\x00\x00\x1e"
-        b"\x83\xa4type\xa5hello\xa7version\x02\xa6client\xa1x"
+        b"\x83\xa4type\xa5hello\xa7version\x03\xa6client\xa1x"
     )
 
 
@@ -111,15 +124,16 @@ def test_malformed_bodies(body, fragment):
 
 
 def test_hello_checks():
-    assert wire.check_hello(wire.hello("x")) == wire.PROTOCOL_VERSION == 2
+    assert wire.check_hello(wire.hello("x")) == wire.PROTOCOL_VERSION == 3
+    assert wire.check_hello(wire.hello("x", version=2)) == 2
     assert wire.check_hello(wire.hello("x", version=1)) == 1
     with pytest.raises(WireError) as info:
         wire.check_hello(wire.ping(1))
     assert info.value.code == ErrorCode.HELLO_REQUIRED
     with pytest.raises(WireError) as info:
-        wire.check_hello(wire.hello("x", version=3))
+        wire.check_hello(wire.hello("x", version=4))
     assert info.value.code == ErrorCode.UNSUPPORTED_VERSION
-    assert "supported: [1, 2]" in str(info.value)
+    assert "supported: [1, 2, 3]" in str(info.value)
     assert wire.hello_reply("s", 1, 2, version=1)["version"] == 1
 
 

@@ -1,0 +1,734 @@
+"""The trio-native share consumer (KIP-932, "Queues for Kafka"): a member of a share group.
+
+::
+
+    async with ShareConsumer("localhost:9092", {"group.id": "workers",
+                                                "share.acknowledgement.mode": "explicit"}) as sc:
+        sc.subscribe(["jobs"])
+        while True:
+            for record in await sc.poll(1.0):          # record.delivery_count: 1, 2, ...
+                sc.acknowledge(record, AcknowledgeType.ACCEPT)   # or RELEASE / REJECT
+            await sc.commit()                          # optional: the next poll carries them too
+
+Members of a share group read the same partitions together; each record is *acquired* by one
+member under a lock (the group's ``share.record.lock.duration.ms``) and then accepted,
+released (delivered again, to any member, its delivery count raised) or rejected (never
+delivered again).  The shape follows our ``Consumer`` and confluent-kafka's
+``ShareConsumer`` / Java's ``KafkaShareConsumer``:
+
+- ``share.acknowledgement.mode`` ``implicit`` (Kafka's default): the records of a poll are
+  accepted by the next poll or commit (or close); ``acknowledge`` is refused.  ``explicit``:
+  the application settles each record with ``acknowledge(record, type)`` (default ACCEPT);
+  a record left unsettled stays acquired until its lock expires, then another member gets it.
+- Acknowledgements ride on the next ShareFetch to the broker that acquired the records (as
+  Kafka's clients do); ``commit()`` sends those still pending at once (ShareAcknowledge) and
+  waits for every acknowledgement sent so far, returning per-partition errors.
+  ``acknowledgement_commit_callback(offsets, error)`` hears about each one, piggy-backed or
+  not (Java's AcknowledgementCommitCallback).
+- Membership by ShareGroupHeartbeat (member id chosen here, member epochs, the broker's
+  heartbeat interval); the broker assigns partitions, possibly the same to several members.
+- One ShareFetch per broker in flight, started as soon as the records of the previous one
+  have been handed out, so the next batch is usually waiting when poll() is called; its
+  ``max_records`` is ``max.poll.records``.  Buffered records whose lock expired before
+  poll() reached them are dropped (the broker has handed them to someone else).
+- Close: acknowledgements pending (implicit mode: the last poll's records accepted) go out
+  with the share session's final epoch, which makes the broker release whatever else the
+  member still holds; then the member leaves the group (heartbeat with epoch -1).
+
+The sans-I/O parts (sessions, acquired ranges, acknowledgement batches) are in share.py.
+Timeouts of poll/commit are in seconds (trio's convention).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import uuid
+from collections import deque
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import trio
+
+from ..protocol.api_keys import ApiKey
+from ..protocol.entities import build_request, ms
+from ..protocol.errors import ErrorCode
+from ..protocol.records import CorruptRecordError
+from ..protocol.types import TopicPartition
+from . import errors
+from .backoff import ExponentialBackoff
+from .cluster import Cluster
+from .config import ShareConsumerConfig
+from .connection import OpenStream
+from .fetcher import ConsumerRecord
+from .group import _COORDINATOR_ERRORS, CoordinatorClient
+from .share import (
+    FINAL_EPOCH,
+    AcknowledgeType,
+    PartitionAcks,
+    PartitionId,
+    ShareSession,
+    acquired_records,
+)
+
+log = logging.getLogger(__name__)
+
+__all__ = ["AcknowledgeType", "ShareConsumer"]
+
+# A share session the broker no longer has (or has at another epoch): open a new one.
+_SESSION_ERRORS = {ErrorCode.share_session_not_found, ErrorCode.invalid_share_session_epoch}
+# Membership the coordinator no longer accepts: join again with epoch 0.
+_REJOIN_ERRORS = {ErrorCode.unknown_member_id, ErrorCode.fenced_member_epoch}
+# Partition errors after which the leader may have moved.
+_LEADER_ERRORS = {
+    ErrorCode.unknown_topic_or_partition, ErrorCode.unknown_topic_id,
+    ErrorCode.not_leader_or_follower, ErrorCode.leader_not_available,
+    ErrorCode.fenced_leader_epoch, ErrorCode.unknown_leader_epoch,
+}
+
+AckResults = dict[TopicPartition, "errors.KafkaError | None"]
+CommitCallback = Callable[[dict[TopicPartition, set[int]], "errors.KafkaError | None"], Any]
+
+
+class ShareMember(CoordinatorClient):
+    """Share-group membership: ShareGroupHeartbeat every ``heartbeat_interval`` the
+    coordinator names, the subscription sent when it changes, the assignment taken as the
+    coordinator gives it (a set of (topic id, partition))."""
+
+    def __init__(self, cluster: Cluster, config: ShareConsumerConfig,
+                 on_assignment: Callable[[], Any]) -> None:
+        self.cluster = cluster
+        self.config = config
+        self.group_id = config.group_id
+        self.coordinator: int | None = None
+        self.member_id = str(uuid.uuid4())  # KIP-932: the member names itself, for life
+        self.member_epoch = 0
+        self.topics: tuple[str, ...] = ()
+        self._sent_topics: tuple[str, ...] | None = None
+        self.assignment: set[PartitionId] = set()
+        self.interval_ms = 5000  # until the coordinator says
+        self.fatal: errors.KafkaError | None = None  # raised to the next poll
+        self._on_assignment = on_assignment
+        self._wakeup = trio.Event()
+
+    def subscribe(self, topics: Iterable[str]) -> None:
+        self.topics = tuple(sorted(set(topics)))
+        self._wakeup.set()
+
+    async def heartbeat_loop(self) -> None:
+        backoff = ExponentialBackoff(self.config.retry_backoff_ms, self.config.retry_backoff_max_ms)
+        failures = 0
+        while True:
+            wait = self.interval_ms / 1000
+            if self.topics and self.fatal is None:
+                try:
+                    again = await self._heartbeat()
+                    failures = 0
+                    if again:
+                        continue
+                except errors.KafkaError as exc:
+                    log.debug("share group %s: heartbeat failed: %s", self.group_id, exc)
+                    wait = backoff.backoff_ms(failures) / 1000
+                    failures += 1
+            with trio.move_on_after(wait):
+                await self._wakeup.wait()
+            self._wakeup = trio.Event()
+
+    async def _heartbeat(self) -> bool:
+        """One heartbeat; True when another should follow at once (rejoin)."""
+        topics = self.topics if self.member_epoch == 0 or self.topics != self._sent_topics else None
+        response = await self.request(ApiKey.SHARE_GROUP_HEARTBEAT, {
+            "group_id": self.group_id, "member_id": self.member_id,
+            "member_epoch": self.member_epoch, "rack_id": self.config.client_rack or None,
+            "subscribed_topic_names": list(topics) if topics is not None else None,
+        })
+        code = ErrorCode(response.error_code)
+        if code == ErrorCode.none:
+            if topics is not None:
+                self._sent_topics = topics
+            self.member_epoch = int(response.member_epoch)
+            self.interval_ms = max(int(ms(response.heartbeat_interval)), 1)
+            if response.assignment is not None:
+                self.assignment = {(tp.topic_id, int(p))
+                                   for tp in response.assignment.topic_partitions
+                                   for p in tp.partitions}
+                await self._learn_topic_ids()
+                self._on_assignment()
+            return False
+        if code in _REJOIN_ERRORS:
+            log.info("share group %s: %s; joining again", self.group_id, code.name)
+            self.rejoin()
+            self.assignment = set()
+            self._on_assignment()
+            return True
+        error = errors.from_code(code, f"ShareGroupHeartbeat {self.group_id!r}: "
+                                       f"{response.error_message or ''}".rstrip(": "))
+        if isinstance(error, _COORDINATOR_ERRORS) or code == ErrorCode.coordinator_load_in_progress:
+            self.coordinator_dead(error)
+            raise error
+        if error.retriable:
+            raise error
+        self.fatal = error  # e.g. GROUP_ID_NOT_FOUND: the id names a classic group
+        return False
+
+    def rejoin(self) -> None:
+        """A broker no longer knows this member (UNKNOWN_MEMBER_ID, FENCED_MEMBER_EPOCH on a
+        share request): join again with epoch 0."""
+        self.member_epoch, self._sent_topics = 0, None
+        self._wakeup.set()
+
+    async def _learn_topic_ids(self) -> None:
+        known = {meta.topic_id for meta in self.cluster.topics.values()}
+        if any(topic_id not in known for topic_id, _ in self.assignment):
+            await self.cluster.refresh_metadata(self.topics, allow_auto_create=False)
+
+    async def leave(self) -> None:
+        if self.member_epoch <= 0:
+            return
+        try:
+            await self.request(ApiKey.SHARE_GROUP_HEARTBEAT, {
+                "group_id": self.group_id, "member_id": self.member_id, "member_epoch": -1,
+                "subscribed_topic_names": None,
+            }, timeout=5)
+        except errors.KafkaError as exc:
+            log.debug("share group %s: leaving failed: %s", self.group_id, exc)
+        self.member_epoch = 0
+        self.assignment = set()
+
+
+@dataclass(eq=False)
+class _AckFlight:
+    """Acknowledgements on their way to a broker: who waits for their outcome."""
+
+    offsets: dict[TopicPartition, list[int]]
+    done: trio.Event = field(default_factory=trio.Event)
+    results: AckResults = field(default_factory=dict)
+
+
+@dataclass(eq=False)
+class _Chunk:
+    """Records of one partition from one ShareFetch, not yet handed out by poll()."""
+
+    node: int
+    tp: TopicPartition
+    records: list[ConsumerRecord]
+    expires: float  # trio time their acquisition lock runs out
+    index: int = 0
+
+
+class ShareConsumer:
+    """Trio-native share consumer; use as ``async with ShareConsumer(bootstrap, config)``.
+
+    ``open_stream(host, port)`` replaces the TCP connect (see connection.OpenStream)."""
+
+    def __init__(
+        self,
+        bootstrap_servers: str | Sequence[str],
+        config: Mapping[str, Any] | ShareConsumerConfig | None = None,
+        *,
+        open_stream: OpenStream | None = None,
+        acknowledgement_commit_callback: CommitCallback | None = None,
+    ) -> None:
+        self.config = (config if isinstance(config, ShareConsumerConfig)
+                       else ShareConsumerConfig.from_kafka(config or {}))
+        self._explicit = self.config.share_acknowledgement_mode == "explicit"
+        self._cluster = Cluster(bootstrap_servers, self.config, allow_auto_create=False,
+                                open_stream=open_stream)
+        self._member = ShareMember(self._cluster, self.config, self._wake_fetcher)
+        self._callback = acknowledgement_commit_callback
+        self._sessions: dict[int, ShareSession] = {}
+        self._locks: dict[int, trio.Lock] = {}  # per broker: epoch order == write order
+        self._in_flight: set[int] = set()  # brokers with a ShareFetch out
+        self._buffer: deque[_Chunk] = deque()
+        self._buffered: dict[int, int] = {}  # broker -> chunks in the buffer
+        self._acks: dict[TopicPartition, PartitionAcks] = {}
+        self._flights: set[_AckFlight] = set()
+        self._errors: list[errors.KafkaError] = []
+        self._wakeup = trio.Event()
+        self._data_ready = trio.Event()
+        self._metadata_task = False
+        self._stack: contextlib.AsyncExitStack | None = None
+        self._nursery: trio.Nursery | None = None
+        self._closing = False
+        self._closed = False
+
+    # -- lifecycle -----------------------------------------------------------------------
+
+    async def __aenter__(self) -> ShareConsumer:
+        self._stack = contextlib.AsyncExitStack()
+        await self._stack.enter_async_context(self._running())
+        return self
+
+    async def __aexit__(self, exc_type, exc, tb) -> bool:
+        await self.close(graceful=exc_type is None or not issubclass(exc_type, trio.Cancelled))
+        return False
+
+    @contextlib.asynccontextmanager
+    async def _running(self):
+        async with self._cluster.running() as nursery:
+            self._nursery = nursery
+            await nursery.start(self._fetch_loop)
+            nursery.start_soon(self._member.heartbeat_loop)
+            yield
+
+    async def close(self, graceful: bool = True) -> None:
+        """Settle what is pending (implicit mode: accept the last poll's records), close the
+        share sessions (the broker releases every record still held), leave the group."""
+        if self._closed:
+            return
+        self._closed = self._closing = True
+        if graceful and self._stack is not None:
+            with trio.move_on_after(self.config.request_timeout_ms / 1000):
+                if not self._explicit:
+                    self._accept_delivered()
+                for node, session in list(self._sessions.items()):
+                    if session.is_open:
+                        try:
+                            await self._acknowledge(node, final=True)
+                        except errors.KafkaError as exc:
+                            log.warning("closing the share session on broker %s: %s", node, exc)
+                await self._member.leave()
+        if self._stack is not None:
+            stack, self._stack = self._stack, None
+            await stack.aclose()
+
+    def _check_open(self) -> None:
+        if self._closed or self._stack is None:
+            raise errors.ConsumerClosedError(
+                "share consumer is closed" if self._closed
+                else "use the share consumer inside `async with`")
+
+    # -- subscription --------------------------------------------------------------------
+
+    def subscribe(self, topics: str | Iterable[str]) -> None:
+        """Join ``group.id`` consuming ``topics`` (the broker assigns the partitions)."""
+        topics = [topics] if isinstance(topics, str) else list(topics)
+        if not topics:
+            return self.unsubscribe()
+        self._cluster.wanted_topics.update(topics)
+        self._member.subscribe(topics)
+
+    def unsubscribe(self) -> None:
+        """Stop consuming; the member leaves the group on close."""
+        self._member.subscribe(())
+        self._member.assignment = set()
+        self._wake_fetcher()
+
+    def subscription(self) -> tuple[str, ...]:
+        return self._member.topics
+
+    def assignment(self) -> set[TopicPartition]:
+        names = self._topic_names()
+        return {(names[t], p) for t, p in self._member.assignment if t in names}
+
+    @property
+    def member_id(self) -> str:
+        return self._member.member_id
+
+    # -- consuming -----------------------------------------------------------------------
+
+    async def poll(self, timeout: float = 1.0) -> list[ConsumerRecord]:
+        """Records acquired for this member within ``timeout`` seconds (at most
+        ``max.poll.records``), each with its ``delivery_count``; [] when none arrived.
+        Implicit mode: first accepts the records of the previous poll."""
+        self._check_open()
+        if not self._explicit:
+            self._accept_delivered()
+        self._wake_fetcher()  # pending acknowledgements may ride on a fetch now
+        with trio.move_on_after(max(timeout, 0)):
+            while True:
+                self._raise_errors()
+                out = self._drain(self.config.max_poll_records)
+                if out:
+                    return out
+                await self._data_ready.wait()
+        self._raise_errors()
+        return []
+
+    def acknowledge(self, record: ConsumerRecord,
+                    type: AcknowledgeType | int = AcknowledgeType.ACCEPT) -> None:  # noqa: A002
+        """Settle one record poll() returned (explicit mode): ACCEPT, RELEASE or REJECT.
+        Sent with the next fetch, commit or close."""
+        if not self._explicit:
+            raise errors.IllegalStateError(
+                "acknowledge() needs share.acknowledgement.mode=explicit (in implicit mode "
+                "the next poll or commit accepts the records)")
+        try:
+            kind = AcknowledgeType(type)
+        except ValueError:
+            raise ValueError(f"acknowledge type {type!r} is not ACCEPT (1), RELEASE (2) or "
+                             "REJECT (3)") from None
+        state = self._acks.get((record.topic, record.partition))
+        settled = state.acknowledge(record.offset, kind) if state is not None else False
+        if settled is False:
+            raise errors.IllegalStateError(
+                f"record {record.topic}-{record.partition}@{record.offset} was not handed out "
+                "by this share consumer's poll, or is acknowledged already")
+
+    async def commit(self, timeout: float | None = None) -> AckResults:
+        """Send the pending acknowledgements now (ShareAcknowledge) and wait until every
+        acknowledgement sent so far is answered: {partition: None or its Kafka error}.
+        Raises when a broker could not be asked (connection, session lost)."""
+        self._check_open()
+        if not self._explicit:
+            self._accept_delivered()
+        waiting = set(self._flights)
+        limit = timeout if timeout is not None else self.config.request_timeout_ms / 1000
+        with trio.fail_after(limit):
+            nodes = {state.node for state in self._acks.values() if state.pending}
+            for node in sorted(nodes):
+                flight = await self._acknowledge(node)
+                if flight is not None:
+                    waiting.add(flight)
+            results: AckResults = {}
+            for flight in waiting:
+                await flight.done.wait()
+                for tp, error in flight.results.items():
+                    if results.get(tp) is None:
+                        results[tp] = error
+        return results
+
+    def commit_async(self, callback: Callable[[AckResults | None, BaseException | None], Any]
+                     | None = None) -> None:
+        """commit() in the background; ``callback(results, error)`` when it is done."""
+        self._check_open()
+
+        async def run() -> None:
+            results, error = None, None
+            try:
+                results = await self.commit()
+            except (errors.KafkaError, trio.TooSlowError) as exc:
+                error = exc
+                log.warning("async share commit failed: %s", exc)
+            if callback is not None:
+                try:
+                    callback(results, error)
+                except Exception:
+                    log.exception("commit callback %r raised", callback)
+
+        self._nursery.start_soon(run)
+
+    # -- buffer --------------------------------------------------------------------------
+
+    def _drain(self, limit: int) -> list[ConsumerRecord]:
+        out: list[ConsumerRecord] = []
+        now = trio.current_time()
+        while self._buffer and len(out) < limit:
+            chunk = self._buffer[0]
+            if chunk.expires > now:
+                taken = chunk.records[chunk.index:chunk.index + limit - len(out)]
+                chunk.index += len(taken)
+                state = self._acks.get(chunk.tp)
+                if state is not None and state.node == chunk.node:
+                    state.hand_out(taken)
+                    out += taken
+            else:
+                log.debug("%s-%s: %d buffered records dropped, their lock expired",
+                          chunk.tp[0], chunk.tp[1], len(chunk.records) - chunk.index)
+                chunk.index = len(chunk.records)
+            if chunk.index >= len(chunk.records):
+                self._buffer.popleft()
+                self._buffered[chunk.node] -= 1
+                if not self._buffered[chunk.node]:
+                    self._wake_fetcher()  # prefetch the next batch from that broker
+        return out
+
+    def _accept_delivered(self) -> None:
+        for state in self._acks.values():
+            state.accept_delivered()
+
+    def _raise_errors(self) -> None:
+        if self._member.fatal is not None:
+            raise self._member.fatal
+        if self._errors:
+            error, self._errors = self._errors[0], []
+            raise error
+
+    # -- fetching ------------------------------------------------------------------------
+
+    def _wake_fetcher(self) -> None:
+        self._wakeup.set()
+
+    def _notify(self) -> None:
+        self._data_ready.set()
+        self._data_ready = trio.Event()
+
+    def _topic_names(self) -> dict[Any, str]:
+        return {meta.topic_id: name for name, meta in self._cluster.topics.items()
+                if meta.topic_id is not None}
+
+    def _wanted_by_node(self) -> dict[int, set[PartitionId]]:
+        names = self._topic_names()
+        wanted: dict[int, set[PartitionId]] = {}
+        unknown = False
+        for topic_id, partition in self._member.assignment:
+            name = names.get(topic_id)
+            leader = self._cluster.leader_for(name, partition) if name is not None else -1
+            if leader < 0:
+                unknown = True
+                continue
+            wanted.setdefault(leader, set()).add((topic_id, partition))
+        if unknown:
+            self._refresh_metadata()
+        return wanted
+
+    async def _fetch_loop(self, task_status=trio.TASK_STATUS_IGNORED) -> None:
+        async with trio.open_nursery() as nursery:
+            task_status.started()
+            while True:
+                if not self._closing:
+                    self._start_fetches(nursery)
+                with trio.move_on_after(self.config.retry_backoff_ms / 1000 * 5):
+                    await self._wakeup.wait()
+                self._wakeup = trio.Event()
+
+    def _start_fetches(self, nursery: trio.Nursery) -> None:
+        wanted = self._wanted_by_node()
+        # brokers whose session still names partitions no longer assigned: tell them
+        stale = {node for node, s in self._sessions.items() if s.is_open and s.known}
+        for node in set(wanted) | stale:
+            if node in self._in_flight or self._buffered.get(node):
+                continue
+            self._in_flight.add(node)
+            nursery.start_soon(self._fetch, node, wanted.get(node, set()))
+
+    def _refresh_metadata(self) -> None:
+        if self._metadata_task or self._nursery is None:
+            return
+        self._metadata_task = True
+
+        async def refresh() -> None:
+            try:
+                await trio.sleep(self.config.retry_backoff_ms / 1000)
+                await self._cluster.refresh_metadata(self._member.topics, allow_auto_create=False)
+            except errors.KafkaError as exc:
+                log.debug("metadata refresh failed: %s", exc)
+            finally:
+                self._metadata_task = False
+                self._wake_fetcher()
+
+        self._nursery.start_soon(refresh)
+
+    async def _fetch(self, node: int, wanted: set[PartitionId]) -> None:
+        try:
+            await self._share_fetch(node, wanted)
+        except errors.KafkaError as exc:
+            log.debug("ShareFetch from broker %s failed: %s", node, exc)
+            self._refresh_metadata()
+            await trio.sleep(self.config.retry_backoff_ms / 1000)
+        finally:
+            self._in_flight.discard(node)
+            self._wake_fetcher()
+
+    def _take_acks(self, node: int, only: set[PartitionId] | None = None,
+                   ) -> tuple[dict[PartitionId, list[dict]], _AckFlight | None]:
+        """The pending acknowledgements for ``node`` (of partitions in ``only``) as wire
+        batches, and the flight that will carry their outcome."""
+        wire: dict[PartitionId, list[dict]] = {}
+        offsets: dict[TopicPartition, list[int]] = {}
+        for tp, state in self._acks.items():
+            if state.node != node or not state.pending:
+                continue
+            key = (state.topic_id, tp[1])
+            if only is not None and key not in only:
+                continue
+            wire[key], offsets[tp] = state.take_batches()
+        if not wire:
+            return wire, None
+        flight = _AckFlight(offsets)
+        self._flights.add(flight)
+        return wire, flight
+
+    def _finish(self, flight: _AckFlight | None, results: AckResults | None = None,
+                error: errors.KafkaError | None = None) -> None:
+        """Acknowledgements answered (``results`` per partition) or lost (``error``)."""
+        if flight is None:
+            return
+        for tp in flight.offsets:
+            flight.results[tp] = error if results is None else results.get(tp)
+        self._flights.discard(flight)
+        flight.done.set()
+        if self._callback is not None:
+            for tp, offsets in flight.offsets.items():
+                try:
+                    self._callback({tp: set(offsets)}, flight.results[tp])
+                except Exception:
+                    log.exception("acknowledgement commit callback %r raised", self._callback)
+
+    def _session_lost(self, node: int) -> None:
+        """The broker released what this member held there: forget it here too."""
+        self._sessions.setdefault(node, ShareSession()).reset()
+        for state in self._acks.values():
+            if state.node == node:
+                state.forget()
+        kept = deque(c for c in self._buffer if c.node != node)
+        if len(kept) != len(self._buffer):
+            self._buffer = kept
+            self._buffered[node] = 0
+
+    @staticmethod
+    def _topics_field(keys: Iterable[PartitionId], wire: dict[PartitionId, list[dict]]):
+        topics: dict[Any, list[dict]] = {}
+        for topic_id, partition in sorted(set(keys) | set(wire), key=str):
+            topics.setdefault(topic_id, []).append({
+                "partition_index": partition,
+                "acknowledgement_batches": wire.get((topic_id, partition), [])})
+        return [{"topic_id": t, "partitions": ps} for t, ps in topics.items()]
+
+    async def _share_fetch(self, node: int, wanted: set[PartitionId]) -> None:
+        cfg = self.config
+        session = self._sessions.setdefault(node, ShareSession())
+        flight = None
+        async with self._locks.setdefault(node, trio.Lock()):
+            if self._closing or (wanted and self._member.member_epoch <= 0):
+                return
+            conn = await self._cluster.connection(node)
+            added, forgotten = session.plan(wanted)
+            if session.is_open:
+                # only partitions staying in the session: acknowledgements of the others
+                # go by ShareAcknowledge (commit, close)
+                wire, flight = self._take_acks(node, wanted)
+            else:
+                wire = {}  # a ShareFetch opening a session carries none (nothing is valid)
+            forgotten_field: dict[Any, list[int]] = {}
+            for topic_id, partition in forgotten:
+                forgotten_field.setdefault(topic_id, []).append(partition)
+            body = build_request(ApiKey.SHARE_FETCH, conn.version(ApiKey.SHARE_FETCH), {
+                "group_id": cfg.group_id, "member_id": self._member.member_id,
+                "share_session_epoch": session.epoch,
+                "max_wait": cfg.fetch_max_wait_ms, "min_bytes": cfg.fetch_min_bytes,
+                "max_bytes": cfg.fetch_max_bytes, "max_records": cfg.max_poll_records,
+                "batch_size": cfg.max_poll_records,
+                "topics": self._topics_field(added, wire),
+                "forgotten_topics_data": [{"topic_id": t, "partitions": ps}
+                                          for t, ps in forgotten_field.items()],
+            })
+            try:
+                pending = await conn.write(body)
+            except errors.KafkaError as exc:
+                self._finish(flight, error=exc)
+                self._session_lost(node)
+                raise
+            session.sent(wanted)
+        try:
+            response = await conn.wait(pending, (cfg.request_timeout_ms + cfg.fetch_max_wait_ms) / 1000)
+        except errors.KafkaError as exc:
+            self._finish(flight, error=exc)
+            self._session_lost(node)  # whether the broker handled it is unknowable
+            raise
+        self._handle_fetch(node, response, flight)
+
+    def _handle_fetch(self, node: int, response: Any, flight: _AckFlight | None) -> None:
+        code = ErrorCode(response.error_code)
+        if code != ErrorCode.none:
+            error = errors.from_code(code, f"ShareFetch from broker {node}: "
+                                           f"{response.error_message or ''}".rstrip(": "))
+            self._finish(flight, error=error)
+            self._top_level_error(node, code, error)
+            return
+        lock_s = ms(response.acquisition_lock_timeout) / 1000
+        expires = trio.current_time() + (lock_s if lock_s > 0 else 30.0)
+        names = self._topic_names()
+        results: AckResults = {}
+        got = False
+        for topic in response.responses:
+            name = names.get(topic.topic_id)
+            if name is None:
+                self._refresh_metadata()
+                continue
+            for p in topic.partitions:
+                tp = (name, int(p.partition_index))
+                ack_code = int(p.acknowledge_error_code)
+                results[tp] = errors.from_code(ack_code, f"acknowledging {tp[0]}-{tp[1]}") \
+                    if ack_code else None
+                pcode = int(p.error_code)
+                if pcode:
+                    if pcode in _LEADER_ERRORS or errors.for_code(pcode).retriable:
+                        self._refresh_metadata()
+                    else:
+                        self._errors.append(errors.from_code(pcode, f"ShareFetch {tp[0]}-{tp[1]}"))
+                    continue
+                if not p.acquired_records:
+                    continue
+                ranges = [(int(a.first_offset), int(a.last_offset), int(a.delivery_count))
+                          for a in p.acquired_records]
+                try:
+                    records, gaps = acquired_records(name, tp[1], bytes(p.records or b""), ranges,
+                                                     check_crcs=self.config.check_crcs)
+                except CorruptRecordError as exc:
+                    # the records stay acquired until their lock expires: delivered again
+                    self._errors.append(errors.CorruptMessageError(f"{tp[0]}-{tp[1]}: {exc}"))
+                    continue
+                state = self._acks.get(tp)
+                if state is None or state.node != node or state.topic_id != topic.topic_id:
+                    state = self._acks[tp] = PartitionAcks(topic.topic_id, node)
+                state.add_gaps(gaps)
+                if records:
+                    self._buffer.append(_Chunk(node, tp, records, expires))
+                    self._buffered[node] = self._buffered.get(node, 0) + 1
+                    got = True
+        self._finish(flight, results)
+        if got:
+            self._notify()
+
+    def _top_level_error(self, node: int, code: ErrorCode, error: errors.KafkaError) -> None:
+        if code in _SESSION_ERRORS:
+            log.info("share session on broker %s: %s; opening a new one", node, code.name)
+            self._session_lost(node)
+        elif code in _REJOIN_ERRORS:
+            self._session_lost(node)
+            self._member.rejoin()
+        elif not error.retriable:
+            self._errors.append(error)
+
+    async def _acknowledge(self, node: int, *, final: bool = False) -> _AckFlight | None:
+        """ShareAcknowledge of what is pending for ``node``; ``final`` closes the session
+        (the broker then releases every record the member still holds there)."""
+        session = self._sessions.setdefault(node, ShareSession())
+        async with self._locks.setdefault(node, trio.Lock()):
+            if not session.is_open:
+                return None
+            wire, flight = self._take_acks(node)
+            if not wire and not final:
+                return None
+            conn = await self._cluster.connection(node)
+            body = build_request(ApiKey.SHARE_ACKNOWLEDGE, conn.version(ApiKey.SHARE_ACKNOWLEDGE), {
+                "group_id": self.config.group_id, "member_id": self._member.member_id,
+                "share_session_epoch": FINAL_EPOCH if final else session.epoch,
+                "topics": self._topics_field((), wire),
+            })
+            try:
+                pending = await conn.write(body)
+            except errors.KafkaError as exc:
+                self._finish(flight, error=exc)
+                self._session_lost(node)
+                raise
+            if final:
+                session.reset()
+            else:
+                session.sent(session.known)
+        try:
+            response = await conn.wait(pending)
+        except errors.KafkaError as exc:
+            self._finish(flight, error=exc)
+            self._session_lost(node)
+            raise
+        code = ErrorCode(response.error_code)
+        if code != ErrorCode.none:
+            error = errors.from_code(code, f"ShareAcknowledge to broker {node}: "
+                                           f"{response.error_message or ''}".rstrip(": "))
+            self._finish(flight, error=error)
+            self._top_level_error(node, code, error)
+            raise error
+        names = self._topic_names()
+        results: AckResults = {}
+        for topic in response.responses:
+            name = names.get(topic.topic_id)
+            for p in topic.partitions:
+                if name is not None:
+                    results[(name, int(p.partition_index))] = (
+                        errors.from_code(int(p.error_code), f"acknowledging {name}-"
+                                         f"{p.partition_index}") if p.error_code else None)
+        self._finish(flight, results)
+        return flight

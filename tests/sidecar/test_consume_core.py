@@ -1,0 +1,281 @@
+"""consume_core.MemberCore as pure data: records in, long polls answered, acks, nacks, the
+clock; no sockets, no trio."""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from databus.config import parse_duration_ms
+from databus.sidecar.consume_core import (
+    ACCEPT,
+    H_ATTEMPT,
+    H_DUE,
+    H_OFFSET,
+    H_PARTITION,
+    H_REASON,
+    H_TOPIC,
+    REJECT,
+    RELEASE,
+    MemberCore,
+    Progress,
+    retry_delay_ms,
+)
+
+
+class Rec(NamedTuple):
+    topic: str
+    partition: int
+    offset: int
+    timestamp: int = 1000
+    key: bytes | None = None
+    value: bytes | None = b"v"
+    headers: tuple = ()
+
+
+def records(partition: int, offsets, topic="t", **kw):
+    return [Rec(topic, partition, o, **kw) for o in offsets]
+
+
+def core(**kw) -> MemberCore:
+    kw.setdefault("retry_levels_ms", (1000, 5000))
+    kw.setdefault("max_attempts", 3)
+    return MemberCore("t", "g.retry", **kw)
+
+
+def served(c: MemberCore, now=0.0, wall=0):
+    return {key: [(e.partition, e.origin_offset) for e in entries]
+            for key, entries in c.serve(now, wall)}
+
+
+def test_committable_is_the_lowest_unacked_offset_of_each_partition():
+    c = core(ordering="none")
+    c.subscribe("a", 100)
+    c.add(records(0, range(5)), 0)
+    c.fetch("a", 100, 1, 500, 0.0)
+    [(_, entries)] = c.serve(0.0, 0)
+    ids = {e.origin_offset: e.delivery_id for e in entries}
+    assert c.committable() == {("t", 0): 0}
+    c.ack("a", [ids[1], ids[2]])
+    assert c.committable() == {("t", 0): 0}  # offset 0 is still out: a crash redelivers it
+    c.ack("a", [ids[0]])
+    assert c.committable() == {("t", 0): 3}
+    c.mark_committed({("t", 0): 3})
+    assert c.committable() == {}
+    c.ack("a", [ids[3], ids[4], ids[4], 999])  # twice, or unknown: ignored
+    assert c.committable() == {("t", 0): 5}
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.data())
+def test_progress_matches_a_simple_model(data):
+    offsets = sorted(data.draw(st.sets(st.integers(0, 200), min_size=1, max_size=40)))
+    progress = Progress()
+    for offset in offsets:
+        progress.add(offset)
+    done: set[int] = set()
+    for offset in data.draw(st.permutations(offsets)):
+        progress.finish(offset)
+        done.add(offset)
+        left = [o for o in offsets if o not in done]
+        assert progress.committable() == (left[0] if left else offsets[-1] + 1)
+
+
+def test_ordering_partition_gives_each_partition_to_one_subscriber_in_order():
+    c = core()
+    c.subscribe("a", 100)
+    c.subscribe("b", 100)
+    c.add(records(0, range(3)) + records(1, range(3)), 0)
+    c.fetch("a", 100, 1, 500, 0.0)
+    c.fetch("b", 100, 1, 500, 0.0)
+    got = served(c)
+    assert sorted(got) == ["a", "b"]
+    assert {p for p, _ in got["a"]}.isdisjoint({p for p, _ in got["b"]})
+    for entries in got.values():
+        assert [o for _, o in entries] == [0, 1, 2]
+
+
+def test_a_partition_stays_with_its_owner_while_it_holds_messages_of_it():
+    c = core()
+    c.subscribe("a", 100)
+    c.add(records(0, [0]), 0)
+    c.fetch("a", 100, 1, 500, 0.0)
+    assert served(c) == {"a": [(0, 0)]}
+    c.subscribe("b", 100)
+    c.add(records(0, [1]), 0)
+    c.fetch("b", 100, 1, 500, 0.0)
+    assert served(c) == {}  # partition 0 is a's while a holds offset 0
+    c.fetch("a", 100, 1, 500, 0.0)
+    assert served(c) == {"a": [(0, 1)]}
+
+
+def test_ordering_none_shares_one_partition_among_subscribers():
+    c = core(ordering="none")
+    c.subscribe("a", 2)
+    c.subscribe("b", 2)
+    c.add(records(0, range(4)), 0)
+    c.fetch("a", 10, 1, 500, 0.0)
+    c.fetch("b", 10, 1, 500, 0.0)
+    assert served(c) == {"a": [(0, 0), (0, 1)], "b": [(0, 2), (0, 3)]}  # windows of 2
+
+
+def test_the_window_bounds_what_a_subscriber_holds():
+    c = core(ordering="none")
+    c.subscribe("a", 3)
+    c.add(records(0, range(10)), 0)
+    c.fetch("a", 100, 1, 500, 0.0)
+    [(_, entries)] = c.serve(0.0, 0)
+    assert len(entries) == 3 and c.pending == 7
+    c.fetch("a", 100, 1, 500, 0.0)
+    assert c.serve(0.1, 0) == []  # full window: the poll waits
+    c.ack("a", [entries[0].delivery_id])
+    assert served(c, 0.2) == {"a": [(0, 3)]}
+
+
+def test_a_long_poll_waits_for_min_bytes_or_its_deadline():
+    c = core(ordering="none")
+    c.subscribe("a", 100)
+    c.fetch("a", 100, 1, 500, 0.0)
+    assert c.serve(0.0, 0) == []
+    assert c.next_wakeup(0.0, 0) == 0.5
+    assert served(c, 0.5) == {"a": []}  # the wait is over: an empty answer
+    c.fetch("a", 100, 5, 500, 1.0)  # min_bytes 5: one 1-byte value is not enough
+    c.add(records(0, [0]), 0)
+    assert c.serve(1.1, 0) == []
+    c.add(records(0, [1, 2, 3, 4]), 0)
+    assert len(served(c, 1.2)["a"]) == 5
+
+
+def test_an_unsubscribed_apps_messages_go_to_another_first():
+    c = core()
+    c.subscribe("a", 100)
+    c.subscribe("b", 100)
+    c.add(records(0, range(3)), 0)
+    c.fetch("a", 100, 1, 500, 0.0)
+    assert served(c) == {"a": [(0, 0), (0, 1), (0, 2)]}
+    c.add(records(0, [3]), 0)
+    assert c.unsubscribe("a") == 3
+    c.fetch("b", 100, 1, 500, 0.0)
+    assert served(c) == {"b": [(0, 0), (0, 1), (0, 2), (0, 3)]}  # in order, front first
+
+
+def test_nack_becomes_a_retry_copy_due_at_the_level_then_a_dead_letter():
+    c = core(ordering="none")
+    c.subscribe("a", 100)
+    c.add(records(2, [7]), 0)
+    c.fetch("a", 100, 1, 500, 0.0)
+    [(_, [entry])] = c.serve(0.0, 0)
+    [copy] = c.nack("a", [(entry.delivery_id, None, "db down")], 10_000)
+    assert not copy.dead and copy.due_ms == 11_000 and copy.reason == "db down"
+    headers = dict(copy.headers("t", "g"))
+    assert headers[H_ATTEMPT] == b"2" and headers[H_DUE] == b"11000"
+    assert (headers[H_TOPIC], headers[H_PARTITION], headers[H_OFFSET]) == (b"t", b"2", b"7")
+    assert c.committable() == {("t", 2): 7}  # not done until the copy is written
+    c.copied(copy.entry)
+    assert c.committable() == {("t", 2): 8}
+
+    # The copy, read back from the retry topic, waits for its due time.
+    retry = Rec("g.retry", 0, 0, headers=tuple(copy.headers("t", "g")))
+    c.add([retry], 10_500)
+    c.fetch("a", 100, 1, 5000, 1.0)
+    assert c.serve(1.0, 10_999) == []
+    assert c.next_wakeup(1.0, 10_999) == 0.001
+    [(_, [again])] = c.serve(1.0, 11_000)
+    assert (again.partition, again.origin_offset, again.attempt) == (2, 7, 2)
+    assert again.headers == ()  # the app sees its own headers only
+    [copy2] = c.nack("a", [(again.delivery_id, 250, None)], 20_000)
+    assert copy2.due_ms == 20_250 and not copy2.dead  # an explicit delay wins
+    c.copied(copy2.entry)
+    retry2 = Rec("g.retry", 0, 1, headers=tuple(copy2.headers("t", "g")))
+    c.add([retry2], 30_000)
+    c.fetch("a", 100, 1, 500, 2.0)
+    [(_, [third])] = c.serve(2.0, 30_000)
+    assert third.attempt == 3
+    [dead] = c.nack("a", [(third.delivery_id, None, "still down")], 40_000)
+    assert dead.dead  # max.attempts=3 reached
+    headers = dict(dead.headers("t", "g"))
+    assert headers[H_REASON] == b"still down" and H_DUE not in headers
+    assert headers[H_ATTEMPT] == b"3"
+
+
+def test_an_ack_timeout_counts_as_a_nack():
+    c = core(ordering="none", ack_timeout_ms=2000)
+    c.subscribe("a", 100)
+    c.add(records(0, [0, 1]), 0)
+    c.fetch("a", 100, 1, 500, 0.0)
+    [(_, entries)] = c.serve(0.0, 0)
+    c.ack("a", [entries[0].delivery_id])
+    assert c.tick(1.9, 0) == []
+    [copy] = c.tick(2.0, 5000)
+    assert copy.entry.origin_offset == 1 and "ack timeout" in copy.reason
+    assert copy.due_ms == 6000
+
+
+def test_tags_filter_before_anything_is_handed_out():
+    c = core(ordering="none", tags=("paid", "refund"))
+    c.subscribe("a", 100)
+    c.add([
+        Rec("t", 0, 0, headers=(("databus-tag", b"paid"),)),
+        Rec("t", 0, 1, headers=(("databus-tag", b"free"),)),
+        Rec("t", 0, 2),
+        Rec("t", 0, 3, headers=(("databus-tag", b"refund"),)),
+    ], 0)
+    c.fetch("a", 100, 1, 500, 0.0)
+    assert served(c) == {"a": [(0, 0), (0, 3)]}
+    assert c.filtered == 2
+
+
+def test_revoked_partitions_are_forgotten_and_late_acks_ignored():
+    c = core()
+    c.subscribe("a", 100)
+    c.add(records(0, [0, 1]) + records(1, [0]), 0)
+    c.fetch("a", 1, 1, 500, 0.0)
+    [(_, [entry])] = c.serve(0.0, 0)
+    c.revoke([("t", entry.partition)])
+    assert c.ack("a", [entry.delivery_id]) == 0
+    assert set(c.committable()) == {("t", 1 - entry.partition)}
+    c.fetch("a", 100, 1, 500, 0.0)
+    assert [p for p, _ in served(c)["a"]] == [1 - entry.partition]
+    assert c.pending == 0
+
+
+def test_retry_levels_and_durations():
+    levels = tuple(map(parse_duration_ms, ["1s", "5s", "2m", "250ms", 40]))
+    assert levels == (1000, 5000, 120_000, 250, 40)
+    assert [retry_delay_ms(n, levels) for n in (1, 2, 3, 9)] == [1000, 5000, 120_000, 40]
+
+
+class ShareRec(NamedTuple):
+    topic: str
+    partition: int
+    offset: int
+    delivery_count: int
+    timestamp: int = 1000
+    key: bytes | None = None
+    value: bytes | None = b"v"
+    headers: tuple = ()
+
+
+def test_share_mode_settles_with_accept_release_reject_and_copies_the_last_attempt():
+    c = core(ordering="none", share=True, tags=("paid",))
+    c.subscribe("a", 100)
+    c.subscribe("b", 100)
+    paid = (("databus-tag", b"paid"),)
+    c.add([ShareRec("t", 0, 0, 1, headers=paid), ShareRec("t", 0, 1, 3, headers=paid),
+           ShareRec("t", 0, 2, 1, headers=paid), ShareRec("t", 0, 3, 1)], 0)
+    assert [(e.offset, kind) for e, kind in c.take_settled()] == [(3, ACCEPT)]  # filtered
+    c.fetch("a", 1, 1, 500, 0.0)
+    c.fetch("b", 2, 1, 500, 0.0)
+    got = dict(c.serve(0.0, 0))
+    assert [e.offset for e in got["a"]] == [0] and [e.offset for e in got["b"]] == [1, 2]
+    assert [e.attempt for e in got["b"]] == [3, 1]  # the delivery count is the attempt
+    c.ack("a", [got["a"][0].delivery_id])
+    assert c.nack("b", [(got["b"][1].delivery_id, 60_000, "later")], 0) == []
+    [dead] = c.nack("b", [(got["b"][0].delivery_id, None, "poison")], 0)
+    assert dead.dead and dead.reason == "poison"
+    assert [(e.offset, kind) for e, kind in c.take_settled()] == [(0, ACCEPT), (2, RELEASE)]
+    c.copied(dead.entry)
+    assert [(e.offset, kind) for e, kind in c.take_settled()] == [(1, REJECT)]
+    assert c.committable() == {}  # the broker keeps the state, not offsets
