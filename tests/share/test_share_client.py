@@ -258,3 +258,30 @@ def test_ours_and_confluent_kafkas_share_consumer_in_one_group(broker, work):
     assert ours and theirs, "both clients receive records"
     delivered = Counter(ours + theirs)
     assert sorted(delivered) == list(range(total)) and set(delivered.values()) == {1}
+
+
+def test_databus_consume_share_group_settles_what_it_prints(broker, work, capsysbinary):
+    from databus.cli import main
+
+    topic, group = work
+    produce(broker.bootstrap, topic, 3)
+    base = ["consume", "--bootstrap-server", broker.bootstrap, "--topic", topic,
+            "--share-group", group, "--max-messages", "3", "--timeout-ms", "30000",
+            "--property", "print.offset=true", "--property", "print.delivery=true"]
+    assert main([*base, "--release"]) == 0
+    released = capsysbinary.readouterr()
+    assert released.out.splitlines() == [b"Offset:%d\tDeliveryCount:1\t%d" % (i, i)
+                                         for i in range(3)]
+    assert b"Processed a total of 3 messages" in released.err
+    assert start_offset(broker.bootstrap, group, topic) == 0  # nothing settled for good
+    assert main(base) == 0  # accepts
+    accepted = capsysbinary.readouterr().out.splitlines()
+    assert [line.split(b"\t")[0] for line in accepted] == [b"Offset:%d" % i for i in range(3)]
+    assert all(int(line.split(b"\t")[1].split(b":")[1]) >= 2 for line in accepted)
+    assert start_offset(broker.bootstrap, group, topic) == 3
+    # options of the classic consumer are refused by name
+    assert main([*base, "--from-beginning"]) == 2
+    assert b"--from-beginning" in capsysbinary.readouterr().err
+    assert main(["consume", "--bootstrap-server", broker.bootstrap, "--topic", topic,
+                 "--reject"]) == 2
+    assert b"--reject needs --share-group" in capsysbinary.readouterr().err
