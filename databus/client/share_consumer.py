@@ -87,6 +87,8 @@ _LEADER_ERRORS = {
     ErrorCode.fenced_leader_epoch, ErrorCode.unknown_leader_epoch,
 }
 
+_ACK_TYPES = {int(kind): kind for kind in AcknowledgeType}
+
 AckResults = dict[TopicPartition, "errors.KafkaError | None"]
 CommitCallback = Callable[[dict[TopicPartition, set[int]], "errors.KafkaError | None"], Any]
 
@@ -250,6 +252,7 @@ class ShareConsumer:
         self._metadata_task = False
         self._stack: contextlib.AsyncExitStack | None = None
         self._nursery: trio.Nursery | None = None
+        self._fetch_nursery: trio.Nursery | None = None
         self._closing = False
         self._closed = False
 
@@ -336,15 +339,23 @@ class ShareConsumer:
         if not self._explicit:
             self._accept_delivered()
         self._wake_fetcher()  # pending acknowledgements may ride on a fetch now
+        out: list[ConsumerRecord] = []
         with trio.move_on_after(max(timeout, 0)):
             while True:
                 self._raise_errors()
                 out = self._drain(self.config.max_poll_records)
                 if out:
-                    return out
+                    break
                 await self._data_ready.wait()
-        self._raise_errors()
-        return []
+        if not out:
+            self._raise_errors()
+            return []
+        # the next fetch goes out now, carrying the acknowledgements made so far, and its
+        # answer comes while the application works on these records.  Shielded: the
+        # records are handed out already (a write on an open connection is quick)
+        with trio.CancelScope(shield=True):
+            await self._start_fetches(connected_only=True)
+        return out
 
     def acknowledge(self, record: ConsumerRecord,
                     type: AcknowledgeType | int = AcknowledgeType.ACCEPT) -> None:  # noqa: A002
@@ -354,11 +365,10 @@ class ShareConsumer:
             raise errors.IllegalStateError(
                 "acknowledge() needs share.acknowledgement.mode=explicit (in implicit mode "
                 "the next poll or commit accepts the records)")
-        try:
-            kind = AcknowledgeType(type)
-        except ValueError:
+        kind = _ACK_TYPES.get(type)  # a dict hit: this runs once per record
+        if kind is None:
             raise ValueError(f"acknowledge type {type!r} is not ACCEPT (1), RELEASE (2) or "
-                             "REJECT (3)") from None
+                             "REJECT (3)")
         state = self._acks.get((record.topic, record.partition))
         settled = state.acknowledge(record.offset, kind) if state is not None else False
         if settled is False:
@@ -475,23 +485,51 @@ class ShareConsumer:
 
     async def _fetch_loop(self, task_status=trio.TASK_STATUS_IGNORED) -> None:
         async with trio.open_nursery() as nursery:
+            self._fetch_nursery = nursery
             task_status.started()
             while True:
-                if not self._closing:
-                    self._start_fetches(nursery)
+                await self._start_fetches()
                 with trio.move_on_after(self.config.retry_backoff_ms / 1000 * 5):
                     await self._wakeup.wait()
                 self._wakeup = trio.Event()
 
-    def _start_fetches(self, nursery: trio.Nursery) -> None:
+    async def _start_fetches(self, *, connected_only: bool = False) -> None:
+        """Send a ShareFetch to every broker that has partitions for us, none in flight and
+        no records waiting in the buffer; their answers are awaited in the background.
+        poll() calls this too, right after handing records out, so the next fetch is on
+        the wire while the application works on them (prefetch); it asks only brokers it
+        is connected to (``connected_only``: no connect delays a poll)."""
+        if self._closing:
+            return
         wanted = self._wanted_by_node()
         # brokers whose session still names partitions no longer assigned: tell them
         stale = {node for node, s in self._sessions.items() if s.is_open and s.known}
+        connected = set(self._cluster.connected_nodes()) if connected_only else None
         for node in set(wanted) | stale:
             if node in self._in_flight or self._buffered.get(node):
                 continue
+            if connected is not None and node not in connected:
+                continue
             self._in_flight.add(node)
-            nursery.start_soon(self._fetch, node, wanted.get(node, set()))
+            try:
+                sent = await self._send_fetch(node, wanted.get(node, set()))
+            except errors.KafkaError as exc:
+                self._fetch_nursery.start_soon(self._fetch_failed, node, exc)
+                continue
+            if sent is None:
+                self._in_flight.discard(node)
+            else:
+                self._fetch_nursery.start_soon(self._receive_fetch, node, *sent)
+
+    async def _fetch_failed(self, node: int, exc: errors.KafkaError) -> None:
+        """Back off (the broker stays marked in flight meanwhile) and look for leaders."""
+        try:
+            log.debug("ShareFetch from broker %s failed: %s", node, exc)
+            self._refresh_metadata()
+            await trio.sleep(self.config.retry_backoff_ms / 1000)
+        finally:
+            self._in_flight.discard(node)
+            self._wake_fetcher()
 
     def _refresh_metadata(self) -> None:
         if self._metadata_task or self._nursery is None:
@@ -509,17 +547,6 @@ class ShareConsumer:
                 self._wake_fetcher()
 
         self._nursery.start_soon(refresh)
-
-    async def _fetch(self, node: int, wanted: set[PartitionId]) -> None:
-        try:
-            await self._share_fetch(node, wanted)
-        except errors.KafkaError as exc:
-            log.debug("ShareFetch from broker %s failed: %s", node, exc)
-            self._refresh_metadata()
-            await trio.sleep(self.config.retry_backoff_ms / 1000)
-        finally:
-            self._in_flight.discard(node)
-            self._wake_fetcher()
 
     def _take_acks(self, node: int, only: set[PartitionId] | None = None,
                    ) -> tuple[dict[PartitionId, list[dict]], _AckFlight | None]:
@@ -576,13 +603,16 @@ class ShareConsumer:
                 "acknowledgement_batches": wire.get((topic_id, partition), [])})
         return [{"topic_id": t, "partitions": ps} for t, ps in topics.items()]
 
-    async def _share_fetch(self, node: int, wanted: set[PartitionId]) -> None:
+    async def _send_fetch(self, node: int, wanted: set[PartitionId]):
+        """Write a ShareFetch for ``wanted`` (with the acknowledgements pending for those
+        partitions) to ``node``: (connection, pending answer, acknowledgement flight), or
+        None when there is nothing to ask."""
         cfg = self.config
         session = self._sessions.setdefault(node, ShareSession())
         flight = None
         async with self._locks.setdefault(node, trio.Lock()):
             if self._closing or (wanted and self._member.member_epoch <= 0):
-                return
+                return None
             conn = await self._cluster.connection(node)
             added, forgotten = session.plan(wanted)
             if session.is_open:
@@ -611,13 +641,23 @@ class ShareConsumer:
                 self._session_lost(node)
                 raise
             session.sent(wanted)
+        return conn, pending, flight
+
+    async def _receive_fetch(self, node: int, conn, pending, flight: _AckFlight | None) -> None:
+        cfg = self.config
         try:
-            response = await conn.wait(pending, (cfg.request_timeout_ms + cfg.fetch_max_wait_ms) / 1000)
+            response = await conn.wait(pending, (cfg.request_timeout_ms + cfg.fetch_max_wait_ms)
+                                       / 1000)
         except errors.KafkaError as exc:
             self._finish(flight, error=exc)
             self._session_lost(node)  # whether the broker handled it is unknowable
-            raise
-        self._handle_fetch(node, response, flight)
+            await self._fetch_failed(node, exc)
+            return
+        try:
+            self._handle_fetch(node, response, flight)
+        finally:
+            self._in_flight.discard(node)
+            self._wake_fetcher()
 
     def _handle_fetch(self, node: int, response: Any, flight: _AckFlight | None) -> None:
         code = ErrorCode(response.error_code)
