@@ -83,9 +83,11 @@ def decode_fetched(
     *,
     check_crcs: bool = True,
     aborted: list[tuple[int, int]] | None = None,
+    delivery_count: int | None = None,
 ) -> tuple[list[ConsumerRecord], int]:
     """Records at or after ``fetch_offset`` in a Fetch response's records, and the offset
-    after the last complete batch (== fetch_offset when no complete batch was there)."""
+    after the last complete batch (== fetch_offset when no complete batch was there).
+    ``delivery_count`` is given to every record (a share fetch's)."""
     out: list[ConsumerRecord] = []
     next_offset = fetch_offset
     aborted_sorted = sorted(aborted or [], key=lambda a: a[1])
@@ -108,12 +110,13 @@ def decode_fetched(
         ts_type = h.timestamp_type
         # Per record: one tuple built directly (Record is (offset, timestamp, key, value,
         # headers); delivery_count None); the NamedTuple constructor would cost as much again.
-        new, cls = tuple.__new__, ConsumerRecord
+        new, cls, count = tuple.__new__, ConsumerRecord, delivery_count
         if h.base_offset >= fetch_offset:
-            out += [new(cls, (topic, partition, r[0], r[1], ts_type, r[2], r[3], r[4], None)) for r in records]
+            out += [new(cls, (topic, partition, r[0], r[1], ts_type, r[2], r[3], r[4], count))
+                    for r in records]
         else:  # the first batch: skip the records before the fetch offset
             out += [
-                new(cls, (topic, partition, r[0], r[1], ts_type, r[2], r[3], r[4], None))
+                new(cls, (topic, partition, r[0], r[1], ts_type, r[2], r[3], r[4], count))
                 for r in records if r[0] >= fetch_offset
             ]
     return out, next_offset

@@ -89,7 +89,11 @@ def acquired_records(topic: str, partition: int, data: bytes,
     ranges = sorted(ranges)
     if not ranges:
         return [], []
-    decoded, _ = decode_fetched(topic, partition, data, ranges[0][0], check_crcs=check_crcs)
+    counts = {count for _, _, count in ranges}
+    # the usual case, one delivery count for all: records are built with it at once
+    one = counts.pop() if len(counts) == 1 else None
+    decoded, _ = decode_fetched(topic, partition, data, ranges[0][0], check_crcs=check_crcs,
+                                delivery_count=one)
     out: list[ConsumerRecord] = []
     gaps: list[tuple[int, int]] = []
     new, cls = tuple.__new__, ConsumerRecord
@@ -97,16 +101,19 @@ def acquired_records(topic: str, partition: int, data: bytes,
     for first, last, count in ranges:
         while i < n and decoded[i][2] < first:
             i += 1  # another member's record in a shared batch
-        expected = first
+        start = i
         while i < n and decoded[i][2] <= last:
-            r = decoded[i]
-            if r[2] > expected:
-                gaps.append((expected, r[2] - 1))
-            out.append(new(cls, (*r[:8], count)))
-            expected = r[2] + 1
             i += 1
-        if expected <= last:
-            gaps.append((expected, last))
+        taken = decoded[start:i]
+        if len(taken) != last - first + 1:  # offsets without a record: GAP
+            expected = first
+            for r in taken:
+                if r[2] > expected:
+                    gaps.append((expected, r[2] - 1))
+                expected = r[2] + 1
+            if expected <= last:
+                gaps.append((expected, last))
+        out += taken if one is not None else [new(cls, (*r[:8], count)) for r in taken]
     return out, gaps
 
 
@@ -123,8 +130,7 @@ class PartitionAcks:
     lost: set[int] = field(default_factory=set)
 
     def hand_out(self, records: Iterable[ConsumerRecord]) -> None:
-        for r in records:
-            self.delivered[r.offset] = r.delivery_count
+        self.delivered.update((r[2], r[8]) for r in records)  # offset -> delivery count
 
     def acknowledge(self, offset: int, kind: int) -> bool | None:
         """Settle a record poll() handed out: True; None if its session is gone (nothing

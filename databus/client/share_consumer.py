@@ -27,10 +27,16 @@ delivered again).  The shape follows our ``Consumer`` and confluent-kafka's
   not (Java's AcknowledgementCommitCallback).
 - Membership by ShareGroupHeartbeat (member id chosen here, member epochs, the broker's
   heartbeat interval); the broker assigns partitions, possibly the same to several members.
-- One ShareFetch per broker in flight, started as soon as the records of the previous one
-  have been handed out, so the next batch is usually waiting when poll() is called; its
-  ``max_records`` is ``max.poll.records``.  Buffered records whose lock expired before
-  poll() reached them are dropped (the broker has handed them to someone else).
+- One ShareFetch per broker in flight, written by poll() as it hands out the records of
+  the previous one, so the next batch is usually waiting when poll() is called again; its
+  ``max_records`` is ``max.poll.records``.  A fetch waits for records (``fetch.max.wait.ms``)
+  only while the consumer holds no unsettled record from that broker: the broker answers a
+  connection's requests one at a time, so acknowledgements made during a long poll would
+  wait behind it, and the held records may be what fills the partition's lock window
+  (``group.share.partition.max.record.locks``), which would stall that poll to its end.
+  A non-waiting fetch that finds nothing is repeated once a record is settled or poll()
+  is called.  Buffered records whose lock expired before poll() reached them are dropped
+  (the broker has handed them to someone else).
 - Close: acknowledgements pending (implicit mode: the last poll's records accepted) go out
   with the share session's final epoch, which makes the broker release whatever else the
   member still holds; then the member leaves the group (heartbeat with epoch -1).
@@ -242,6 +248,9 @@ class ShareConsumer:
         self._sessions: dict[int, ShareSession] = {}
         self._locks: dict[int, trio.Lock] = {}  # per broker: epoch order == write order
         self._in_flight: set[int] = set()  # brokers with a ShareFetch out
+        # brokers whose last (non-waiting) fetch found nothing: not asked again until a
+        # record is settled or poll() is called
+        self._quiet: set[int] = set()
         self._buffer: deque[_Chunk] = deque()
         self._buffered: dict[int, int] = {}  # broker -> chunks in the buffer
         self._acks: dict[TopicPartition, PartitionAcks] = {}
@@ -338,6 +347,7 @@ class ShareConsumer:
         self._check_open()
         if not self._explicit:
             self._accept_delivered()
+        self._quiet.clear()
         self._wake_fetcher()  # pending acknowledgements may ride on a fetch now
         out: list[ConsumerRecord] = []
         with trio.move_on_after(max(timeout, 0)):
@@ -371,6 +381,9 @@ class ShareConsumer:
                              "REJECT (3)")
         state = self._acks.get((record.topic, record.partition))
         settled = state.acknowledge(record.offset, kind) if state is not None else False
+        if settled and state.node in self._quiet:
+            self._quiet.discard(state.node)
+            self._wake_fetcher()
         if settled is False:
             raise errors.IllegalStateError(
                 f"record {record.topic}-{record.partition}@{record.offset} was not handed out "
@@ -510,6 +523,11 @@ class ShareConsumer:
                 continue
             if connected is not None and node not in connected:
                 continue
+            if node in self._quiet:
+                holding, pending = self._held(node)
+                if holding and not pending:
+                    continue
+                self._quiet.discard(node)
             self._in_flight.add(node)
             try:
                 sent = await self._send_fetch(node, wanted.get(node, set()))
@@ -547,6 +565,15 @@ class ShareConsumer:
                 self._wake_fetcher()
 
         self._nursery.start_soon(refresh)
+
+    def _held(self, node: int) -> tuple[bool, bool]:
+        """(records handed out and not settled, acknowledgements not sent) for ``node``."""
+        holding = pending = False
+        for state in self._acks.values():
+            if state.node == node:
+                holding = holding or bool(state.delivered)
+                pending = pending or bool(state.pending)
+        return holding, pending
 
     def _take_acks(self, node: int, only: set[PartitionId] | None = None,
                    ) -> tuple[dict[PartitionId, list[dict]], _AckFlight | None]:
@@ -621,13 +648,18 @@ class ShareConsumer:
                 wire, flight = self._take_acks(node, wanted)
             else:
                 wire = {}  # a ShareFetch opening a session carries none (nothing is valid)
+            # long-poll only when holding nothing from this broker: acknowledgements made
+            # while a fetch waits would wait behind it (one request at a time per
+            # connection), and the records held could be what fills the partition's lock
+            # window, which would stall the fetch until fetch.max.wait.ms
+            max_wait = 0 if self._held(node)[0] else cfg.fetch_max_wait_ms
             forgotten_field: dict[Any, list[int]] = {}
             for topic_id, partition in forgotten:
                 forgotten_field.setdefault(topic_id, []).append(partition)
             body = build_request(ApiKey.SHARE_FETCH, conn.version(ApiKey.SHARE_FETCH), {
                 "group_id": cfg.group_id, "member_id": self._member.member_id,
                 "share_session_epoch": session.epoch,
-                "max_wait": cfg.fetch_max_wait_ms, "min_bytes": cfg.fetch_min_bytes,
+                "max_wait": max_wait, "min_bytes": cfg.fetch_min_bytes,
                 "max_bytes": cfg.fetch_max_bytes, "max_records": cfg.max_poll_records,
                 "batch_size": cfg.max_poll_records,
                 "topics": self._topics_field(added, wire),
@@ -641,9 +673,10 @@ class ShareConsumer:
                 self._session_lost(node)
                 raise
             session.sent(wanted)
-        return conn, pending, flight
+        return conn, pending, flight, max_wait == 0
 
-    async def _receive_fetch(self, node: int, conn, pending, flight: _AckFlight | None) -> None:
+    async def _receive_fetch(self, node: int, conn, pending, flight: _AckFlight | None,
+                             short: bool) -> None:
         cfg = self.config
         try:
             response = await conn.wait(pending, (cfg.request_timeout_ms + cfg.fetch_max_wait_ms)
@@ -654,19 +687,24 @@ class ShareConsumer:
             await self._fetch_failed(node, exc)
             return
         try:
-            self._handle_fetch(node, response, flight)
+            got = self._handle_fetch(node, response, flight)
+            if short and not got:
+                # nothing there now: ask again once the application settles a record or
+                # polls, not in a loop
+                self._quiet.add(node)
         finally:
             self._in_flight.discard(node)
             self._wake_fetcher()
 
-    def _handle_fetch(self, node: int, response: Any, flight: _AckFlight | None) -> None:
+    def _handle_fetch(self, node: int, response: Any, flight: _AckFlight | None) -> bool:
+        """Apply a ShareFetch answer; whether it brought records."""
         code = ErrorCode(response.error_code)
         if code != ErrorCode.none:
             error = errors.from_code(code, f"ShareFetch from broker {node}: "
                                            f"{response.error_message or ''}".rstrip(": "))
             self._finish(flight, error=error)
             self._top_level_error(node, code, error)
-            return
+            return False
         lock_s = ms(response.acquisition_lock_timeout) / 1000
         expires = trio.current_time() + (lock_s if lock_s > 0 else 30.0)
         names = self._topic_names()
@@ -711,6 +749,7 @@ class ShareConsumer:
         self._finish(flight, results)
         if got:
             self._notify()
+        return got
 
     def _top_level_error(self, node: int, code: ErrorCode, error: errors.KafkaError) -> None:
         if code in _SESSION_ERRORS:
