@@ -285,3 +285,23 @@ def test_databus_consume_share_group_settles_what_it_prints(broker, work, capsys
     assert main(["consume", "--bootstrap-server", broker.bootstrap, "--topic", topic,
                  "--reject"]) == 2
     assert b"--reject needs --share-group" in capsysbinary.readouterr().err
+
+
+def test_sync_share_consumer(broker, work):
+    from databus.client import SyncShareConsumer
+
+    topic, group = work
+    produce(broker.bootstrap, topic, 2)
+    with SyncShareConsumer(broker.bootstrap, {"group.id": group,
+                                              "share.acknowledgement.mode": "explicit"}) as sc:
+        sc.subscribe([topic])
+        got = []
+        for _ in range(100):
+            got += sc.poll(0.5)
+            if len(got) == 2:
+                break
+        for record in got:
+            sc.acknowledge(record, REJECT)
+        assert sc.commit() == {(topic, 0): None}
+    assert sorted(r.offset for r in got) == [0, 1]
+    assert start_offset(broker.bootstrap, group, topic) == 2
