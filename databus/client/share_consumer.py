@@ -21,8 +21,9 @@ delivered again).  The shape follows our ``Consumer`` and confluent-kafka's
   the application settles each record with ``acknowledge(record, type)`` (default ACCEPT);
   a record left unsettled stays acquired until its lock expires, then another member gets it.
 - Acknowledgements ride on the next ShareFetch to the broker that acquired the records (as
-  Kafka's clients do); ``commit()`` sends those still pending at once (ShareAcknowledge) and
-  waits for every acknowledgement sent so far, returning per-partition errors.
+  Kafka's clients do); ``commit()`` sends those still pending at once (ShareAcknowledge),
+  waits for every acknowledgement sent so far and returns the per-partition outcome of all
+  answered since the previous commit.
   ``acknowledgement_commit_callback(offsets, error)`` hears about each one, piggy-backed or
   not (Java's AcknowledgementCommitCallback).
 - Membership by ShareGroupHeartbeat (member id chosen here, member epochs, the broker's
@@ -129,7 +130,9 @@ class ShareMember(CoordinatorClient):
         failures = 0
         while True:
             wait = self.interval_ms / 1000
-            if self.topics and self.fatal is None:
+            if not self.topics and self.member_epoch > 0:
+                await self.leave()  # unsubscribed: Kafka's consumers leave the group
+            elif self.topics and self.fatal is None:
                 try:
                     again = await self._heartbeat()
                     failures = 0
@@ -255,6 +258,7 @@ class ShareConsumer:
         self._buffered: dict[int, int] = {}  # broker -> chunks in the buffer
         self._acks: dict[TopicPartition, PartitionAcks] = {}
         self._flights: set[_AckFlight] = set()
+        self._settled: AckResults = {}  # outcomes since the last commit()
         self._errors: list[errors.KafkaError] = []
         self._wakeup = trio.Event()
         self._data_ready = trio.Event()
@@ -322,7 +326,8 @@ class ShareConsumer:
         self._member.subscribe(topics)
 
     def unsubscribe(self) -> None:
-        """Stop consuming; the member leaves the group on close."""
+        """Stop consuming and leave the group (records still held go back when the share
+        session forgets their partitions or at close)."""
         self._member.subscribe(())
         self._member.assignment = set()
         self._wake_fetcher()
@@ -391,8 +396,10 @@ class ShareConsumer:
 
     async def commit(self, timeout: float | None = None) -> AckResults:
         """Send the pending acknowledgements now (ShareAcknowledge) and wait until every
-        acknowledgement sent so far is answered: {partition: None or its Kafka error}.
-        Raises when a broker could not be asked (connection, session lost)."""
+        acknowledgement sent so far is answered.  Returns the outcome of every
+        acknowledgement answered since the previous commit (sent by this call or carried
+        by a fetch): {partition: None, or the first Kafka error}.  Raises when a broker
+        could not be asked (connection, session lost) or on ``timeout`` (seconds)."""
         self._check_open()
         if not self._explicit:
             self._accept_delivered()
@@ -404,12 +411,9 @@ class ShareConsumer:
                 flight = await self._acknowledge(node)
                 if flight is not None:
                     waiting.add(flight)
-            results: AckResults = {}
             for flight in waiting:
                 await flight.done.wait()
-                for tp, error in flight.results.items():
-                    if results.get(tp) is None:
-                        results[tp] = error
+        results, self._settled = self._settled, {}
         return results
 
     def commit_async(self, callback: Callable[[AckResults | None, BaseException | None], Any]
@@ -600,7 +604,9 @@ class ShareConsumer:
         if flight is None:
             return
         for tp in flight.offsets:
-            flight.results[tp] = error if results is None else results.get(tp)
+            outcome = flight.results[tp] = error if results is None else results.get(tp)
+            if self._settled.get(tp) is None:
+                self._settled[tp] = outcome  # for the next commit(); an error stays
         self._flights.discard(flight)
         flight.done.set()
         if self._callback is not None:

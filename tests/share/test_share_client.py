@@ -305,3 +305,44 @@ def test_sync_share_consumer(broker, work):
         assert sc.commit() == {(topic, 0): None}
     assert sorted(r.offset for r in got) == [0, 1]
     assert start_offset(broker.bootstrap, group, topic) == 2
+
+
+def test_a_broker_kill_9_is_survived_membership_and_session_renewed(tmp_path):
+    """Membership is not persisted by the broker and share sessions live in memory: after
+    a kill -9 and restart the consumer meets UNKNOWN_MEMBER_ID / SHARE_SESSION_NOT_FOUND,
+    joins and opens a session again by itself, and what it accepted before (commit
+    returned) is not delivered again."""
+    with BrokerProcess(tmp_path, options={"num.partitions": 1}) as process:
+        topic, group = "jobs", "workers"
+        admin = kadmin.AdminClient({"bootstrap.servers": process.bootstrap})
+        admin.create_topics([kadmin.NewTopic(topic, 1)])[topic].result()
+        resource = kadmin.ConfigResource(kadmin.ResourceType.GROUP, group, incremental_configs=[
+            kadmin.ConfigEntry("share.auto.offset.reset", "earliest",
+                               incremental_operation=kadmin.AlterConfigOpType.SET)])
+        admin.incremental_alter_configs([resource])[resource].result()
+        produce(process.bootstrap, topic, 3)
+
+        async def take(sc, count: int) -> list:
+            got = []
+            while len(got) < count:
+                for record in await sc.poll(0.5):
+                    got.append(record)
+                    sc.acknowledge(record)
+            assert all(error is None for error in (await sc.commit()).values())
+            return got
+
+        async def main() -> tuple[list, list]:
+            with trio.fail_after(DEADLINE_S):
+                async with consumer(process, group) as sc:
+                    sc.subscribe([topic])
+                    before = await take(sc, 3)
+                    process.kill9()
+                    await trio.to_thread.run_sync(process.restart)
+                    await trio.to_thread.run_sync(produce, process.bootstrap, topic, 2)
+                    after = await take(sc, 2)
+            return before, after
+
+        before, after = trio.run(main)
+        assert [r.offset for r in before] == [0, 1, 2]
+        assert sorted((r.offset, r.delivery_count) for r in after) == [(3, 1), (4, 1)]
+        assert start_offset(process.bootstrap, group, topic) == 5
