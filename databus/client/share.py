@@ -25,7 +25,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from enum import IntEnum
 
-from .fetcher import ConsumerRecord, decode_fetched
+from .fetcher import ConsumerRecord, decode_fetched, share_record_class
 
 OPEN_EPOCH = 0
 FINAL_EPOCH = -1
@@ -96,7 +96,7 @@ def acquired_records(topic: str, partition: int, data: bytes,
                                 delivery_count=one)
     out: list[ConsumerRecord] = []
     gaps: list[tuple[int, int]] = []
-    new, cls = tuple.__new__, ConsumerRecord
+    new = tuple.__new__
     i, n = 0, len(decoded)
     for first, last, count in ranges:
         while i < n and decoded[i][2] < first:
@@ -113,7 +113,10 @@ def acquired_records(topic: str, partition: int, data: bytes,
                 expected = r[2] + 1
             if expected <= last:
                 gaps.append((expected, last))
-        out += taken if one is not None else [new(cls, (*r[:8], count)) for r in taken]
+        if one is None:
+            cls = share_record_class(count)
+            taken = [new(cls, r) for r in taken]
+        out += taken
     return out, gaps
 
 
@@ -130,7 +133,7 @@ class PartitionAcks:
     lost: set[int] = field(default_factory=set)
 
     def hand_out(self, records: Iterable[ConsumerRecord]) -> None:
-        self.delivered.update((r[2], r[8]) for r in records)  # offset -> delivery count
+        self.delivered.update((r[2], r.delivery_count) for r in records)
 
     def acknowledge(self, offset: int, kind: int) -> bool | None:
         """Settle a record poll() handed out: True; None if its session is gone (nothing
