@@ -27,7 +27,7 @@ from .offsets import EARLIEST, LATEST, list_offsets
 from .producer import DeliveryFuture, Producer, ProducerStatistics, RecordMetadata
 from .share import AcknowledgeType
 from .share_consumer import ShareConsumer
-from .sync import SyncAdmin, SyncConsumer, SyncProducer
+from .sync import SyncAdmin, SyncConsumer, SyncProducer, SyncShareConsumer
 
 __all__ = [
     "EARLIEST",
@@ -51,6 +51,7 @@ __all__ = [
     "SyncAdmin",
     "SyncConsumer",
     "SyncProducer",
+    "SyncShareConsumer",
     "TopicPartition",
     "errors",
     "list_offsets",

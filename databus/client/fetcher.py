@@ -60,9 +60,37 @@ class ConsumerRecord(NamedTuple):
     key: bytes | None
     value: bytes | None
     headers: tuple[tuple[str, bytes | None], ...]
+
     # Share consumers (KIP-932): how many times the record has been delivered, this time
-    # included (Kafka's ``deliveryCount()``); None from a classic consumer.
-    delivery_count: int | None = None
+    # included (Kafka's ``deliveryCount()``).  Not a field, so a record stays the 8-tuple
+    # that code unpacking or zipping records expects: a share consumer's records are of a
+    # subclass per count (share_record_class), a classic consumer's say None.
+    delivery_count = None
+
+
+_SHARE_RECORD_CLASSES: dict[int, type[ConsumerRecord]] = {}
+
+
+def _share_record(fields: tuple, delivery_count: int) -> ConsumerRecord:
+    return tuple.__new__(share_record_class(delivery_count), fields)
+
+
+def share_record_class(delivery_count: int) -> type[ConsumerRecord]:
+    """The ConsumerRecord subclass whose records were delivered ``delivery_count`` times
+    (one class per count, no field and no per-record storage added)."""
+    cls = _SHARE_RECORD_CLASSES.get(delivery_count)
+    if cls is None:
+        def __repr__(self) -> str:
+            return f"{ConsumerRecord.__repr__(self)[:-1]}, delivery_count={delivery_count})"
+
+        def __reduce__(self):
+            return _share_record, (tuple(self), delivery_count)
+
+        cls = _SHARE_RECORD_CLASSES[delivery_count] = type("ConsumerRecord", (ConsumerRecord,), {
+            "__slots__": (), "__module__": __name__, "__qualname__": "ConsumerRecord",
+            "delivery_count": delivery_count, "__repr__": __repr__, "__reduce__": __reduce__,
+        })
+    return cls
 
 
 @dataclass
@@ -83,9 +111,11 @@ def decode_fetched(
     *,
     check_crcs: bool = True,
     aborted: list[tuple[int, int]] | None = None,
+    delivery_count: int | None = None,
 ) -> tuple[list[ConsumerRecord], int]:
     """Records at or after ``fetch_offset`` in a Fetch response's records, and the offset
-    after the last complete batch (== fetch_offset when no complete batch was there)."""
+    after the last complete batch (== fetch_offset when no complete batch was there).
+    ``delivery_count``: every record's (a share fetch's; share_record_class)."""
     out: list[ConsumerRecord] = []
     next_offset = fetch_offset
     aborted_sorted = sorted(aborted or [], key=lambda a: a[1])
@@ -107,13 +137,15 @@ def decode_fetched(
         _, records = decode_records(data, pos, verify_crc=check_crcs)
         ts_type = h.timestamp_type
         # Per record: one tuple built directly (Record is (offset, timestamp, key, value,
-        # headers); delivery_count None); the NamedTuple constructor would cost as much again.
-        new, cls = tuple.__new__, ConsumerRecord
+        # headers)); the NamedTuple constructor would cost as much again.
+        new = tuple.__new__
+        cls = ConsumerRecord if delivery_count is None else share_record_class(delivery_count)
         if h.base_offset >= fetch_offset:
-            out += [new(cls, (topic, partition, r[0], r[1], ts_type, r[2], r[3], r[4], None)) for r in records]
+            out += [new(cls, (topic, partition, r[0], r[1], ts_type, r[2], r[3], r[4]))
+                    for r in records]
         else:  # the first batch: skip the records before the fetch offset
             out += [
-                new(cls, (topic, partition, r[0], r[1], ts_type, r[2], r[3], r[4], None))
+                new(cls, (topic, partition, r[0], r[1], ts_type, r[2], r[3], r[4]))
                 for r in records if r[0] >= fetch_offset
             ]
     return out, next_offset

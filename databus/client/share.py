@@ -25,7 +25,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from enum import IntEnum
 
-from .fetcher import ConsumerRecord, decode_fetched
+from .fetcher import ConsumerRecord, decode_fetched, share_record_class
 
 OPEN_EPOCH = 0
 FINAL_EPOCH = -1
@@ -89,24 +89,34 @@ def acquired_records(topic: str, partition: int, data: bytes,
     ranges = sorted(ranges)
     if not ranges:
         return [], []
-    decoded, _ = decode_fetched(topic, partition, data, ranges[0][0], check_crcs=check_crcs)
+    counts = {count for _, _, count in ranges}
+    # the usual case, one delivery count for all: records are built with it at once
+    one = counts.pop() if len(counts) == 1 else None
+    decoded, _ = decode_fetched(topic, partition, data, ranges[0][0], check_crcs=check_crcs,
+                                delivery_count=one)
     out: list[ConsumerRecord] = []
     gaps: list[tuple[int, int]] = []
-    new, cls = tuple.__new__, ConsumerRecord
+    new = tuple.__new__
     i, n = 0, len(decoded)
     for first, last, count in ranges:
         while i < n and decoded[i][2] < first:
             i += 1  # another member's record in a shared batch
-        expected = first
+        start = i
         while i < n and decoded[i][2] <= last:
-            r = decoded[i]
-            if r[2] > expected:
-                gaps.append((expected, r[2] - 1))
-            out.append(new(cls, (*r[:8], count)))
-            expected = r[2] + 1
             i += 1
-        if expected <= last:
-            gaps.append((expected, last))
+        taken = decoded[start:i]
+        if len(taken) != last - first + 1:  # offsets without a record: GAP
+            expected = first
+            for r in taken:
+                if r[2] > expected:
+                    gaps.append((expected, r[2] - 1))
+                expected = r[2] + 1
+            if expected <= last:
+                gaps.append((expected, last))
+        if one is None:
+            cls = share_record_class(count)
+            taken = [new(cls, r) for r in taken]
+        out += taken
     return out, gaps
 
 
@@ -123,8 +133,7 @@ class PartitionAcks:
     lost: set[int] = field(default_factory=set)
 
     def hand_out(self, records: Iterable[ConsumerRecord]) -> None:
-        for r in records:
-            self.delivered[r.offset] = r.delivery_count
+        self.delivered.update((r[2], r.delivery_count) for r in records)
 
     def acknowledge(self, offset: int, kind: int) -> bool | None:
         """Settle a record poll() handed out: True; None if its session is gone (nothing

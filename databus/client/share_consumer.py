@@ -21,16 +21,23 @@ delivered again).  The shape follows our ``Consumer`` and confluent-kafka's
   the application settles each record with ``acknowledge(record, type)`` (default ACCEPT);
   a record left unsettled stays acquired until its lock expires, then another member gets it.
 - Acknowledgements ride on the next ShareFetch to the broker that acquired the records (as
-  Kafka's clients do); ``commit()`` sends those still pending at once (ShareAcknowledge) and
-  waits for every acknowledgement sent so far, returning per-partition errors.
+  Kafka's clients do); ``commit()`` sends those still pending at once (ShareAcknowledge),
+  waits for every acknowledgement sent so far and returns the per-partition outcome of all
+  answered since the previous commit.
   ``acknowledgement_commit_callback(offsets, error)`` hears about each one, piggy-backed or
   not (Java's AcknowledgementCommitCallback).
 - Membership by ShareGroupHeartbeat (member id chosen here, member epochs, the broker's
   heartbeat interval); the broker assigns partitions, possibly the same to several members.
-- One ShareFetch per broker in flight, started as soon as the records of the previous one
-  have been handed out, so the next batch is usually waiting when poll() is called; its
-  ``max_records`` is ``max.poll.records``.  Buffered records whose lock expired before
-  poll() reached them are dropped (the broker has handed them to someone else).
+- One ShareFetch per broker in flight, written by poll() as it hands out the records of
+  the previous one, so the next batch is usually waiting when poll() is called again; its
+  ``max_records`` is ``max.poll.records``.  A fetch waits for records (``fetch.max.wait.ms``)
+  only while the consumer holds no unsettled record from that broker: the broker answers a
+  connection's requests one at a time, so acknowledgements made during a long poll would
+  wait behind it, and the held records may be what fills the partition's lock window
+  (``group.share.partition.max.record.locks``), which would stall that poll to its end.
+  A non-waiting fetch that finds nothing is repeated once a record is settled or poll()
+  is called.  Buffered records whose lock expired before poll() reached them are dropped
+  (the broker has handed them to someone else).
 - Close: acknowledgements pending (implicit mode: the last poll's records accepted) go out
   with the share session's final epoch, which makes the broker release whatever else the
   member still holds; then the member leaves the group (heartbeat with epoch -1).
@@ -87,6 +94,8 @@ _LEADER_ERRORS = {
     ErrorCode.fenced_leader_epoch, ErrorCode.unknown_leader_epoch,
 }
 
+_ACK_TYPES = {int(kind): kind for kind in AcknowledgeType}
+
 AckResults = dict[TopicPartition, "errors.KafkaError | None"]
 CommitCallback = Callable[[dict[TopicPartition, set[int]], "errors.KafkaError | None"], Any]
 
@@ -121,7 +130,9 @@ class ShareMember(CoordinatorClient):
         failures = 0
         while True:
             wait = self.interval_ms / 1000
-            if self.topics and self.fatal is None:
+            if not self.topics and self.member_epoch > 0:
+                await self.leave()  # unsubscribed: Kafka's consumers leave the group
+            elif self.topics and self.fatal is None:
                 try:
                     again = await self._heartbeat()
                     failures = 0
@@ -240,16 +251,21 @@ class ShareConsumer:
         self._sessions: dict[int, ShareSession] = {}
         self._locks: dict[int, trio.Lock] = {}  # per broker: epoch order == write order
         self._in_flight: set[int] = set()  # brokers with a ShareFetch out
+        # brokers whose last (non-waiting) fetch found nothing: not asked again until a
+        # record is settled or poll() is called
+        self._quiet: set[int] = set()
         self._buffer: deque[_Chunk] = deque()
         self._buffered: dict[int, int] = {}  # broker -> chunks in the buffer
         self._acks: dict[TopicPartition, PartitionAcks] = {}
         self._flights: set[_AckFlight] = set()
+        self._settled: AckResults = {}  # outcomes since the last commit()
         self._errors: list[errors.KafkaError] = []
         self._wakeup = trio.Event()
         self._data_ready = trio.Event()
         self._metadata_task = False
         self._stack: contextlib.AsyncExitStack | None = None
         self._nursery: trio.Nursery | None = None
+        self._fetch_nursery: trio.Nursery | None = None
         self._closing = False
         self._closed = False
 
@@ -310,7 +326,8 @@ class ShareConsumer:
         self._member.subscribe(topics)
 
     def unsubscribe(self) -> None:
-        """Stop consuming; the member leaves the group on close."""
+        """Stop consuming and leave the group (records still held go back when the share
+        session forgets their partitions or at close)."""
         self._member.subscribe(())
         self._member.assignment = set()
         self._wake_fetcher()
@@ -335,16 +352,25 @@ class ShareConsumer:
         self._check_open()
         if not self._explicit:
             self._accept_delivered()
+        self._quiet.clear()
         self._wake_fetcher()  # pending acknowledgements may ride on a fetch now
+        out: list[ConsumerRecord] = []
         with trio.move_on_after(max(timeout, 0)):
             while True:
                 self._raise_errors()
                 out = self._drain(self.config.max_poll_records)
                 if out:
-                    return out
+                    break
                 await self._data_ready.wait()
-        self._raise_errors()
-        return []
+        if not out:
+            self._raise_errors()
+            return []
+        # the next fetch goes out now, carrying the acknowledgements made so far, and its
+        # answer comes while the application works on these records.  Shielded: the
+        # records are handed out already (a write on an open connection is quick)
+        with trio.CancelScope(shield=True):
+            await self._start_fetches(connected_only=True)
+        return out
 
     def acknowledge(self, record: ConsumerRecord,
                     type: AcknowledgeType | int = AcknowledgeType.ACCEPT) -> None:  # noqa: A002
@@ -354,13 +380,15 @@ class ShareConsumer:
             raise errors.IllegalStateError(
                 "acknowledge() needs share.acknowledgement.mode=explicit (in implicit mode "
                 "the next poll or commit accepts the records)")
-        try:
-            kind = AcknowledgeType(type)
-        except ValueError:
+        kind = _ACK_TYPES.get(type)  # a dict hit: this runs once per record
+        if kind is None:
             raise ValueError(f"acknowledge type {type!r} is not ACCEPT (1), RELEASE (2) or "
-                             "REJECT (3)") from None
+                             "REJECT (3)")
         state = self._acks.get((record.topic, record.partition))
         settled = state.acknowledge(record.offset, kind) if state is not None else False
+        if settled and state.node in self._quiet:
+            self._quiet.discard(state.node)
+            self._wake_fetcher()
         if settled is False:
             raise errors.IllegalStateError(
                 f"record {record.topic}-{record.partition}@{record.offset} was not handed out "
@@ -368,8 +396,10 @@ class ShareConsumer:
 
     async def commit(self, timeout: float | None = None) -> AckResults:
         """Send the pending acknowledgements now (ShareAcknowledge) and wait until every
-        acknowledgement sent so far is answered: {partition: None or its Kafka error}.
-        Raises when a broker could not be asked (connection, session lost)."""
+        acknowledgement sent so far is answered.  Returns the outcome of every
+        acknowledgement answered since the previous commit (sent by this call or carried
+        by a fetch): {partition: None, or the first Kafka error}.  Raises when a broker
+        could not be asked (connection, session lost) or on ``timeout`` (seconds)."""
         self._check_open()
         if not self._explicit:
             self._accept_delivered()
@@ -381,12 +411,9 @@ class ShareConsumer:
                 flight = await self._acknowledge(node)
                 if flight is not None:
                     waiting.add(flight)
-            results: AckResults = {}
             for flight in waiting:
                 await flight.done.wait()
-                for tp, error in flight.results.items():
-                    if results.get(tp) is None:
-                        results[tp] = error
+        results, self._settled = self._settled, {}
         return results
 
     def commit_async(self, callback: Callable[[AckResults | None, BaseException | None], Any]
@@ -475,23 +502,56 @@ class ShareConsumer:
 
     async def _fetch_loop(self, task_status=trio.TASK_STATUS_IGNORED) -> None:
         async with trio.open_nursery() as nursery:
+            self._fetch_nursery = nursery
             task_status.started()
             while True:
-                if not self._closing:
-                    self._start_fetches(nursery)
+                await self._start_fetches()
                 with trio.move_on_after(self.config.retry_backoff_ms / 1000 * 5):
                     await self._wakeup.wait()
                 self._wakeup = trio.Event()
 
-    def _start_fetches(self, nursery: trio.Nursery) -> None:
+    async def _start_fetches(self, *, connected_only: bool = False) -> None:
+        """Send a ShareFetch to every broker that has partitions for us, none in flight and
+        no records waiting in the buffer; their answers are awaited in the background.
+        poll() calls this too, right after handing records out, so the next fetch is on
+        the wire while the application works on them (prefetch); it asks only brokers it
+        is connected to (``connected_only``: no connect delays a poll)."""
+        if self._closing:
+            return
         wanted = self._wanted_by_node()
         # brokers whose session still names partitions no longer assigned: tell them
         stale = {node for node, s in self._sessions.items() if s.is_open and s.known}
+        connected = set(self._cluster.connected_nodes()) if connected_only else None
         for node in set(wanted) | stale:
             if node in self._in_flight or self._buffered.get(node):
                 continue
+            if connected is not None and node not in connected:
+                continue
+            if node in self._quiet:
+                holding, pending = self._held(node)
+                if holding and not pending:
+                    continue
+                self._quiet.discard(node)
             self._in_flight.add(node)
-            nursery.start_soon(self._fetch, node, wanted.get(node, set()))
+            try:
+                sent = await self._send_fetch(node, wanted.get(node, set()))
+            except errors.KafkaError as exc:
+                self._fetch_nursery.start_soon(self._fetch_failed, node, exc)
+                continue
+            if sent is None:
+                self._in_flight.discard(node)
+            else:
+                self._fetch_nursery.start_soon(self._receive_fetch, node, *sent)
+
+    async def _fetch_failed(self, node: int, exc: errors.KafkaError) -> None:
+        """Back off (the broker stays marked in flight meanwhile) and look for leaders."""
+        try:
+            log.debug("ShareFetch from broker %s failed: %s", node, exc)
+            self._refresh_metadata()
+            await trio.sleep(self.config.retry_backoff_ms / 1000)
+        finally:
+            self._in_flight.discard(node)
+            self._wake_fetcher()
 
     def _refresh_metadata(self) -> None:
         if self._metadata_task or self._nursery is None:
@@ -510,16 +570,14 @@ class ShareConsumer:
 
         self._nursery.start_soon(refresh)
 
-    async def _fetch(self, node: int, wanted: set[PartitionId]) -> None:
-        try:
-            await self._share_fetch(node, wanted)
-        except errors.KafkaError as exc:
-            log.debug("ShareFetch from broker %s failed: %s", node, exc)
-            self._refresh_metadata()
-            await trio.sleep(self.config.retry_backoff_ms / 1000)
-        finally:
-            self._in_flight.discard(node)
-            self._wake_fetcher()
+    def _held(self, node: int) -> tuple[bool, bool]:
+        """(records handed out and not settled, acknowledgements not sent) for ``node``."""
+        holding = pending = False
+        for state in self._acks.values():
+            if state.node == node:
+                holding = holding or bool(state.delivered)
+                pending = pending or bool(state.pending)
+        return holding, pending
 
     def _take_acks(self, node: int, only: set[PartitionId] | None = None,
                    ) -> tuple[dict[PartitionId, list[dict]], _AckFlight | None]:
@@ -546,7 +604,9 @@ class ShareConsumer:
         if flight is None:
             return
         for tp in flight.offsets:
-            flight.results[tp] = error if results is None else results.get(tp)
+            outcome = flight.results[tp] = error if results is None else results.get(tp)
+            if self._settled.get(tp) is None:
+                self._settled[tp] = outcome  # for the next commit(); an error stays
         self._flights.discard(flight)
         flight.done.set()
         if self._callback is not None:
@@ -576,13 +636,16 @@ class ShareConsumer:
                 "acknowledgement_batches": wire.get((topic_id, partition), [])})
         return [{"topic_id": t, "partitions": ps} for t, ps in topics.items()]
 
-    async def _share_fetch(self, node: int, wanted: set[PartitionId]) -> None:
+    async def _send_fetch(self, node: int, wanted: set[PartitionId]):
+        """Write a ShareFetch for ``wanted`` (with the acknowledgements pending for those
+        partitions) to ``node``: (connection, pending answer, acknowledgement flight), or
+        None when there is nothing to ask."""
         cfg = self.config
         session = self._sessions.setdefault(node, ShareSession())
         flight = None
         async with self._locks.setdefault(node, trio.Lock()):
             if self._closing or (wanted and self._member.member_epoch <= 0):
-                return
+                return None
             conn = await self._cluster.connection(node)
             added, forgotten = session.plan(wanted)
             if session.is_open:
@@ -591,13 +654,18 @@ class ShareConsumer:
                 wire, flight = self._take_acks(node, wanted)
             else:
                 wire = {}  # a ShareFetch opening a session carries none (nothing is valid)
+            # long-poll only when holding nothing from this broker: acknowledgements made
+            # while a fetch waits would wait behind it (one request at a time per
+            # connection), and the records held could be what fills the partition's lock
+            # window, which would stall the fetch until fetch.max.wait.ms
+            max_wait = 0 if self._held(node)[0] else cfg.fetch_max_wait_ms
             forgotten_field: dict[Any, list[int]] = {}
             for topic_id, partition in forgotten:
                 forgotten_field.setdefault(topic_id, []).append(partition)
             body = build_request(ApiKey.SHARE_FETCH, conn.version(ApiKey.SHARE_FETCH), {
                 "group_id": cfg.group_id, "member_id": self._member.member_id,
                 "share_session_epoch": session.epoch,
-                "max_wait": cfg.fetch_max_wait_ms, "min_bytes": cfg.fetch_min_bytes,
+                "max_wait": max_wait, "min_bytes": cfg.fetch_min_bytes,
                 "max_bytes": cfg.fetch_max_bytes, "max_records": cfg.max_poll_records,
                 "batch_size": cfg.max_poll_records,
                 "topics": self._topics_field(added, wire),
@@ -611,22 +679,38 @@ class ShareConsumer:
                 self._session_lost(node)
                 raise
             session.sent(wanted)
+        return conn, pending, flight, max_wait == 0
+
+    async def _receive_fetch(self, node: int, conn, pending, flight: _AckFlight | None,
+                             short: bool) -> None:
+        cfg = self.config
         try:
-            response = await conn.wait(pending, (cfg.request_timeout_ms + cfg.fetch_max_wait_ms) / 1000)
+            response = await conn.wait(pending, (cfg.request_timeout_ms + cfg.fetch_max_wait_ms)
+                                       / 1000)
         except errors.KafkaError as exc:
             self._finish(flight, error=exc)
             self._session_lost(node)  # whether the broker handled it is unknowable
-            raise
-        self._handle_fetch(node, response, flight)
+            await self._fetch_failed(node, exc)
+            return
+        try:
+            got = self._handle_fetch(node, response, flight)
+            if short and not got:
+                # nothing there now: ask again once the application settles a record or
+                # polls, not in a loop
+                self._quiet.add(node)
+        finally:
+            self._in_flight.discard(node)
+            self._wake_fetcher()
 
-    def _handle_fetch(self, node: int, response: Any, flight: _AckFlight | None) -> None:
+    def _handle_fetch(self, node: int, response: Any, flight: _AckFlight | None) -> bool:
+        """Apply a ShareFetch answer; whether it brought records."""
         code = ErrorCode(response.error_code)
         if code != ErrorCode.none:
             error = errors.from_code(code, f"ShareFetch from broker {node}: "
                                            f"{response.error_message or ''}".rstrip(": "))
             self._finish(flight, error=error)
             self._top_level_error(node, code, error)
-            return
+            return False
         lock_s = ms(response.acquisition_lock_timeout) / 1000
         expires = trio.current_time() + (lock_s if lock_s > 0 else 30.0)
         names = self._topic_names()
@@ -671,6 +755,7 @@ class ShareConsumer:
         self._finish(flight, results)
         if got:
             self._notify()
+        return got
 
     def _top_level_error(self, node: int, code: ErrorCode, error: errors.KafkaError) -> None:
         if code in _SESSION_ERRORS:

@@ -4,6 +4,8 @@
                     [--partition P [--offset O|earliest|latest]] [--max-messages N]
                     [--timeout-ms MS] [--property print.key=true ...] [--isolation-level L]
                     [--consumer-property K=V ...] [--consumer.config FILE]
+    databus consume --bootstrap-server HOST:PORT --topic T --share-group G [--release|--reject]
+                    [--max-messages N] [--timeout-ms MS] [--property print.delivery=true ...]
 
 Without ``--group`` all partitions (or ``--partition P`` alone) are assigned manually
 (nothing committed); with it the consumer joins the group and commits.  ``--from-beginning``
@@ -16,6 +18,13 @@ followed by ``key.separator`` (a tab); ``null.literal`` for a null key/value.  T
 ``--print-key/--print-partition/--print-offset`` flags are aliases.  Stops after
 ``--max-messages`` or when nothing arrived for ``--timeout-ms``; exit status 0, or 1 on a
 consumer error, 2 for bad usage.
+
+``--share-group G`` is Kafka's ``kafka-console-share-consumer.sh --group G``: a member of
+share group G (KIP-932, databus.client.ShareConsumer) that accepts each message it prints,
+or releases (``--release``) or rejects (``--reject``) it; several of them on one topic
+share its records.  ``print.delivery`` prints ``DeliveryCount:N``.  Where a share group
+starts is the group's ``share.auto.offset.reset``, so ``--from-beginning``, ``--partition``,
+``--offset`` and ``--group`` do not go with it.
 """
 
 from __future__ import annotations
@@ -33,7 +42,7 @@ from databus.tools.options import (
 # Kafka's DefaultMessageFormatter properties and their defaults.
 FORMATTER_PROPERTIES: dict[str, object] = {
     "print.timestamp": False, "print.key": False, "print.offset": False,
-    "print.partition": False, "print.headers": False, "print.value": True,
+    "print.delivery": False, "print.partition": False, "print.headers": False, "print.value": True,
     "key.separator": "\t", "line.separator": "\n", "headers.separator": ",",
     "null.literal": "null",
 }
@@ -44,6 +53,17 @@ def add_arguments(parser) -> None:
     add_bootstrap(parser)
     parser.add_argument("--topic", required=True)
     parser.add_argument("--group", help="consumer group (default: no group, manual assignment)")
+    parser.add_argument("--share-group", metavar="G",
+                        help="consume as a member of share group G (kafka-console-share-"
+                             "consumer.sh's --group): each message printed is accepted")
+    acks = parser.add_mutually_exclusive_group()
+    acks.add_argument("--release", action="store_true",
+                      help="with --share-group: release each message (delivered again)")
+    acks.add_argument("--reject", action="store_true",
+                      help="with --share-group: reject each message (never delivered again)")
+    parser.add_argument("--reject-message-on-error", action="store_true",
+                        help="accepted for kafka-console-share-consumer.sh: messages are "
+                             "printed as raw bytes, so no message can fail to format")
     parser.add_argument("--from-beginning", action="store_true")
     parser.add_argument("--partition", type=int, metavar="P",
                         help="read only this partition (no group)")
@@ -75,6 +95,7 @@ class Format:
     timestamp: bool = False
     partition: bool = False
     offset: bool = False
+    delivery: bool = False
     headers: bool = False
     key: bool = False
     value: bool = True
@@ -86,7 +107,7 @@ class Format:
     @classmethod
     def from_properties(cls, props: dict) -> Format:
         return cls(props["print.timestamp"], props["print.partition"], props["print.offset"],
-                   props["print.headers"], props["print.key"], props["print.value"],
+                   props["print.delivery"], props["print.headers"], props["print.key"], props["print.value"],
                    unescape(props["key.separator"]), unescape(props["line.separator"]),
                    unescape(props["headers.separator"]), props["null.literal"].encode())
 
@@ -108,24 +129,21 @@ def parse_start(offset: str | None, from_beginning: bool) -> int | str:
 
 
 def run(args) -> int:
-    import trio
 
     from databus.client import ConsumerConfig, KafkaError
     from databus.tools.options import client_settings
 
     try:
         settings = client_settings(args)
+        if args.share_group is not None or args.release or args.reject:
+            return _run_share(args, settings)
         if args.group:
             settings["group.id"] = args.group
         if args.isolation_level:
             settings["isolation.level"] = args.isolation_level
         settings.setdefault("auto.offset.reset", "earliest" if args.from_beginning else "latest")
         config = ConsumerConfig.from_kafka(settings)
-        props = parse_properties(args.property, FORMATTER_PROPERTIES)
-        for flag in ("key", "partition", "offset"):
-            if getattr(args, f"print_{flag}"):
-                props[f"print.{flag}"] = True
-        fmt = Format.from_properties(props)
+        fmt = _formatter(args)
         if args.offset is not None and args.partition is None:
             raise ValueError("--offset needs --partition (as in kafka-console-consumer)")
         if args.partition is not None and args.group:
@@ -134,8 +152,17 @@ def run(args) -> int:
     except (KafkaError, ValueError) as exc:
         print(f"databus consume: {exc}", file=sys.stderr)
         return 2
+    return _finish(_consume, args, config, fmt, start)
+
+
+def _finish(consume, *call) -> int:
+    """Run the consume loop; its exit status and Kafka's closing line."""
+    import trio
+
+    from databus.client import KafkaError
+
     try:
-        count = trio.run(_consume, args, config, fmt, start)
+        count = trio.run(consume, *call)
     except KafkaError as exc:
         print(f"databus consume: {exc}", file=sys.stderr)
         return 1
@@ -143,6 +170,47 @@ def run(args) -> int:
         return 0
     print(f"Processed a total of {count} messages", file=sys.stderr)
     return 0
+
+
+def _formatter(args) -> Format:
+    props = parse_properties(args.property, FORMATTER_PROPERTIES)
+    for flag in ("key", "partition", "offset"):
+        if getattr(args, f"print_{flag}"):
+            props[f"print.{flag}"] = True
+    return Format.from_properties(props)
+
+
+def _run_share(args, settings: dict) -> int:
+    """``--share-group``: kafka-console-share-consumer.sh."""
+
+    from databus.client import AcknowledgeType, KafkaError, ShareConsumerConfig
+
+    try:
+        if args.share_group is None:
+            raise ValueError(f"--{'release' if args.release else 'reject'} needs --share-group")
+        clash = [flag for flag, given in (
+            ("--group", args.group), ("--from-beginning", args.from_beginning),
+            ("--partition", args.partition is not None), ("--offset", args.offset is not None),
+            ("--isolation-level", args.isolation_level)) if given]
+        if clash:
+            raise ValueError(
+                f"--share-group does not go with {', '.join(clash)}: a share group's members "
+                "share every partition and start where the group's share.auto.offset.reset "
+                "says (set it with IncrementalAlterConfigs on the group)")
+        given = settings.get("group.id")
+        if given is not None and given != args.share_group:
+            raise ValueError(f"group.id {given!r} and --share-group {args.share_group!r} "
+                             "do not match")
+        settings = {"client.id": "console-share-consumer", **settings,
+                    "group.id": args.share_group, "share.acknowledgement.mode": "explicit"}
+        config = ShareConsumerConfig.from_kafka(settings)
+        fmt = _formatter(args)
+    except (KafkaError, ValueError) as exc:
+        print(f"databus consume: {exc}", file=sys.stderr)
+        return 2
+    kind = (AcknowledgeType.RELEASE if args.release else
+            AcknowledgeType.REJECT if args.reject else AcknowledgeType.ACCEPT)
+    return _finish(_consume_share, args, config, fmt, kind)
 
 
 def format_record(record, fmt: Format) -> bytes:
@@ -156,6 +224,8 @@ def format_record(record, fmt: Format) -> bytes:
         parts.append(b"Partition:%d" % record.partition)
     if fmt.offset:
         parts.append(b"Offset:%d" % record.offset)
+    if fmt.delivery and record.delivery_count is not None:
+        parts.append(b"DeliveryCount:%d" % record.delivery_count)
     if fmt.headers:
         parts.append(fmt.headers_separator.join(
             k.encode() + b":" + (fmt.null if v is None else v) for k, v in record.headers
@@ -205,4 +275,36 @@ async def _consume(args, config, fmt: Format, start) -> int:
                 count += len(records)
             elif idle is not None and trio.current_time() - last_data >= idle:
                 break
+    return count
+
+
+async def _consume_share(args, config, fmt: Format, kind) -> int:
+    """Print and settle (``kind``) each message; what is held but not printed when
+    --max-messages is reached goes back to the group on close."""
+    import trio
+
+    from databus.client import ShareConsumer
+
+    out = sys.stdout.buffer
+    count = 0
+    idle = None if args.timeout_ms is None else args.timeout_ms / 1000
+    async with ShareConsumer(args.bootstrap, config) as consumer:
+        consumer.subscribe([args.topic])
+        last_data = trio.current_time()
+        while args.max_messages is None or count < args.max_messages:
+            records = await consumer.poll(0.5)
+            if args.max_messages is not None:
+                records = records[:args.max_messages - count]
+            if records:
+                last_data = trio.current_time()
+                out.write(b"".join(format_record(r, fmt) for r in records))
+                out.flush()
+                for record in records:
+                    consumer.acknowledge(record, kind)
+                count += len(records)
+            elif idle is not None and trio.current_time() - last_data >= idle:
+                break
+        for tp, error in (await consumer.commit()).items():
+            if error is not None:
+                print(f"databus consume: {tp[0]}-{tp[1]}: {error}", file=sys.stderr)
     return count

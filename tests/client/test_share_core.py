@@ -81,11 +81,25 @@ def test_only_acquired_records_are_delivered_with_their_count_and_holes_are_gaps
     assert [r.offset for r in records] == [21] and gaps == [(20, 20), (22, 23)]
 
 
-def test_classic_records_have_no_delivery_count():
+def test_share_records_stay_8_tuples_with_a_delivery_count():
+    import pickle
+
     from databus.client import ConsumerRecord
 
-    record = ConsumerRecord("t", 0, 1, 2, 0, None, b"v", ())
-    assert record.delivery_count is None and record[:8] == ("t", 0, 1, 2, 0, None, b"v", ())
+    classic = ConsumerRecord("t", 0, 1, 2, 0, None, b"v", ())
+    assert classic.delivery_count is None
+    records, _ = acquired_records("t", 0, batch(0, [0, 1], 1), [(0, 0, 1), (1, 1, 3)])
+    first, second = records
+    assert (first.delivery_count, second.delivery_count) == (1, 3)
+    # code written for ConsumerRecord keeps working: 8 fields, unpacking, zip, equality
+    assert isinstance(second, ConsumerRecord) and len(second) == 8
+    _t, _p, offsets, _ts, _tt, _k, values, _h = zip(*records)
+    assert offsets == (0, 1) and values == (b"v0", b"v1")
+    assert second == ("t", 0, 1, 1001, 0, None, b"v1", ())
+    assert second._replace(value=b"x").delivery_count == 3
+    assert "delivery_count=3" in repr(second)
+    copy = pickle.loads(pickle.dumps(second))
+    assert copy == second and copy.delivery_count == 3
 
 
 def test_session_epochs_and_incremental_partitions():

@@ -258,3 +258,91 @@ def test_ours_and_confluent_kafkas_share_consumer_in_one_group(broker, work):
     assert ours and theirs, "both clients receive records"
     delivered = Counter(ours + theirs)
     assert sorted(delivered) == list(range(total)) and set(delivered.values()) == {1}
+
+
+def test_databus_consume_share_group_settles_what_it_prints(broker, work, capsysbinary):
+    from databus.cli import main
+
+    topic, group = work
+    produce(broker.bootstrap, topic, 3)
+    base = ["consume", "--bootstrap-server", broker.bootstrap, "--topic", topic,
+            "--share-group", group, "--max-messages", "3", "--timeout-ms", "30000",
+            "--property", "print.offset=true", "--property", "print.delivery=true"]
+    assert main([*base, "--release"]) == 0
+    released = capsysbinary.readouterr()
+    assert released.out.splitlines() == [b"Offset:%d\tDeliveryCount:1\t%d" % (i, i)
+                                         for i in range(3)]
+    assert b"Processed a total of 3 messages" in released.err
+    assert start_offset(broker.bootstrap, group, topic) == 0  # nothing settled for good
+    assert main(base) == 0  # accepts
+    accepted = capsysbinary.readouterr().out.splitlines()
+    assert [line.split(b"\t")[0] for line in accepted] == [b"Offset:%d" % i for i in range(3)]
+    assert all(int(line.split(b"\t")[1].split(b":")[1]) >= 2 for line in accepted)
+    assert start_offset(broker.bootstrap, group, topic) == 3
+    # options of the classic consumer are refused by name
+    assert main([*base, "--from-beginning"]) == 2
+    assert b"--from-beginning" in capsysbinary.readouterr().err
+    assert main(["consume", "--bootstrap-server", broker.bootstrap, "--topic", topic,
+                 "--reject"]) == 2
+    assert b"--reject needs --share-group" in capsysbinary.readouterr().err
+
+
+def test_sync_share_consumer(broker, work):
+    from databus.client import SyncShareConsumer
+
+    topic, group = work
+    produce(broker.bootstrap, topic, 2)
+    with SyncShareConsumer(broker.bootstrap, {"group.id": group,
+                                              "share.acknowledgement.mode": "explicit"}) as sc:
+        sc.subscribe([topic])
+        got = []
+        for _ in range(100):
+            got += sc.poll(0.5)
+            if len(got) == 2:
+                break
+        for record in got:
+            sc.acknowledge(record, REJECT)
+        assert sc.commit() == {(topic, 0): None}
+    assert sorted(r.offset for r in got) == [0, 1]
+    assert start_offset(broker.bootstrap, group, topic) == 2
+
+
+def test_a_broker_kill_9_is_survived_membership_and_session_renewed(tmp_path):
+    """Membership is not persisted by the broker and share sessions live in memory: after
+    a kill -9 and restart the consumer meets UNKNOWN_MEMBER_ID / SHARE_SESSION_NOT_FOUND,
+    joins and opens a session again by itself, and what it accepted before (commit
+    returned) is not delivered again."""
+    with BrokerProcess(tmp_path, options={"num.partitions": 1}) as process:
+        topic, group = "jobs", "workers"
+        admin = kadmin.AdminClient({"bootstrap.servers": process.bootstrap})
+        admin.create_topics([kadmin.NewTopic(topic, 1)])[topic].result()
+        resource = kadmin.ConfigResource(kadmin.ResourceType.GROUP, group, incremental_configs=[
+            kadmin.ConfigEntry("share.auto.offset.reset", "earliest",
+                               incremental_operation=kadmin.AlterConfigOpType.SET)])
+        admin.incremental_alter_configs([resource])[resource].result()
+        produce(process.bootstrap, topic, 3)
+
+        async def take(sc, count: int) -> list:
+            got = []
+            while len(got) < count:
+                for record in await sc.poll(0.5):
+                    got.append(record)
+                    sc.acknowledge(record)
+            assert all(error is None for error in (await sc.commit()).values())
+            return got
+
+        async def main() -> tuple[list, list]:
+            with trio.fail_after(DEADLINE_S):
+                async with consumer(process, group) as sc:
+                    sc.subscribe([topic])
+                    before = await take(sc, 3)
+                    process.kill9()
+                    await trio.to_thread.run_sync(process.restart)
+                    await trio.to_thread.run_sync(produce, process.bootstrap, topic, 2)
+                    after = await take(sc, 2)
+            return before, after
+
+        before, after = trio.run(main)
+        assert [r.offset for r in before] == [0, 1, 2]
+        assert sorted((r.offset, r.delivery_count) for r in after) == [(3, 1), (4, 1)]
+        assert start_offset(process.bootstrap, group, topic) == 5

@@ -19,10 +19,12 @@ Every offset below the share-partition start offset (SPSO) is done.  Offsets in
 
 SPSO moves over the leading run of final states; acquiring a record at or past SPEO moves
 SPEO.  New records are acquired only while SPEO - SPSO stays within
-``max_record_locks`` (``group.share.partition.max.record.locks``), which bounds this
-module's memory: state is kept per offset over that window (Kafka keeps it per batch and
-splits batches when acknowledgements differ; with the window bounded, per-offset arrays are
-simpler and as small).
+``max_record_locks`` (``group.share.partition.max.record.locks``).  State is kept per run
+of alike offsets (same state, delivery count, owner and lock), as Kafka keeps it per
+in-flight batch: a fetch of 500 records is one run, accepting them all turns it final in
+one step, and a run is split only where acknowledgements differ (and joined again when its
+parts become alike).  So the cost of a fetch, an acknowledgement, a lock expiry or a
+snapshot follows the number of runs, not of records.
 
 Offsets the log has no record for (removed by compaction, or between batches) are gaps:
 when acquisition skips over them they are ARCHIVED at once; inside an acquired batch the
@@ -35,6 +37,7 @@ acquired records AVAILABLE again with the delivery count last written (Kafka's r
 
 from __future__ import annotations
 
+import bisect
 import heapq
 import itertools
 from collections.abc import Iterable, Sequence
@@ -106,6 +109,30 @@ def _add_run(runs: list[AcquiredRange], first: int, last: int, count: int) -> No
         runs.append(AcquiredRange(first, last, count))
 
 
+class _Run:
+    """Offsets first..last that are alike: one state, delivery count, owner and lock
+    deadline (Kafka's InFlightBatch, split where records come to differ)."""
+
+    __slots__ = ("count", "deadline", "first", "last", "owner", "state")
+
+    def __init__(self, first: int, last: int, state: RecordState, count: int,
+                 owner: str | None = None, deadline: int = 0) -> None:
+        self.first, self.last, self.state = first, last, state
+        self.count, self.owner, self.deadline = count, owner, deadline
+
+    def alike(self, other: _Run) -> bool:
+        return (self.state is other.state and self.count == other.count
+                and self.owner == other.owner and self.deadline == other.deadline)
+
+    def __repr__(self) -> str:
+        return (f"_Run({self.first}-{self.last} {self.state.name} x{self.count} "
+                f"{self.owner} {self.deadline})")
+
+
+def _first_of(run: _Run) -> int:
+    return run.first
+
+
 class SharePartition:
     """The in-flight records of one (share group, topic, partition)."""
 
@@ -115,11 +142,8 @@ class SharePartition:
         with the persisted in-flight ``batches`` (ACQUIRED ones come back AVAILABLE)."""
         self.config = config or SharePartitionConfig()
         self.start_offset = start_offset
-        # parallel arrays indexed by offset - start_offset, covering [SPSO, SPEO)
-        self._state: list[RecordState] = []
-        self._count: list[int] = []
-        self._owner: list[str | None] = []
-        self._deadline: list[int] = []
+        # runs of alike offsets covering [SPSO, SPEO) in order, without holes
+        self._runs: list[_Run] = []
         # heap of (deadline, first, last) per acquired run; entries are checked lazily
         # (the records may have been acknowledged or re-acquired since)
         self._locks: list[tuple[int, int, int]] = []
@@ -130,8 +154,9 @@ class SharePartition:
             first = max(batch.first_offset, self.start_offset)
             self._extend_to(first, RecordState.AVAILABLE)
             state = RecordState.AVAILABLE if batch.state is RecordState.ACQUIRED else batch.state
-            for _ in range(max(first, self.end_offset), batch.last_offset + 1):
-                self._append(state, batch.delivery_count)
+            first = max(first, self.end_offset)
+            if batch.last_offset >= first:
+                self._append(first, batch.last_offset, state, batch.delivery_count)
         self._advance_start()
 
     # -- offsets ---------------------------------------------------------------------------
@@ -139,43 +164,103 @@ class SharePartition:
     @property
     def end_offset(self) -> int:
         """SPEO: one past the last offset ever acquired (or skipped as a gap)."""
-        return self.start_offset + len(self._state)
+        runs = self._runs
+        return runs[-1].last + 1 if runs else self.start_offset
 
     def next_fetch_offset(self) -> int:
         """Where the next log read should start: the first AVAILABLE in-flight offset, else
         SPEO."""
-        for i, state in enumerate(self._state):
-            if state is RecordState.AVAILABLE:
-                return self.start_offset + i
+        for run in self._runs:
+            if run.state is RecordState.AVAILABLE:
+                return run.first
         return self.end_offset
 
     def can_acquire_new(self) -> bool:
         """Whether the in-flight window has room for records at SPEO."""
-        return len(self._state) < self.config.max_record_locks
+        return self.end_offset - self.start_offset < self.config.max_record_locks
 
     def has_available(self) -> bool:
         """Whether acquire could return something without new log data."""
-        return RecordState.AVAILABLE in self._state
+        return any(run.state is RecordState.AVAILABLE for run in self._runs)
 
     def state_of(self, offset: int) -> tuple[RecordState, int, str | None]:
         """(state, delivery count, owner) of ``offset``; below SPSO it reports ARCHIVED-or-
         ACKNOWLEDGED history as ACKNOWLEDGED (done), at or past SPEO AVAILABLE, count 0."""
         if offset < self.start_offset:
             return RecordState.ACKNOWLEDGED, 0, None
-        i = offset - self.start_offset
-        if i >= len(self._state):
+        if offset >= self.end_offset:
             return RecordState.AVAILABLE, 0, None
-        return self._state[i], self._count[i], self._owner[i]
+        run = self._runs[self._index(offset)]
+        return run.state, run.count, run.owner
 
     def in_flight(self) -> int:
-        return len(self._state)
+        return self.end_offset - self.start_offset
 
     def done_in_flight(self) -> int:
         """In-flight offsets already acknowledged or archived (above a record not done)."""
-        return sum(1 for state in self._state if state in FINAL_STATES)
+        return sum(run.last - run.first + 1 for run in self._runs if run.state in FINAL_STATES)
 
     def acquired_by(self, member_id: str) -> int:
-        return sum(1 for owner in self._owner if owner == member_id)
+        return sum(run.last - run.first + 1 for run in self._runs
+                   if run.owner == member_id and run.state is RecordState.ACQUIRED)
+
+    # -- runs ------------------------------------------------------------------------------
+
+    def _index(self, offset: int) -> int:
+        """Index of the run holding ``offset`` (SPSO <= offset < SPEO)."""
+        return bisect.bisect_right(self._runs, offset, key=_first_of) - 1
+
+    def _split(self, offset: int) -> int:
+        """Make a run start at ``offset`` (SPSO <= offset <= SPEO); its index."""
+        runs = self._runs
+        if offset >= self.end_offset:
+            return len(runs)
+        i = self._index(offset)
+        run = runs[i]
+        if run.first == offset:
+            return i
+        runs.insert(i + 1, _Run(offset, run.last, run.state, run.count, run.owner,
+                                run.deadline))
+        run.last = offset - 1
+        return i + 1
+
+    def _span(self, first: int, last: int) -> tuple[int, int]:
+        """Split so that runs[i:j] cover exactly first..last (in flight); (i, j)."""
+        i = self._split(first)
+        return i, self._split(last + 1)
+
+    def _merge(self, lo: int = 0, hi: int | None = None) -> None:
+        """Join alike neighbours among runs[lo:hi] and the runs next to them."""
+        runs = self._runs
+        k = max(lo - 1, 0)
+        end = len(runs) if hi is None else min(hi + 1, len(runs))
+        while k < end - 1:
+            a, b = runs[k], runs[k + 1]
+            if a.alike(b):
+                a.last = b.last
+                del runs[k + 1]
+                end -= 1
+            else:
+                k += 1
+
+    def _append(self, first: int, last: int, state: RecordState, count: int,
+                owner: str | None = None, deadline: int = 0) -> None:
+        run = _Run(first, last, state, count, owner, deadline)
+        runs = self._runs
+        if runs and runs[-1].alike(run):
+            runs[-1].last = last
+        else:
+            runs.append(run)
+
+    def _room_for(self, offset: int) -> bool:
+        return offset - self.start_offset < self.config.max_record_locks
+
+    def _extend_to(self, offset: int, state: RecordState) -> None:
+        end = self.end_offset
+        if end < offset:
+            self._append(end, offset - 1, state, 0)
+            if state is RecordState.ARCHIVED:
+                self.dirty = True
 
     # -- acquisition -----------------------------------------------------------------------
 
@@ -209,34 +294,27 @@ class SharePartition:
                     break
                 self._extend_to(first, RecordState.ARCHIVED)  # nothing in the log there
             is_gap = any(g_first <= first and last <= g_last for g_first, g_last in gap_set)
-            # the part already in flight, offset by offset (released records come back)
-            if not is_gap:
-                for offset in range(first, min(last + 1, self.end_offset)):
-                    i = offset - self.start_offset
-                    if taken >= max_records:
-                        break
-                    if self._state[i] is RecordState.AVAILABLE:
-                        self._state[i] = RecordState.ACQUIRED
-                        self._count[i] += 1
-                        self._owner[i] = member_id
-                        self._deadline[i] = deadline
-                        taken += 1
-                        _add_run(acquired, offset, offset, self._count[i])
+            # the part already in flight, run by run (released records come back)
+            end = self.end_offset
+            if not is_gap and first < end:
+                taken = self._acquire_in_flight(member_id, first, min(last, end - 1),
+                                                deadline, max_records, taken, acquired)
             # the part past SPEO: records never delivered, taken in bulk while the window
             # has room
-            if last >= self.end_offset and taken < max_records:
-                wanted = last + 1 - self.end_offset
-                room = self.config.max_record_locks - len(self._state)
+            end = self.end_offset
+            if last >= end and taken < max_records:
+                wanted = last + 1 - end
+                room = self.config.max_record_locks - (end - self.start_offset)
                 n = min(wanted, room, max_records - taken)
                 if n > 0:
-                    new_first = self.end_offset
                     if is_gap:
-                        self._extend(n, RecordState.ARCHIVED, 0, None, 0)
+                        self._append(end, end + n - 1, RecordState.ARCHIVED, 0)
                         self.dirty = True
                     else:
-                        self._extend(n, RecordState.ACQUIRED, 1, member_id, deadline)
+                        self._append(end, end + n - 1, RecordState.ACQUIRED, 1, member_id,
+                                     deadline)
                         taken += n
-                        _add_run(acquired, new_first, new_first + n - 1, 1)
+                        _add_run(acquired, end, end + n - 1, 1)
                 if n < wanted and n == room:
                     break  # the window is full
         for run in acquired:
@@ -244,27 +322,31 @@ class SharePartition:
         self._advance_start()
         return acquired
 
-    def _extend(self, n: int, state: RecordState, count: int, owner: str | None,
-                deadline: int) -> None:
-        self._state.extend([state] * n)
-        self._count.extend([count] * n)
-        self._owner.extend([owner] * n)
-        self._deadline.extend([deadline] * n)
-
-    def _room_for(self, offset: int) -> bool:
-        return offset - self.start_offset < self.config.max_record_locks
-
-    def _append(self, state: RecordState, count: int) -> None:
-        self._state.append(state)
-        self._count.append(count)
-        self._owner.append(None)
-        self._deadline.append(0)
-
-    def _extend_to(self, offset: int, state: RecordState) -> None:
-        while self.end_offset < offset:
-            self._append(state, 0)
-            if state is RecordState.ARCHIVED:
-                self.dirty = True
+    def _acquire_in_flight(self, member_id: str, first: int, last: int, deadline: int,
+                           max_records: int, taken: int, acquired: list[AcquiredRange]) -> int:
+        """Acquire the AVAILABLE offsets of first..last (in flight), lowest first, while
+        ``taken`` < ``max_records``; the new ``taken``."""
+        runs = self._runs
+        k = self._index(first)
+        lo = k
+        pos = first
+        while pos <= last and taken < max_records and k < len(runs):
+            run = runs[k]
+            if run.state is not RecordState.AVAILABLE:
+                pos = run.last + 1
+                k += 1
+                continue
+            a = max(run.first, pos)
+            b = min(run.last, last, a + max_records - taken - 1)
+            i, _ = self._span(a, b)
+            run = runs[i]
+            run.state, run.owner, run.deadline = RecordState.ACQUIRED, member_id, deadline
+            run.count += 1
+            taken += b - a + 1
+            _add_run(acquired, a, b, run.count)
+            pos, k = b + 1, i + 1
+        self._merge(lo, k)
+        return taken
 
     # -- acknowledgement -------------------------------------------------------------------
 
@@ -280,81 +362,103 @@ class SharePartition:
             return ErrorCode.invalid_request
         if first < self.start_offset or last >= self.end_offset:
             return ErrorCode.invalid_record_state
-        base, end = first - self.start_offset, last - self.start_offset + 1
-        n = end - base
-        if self._state[base:end].count(RecordState.ACQUIRED) != n or (
-            self._owner[base:end].count(member_id) != n
-        ):
-            return ErrorCode.invalid_record_state
-        if len(types) == 1 and types[0] != AcknowledgeType.RELEASE:
-            # one final state for the whole range: in bulk
-            final = (RecordState.ACKNOWLEDGED if types[0] == AcknowledgeType.ACCEPT
-                     else RecordState.ARCHIVED)
-            self._state[base:end] = [final] * n
-            self._owner[base:end] = [None] * n
-            self.dirty = True
+        runs = self._runs
+        k = self._index(first)
+        pos = first
+        while pos <= last:
+            run = runs[k]
+            if run.state is not RecordState.ACQUIRED or run.owner != member_id:
+                return ErrorCode.invalid_record_state
+            pos = run.last + 1
+            k += 1
+        if len(types) == 1:
+            self._settle(first, last, types[0])
         else:
-            for k, i in enumerate(range(base, end)):
-                kind = types[0] if len(types) == 1 else types[k]
-                if kind == AcknowledgeType.ACCEPT:
-                    self._finish(i, RecordState.ACKNOWLEDGED)
-                elif kind == AcknowledgeType.RELEASE:
-                    self._release(i)
-                else:  # REJECT, GAP
-                    self._finish(i, RecordState.ARCHIVED)
+            # one call per stretch of equal types, so a batch of alike types stays a range
+            offset = first
+            for kind, group in itertools.groupby(types):
+                n = sum(1 for _ in group)
+                self._settle(offset, offset + n - 1, kind)
+                offset += n
         self._advance_start()
         return ErrorCode.none
+
+    def _settle(self, first: int, last: int, kind: int) -> None:
+        i, j = self._span(first, last)
+        for run in self._runs[i:j]:
+            if kind == AcknowledgeType.ACCEPT:
+                self._finish(run, RecordState.ACKNOWLEDGED)
+            elif kind == AcknowledgeType.RELEASE:
+                self._release(run)
+            else:  # REJECT, GAP
+                self._finish(run, RecordState.ARCHIVED)
+        self._merge(i, j)
 
     def release_member(self, member_id: str) -> int:
         """Every record ``member_id`` holds goes back (its session closed, it left or was
         removed): the number released."""
         released = 0
-        for i, owner in enumerate(self._owner):
-            if owner == member_id and self._state[i] is RecordState.ACQUIRED:
-                self._release(i)
-                released += 1
+        for run in self._runs:
+            if run.owner == member_id and run.state is RecordState.ACQUIRED:
+                self._release(run)
+                released += run.last - run.first + 1
+        if released:
+            self._merge()
         self._advance_start()
         return released
 
-    def _finish(self, i: int, state: RecordState) -> None:
-        self._state[i] = state
-        self._owner[i] = None
+    def _finish(self, run: _Run, state: RecordState) -> None:
+        run.state, run.owner, run.deadline = state, None, 0
         self.dirty = True
 
-    def _release(self, i: int) -> None:
+    def _release(self, run: _Run) -> None:
         """Back to AVAILABLE, or ARCHIVED once delivered ``delivery_count_limit`` times."""
-        if self._count[i] >= self.config.delivery_count_limit:
-            self._finish(i, RecordState.ARCHIVED)
+        if run.count >= self.config.delivery_count_limit:
+            self._finish(run, RecordState.ARCHIVED)
         else:
-            self._finish(i, RecordState.AVAILABLE)
+            self._finish(run, RecordState.AVAILABLE)
 
     # -- locks -----------------------------------------------------------------------------
+
+    def _clip(self, first: int, last: int) -> tuple[int, int]:
+        return max(first, self.start_offset), min(last, self.end_offset - 1)
+
+    def _locked_runs(self, first: int, last: int, deadline: int):
+        """The runs of first..last still held under the lock that ends at ``deadline``."""
+        first, last = self._clip(first, last)
+        if first > last:
+            return
+        runs = self._runs
+        k = self._index(first)
+        while k < len(runs) and runs[k].first <= last:
+            run = runs[k]
+            if run.state is RecordState.ACQUIRED and run.deadline == deadline:
+                yield k, run
+            k += 1
 
     def next_deadline(self) -> int | None:
         """When the earliest acquisition lock may expire (None without locks)."""
         while self._locks:
             deadline, first, last = self._locks[0]
-            if any(self._locked(i, deadline) for i in self._indexes(first, last)):
+            if next(self._locked_runs(first, last, deadline), None) is not None:
                 return deadline
             heapq.heappop(self._locks)
         return None
-
-    def _indexes(self, first: int, last: int) -> range:
-        return range(max(first - self.start_offset, 0),
-                     min(last - self.start_offset + 1, len(self._state)))
-
-    def _locked(self, i: int, deadline: int) -> bool:
-        return self._state[i] is RecordState.ACQUIRED and self._deadline[i] == deadline
 
     def expire_locks(self, now_ms: int) -> int:
         """Release every record whose lock expired by ``now_ms``: the number released."""
         expired = 0
         while self._locks and self._locks[0][0] <= now_ms:
             deadline, first, last = heapq.heappop(self._locks)
-            for i in self._indexes(first, last):
-                if self._locked(i, deadline):
-                    self._release(i)
-                    expired += 1
+            first, last = self._clip(first, last)
+            if first > last or next(self._locked_runs(first, last, deadline), None) is None:
+                continue
+            i, j = self._span(first, last)
+            for run in self._runs[i:j]:
+                if run.state is RecordState.ACQUIRED and run.deadline == deadline:
+                    self._release(run)
+                    expired += run.last - run.first + 1
+            self._merge(i, j)
         if expired:
             self._advance_start()
         return expired
@@ -362,14 +466,13 @@ class SharePartition:
     # -- start offset ----------------------------------------------------------------------
 
     def _advance_start(self) -> None:
+        runs = self._runs
         n = 0
-        states = self._state
-        while n < len(states) and (states[n] is RecordState.ACKNOWLEDGED
-                                   or states[n] is RecordState.ARCHIVED):
+        while n < len(runs) and runs[n].state in FINAL_STATES:
             n += 1
         if n:
-            del self._state[:n], self._count[:n], self._owner[:n], self._deadline[:n]
-            self.start_offset += n
+            self.start_offset = runs[n - 1].last + 1
+            del runs[:n]
             self.dirty = True
 
     def move_start(self, offset: int) -> None:
@@ -377,8 +480,7 @@ class SharePartition:
         the in-flight states above it are kept."""
         if offset <= self.start_offset:
             return
-        drop = min(offset - self.start_offset, len(self._state))
-        del self._state[:drop], self._count[:drop], self._owner[:drop], self._deadline[:drop]
+        del self._runs[:self._split(offset)]
         self.start_offset = offset
         self.dirty = True
         self._advance_start()
@@ -386,7 +488,7 @@ class SharePartition:
     def reset_start(self, offset: int) -> None:
         """AlterShareGroupOffsets (a group without members): start afresh at ``offset``,
         every in-flight state and delivery count forgotten."""
-        self._state, self._count, self._owner, self._deadline = [], [], [], []
+        self._runs = []
         self._locks = []
         self.start_offset = offset
         self.dirty = True
@@ -397,16 +499,15 @@ class SharePartition:
         """(SPSO, runs of in-flight states) as persisted; ACQUIRED is written AVAILABLE, so
         after a crash those records are delivered again with the count written here.
         Clears ``dirty``."""
-        runs: list[StateBatch] = []
-        offset = self.start_offset
-        written = (RecordState.AVAILABLE if state is RecordState.ACQUIRED else state
-                   for state in self._state)
-        for (state, count), run in itertools.groupby(zip(written, self._count)):
-            n = sum(1 for _ in run)
-            runs.append(StateBatch(offset, offset + n - 1, state, count))
-            offset += n
+        out: list[list] = []
+        for run in self._runs:
+            state = RecordState.AVAILABLE if run.state is RecordState.ACQUIRED else run.state
+            if out and out[-1][2] is state and out[-1][3] == run.count:
+                out[-1][1] = run.last
+            else:
+                out.append([run.first, run.last, state, run.count])
         # trailing never-delivered AVAILABLE offsets need no record: past SPEO is the same
-        while runs and runs[-1].state is RecordState.AVAILABLE and runs[-1].delivery_count == 0:
-            runs.pop()
+        while out and out[-1][2] is RecordState.AVAILABLE and out[-1][3] == 0:
+            out.pop()
         self.dirty = False
-        return self.start_offset, runs
+        return self.start_offset, [StateBatch(*batch) for batch in out]
