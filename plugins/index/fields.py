@@ -22,8 +22,8 @@ import msgpack
 MISSING = "missing"
 UNDECODABLE = "undecodable"
 
-# (field, value, timestamp ms, topic, partition, offset): one index entry
-Entry = tuple[str, str, int, str, int, int]
+# (field, value, timestamp ms, offset): one index entry of a batch of one partition
+Entry = tuple[str, str, int, int]
 
 
 @dataclass(frozen=True)
@@ -86,28 +86,34 @@ class Extractor:
         return msgpack.unpackb(value)
 
     def entries(self, records: Iterable[Sequence[Any]]) -> tuple[list[Entry], dict]:
-        """(entries, {(field, MISSING | UNDECODABLE): count}) of ``records``."""
+        """(entries, {(field, MISSING | UNDECODABLE): count}) of ``records`` (of one
+        partition: an entry carries the record's offset, not its partition)."""
         out: list[Entry] = []
+        append = out.append
         skipped: dict[tuple[str, str], int] = {}
+        fields = list(self.fields.items())
+        needs_value, decode, text_of = self._needs_value, self._decode, self._text
+        value_errors = (ValueError, TypeError, msgpack.UnpackException)
         for record in records:
-            topic, partition, offset, timestamp, _type, key, value, headers = record[:8]
+            offset, timestamp, key, value, headers = (
+                record[2], record[3], record[5], record[6], record[7])
             decoded: Any = None
             bad_value = False
-            if self._needs_value and value is not None:
+            if needs_value and value is not None:
                 try:
-                    decoded = self._decode(value)
-                except (ValueError, TypeError, msgpack.UnpackException):
+                    decoded = decode(value)
+                except value_errors:
                     bad_value = True
-            for name, source in self.fields.items():
+            for name, source in fields:
                 try:
-                    text = self._text(source, key, headers, decoded, bad_value)
+                    text = text_of(source, key, headers, decoded, bad_value)
                 except _Undecodable:
                     skipped[name, UNDECODABLE] = skipped.get((name, UNDECODABLE), 0) + 1
                     continue
                 if text is None:
                     skipped[name, MISSING] = skipped.get((name, MISSING), 0) + 1
                     continue
-                out.append((name, text, timestamp, topic, partition, offset))
+                append((name, text, timestamp, offset))
         return out, skipped
 
     @staticmethod

@@ -4,7 +4,9 @@ Its durable offsets are its own: ``open`` returns the partition's next offset fr
 database (the runtime reads from there), each ``write`` commits the batch's entries with that
 offset in one SQLite transaction, and ``flush`` reports those offsets so the group follows
 (for ``databus index status`` and the sinks' lag metrics).  Records handed again (before an
-offset the database already has) are skipped.  After ``databus index rebuild`` (store.py)
+offset the database already has) are skipped.  ``trim`` (called by the runtime every few
+seconds with the partitions' log start offsets) drops the entries of records the cluster's
+retention removed.  After ``databus index rebuild`` (store.py)
 ``flush`` or ``write`` raises, and the runtime starts the builder again from the beginning.  Blocking work runs in a worker thread.
 """
 
@@ -27,6 +29,7 @@ class IndexSink:
         self.extractor = extractor
         self.store: IndexStore | None = None
         self.next: dict[tuple[str, int], int] = {}
+        self.start: dict[tuple[str, int], int] = {}  # log start offsets trimmed to
         self.generation = 0
 
     async def open(self, tp, committed):
@@ -40,6 +43,10 @@ class IndexSink:
         if self.store is not None:  # an idle builder notices a rebuild too
             await trio.to_thread.run_sync(self.store.check, self.generation)
         return {tp: self.next[tp] for tp in map(tuple, partitions) if tp in self.next}
+
+    async def trim(self, starts):
+        if self.store is not None:
+            await trio.to_thread.run_sync(self._trim, {tuple(tp): n for tp, n in starts.items()})
 
     async def close(self, partitions):
         for tp in partitions:
@@ -75,5 +82,16 @@ class IndexSink:
                 return
         entries, skipped = self.extractor.entries(records)
         next_offset = records[-1].offset + 1
-        self.store.add(entries, {tp: next_offset}, skipped, self.generation)
+        self.store.add(tp, records[0].offset, next_offset, entries, skipped, self.generation)
         self.next[tp] = next_offset
+
+    def _trim(self, starts):
+        starts = {tp: start for tp, start in starts.items() if start > self.start.get(tp, 0)}
+        if not starts:
+            return
+        dropped = self.store.trim(starts, self.generation)
+        self.start.update(starts)
+        if dropped:
+            log.info("index %r: %d entries dropped, their records removed by retention (%s)",
+                     self.name, dropped, ", ".join(f"{t}-{p} before {n}"
+                                                   for (t, p), n in sorted(starts.items())))
