@@ -5,10 +5,15 @@
 
     import databus.index
     messages = databus.index.query("sidecar.yaml", "orders", "user_id", "42", limit=10)
+
+    # many queries: one cluster connection and the databases kept open
+    with databus.index.Index("sidecar.yaml") as index:
+        for user in ("42", "43"):
+            messages = index.query("orders", "user_id", user, since=1767225600000)
 """
 
 from __future__ import annotations
 
-from databus_plugins.index.query import IndexQueryError, query
+from databus_plugins.index.query import Index, IndexQueryError, query
 
-__all__ = ["IndexQueryError", "query"]
+__all__ = ["Index", "IndexQueryError", "query"]

@@ -2,7 +2,7 @@
 
 It speaks the Kafka protocol (databus.protocol) to any Kafka cluster, not only databus's
 broker.  Modules: connection (one broker connection, pipelined), cluster (metadata and
-connections), accumulator + sender + producer, fetcher + group + consumer, assignors/,
+connections), accumulator + sender + producer, fetcher + group + consumer, reader (records by offset), assignors/,
 partitioners, admin, sync (blocking facades), config (Kafka's settings), errors.
 
 The names below are the client's public surface: console tools, the sidecar's users and
@@ -18,7 +18,8 @@ from .consumer import Consumer, ConsumerRecord, ConsumerStatistics
 from .errors import KafkaError
 from .offsets import EARLIEST, LATEST, list_offsets
 from .producer import DeliveryFuture, Producer, ProducerStatistics, RecordMetadata
-from .sync import SyncAdmin, SyncConsumer, SyncProducer
+from .reader import RecordReader
+from .sync import SyncAdmin, SyncConsumer, SyncProducer, SyncRecordReader
 
 __all__ = [
     "EARLIEST",
@@ -36,9 +37,11 @@ __all__ = [
     "ProducerConfig",
     "ProducerStatistics",
     "RecordMetadata",
+    "RecordReader",
     "SyncAdmin",
     "SyncConsumer",
     "SyncProducer",
+    "SyncRecordReader",
     "TopicPartition",
     "errors",
     "list_offsets",

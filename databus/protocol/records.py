@@ -767,6 +767,37 @@ def decode_records(
     return _decode_batch(buf, pos, verify_crc, _decode_payload)
 
 
+def decode_records_at(
+    buf, pos: int, offsets, *, verify_crc: bool = True
+) -> tuple[BatchHeader, list[Record]]:
+    """Like ``decode_records``, but only the records whose offset is in ``offsets`` (a set)
+    are decoded; the others are stepped over by their length (a lookup by offset in a big
+    batch costs a varint or two per record, not a whole decode)."""
+    return _decode_batch(buf, pos, verify_crc,
+                         lambda data, h, batch_pos: _payload_at(data, h, batch_pos, offsets))
+
+
+def _payload_at(data: bytes, h: BatchHeader, batch_pos: int, offsets) -> list[Record]:
+    one_record = h._replace(records_count=1)  # the base offset and timestamp stay
+    end = len(data)
+    pos = 0
+    out: list[Record] = []
+    for index in range(h.records_count):
+        length, start = decode_zigzag(data, pos)
+        record_end = start + length
+        if length < 6 or record_end > end:
+            raise _corrupt(batch_pos, f"record {index} has invalid length {length}")
+        delta_at = start + 1  # after the attributes: the timestamp delta, then the offset's
+        while data[delta_at] & 0x80:
+            delta_at += 1
+        if h.base_offset + decode_zigzag(data, delta_at + 1)[0] in offsets:
+            out += _decode_payload(data[pos:record_end], one_record, batch_pos)
+        pos = record_end
+    if pos != end:
+        raise _corrupt(batch_pos, f"{end - pos} bytes left after its {h.records_count} records")
+    return out
+
+
 def keyless_records(buf, pos: int = 0, *, verify_crc: bool = True) -> list[int]:
     """The indexes (in the batch) of the records without a key in the batch at ``pos``.
 

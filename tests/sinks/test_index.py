@@ -6,6 +6,7 @@ topic with confluent-kafka to compare with; the same queries over HTTP.  20 000 
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 import urllib.error
@@ -367,3 +368,44 @@ def test_retention_removes_segments_their_entries_go_and_a_rebuild_gives_the_sam
             assert service.stop() == 0
         finally:
             service.close()
+
+
+def test_databus_up_serves_the_index_queries_on_its_metrics_listener(tmp_path):
+    from tests.sidecar.harness import short_tmpdir
+
+    n = 400
+    with short_tmpdir() as sock_dir:
+        config = {
+            "sidecar": {"socket": f"{sock_dir}/up.sock", "metrics_listen": "127.0.0.1:0",
+                        "reload_poll_ms": 0},
+            "broker": {"data_dir": "data", "listen": "127.0.0.1:0", "options": BROKER_OPTIONS},
+            "streams": {"orders": {}},
+            "indexes": {"orders": {"topics": ["orders"], "path": str(tmp_path / "idx"),
+                                   "consumer": CONSUMER,
+                                   "fields": {"user_id": "value.user_id", "key": "key"}}},
+        }
+        up = Service(tmp_path, "up", config, command="up")
+        db = tmp_path / "idx" / "orders.db"
+        try:
+            up.start()
+            bootstrap = re.search(r"Kafka listener\s+(\S+:\d+)", up.log()).group(1)
+            produce(bootstrap, "orders", range(n))
+            wait_for(lambda: indexed(db) == n, 120, "the index", up.log)
+            for params in ({"user_id": 5}, {"key": 123}, {"user_id": 7, "since": T0 + 100_000}):
+                status, body = http(up, "orders", params)
+                args = [f"{k}={v}" for k, v in params.items() if k != "since"]
+                if "since" in params:
+                    args += ["--since", str(params["since"])]
+                done = subprocess.run(
+                    [sys.executable, "-m", "databus.cli", "index", "query", "orders", *args,
+                     "--json", "--bootstrap-server", bootstrap, "-c", str(up.path)],
+                    capture_output=True, text=True, timeout=120)
+                assert done.returncode == 0, done.stderr
+                want = [json.loads(line) for line in done.stdout.splitlines()]
+                assert want and status == 200 and body["messages"] == want, params
+            status, body = http(up, "orders", {"region": "r1"})
+            assert status == 404 and "has no field 'region' (fields: key, user_id)" in body["error"]
+            up.process.send_signal(2)
+            assert up.process.wait(60) == 0, up.log()
+        finally:
+            up.close()
