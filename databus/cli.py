@@ -41,6 +41,7 @@ BENCHMARKS: dict[str, tuple[str, str]] = {
     "sdk": ("databus.bench.sdk", "the SDK's own CPU per message, against a stand-in sidecar"),
     "sidecar": ("databus.bench.sidecar", "SDK -> sidecar -> broker: records/s, p50/p99 latency, beside librdkafka"),
     "parquet": ("databus.bench.parquet", "records/s of JSON records exported to Parquet by the sinks runtime"),
+    "index": ("databus.bench.index", "an index's build rate and point-query latency (messages fetched)"),
     "records": ("databus.bench.records", "RecordBatch v2 encode/decode cost per record"),
     "storage": ("databus.bench.storage", "log append (with/without group-commit fsync) and read throughput"),
     "produce": ("databus.bench.produce", "produce throughput against the broker (librdkafka)"),

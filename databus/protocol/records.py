@@ -778,19 +778,39 @@ def decode_records_at(
 
 
 def _payload_at(data: bytes, h: BatchHeader, batch_pos: int, offsets) -> list[Record]:
+    # The varint reads are inlined as in _decode_payload: this loop steps over every record
+    # of a batch (thousands, in librdkafka's) to find one.
+    one = ZIGZAG_ONE_BYTE
+    two = ZIGZAG_TWO_BYTES
     one_record = h._replace(records_count=1)  # the base offset and timestamp stay
+    wanted = {o - h.base_offset for o in offsets}
     end = len(data)
     pos = 0
     out: list[Record] = []
     for index in range(h.records_count):
-        length, start = decode_zigzag(data, pos)
+        b = data[pos]
+        if b < 0x80:
+            length = one[b]
+            start = pos + 1
+        elif data[pos + 1] < 0x80:
+            length = two[(data[pos + 1] << 7) | (b & 0x7F)]
+            start = pos + 2
+        else:
+            length, start = decode_zigzag(data, pos)
         record_end = start + length
         if length < 6 or record_end > end:
             raise _corrupt(batch_pos, f"record {index} has invalid length {length}")
-        delta_at = start + 1  # after the attributes: the timestamp delta, then the offset's
-        while data[delta_at] & 0x80:
-            delta_at += 1
-        if h.base_offset + decode_zigzag(data, delta_at + 1)[0] in offsets:
+        at = start + 2  # after the attributes and the timestamp delta's first byte
+        while data[at - 1] & 0x80:
+            at += 1
+        b = data[at]
+        if b < 0x80:
+            delta = one[b]
+        elif data[at + 1] < 0x80:
+            delta = two[(data[at + 1] << 7) | (b & 0x7F)]
+        else:
+            delta = decode_zigzag(data, at)[0]
+        if delta in wanted:
             out += _decode_payload(data[pos:record_end], one_record, batch_pos)
         pos = record_end
     if pos != end:

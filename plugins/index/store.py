@@ -152,20 +152,24 @@ class IndexStore:
                 "SELECT id FROM partitions WHERE topic = ? AND partition = ?", tp).fetchone()[0]
         return found
 
-    def add(self, tp: tuple[str, int], first: int, next_offset: int, entries: Iterable[Entry],
-            skipped: Mapping[tuple[str, str], int], generation: int | None = None) -> None:
+    def add(self, tp: tuple[str, int], first: int, next_offset: int,
+            entries: Mapping[str, Iterable[Entry]], skipped: Mapping[tuple[str, str], int],
+            generation: int | None = None) -> None:
         """A batch of partition ``tp`` (offsets ``first`` to ``next_offset - 1``): its
-        entries ``(field, value, timestamp, offset)``, its next offset and its skip counts,
-        all or nothing (and nothing if the index is no longer at ``generation``)."""
+        entries ``{field: [(value, timestamp, offset), ...]}``, its next offset and its skip
+        counts, all or nothing (and nothing if the index is no longer at ``generation``)."""
         db = self.db
         db.execute("BEGIN IMMEDIATE")
         try:
             if generation is not None:
                 self.check(generation)
             part = self.part_id(tp)
-            fid = self.field_id
-            # In index order: each page of by_value is visited once per batch.
-            rows = sorted([(fid(f), v, ts, part, off) for f, v, ts, off in entries])
+            rows = []
+            for name, group in entries.items():
+                if group:
+                    field = self.field_id(name)
+                    rows += [(field, v, ts, part, off) for v, ts, off in group]
+            rows.sort()  # in index order: each page of by_value is visited once per batch
             lo = (db.execute("SELECT max(rowid) FROM entries").fetchone()[0] or 0) + 1
             db.executemany('INSERT INTO entries (field, value, ts, part, "offset") '
                            "VALUES (?, ?, ?, ?, ?)", rows)
