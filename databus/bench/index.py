@@ -96,6 +96,20 @@ def index_config(bootstrap: str, topic: str, path: str):
     })
 
 
+def indexed(path: str) -> int:
+    """Records committed in the index database at ``path`` (its partitions' next offsets)."""
+    from databus_plugins.index.store import IndexStore
+
+    try:
+        store = IndexStore(path, readonly=True)
+    except FileNotFoundError:
+        return 0
+    try:
+        return sum(store.offsets().values())
+    finally:
+        store.close()
+
+
 def build_with_runtime(config, records: int) -> float:
     import trio
 
@@ -103,6 +117,7 @@ def build_with_runtime(config, records: int) -> float:
     from databus.sinks.runtime import SinkSupervisor
 
     bootstrap = config.clusters["main"].bootstrap_servers
+    path = config.indexes["bench"].db_path("bench")
 
     async def main() -> float:
         supervisor = SinkSupervisor(get_plugin_manager(), lambda c: {"main": bootstrap})
@@ -113,7 +128,10 @@ def build_with_runtime(config, records: int) -> float:
                 while progress.records_in == 0:
                     await trio.sleep(0.001)
                 start = time.perf_counter()
-                while progress.records_in < records:  # written = committed in SQLite
+                while progress.records_in < records:
+                    await trio.sleep(0.01)
+                # Handed is not yet committed: until SQLite has every record's entries.
+                while await trio.to_thread.run_sync(indexed, path) < records:
                     await trio.sleep(0.01)
             seconds = time.perf_counter() - start
             await supervisor.aclose()
@@ -124,34 +142,41 @@ def build_with_runtime(config, records: int) -> float:
 
 
 def build_sink_alone(args, path: str) -> tuple[float, int]:
-    """Seconds in the sink's writes of ``--records`` (up to 1M) records, and that count."""
+    """Seconds the sink takes for ``--records`` (up to 1M) records made beforehand, through
+    its async methods as the runtime calls them (open, write per batch, a forced flush)."""
+    import trio
     from databus_plugins.index.fields import Extractor
     from databus_plugins.index.sink import IndexSink
 
     from databus.client import ConsumerRecord
 
     records = min(args.records, 1_000_000)
-    sink = IndexSink("alone", path, Extractor({"user_id": "value.user_id",
-                                               "log_id": "value.log_id"}))
     parts = args.partitions
-    for p in range(parts):
-        sink._open(("t", p), None)
     now = int(time.time() * 1000)
-    seconds = 0.0
     batch = 5000  # the sinks runtime's default max.poll.records
+    batches = []
     for first in range(0, records, batch * parts):
-        chunks = {p: [] for p in range(parts)}
+        chunks: dict[int, list] = {p: [] for p in range(parts)}
         for i in range(first, min(first + batch * parts, records)):
             chunks[i % parts].append(ConsumerRecord(
-                "t", i % parts, i // parts, now, 0, None, value(i, args.users,
-                                                                   args.record_size), ()))
+                "t", i % parts, i // parts, now, 0, None,
+                value(i, args.users, args.record_size), ()))
+        batches += [(("t", p), chunk) for p, chunk in chunks.items() if chunk]
+
+    async def main() -> float:
+        sink = IndexSink("alone", path, Extractor({"user_id": "value.user_id",
+                                                   "log_id": "value.log_id"}))
+        for p in range(parts):
+            await sink.open(("t", p), None)
         start = time.perf_counter()
-        for p, chunk in chunks.items():
-            if chunk:
-                sink._write(("t", p), chunk)
-        seconds += time.perf_counter() - start
-    sink.store.close()
-    return seconds, records
+        for tp, chunk in batches:
+            await sink.write(tp, chunk)
+        await sink.flush([("t", p) for p in range(parts)], True)
+        seconds = time.perf_counter() - start
+        await sink.aclose()
+        return seconds
+
+    return trio.run(main), records
 
 
 def percentiles(samples: list[float]) -> tuple[float, float, float]:

@@ -1,18 +1,27 @@
 """The index builder the sinks runtime drives (hookspecs.databus_sink).
 
 Its durable offsets are its own: ``open`` returns the partition's next offset from the
-database (the runtime reads from there), each ``write`` commits the batch's entries with that
-offset in one SQLite transaction, and ``flush`` reports those offsets so the group follows
-(for ``databus index status`` and the sinks' lag metrics).  Records handed again (before an
-offset the database already has) are skipped.  ``trim`` (called by the runtime every few
-seconds with the partitions' log start offsets) drops the entries of records the cluster's
-retention removed.  After ``databus index rebuild`` (store.py)
-``flush`` or ``write`` raises, and the runtime starts the builder again from the beginning.  Blocking work runs in a worker thread.
+database (the runtime reads from there); each batch's entries are committed with that
+offset in one SQLite transaction, and ``flush`` reports the offsets committed so far so the
+group follows (for ``databus index status`` and the sinks' lag metrics).  Records handed
+again (before an offset already taken) are skipped.  ``trim`` (called by the runtime every
+few seconds with the partitions' log start offsets) drops the entries of records the
+cluster's retention removed.  After ``databus index rebuild`` (store.py) ``flush`` or
+``write`` raises, and the runtime starts the builder again from the beginning.
+
+Pipelined: ``write`` extracts the batch's entries in a worker thread, then hands them to the
+index's writer thread and returns; SQLite inserts while the next batch is fetched and
+extracted (SQLite's own work runs without the GIL).  At most ``QUEUED`` batches wait; a
+forced ``flush``, ``open``, ``close`` and ``aclose`` wait until every batch handed is
+committed.  A failure in the writer (a rebuild under it, a full disk) stops it taking
+batches and is raised by the next call.
 """
 
 from __future__ import annotations
 
 import logging
+import queue
+import threading
 
 import trio
 
@@ -21,6 +30,8 @@ from .store import IndexStore
 
 log = logging.getLogger("databus_plugins.index")
 
+QUEUED = 2
+
 
 class IndexSink:
     def __init__(self, name: str, path: str, extractor: Extractor) -> None:
@@ -28,34 +39,95 @@ class IndexSink:
         self.path = path
         self.extractor = extractor
         self.store: IndexStore | None = None
-        self.next: dict[tuple[str, int], int] = {}
+        self.next: dict[tuple[str, int], int] = {}  # after the last record taken
+        self.durable: dict[tuple[str, int], int] = {}  # after the last record committed
         self.start: dict[tuple[str, int], int] = {}  # log start offsets trimmed to
         self.generation = 0
+        self._jobs: queue.Queue = queue.Queue(QUEUED)
+        self._writer: threading.Thread | None = None
+        self._failed: BaseException | None = None
+
+    # -- the runtime's calls (trio) -------------------------------------------------------
 
     async def open(self, tp, committed):
+        await self._drain()
         return await trio.to_thread.run_sync(self._open, tuple(tp), committed)
 
     async def write(self, tp, records):
-        await trio.to_thread.run_sync(self._write, tuple(tp), records)
+        self._raise()
+        tp = tuple(tp)
+        known = self.next.get(tp)
+        if known is not None and records[0].offset < known:
+            records = [r for r in records if r.offset >= known]
+            if not records:
+                return None
+        entries, skipped = await trio.to_thread.run_sync(self.extractor.entries, records)
+        next_offset = records[-1].offset + 1
+        await self._submit((self._add, tp, records[0].offset, next_offset, entries, skipped))
+        self.next[tp] = next_offset
         return None  # a field that is missing or undecodable is counted, never rejected
 
     async def flush(self, partitions, force):
-        if self.store is not None:  # an idle builder notices a rebuild too
+        if force:
+            await self._drain()
+        self._raise()
+        if self.store is not None and self._jobs.unfinished_tasks == 0:
+            # An idle builder notices a rebuild too.
             await trio.to_thread.run_sync(self.store.check, self.generation)
-        return {tp: self.next[tp] for tp in map(tuple, partitions) if tp in self.next}
+        durable = dict(self.durable)
+        return {tp: durable[tp] for tp in map(tuple, partitions) if tp in durable}
 
     async def trim(self, starts):
         if self.store is not None:
-            await trio.to_thread.run_sync(self._trim, {tuple(tp): n for tp, n in starts.items()})
+            await self._submit((self._trim, {tuple(tp): n for tp, n in starts.items()}))
 
     async def close(self, partitions):
-        for tp in partitions:
-            self.next.pop(tuple(tp), None)
+        await self._drain()
+        for tp in map(tuple, partitions):
+            self.next.pop(tp, None)
+            self.durable.pop(tp, None)
 
     async def aclose(self):
+        if self._writer is not None:
+            await trio.to_thread.run_sync(self._jobs.put, None)
+            await trio.to_thread.run_sync(self._writer.join)
+            self._writer = None
         if self.store is not None:
             await trio.to_thread.run_sync(self.store.close)
             self.store = None
+
+    # -- the writer thread ----------------------------------------------------------------
+
+    async def _submit(self, job) -> None:
+        if self._writer is None:
+            self._writer = threading.Thread(target=self._run_writer, daemon=True,
+                                            name=f"index-{self.name}")
+            self._writer.start()
+        try:
+            self._jobs.put_nowait(job)
+        except queue.Full:
+            await trio.to_thread.run_sync(self._jobs.put, job)
+
+    async def _drain(self) -> None:
+        if self._jobs.unfinished_tasks:
+            await trio.to_thread.run_sync(self._jobs.join)
+
+    def _raise(self) -> None:
+        if self._failed is not None:
+            raise self._failed
+
+    def _run_writer(self) -> None:
+        while True:
+            job = self._jobs.get()
+            try:
+                if job is None:
+                    return
+                if self._failed is None:  # after a failure, nothing more is written
+                    job[0](*job[1:])
+            except BaseException as exc:  # raised to the runtime by the next call
+                self._failed = exc
+            finally:
+                self._jobs.task_done()
 
     def _open(self, tp, committed):
         if self.store is None:
@@ -68,22 +140,15 @@ class IndexSink:
             start = 0 if committed else None
         else:
             start = stored
-            self.next[tp] = stored
+            self.next[tp] = self.durable[tp] = stored
         if start != committed:
             log.info("index %r: %s-%d from offset %s (the index's own; the group has %s)",
                      self.name, tp[0], tp[1], start, committed)
         return start
 
-    def _write(self, tp, records):
-        known = self.next.get(tp)
-        if known is not None and records[0].offset < known:
-            records = [r for r in records if r.offset >= known]
-            if not records:
-                return
-        entries, skipped = self.extractor.entries(records)
-        next_offset = records[-1].offset + 1
-        self.store.add(tp, records[0].offset, next_offset, entries, skipped, self.generation)
-        self.next[tp] = next_offset
+    def _add(self, tp, first, next_offset, entries, skipped):
+        self.store.add(tp, first, next_offset, entries, skipped, self.generation)
+        self.durable[tp] = next_offset
 
     def _trim(self, starts):
         starts = {tp: start for tp, start in starts.items() if start > self.start.get(tp, 0)}
