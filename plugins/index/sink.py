@@ -13,7 +13,8 @@ Pipelined: ``write`` extracts the batch's entries in a worker thread, then hands
 index's writer thread and returns; SQLite inserts while the next batch is fetched and
 extracted (SQLite's own work runs without the GIL).  At most ``QUEUED`` batches wait; a
 forced ``flush``, ``open``, ``close`` and ``aclose`` wait until every batch handed is
-committed.  A failure in the writer (a rebuild under it, a full disk) stops it taking
+committed; batches that wait are committed in one transaction (fewer page writes).  A
+failure in the writer (a rebuild under it, a full disk) stops it taking
 batches and is raised by the next call.
 """
 
@@ -30,7 +31,7 @@ from .store import IndexStore
 
 log = logging.getLogger("databus_plugins.index")
 
-QUEUED = 2
+QUEUED = 8  # batches (of max.poll.records) waiting for the writer
 
 
 class IndexSink:
@@ -63,7 +64,7 @@ class IndexSink:
                 return None
         entries, skipped = await trio.to_thread.run_sync(self.extractor.entries, records)
         next_offset = records[-1].offset + 1
-        await self._submit((self._add, tp, records[0].offset, next_offset, entries, skipped))
+        await self._submit(("add", tp, records[0].offset, next_offset, entries, skipped))
         self.next[tp] = next_offset
         return None  # a field that is missing or undecodable is counted, never rejected
 
@@ -79,7 +80,7 @@ class IndexSink:
 
     async def trim(self, starts):
         if self.store is not None:
-            await self._submit((self._trim, {tuple(tp): n for tp, n in starts.items()}))
+            await self._submit(("trim", {tuple(tp): n for tp, n in starts.items()}))
 
     async def close(self, partitions):
         await self._drain()
@@ -118,16 +119,30 @@ class IndexSink:
 
     def _run_writer(self) -> None:
         while True:
-            job = self._jobs.get()
+            jobs = [self._jobs.get()]
+            # Batches waiting meanwhile go in the same transaction (group commit).
+            while jobs[-1] is not None and jobs[-1][0] == "add":
+                try:
+                    jobs.append(self._jobs.get_nowait())
+                except queue.Empty:
+                    break
+            adds = [job[1:] for job in jobs if job is not None and job[0] == "add"]
             try:
-                if job is None:
-                    return
                 if self._failed is None:  # after a failure, nothing more is written
-                    job[0](*job[1:])
+                    if adds:
+                        self.store.add_many(adds, self.generation)
+                        for tp, _first, next_offset, _entries, _skipped in adds:
+                            self.durable[tp] = next_offset
+                    for job in jobs:
+                        if job is not None and job[0] == "trim":
+                            self._trim(job[1])
             except BaseException as exc:  # raised to the runtime by the next call
                 self._failed = exc
             finally:
-                self._jobs.task_done()
+                for _job in jobs:
+                    self._jobs.task_done()
+            if jobs[-1] is None:
+                return
 
     def _open(self, tp, committed):
         if self.store is None:
@@ -145,10 +160,6 @@ class IndexSink:
             log.info("index %r: %s-%d from offset %s (the index's own; the group has %s)",
                      self.name, tp[0], tp[1], start, committed)
         return start
-
-    def _add(self, tp, first, next_offset, entries, skipped):
-        self.store.add(tp, first, next_offset, entries, skipped, self.generation)
-        self.durable[tp] = next_offset
 
     def _trim(self, starts):
         starts = {tp: start for tp, start in starts.items() if start > self.start.get(tp, 0)}

@@ -94,6 +94,9 @@ class IndexStore:
             self.db.execute("PRAGMA synchronous=NORMAL")
             self.db.execute(f"PRAGMA cache_size=-{CACHE_KIB}")
             self.db.execute("PRAGMA temp_store=MEMORY")
+            # Checkpoint every ~40 MB of WAL rather than 4 MB: a page the build changes
+            # again and again is copied back to the database less often.
+            self.db.execute("PRAGMA wal_autocheckpoint=10000")
             version = self.db.execute("PRAGMA user_version").fetchone()[0]
             if version not in (0, SCHEMA_VERSION):
                 self._drop_all()  # an older layout: built again from the beginning
@@ -158,37 +161,46 @@ class IndexStore:
         """A batch of partition ``tp`` (offsets ``first`` to ``next_offset - 1``): its
         entries ``{field: [(value, timestamp, offset), ...]}``, its next offset and its skip
         counts, all or nothing (and nothing if the index is no longer at ``generation``)."""
+        self.add_many([(tp, first, next_offset, entries, skipped)], generation)
+
+    def add_many(self, batches: list[tuple], generation: int | None = None) -> None:
+        """Several ``add`` batches in one transaction (fewer page writes: a page of the
+        index that several batches change is written once)."""
         db = self.db
         db.execute("BEGIN IMMEDIATE")
         try:
             if generation is not None:
                 self.check(generation)
-            part = self.part_id(tp)
-            rows = []
-            for name, group in entries.items():
-                if group:
-                    field = self.field_id(name)
-                    rows += [(field, v, ts, part, off) for v, ts, off in group]
-            rows.sort()  # in index order: each page of by_value is visited once per batch
-            lo = (db.execute("SELECT max(rowid) FROM entries").fetchone()[0] or 0) + 1
-            db.executemany('INSERT INTO entries (field, value, ts, part, "offset") '
-                           "VALUES (?, ?, ?, ?, ?)", rows)
-            if rows:
-                db.execute("INSERT INTO batches (part, first, next, lo, hi) "
-                           "VALUES (?, ?, ?, ?, ?)", (part, first, next_offset, lo,
-                                                      lo + len(rows) - 1))
-            db.execute("UPDATE partitions SET next = ? WHERE id = ?", (next_offset, part))
-            if skipped:
-                db.executemany(
-                    "INSERT INTO skipped (field, reason, count) VALUES (?, ?, ?) "
-                    "ON CONFLICT (field, reason) DO UPDATE SET count = count + excluded.count",
-                    [(f, r, c) for (f, r), c in skipped.items()])
+            for tp, first, next_offset, entries, skipped in batches:
+                self._add(tp, first, next_offset, entries, skipped)
         except BaseException:
             db.execute("ROLLBACK")
             self._fields.clear()  # ids made in the rolled back transaction are gone
             self._parts.clear()
             raise
         db.execute("COMMIT")
+
+    def _add(self, tp, first, next_offset, entries, skipped) -> None:
+        db = self.db
+        part = self.part_id(tp)
+        rows = []
+        for name, group in entries.items():
+            if group:
+                field = self.field_id(name)
+                rows += [(field, v, ts, part, off) for v, ts, off in group]
+        rows.sort()  # in index order: each page of by_value is visited once per batch
+        lo = (db.execute("SELECT max(rowid) FROM entries").fetchone()[0] or 0) + 1
+        db.executemany('INSERT INTO entries (field, value, ts, part, "offset") '
+                       "VALUES (?, ?, ?, ?, ?)", rows)
+        if rows:
+            db.execute("INSERT INTO batches (part, first, next, lo, hi) VALUES (?, ?, ?, ?, ?)",
+                       (part, first, next_offset, lo, lo + len(rows) - 1))
+        db.execute("UPDATE partitions SET next = ? WHERE id = ?", (next_offset, part))
+        if skipped:
+            db.executemany(
+                "INSERT INTO skipped (field, reason, count) VALUES (?, ?, ?) "
+                "ON CONFLICT (field, reason) DO UPDATE SET count = count + excluded.count",
+                [(f, r, c) for (f, r), c in skipped.items()])
 
     def trim(self, starts: Mapping[tuple[str, int], int],
              generation: int | None = None) -> int:

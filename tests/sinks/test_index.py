@@ -362,9 +362,12 @@ def test_retention_removes_segments_their_entries_go_and_a_rebuild_gives_the_sam
             wait_for(lambda: indexed(db) == n, 120, "the rebuild", service.log)
             assert index_contents(db) == before
             # A query finds only messages the cluster still has.
-            newest = query_json(tmp_path, "orders", f"key={n - 1}")
-            assert [m["offset"] for m in newest] == [(n - 1) // 4]
-            assert query_json(tmp_path, "orders", "key=0") == []
+            import databus.index
+
+            with databus.index.Index(str(tmp_path / "sinks.yaml")) as index:
+                assert [m.offset for m in index.query("orders", "key", str(n - 1))] == \
+                    [(n - 1) // 4]
+                assert index.query("orders", "key", "0") == []
             assert service.stop() == 0
         finally:
             service.close()
