@@ -16,7 +16,8 @@ default is 1 MB, ~10,000 such records per batch); then:
 * **queries**: ``--queries`` point queries through one ``databus.index.Index`` (the reusable
   query object: SQLite lookup, then the messages fetched from the broker), for random
   ``log_id`` values (one message each) and ``user_id`` values (``--limit`` newest messages
-  each); p50 / p99 / max of each, and of the lookup alone.
+  each); p50 / p99 / max of each, and of the lookup alone; and, for comparison, a few
+  one-shot ``databus.index.query()`` calls (a new connection each).
 
 ``--full`` is the issue's size, 10,000,000 records (an hour or more on a small machine).
 """
@@ -214,6 +215,13 @@ def run_queries(config, args) -> list[tuple[str, list[float]]]:
                                    f"{args.queries} queries")
             out.append((f"{field}=… (limit {limit}): lookup + fetch", full))
             out.append((f"{field}=… (limit {limit}): lookup alone", lookup))
+    # For comparison: databus.index.query(), which opens (and closes) a connection per call.
+    once = []
+    for _ in range(min(args.queries, 20)):
+        start = time.perf_counter()
+        databus.index.query(config, "bench", "log_id", f"L{rng.randrange(args.records)}")
+        once.append(time.perf_counter() - start)
+    out.append(("log_id=… one-shot databus.index.query() (connects each time)", once))
     return out
 
 

@@ -4,10 +4,11 @@
 A consumer is the wrong tool for a handful of scattered offsets: it joins nothing here but
 still buffers, prefetches and reads on from each position.  The reader keeps one ``Cluster``
 (metadata, one connection per broker) for its whole life, so a lookup costs only its Fetch
-round trips.  A read goes in rounds: one Fetch per leader per round, asking each partition
-from its first wanted offset with a small ``partition_max_bytes`` (the broker still returns
-the whole batch holding that offset); every wanted offset the answer covers is taken (nearby
-offsets share a Fetch), and the next round starts each partition at its next wanted offset.
+round trips.  Per partition the wanted offsets are split into runs (each offset closer than
+``COALESCE_GAP`` to the previous one); a read goes in rounds of Fetch requests, all at once,
+request j of a leader asking every partition from the first offset of its j-th run with a
+small ``partition_max_bytes`` (the broker still returns the whole batch holding it).  Every
+wanted offset an answer covers is taken; what a run has left is asked in the next round.
 Only the wanted records are decoded (records.decode_records_at).  An offset the cluster no
 longer has (before the log start, removed by compaction, at or past the log end) is absent
 from the answer.
@@ -33,6 +34,8 @@ Location = tuple[str, int, int]  # (topic, partition, offset)
 TP = tuple[str, int]
 
 FIRST_FETCH_BYTES = 16 * 1024
+# Offsets of a partition closer than this to the previous one are asked by one Fetch.
+COALESCE_GAP = 128
 MAX_ATTEMPTS = 5  # per partition per read, for leader moves and lost connections
 
 
@@ -69,12 +72,17 @@ class RecordReader:
             pending.setdefault((topic, partition), []).append(offset)
         state = _Read({tp: sorted(set(offsets)) for tp, offsets in pending.items()})
         while state.pending:
-            by_leader: dict[int, list[TP]] = {}
-            for tp in state.pending:
-                by_leader.setdefault(await self._leader(tp), []).append(tp)
+            # Request j of a leader asks every partition for its j-th run: far-apart offsets
+            # of one partition are fetched at once, by requests pipelined on the connection.
+            requests: dict[tuple[int, int], dict[TP, list[int]]] = {}
+            for tp, offsets in state.pending.items():
+                leader = await self._leader(tp)
+                for j, run in enumerate(runs(offsets)):
+                    requests.setdefault((leader, j), {})[tp] = run
             async with trio.open_nursery() as nursery:
-                for leader, tps in by_leader.items():
-                    nursery.start_soon(self._round, leader, tps, state)
+                for (leader, _j), asked in requests.items():
+                    nursery.start_soon(self._round, leader, asked, state)
+            state.next_round()
         return state.found
 
     async def _leader(self, tp: TP) -> int:
@@ -87,34 +95,34 @@ class RecordReader:
                 raise errors.LeaderNotAvailableError(f"{tp[0]}-{tp[1]}: no leader")
         return leader
 
-    async def _round(self, leader: int, tps: list[TP], state: _Read) -> None:
-        """One Fetch to ``leader``: each partition from its first wanted offset."""
-        asked = {tp: (state.pending[tp][0], state.max_bytes.get(tp, FIRST_FETCH_BYTES))
-                 for tp in tps}
+    async def _round(self, leader: int, asked: dict[TP, list[int]], state: _Read) -> None:
+        """One Fetch to ``leader``: each partition from the first offset of its run."""
         try:
-            answers = await self._fetch(leader, asked)
+            answers = await self._fetch(leader, {
+                tp: (run[0], state.max_bytes.get(tp, FIRST_FETCH_BYTES))
+                for tp, run in asked.items()})
         except errors.KafkaError as exc:
-            for tp in tps:
+            for tp in asked:
                 state.retry(tp, exc)
-            await self._cluster.refresh_metadata({t for t, _ in tps})
+            await self._cluster.refresh_metadata({t for t, _ in asked})
             return
-        for tp, (fetch_offset, _) in asked.items():
+        for tp, run in asked.items():
             answer = answers.get(tp)
             if answer is None:
                 state.retry(tp, errors.KafkaError(
                     f"Fetch {tp[0]}-{tp[1]}: the broker's answer left it out"))
             else:
-                await self._take(tp, fetch_offset, answer, state)
+                await self._take(tp, run, answer, state)
 
-    async def _take(self, tp: TP, fetch_offset: int, answer, state: _Read) -> None:
+    async def _take(self, tp: TP, run: list[int], answer, state: _Read) -> None:
         topic, partition = tp
+        fetch_offset = run[0]
         code = int(answer.error_code)
         if code == ErrorCode.offset_out_of_range:
             # Before the log start (retention), or past the end: keep what is inside.
             start = (await list_offsets(self._cluster, {tp: EARLIEST},
                                         timeout=self._timeout))[tp][0]
-            state.keep(tp, [o for o in state.pending[tp] if o >= start]
-                       if fetch_offset < start else [])
+            state.resolved(tp, [o for o in run if o < start] if fetch_offset < start else run)
             return
         if code:
             state.retry(tp, errors.from_code(code, f"Fetch {topic}-{partition}@{fetch_offset}"))
@@ -126,17 +134,17 @@ class RecordReader:
                        for a in (getattr(answer, "aborted_transactions", None) or ())]
         records, next_offset = decode_fetched(
             topic, partition, bytes(answer.records or b""), fetch_offset,
-            check_crcs=self.config.check_crcs, aborted=aborted, only=set(state.pending[tp]))
+            check_crcs=self.config.check_crcs, aborted=aborted, only=set(run))
         if next_offset == fetch_offset:
             if fetch_offset >= int(answer.high_watermark):
-                state.keep(tp, [])  # at the log end: not there (yet)
+                state.resolved(tp, run)  # at the log end: not there (yet)
             else:  # the batch is larger than asked: ask for more
                 state.max_bytes[tp] = state.max_bytes.get(tp, FIRST_FETCH_BYTES) * 4
             return
         for record in records:
             state.found[topic, partition, record.offset] = record
         # Below next_offset, an offset not found is not in the log (compacted away).
-        state.keep(tp, [o for o in state.pending[tp] if o >= next_offset])
+        state.resolved(tp, [o for o in run if o < next_offset])
 
     async def _fetch(self, leader: int, asked: Mapping[TP, tuple[int, int]]) -> dict:
         topics: dict[str, list[dict]] = {}
@@ -165,14 +173,34 @@ class _Read:
         self.found: dict[Location, ConsumerRecord] = {}
         self.max_bytes: dict[TP, int] = {}
         self.attempts: dict[TP, int] = {}
+        self._done: dict[TP, set[int]] = {}
 
-    def keep(self, tp: TP, offsets: list[int]) -> None:
-        if offsets:
-            self.pending[tp] = offsets
-        else:
-            del self.pending[tp]
+    def resolved(self, tp: TP, offsets: Iterable[int]) -> None:
+        """``offsets`` are found or known to be gone."""
+        self._done.setdefault(tp, set()).update(offsets)
+
+    def next_round(self) -> None:
+        for tp, done in self._done.items():
+            left = [o for o in self.pending[tp] if o not in done]
+            if left:
+                self.pending[tp] = left
+            else:
+                del self.pending[tp]
+        self._done.clear()
 
     def retry(self, tp: TP, exc: errors.KafkaError) -> None:
         self.attempts[tp] = self.attempts.get(tp, 0) + 1
         if not exc.retriable or self.attempts[tp] >= MAX_ATTEMPTS:
             raise exc
+
+
+def runs(offsets: list[int]) -> list[list[int]]:
+    """Sorted offsets split where the gap to the previous one is ``COALESCE_GAP`` or more
+    (a run's offsets likely share the batches one Fetch returns)."""
+    out: list[list[int]] = []
+    for offset in offsets:
+        if out and offset - out[-1][-1] < COALESCE_GAP:
+            out[-1].append(offset)
+        else:
+            out.append([offset])
+    return out
