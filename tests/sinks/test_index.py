@@ -402,18 +402,19 @@ def test_databus_up_serves_the_index_queries_on_its_metrics_listener(tmp_path):
             bootstrap = re.search(r"Kafka listener\s+(\S+:\d+)", up.log()).group(1)
             produce(bootstrap, "orders", range(n))
             wait_for(lambda: indexed(db) == n, 120, "the index", up.log)
-            for params in ({"user_id": 5}, {"key": 123}, {"user_id": 7, "since": T0 + 100_000}):
-                status, body = http(up, "orders", params)
-                args = [f"{k}={v}" for k, v in params.items() if k != "since"]
-                if "since" in params:
-                    args += ["--since", str(params["since"])]
-                done = subprocess.run(
-                    [sys.executable, "-m", "databus.cli", "index", "query", "orders", *args,
-                     "--json", "--bootstrap-server", bootstrap, "-c", str(up.path)],
-                    capture_output=True, text=True, timeout=120)
-                assert done.returncode == 0, done.stderr
-                want = [json.loads(line) for line in done.stdout.splitlines()]
-                assert want and status == 200 and body["messages"] == want, params
+            # The same answers as Python's (the command line's, test above).
+            from databus_plugins.index.command import record_json
+
+            import databus.index
+
+            with databus.index.Index(str(up.path), bootstrap=bootstrap) as index:
+                for field, value, since in (("user_id", "5", None), ("key", "123", None),
+                                            ("user_id", "7", T0 + 100_000)):
+                    want = [record_json(r) for r in index.query("orders", field, value,
+                                                                since=since)]
+                    params = {field: value, **({"since": since} if since else {})}
+                    status, body = http(up, "orders", params)
+                    assert want and status == 200 and body["messages"] == want, params
             status, body = http(up, "orders", {"region": "r1"})
             assert status == 404 and "has no field 'region' (fields: key, user_id)" in body["error"]
             up.process.send_signal(2)
