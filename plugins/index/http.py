@@ -3,12 +3,14 @@ the process running the index (``databus sinks``, ``databus up``): the same mess
 ``databus index query --json``, as one JSON object ``{"index", "field", "value",
 "messages": [...]}``; the queries share one cluster connection (``IndexQueries``).
 Errors are JSON too (``{"error": ...}``): 404 for an unknown index or field (listing the
-known ones), 400 for bad parameters."""
+known ones), 400 for bad parameters, 503 when the cluster cannot give the messages."""
 
 from __future__ import annotations
 
 import json
 import time
+
+from databus.client import KafkaError
 
 from .command import parse_time, record_json
 from .query import IndexQueries, IndexQueryError
@@ -39,6 +41,8 @@ def index_route(queries: IndexQueries):
             return "404 Not Found", _JSON, _error(exc)
         except ValueError as exc:
             return "400 Bad Request", _JSON, _error(exc)
+        except KafkaError as exc:  # the cluster cannot give the messages now
+            return "503 Service Unavailable", _JSON, _error(exc)
         body = {"index": name, "field": field, "value": values[0],
                 "messages": [record_json(r) for r in records]}
         return "200 OK", _JSON, json.dumps(body, ensure_ascii=False).encode()
