@@ -8,12 +8,15 @@ known ones), 400 for bad parameters, 503 when the cluster cannot give the messag
 from __future__ import annotations
 
 import json
+import logging
 import time
 
 from databus.client import KafkaError
 
 from .command import parse_time, record_json
 from .query import IndexQueries, IndexQueryError
+
+log = logging.getLogger("databus_plugins.index")
 
 PREFIX = "/index/"
 _JSON = "application/json"
@@ -43,6 +46,9 @@ def index_route(queries: IndexQueries):
             return "400 Bad Request", _JSON, _error(exc)
         except KafkaError as exc:  # the cluster cannot give the messages now
             return "503 Service Unavailable", _JSON, _error(exc)
+        except Exception as exc:  # (a damaged database...): this query fails, not the listener
+            log.exception("GET %s failed", path)
+            return "500 Internal Server Error", _JSON, _error(exc)
         body = {"index": name, "field": field, "value": values[0],
                 "messages": [record_json(r) for r in records]}
         return "200 OK", _JSON, json.dumps(body, ensure_ascii=False).encode()
