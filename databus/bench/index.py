@@ -16,7 +16,8 @@ default is 1 MB, ~10,000 such records per batch); then:
 * **queries**: ``--queries`` point queries through one ``databus.index.Index`` (the reusable
   query object: SQLite lookup, then the messages fetched from the broker), for random
   ``log_id`` values (one message each) and ``user_id`` values (``--limit`` newest messages
-  each); p50 / p99 / max of each, and of the lookup alone; and, for comparison, a few
+  each), every answer checked (count, values, newest first); p50 / p99 / max of each, and
+  of the lookup alone; and, for comparison, a few
   one-shot ``databus.index.query()`` calls (a new connection each).
 
 ``--full`` is the issue's size, 10,000,000 records (an hour or more on a small machine).
@@ -189,6 +190,22 @@ def percentiles(samples: list[float]) -> tuple[float, float, float]:
     return at(0.50), at(0.99), ordered[-1]
 
 
+def check_answer(args, field: str, wanted: str, limit: int, messages) -> None:
+    """The bench's data is known: a query's answer must be exactly the right number of
+    messages, each with that value, newest first (else the figures would be of a wrong
+    answer)."""
+    if field == "log_id":
+        matching = 1
+    else:
+        matching = len(range(int(wanted), args.records, args.users))
+    values = [str(json.loads(m.value)[field]) for m in messages]
+    stamps = [m.timestamp for m in messages]
+    if len(messages) != min(limit, matching) or set(values) - {wanted} or \
+            stamps != sorted(stamps, reverse=True):
+        raise RuntimeError(f"{field}={wanted}: a wrong answer ({len(messages)} messages of "
+                           f"{min(limit, matching)} expected, values {sorted(set(values))})")
+
+
 def run_queries(config, args) -> list[tuple[str, list[float]]]:
     import databus.index
 
@@ -200,19 +217,16 @@ def run_queries(config, args) -> list[tuple[str, list[float]]]:
             ("log_id", lambda: f"L{rng.randrange(args.records)}", 1),
             ("user_id", lambda: str(rng.randrange(min(args.users, args.records))), args.limit),
         ):
-            full, lookup, found = [], [], 0
+            full, lookup = [], []
             for _ in range(args.queries):
                 wanted = pick()
                 start = time.perf_counter()
                 messages = index.query("bench", field, wanted, limit=limit)
                 full.append(time.perf_counter() - start)
-                found += len(messages)
+                check_answer(args, field, wanted, limit, messages)
                 start = time.perf_counter()
                 index.stores.lookup(config, "bench", field, wanted, limit=limit)
                 lookup.append(time.perf_counter() - start)
-            if found < args.queries:
-                raise RuntimeError(f"{field} queries found {found} messages for "
-                                   f"{args.queries} queries")
             out.append((f"{field}=… (limit {limit}): lookup + fetch", full))
             out.append((f"{field}=… (limit {limit}): lookup alone", lookup))
     # For comparison: databus.index.query(), which opens (and closes) a connection per call.
