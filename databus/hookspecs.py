@@ -142,7 +142,10 @@ def databus_sink(name, config):
     topic) or None; ``flush(partitions, force)`` makes durable what it chooses (with
     ``force``, everything taken for ``partitions``) and returns ``{tp: next_offset}`` that
     are now safe to commit; ``close(partitions)`` after a final forced flush when
-    partitions are revoked; ``aclose()`` when the sink stops.  Offsets are committed only
+    partitions are revoked; ``aclose()`` when the sink stops.  Optional: ``trim(starts)``,
+every few seconds, with ``{tp: log_start_offset}`` of the partitions it owns (records
+before those offsets were removed by the cluster's retention; a sink that keeps records'
+locations drops them).  Offsets are committed only
     as ``flush`` reports them.  A method that raises is logged with the plugin's name and
     counted; the runtime restarts that sink (from its committed offsets) after a backoff,
     and every other sink and the sidecar keep serving.

@@ -6,6 +6,11 @@
     import databus.index
     messages = databus.index.query("sidecar.yaml", "orders", "user_id", "42", limit=10)
 
+    # many queries: one cluster connection and the databases kept open
+    with databus.index.Index("sidecar.yaml") as index:
+        for user in ("42", "43"):
+            messages = index.query("orders", "user_id", user, since=1767225600000)
+
 ``status_rows(config, bootstrap)`` (async) gives ``databus index status``'s table
 (STATUS_COLUMNS), as the web console shows it.
 """
@@ -13,7 +18,13 @@
 from __future__ import annotations
 
 from databus_plugins.index.command import STATUS_COLUMNS, status_rows
-from databus_plugins.index.query import IndexQueryError, bootstrap_for, query, query_async
+from databus_plugins.index.query import (
+    Index,
+    IndexQueryError,
+    bootstrap_for,
+    query,
+    query_async,
+)
 
-__all__ = ["STATUS_COLUMNS", "IndexQueryError", "bootstrap_for", "query", "query_async",
-           "status_rows"]
+__all__ = ["STATUS_COLUMNS", "Index", "IndexQueryError", "bootstrap_for", "query",
+           "query_async", "status_rows"]

@@ -3,8 +3,8 @@
 It speaks the Kafka protocol (databus.protocol) to any Kafka cluster, not only databus's
 broker.  Modules: connection (one broker connection, pipelined), cluster (metadata and
 connections), accumulator + sender + producer, fetcher + group + consumer, share +
-share_consumer (share groups, KIP-932), assignors/, partitioners, admin, sync (blocking
-facades), config (Kafka's settings), errors.
+share_consumer (share groups, KIP-932), reader (records by offset), assignors/,
+partitioners, admin, sync (blocking facades), config (Kafka's settings), errors.
 
 The names below are the client's public surface: console tools, the sidecar's users and
 plugins import from ``databus.client``, never from its modules (tests/test_layering.py).
@@ -25,9 +25,10 @@ from .consumer import Consumer, ConsumerRecord, ConsumerStatistics
 from .errors import KafkaError
 from .offsets import EARLIEST, LATEST, list_offsets
 from .producer import DeliveryFuture, Producer, ProducerStatistics, RecordMetadata
+from .reader import RecordReader
 from .share import AcknowledgeType
 from .share_consumer import ShareConsumer
-from .sync import SyncAdmin, SyncConsumer, SyncProducer, SyncShareConsumer
+from .sync import SyncAdmin, SyncConsumer, SyncProducer, SyncRecordReader, SyncShareConsumer
 
 __all__ = [
     "EARLIEST",
@@ -46,11 +47,13 @@ __all__ = [
     "ProducerConfig",
     "ProducerStatistics",
     "RecordMetadata",
+    "RecordReader",
     "ShareConsumer",
     "ShareConsumerConfig",
     "SyncAdmin",
     "SyncConsumer",
     "SyncProducer",
+    "SyncRecordReader",
     "SyncShareConsumer",
     "TopicPartition",
     "errors",

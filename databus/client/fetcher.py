@@ -30,6 +30,7 @@ from ..protocol.records import (
     CorruptRecordError,
     control_record_type,
     decode_records,
+    decode_records_at,
     iter_headers,
 )
 from ..protocol.types import TopicPartition
@@ -112,9 +113,11 @@ def decode_fetched(
     check_crcs: bool = True,
     aborted: list[tuple[int, int]] | None = None,
     delivery_count: int | None = None,
+    only: set[int] | None = None,
 ) -> tuple[list[ConsumerRecord], int]:
-    """Records at or after ``fetch_offset`` in a Fetch response's records, and the offset
-    after the last complete batch (== fetch_offset when no complete batch was there).
+    """Records at or after ``fetch_offset`` in a Fetch response's records (with ``only``:
+    just those at these offsets, the others not decoded), and the offset after the last
+    complete batch (== fetch_offset when no complete batch was there).
     ``delivery_count``: every record's (a share fetch's; share_record_class)."""
     out: list[ConsumerRecord] = []
     next_offset = fetch_offset
@@ -134,7 +137,12 @@ def decode_fetched(
             continue
         if h.is_transactional and h.producer_id in active_aborted:
             continue
-        _, records = decode_records(data, pos, verify_crc=check_crcs)
+        if only is None:
+            _, records = decode_records(data, pos, verify_crc=check_crcs)
+        elif any(h.base_offset <= o <= h.last_offset for o in only):
+            _, records = decode_records_at(data, pos, only, verify_crc=check_crcs)
+        else:
+            continue
         ts_type = h.timestamp_type
         # Per record: one tuple built directly (Record is (offset, timestamp, key, value,
         # headers)); the NamedTuple constructor would cost as much again.

@@ -38,6 +38,7 @@ import trio
 from .admin import Admin
 from .consumer import Consumer
 from .producer import DeliveryFuture, Producer
+from .reader import RecordReader
 from .share_consumer import ShareConsumer
 
 
@@ -181,3 +182,11 @@ class SyncAdmin(_SyncFacade):
 
     def __init__(self, bootstrap_servers, config=None) -> None:
         self._runner = _TrioThread(lambda: Admin(bootstrap_servers, config), "databus-admin")
+
+
+class SyncRecordReader(_SyncFacade):
+    """RecordReader for synchronous code: ``read(locations)`` blocks for the records."""
+
+    def __init__(self, bootstrap_servers, config=None) -> None:
+        self._runner = _TrioThread(lambda: RecordReader(bootstrap_servers, config),
+                                   "databus-reader")

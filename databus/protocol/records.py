@@ -767,6 +767,57 @@ def decode_records(
     return _decode_batch(buf, pos, verify_crc, _decode_payload)
 
 
+def decode_records_at(
+    buf, pos: int, offsets, *, verify_crc: bool = True
+) -> tuple[BatchHeader, list[Record]]:
+    """Like ``decode_records``, but only the records whose offset is in ``offsets`` (a set)
+    are decoded; the others are stepped over by their length (a lookup by offset in a big
+    batch costs a varint or two per record, not a whole decode)."""
+    return _decode_batch(buf, pos, verify_crc,
+                         lambda data, h, batch_pos: _payload_at(data, h, batch_pos, offsets))
+
+
+def _payload_at(data: bytes, h: BatchHeader, batch_pos: int, offsets) -> list[Record]:
+    # The varint reads are inlined as in _decode_payload: this loop steps over every record
+    # of a batch (thousands, in librdkafka's) to find one.
+    one = ZIGZAG_ONE_BYTE
+    two = ZIGZAG_TWO_BYTES
+    one_record = h._replace(records_count=1)  # the base offset and timestamp stay
+    wanted = {o - h.base_offset for o in offsets}
+    end = len(data)
+    pos = 0
+    out: list[Record] = []
+    for index in range(h.records_count):
+        b = data[pos]
+        if b < 0x80:
+            length = one[b]
+            start = pos + 1
+        elif data[pos + 1] < 0x80:
+            length = two[(data[pos + 1] << 7) | (b & 0x7F)]
+            start = pos + 2
+        else:
+            length, start = decode_zigzag(data, pos)
+        record_end = start + length
+        if length < 6 or record_end > end:
+            raise _corrupt(batch_pos, f"record {index} has invalid length {length}")
+        at = start + 2  # after the attributes and the timestamp delta's first byte
+        while data[at - 1] & 0x80:
+            at += 1
+        b = data[at]
+        if b < 0x80:
+            delta = one[b]
+        elif data[at + 1] < 0x80:
+            delta = two[(data[at + 1] << 7) | (b & 0x7F)]
+        else:
+            delta = decode_zigzag(data, at)[0]
+        if delta in wanted:
+            out += _decode_payload(data[pos:record_end], one_record, batch_pos)
+        pos = record_end
+    if pos != end:
+        raise _corrupt(batch_pos, f"{end - pos} bytes left after its {h.records_count} records")
+    return out
+
+
 def keyless_records(buf, pos: int = 0, *, verify_crc: bool = True) -> list[int]:
     """The indexes (in the batch) of the records without a key in the batch at ``pos``.
 

@@ -30,7 +30,7 @@ from databus.config import EMBEDDED_CLUSTER, ConfigError, DatabusConfig
 from databus.plugins import PluginError, PluginManager, get_plugin_manager
 from databus.protocol import sidecar_wire as wire
 from databus.protocol.addresses import parse_host_port
-from databus.service.metrics import serve_http
+from databus.sinks.http import serve_metrics
 from databus.sinks.metrics import SinkCollector
 from databus.sinks.runtime import SinkSupervisor
 from databus.startup import StartupError, make_dirs, open_tcp_listeners, reason
@@ -298,7 +298,8 @@ class Sidecar:
 
     async def _serve_ingress(self, ingress, bound: _Bound, task_status) -> None:
         if bound.metrics:
-            ingress.start_soon(serve_http, self.metrics, bound.metrics, self.healthy)
+            ingress.start_soon(serve_metrics, self.metrics, bound.metrics, self.healthy,
+                               lambda: self.config, self.embedded_bootstrap)
         if self.config_path is not None:
             from databus.service.reload import watch_config
 

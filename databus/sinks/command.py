@@ -94,10 +94,10 @@ async def _main(path, config, bootstrap: str | None) -> int:
     from databus.config import EMBEDDED_CLUSTER
     from databus.plugins import PluginError, get_plugin_manager
     from databus.protocol.addresses import parse_host_port
-    from databus.service.metrics import serve_http
     from databus.service.reload import watch_config
     from databus.startup import StartupError, open_tcp_listeners
 
+    from .http import serve_metrics
     from .metrics import SinkMetrics
     from .runtime import SinkSupervisor
 
@@ -127,9 +127,9 @@ async def _main(path, config, bootstrap: str | None) -> int:
             stopping = False
             if listeners:
                 nursery.start_soon(
-                    serve_http, SinkMetrics(supervisor), listeners,
+                    serve_metrics, SinkMetrics(supervisor), listeners,
                     lambda: (False, "stopping") if stopping else (True, "ok"),
-                    _routes(service, bootstrap),
+                    lambda: service.config, bootstrap,
                 )
                 host, port = listeners[0].socket.getsockname()[:2]
                 log.info("metrics on http://%s:%d/metrics", host, port)
@@ -148,15 +148,6 @@ async def _main(path, config, bootstrap: str | None) -> int:
             nursery.cancel_scope.cancel()
     log.info("databus sinks stopped")
     return status
-
-
-def _routes(service: SinksService, bootstrap: str | None) -> dict:
-    """GET /index/NAME (docs/index.md): the index plugin's queries, when it is installed."""
-    try:
-        from databus_plugins.index.http import PREFIX, index_route
-    except ImportError:
-        return {}
-    return {PREFIX: index_route(lambda: service.config, bootstrap)}
 
 
 async def _stop_then_cancel(supervisor, scope) -> None:

@@ -263,9 +263,25 @@ class SinkRunner:
                     self.progress.end_offsets.update(
                         {tp: end for tp, end in ends.items() if self.progress.owns(tp)}
                     )
+                    if hasattr(self._sink, "trim"):
+                        await self._trim(consumer, owned)
                 except KafkaError as exc:
                     log.debug("sink %r: end offsets: %s", self.name, exc)
             await trio.sleep(LAG_INTERVAL_S)
+
+    async def _trim(self, consumer: Consumer, owned: list[TopicPartition]) -> None:
+        """Tell a sink that keeps records' locations (an index) where each partition's log
+        now starts: what is before was removed by the cluster's retention."""
+        starts = await consumer.beginning_offsets(owned)
+        async with self._lock:
+            if self._broken is not None:
+                return
+            starts = {tp: n for tp, n in starts.items() if self.progress.owns(tp) and n >= 0}
+            if starts:
+                try:
+                    await self._call("trim", self._sink.trim, starts)
+                except SinkFailed as exc:
+                    self._fail(exc)
 
     async def _quietly_aclose(self, sink: Any) -> None:
         try:

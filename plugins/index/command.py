@@ -61,6 +61,7 @@ def parse_time(text: str | None, now_ms: int) -> int | None:
 
 
 def run(args) -> int:
+    from databus.client import KafkaError
     from databus.config import ConfigError, load_config
 
     path = args.config
@@ -83,6 +84,9 @@ def run(args) -> int:
         return _status(args, config)
     except (ValueError, FileNotFoundError) as exc:
         print(f"{PROG}: {exc}", file=sys.stderr)
+        return 1
+    except KafkaError as exc:
+        print(f"{PROG}: the cluster: {exc}", file=sys.stderr)
         return 1
 
 

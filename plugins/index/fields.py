@@ -22,8 +22,8 @@ import msgpack
 MISSING = "missing"
 UNDECODABLE = "undecodable"
 
-# (field, value, timestamp ms, topic, partition, offset): one index entry
-Entry = tuple[str, str, int, str, int, int]
+# (value, timestamp ms, offset): one index entry of a field, in a batch of one partition
+Entry = tuple[str, int, int]
 
 
 @dataclass(frozen=True)
@@ -68,6 +68,26 @@ def as_text(value: Any) -> str | None:
     raise _Undecodable
 
 
+_scan_json = json.JSONDecoder().scan_once
+
+
+def decode_json(value: bytes) -> Any:
+    """``json.loads(value)``, without its per-call Python work when the value is plain UTF-8
+    JSON with nothing around it (the scanner alone; else json.loads, which also reports the
+    error)."""
+    try:
+        text = value.decode()
+        decoded, end = _scan_json(text, 0)
+        if end == len(text):
+            return decoded
+    except (UnicodeDecodeError, StopIteration, ValueError):
+        pass
+    return json.loads(value)
+
+
+_BAD = object()  # a value path through something that is not a map
+
+
 class Extractor:
     """The index's fields, applied to batches of ``ConsumerRecord``-shaped tuples."""
 
@@ -77,57 +97,64 @@ class Extractor:
         self.format = fmt
         self.fields = {name: parse_source(spec) for name, spec in fields.items()}
         self._needs_value = any(s.kind == "value" for s in self.fields.values())
+        self._decode = decode_json if fmt == "json" else msgpack.unpackb
 
-    def _decode(self, value: bytes | None) -> Any:
-        if value is None:
-            return None
-        if self.format == "json":
-            return json.loads(value)
-        return msgpack.unpackb(value)
+    def entries(self, records: Iterable[Sequence[Any]]) -> tuple[dict[str, list[Entry]], dict]:
+        """({field: [(value, timestamp, offset), ...]}, {(field, MISSING | UNDECODABLE):
+        count}) of ``records`` (of one partition).
 
-    def entries(self, records: Iterable[Sequence[Any]]) -> tuple[list[Entry], dict]:
-        """(entries, {(field, MISSING | UNDECODABLE): count}) of ``records``."""
-        out: list[Entry] = []
+        This runs for every record indexed: the value is decoded once, and the common cases
+        (a map, a str or int field) are tested inline rather than through calls."""
         skipped: dict[tuple[str, str], int] = {}
+        out: dict[str, list[Entry]] = {name: [] for name in self.fields}
+        plan = [(name, s.kind, s.path, out[name].append) for name, s in self.fields.items()]
+        needs_value, decode = self._needs_value, self._decode
+        value_errors = (ValueError, TypeError, msgpack.UnpackException)
         for record in records:
-            topic, partition, offset, timestamp, _type, key, value, headers = record[:8]
+            offset, timestamp, value = record[2], record[3], record[6]
             decoded: Any = None
             bad_value = False
-            if self._needs_value and value is not None:
+            if needs_value and value is not None:
                 try:
-                    decoded = self._decode(value)
-                except (ValueError, TypeError, msgpack.UnpackException):
+                    decoded = decode(value)
+                except value_errors:
                     bad_value = True
-            for name, source in self.fields.items():
-                try:
-                    text = self._text(source, key, headers, decoded, bad_value)
-                except _Undecodable:
-                    skipped[name, UNDECODABLE] = skipped.get((name, UNDECODABLE), 0) + 1
+            for name, kind, path, append in plan:
+                if kind == "value":
+                    if bad_value:
+                        node = _BAD
+                    else:
+                        node = decoded
+                        for part in path:
+                            if type(node) is dict:
+                                node = node.get(part)
+                            elif node is not None:
+                                node = _BAD
+                                break
+                elif kind == "key":
+                    node = record[5]
+                else:
+                    node = None
+                    for header, raw in record[7] or ():
+                        if header == path[0]:
+                            node = raw
+                            break
+                kind_of = type(node)
+                if kind_of is str:
+                    append((node, timestamp, offset))
                     continue
-                if text is None:
-                    skipped[name, MISSING] = skipped.get((name, MISSING), 0) + 1
+                if kind_of is int:
+                    append((str(node), timestamp, offset))
                     continue
-                out.append((name, text, timestamp, topic, partition, offset))
+                if node is None:
+                    reason = MISSING
+                elif node is _BAD:
+                    reason = UNDECODABLE
+                else:
+                    try:
+                        append((as_text(node), timestamp, offset))
+                        continue
+                    except _Undecodable:
+                        reason = UNDECODABLE
+                skipped[name, reason] = skipped.get((name, reason), 0) + 1
         return out, skipped
-
-    @staticmethod
-    def _text(source: Source, key, headers, decoded, bad_value: bool) -> str | None:
-        if source.kind == "key":
-            return as_text(key)
-        if source.kind == "header":
-            for name, raw in headers or ():
-                if name == source.path[0]:
-                    return as_text(raw)
-            return None
-        if bad_value:
-            raise _Undecodable
-        node = decoded
-        for part in source.path:
-            if not isinstance(node, dict):
-                return None if node is None else _raise()
-            node = node.get(part)
-        return as_text(node)
-
-
-def _raise():
-    raise _Undecodable

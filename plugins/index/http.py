@@ -1,28 +1,29 @@
 """``GET /index/NAME?FIELD=VALUE[&since=T][&until=T][&limit=N]`` on the metrics listener of
-the process running the index (``databus sinks``): the same messages as ``databus index
-query --json``, as one JSON object ``{"index", "field", "value", "messages": [...]}``.
+the process running the index (``databus sinks``, ``databus up``): the same messages as
+``databus index query --json``, as one JSON object ``{"index", "field", "value",
+"messages": [...]}``; the queries share one cluster connection (``IndexQueries``).
 Errors are JSON too (``{"error": ...}``): 404 for an unknown index or field (listing the
-known ones), 400 for bad parameters."""
+known ones), 400 for bad parameters, 503 when the cluster cannot give the messages."""
 
 from __future__ import annotations
 
 import json
+import logging
 import time
-from collections.abc import Callable
 
-import trio
-
-from databus.config import DatabusConfig
+from databus.client import KafkaError
 
 from .command import parse_time, record_json
-from .query import IndexQueryError, bootstrap_for, fetch, lookup
+from .query import IndexQueries, IndexQueryError
+
+log = logging.getLogger("databus_plugins.index")
 
 PREFIX = "/index/"
 _JSON = "application/json"
 
 
-def index_route(current_config: Callable[[], DatabusConfig], bootstrap: str | None):
-    """The route for ``serve_http``; ``current_config()`` is the configuration in force."""
+def index_route(queries: IndexQueries):
+    """The route for ``serve_http`` (``queries.serve`` running)."""
 
     async def route(path: str, params: dict[str, list[str]]) -> tuple[str, str, bytes]:
         name = path.removeprefix(PREFIX).strip("/")
@@ -37,17 +38,19 @@ def index_route(current_config: Callable[[], DatabusConfig], bootstrap: str | No
             (field, values), = fields.items()
             if len(values) != 1:
                 raise ValueError(f"{field} is given {len(values)} times")
-            config = current_config()
-            locations = await trio.to_thread.run_sync(
-                lambda: lookup(config, name, field, values[0], since=since, until=until,
-                               limit=limit))
-            records = await fetch(bootstrap_for(config, name, bootstrap), locations)
+            records = await queries.query(name, field, values[0], since=since, until=until,
+                                          limit=limit)
         except (IndexQueryError, FileNotFoundError) as exc:
             return "404 Not Found", _JSON, _error(exc)
         except ValueError as exc:
             return "400 Bad Request", _JSON, _error(exc)
+        except KafkaError as exc:  # the cluster cannot give the messages now
+            return "503 Service Unavailable", _JSON, _error(exc)
+        except Exception as exc:  # (a damaged database...): this query fails, not the listener
+            log.exception("GET %s failed", path)
+            return "500 Internal Server Error", _JSON, _error(exc)
         body = {"index": name, "field": field, "value": values[0],
-                "messages": [record_json(r) for r in records if r is not None]}
+                "messages": [record_json(r) for r in records]}
         return "200 OK", _JSON, json.dumps(body, ensure_ascii=False).encode()
 
     return route

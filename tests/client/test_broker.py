@@ -392,3 +392,36 @@ async def test_a_consumer_that_stops_polling_leaves_its_group(broker, topic):
             while len(slow.assignment()) < 2:
                 await slow.poll(0.2)
         assert len(slow.assignment()) == 2
+
+
+async def test_record_reader_reads_scattered_offsets_from_big_batches(broker, topic):
+    """RecordReader: the records at the asked offsets (from batches of hundreds of records,
+    lz4 and not, nearby offsets sharing a Fetch), nothing for offsets past the end."""
+    from databus.client import RecordReader, SyncRecordReader
+
+    await create(broker.bootstrap, topic, 2)
+    for codec in ("none", "lz4"):
+        async with Producer(broker.bootstrap, {"compression.type": codec, "linger.ms": 50,
+                                               "batch.size": 200_000}) as p:
+            for i in range(1000):
+                await p.send(topic, b"%s-%d" % (codec.encode(), i) * 20, key=b"%d" % i,
+                             partition=i % 2)
+    # partition i % 2 holds "none" records at offsets 0..499, then "lz4" ones at 500..999
+    wanted = [(topic, 0, 0), (topic, 0, 1), (topic, 0, 7), (topic, 0, 600), (topic, 1, 499),
+              (topic, 1, 500), (topic, 1, 999), (topic, 0, 5000), (topic, 1, 1000)]
+    async with RecordReader(broker.bootstrap) as reader:
+        got = await reader.read(wanted)
+        again = await reader.read(wanted[:2])
+    assert sorted(got) == sorted(wanted[:7])
+    for (t, partition, offset), record in got.items():
+        codec, i = ("none", offset) if offset < 500 else ("lz4", offset - 500)
+        i = 2 * i + partition
+        assert (record.topic, record.partition, record.offset) == (t, partition, offset)
+        assert (record.key, record.value) == (b"%d" % i, b"%s-%d" % (codec.encode(), i) * 20)
+    assert again == {loc: got[loc] for loc in wanted[:2]}
+
+    def read_blocking():
+        with SyncRecordReader(broker.bootstrap) as sync_reader:
+            return sync_reader.read(wanted)
+
+    assert await trio.to_thread.run_sync(read_blocking) == got

@@ -59,7 +59,8 @@ def consoles(kafka, tmp_path_factory):
         f"    config: {{path: {tmp}/parquet}}\n")
     (tmp / "indexes").mkdir()
     store = IndexStore(str(tmp / "indexes" / "orders.db"))
-    store.add([("order", "42", 1, TOPIC, 0, 0)], {(TOPIC, 0): 2, (TOPIC, 1): 1}, {})
+    store.add((TOPIC, 0), 0, 2, {"order": [("42", 1, 0)]}, {})
+    store.add((TOPIC, 1), 0, 1, {}, {})
     store.close()
     processes = [
         ConsoleProcess(tmp, "-c", str(tmp / "sidecar.yaml"), "--sample-interval-ms", "300"),

@@ -26,6 +26,7 @@ from databus.protocol.records import (
     control_record_type,
     decode_batches,
     decode_records,
+    decode_records_at,
     keyless_records,
     parse_header,
     record_size_upper_bound,
@@ -300,6 +301,21 @@ def test_round_trip_arbitrary_records_through_every_codec(records, codec, base_o
 def test_keyless_records_agrees_with_decoding(records, codec):
     batch = build_batch(records, codec=codec)
     assert keyless_records(batch) == [i for i, r in enumerate(records) if r[0] is None]
+
+
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(records=st.lists(record_st, min_size=1, max_size=25), codec=st.sampled_from(ALL_CODECS),
+       gaps=st.lists(st.integers(1, 3), min_size=25, max_size=25),
+       pick=st.sets(st.integers(0, 90)))
+def test_decode_records_at_agrees_with_decoding_then_filtering(records, codec, gaps, pick):
+    # Offsets with gaps, as compaction leaves them; 1000 + the picked offsets.
+    offsets = [1000 + sum(gaps[:i]) for i in range(len(records))]
+    batch = build_batch([(*r, o) for r, o in zip(records, offsets)], codec=codec,
+                        base_offset=1000)
+    wanted = {1000 + p for p in pick}
+    header, everything = decode_records(batch)
+    assert decode_records_at(batch, 0, wanted) == (
+        header, [r for r in everything if r.offset in wanted])
 
 
 def test_keyless_records_golden_and_multi_byte_lengths():

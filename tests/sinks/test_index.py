@@ -6,6 +6,7 @@ topic with confluent-kafka to compare with; the same queries over HTTP.  20 000 
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 import urllib.error
@@ -13,9 +14,18 @@ import urllib.parse
 import urllib.request
 
 import confluent_kafka
+from confluent_kafka.admin import (
+    AdminClient,
+    AlterConfigOpType,
+    ConfigEntry,
+    ConfigResource,
+    NewTopic,
+)
 from databus_plugins.index.store import IndexStore
 
-from .harness import CONSUMER, Service, sinks_config, wait_for
+from tests.helpers.broker import BrokerProcess
+
+from .harness import BROKER_OPTIONS, CONSUMER, Service, sinks_config, wait_for
 
 N = 20_000
 T0 = 1_700_000_000_000
@@ -29,9 +39,9 @@ def log_id(i: int) -> str:
     return f"L{i % 13}"
 
 
-def produce(bootstrap: str, topic: str, ids, bad=()) -> None:
+def produce(bootstrap: str, topic: str, ids, bad=(), **config) -> None:
     producer = confluent_kafka.Producer({"bootstrap.servers": bootstrap, "linger.ms": 20,
-                                         "enable.idempotence": True})
+                                         "enable.idempotence": True, **config})
     for i in ids:
         value = b"{not json" if i in bad else json.dumps(
             {"user_id": user(i), "n": i, "order": {"log_id": log_id(i)}}).encode()
@@ -199,7 +209,9 @@ def test_kill_9_during_the_build_then_restart_no_entry_missing_or_duplicated(bro
         service.close()
     store = IndexStore(str(db), readonly=True)
     rows = store.db.execute(
-        'SELECT field, partition, "offset", value FROM entries ORDER BY 1, 2, 3').fetchall()
+        'SELECT f.name, p.partition, e."offset", e.value FROM entries e '
+        "JOIN fields f ON f.id = e.field JOIN partitions p ON p.id = e.part "
+        "ORDER BY 1, 2, 3").fetchall()
     skipped = store.skipped()
     store.close()
     by_field: dict[str, list] = {}
@@ -215,11 +227,7 @@ def test_kill_9_during_the_build_then_restart_no_entry_missing_or_duplicated(bro
 
 
 def entries(db) -> list[tuple]:
-    store = IndexStore(str(db), readonly=True)
-    try:
-        return store.db.execute("SELECT * FROM entries ORDER BY 1, 2, 3, 4, 5, 6").fetchall()
-    finally:
-        store.close()
+    return sorted(index_contents(db))
 
 
 def test_the_index_offsets_win_over_the_group_and_rebuilds_give_the_same_index(broker,
@@ -281,3 +289,135 @@ def test_a_reload_adding_an_index_builds_it_from_the_beginning(broker, tmp_path)
         assert service.stop() == 0
     finally:
         service.close()
+
+
+def expected_entries(ids) -> set[tuple]:
+    """The index of records ``ids`` of test_index_config's fields, as (field, value, ts,
+    partition, offset)."""
+    out = set()
+    for i in ids:
+        ts, where = T0 + i * 1000, (i % 4, i // 4)
+        out |= {("user_id", str(user(i)), ts, *where), ("log_id", log_id(i), ts, *where),
+                ("region", f"r{i % 3}", ts, *where), ("key", str(i), ts, *where)}
+    return out
+
+
+def index_contents(db) -> set[tuple]:
+    store = IndexStore(str(db), readonly=True)
+    try:
+        return set(store.db.execute(
+            'SELECT f.name, e.value, e.ts, p.partition, e."offset" FROM entries e '
+            "JOIN fields f ON f.id = e.field JOIN partitions p ON p.id = e.part"))
+    finally:
+        store.close()
+
+
+def log_starts(bootstrap: str, topic: str) -> list[int]:
+    consumer = confluent_kafka.Consumer({"bootstrap.servers": bootstrap, "group.id": "starts"})
+    try:
+        return [consumer.get_watermark_offsets(confluent_kafka.TopicPartition(topic, p),
+                                               timeout=10)[0] for p in range(4)]
+    finally:
+        consumer.close()
+
+
+def test_retention_removes_segments_their_entries_go_and_a_rebuild_gives_the_same(tmp_path):
+    n, topic = 2000, "idx-retained"
+    with BrokerProcess(tmp_path / "broker", {**BROKER_OPTIONS,
+                                            "log.retention.check.interval.ms": 200}) as broker:
+        admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+        admin.create_topics([NewTopic(topic, 4, config={"segment.bytes": "4000",
+                                                         # the records' timestamps are old
+                                                         "retention.ms": "-1"})])[
+            topic].result(30)
+        # Small batches, so that segments roll every few records and retention has whole
+        # segments to delete.
+        produce(broker.bootstrap, topic, range(n), **{"batch.num.messages": 10})
+        service = Service(tmp_path, "sinks", index_config(broker, tmp_path, topic))
+        db = tmp_path / "idx" / "orders.db"
+        try:
+            service.start()
+            wait_for(lambda: indexed(db) == n, 120, "the index", service.log)
+            assert index_contents(db) == expected_entries(range(n))
+            # Retention now keeps ~8 kB per partition: the older segments are deleted.
+            (future,) = admin.incremental_alter_configs([ConfigResource(
+                ConfigResource.Type.TOPIC, topic, incremental_configs=[ConfigEntry(
+                    "retention.bytes", "8000",
+                    incremental_operation=AlterConfigOpType.SET)])]).values()
+            future.result(30)
+
+            def trimmed():
+                starts = log_starts(broker.bootstrap, topic)
+                kept = [i for i in range(n) if i // 4 >= starts[i % 4]]
+                return 0 < len(kept) < n / 2 and index_contents(db) == expected_entries(kept)
+
+            wait_for(trimmed, 60, "the entries of the deleted records to go", service.log)
+            # Read by offset, a record retention removed is absent, the ones kept are there.
+            from databus.client import SyncRecordReader
+
+            start = log_starts(broker.bootstrap, topic)[0]
+            with SyncRecordReader(broker.bootstrap) as reader:
+                assert sorted(reader.read([(topic, 0, 0), (topic, 0, start - 1),
+                                           (topic, 0, start), (topic, 0, start + 1)])) == \
+                    [(topic, 0, start), (topic, 0, start + 1)]
+            assert "entries dropped, their records removed by retention" in service.log()
+            before = index_contents(db)
+            # databus index rebuild: indexed again from what the cluster still has.
+            done = cli(tmp_path, "rebuild", "orders")
+            assert done.returncode == 0, done.stderr
+            wait_for(lambda: "the index was rebuilt" in service.log(), 60, "the restart",
+                     service.log)
+            wait_for(lambda: indexed(db) == n, 120, "the rebuild", service.log)
+            assert index_contents(db) == before
+            # A query finds only messages the cluster still has.
+            import databus.index
+
+            with databus.index.Index(str(tmp_path / "sinks.yaml")) as index:
+                assert [m.offset for m in index.query("orders", "key", str(n - 1))] == \
+                    [(n - 1) // 4]
+                assert index.query("orders", "key", "0") == []
+            assert service.stop() == 0
+        finally:
+            service.close()
+
+
+def test_databus_up_serves_the_index_queries_on_its_metrics_listener(tmp_path):
+    from tests.sidecar.harness import short_tmpdir
+
+    n = 400
+    with short_tmpdir() as sock_dir:
+        config = {
+            "sidecar": {"socket": f"{sock_dir}/up.sock", "metrics_listen": "127.0.0.1:0",
+                        "reload_poll_ms": 0},
+            "broker": {"data_dir": "data", "listen": "127.0.0.1:0", "options": BROKER_OPTIONS},
+            "streams": {"orders": {}},
+            "indexes": {"orders": {"topics": ["orders"], "path": str(tmp_path / "idx"),
+                                   "consumer": CONSUMER,
+                                   "fields": {"user_id": "value.user_id", "key": "key"}}},
+        }
+        up = Service(tmp_path, "up", config, command="up")
+        db = tmp_path / "idx" / "orders.db"
+        try:
+            up.start()
+            bootstrap = re.search(r"Kafka listener\s+(\S+:\d+)", up.log()).group(1)
+            produce(bootstrap, "orders", range(n))
+            wait_for(lambda: indexed(db) == n, 120, "the index", up.log)
+            # The same answers as Python's (the command line's, test above).
+            from databus_plugins.index.command import record_json
+
+            import databus.index
+
+            with databus.index.Index(str(up.path), bootstrap=bootstrap) as index:
+                for field, value, since in (("user_id", "5", None), ("key", "123", None),
+                                            ("user_id", "7", T0 + 100_000)):
+                    want = [record_json(r) for r in index.query("orders", field, value,
+                                                                since=since)]
+                    params = {field: value, **({"since": since} if since else {})}
+                    status, body = http(up, "orders", params)
+                    assert want and status == 200 and body["messages"] == want, params
+            status, body = http(up, "orders", {"region": "r1"})
+            assert status == 404 and "has no field 'region' (fields: key, user_id)" in body["error"]
+            up.process.send_signal(2)
+            assert up.process.wait(60) == 0, up.log()
+        finally:
+            up.close()

@@ -9,7 +9,13 @@ import sqlite3
 
 import msgpack
 import pytest
-from databus_plugins.index.fields import MISSING, UNDECODABLE, Extractor, parse_source
+from databus_plugins.index.fields import (
+    MISSING,
+    UNDECODABLE,
+    Extractor,
+    decode_json,
+    parse_source,
+)
 from databus_plugins.index.store import IndexStore, Rebuilt
 
 from databus.config import ConfigError, parse_config
@@ -26,10 +32,8 @@ def test_fields_from_a_json_path_a_header_and_the_key_as_text():
     ex = Extractor(FIELDS)
     value = json.dumps({"user": {"id": 42}, "kind": "buy"}).encode()
     entries, skipped = ex.entries([record(7, value, b"abc", [("log-id", b"L1")], ts=5)])
-    assert sorted(entries) == sorted([
-        ("user", "42", 5, "t", 0, 7), ("kind", "buy", 5, "t", 0, 7),
-        ("log", "L1", 5, "t", 0, 7), ("key", "abc", 5, "t", 0, 7),
-    ])
+    assert entries == {"user": [("42", 5, 7)], "kind": [("buy", 5, 7)], "log": [("L1", 5, 7)],
+                       "key": [("abc", 5, 7)]}
     assert skipped == {}
 
 
@@ -38,7 +42,7 @@ def test_fields_from_a_json_path_a_header_and_the_key_as_text():
 ])
 def test_scalars_are_stored_as_text(raw, text):
     entries, _ = Extractor({"f": "f"}).entries([record(0, json.dumps({"f": raw}).encode())])
-    assert entries == [("f", text, 1000, "t", 0, 0)]
+    assert entries == {"f": [(text, 1000, 0)]}
 
 
 def test_missing_and_undecodable_fields_are_counted_and_the_others_kept():
@@ -51,7 +55,7 @@ def test_missing_and_undecodable_fields_are_counted_and_the_others_kept():
         record(3, json.dumps({"user": "flat"}).encode()),         # a path through a string
     ]
     entries, skipped = ex.entries(records)
-    assert sorted((e[0], e[5]) for e in entries) == [
+    assert sorted((f, e[2]) for f, group in entries.items() for e in group) == [
         ("key", 1), ("key", 2), ("key", 3), ("log", 0)]
     assert skipped == {
         ("user", UNDECODABLE): 3, ("kind", UNDECODABLE): 1, ("key", MISSING): 1,
@@ -60,11 +64,25 @@ def test_missing_and_undecodable_fields_are_counted_and_the_others_kept():
     }
 
 
+@pytest.mark.parametrize("raw", [
+    b'{"a": 1}', b' {"a": 1}\n', b'\xef\xbb\xbf{"a": 1}', '{"a": "\u00e9"}'.encode("utf-16"),
+    b'{"a": NaN}', b"[1, 2]", b'"s"', b"{", b'{"a": 1} x', b"\xff", b"", b'{"a": 1}{}',
+])
+def test_decode_json_is_json_loads(raw):
+    try:
+        want = json.loads(raw)
+    except ValueError as exc:
+        with pytest.raises(type(exc)):
+            decode_json(raw)
+    else:
+        assert repr(decode_json(raw)) == repr(want)
+
+
 def test_msgpack_values():
     ex = Extractor({"user": "user.id", "tag": "tag"}, "msgpack")
     value = msgpack.packb({"user": {"id": 9}, "tag": b"bin"})
     entries, skipped = ex.entries([record(0, value), record(1, b"\xc1")])
-    assert sorted(entries) == [("tag", "bin", 1000, "t", 0, 0), ("user", "9", 1000, "t", 0, 0)]
+    assert entries == {"tag": [("bin", 1000, 0)], "user": [("9", 1000, 0)]}
     assert skipped == {("user", UNDECODABLE): 1, ("tag", UNDECODABLE): 1}
 
 
@@ -80,31 +98,62 @@ def test_sources():
 
 def test_the_store_commits_entries_with_offsets_in_one_transaction(tmp_path):
     store = IndexStore(str(tmp_path / "i.db"))
-    store.add([("f", "a", 10, "t", 0, 0), ("f", "a", 30, "t", 1, 0), ("f", "b", 20, "t", 0, 1)],
-              {("t", 0): 2, ("t", 1): 1}, {("f", MISSING): 2})
+    store.add(("t", 0), 0, 2, {"f": [("a", 10, 0), ("b", 20, 1)]}, {("f", MISSING): 2})
+    store.add(("t", 1), 0, 1, {"f": [("a", 30, 0)]}, {})
     with pytest.raises(sqlite3.IntegrityError):  # an entry indexed twice fails loudly...
-        store.add([("f", "c", 40, "t", 0, 2), ("f", "a", 10, "t", 0, 0)], {("t", 0): 3},
+        store.add(("t", 0), 2, 3, {"g": [("x", 40, 2)], "f": [("c", 40, 2), ("a", 10, 0)]},
                   {("f", MISSING): 1})
-    # ...and nothing of its batch is kept: neither entries nor offsets nor counts.
+    # ...and nothing of its batch is kept: neither entries nor offsets nor counts (nor the
+    # field it named first).
     assert store.offsets() == {("t", 0): 2, ("t", 1): 1}
     assert store.entry_count() == 3 and store.skipped() == {("f", MISSING): 2}
+    store.add(("t", 0), 2, 3, {"g": [("x", 40, 2)]}, {})
+    assert store.lookup("g", "x") == [(40, "t", 0, 2)]
     assert store.lookup("f", "a") == [(30, "t", 1, 0), (10, "t", 0, 0)]  # newest first
     assert store.lookup("f", "a", since=11) == [(30, "t", 1, 0)]
     assert store.lookup("f", "a", until=30) == [(10, "t", 0, 0)]
     assert store.lookup("f", "a", limit=1) == [(30, "t", 1, 0)]
+    assert store.lookup("nope", "a") == []
     # A rebuild empties it and moves the generation: a builder of the old one cannot write.
     generation = store.generation()
     store.rebuild()
     assert store.entry_count() == 0 and store.offsets() == {} and store.skipped() == {}
     with pytest.raises(Rebuilt):
-        store.add([("f", "a", 10, "t", 0, 0)], {("t", 0): 1}, {}, generation)
+        store.add(("t", 0), 0, 1, {"f": [("a", 10, 0)]}, {}, generation)
     assert store.entry_count() == 0
-    store.add([("f", "a", 10, "t", 0, 0)], {("t", 0): 2, ("t", 1): 1}, {}, generation + 1)
+    store.add(("t", 0), 0, 2, {"f": [("a", 10, 0)]}, {}, generation + 1)
+    store.add(("t", 1), 0, 1, {}, {}, generation + 1)
     store.close()
     reader = IndexStore(str(tmp_path / "i.db"), readonly=True)
     assert reader.db.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
     assert reader.offsets() == {("t", 0): 2, ("t", 1): 1}
     reader.close()
+
+
+def test_trim_drops_the_entries_below_the_log_start_in_one_transaction(tmp_path):
+    store = IndexStore(str(tmp_path / "i.db"))
+    # Two partitions written in interleaved batches (their rowid ranges interleave too).
+    for first in range(0, 30, 10):
+        for p in (0, 1):
+            store.add(("t", p), first, first + 10,
+                      {f: [(f"{p}-{o % 3}", 1000 + o, o) for o in range(first, first + 10)]
+                       for f in ("a", "b")}, {})
+    def kept(p):
+        return sorted({o for f in ("a", "b") for v in range(3)
+                       for _ts, _t, part, o in store.lookup(f, f"{p}-{v}") if part == p})
+    # Partition 0 loses a whole batch and part of the next; partition 1 only part of one.
+    assert store.trim({("t", 0): 15, ("t", 1): 4, ("t", 9): 100}) == 2 * 15 + 2 * 4
+    assert kept(0) == list(range(15, 30)) and kept(1) == list(range(4, 30))
+    assert store.trim({("t", 0): 15}) == 0  # again: nothing more
+    assert store.trim({("t", 0): 30, ("t", 1): 20}) == 2 * 15 + 2 * 16
+    assert kept(0) == [] and kept(1) == list(range(20, 30))
+    assert store.entry_count() == 20 and store.offsets() == {("t", 0): 30, ("t", 1): 30}
+    # A rebuilt index cannot be trimmed by a builder of the old generation.
+    generation = store.generation()
+    store.rebuild()
+    with pytest.raises(Rebuilt):
+        store.trim({("t", 1): 25}, generation)
+    store.close()
 
 
 def test_indexes_config_becomes_index_sinks_and_bad_input_is_named():
