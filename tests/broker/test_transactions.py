@@ -24,6 +24,7 @@ OPTIONS = {
     "group.initial.rebalance.delay.ms": 0,
     "offsets.topic.num.partitions": 2,
     "transaction.state.log.num.partitions": 2,
+    "transaction.abort.timed.out.transaction.cleanup.interval.ms": 100,
 }
 
 
@@ -161,16 +162,14 @@ def test_kill9_mid_transaction_and_a_zombie_is_fenced(tmp_path):
         assert b"zombie" in values(broker, "tx-crash", 4)  # it was written, then aborted
 
 
-def test_a_transaction_past_its_timeout_is_aborted(tmp_path):
-    options = {**OPTIONS, "transaction.abort.timed.out.transaction.cleanup.interval.ms": 100}
-    with BrokerProcess(tmp_path, options) as broker:
-        producer = txn_producer(broker, "slow", **{"transaction.timeout.ms": 1000})
-        send(producer, "tx-slow", [b"late"], commit=None)
-        plain = Producer({"bootstrap.servers": broker.bootstrap})
-        plain.produce("tx-slow", b"after")
-        plain.flush(10)
-        # "after" is readable once the abort moved the last stable offset past "late"
-        assert committed(broker, "tx-slow", 1) == [b"after"]
-        with pytest.raises(KafkaException):
-            producer.commit_transaction(30)
-        assert "open longer than its timeout" in broker.log_text()
+def test_a_transaction_past_its_timeout_is_aborted(broker):
+    producer = txn_producer(broker, "slow", **{"transaction.timeout.ms": 1000})
+    send(producer, "tx-slow", [b"late"], commit=None)
+    plain = Producer({"bootstrap.servers": broker.bootstrap})
+    plain.produce("tx-slow", b"after")
+    plain.flush(10)
+    # "after" is readable once the abort moved the last stable offset past "late"
+    assert committed(broker, "tx-slow", 1) == [b"after"]
+    with pytest.raises(KafkaException):
+        producer.commit_transaction(30)
+    assert "open longer than its timeout" in broker.log_text()
