@@ -585,6 +585,36 @@ class IndexConfig(_Model):
         })
 
 
+class DelayConfig(_Model):
+    """The delay service (docs/delayed.md): delivers delayed messages at their time."""
+
+    enabled: bool = Field(
+        False,
+        description="Run the delay service in this sidecar. Sidecars running it share the "
+        "delayed messages of a cluster through one consumer group; at least one must run it "
+        "for delayed messages to be delivered.",
+    )
+    clusters: list[str] | None = Field(
+        None,
+        description="Clusters whose delayed messages this sidecar delivers; default every "
+        "configured cluster (or the built-in broker).",
+    )
+    group_id: str = Field(
+        "databus-delay", alias="group.id",
+        description="Consumer group of the delay services of a cluster.",
+    )
+    consumer: dict[str, Any] = Field(
+        default_factory=dict,
+        description="Kafka consumer keys for the delay service's group consumer "
+        "(`session.timeout.ms`: how soon a dead sidecar's messages move to another).",
+    )
+    producer: dict[str, Any] = Field(
+        default_factory=dict,
+        description="Kafka producer keys for the delay service's producer (default acks=all, "
+        "idempotent, `linger.ms: 5`).",
+    )
+
+
 class DatabusConfig(_Model):
     """The whole sidecar.yaml."""
 
@@ -629,6 +659,10 @@ class DatabusConfig(_Model):
         default_factory=list,
         description="Cross-region mirrors between `clusters:` (below; docs/mirror.md), run by "
         "`databus up` and `databus mirror`.",
+    )
+    delay: DelayConfig = Field(
+        default_factory=DelayConfig,
+        description="The delay service for delayed messages (below; docs/delayed.md).",
     )
 
     @model_validator(mode="after")
@@ -700,6 +734,16 @@ class DatabusConfig(_Model):
             yield f"sink {name!r}", sink.cluster
         for name, index in self.indexes.items():
             yield f"index {name!r}", index.cluster
+        for cluster in self.delay.clusters or ():
+            yield "delay", cluster
+
+    def delay_clusters(self) -> list[str]:
+        """The clusters this sidecar's delay service serves (none when it is off)."""
+        if not self.delay.enabled:
+            return []
+        if self.delay.clusters:
+            return [self.resolve_cluster(c, "delay") for c in self.delay.clusters]
+        return list(self.clusters) or [EMBEDDED_CLUSTER]
 
     def all_sinks(self) -> dict[str, SinkConfig]:
         """``sinks:`` plus one sink per index (named ``index.NAME``), as the runtime runs them."""

@@ -37,6 +37,17 @@ SUPPORTED_VERSIONS = frozenset({1, 2})
 DEFAULT_MAX_FRAME_BYTES = 16 * 1024 * 1024
 LENGTH_PREFIX = struct.Struct(">I")
 
+# Delayed messages (docs/delayed.md) travel as ordinary produce messages whose FIRST header is
+# one of these two: the sidecar routes a message with ``databus-deliver-at`` (due time, ms
+# since the epoch, ASCII digits; ``databus-delay-id`` may follow) to its delay topics, and
+# one with ``databus-delay-cancel`` (the id) to the cancel topic.  The other two name the
+# target topic and partition on the stored record.
+DELAY_DUE_HEADER = "databus-deliver-at"
+DELAY_ID_HEADER = "databus-delay-id"
+DELAY_CANCEL_HEADER = "databus-delay-cancel"
+DELAY_TARGET_HEADER = "databus-delay-target"
+DELAY_PARTITION_HEADER = "databus-delay-partition"
+
 
 class ErrorCode(enum.IntEnum):
     """Error codes in reports and error frames.

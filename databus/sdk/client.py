@@ -27,6 +27,7 @@ import selectors
 import socket
 import threading
 import time
+import uuid
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, NamedTuple
@@ -84,10 +85,11 @@ class DeliveryFuture:
 
     # A resolved future keeps the raw report and its index in it (-1: a single report)
     # and builds the Delivery on first use: resolving costs two stores per message.
-    __slots__ = ("_client", "_done", "_report", "_index", "_exc", "_callbacks")
+    __slots__ = ("_client", "_done", "_report", "_index", "_exc", "_callbacks", "delay_id")
 
     def __init__(self, client: Client) -> None:
         self._client = client
+        self.delay_id: str | None = None  # a delayed message's id (``Client.cancel_delayed``)
         self._done = False
         self._report: Delivery | list | None = None
         self._exc: BaseException | None = None
@@ -174,6 +176,29 @@ def _headers(headers: Any) -> list[list] | None:
             raise TypeError(f"header names must be str, not {type(name).__name__}")
         out.append([name, _as_bytes(value, "header value")])
     return out
+
+
+def _delay_headers(headers: list[list] | None, deliver_at: Any,
+                   delay: float | None) -> tuple[list[list], str]:
+    """A delayed message's headers (docs/delayed.md): the due time first (how the sidecar
+    tells it apart), then its id (the app's own ``databus-delay-id`` header, or a new one)."""
+    if deliver_at is not None and delay is not None:
+        raise ValueError("give deliver_at or delay, not both")
+    if delay is not None:
+        if not isinstance(delay, (int, float)) or delay < 0:
+            raise ValueError(f"delay must be a non-negative number of seconds, not {delay!r}")
+        due_ms = int((time.time() + delay) * 1000)
+    elif hasattr(deliver_at, "timestamp"):
+        if getattr(deliver_at, "tzinfo", None) is None:
+            raise ValueError("deliver_at must be a timezone-aware datetime")
+        due_ms = int(deliver_at.timestamp() * 1000)
+    else:
+        raise TypeError(f"deliver_at must be a datetime, not {type(deliver_at).__name__}")
+    rest = [h for h in headers or () if h[0] != wire.DELAY_ID_HEADER]
+    given = [h[1] for h in headers or () if h[0] == wire.DELAY_ID_HEADER]
+    delay_id = given[0].decode() if given and given[0] else uuid.uuid4().hex
+    return ([[wire.DELAY_DUE_HEADER, str(due_ms).encode()],
+             [wire.DELAY_ID_HEADER, delay_id.encode()]] + rest), delay_id
 
 
 class Client:
@@ -301,13 +326,20 @@ class Client:
         timestamp: int | None = None,
         *,
         block: bool = True,
+        deliver_at: Any = None,
+        delay: float | None = None,
     ) -> DeliveryFuture:
         """Queue a message for ``stream``; returns at once with a DeliveryFuture, unless this
         client's buffer is full (then waits up to ``max_block_ms``, then raises
         BufferExhaustedError; with ``block=False`` it raises at once instead, as
         librdkafka's produce raises BufferError).  ``headers``: (str, bytes) pairs.
         ``timestamp``: ms since the epoch (default: the sidecar's clock when it accepts
-        the message)."""
+        the message).  ``deliver_at`` (an aware datetime) or ``delay`` (seconds) make it a
+        delayed message (docs/delayed.md): it reaches its topic at that time, the Delivery
+        names where it waits, and ``future.delay_id`` cancels it (``cancel_delayed``)."""
+        delay_id = None
+        if deliver_at is not None or delay is not None:
+            headers, delay_id = _delay_headers(_headers(headers), deliver_at, delay)
         if type(value) is not bytes:
             value = _as_bytes(value, "value")
         if key is not None and type(key) is not bytes:
@@ -332,6 +364,7 @@ class Client:
                     f"(max_buffer_bytes={self._max_buffer})",
                 )
         future = DeliveryFuture(self)
+        future.delay_id = delay_id
         with self._lock:
             if self._closed or self._failure is not None:
                 raise self._failure or SidecarUnavailableError("the client is closed")
@@ -359,6 +392,13 @@ class Client:
         else:
             self._wake()
         return future
+
+    def cancel_delayed(self, stream: str, delay_id: str) -> DeliveryFuture:
+        """Cancel the delayed message ``delay_id`` sent to ``stream`` (its ``delay_id``):
+        it is not delivered if the cancel reaches the sidecars before its time."""
+        if not delay_id or not isinstance(delay_id, str):
+            raise ValueError("delay_id must be a non-empty str")
+        return self.send(stream, None, headers=[(wire.DELAY_CANCEL_HEADER, delay_id.encode())])
 
     def flush(self, timeout: float | None = None) -> None:
         """Wait until every message sent before this call has its delivery report (success

@@ -96,6 +96,7 @@ class Sidecar:
         self._bound: _Bound | None = None
         self._conn_ids = 0
         self.mirrors = None  # the MirrorSupervisor, once serving
+        self.delay_services: list = []  # one per cluster with delay.enabled (delay.py)
         # Consumer-side plugins (databus.sinks): their own supervisor task in the root nursery.
         self.sinks = SinkSupervisor(
             self.pm, self.bootstrap_map, stop_timeout=config.sidecar.shutdown_timeout_ms / 1000
@@ -277,6 +278,7 @@ class Sidecar:
                         self.metrics,
                     )
                     await root.start(self.sinks.serve, self.sinks.prepare(self.config))
+                    await self._start_delay(root)
                     async with trio.open_nursery() as ingress:
                         self._ingress = ingress
                         await self._serve_ingress(ingress, self._bound, task_status)
@@ -284,12 +286,28 @@ class Sidecar:
                     with trio.CancelScope(shield=True):
                         await self.sinks.aclose()  # flush, commit, leave the groups
                         with trio.move_on_after(settings.shutdown_timeout_ms / 1000):
+                            for service in self.delay_services:
+                                await service.stop()
+                        with trio.move_on_after(settings.shutdown_timeout_ms / 1000):
                             await self.pool.close_all(
                                 timeout=settings.shutdown_timeout_ms / 1000
                             )
                     root.cancel_scope.cancel()
         finally:
             await self.release()
+
+    async def _start_delay(self, nursery) -> None:
+        """The delay service of each cluster ``delay:`` names (docs/delayed.md); a reload
+        does not start or stop it (that needs a restart)."""
+        from .delay import DelayService
+
+        bootstrap = self.bootstrap_map(self.config)
+        settings = self.config.delay
+        self.delay_services = []
+        for cluster in self.config.delay_clusters():
+            service = DelayService(cluster, bootstrap[cluster], group_id=settings.group_id,
+                                   consumer=settings.consumer, producer=settings.producer)
+            self.delay_services.append(await nursery.start(service.run))
 
     async def _serve_ingress(self, ingress, bound: _Bound, task_status) -> None:
         if bound.metrics:

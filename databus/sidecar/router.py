@@ -12,6 +12,10 @@ metadata, no route plugins, no explicit partition: a dict lookup and the partiti
 plain function) and the careful one (route plugins, metadata waited for, an explicit
 partition checked, the size checked against the producer's limit).  Whatever keeps a
 message from being placed, a plugin failure included, is answered in one place.
+
+Delayed messages (docs/delayed.md) take the careful path: a message whose first header is
+``databus-deliver-at`` goes to the delay topic of its remaining time on its route's cluster
+(``delay_core``), one whose first header is ``databus-delay-cancel`` to the cancel topic.
 """
 
 from __future__ import annotations
@@ -24,8 +28,21 @@ from typing import Any, Protocol
 from databus.config import DatabusConfig
 from databus.plugins import PluginError, PluginManager
 from databus.protocol.records import record_size_upper_bound
-from databus.protocol.sidecar_wire import ErrorCode
+from databus.protocol.sidecar_wire import (
+    DELAY_CANCEL_HEADER,
+    DELAY_DUE_HEADER,
+    DELAY_ID_HEADER,
+    ErrorCode,
+)
 
+from .delay_core import (
+    CANCEL_TOPIC,
+    LEVEL_TOPICS,
+    Delayed,
+    DelayHeaderError,
+    level_for,
+    parse_due,
+)
 from .upstream import ProducerHandle, ProducerPool, error_code_of, is_kafka_error
 
 log = logging.getLogger("databus.sidecar.router")
@@ -36,6 +53,7 @@ MAX_DYNAMIC_ROUTES = 10000
 # Messages up to this size skip the per-message size check: far below any sane
 # max.request.size (bigger ones take the careful path, checked against the producer's limit).
 SMALL_MESSAGE = 64 * 1024
+_DELAY_HEADERS = (DELAY_DUE_HEADER, DELAY_CANCEL_HEADER)
 
 
 class RoutedMessage:
@@ -218,7 +236,8 @@ async def place_frame(
                 # The common case needs only the partitioner's plain function.
                 simple = partitions is not None and not route.route_fns
                 count = len(partitions) if partitions else 0
-            if simple and partition is None and size <= SMALL_MESSAGE:
+            if (simple and partition is None and size <= SMALL_MESSAGE
+                    and not (headers and headers[0][0] in _DELAY_HEADERS)):
                 try:
                     p = partitions[partitioner(topic, key, value, count)]
                 except Exception as exc:
@@ -228,7 +247,7 @@ async def place_frame(
                 t = topic
             else:
                 t, key, value, headers, p = await _place(
-                    route, stream, key, value, headers, partition
+                    route, stream, key, value, headers, partition, now_ms
                 )
         except (Rejected, PluginError, _Dropped) as exc:
             unplaced(answers, id_, size, exc, route)
@@ -278,7 +297,33 @@ def _lookup(table: RoutingTable, stream: str) -> Route:
     return route
 
 
-async def _place(route: Route, stream, key, value, headers, partition):
+def _delay(topic, key, value, headers, partition, now_ms: int):
+    """A delayed message's or a cancel's place: (topic, key, value, headers, partition)."""
+    name, data = headers[0][0], headers[0][1]
+    if name == DELAY_CANCEL_HEADER:
+        if not data:
+            raise Rejected(ErrorCode.INVALID_MESSAGE, f"{DELAY_CANCEL_HEADER} needs an id")
+        # compacted by id; the value is when it was cancelled (pruning, docs/delayed.md)
+        return CANCEL_TOPIC, bytes(data), str(now_ms).encode(), [], None
+    try:
+        due = parse_due(data)
+    except DelayHeaderError as exc:
+        raise Rejected(ErrorCode.INVALID_MESSAGE, str(exc)) from None
+    rest = headers[1:]
+    delay_id = b""
+    if rest and rest[0][0] == DELAY_ID_HEADER:
+        delay_id, rest = rest[0][1] or b"", rest[1:]
+    app_headers = [tuple(h) for h in rest]
+    remaining = due - now_ms
+    if remaining <= 0:
+        return topic, key, value, app_headers, partition  # due already: deliver now
+    delayed = Delayed(topic, due, delay_id.decode(errors="replace"), partition, key, value,
+                      tuple(app_headers))
+    level = level_for(remaining) or 0  # under 250 ms: the lowest level (late by < 250 ms)
+    return LEVEL_TOPICS[level], key, value, delayed.stored_headers(), None
+
+
+async def _place(route: Route, stream, key, value, headers, partition, now_ms: int = 0):
     """The careful path for one message: route plugins, the topic's metadata (waited
     for), an explicit partition's existence, the size against the producer's limit.
     Returns (topic, key, value, headers, partition); raises Rejected, PluginError or
@@ -295,6 +340,9 @@ async def _place(route: Route, stream, key, value, headers, partition):
                 raise _Dropped
         topic, key, value = msg.topic, msg.key, msg.value
         headers, partition = msg.headers, msg.partition
+    if headers and headers[0][0] in _DELAY_HEADERS:
+        topic, key, value, headers, partition = _delay(topic, key, value, headers, partition,
+                                                       now_ms)
     producer = route.producer
     try:
         partitions = producer.cached_partitions(topic) or await producer.partitions_for(topic)
