@@ -615,6 +615,46 @@ class DelayConfig(_Model):
     )
 
 
+class TransactionsConfig(_Model):
+    """The half-message service (docs/transactions.md): apps' transactions with check-back."""
+
+    enabled: bool = Field(
+        False,
+        description="Run the half-message service in this sidecar: settle apps' "
+        "transactions (`client.transaction(...)`) and pass check-backs to this sidecar's "
+        "apps. At least one sidecar per cluster must run it; every sidecar whose apps "
+        "register check callbacks should.",
+    )
+    clusters: list[str] | None = Field(
+        None,
+        description="Clusters whose transactions this sidecar settles; default every "
+        "configured cluster (or the built-in broker).",
+    )
+    group_id: str = Field(
+        "databus-txn", alias="group.id",
+        description="Consumer group of the half-message services of a cluster.",
+    )
+    check_ms: int = Field(
+        60_000, alias="check.ms", ge=1,
+        description="A transaction neither committed nor rolled back this long after its "
+        "first message is checked: an app of its producer group is asked (its check "
+        "callback), and again every `check.ms`.",
+    )
+    max_checks: int = Field(
+        15, alias="max.checks", ge=0,
+        description="Unanswered checks after which a transaction is rolled back (and logged).",
+    )
+    consumer: dict[str, Any] = Field(
+        default_factory=dict,
+        description="Kafka consumer keys for the service's group consumer.",
+    )
+    producer: dict[str, Any] = Field(
+        default_factory=dict,
+        description="Kafka producer keys for the service's producer (default acks=all, "
+        "idempotent).",
+    )
+
+
 class DatabusConfig(_Model):
     """The whole sidecar.yaml."""
 
@@ -663,6 +703,11 @@ class DatabusConfig(_Model):
     delay: DelayConfig = Field(
         default_factory=DelayConfig,
         description="The delay service for delayed messages (below; docs/delayed.md).",
+    )
+    transactions: TransactionsConfig = Field(
+        default_factory=TransactionsConfig,
+        description="The half-message service for apps' transactions with check-back "
+        "(below; docs/transactions.md).",
     )
 
     @model_validator(mode="after")
@@ -736,13 +781,22 @@ class DatabusConfig(_Model):
             yield f"index {name!r}", index.cluster
         for cluster in self.delay.clusters or ():
             yield "delay", cluster
+        for cluster in self.transactions.clusters or ():
+            yield "transactions", cluster
 
     def delay_clusters(self) -> list[str]:
         """The clusters this sidecar's delay service serves (none when it is off)."""
-        if not self.delay.enabled:
+        return self._service_clusters(self.delay, "delay")
+
+    def transaction_clusters(self) -> list[str]:
+        """The clusters this sidecar's half-message service serves (none when it is off)."""
+        return self._service_clusters(self.transactions, "transactions")
+
+    def _service_clusters(self, section, what: str) -> list[str]:
+        if not section.enabled:
             return []
-        if self.delay.clusters:
-            return [self.resolve_cluster(c, "delay") for c in self.delay.clusters]
+        if section.clusters:
+            return [self.resolve_cluster(c, what) for c in section.clusters]
         return list(self.clusters) or [EMBEDDED_CLUSTER]
 
     def all_sinks(self) -> dict[str, SinkConfig]:

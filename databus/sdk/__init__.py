@@ -4,7 +4,7 @@ See databus/sdk/client.py for the threading model and backpressure, and
 docs/sidecar-protocol.md for the wire format it speaks.
 """
 
-from .client import Client, ClientStatistics, Delivery, DeliveryFuture
+from .client import Client, ClientStatistics, Delivery, DeliveryFuture, Transaction
 from .errors import (
     BufferExhaustedError,
     DatabusError,
@@ -21,7 +21,7 @@ __all__ = [
     "AsyncClient", "Client", "ClientStatistics", "Delivery", "DeliveryFuture", "DatabusError",
     "BufferExhaustedError",
     "DeliveryError", "MessageTooLargeError", "PluginFailedError", "ProtocolError",
-    "ShuttingDownError", "SidecarUnavailableError", "UnknownStreamError",
+    "ShuttingDownError", "SidecarUnavailableError", "Transaction", "UnknownStreamError",
 ]
 
 

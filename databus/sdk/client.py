@@ -201,6 +201,60 @@ def _delay_headers(headers: list[list] | None, deliver_at: Any,
              [wire.DELAY_ID_HEADER, delay_id.encode()]] + rest), delay_id
 
 
+class Transaction:
+    """Half messages of one transaction (``Client.transaction``); a context manager."""
+
+    def __init__(self, client: Client, stream: str, group: str, txn_id: str | None = None):
+        self.client = client
+        self.stream = stream
+        self.group = group
+        self.id = txn_id or uuid.uuid4().hex
+        self._futures: list[DeliveryFuture] = []
+        self.outcome: bool | None = None  # True committed, False rolled back
+
+    def send(self, value, key=None, headers=None, partition: int | None = None
+             ) -> DeliveryFuture:
+        """Queue a half message; its future resolves when it is stored (not yet visible)."""
+        if self.outcome is not None:
+            raise DatabusError(f"transaction {self.id} is already over")
+        ours = [[wire.TXN_HEADER, self.id.encode()], [wire.TXN_GROUP_HEADER, self.group.encode()]]
+        future = self.client.send(self.stream, value, key, ours + (_headers(headers) or []),
+                                  partition)
+        self._futures.append(future)
+        return future
+
+    def commit(self, timeout: float | None = 30.0) -> None:
+        """Make the messages visible: once every one is stored (else roll back and raise)."""
+        try:
+            for future in self._futures:
+                future.result(timeout)
+        except BaseException:
+            self.rollback(timeout)
+            raise
+        self._end(True, timeout)
+
+    def rollback(self, timeout: float | None = 30.0) -> None:
+        self._end(False, timeout)
+
+    def _end(self, commit: bool, timeout: float | None) -> None:
+        headers = [[wire.TXN_END_HEADER, self.id.encode()],
+                   [wire.TXN_GROUP_HEADER, self.group.encode()]]
+        value = b"commit" if commit else b"rollback"
+        self.client.send(self.stream, value, headers=headers).result(timeout)
+        self.outcome = commit
+
+    def __enter__(self) -> Transaction:
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        if self.outcome is not None:
+            return
+        if exc_type is None:
+            self.commit()
+        else:
+            self.rollback()
+
+
 class Client:
     """Send messages to streams through the local databus sidecar.
 
@@ -241,6 +295,8 @@ class Client:
         self._client_name = client_name or f"databus-python/{__version__}"
         self._max_block_override = max_block_ms
         self.reconnects = 0
+        # producer group -> (check callback, stream): transactions' check-backs
+        self._checks: dict[str, tuple[Callable[[str], Any], str]] = {}
         self._open()
         self._wake_r, self._wake_w = socket.socketpair()
         self._wake_r.setblocking(False)
@@ -312,6 +368,8 @@ class Client:
                     )
                 self._decoder = decoder
                 self._early_frames = frames[1:]
+                if self._checks:  # again after a reconnect: the new connection answers
+                    sock.sendall(wire.encode_frame(wire.checks(list(self._checks))))
                 return frame
 
     # --- public API -------------------------------------------------------------------------
@@ -399,6 +457,42 @@ class Client:
         if not delay_id or not isinstance(delay_id, str):
             raise ValueError("delay_id must be a non-empty str")
         return self.send(stream, None, headers=[(wire.DELAY_CANCEL_HEADER, delay_id.encode())])
+
+    def transaction(self, stream: str, check: Callable[[str], Any] | None = None,
+                    group: str | None = None) -> Transaction:
+        """A transaction of half messages to ``stream`` (docs/transactions.md): what
+        ``tx.send`` sends reaches consumers only when the ``with`` block ends without an
+        exception (commit; an exception rolls back).  ``check(txn_id)`` answers a sidecar
+        asking about a transaction of producer ``group`` (default: the stream) left open
+        too long — by any app of the group, on any host — with True (commit), False
+        (roll back) or None (ask again later)."""
+        group = group or stream
+        if check is not None:
+            new = group not in self._checks
+            self._checks[group] = (check, stream)
+            if new:
+                with self._lock:
+                    self._queue.append(("checks", [group]))
+                    self._armed = True
+                self._wake()
+        return Transaction(self, stream, group)
+
+    def _answer_check(self, group: Any, txn: Any) -> None:
+        entry = self._checks.get(group) if isinstance(group, str) else None
+        if entry is None or not isinstance(txn, str):
+            return
+        check, stream = entry
+        try:
+            outcome = check(txn)
+        except Exception:
+            log.exception("check callback for transaction %s failed; it is asked again", txn)
+            return
+        if outcome is None:
+            return
+        try:
+            Transaction(self, stream, group, txn)._end(bool(outcome), None)
+        except DatabusError as exc:
+            log.warning("answering the check of transaction %s failed: %s", txn, exc)
 
     def flush(self, timeout: float | None = None) -> None:
         """Wait until every message sent before this call has its delivery report (success
@@ -601,9 +695,10 @@ class Client:
         MAX_MESSAGES_PER_FRAME each), flush markers as flush frames."""
         run_start = 0
         for i, item in enumerate(queue):
-            if type(item[0]) is not int:  # a ("flush", id) marker
+            if type(item[0]) is not int:  # a ("flush", id) or ("checks", groups) marker
                 position = self._append_produce(out, queue, run_start, i, position)
-                position += wire.append_frame(out, wire.flush(item[1]))
+                frame = wire.flush(item[1]) if item[0] == "flush" else wire.checks(item[1])
+                position += wire.append_frame(out, frame)
                 run_start = i + 1
         return self._append_produce(out, queue, run_start, len(queue), position)
 
@@ -663,6 +758,10 @@ class Client:
                 with self._lock:
                     self._flushed_ok.add(frame.get("id"))
                 event.set()
+        elif kind == "check":
+            # the app's callback may take its time: never on this thread
+            threading.Thread(target=self._answer_check, args=(frame.get("group"),
+                             frame.get("txn")), name="databus-check", daemon=True).start()
         elif kind == "error":
             raise error_for(int(frame.get("code", -1)), str(frame.get("message")))
         # pong and future frame types need nothing

@@ -38,6 +38,7 @@ from databus.startup import StartupError, make_dirs, open_tcp_listeners, reason
 from .budget import ByteBudget
 from .config_diff import RELOADABLE_SIDECAR, diff_configs
 from .gate import ReloadGate
+from .halfmsg import Checkers
 from .ingress import Connection
 from .metrics import SidecarMetrics
 from .router import RoutingTable
@@ -97,6 +98,8 @@ class Sidecar:
         self._conn_ids = 0
         self.mirrors = None  # the MirrorSupervisor, once serving
         self.delay_services: list = []  # one per cluster with delay.enabled (delay.py)
+        self.half_services: list = []  # one per cluster with transactions.enabled
+        self.checkers = Checkers()  # apps answering check-backs (halfmsg.py)
         # Consumer-side plugins (databus.sinks): their own supervisor task in the root nursery.
         self.sinks = SinkSupervisor(
             self.pm, self.bootstrap_map, stop_timeout=config.sidecar.shutdown_timeout_ms / 1000
@@ -279,6 +282,7 @@ class Sidecar:
                     )
                     await root.start(self.sinks.serve, self.sinks.prepare(self.config))
                     await self._start_delay(root)
+                    await self._start_half(root)
                     async with trio.open_nursery() as ingress:
                         self._ingress = ingress
                         await self._serve_ingress(ingress, self._bound, task_status)
@@ -286,7 +290,7 @@ class Sidecar:
                     with trio.CancelScope(shield=True):
                         await self.sinks.aclose()  # flush, commit, leave the groups
                         with trio.move_on_after(settings.shutdown_timeout_ms / 1000):
-                            for service in self.delay_services:
+                            for service in self.delay_services + self.half_services:
                                 await service.stop()
                         with trio.move_on_after(settings.shutdown_timeout_ms / 1000):
                             await self.pool.close_all(
@@ -308,6 +312,20 @@ class Sidecar:
             service = DelayService(cluster, bootstrap[cluster], group_id=settings.group_id,
                                    consumer=settings.consumer, producer=settings.producer)
             self.delay_services.append(await nursery.start(service.run))
+
+    async def _start_half(self, nursery) -> None:
+        """The half-message service of each cluster ``transactions:`` names (a reload does
+        not start or stop it)."""
+        from .halfmsg import HalfService
+
+        bootstrap = self.bootstrap_map(self.config)
+        settings = self.config.transactions
+        for cluster in self.config.transaction_clusters():
+            service = HalfService(cluster, bootstrap[cluster], self.checkers,
+                                  group_id=settings.group_id, check_ms=settings.check_ms,
+                                  max_checks=settings.max_checks, consumer=settings.consumer,
+                                  producer=settings.producer)
+            self.half_services.append(await nursery.start(service.run))
 
     async def _serve_ingress(self, ingress, bound: _Bound, task_status) -> None:
         if bound.metrics:
@@ -336,7 +354,7 @@ class Sidecar:
                 stream, f"conn-{self._conn_ids}",
                 max_frame_bytes=self.config.sidecar.max_frame_bytes,
                 hello_reply=self.hello_reply, budget=self.budget, gate=self.gate,
-                metrics=self.metrics, kick=self.kick_producers,
+                metrics=self.metrics, kick=self.kick_producers, checkers=self.checkers,
             )
             self._connections.add(conn)
             try:

@@ -112,14 +112,16 @@ def diff_configs(old, new) -> ConfigDiff:
             diff.restart.append(f"sidecar.{name} {_show(a)} -> {_show(b)}")
     for key in _keys_changed(_flat(_dump(old.broker)), _flat(_dump(new.broker))):
         diff.restart.append(f"broker.{key}")
-    for key in _keys_changed(_flat(_dump(old.delay)), _flat(_dump(new.delay))):
-        diff.restart.append(f"delay.{key}")  # the delay service starts with the sidecar
+    for section in ("delay", "transactions"):  # these services start with the sidecar
+        for key in _keys_changed(_flat(_dump(getattr(old, section))),
+                                 _flat(_dump(getattr(new, section)))):
+            diff.restart.append(f"{section}.{key}")
     return diff
 
 
 # The DatabusConfig fields diff_configs compares one by one above.
 _DIFFED = {"streams", "producer", "default_route", "clusters", "mirrors", "sinks", "sidecar",
-           "broker", "delay"}
+           "broker", "delay", "transactions"}
 
 
 def _dump_field(config, name: str) -> Any:

@@ -22,7 +22,7 @@ import trio
 from .budget import ByteBudget
 from .dispatch import Dispatcher
 from .gate import ReloadGate
-from .session import ConnectionClosed, Flush, Ping, Produce, ProtocolError, Session
+from .session import Checks, ConnectionClosed, Flush, Ping, Produce, ProtocolError, Session
 
 log = logging.getLogger("databus.sidecar.ingress")
 
@@ -41,11 +41,13 @@ class Connection:
         gate: ReloadGate,
         metrics: Any,
         kick: Callable[[], None] = lambda: None,
+        checkers: Any = None,
     ) -> None:
         self.stream = stream
         self.name = name
         self.metrics = metrics
         self._kick = kick  # a flush waits: ask the producers to send now
+        self._checkers = checkers  # who answers check-backs of which groups (halfmsg.py)
         self._wake = trio.Event()
         self._reading_done = False
         self.session = Session(max_frame_bytes, hello_reply, self._wake_writer)
@@ -74,6 +76,8 @@ class Connection:
             # every other connection).
             log.exception("%s: connection failed", self.name)
         finally:
+            if self._checkers is not None:
+                self._checkers.forget(self)
             self.session.discard_output()
             metrics.connections -= 1
             with trio.CancelScope(shield=True):
@@ -96,6 +100,9 @@ class Connection:
                         self._kick()
                 elif kind is Ping:
                     session.pong(event.id)
+                elif kind is Checks:
+                    if self._checkers is not None:
+                        self._checkers.register(self, event.groups)
                 elif kind is ConnectionClosed:
                     return
                 elif kind is ProtocolError:

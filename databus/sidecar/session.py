@@ -60,6 +60,12 @@ class Ping(NamedTuple):
     id: int
 
 
+class Checks(NamedTuple):
+    """The app answers check-backs of these producer groups (half messages)."""
+
+    groups: list
+
+
 class ConnectionClosed(NamedTuple):
     pass
 
@@ -157,6 +163,8 @@ class Session:
             return Flush(wire.frame_int(frame, "id"))
         if kind == "ping":
             return Ping(wire.frame_int(frame, "id"))
+        if kind == "checks":
+            return Checks(wire.parse_checks(frame))
         if kind == "hello":
             raise WireError(ErrorCode.MALFORMED_FRAME, "hello sent twice")
         raise WireError(ErrorCode.MALFORMED_FRAME, f"unknown frame type {kind!r}")
@@ -191,6 +199,10 @@ class Session:
 
     def pong(self, id_: int) -> None:
         self._queue_frame(wire.pong(id_))
+
+    def send_check(self, group: str, txn: str) -> None:
+        """Ask the app about a transaction of ``group`` (it registered with ``checks``)."""
+        self._queue_frame(wire.check(group, txn))
 
     def _queue_frame(self, frame: dict[str, Any]) -> None:
         if self.discarding:
