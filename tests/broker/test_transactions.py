@@ -13,6 +13,7 @@ from __future__ import annotations
 import time
 
 import pytest
+import trio
 from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 
 from tests.helpers.broker import BrokerProcess
@@ -173,3 +174,61 @@ def test_a_transaction_past_its_timeout_is_aborted(broker):
     with pytest.raises(KafkaException):
         producer.commit_transaction(30)
     assert "open longer than its timeout" in broker.log_text()
+
+
+def test_our_consumer_reads_committed_only(broker):
+    from databus.client import SyncConsumer
+
+    producer = txn_producer(broker, "ours")
+    send(producer, "tx-ours", [b"c1"])
+    send(producer, "tx-ours", [b"a1", b"a2"], commit=False)
+    send(producer, "tx-ours", [b"c2"])
+    for level, expected in (("read_committed", [b"c1", b"c2"]),
+                            ("read_uncommitted", [b"c1", b"a1", b"a2", b"c2"])):
+        consumer = SyncConsumer(broker.bootstrap, {"isolation.level": level,
+                                                   "auto.offset.reset": "earliest"})
+        try:
+            consumer.assign([("tx-ours", 0)])
+            got: list[bytes] = []
+            deadline = time.monotonic() + 30
+            while len(got) < len(expected) and time.monotonic() < deadline:
+                got += [r.value for r in consumer.poll(0.5)]
+            assert got == expected, level
+        finally:
+            consumer.close()
+
+
+async def test_our_transactional_producer(broker):
+    """Our trio Producer's transactional API against the broker, read back with
+    confluent-kafka's read_committed consumer; a second instance fences the first."""
+    from databus.client import Producer
+    from databus.client.errors import ProducerFencedError
+
+    config = {"transactional.id": "ours-tx"}
+    async with Producer(broker.bootstrap, config) as producer:
+        await producer.init_transactions()
+        producer.begin_transaction()
+        await producer.send("tx-ours-out", b"c1")
+        await producer.send_offsets_to_transaction({("tx-ours-out", 0): 1}, "ours-group")
+        await producer.commit_transaction()
+        producer.begin_transaction()
+        await producer.send("tx-ours-out", b"aborted")
+        await producer.abort_transaction()
+        producer.begin_transaction()
+        await producer.send("tx-ours-out", b"c2")
+        async with Producer(broker.bootstrap, config) as newer:
+            await newer.init_transactions()  # aborts the open one, fences the first
+            with pytest.raises(ProducerFencedError):
+                await producer.commit_transaction()
+            newer.begin_transaction()
+            await newer.send("tx-ours-out", b"c3")
+            await newer.commit_transaction()
+    got = await trio.to_thread.run_sync(committed, broker, "tx-ours-out", 2)
+    assert got == [b"c1", b"c3"]
+    consumer = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": "ours-group"})
+    try:
+        (position,) = await trio.to_thread.run_sync(
+            lambda: consumer.committed([TopicPartition("tx-ours-out", 0)], timeout=10))
+        assert position.offset == 1
+    finally:
+        consumer.close()
