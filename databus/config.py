@@ -878,6 +878,11 @@ class DatabusConfig(_Model):
                 "buffer.memory from sidecar.buffer.memory and bootstrap.servers from the "
                 "cluster)"
             )
+        transactional = [k for k in kafka if k in ("transactional.id", "transaction.timeout.ms")]
+        if transactional:
+            raise ConfigError(
+                f"{', '.join(transactional)} cannot be set for a stream: the sidecar's "
+                "producers are shared; apps use client.transaction() (docs/transactions.md)")
         pconf = settings.get("partitioner.config", {})
         if not isinstance(pconf, dict):
             raise ConfigError("partitioner.config must be a mapping")

@@ -22,6 +22,10 @@ from pydantic import BaseModel
 DOC = Path(__file__).resolve().parents[2] / "docs" / "configuration.md"
 
 PRODUCER_MEANINGS = {
+    "transactional.id": "Our client's transactional producer (docs/transactions.md); not "
+    "for streams (the sidecar's producers are shared: apps use `client.transaction()`).",
+    "transaction.timeout.ms": "How long the coordinator lets a transaction stay open before "
+    "aborting it; not for streams, as `transactional.id`.",
     "bootstrap.servers": "Set by the sidecar from the stream's cluster; not allowed per stream.",
     "client.id": "Name sent to the brokers with every request (the sidecar's default: "
     "`databus-sidecar`).",
