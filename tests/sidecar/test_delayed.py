@@ -9,34 +9,42 @@ Small numbers and delays of a few seconds here; `databus bench delay` runs the b
 
 from __future__ import annotations
 
-import os
 import random
 
+import pytest
 import trio
 
 from databus import Client
 from databus.sidecar.delay import DelayService
+from tests.helpers.broker import BrokerProcess
 
-from .harness import broker_process, consume_all, running_sidecar, short_tmpdir, sidecar_config
+from .harness import consume_all, running_sidecar, short_tmpdir, sidecar_config
 
 BROKER = {"group.initial.rebalance.delay.ms": 0, "group.min.session.timeout.ms": 500}
 FAST_GROUP = {"session.timeout.ms": 1500, "heartbeat.interval.ms": 300}
 
 
-def send_delayed(path: str, count: int, max_delay: float) -> tuple[dict, str]:
-    """``count`` delayed messages (value -> due ms) and the id of one sent then cancelled."""
+@pytest.fixture(scope="module")
+def broker(tmp_path_factory):
+    with BrokerProcess(tmp_path_factory.mktemp("delay"), BROKER) as running:
+        yield running
+
+
+def send_delayed(path: str, stream: str, count: int, max_delay: float) -> dict:
+    """``count`` delayed messages to ``stream`` (value -> future), and one sent then
+    cancelled."""
     rng = random.Random(18)
     with Client(path) as client:
-        client.send("orders", b"plain").result(10)  # the topic exists before anyone reads
-        futures = {b"m%d" % i: client.send("orders", b"m%d" % i, key=b"k%d" % (i % 7),
-                                           delay=rng.uniform(0, max_delay))
+        client.send(stream, b"plain").result(10)  # the topic exists before anyone reads
+        futures = {b"m%d" % i: client.send(stream, b"m%d" % i, key=b"k%d" % (i % 7),
+                                           delay=rng.uniform(0.3, max_delay))
                    for i in range(count)}
-        doomed = client.send("orders", b"cancelled", delay=max_delay)
+        doomed = client.send(stream, b"cancelled", delay=max_delay)
         client.flush(30)
         for future in futures.values():
             assert future.result().topic.startswith("databus-delay-")  # where it waits
-        client.cancel_delayed("orders", doomed.delay_id).result(10)
-    return futures, doomed.delay_id
+        client.cancel_delayed(stream, doomed.delay_id).result(10)
+    return futures
 
 
 def check(got, sent: dict) -> None:
@@ -55,15 +63,15 @@ def check(got, sent: dict) -> None:
 _timestamps: dict[bytes, int] = {}
 
 
-def consume(bootstrap: str, count: int):
+def consume(bootstrap: str, topic: str, count: int):
     import confluent_kafka
 
-    got = consume_all(bootstrap, "orders", count, timeout=30)
+    got = consume_all(bootstrap, topic, count, timeout=30)
     # consume_all drops timestamps; read them again (same order) for the "never early" check
     consumer = confluent_kafka.Consumer({"bootstrap.servers": bootstrap, "group.id": "ts",
                                          "auto.offset.reset": "earliest", "log_level": 0})
     try:
-        consumer.assign([confluent_kafka.TopicPartition("orders", 0, 0)])
+        consumer.assign([confluent_kafka.TopicPartition(topic, 0, 0)])
         while len(_timestamps) < count - 1:
             for msg in consumer.consume(1000, 0.5):
                 if not msg.error() and msg.value() != b"plain":
@@ -73,44 +81,47 @@ def consume(bootstrap: str, count: int):
     return got
 
 
-async def test_delayed_messages_arrive_once_not_early_and_cancel_works():
+async def test_delayed_messages_arrive_once_not_early_and_cancel_works(broker):
     _timestamps.clear()
+    bootstrap = broker.bootstrap
     with short_tmpdir() as tmp:
-        async with broker_process(os.path.join(tmp, "data"), **BROKER) as (bootstrap, _proc):
-            config = sidecar_config(tmp, clusters={"main": {"bootstrap.servers": bootstrap}},
-                                    streams={"orders": {}},
-                                    delay={"enabled": True, "consumer": FAST_GROUP})
-            async with running_sidecar(config) as sidecar:
-                sent, _ = await trio.to_thread.run_sync(
-                    send_delayed, sidecar.addresses.socket, 150, 2.0)
-                got = await trio.to_thread.run_sync(consume, bootstrap, len(sent) + 1)
-                check(got, sent)
-                (service,) = sidecar.delay_services
-                assert service.delivered == len(sent)
+        config = sidecar_config(tmp, clusters={"main": {"bootstrap.servers": bootstrap}},
+                                streams={"orders": {}},
+                                delay={"enabled": True, "consumer": FAST_GROUP})
+        async with running_sidecar(config) as sidecar:
+            sent = await trio.to_thread.run_sync(
+                send_delayed, sidecar.addresses.socket, "orders", 150, 2.0)
+            got = await trio.to_thread.run_sync(consume, bootstrap, "orders", len(sent) + 1)
+            check(got, sent)
+            (service,) = sidecar.delay_services
+            assert service.delivered == len(sent)
 
 
-async def test_a_dead_members_delayed_messages_move_to_another():
+async def test_a_dead_members_delayed_messages_move_to_another(broker):
     _timestamps.clear()
+    bootstrap = broker.bootstrap
     with short_tmpdir() as tmp:
-        async with broker_process(os.path.join(tmp, "data"), **BROKER) as (bootstrap, _proc):
-            # the sidecar only routes; the delay service runs as two members of one group
-            config = sidecar_config(tmp, clusters={"main": {"bootstrap.servers": bootstrap}},
-                                    streams={"orders": {}})
-            survivor = DelayService("main", bootstrap, group_id="delay", consumer=FAST_GROUP)
-            doomed = DelayService("main", bootstrap, group_id="delay", consumer=FAST_GROUP)
-            async with running_sidecar(config) as sidecar, trio.open_nursery() as nursery:
-                with trio.CancelScope() as doomed_scope:
-                    async with trio.open_nursery() as inner:
-                        inner.start_soon(doomed.run)
-                        sent, _ = await trio.to_thread.run_sync(
-                            send_delayed, sidecar.addresses.socket, 100, 2.5)
-                        while doomed.forwarded + doomed.delivered == 0:
-                            await trio.sleep(0.05)  # it holds the partitions and works
-                        doomed_scope.cancel()  # dies: no final commit, no LeaveGroup
-                # the dead member's session expires; the survivor gets its partitions and
-                # reads from the last commit
-                nursery.start_soon(survivor.run)
-                await trio.to_thread.run_sync(consume, bootstrap, len(sent) + 1)
-                assert set(_timestamps) == set(sent), "none lost"
-                assert survivor.delivered > 0
-                nursery.cancel_scope.cancel()
+        # the sidecar only routes; the delay service runs as two members of one group (the
+        # same as the first test's: its committed offsets leave nothing of it to redo)
+        config = sidecar_config(tmp, clusters={"main": {"bootstrap.servers": bootstrap}},
+                                streams={"refunds": {}})
+        survivor = DelayService("main", bootstrap, group_id="databus-delay",
+                                consumer=FAST_GROUP)
+        doomed = DelayService("main", bootstrap, group_id="databus-delay",
+                                consumer=FAST_GROUP)
+        async with running_sidecar(config) as sidecar, trio.open_nursery() as nursery:
+            with trio.CancelScope() as doomed_scope:
+                async with trio.open_nursery() as inner:
+                    inner.start_soon(doomed.run)
+                    sent = await trio.to_thread.run_sync(
+                        send_delayed, sidecar.addresses.socket, "refunds", 100, 2.5)
+                    while doomed.forwarded + doomed.delivered == 0:
+                        await trio.sleep(0.05)  # it holds the partitions and works
+                    doomed_scope.cancel()  # dies: no final commit, no LeaveGroup
+            # the dead member's session expires; the survivor gets its partitions and
+            # reads from the last commit
+            nursery.start_soon(survivor.run)
+            await trio.to_thread.run_sync(consume, bootstrap, "refunds", len(sent) + 1)
+            assert set(_timestamps) == set(sent), "none lost"
+            assert survivor.delivered > 0
+            nursery.cancel_scope.cancel()
