@@ -158,3 +158,15 @@ def test_damaged_state_records_are_named():
         decode_key(b"\x00\x05\x00\x01a")
     with pytest.raises(TxnStateRecordError, match="unknown state 9"):
         decode_value("app", VALUE[:16] + b"\x09" + VALUE[17:])
+
+
+def test_a_failed_write_leaves_a_plan_to_finish_later(coordinator, ids):
+    init(coordinator, ids)
+    applied(coordinator, coordinator.add_partitions("t", 100, 0, [("a", 0)], 0))
+    plan = coordinator.end_txn("t", 100, 0, True, 1)
+    coordinator.applied(plan.prepare)  # prepared, then the marker write failed
+    assert coordinator.end_txn("t", 100, 0, True, 2).error == ErrorCode.concurrent_transactions
+    (retry,) = coordinator.unfinished()
+    assert retry.prepare == plan.prepare and retry.complete.state is TxnState.COMPLETE_COMMIT
+    coordinator.pending.add("t")
+    assert coordinator.unfinished() == []  # not while a plan for it runs

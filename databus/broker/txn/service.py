@@ -13,7 +13,8 @@ It wires the sans-I/O coordinator (state.py) to the broker:
 - markers on ``__consumer_offsets`` partitions also settle the transactional offset
   commits held by the group service (TxnOffsetCommit);
 - one timer task aborts transactions older than their timeout
-  (``transaction.abort.timed.out.transaction.cleanup.interval.ms``).
+  (``transaction.abort.timed.out.transaction.cleanup.interval.ms``) and finishes those a
+  failed write left between prepare and complete.
 
 Handlers (handlers/transactions.py, handlers/init_producer_id.py) translate kio messages.
 """
@@ -221,6 +222,8 @@ class TransactionService:
     async def _timeout_loop(self) -> None:
         while True:
             await trio.sleep(self.abort_check_interval_ms / 1000)
+            for plan in self.coordinator.unfinished():
+                await self.execute(plan)
             for txn_id in self.coordinator.timed_out(self.clock()):
                 plan = self.coordinator.abort_timed_out(txn_id, self.clock())
                 meta = plan.prepare

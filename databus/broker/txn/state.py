@@ -110,6 +110,14 @@ class TransactionCoordinator:
                 plans.append(Plan(prepare=meta, complete=_finished(meta, meta.update_ms)))
         return plans
 
+    def unfinished(self) -> list[Plan]:
+        """Plans that finish transactions left in PREPARE_* by a failed state or marker
+        write (retried by the service's timer, as Kafka's marker channel retries)."""
+        return [Plan(prepare=m, complete=_finished(m, m.update_ms))
+                for t, m in self.transactions.items()
+                if m.state in (TxnState.PREPARE_COMMIT, TxnState.PREPARE_ABORT)
+                and t not in self.pending]
+
     def applied(self, meta: TxnMetadata) -> None:
         """``meta`` is durable: it is the transactional id's state now."""
         self.transactions[meta.transactional_id] = meta
