@@ -9,9 +9,11 @@ Every record of level ``i`` is *ready* ``D_i`` after it was written (its record 
 records are written in time order, so a partition's records become ready in offset order and
 only the head of each partition needs watching — one deadline per partition, never one
 timer per message.  A ready record has ``r' < D_i`` to go and is written down to a lower
-level, until less than ``D_0`` remains: then it waits in memory (``Scheduler.final``: only
-messages due within 250 ms) and is delivered to its topic at its time.  A message thus
-passes each level at most once (the top level once per 36 h).
+level, until less than ``FINAL_WINDOW_MS`` (2 s) remains: then it waits in memory
+(``Scheduler.final``: only messages due within 2 s, so memory follows the delivery rate, not
+the number pending) and is delivered to its topic at its time.  A message thus passes each
+level at most once (the top level once per 36 h); the window saves the hops through the
+three lowest levels, which are only used for messages sent with less than 2 s to go.
 
 Committed offsets never pass a record that is not yet written elsewhere (forwarded down or
 delivered): ``Scheduler.safe_offsets`` is the lowest offset still held per partition.  A
@@ -43,6 +45,7 @@ from databus.protocol.sidecar_wire import (
 
 BASE_MS = 250
 LEVELS = 20
+FINAL_WINDOW_MS = 2000
 TOPIC_PREFIX = "databus-delay-"
 CANCEL_TOPIC = "databus-delay-cancel"
 OUR_HEADERS = frozenset({DELAY_DUE_HEADER, DELAY_ID_HEADER, DELAY_TARGET_HEADER,
@@ -226,7 +229,8 @@ class Scheduler:
                 if delayed.delay_id and delayed.delay_id in cancelled:
                     actions.append(Action(tp, record.offset, None, None))
                     continue
-                level = level_for(delayed.due_ms - now_ms)
+                remaining = delayed.due_ms - now_ms
+                level = None if remaining < FINAL_WINDOW_MS else level_for(remaining)
                 if level is None:
                     held.in_final[record.offset] = delayed.due_ms
                     heapq.heappush(self.final, (delayed.due_ms, tp, record.offset, delayed))

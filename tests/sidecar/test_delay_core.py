@@ -61,18 +61,19 @@ def test_records_become_ready_one_span_after_they_were_written():
     scheduler = Scheduler()
     scheduler.assign([(topic, 0)])
     t0 = 1_000_000
-    scheduler.add((topic, 0), [stored(10, t0, t0 + 3_500), stored(11, t0 + 100, t0 + 2_150)])
+    scheduler.add((topic, 0), [stored(10, t0, t0 + 5_500), stored(11, t0 + 100, t0 + 3_150)])
     assert scheduler.next_deadline() == t0 + 2_000
     assert scheduler.take_ready(t0 + 1_999, {}) == []
     (forward,) = scheduler.take_ready(t0 + 2_000, {})
-    # 1.5 s to go: forwarded to the 1 s level
-    assert (forward.offset, forward.level, forward.delayed.due_ms) == (10, 2, t0 + 3_500)
-    # offset 11 has 50 ms to go when ready: it waits in memory and is delivered on time
+    # 3.5 s to go: forwarded to the 2 s level
+    assert (forward.offset, forward.level, forward.delayed.due_ms) == (10, 3, t0 + 5_500)
+    # offset 11 has 1.05 s to go when ready (under 2 s): it waits in memory and is
+    # delivered on time
     assert scheduler.take_ready(t0 + 2_100, {}) == []
-    assert scheduler.next_deadline() == t0 + 2_150
+    assert scheduler.next_deadline() == t0 + 3_150
     assert scheduler.safe_offsets({}) == {(topic, 0): 11}  # 11 is still held
-    assert scheduler.take_ready(t0 + 2_149, {}) == []  # never early
-    (deliver,) = scheduler.take_ready(t0 + 2_150, {})
+    assert scheduler.take_ready(t0 + 3_149, {}) == []  # never early
+    (deliver,) = scheduler.take_ready(t0 + 3_150, {})
     assert (deliver.offset, deliver.level) == (11, None)
     assert scheduler.safe_offsets({}) == {(topic, 0): 12}
     # a handed-on record whose write is not yet acknowledged holds the commit back
