@@ -229,3 +229,58 @@ async def test_our_transactional_producer(broker):
         assert position.offset == 1
     finally:
         consumer.close()
+
+
+def test_kafka_python_and_aiokafka_transactions(broker):
+    """The two other Python clients' transactional producers and read_committed consumers."""
+    import asyncio
+
+    from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
+    from kafka import KafkaConsumer, KafkaProducer
+
+    producer = KafkaProducer(bootstrap_servers=broker.bootstrap, transactional_id="kp")
+    producer.init_transactions()
+    for value, commit in ((b"k1", True), (b"k-aborted", False), (b"k2", True)):
+        producer.begin_transaction()
+        producer.send("tx-kp", value)
+        producer.flush()
+        producer.commit_transaction() if commit else producer.abort_transaction()
+    producer.close()
+    consumer = KafkaConsumer("tx-kp", bootstrap_servers=broker.bootstrap,
+                             isolation_level="read_committed", auto_offset_reset="earliest",
+                             consumer_timeout_ms=20000)
+    got = []
+    for message in consumer:  # the first two: the aborted one lies between them
+        got.append(message.value)
+        if len(got) == 2:
+            break
+    consumer.close()
+    assert got == [b"k1", b"k2"]
+
+    async def aio() -> list[bytes]:
+        producer = AIOKafkaProducer(bootstrap_servers=broker.bootstrap, transactional_id="aio")
+        await producer.start()
+        try:
+            async with producer.transaction():
+                await producer.send_and_wait("tx-aio", b"a1")
+            await producer.begin_transaction()
+            await producer.send_and_wait("tx-aio", b"a-aborted")
+            await producer.abort_transaction()
+            async with producer.transaction():
+                await producer.send_and_wait("tx-aio", b"a2")
+        finally:
+            await producer.stop()
+        consumer = AIOKafkaConsumer("tx-aio", bootstrap_servers=broker.bootstrap,
+                                    isolation_level="read_committed",
+                                    auto_offset_reset="earliest")
+        await consumer.start()
+        got: list[bytes] = []
+        try:
+            while len(got) < 2:
+                batches = await asyncio.wait_for(consumer.getmany(timeout_ms=500), 30)
+                got += [m.value for msgs in batches.values() for m in msgs]
+        finally:
+            await consumer.stop()
+        return got
+
+    assert asyncio.run(aio()) == [b"a1", b"a2"]
