@@ -726,6 +726,74 @@ class LanesConfig(_Model):
         from databus.lanes.model import check_template
 
         return check_template(v)
+class DelayConfig(_Model):
+    """The delay service (docs/delayed.md): delivers delayed messages at their time."""
+
+    enabled: bool = Field(
+        False,
+        description="Run the delay service in this sidecar. Sidecars running it share the "
+        "delayed messages of a cluster through one consumer group; at least one must run it "
+        "for delayed messages to be delivered.",
+    )
+    clusters: list[str] | None = Field(
+        None,
+        description="Clusters whose delayed messages this sidecar delivers; default every "
+        "configured cluster (or the built-in broker).",
+    )
+    group_id: str = Field(
+        "databus-delay", alias="group.id",
+        description="Consumer group of the delay services of a cluster.",
+    )
+    consumer: dict[str, Any] = Field(
+        default_factory=dict,
+        description="Kafka consumer keys for the delay service's group consumer "
+        "(`session.timeout.ms`: how soon a dead sidecar's messages move to another).",
+    )
+    producer: dict[str, Any] = Field(
+        default_factory=dict,
+        description="Kafka producer keys for the delay service's producer (default acks=all, "
+        "idempotent, `linger.ms: 5`).",
+    )
+
+
+class TransactionsConfig(_Model):
+    """The half-message service (docs/transactions.md): apps' transactions with check-back."""
+
+    enabled: bool = Field(
+        False,
+        description="Run the half-message service in this sidecar: settle apps' "
+        "transactions (`client.transaction(...)`) and pass check-backs to this sidecar's "
+        "apps. At least one sidecar per cluster must run it; every sidecar whose apps "
+        "register check callbacks should.",
+    )
+    clusters: list[str] | None = Field(
+        None,
+        description="Clusters whose transactions this sidecar settles; default every "
+        "configured cluster (or the built-in broker).",
+    )
+    group_id: str = Field(
+        "databus-txn", alias="group.id",
+        description="Consumer group of the half-message services of a cluster.",
+    )
+    check_ms: int = Field(
+        60_000, alias="check.ms", ge=1,
+        description="A transaction neither committed nor rolled back this long after its "
+        "first message is checked: an app of its producer group is asked (its check "
+        "callback), and again every `check.ms`.",
+    )
+    max_checks: int = Field(
+        15, alias="max.checks", ge=0,
+        description="Unanswered checks after which a transaction is rolled back (and logged).",
+    )
+    consumer: dict[str, Any] = Field(
+        default_factory=dict,
+        description="Kafka consumer keys for the service's group consumer.",
+    )
+    producer: dict[str, Any] = Field(
+        default_factory=dict,
+        description="Kafka producer keys for the service's producer (default acks=all, "
+        "idempotent).",
+    )
 
 
 class DatabusConfig(_Model):
@@ -787,6 +855,15 @@ class DatabusConfig(_Model):
         None,
         description="Swimlanes (below; docs/lanes.md): routing by the lane header to "
         "`{topic}.lane.{lane}`; null: off.",
+    )
+    delay: DelayConfig = Field(
+        default_factory=DelayConfig,
+        description="The delay service for delayed messages (below; docs/delayed.md).",
+    )
+    transactions: TransactionsConfig = Field(
+        default_factory=TransactionsConfig,
+        description="The half-message service for apps' transactions with check-back "
+        "(below; docs/transactions.md).",
     )
 
     @model_validator(mode="after")
@@ -867,6 +944,25 @@ class DatabusConfig(_Model):
             yield f"index {name!r}", index.cluster
         if self.console.cluster is not None:
             yield "console", self.console.cluster
+        for cluster in self.delay.clusters or ():
+            yield "delay", cluster
+        for cluster in self.transactions.clusters or ():
+            yield "transactions", cluster
+
+    def delay_clusters(self) -> list[str]:
+        """The clusters this sidecar's delay service serves (none when it is off)."""
+        return self._service_clusters(self.delay, "delay")
+
+    def transaction_clusters(self) -> list[str]:
+        """The clusters this sidecar's half-message service serves (none when it is off)."""
+        return self._service_clusters(self.transactions, "transactions")
+
+    def _service_clusters(self, section, what: str) -> list[str]:
+        if not section.enabled:
+            return []
+        if section.clusters:
+            return [self.resolve_cluster(c, what) for c in section.clusters]
+        return list(self.clusters) or [EMBEDDED_CLUSTER]
 
     def all_sinks(self) -> dict[str, SinkConfig]:
         """``sinks:`` plus one sink per index (named ``index.NAME``), as the runtime runs them."""
@@ -978,6 +1074,11 @@ class DatabusConfig(_Model):
                 "buffer.memory from sidecar.buffer.memory and bootstrap.servers from the "
                 "cluster)"
             )
+        transactional = [k for k in kafka if k in ("transactional.id", "transaction.timeout.ms")]
+        if transactional:
+            raise ConfigError(
+                f"{', '.join(transactional)} cannot be set for a stream: the sidecar's "
+                "producers are shared; apps use client.transaction() (docs/transactions.md)")
         pconf = settings.get("partitioner.config", {})
         if not isinstance(pconf, dict):
             raise ConfigError("partitioner.config must be a mapping")

@@ -9,6 +9,7 @@
 * ``producer_ids``: the producer-id allocator of InitProducerId;
 * ``groups``: the group coordinator (``__consumer_offsets``, consumer groups);
 * ``shares``: the share-group service (``__share_group_state``, share groups, KIP-932);
+* ``transactions``: the transaction coordinator (``__transaction_state``, KIP-98);
 * ``retention``: the periodic retention and compaction runs (off the trio thread).
 
 The Kafka protocol is served by a ``Server`` (server.py) over a running Broker: the server
@@ -46,6 +47,7 @@ from .notify import AppendNotifier
 from .producer_ids import ProducerIdAllocator
 from .retention import RetentionService
 from .share.service import ShareConfig, ShareService
+from .txn.service import TransactionService
 
 log = logging.getLogger(__name__)
 
@@ -102,6 +104,12 @@ class Broker:
             max_share_sessions=config.group_share_max_share_sessions,
             state_topic_num_partitions=config.share_coordinator_state_topic_num_partitions,
         ))
+        self.transactions = TransactionService(
+            self,
+            num_partitions=config.transaction_state_log_num_partitions,
+            max_timeout_ms=config.transaction_max_timeout_ms,
+            abort_check_interval_ms=config.transaction_abort_timed_out_transaction_cleanup_interval_ms,
+        )
         self.retention = RetentionService(
             self.log_manager, config.log_retention_check_interval_ms / 1000
         )
@@ -181,16 +189,19 @@ class Broker:
     def get_log(self, topic: str, partition: int):
         return self.log_manager.get_log(topic, partition)
 
-    def append(self, topic: str, partition: int, records: bytes, now_ms: int | None = None):
+    def append(self, topic: str, partition: int, records: bytes, now_ms: int | None = None,
+               *, allow_control: bool = False):
         """Append record batches to a partition: the AppendInfo, storage errors raise.
 
         Wakes fetches waiting on the partition.  Not durable yet: see ``wait_durable``.
+        ``allow_control``: the transaction coordinator's markers (clients may not write them).
         """
         partition_log = self.log_manager.get_log(topic, partition)
         if partition_log is None:
             raise UnknownTopicError(f"{topic}-{partition} does not exist")
         info = partition_log.append(
-            records, now_ms=int(time.time() * 1000) if now_ms is None else now_ms
+            records, now_ms=int(time.time() * 1000) if now_ms is None else now_ms,
+            allow_control=allow_control,
         )
         self.notifier.notify((topic, partition))
         if partition_log.needs_flush(int(time.time() * 1000)):
@@ -240,6 +251,8 @@ class Broker:
                 # creates/replays __consumer_offsets: after the LogManager is open
                 await nursery.start(self.groups.run)
                 await nursery.start(self.shares.run)  # creates/replays __share_group_state
+                # after the groups: its recovery may settle transactional offset commits
+                await nursery.start(self.transactions.run)  # creates/replays __transaction_state
                 task_status.started(self)
                 await trio.sleep_forever()
         finally:

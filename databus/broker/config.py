@@ -212,6 +212,22 @@ class BrokerConfig(BaseModel):
         "created).",
     )
 
+    transaction_state_log_num_partitions: int = Field(
+        50, alias="transaction.state.log.num.partitions", ge=1,
+        description="Partitions of the internal `__transaction_state` topic (fixed once "
+        "created).",
+    )
+    transaction_max_timeout_ms: int = Field(
+        900_000, alias="transaction.max.timeout.ms", ge=1,
+        description="Largest `transaction.timeout.ms` a transactional producer may ask for; "
+        "InitProducerId with a larger one gets INVALID_TRANSACTION_TIMEOUT.",
+    )
+    transaction_abort_timed_out_transaction_cleanup_interval_ms: int = Field(
+        10_000, alias="transaction.abort.timed.out.transaction.cleanup.interval.ms", ge=1,
+        description="How often transactions open longer than their timeout are looked for "
+        "and aborted (their producer is fenced).",
+    )
+
     @field_validator("log_cleanup_policy")
     @classmethod
     def _cleanup_policy(cls, value: str) -> str:

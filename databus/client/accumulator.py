@@ -79,9 +79,11 @@ class ProducerBatch:
     def size(self) -> int:
         return self.builder.uncompressed_size
 
-    def build(self, producer_id: int, producer_epoch: int, base_sequence: int) -> bytes:
+    def build(self, producer_id: int, producer_epoch: int, base_sequence: int,
+              transactional: bool = False) -> bytes:
         """The batch bytes with this producer state (compressed once, however often called)."""
-        self.builder.set_producer_state(producer_id, producer_epoch, base_sequence)
+        self.builder.set_producer_state(producer_id, producer_epoch, base_sequence,
+                                        transactional)
         self.base_sequence = base_sequence
         self.payload = self.builder.build()
         return self.payload

@@ -106,6 +106,8 @@ class ProducerConfig(_KafkaConfig):
     partitioner: Literal["default", "murmur2", "round_robin", "random"] = Field(
         "default", alias="partitioner"
     )
+    transactional_id: str | None = Field(None, alias="transactional.id")
+    transaction_timeout_ms: int = Field(60000, alias="transaction.timeout.ms", gt=0)
 
     @field_validator("acks", mode="before")
     @classmethod
@@ -138,6 +140,10 @@ class ProducerConfig(_KafkaConfig):
             )
         if self.retries == 0:
             conflicts.append("retries=0 (idempotence needs retries)")
+        if self.transactional_id is not None and (conflicts or (
+                idem_explicit and not self.enable_idempotence)):
+            raise ValueError("transactional.id needs idempotence, which conflicts with "
+                             + (", ".join(conflicts) or "enable.idempotence=false"))
         if self.enable_idempotence and conflicts:
             if idem_explicit:
                 raise ValueError("enable.idempotence=true conflicts with " + ", ".join(conflicts))

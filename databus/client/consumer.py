@@ -124,21 +124,26 @@ class Consumer:
         if self._closed:
             return
         self._closed = True
-        if graceful and self._group is not None:
-            with trio.move_on_after(self.config.request_timeout_ms / 1000):
-                if self.config.enable_auto_commit:
-                    try:
-                        await self._commit_positions()
-                    except errors.KafkaError as exc:
-                        log.warning("final auto commit failed: %s", exc)
-                if self._subscriptions.uses_group_assignment:
-                    assigned = self._subscriptions.assigned()
-                    if assigned:
-                        await call_listener(self._on_revoked, list(assigned))
-                    await self._group.leave()
-        if self._stack is not None:
-            stack, self._stack = self._stack, None
-            await stack.aclose()
+        try:
+            if graceful and self._group is not None:
+                with trio.move_on_after(self.config.request_timeout_ms / 1000):
+                    if self.config.enable_auto_commit:
+                        try:
+                            await self._commit_positions()
+                        except errors.KafkaError as exc:
+                            log.warning("final auto commit failed: %s", exc)
+                    if self._subscriptions.uses_group_assignment:
+                        assigned = self._subscriptions.assigned()
+                        if assigned:
+                            await call_listener(self._on_revoked, list(assigned))
+                        await self._group.leave()
+        finally:
+            # Always, even when the graceful part was cancelled (a nursery's exception
+            # group is not "Cancelled" to __aexit__): an unclosed stack leaves the
+            # connections' nursery open and corrupts the caller's nursery nesting.
+            if self._stack is not None:
+                stack, self._stack = self._stack, None
+                await stack.aclose()
 
     def _check_open(self) -> None:
         if self._closed or self._stack is None:

@@ -147,3 +147,4 @@ class NoOffsetForPartitionError(KafkaError):
     """``auto.offset.reset=none`` and the group has no committed offset for a partition."""
 
     name = "NO_OFFSET_FOR_PARTITION"
+ProducerFencedError = _BY_CODE[ErrorCode.producer_fenced]

@@ -36,6 +36,7 @@ from .config import ProducerConfig
 from .connection import OpenStream
 from .partitioners import PARTITIONERS, Partitioner
 from .sender import Sender
+from .transactions import TransactionError, TransactionManager
 
 log = logging.getLogger(__name__)
 
@@ -230,6 +231,9 @@ class Producer:
         self._nursery: trio.Nursery | None = None
         self.delivered = 0
         self.failed = 0
+        self._txn = (TransactionManager(self._cluster, self._sender, self.config)
+                     if self.config.transactional_id is not None else None)
+        self._failed_at_begin = 0
 
     # -- lifecycle -----------------------------------------------------------------------
 
@@ -312,6 +316,8 @@ class Producer:
                 f"partition {partition} of topic {topic!r} does not exist "
                 f"(it has {len(partitions)} partitions)"
             )
+        if self._txn is not None:
+            await self._txn.add_partition((topic, partition))
         if not self._accumulator.has_room(size):
             now = await self._wait_for_room(size, now, topic)
         if timestamp_ms is None:
@@ -340,6 +346,8 @@ class Producer:
         queued whole, so it may pass buffer.memory by its own size.
         """
         self._check_open()
+        if self._txn is not None:
+            await self._txn.add_partition((topic, partition))
         now = trio.current_time()
         if not self._accumulator.has_room(1):
             now = await self._wait_for_room(1, now, topic)
@@ -436,6 +444,48 @@ class Producer:
             )
         finally:
             self._accumulator.flushing -= 1
+
+    # -- transactions (transactional.id; transactions.py) --------------------------------
+
+    def _transactions(self) -> TransactionManager:
+        if self._txn is None:
+            raise TransactionError("transactions need transactional.id")
+        return self._txn
+
+    async def init_transactions(self) -> None:
+        """Get the transactional id's producer id and epoch (fencing older instances, and
+        aborting what one of them left open)."""
+        self._check_open()
+        await self._transactions().init()
+
+    def begin_transaction(self) -> None:
+        self._transactions().begin()
+        self._failed_at_begin = self.failed
+
+    async def send_offsets_to_transaction(self, offsets, group_id: str) -> None:
+        """Commit ``{(topic, partition): next offset}`` of consumer group ``group_id`` with
+        this transaction (the consume-transform-produce loop)."""
+        await self._transactions().send_offsets(dict(offsets), group_id)
+
+    async def commit_transaction(self) -> None:
+        """Deliver everything sent in the transaction, then commit it.  If a record failed,
+        raises TransactionError: abort the transaction (``abort_transaction``)."""
+        txn = self._transactions()
+        await self.flush()
+        if self.failed > self._failed_at_begin:
+            raise TransactionError(
+                f"{self.failed - self._failed_at_begin} record(s) of the transaction failed; "
+                "abort it")
+        await txn.end(True)
+
+    async def abort_transaction(self) -> None:
+        """Abort the transaction: its records are never visible to read_committed readers."""
+        txn = self._transactions()
+        try:
+            await self.flush()
+        except errors.KafkaError as exc:
+            log.warning("flush before abort failed: %s", exc)
+        await txn.end(False)
 
     async def partitions_for(self, topic: str) -> list[int]:
         """Partition ids of ``topic`` (waits for metadata up to max.block.ms)."""

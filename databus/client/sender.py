@@ -61,6 +61,8 @@ class Sender:
         self.config = config
         self.on_batch_done = on_batch_done
         self.idempotence = IdempotenceState() if config.enable_idempotence else None
+        # a transactional producer gets its id from init_transactions (transactions.py)
+        self.transactional = config.transactional_id is not None
         self.in_flight: dict[int, int] = {}
         self.in_flight_batches: set[ProducerBatch] = set()
         self._wakeup = trio.Event()
@@ -115,7 +117,8 @@ class Sender:
             for batch in self.acc.abort_all():
                 self._finish(batch, -1, -1, self.fatal)
         idempotence = self.idempotence
-        if idempotence is not None and not idempotence.has_producer_id and self.acc.batches:
+        if (idempotence is not None and not idempotence.has_producer_id and self.acc.batches
+                and not self.transactional):
             await self._init_producer_id()
             return
         nodes, next_ms, unknown = self.acc.ready(now, self._leader_of)
@@ -192,7 +195,7 @@ class Sender:
             batch.reset_payload()  # built under an older producer id
         if batch.payload is None:
             seq = state.take_sequence(batch.tp, batch.record_count)
-            batch.build(state.producer_id, state.producer_epoch, seq)
+            batch.build(state.producer_id, state.producer_epoch, seq, self.transactional)
             self._generation_of[id(batch)] = state.generation
         return batch.payload
 
@@ -227,7 +230,7 @@ class Sender:
                 {"index": batch.partition, "records": batch.payload}
             )
         fields = {
-            "transactional_id": None,
+            "transactional_id": self.config.transactional_id,
             "acks": acks,
             "timeout": self.config.request_timeout_ms,
             "topic_data": [
@@ -286,6 +289,11 @@ class Sender:
         now = self.now_ms()
         if isinstance(exc, _METADATA_ERRORS):
             self.request_metadata_refresh()
+        if isinstance(exc, _PRODUCER_ID_ERRORS) and self.transactional:
+            # a transactional producer's id is fenced or its transaction aborted: the
+            # batch fails, and so does the commit (transactions.py); no new id here
+            self._finish(batch, -1, -1, exc)
+            return
         if isinstance(exc, _PRODUCER_ID_ERRORS) and self.idempotence is not None:
             if isinstance(exc, errors.OutOfOrderSequenceNumberError) and batch.tp in self.acc.recovering:
                 pass  # an earlier batch of this partition failed first: just resend in order

@@ -919,3 +919,22 @@ def control_record_type(key: bytes | None) -> int:
 
 def control_type_name(kind: int) -> str:
     return _CONTROL_TYPE_NAMES.get(kind, f"UNKNOWN({kind})")
+
+
+def build_control_batch(producer_id: int, producer_epoch: int, kind: int, *,
+                        coordinator_epoch: int = 0, timestamp: int = 0) -> bytes:
+    """A transaction marker (Kafka's EndTransactionMarker): one control record, transactional
+    and control bits set, key = (version 0, type), value = (version 0, coordinator epoch)."""
+    key = _CONTROL_KEY.pack(0, kind)
+    value = struct.pack(">hi", 0, coordinator_epoch)
+    return build_batch([(key, value, (), timestamp)], producer_id=producer_id,
+                       producer_epoch=producer_epoch, transactional=True, control=True)
+
+
+def control_batch_type(buf, pos: int = 0) -> int:
+    """CONTROL_ABORT or CONTROL_COMMIT of the (valid) control batch at ``pos``: the type of
+    its first record.  Markers are never compressed, so this is one small decode."""
+    _header, records = decode_records(buf, pos, verify_crc=False)
+    if not records:
+        raise CorruptRecordError(f"control batch at byte {pos} has no record")
+    return control_record_type(records[0].key)

@@ -44,6 +44,25 @@ CONSUME_VERSION = 3  # the first version with subscribe/fetch/ack/nack
 DEFAULT_MAX_FRAME_BYTES = 16 * 1024 * 1024
 LENGTH_PREFIX = struct.Struct(">I")
 
+# Delayed messages (docs/delayed.md) travel as ordinary produce messages whose FIRST header is
+# one of these two: the sidecar routes a message with ``databus-deliver-at`` (due time, ms
+# since the epoch, ASCII digits; ``databus-delay-id`` may follow) to its delay topics, and
+# one with ``databus-delay-cancel`` (the id) to the cancel topic.  The other two name the
+# target topic and partition on the stored record.
+DELAY_DUE_HEADER = "databus-deliver-at"
+DELAY_ID_HEADER = "databus-delay-id"
+DELAY_CANCEL_HEADER = "databus-delay-cancel"
+DELAY_TARGET_HEADER = "databus-delay-target"
+DELAY_PARTITION_HEADER = "databus-delay-partition"
+# Transactional (half) messages (docs/transactions.md): a message whose first header is
+# ``databus-txn`` (the transaction id; ``databus-txn-group`` second) is a half message; one
+# whose first header is ``databus-txn-end`` ends the transaction (value commit/rollback).
+TXN_HEADER = "databus-txn"
+TXN_GROUP_HEADER = "databus-txn-group"
+TXN_END_HEADER = "databus-txn-end"
+TXN_TARGET_HEADER = "databus-txn-target"
+TXN_PARTITION_HEADER = "databus-txn-partition"
+
 
 class ErrorCode(enum.IntEnum):
     """Error codes in reports and error frames.
@@ -237,6 +256,25 @@ def ping(id: int) -> dict[str, Any]:
 
 def pong(id: int) -> dict[str, Any]:
     return {"type": "pong", "id": id}
+
+
+def checks(groups: list[str]) -> dict[str, Any]:
+    """App -> sidecar: this connection answers check-backs of these producer groups."""
+    return {"type": "checks", "groups": list(groups)}
+
+
+def check(group: str, txn: str) -> dict[str, Any]:
+    """Sidecar -> app: is transaction ``txn`` of producer group ``group`` committed?  The
+    app answers with an end message (first header ``databus-txn-end``)."""
+    return {"type": "check", "group": group, "txn": txn}
+
+
+def parse_checks(frame: dict[str, Any]) -> list[str]:
+    groups = frame.get("groups")
+    if not isinstance(groups, list) or not all(isinstance(g, str) and g for g in groups):
+        raise WireError(ErrorCode.MALFORMED_FRAME,
+                        "checks frame: groups must be an array of non-empty strings")
+    return groups
 
 
 def error(code: int, message: str) -> dict[str, Any]:

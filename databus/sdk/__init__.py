@@ -4,7 +4,7 @@ See databus/sdk/client.py for the threading model and backpressure, and
 docs/sidecar-protocol.md for the wire format it speaks.
 """
 
-from .client import Client, ClientStatistics, Delivery, DeliveryFuture
+from .client import Client, ClientStatistics, Delivery, DeliveryFuture, Transaction
 from .consume import Message, Subscription
 from .errors import (
     BufferExhaustedError,
@@ -23,7 +23,8 @@ __all__ = [
     "AsyncClient", "AsyncSubscription", "Client", "Message", "Subscription", "ClientStatistics", "Delivery", "DeliveryFuture", "DatabusError",
     "BufferExhaustedError",
     "DeliveryError", "MessageTooLargeError", "PluginFailedError", "ProtocolError",
-    "ShuttingDownError", "SidecarUnavailableError", "SubscriptionError", "UnknownStreamError",
+    "ShuttingDownError", "SidecarUnavailableError", "SubscriptionError", "Transaction",
+    "UnknownStreamError",
 ]
 
 

@@ -30,6 +30,7 @@ import selectors
 import socket
 import threading
 import time
+import uuid
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, NamedTuple
@@ -97,10 +98,11 @@ class DeliveryFuture:
 
     # A resolved future keeps the raw report and its index in it (-1: a single report)
     # and builds the Delivery on first use: resolving costs two stores per message.
-    __slots__ = ("_client", "_done", "_report", "_index", "_exc", "_callbacks")
+    __slots__ = ("_client", "_done", "_report", "_index", "_exc", "_callbacks", "delay_id")
 
     def __init__(self, client: Client) -> None:
         self._client = client
+        self.delay_id: str | None = None  # a delayed message's id (``Client.cancel_delayed``)
         self._done = False
         self._report: Delivery | list | None = None
         self._exc: BaseException | None = None
@@ -197,6 +199,81 @@ def with_lane(headers: Any, lane: str, header: str) -> list:
     items = [] if headers is None else (
         headers.items() if isinstance(headers, Mapping) else headers)
     return [*(pair for pair in items if pair[0] != header), (header, lane.encode())]
+def _delay_headers(headers: list[list] | None, deliver_at: Any,
+                   delay: float | None) -> tuple[list[list], str]:
+    """A delayed message's headers (docs/delayed.md): the due time first (how the sidecar
+    tells it apart), then its id (the app's own ``databus-delay-id`` header, or a new one)."""
+    if deliver_at is not None and delay is not None:
+        raise ValueError("give deliver_at or delay, not both")
+    if delay is not None:
+        if not isinstance(delay, (int, float)) or delay < 0:
+            raise ValueError(f"delay must be a non-negative number of seconds, not {delay!r}")
+        due_ms = int((time.time() + delay) * 1000)
+    elif hasattr(deliver_at, "timestamp"):
+        if getattr(deliver_at, "tzinfo", None) is None:
+            raise ValueError("deliver_at must be a timezone-aware datetime")
+        due_ms = int(deliver_at.timestamp() * 1000)
+    else:
+        raise TypeError(f"deliver_at must be a datetime, not {type(deliver_at).__name__}")
+    rest = [h for h in headers or () if h[0] != wire.DELAY_ID_HEADER]
+    given = [h[1] for h in headers or () if h[0] == wire.DELAY_ID_HEADER]
+    delay_id = given[0].decode() if given and given[0] else uuid.uuid4().hex
+    return ([[wire.DELAY_DUE_HEADER, str(due_ms).encode()],
+             [wire.DELAY_ID_HEADER, delay_id.encode()]] + rest), delay_id
+
+
+class Transaction:
+    """Half messages of one transaction (``Client.transaction``); a context manager."""
+
+    def __init__(self, client: Client, stream: str, group: str, txn_id: str | None = None):
+        self.client = client
+        self.stream = stream
+        self.group = group
+        self.id = txn_id or uuid.uuid4().hex
+        self._futures: list[DeliveryFuture] = []
+        self.outcome: bool | None = None  # True committed, False rolled back
+
+    def send(self, value, key=None, headers=None, partition: int | None = None
+             ) -> DeliveryFuture:
+        """Queue a half message; its future resolves when it is stored (not yet visible)."""
+        if self.outcome is not None:
+            raise DatabusError(f"transaction {self.id} is already over")
+        ours = [[wire.TXN_HEADER, self.id.encode()], [wire.TXN_GROUP_HEADER, self.group.encode()]]
+        future = self.client.send(self.stream, value, key, ours + (_headers(headers) or []),
+                                  partition)
+        self._futures.append(future)
+        return future
+
+    def commit(self, timeout: float | None = 30.0) -> None:
+        """Make the messages visible: once every one is stored (else roll back and raise)."""
+        try:
+            for future in self._futures:
+                future.result(timeout)
+        except BaseException:
+            self.rollback(timeout)
+            raise
+        self._end(True, timeout)
+
+    def rollback(self, timeout: float | None = 30.0) -> None:
+        self._end(False, timeout)
+
+    def _end(self, commit: bool, timeout: float | None) -> None:
+        headers = [[wire.TXN_END_HEADER, self.id.encode()],
+                   [wire.TXN_GROUP_HEADER, self.group.encode()]]
+        value = b"commit" if commit else b"rollback"
+        self.client.send(self.stream, value, headers=headers).result(timeout)
+        self.outcome = commit
+
+    def __enter__(self) -> Transaction:
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        if self.outcome is not None:
+            return
+        if exc_type is None:
+            self.commit()
+        else:
+            self.rollback()
 
 
 class Client:
@@ -243,6 +320,8 @@ class Client:
         self.reconnects = 0
         self._epoch = 0  # counts connections: a subscription subscribes again on a new one
         self._subs: dict[int, Subscription] = {}
+        # producer group -> (check callback, stream): transactions' check-backs
+        self._checks: dict[str, tuple[Callable[[str], Any], str]] = {}
         self._open()
         self._wake_r, self._wake_w = socket.socketpair()
         self._wake_r.setblocking(False)
@@ -315,6 +394,8 @@ class Client:
                     )
                 self._decoder = decoder
                 self._early_frames = frames[1:]
+                if self._checks:  # again after a reconnect: the new connection answers
+                    sock.sendall(wire.encode_frame(wire.checks(list(self._checks))))
                 return frame
 
     # --- public API -------------------------------------------------------------------------
@@ -331,6 +412,8 @@ class Client:
         block: bool = True,
         lane: str | None = None,
         tag: str | None = None,
+        deliver_at: Any = None,
+        delay: float | None = None,
     ) -> DeliveryFuture:
         """Queue a message for ``stream``; returns at once with a DeliveryFuture, unless this
         client's buffer is full (then waits up to ``max_block_ms``, then raises
@@ -339,13 +422,20 @@ class Client:
         ``timestamp``: ms since the epoch (default: the sidecar's clock when it accepts
         the message).  ``lane``: the swimlane (docs/lanes.md), sent as the header
         ``lane_header`` (default ``databus-lane``).  ``tag``: a label subscribers filter on
-        (``subscribe(tags=...)``), sent as the header ``databus-tag``."""
+        (``subscribe(tags=...)``), sent as the header ``databus-tag``.  ``deliver_at`` (an
+        aware datetime) or ``delay`` (seconds) make it a delayed message (docs/delayed.md):
+        it reaches its topic at that time, the Delivery names where it waits, and
+        ``future.delay_id`` cancels it (``cancel_delayed``)."""
         if lane is not None:
             headers = with_lane(headers, lane, self.lane_header)
         if tag is not None:
             if not isinstance(tag, str) or not tag:
                 raise TypeError("tag must be a non-empty str")
             headers = [*(_headers(headers) or ()), [wire.TAG_HEADER, tag.encode()]]
+        delay_id = None
+        if deliver_at is not None or delay is not None:
+            # after the lane and tag: the due-time header must come first
+            headers, delay_id = _delay_headers(_headers(headers), deliver_at, delay)
         if type(value) is not bytes:
             value = _as_bytes(value, "value")
         if key is not None and type(key) is not bytes:
@@ -370,6 +460,7 @@ class Client:
                     f"(max_buffer_bytes={self._max_buffer})",
                 )
         future = DeliveryFuture(self)
+        future.delay_id = delay_id
         with self._lock:
             if self._closed or self._failure is not None:
                 raise self._failure or SidecarUnavailableError("the client is closed")
@@ -446,6 +537,48 @@ class Client:
                 frames = [*sub._settlement_frames(), wire.unsubscribe(sub.id)]
                 self._queue += [("frame", frame) for frame in frames]
         self._poke()
+    def cancel_delayed(self, stream: str, delay_id: str) -> DeliveryFuture:
+        """Cancel the delayed message ``delay_id`` sent to ``stream`` (its ``delay_id``):
+        it is not delivered if the cancel reaches the sidecars before its time."""
+        if not delay_id or not isinstance(delay_id, str):
+            raise ValueError("delay_id must be a non-empty str")
+        return self.send(stream, None, headers=[(wire.DELAY_CANCEL_HEADER, delay_id.encode())])
+
+    def transaction(self, stream: str, check: Callable[[str], Any] | None = None,
+                    group: str | None = None) -> Transaction:
+        """A transaction of half messages to ``stream`` (docs/transactions.md): what
+        ``tx.send`` sends reaches consumers only when the ``with`` block ends without an
+        exception (commit; an exception rolls back).  ``check(txn_id)`` answers a sidecar
+        asking about a transaction of producer ``group`` (default: the stream) left open
+        too long — by any app of the group, on any host — with True (commit), False
+        (roll back) or None (ask again later)."""
+        group = group or stream
+        if check is not None:
+            new = group not in self._checks
+            self._checks[group] = (check, stream)
+            if new:
+                with self._lock:
+                    self._queue.append(("checks", [group]))
+                    self._armed = True
+                self._wake()
+        return Transaction(self, stream, group)
+
+    def _answer_check(self, group: Any, txn: Any) -> None:
+        entry = self._checks.get(group) if isinstance(group, str) else None
+        if entry is None or not isinstance(txn, str):
+            return
+        check, stream = entry
+        try:
+            outcome = check(txn)
+        except Exception:
+            log.exception("check callback for transaction %s failed; it is asked again", txn)
+            return
+        if outcome is None:
+            return
+        try:
+            Transaction(self, stream, group, txn)._end(bool(outcome), None)
+        except DatabusError as exc:
+            log.warning("answering the check of transaction %s failed: %s", txn, exc)
 
     def flush(self, timeout: float | None = None) -> None:
         """Wait until every message sent before this call has its delivery report (success
@@ -664,9 +797,11 @@ class Client:
         markers as that frame."""
         run_start = 0
         for i, item in enumerate(queue):
-            if type(item[0]) is not int:  # a ("flush", id) or ("frame", frame) marker
+            if type(item[0]) is not int:  # a ("flush", id), ("frame", frame) or ("checks", groups)
                 position = self._append_produce(out, queue, run_start, i, position)
-                frame = wire.flush(item[1]) if item[0] == "flush" else item[1]
+                marker = item[0]
+                frame = (wire.flush(item[1]) if marker == "flush"
+                         else wire.checks(item[1]) if marker == "checks" else item[1])
                 position += wire.append_frame(out, frame)
                 run_start = i + 1
         return self._append_produce(out, queue, run_start, len(queue), position)
@@ -739,6 +874,10 @@ class Client:
             sub = self._subs.get(frame.get("id"))
             if sub is not None:
                 sub._on_unsubscribed(frame, RESUBSCRIBE_S)
+        elif kind == "check":
+            # the app's callback may take its time: never on this thread
+            threading.Thread(target=self._answer_check, args=(frame.get("group"),
+                             frame.get("txn")), name="databus-check", daemon=True).start()
         elif kind == "error":
             raise error_for(int(frame.get("code", -1)), str(frame.get("message")))
         # pong and future frame types need nothing

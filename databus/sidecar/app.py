@@ -39,6 +39,7 @@ from .budget import ByteBudget
 from .config_diff import RELOADABLE_SIDECAR, diff_configs
 from .consume import ConsumeCollector, ConsumeService
 from .gate import ReloadGate
+from .halfmsg import Checkers
 from .ingress import Connection
 from .metrics import SidecarMetrics
 from .router import RoutingTable
@@ -99,6 +100,9 @@ class Sidecar:
         self.mirrors = None  # the MirrorSupervisor, once serving
         self.consume = ConsumeService(self)  # apps' subscriptions: one member per (stream, group)
         self.metrics.registry.register(ConsumeCollector(self.consume))
+        self.delay_services: list = []  # one per cluster with delay.enabled (delay.py)
+        self.half_services: list = []  # one per cluster with transactions.enabled
+        self.checkers = Checkers()  # apps answering check-backs (halfmsg.py)
         # Consumer-side plugins (databus.sinks): their own supervisor task in the root nursery.
         self.sinks = SinkSupervisor(
             self.pm, self.bootstrap_map, stop_timeout=config.sidecar.shutdown_timeout_ms / 1000
@@ -281,6 +285,8 @@ class Sidecar:
                     )
                     await root.start(self.sinks.serve, self.sinks.prepare(self.config))
                     self.consume.bind(root)
+                    await self._start_delay(root)
+                    await self._start_half(root)
                     async with trio.open_nursery() as ingress:
                         self._ingress = ingress
                         await self._serve_ingress(ingress, self._bound, task_status)
@@ -289,12 +295,42 @@ class Sidecar:
                         await self.consume.aclose(settings.shutdown_timeout_ms / 1000)
                         await self.sinks.aclose()  # flush, commit, leave the groups
                         with trio.move_on_after(settings.shutdown_timeout_ms / 1000):
+                            for service in self.delay_services + self.half_services:
+                                await service.stop()
+                        with trio.move_on_after(settings.shutdown_timeout_ms / 1000):
                             await self.pool.close_all(
                                 timeout=settings.shutdown_timeout_ms / 1000
                             )
                     root.cancel_scope.cancel()
         finally:
             await self.release()
+
+    async def _start_delay(self, nursery) -> None:
+        """The delay service of each cluster ``delay:`` names (docs/delayed.md); a reload
+        does not start or stop it (that needs a restart)."""
+        from .delay import DelayService
+
+        bootstrap = self.bootstrap_map(self.config)
+        settings = self.config.delay
+        self.delay_services = []
+        for cluster in self.config.delay_clusters():
+            service = DelayService(cluster, bootstrap[cluster], group_id=settings.group_id,
+                                   consumer=settings.consumer, producer=settings.producer)
+            self.delay_services.append(await nursery.start(service.run))
+
+    async def _start_half(self, nursery) -> None:
+        """The half-message service of each cluster ``transactions:`` names (a reload does
+        not start or stop it)."""
+        from .halfmsg import HalfService
+
+        bootstrap = self.bootstrap_map(self.config)
+        settings = self.config.transactions
+        for cluster in self.config.transaction_clusters():
+            service = HalfService(cluster, bootstrap[cluster], self.checkers,
+                                  group_id=settings.group_id, check_ms=settings.check_ms,
+                                  max_checks=settings.max_checks, consumer=settings.consumer,
+                                  producer=settings.producer)
+            self.half_services.append(await nursery.start(service.run))
 
     async def _serve_ingress(self, ingress, bound: _Bound, task_status) -> None:
         if bound.metrics:
@@ -325,6 +361,7 @@ class Sidecar:
                 max_frame_bytes=self.config.sidecar.max_frame_bytes,
                 hello_reply=self.hello_reply, budget=self.budget, gate=self.gate,
                 metrics=self.metrics, kick=self.kick_producers, consume=self.consume,
+                checkers=self.checkers,
             )
             self._connections.add(conn)
             try:

@@ -115,12 +115,16 @@ def diff_configs(old, new) -> ConfigDiff:
     # The console is started once with its settings (databus up): a restart moves it.
     for key in _keys_changed(_dump(old.console), _dump(new.console)):
         diff.restart.append(f"console.{key}")
+    for section in ("delay", "transactions"):  # these services start with the sidecar
+        for key in _keys_changed(_flat(_dump(getattr(old, section))),
+                                 _flat(_dump(getattr(new, section)))):
+            diff.restart.append(f"{section}.{key}")
     return diff
 
 
 # The DatabusConfig fields diff_configs compares one by one above.
 _DIFFED = {"streams", "producer", "default_route", "clusters", "mirrors", "sinks", "sidecar",
-           "broker", "console"}
+           "broker", "console", "delay", "transactions"}
 
 
 def _dump_field(config, name: str) -> Any:

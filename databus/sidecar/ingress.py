@@ -24,6 +24,7 @@ from .dispatch import Dispatcher
 from .gate import ReloadGate
 from .session import (
     Ack,
+    Checks,
     ConnectionClosed,
     Fetch,
     Flush,
@@ -54,12 +55,14 @@ class Connection:
         metrics: Any,
         kick: Callable[[], None] = lambda: None,
         consume: Any = None,
+        checkers: Any = None,
     ) -> None:
         self.stream = stream
         self.name = name
         self.metrics = metrics
         self._kick = kick  # a flush waits: ask the producers to send now
         self.consume = consume  # consume.ConsumeService: subscriptions (version 3)
+        self._checkers = checkers  # who answers check-backs of which groups (halfmsg.py)
         self._wake = trio.Event()
         self._reading_done = False
         self.session = Session(max_frame_bytes, hello_reply, self._wake_writer)
@@ -90,6 +93,8 @@ class Connection:
         finally:
             if self.consume is not None:
                 self.consume.connection_closed(self)  # its unacked messages go to others
+            if self._checkers is not None:
+                self._checkers.forget(self)
             self.session.discard_output()
             metrics.connections -= 1
             with trio.CancelScope(shield=True):
@@ -124,6 +129,9 @@ class Connection:
                                                  event.tags, event.max_in_flight)
                 elif kind is Unsubscribe:
                     self.consume.unsubscribe(self, event.id)
+                elif kind is Checks:
+                    if self._checkers is not None:
+                        self._checkers.register(self, event.groups)
                 elif kind is ConnectionClosed:
                     return
                 elif kind is ProtocolError:

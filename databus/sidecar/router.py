@@ -12,6 +12,13 @@ metadata, no route plugins, no explicit partition: a dict lookup and the partiti
 plain function) and the careful one (route plugins, metadata waited for, an explicit
 partition checked, the size checked against the producer's limit).  Whatever keeps a
 message from being placed, a plugin failure included, is answered in one place.
+
+Delayed messages (docs/delayed.md) take the careful path: a message whose first header is
+``databus-deliver-at`` goes to the delay topic of its remaining time on its route's cluster
+(``delay_core``), one whose first header is ``databus-delay-cancel`` to the cancel topic.
+So do half messages (docs/transactions.md): first header ``databus-txn`` or
+``databus-txn-end``: to ``databus-txn-half``, in the partition of the transaction id
+(``half_core``).
 """
 
 from __future__ import annotations
@@ -21,11 +28,29 @@ from collections.abc import Callable
 from types import MappingProxyType
 from typing import Any, Protocol
 
+from databus.client.partitioners import murmur2_partition
 from databus.config import DatabusConfig
 from databus.plugins import PluginError, PluginManager
 from databus.protocol.records import record_size_upper_bound
-from databus.protocol.sidecar_wire import ErrorCode
+from databus.protocol.sidecar_wire import (
+    DELAY_CANCEL_HEADER,
+    DELAY_DUE_HEADER,
+    DELAY_ID_HEADER,
+    TXN_END_HEADER,
+    TXN_GROUP_HEADER,
+    TXN_HEADER,
+    ErrorCode,
+)
 
+from .delay_core import (
+    CANCEL_TOPIC,
+    LEVEL_TOPICS,
+    Delayed,
+    DelayHeaderError,
+    level_for,
+    parse_due,
+)
+from .half_core import COMMIT, HALF_TOPIC, ROLLBACK, end_headers, half_headers
 from .upstream import ProducerHandle, ProducerPool, error_code_of, is_kafka_error
 
 log = logging.getLogger("databus.sidecar.router")
@@ -36,6 +61,7 @@ MAX_DYNAMIC_ROUTES = 10000
 # Messages up to this size skip the per-message size check: far below any sane
 # max.request.size (bigger ones take the careful path, checked against the producer's limit).
 SMALL_MESSAGE = 64 * 1024
+_SPECIAL_HEADERS = (DELAY_DUE_HEADER, DELAY_CANCEL_HEADER, TXN_HEADER, TXN_END_HEADER)
 
 
 class RoutedMessage:
@@ -225,8 +251,11 @@ async def place_frame(
                 simple = partitions is not None and (not route.route_fns or route.headers_only)
                 plain = not route.route_fns
                 count = len(partitions) if partitions else 0
+            # The fast path: no explicit partition, a small message, and either no route
+            # functions (then no header but the special ones of delayed and half messages
+            # matters) or none that look at headers and no headers at all.
             if simple and partition is None and size <= SMALL_MESSAGE and (
-                    plain or not headers):
+                    not headers or (plain and headers[0][0] not in _SPECIAL_HEADERS)):
                 try:
                     p = partitions[partitioner(topic, key, value, count)]
                 except Exception as exc:
@@ -236,7 +265,7 @@ async def place_frame(
                 t = topic
             else:
                 t, key, value, headers, p = await _place(
-                    route, stream, key, value, headers, partition
+                    route, stream, key, value, headers, partition, now_ms
                 )
         except (Rejected, PluginError, _Dropped) as exc:
             unplaced(answers, id_, size, exc, route)
@@ -286,7 +315,51 @@ def _lookup(table: RoutingTable, stream: str) -> Route:
     return route
 
 
-async def _place(route: Route, stream, key, value, headers, partition):
+def _half(topic, key, value, headers, partition):
+    """A half message's or an end record's place, and the transaction id that picks its
+    partition: (topic, key, value, headers, partition, txn id)."""
+    name, data = headers[0][0], headers[0][1]
+    group = headers[1][1] if len(headers) > 1 and headers[1][0] == TXN_GROUP_HEADER else None
+    if not data or not group:
+        raise Rejected(ErrorCode.INVALID_MESSAGE,
+                       f"{name} needs a transaction id and a {TXN_GROUP_HEADER} header after it")
+    txn_id, group = bytes(data).decode(errors="replace"), bytes(group).decode(errors="replace")
+    if name == TXN_END_HEADER:
+        if value not in (COMMIT, ROLLBACK):
+            raise Rejected(ErrorCode.INVALID_MESSAGE,
+                           f"an end record's value is commit or rollback, not {value!r}")
+        return HALF_TOPIC, None, value, end_headers(txn_id, group), None, bytes(data)
+    stored = half_headers(txn_id, group, topic, partition, headers[2:])
+    return HALF_TOPIC, key, value, stored, None, bytes(data)
+
+
+def _delay(topic, key, value, headers, partition, now_ms: int):
+    """A delayed message's or a cancel's place: (topic, key, value, headers, partition)."""
+    name, data = headers[0][0], headers[0][1]
+    if name == DELAY_CANCEL_HEADER:
+        if not data:
+            raise Rejected(ErrorCode.INVALID_MESSAGE, f"{DELAY_CANCEL_HEADER} needs an id")
+        # compacted by id; the value is when it was cancelled (pruning, docs/delayed.md)
+        return CANCEL_TOPIC, bytes(data), str(now_ms).encode(), [], None
+    try:
+        due = parse_due(data)
+    except DelayHeaderError as exc:
+        raise Rejected(ErrorCode.INVALID_MESSAGE, str(exc)) from None
+    rest = headers[1:]
+    delay_id = b""
+    if rest and rest[0][0] == DELAY_ID_HEADER:
+        delay_id, rest = rest[0][1] or b"", rest[1:]
+    app_headers = [tuple(h) for h in rest]
+    remaining = due - now_ms
+    if remaining <= 0:
+        return topic, key, value, app_headers, partition  # due already: deliver now
+    delayed = Delayed(topic, due, delay_id.decode(errors="replace"), partition, key, value,
+                      tuple(app_headers))
+    level = level_for(remaining) or 0  # under 250 ms: the lowest level (late by < 250 ms)
+    return LEVEL_TOPICS[level], key, value, delayed.stored_headers(), None
+
+
+async def _place(route: Route, stream, key, value, headers, partition, now_ms: int = 0):
     """The careful path for one message: route plugins, the topic's metadata (waited
     for), an explicit partition's existence, the size against the producer's limit.
     Returns (topic, key, value, headers, partition); raises Rejected, PluginError or
@@ -307,6 +380,14 @@ async def _place(route: Route, stream, key, value, headers, partition):
                 raise _Dropped
         topic, key, value = msg.topic, msg.key, msg.value
         headers, partition = msg.headers, msg.partition
+    pick = None  # bytes whose murmur2 picks the partition (a transaction's id)
+    if headers and headers[0][0] in _SPECIAL_HEADERS:
+        if headers[0][0] in (TXN_HEADER, TXN_END_HEADER):
+            topic, key, value, headers, partition, pick = _half(topic, key, value, headers,
+                                                                partition)
+        else:
+            topic, key, value, headers, partition = _delay(topic, key, value, headers,
+                                                           partition, now_ms)
     producer = route.producer
     try:
         partitions = producer.cached_partitions(topic) or await producer.partitions_for(topic)
@@ -321,7 +402,9 @@ async def _place(route: Route, stream, key, value, headers, partition):
             f"message of about {size} bytes exceeds the producer's max.request.size or "
             f"buffer.memory ({producer.max_record_size} bytes)",
         )
-    if partition is None:
+    if pick is not None:
+        partition = partitions[murmur2_partition(pick, len(partitions))]
+    elif partition is None:
         try:
             partition = partitions[producer.partitioner(topic, key, value, len(partitions))]
         except Exception as exc:

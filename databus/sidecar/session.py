@@ -99,6 +99,10 @@ _CONSUME_FRAMES = {
     "nack": lambda f: Nack(*wire.parse_nack(f)),
     "unsubscribe": lambda f: Unsubscribe(wire.frame_int(f, "id")),
 }
+class Checks(NamedTuple):
+    """The app answers check-backs of these producer groups (half messages)."""
+
+    groups: list
 
 
 class ConnectionClosed(NamedTuple):
@@ -207,6 +211,8 @@ class Session:
                     f"(this connection said hello with {self.version})",
                 )
             return parse(frame)
+        if kind == "checks":
+            return Checks(wire.parse_checks(frame))
         if kind == "hello":
             raise WireError(ErrorCode.MALFORMED_FRAME, "hello sent twice")
         raise WireError(ErrorCode.MALFORMED_FRAME, f"unknown frame type {kind!r}")
@@ -245,6 +251,9 @@ class Session:
     def send_frame(self, frame: dict[str, Any]) -> None:
         """Queue a frame of consuming (subscribed, messages, unsubscribed)."""
         self._queue_frame(frame)
+    def send_check(self, group: str, txn: str) -> None:
+        """Ask the app about a transaction of ``group`` (it registered with ``checks``)."""
+        self._queue_frame(wire.check(group, txn))
 
     def _queue_frame(self, frame: dict[str, Any]) -> None:
         if self.discarding:

@@ -26,6 +26,11 @@ Public surface (the broker codes against it):
   ``flush.ms``; ``is_durable(offset)``; ``recovery_point`` (every offset below it is on disk).
 * ``check_producer(batches) -> BatchMetadata | None``: the idempotence rule alone (see
   producer_state), for callers that want to know before appending.
+* Transactions: ``last_stable_offset`` (the first offset of the oldest open transaction, or
+  the log end) and ``aborted_transactions(start, upper)`` for read_committed fetches; both
+  come from producer_state, fed by every batch header and, for control batches (markers),
+  the marker type.  Only the broker writes markers: ``append(..., allow_control=True)``; a
+  control batch from a client is INVALID_RECORD.
 
 Threading: everything except ``flush`` runs on one thread (the broker's trio thread), which
 alone changes the segment list (appends, rolls, ``remove_oldest_segments``,
@@ -52,6 +57,7 @@ from databus.protocol.records import (
     ATTR_TIMESTAMP_TYPE,
     CRC_START,
     BatchHeader,
+    control_batch_type,
     iter_headers,
     keyless_records,
     set_base_offset,
@@ -236,9 +242,11 @@ class PartitionLog:
                                f"{os.path.basename(path)} ({exc})")
         if start < self.log_end_offset:
             replayed = 0
-            for _pos, h in self._headers_from(start):
+            for seg, pos, h in self._headers_from(start):
                 if h.producer_id >= 0:
-                    self.producer_state.update_from_header(h)
+                    kind = (control_batch_type(seg.read_range(pos, h.size)) if h.is_control
+                            else None)
+                    self.producer_state.update_from_header(h, kind)
                     replayed += 1
             if replayed:
                 actions.append(f"{self.name}: rebuilt producer state from {replayed} batch "
@@ -253,7 +261,7 @@ class PartitionLog:
             start = seg.index.lookup(offset)[1] if seg.base_offset <= offset else 0
             for pos, h in seg.iter_headers(start, seg.size):
                 if h.base_offset + h.last_offset_delta >= offset:
-                    yield pos, h
+                    yield seg, pos, h
 
     def take_producer_snapshot(self, offset: int | None = None) -> None:
         """Write ``<offset>.snapshot`` (state of every batch below ``offset``, default the log
@@ -276,8 +284,18 @@ class PartitionLog:
                 return dup
         return None
 
+    @property
+    def last_stable_offset(self) -> int:
+        first_unstable = self.producer_state.first_unstable_offset()
+        end = self.log_end_offset
+        return end if first_unstable is None else min(first_unstable, end)
+
+    def aborted_transactions(self, start: int, upper: int) -> list:
+        """The AbortedTxns a read_committed read of [start, upper) must be told about."""
+        return self.producer_state.aborted_in_range(start, upper)
+
     def append(self, batches, *, now_ms: int | None = None,
-               assign_offsets: bool = True) -> AppendInfo:
+               assign_offsets: bool = True, allow_control: bool = False) -> AppendInfo:
         if self.deleted:
             raise UnknownTopicError(f"{self.name} was deleted")
         if self.closed:
@@ -289,9 +307,16 @@ class PartitionLog:
             raise InvalidRecordError(f"{self.name}: an append needs at least one record batch")
         max_size = self.config.max_message_bytes
         headers: list[tuple[int, BatchHeader]] = []
+        control_types: dict[int, int] = {}
         pos = 0
         while pos < total:
             h = validate_batch(buf, pos, max_size)
+            if h.is_control:
+                if not allow_control:
+                    raise InvalidRecordError(
+                        f"{self.name}: control batches (transaction markers) are written by "
+                        "the broker only")
+                control_types[pos] = control_batch_type(buf, pos)
             if assign_offsets and (h.records_count <= 0
                                    or h.records_count != h.last_offset_delta + 1):
                 raise InvalidRecordError(
@@ -314,7 +339,7 @@ class PartitionLog:
                 _set_log_append_time(buf, pos, h, now_ms)
         with self._lock:
             planned: list[PlannedBatch] = []
-            assigned: list[tuple[int, BatchHeader]] = []
+            assigned: list[tuple[int, BatchHeader, int | None]] = []
             next_offset = self.log_end_offset
             records = 0
             for pos, h in headers:
@@ -330,7 +355,7 @@ class PartitionLog:
                         )
                 max_ts = log_append_time if log_append_time >= 0 else h.max_timestamp
                 h = h._replace(base_offset=base, max_timestamp=max_ts)
-                assigned.append((base, h))
+                assigned.append((base, h, control_types.get(pos)))
                 planned.append(PlannedBatch(pos, h.size, base, base + h.last_offset_delta, max_ts))
                 next_offset = base + h.last_offset_delta + 1
                 records += h.records_count
@@ -344,11 +369,11 @@ class PartitionLog:
             self.log_end_offset = next_offset
             self._unflushed[id(seg)] = seg
             self._unflushed_messages += records
-        for _base, h in assigned:
+        for _base, h, kind in assigned:
             if h.producer_id >= 0:
-                self.producer_state.update_from_header(h)
+                self.producer_state.update_from_header(h, kind)
         return AppendInfo(first_offset, last_offset, log_append_time, self.log_start_offset,
-                          assigned, records)
+                          [(base, h) for base, h, _kind in assigned], records)
 
     def _check_producers(self, headers) -> BatchMetadata | None:
         # Check each batch as if the previous ones of this request were appended: on a
@@ -534,6 +559,7 @@ class PartitionLog:
                 self._unflushed.pop(id(seg), None)
                 seg.close()
             self.log_start_offset = max(self.log_start_offset, self.segments[0].base_offset)
+        self.producer_state.drop_aborted_before(self.log_start_offset)
         return doomed
 
     def replace_segment(self, old: Segment, new: Segment | None) -> None:

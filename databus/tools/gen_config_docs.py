@@ -22,6 +22,10 @@ from pydantic import BaseModel
 DOC = Path(__file__).resolve().parents[2] / "docs" / "configuration.md"
 
 PRODUCER_MEANINGS = {
+    "transactional.id": "Our client's transactional producer (docs/transactions.md); not "
+    "for streams (the sidecar's producers are shared: apps use `client.transaction()`).",
+    "transaction.timeout.ms": "How long the coordinator lets a transaction stay open before "
+    "aborting it; not for streams, as `transactional.id`.",
     "bootstrap.servers": "Set by the sidecar from the stream's cluster; not allowed per stream.",
     "client.id": "Name sent to the brokers with every request (the sidecar's default: "
     "`databus-sidecar`).",
@@ -132,6 +136,7 @@ def render() -> str:
         ConsumeSettings,
         DatabusConfig,
         DefaultRoute,
+        DelayConfig,
         EmbeddedBrokerConfig,
         IndexConfig,
         LanesConfig,
@@ -139,6 +144,7 @@ def render() -> str:
         SidecarSettings,
         SinkConfig,
         StreamConfig,
+        TransactionsConfig,
     )
 
     out = [
@@ -252,6 +258,22 @@ def render() -> str:
         "with `databus lanes create` and shared by every sidecar through the registry topic.",
         "",
         *_model_table(LanesConfig, "lanes."),
+        "",
+        "## `delay:`",
+        "",
+        "The delay service (docs/delayed.md): sidecars with `enabled: true` deliver the "
+        "delayed messages of their clusters (`Client.send(..., delay=...)`).  Changes take "
+        "effect at the next restart.",
+        "",
+        *_model_table(DelayConfig, "delay."),
+        "",
+        "## `transactions:`",
+        "",
+        "The half-message service (docs/transactions.md): sidecars with `enabled: true` "
+        "settle apps' transactions (`client.transaction(...)`) and pass check-backs to their "
+        "apps.  Changes take effect at the next restart.",
+        "",
+        *_model_table(TransactionsConfig, "transactions."),
         "",
         "## Producer keys (`producer:`, a cluster, or a stream)",
         "",

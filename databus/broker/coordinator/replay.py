@@ -19,8 +19,18 @@ READ_BYTES = 1 << 20
 
 def log_records(plog, name: str) -> Iterator[tuple[int, bytes | None, bytes | None]]:
     """(offset, key, value) of every data record of ``plog`` from its log start offset;
-    control batches are skipped.  A read that makes no progress (a corrupt tail) ends the
-    partition with an error in the log rather than looping (``name`` says which)."""
+    control batches are skipped."""
+    for header, records in log_batches(plog, name):
+        if not header.is_control:
+            for record in records:
+                yield record.offset, record.key, record.value
+
+
+def log_batches(plog, name: str) -> Iterator[tuple]:
+    """(header, records at or after the read position) of every batch of ``plog`` from its
+    log start offset, control batches included (transactional offset commits need them).
+    A read that makes no progress (a corrupt tail) ends the partition with an error in the
+    log rather than looping (``name`` says which)."""
     offset = plog.log_start_offset
     while offset < plog.log_end_offset:
         data = bytes(plog.read(offset, READ_BYTES))
@@ -28,11 +38,8 @@ def log_records(plog, name: str) -> Iterator[tuple[int, bytes | None, bytes | No
             break
         progressed = False
         for header, batch_records in decode_batches(data):
-            if not header.is_control:
-                for record in batch_records:
-                    if record.offset >= offset:
-                        yield record.offset, record.key, record.value
             if header.next_offset > offset:
+                yield header, [r for r in batch_records if r.offset >= offset]
                 offset = header.next_offset
                 progressed = True
         if not progressed:

@@ -9,7 +9,11 @@ It wires the sans-I/O parts to the broker:
   ``__consumer_offsets`` and updated after each commit is fsynced;
 - ``__consumer_offsets`` itself (records from offsets_topic.py): commits, group metadata and
   tombstones are appended through ``broker.append`` / ``broker.append_durably``, the same path
-  Produce uses, so an acknowledged commit survives kill -9.
+  Produce uses, so an acknowledged commit survives kill -9;
+- transactional offset commits (TxnOffsetCommit): appended as a transactional batch with the
+  producer's id and epoch, held aside per producer id and applied when the transaction
+  coordinator writes the COMMIT marker to the partition (``complete_txn``), dropped on
+  ABORT; the replay does the same from the batches and markers it reads.
 
 Handlers (handlers/groups.py, handlers/offsets.py) translate kio messages to the calls here.
 """
@@ -25,7 +29,7 @@ import trio
 
 from databus.protocol import consumer_protocol, defaults
 from databus.protocol.errors import ErrorCode
-from databus.protocol.records import build_batch
+from databus.protocol.records import CONTROL_COMMIT, build_batch, control_record_type
 
 from .group_state import (
     CoordinatorConfig,
@@ -56,7 +60,7 @@ from .offsets_topic import (
     encode_offset_value,
     partition_for,
 )
-from .replay import log_records
+from .replay import log_batches
 
 log = logging.getLogger(__name__)
 
@@ -131,6 +135,9 @@ class GroupService:
         # commits that finish their fsync out of order cannot regress the store.
         self._applied_at: dict[tuple[str, str, int], int] = {}
         self._partition_cache: dict[str, int] = {}
+        # producer id -> offset commits of its open transaction:
+        # [(group, topic-partition, value, log offset)]
+        self._txn_offsets: dict[int, list[tuple[str, TopicPartition, CommittedOffset, int]]] = {}
 
     # -- lifecycle --------------------------------------------------------------------------
 
@@ -182,9 +189,18 @@ class GroupService:
             plog = self.broker.get_log(OFFSETS_TOPIC, partition)
             if plog is None:
                 continue
-            for offset, key, value in log_records(plog, f"{OFFSETS_TOPIC}-{partition}"):
-                records += 1
-                self._replay_record(key, value, offset, groups)
+            for header, batch in log_batches(plog, f"{OFFSETS_TOPIC}-{partition}"):
+                if header.is_control:
+                    if batch:
+                        self._settle_txn(partition, header.producer_id,
+                                         control_record_type(batch[0].key) == CONTROL_COMMIT)
+                    continue
+                for record in batch:
+                    records += 1
+                    if header.is_transactional:
+                        self._replay_txn_record(header.producer_id, record)
+                    else:
+                        self._replay_record(record.key, record.value, record.offset, groups)
         now = self.clock()
         for snapshot in groups.values():
             if snapshot is not None:
@@ -218,6 +234,97 @@ class GroupService:
         except OffsetsRecordError as exc:
             # One bad record must not cost every other group its offsets.
             log.error("%s: skipping record at offset %d: %s", OFFSETS_TOPIC, log_offset, exc)
+
+    def _replay_txn_record(self, producer_id: int, record) -> None:
+        try:
+            decoded = decode_key(record.key) if record.key is not None else None
+            if isinstance(decoded, OffsetKey) and record.value is not None:
+                value = CommittedOffset.from_value(decode_offset_value(record.value))
+                self._txn_offsets.setdefault(producer_id, []).append(
+                    (decoded.group_id, (decoded.topic, decoded.partition), value, record.offset))
+        except OffsetsRecordError as exc:
+            log.error("%s: skipping record at offset %d: %s", OFFSETS_TOPIC, record.offset, exc)
+
+    # -- transactional offset commits -------------------------------------------------------
+
+    async def commit_txn_offsets(
+        self, group_id: str, producer_id: int, producer_epoch: int, member_id: str,
+        generation_id: int, entries: list[OffsetCommitEntry],
+    ) -> list[ErrorCode]:
+        """TxnOffsetCommit: validate like OffsetCommit, append durably as part of the
+        producer's transaction; visible to OffsetFetch once the transaction commits."""
+        if not group_id:
+            return [ErrorCode.invalid_group_id] * len(entries)
+        if member_id or generation_id >= 0:
+            error = self.coordinator.validate_offset_commit(group_id, member_id, generation_id)
+            if error != ErrorCode.none:
+                return [error] * len(entries)
+        errors: list[ErrorCode] = []
+        accepted: list[tuple[int, OffsetCommitEntry]] = []
+        for entry in entries:
+            info = self.broker.topic(entry.topic)
+            if info is None or not 0 <= entry.partition < info.partitions:
+                errors.append(ErrorCode.unknown_topic_or_partition)
+            elif entry.metadata is not None and len(entry.metadata.encode()) > (
+                self.metadata_max_bytes
+            ):
+                errors.append(ErrorCode.offset_metadata_too_large)
+            else:
+                errors.append(ErrorCode.none)
+                accepted.append((len(errors) - 1, entry))
+        if not accepted:
+            return errors
+        now = self.clock()
+        values = [CommittedOffset(e.offset, e.leader_epoch, e.metadata or "", now, -1)
+                  for _, e in accepted]
+        records = [
+            (encode_offset_key(OffsetKey(group_id, e.topic, e.partition)),
+             encode_offset_value(v.to_value()), (), now)
+            for (_, e), v in zip(accepted, values)
+        ]
+        batch = build_batch(records, producer_id=producer_id, producer_epoch=producer_epoch,
+                            transactional=True)
+        try:
+            info = await self.broker.append_durably(OFFSETS_TOPIC, self.partition_of(group_id),
+                                                    batch)
+        except Exception as exc:
+            code = _append_error_code(exc)
+            log.warning("transactional offset commit of group %r failed: %s", group_id, exc)
+            for index, _ in accepted:
+                errors[index] = code
+            return errors
+        pending = self._txn_offsets.setdefault(producer_id, [])
+        for i, ((_, entry), value) in enumerate(zip(accepted, values)):
+            pending.append((group_id, (entry.topic, entry.partition), value,
+                            info.first_offset + i))
+        return errors
+
+    def complete_txn(self, partition: int, producer_id: int, commit: bool,
+                     marker_offset: int) -> None:
+        """The transaction coordinator wrote a marker to ``__consumer_offsets-partition``."""
+        self._settle_txn(partition, producer_id, commit)
+
+    def _settle_txn(self, partition: int, producer_id: int, commit: bool) -> None:
+        pending = self._txn_offsets.get(producer_id)
+        if not pending:
+            return
+        kept = []
+        for group_id, tp, value, log_offset in pending:
+            if self.partition_of(group_id) != partition:
+                kept.append((group_id, tp, value, log_offset))
+            elif commit:
+                # the log order decides against plain commits of the same partition (Kafka)
+                self._store(group_id, tp, value, log_offset)
+        if kept:
+            self._txn_offsets[producer_id] = kept
+        else:
+            del self._txn_offsets[producer_id]
+
+    def pending_txn_partitions(self, group_id: str) -> set[TopicPartition]:
+        """Partitions of the group with an offset commit in an open transaction (OffsetFetch
+        with require_stable answers them UNSTABLE_OFFSET_COMMIT, KIP-447)."""
+        return {tp for entries in self._txn_offsets.values()
+                for g, tp, *_ in entries if g == group_id}
 
     # -- effects and timers -----------------------------------------------------------------
 

@@ -27,6 +27,7 @@ def handler_table() -> HandlerTable:
         offsets,
         produce,
         share,
+        transactions,
     )
 
     return build_table([
@@ -62,4 +63,9 @@ def handler_table() -> HandlerTable:
         share.describe_share_group_offsets,
         share.alter_share_group_offsets,
         share.delete_share_group_offsets,
+        transactions.add_partitions_to_txn,
+        transactions.add_offsets_to_txn,
+        transactions.end_txn,
+        transactions.write_txn_markers,
+        transactions.txn_offset_commit,
     ])

@@ -7,9 +7,12 @@
   ``fetch.max.bytes`` the whole response.
 - Long poll: with fewer than ``min_bytes`` available, the request sleeps until an append to
   one of its partitions (AppendNotifier) or ``max_wait_ms``, then reads again; never polls.
-- Single node: high watermark = log end offset, last stable offset = high watermark (no
-  transactions), log start offset from the log; an offset outside
-  [log start, log end] is OFFSET_OUT_OF_RANGE.
+- Single node: high watermark = log end offset; the last stable offset is the first offset
+  of the oldest open transaction (or the high watermark).  ``isolation.level=read_committed``
+  reads stop at it and carry the aborted transactions (producer id, first offset) that
+  overlap what they return, which the client drops along with the control batches;
+  read_uncommitted gets a null list.  An offset outside [log start, log end] is
+  OFFSET_OUT_OF_RANGE.
 - A partition with an error gets empty records (never null) and -1 offsets, as from Kafka:
   librdkafka cannot parse null records, and would never see the error (nor reset).
 - Fetch sessions (KIP-227): we answer session_id 0, which tells clients to keep sending full
@@ -31,6 +34,7 @@ from databus.protocol.fetch_encoding import (
     PartitionResult,
     encode_fetch_body,
 )
+from databus.protocol.records import iter_headers
 
 from ..api import RawResponse, RequestContext, handles
 from ..errors import error_code_for
@@ -54,13 +58,15 @@ def _read_partition(broker, topic: str, fetch, budget: int, first: bool, committ
     offset = fetch.fetch_offset
     if offset < start or offset > end:
         return PartitionResult(index, ErrorCode.offset_out_of_range), 0
-    # read_committed gets an empty aborted-transactions list, read_uncommitted null (Kafka)
-    result = PartitionResult(index, 0, end, end, start, () if committed else None)
+    stable = plog.last_stable_offset
+    # read_committed gets a (maybe empty) aborted-transactions list, read_uncommitted null
+    result = PartitionResult(index, 0, end, stable, start, () if committed else None)
     limit = min(fetch.partition_max_bytes, budget)
-    if offset == end or limit <= 0 and not first:
+    upper = stable if committed else end
+    if offset >= upper or limit <= 0 and not first:
         return result, 0
     try:
-        data = plog.read(offset, max(limit, 1))
+        data = plog.read(offset, max(limit, 1), max_offset=upper if committed else None)
     except Exception as exc:
         code = error_code_for(exc)
         if code is ErrorCode.unknown_server_error:
@@ -69,6 +75,12 @@ def _read_partition(broker, topic: str, fetch, budget: int, first: bool, committ
     if len(data) > limit and not first:
         return result, 0  # only the first partition with data may exceed the budget
     result.records = data
+    if committed and data:
+        last = offset
+        for _pos, h in iter_headers(data):
+            last = h.next_offset
+        result.aborted_transactions = tuple(
+            (a.producer_id, a.first_offset) for a in plog.aborted_transactions(offset, last))
     return result, len(data)
 
 

@@ -8,7 +8,8 @@ with a share group's id is INCONSISTENT_GROUP_PROTOCOL, as in Kafka.
 Thin translations between kio messages (every advertised version) and
 coordinator/service.py (the broker's ``groups``, built and started by the Broker); all group
 logic lives in coordinator/group_state.py.  This broker is
-the coordinator of every group (one node), so FindCoordinator always names itself.
+the coordinator of every group and every transactional id (one node), so FindCoordinator
+always names itself, for key type 0 (group) and 1 (transaction).
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from databus.protocol.errors import ErrorCode
 from ..api import RequestContext, handles
 
 KEY_TYPE_GROUP = 0
+KEY_TYPE_TRANSACTION = 1
 
 
 def groups_of(ctx: RequestContext) -> GroupService | None:
@@ -46,9 +48,12 @@ def _response(ctx: RequestContext, **values):
 async def find_coordinator(ctx: RequestContext, request):
     broker = ctx.broker
     key_type = getattr(request, "key_type", KEY_TYPE_GROUP)
-    if key_type != KEY_TYPE_GROUP:
-        # No transaction coordinator in this broker.
-        error, message = ErrorCode.coordinator_not_available, "transactions are not supported"
+    if key_type == KEY_TYPE_TRANSACTION:
+        loaded = broker.transactions.loaded
+        error = ErrorCode.none if loaded else ErrorCode.coordinator_load_in_progress
+        message = None
+    elif key_type != KEY_TYPE_GROUP:
+        error, message = ErrorCode.invalid_request, f"unknown coordinator key type {key_type}"
     elif groups_of(ctx) is None:
         error, message = ErrorCode.coordinator_load_in_progress, None
     else:

@@ -1,10 +1,14 @@
-"""InitProducerId (key 22): ids for idempotent producers (no transactions).
+"""InitProducerId (key 22): ids for idempotent and transactional producers.
 
-A new producer gets a fresh id (the broker's ProducerIdAllocator: unique across restarts) and epoch 0.
-A producer that presents its current id and epoch (KIP-360, v3+) gets the epoch bumped, or a
-new id when the epoch would overflow.  Transactional ids are refused with
-TRANSACTIONAL_ID_AUTHORIZATION_FAILED: this broker has no transaction coordinator, and a
-producer told so fails fast instead of retrying forever.
+Without a transactional id: a new producer gets a fresh id (the broker's
+ProducerIdAllocator: unique across restarts) and epoch 0.  A producer that presents its
+current id and epoch (KIP-360, v3+) gets the epoch bumped, or a new id when the epoch would
+overflow.
+
+With a transactional id (an empty one counts as none, as in Kafka), the transaction
+coordinator (txn/) answers: the id's producer id with its epoch bumped, which fences every
+older instance, after aborting a transaction the previous instance left open;
+INVALID_TRANSACTION_TIMEOUT past ``transaction.max.timeout.ms``.
 """
 
 from __future__ import annotations
@@ -27,13 +31,18 @@ MAX_EPOCH = 32767
 async def init_producer_id(ctx: RequestContext, request) -> object:
     fields = dict(throttle_time=datetime.timedelta(0), error_code=ErrorCode.none,
                   producer_id=-1, producer_epoch=-1)
-    if request.transactional_id is not None:
-        log.info("refusing transactional id %r from %s: transactions are not supported",
-                 request.transactional_id, ctx.client_host)
-        fields["error_code"] = ErrorCode.transactional_id_authorization_failed
-        return build(ctx.response_class(), **fields)
     producer_id = getattr(request, "producer_id", -1)
     epoch = getattr(request, "producer_epoch", -1)
+    if request.transactional_id:
+        service = ctx.broker.transactions
+        if not service.loaded:
+            fields["error_code"] = ErrorCode.coordinator_load_in_progress
+        else:
+            timeout_ms = int(request.transaction_timeout.total_seconds() * 1000)
+            error, pid, pepoch = await service.init_producer_id(
+                request.transactional_id, timeout_ms, producer_id, epoch)
+            fields.update(error_code=error, producer_id=pid, producer_epoch=pepoch)
+        return build(ctx.response_class(), **fields)
     if producer_id >= 0 and 0 <= epoch < MAX_EPOCH - 1:
         fields.update(producer_id=producer_id, producer_epoch=epoch + 1)
     else:

@@ -3,7 +3,8 @@
 By timestamp: the first record whose timestamp is >= the target (the storage engine's time
 index finds the batch, the batch is decoded to find the record), or offset -1 / timestamp -1
 when no record is that recent, as in Kafka.
-Latest is the log end offset for both isolation levels (no transactions: LSO = HW = LEO).
+Latest is the log end offset (the high watermark: one node) for read_uncommitted and the
+last stable offset (before the oldest open transaction) for read_committed, as in Kafka.
 v7's max-timestamp query (-3) is not supported, so v7 is not advertised.
 """
 
@@ -25,13 +26,17 @@ LATEST = -1
 EARLIEST = -2
 
 
-def _lookup(broker, topic: str, partition: int, timestamp: int) -> tuple[ErrorCode, int, int]:
+READ_COMMITTED = 1
+
+
+def _lookup(broker, topic: str, partition: int, timestamp: int,
+            committed: bool = False) -> tuple[ErrorCode, int, int]:
     """(error, offset, timestamp) for one partition."""
     plog = broker.get_log(topic, partition)
     if plog is None:
         return ErrorCode.unknown_topic_or_partition, -1, -1
     if timestamp == LATEST:
-        return ErrorCode.none, plog.log_end_offset, -1
+        return ErrorCode.none, plog.last_stable_offset if committed else plog.log_end_offset, -1
     if timestamp == EARLIEST:
         return ErrorCode.none, plog.log_start_offset, -1
     if timestamp < 0:
@@ -66,12 +71,13 @@ def _first_record_at_or_after(plog, batch_offset: int, timestamp: int, batch_ts:
 @handles(ApiKey.LIST_OFFSETS, 1, 6)
 async def list_offsets(ctx: RequestContext, request) -> object:
     module = ctx.response_module()
+    committed = getattr(request, "isolation_level", 0) == READ_COMMITTED
     topics = []
     for topic in request.topics:
         partitions = []
         for part in topic.partitions:
             code, offset, timestamp = _lookup(
-                ctx.broker, topic.name, part.partition_index, part.timestamp
+                ctx.broker, topic.name, part.partition_index, part.timestamp, committed
             )
             partitions.append(build(
                 module.ListOffsetsPartitionResponse,

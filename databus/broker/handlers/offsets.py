@@ -3,6 +3,8 @@
 Translations between kio messages and coordinator/service.py, which validates commits
 against the group's generation, appends them to ``__consumer_offsets`` and waits for the
 fsync before they are acknowledged (so an acknowledged commit survives kill -9).
+OffsetFetch with ``require_stable`` (v7+, KIP-447) answers a partition whose offset is part
+of an open transaction with UNSTABLE_OFFSET_COMMIT (retriable) instead of the old offset.
 """
 
 from __future__ import annotations
@@ -52,7 +54,8 @@ async def offset_commit(ctx: RequestContext, request):
     )
 
 
-def _fetch_group(service, group_id: str, topics) -> tuple[list[dict], ErrorCode]:
+def _fetch_group(service, group_id: str, topics,
+                 require_stable: bool = False) -> tuple[list[dict], ErrorCode]:
     """The response topics of one group (topics None = every committed partition)."""
     if service is None:
         return [], ErrorCode.coordinator_load_in_progress
@@ -60,6 +63,7 @@ def _fetch_group(service, group_id: str, topics) -> tuple[list[dict], ErrorCode]
     if topics is not None:
         wanted = [(t.name, p) for t in topics for p in t.partition_indexes]
     fetched = service.fetch_offsets(group_id, wanted)
+    unstable = service.pending_txn_partitions(group_id) if require_stable else set()
     by_topic: dict[str, list[dict]] = {}
     for (topic, partition), committed in fetched.items():
         by_topic.setdefault(topic, []).append({
@@ -67,7 +71,8 @@ def _fetch_group(service, group_id: str, topics) -> tuple[list[dict], ErrorCode]
             "committed_offset": committed.offset,
             "committed_leader_epoch": committed.leader_epoch,
             "metadata": committed.metadata,
-            "error_code": ErrorCode.none,
+            "error_code": (ErrorCode.unstable_offset_commit if (topic, partition) in unstable
+                           else ErrorCode.none),
         })
     return [{"name": t, "partitions": parts} for t, parts in by_topic.items()], ErrorCode.none
 
@@ -75,13 +80,14 @@ def _fetch_group(service, group_id: str, topics) -> tuple[list[dict], ErrorCode]
 @handles(ApiKey.OFFSET_FETCH, 1, 9)
 async def offset_fetch(ctx: RequestContext, request):
     service = groups_of(ctx)
+    stable = bool(getattr(request, "require_stable", False))
     if ctx.api_version >= 8:
         groups = []
         for group in request.groups:
-            topics, error = _fetch_group(service, group.group_id, group.topics)
+            topics, error = _fetch_group(service, group.group_id, group.topics, stable)
             groups.append({"group_id": group.group_id, "topics": topics, "error_code": error})
         return _response(ctx, groups=groups)
-    topics, error = _fetch_group(service, request.group_id, request.topics)
+    topics, error = _fetch_group(service, request.group_id, request.topics, stable)
     return _response(ctx, topics=topics, error_code=error)
 
 

@@ -1,0 +1,165 @@
+"""The transactional producer's client side (KIP-98, KIP-447): this module owns its state.
+
+``Producer(bootstrap, {"transactional.id": ...})`` then ``init_transactions()`` (the
+transaction coordinator's producer id and epoch: FindCoordinator key type 1, then
+InitProducerId), ``begin_transaction()``, sends (each new partition is added with
+AddPartitionsToTxn before its first record is queued), ``send_offsets_to_transaction``
+(AddOffsetsToTxn, then TxnOffsetCommit to the group's coordinator) and
+``commit_transaction()`` / ``abort_transaction()`` (flush, then EndTxn).  Retriable
+coordinator answers (CONCURRENT_TRANSACTIONS, COORDINATOR_LOAD_IN_PROGRESS, NOT_COORDINATOR)
+are retried after ``retry.backoff.ms``; PRODUCER_FENCED and the like make the producer
+unusable (``FATAL``), as in Kafka's clients.
+"""
+
+from __future__ import annotations
+
+import enum
+import logging
+from collections.abc import Mapping
+
+import trio
+
+from ..protocol.api_keys import ApiKey
+from ..protocol.types import TopicPartition
+from . import errors
+
+log = logging.getLogger(__name__)
+
+KEY_TYPE_GROUP, KEY_TYPE_TRANSACTION = 0, 1
+_RETRY_CODES = {"CONCURRENT_TRANSACTIONS", "COORDINATOR_LOAD_IN_PROGRESS",
+                "NOT_COORDINATOR", "COORDINATOR_NOT_AVAILABLE"}
+_FATAL_CODES = {"PRODUCER_FENCED", "INVALID_PRODUCER_EPOCH", "INVALID_PRODUCER_ID_MAPPING",
+                "TRANSACTIONAL_ID_AUTHORIZATION_FAILED", "INVALID_TRANSACTION_TIMEOUT"}
+
+
+class TxnState(enum.Enum):
+    UNINITIALIZED = "uninitialized"
+    READY = "ready"
+    IN_TRANSACTION = "in transaction"
+    FATAL = "fatal"
+
+
+class TransactionError(errors.KafkaError):
+    """A transactional call made in the wrong state, or the producer was fenced."""
+
+
+class TransactionManager:
+    def __init__(self, cluster, sender, config) -> None:
+        self.cluster = cluster
+        self.sender = sender
+        self.config = config
+        self.transactional_id: str = config.transactional_id
+        self.state = TxnState.UNINITIALIZED
+        self.partitions: set[TopicPartition] = set()
+        self.offsets_added = False
+        self.fatal_error: BaseException | None = None
+
+    # -- requests -----------------------------------------------------------------------
+
+    async def _coordinator(self, key: str, key_type: int) -> int:
+        response = await self._call(None, ApiKey.FIND_COORDINATOR,
+                                    {"key": key, "key_type": key_type}, "FindCoordinator")
+        node = int(response.node_id)
+        if node not in self.cluster.brokers:
+            self.cluster.register_address(node, response.host, int(response.port))
+        return node
+
+    async def _call(self, node, api_key, fields, what: str, code_of=None):
+        """One request, retried while the answer is retriable; fatal answers fence us."""
+        backoff = self.config.retry_backoff_ms / 1000
+        deadline = trio.current_time() + self.config.max_block_ms / 1000
+        while True:
+            response = await self.cluster.request(node, api_key, fields)
+            code = code_of(response) if code_of else response.error_code
+            try:
+                errors.raise_for_code(code, f"{what} of transactional id {self.transactional_id!r}")
+                return response
+            except errors.KafkaError as exc:
+                kafka_name = exc.name
+                if kafka_name in _FATAL_CODES:
+                    self.state = TxnState.FATAL
+                    self.fatal_error = exc
+                    raise
+                if kafka_name not in _RETRY_CODES and not exc.retriable:
+                    raise
+                if trio.current_time() >= deadline:
+                    raise
+                await trio.sleep(backoff)
+
+    def _check(self, *allowed: TxnState) -> None:
+        if self.state is TxnState.FATAL:
+            raise TransactionError(f"the producer is fenced or failed: {self.fatal_error}")
+        if self.state not in allowed:
+            raise TransactionError(
+                f"not allowed while the transactional producer is {self.state.value}")
+
+    # -- the API ------------------------------------------------------------------------
+
+    async def init(self) -> None:
+        self._check(TxnState.UNINITIALIZED, TxnState.READY)
+        node = await self._coordinator(self.transactional_id, KEY_TYPE_TRANSACTION)
+        response = await self._call(node, ApiKey.INIT_PRODUCER_ID, {
+            "transactional_id": self.transactional_id,
+            "transaction_timeout": self.config.transaction_timeout_ms,
+            "producer_id": -1, "producer_epoch": -1}, "InitProducerId")
+        self.sender.idempotence.set_producer_id(int(response.producer_id),
+                                                int(response.producer_epoch))
+        self.sender.acc.reset_sequences()
+        self.state = TxnState.READY
+
+    def begin(self) -> None:
+        self._check(TxnState.READY)
+        self.partitions = set()
+        self.offsets_added = False
+        self.state = TxnState.IN_TRANSACTION
+
+    async def add_partition(self, tp: TopicPartition) -> None:
+        """Before the first record of ``tp`` in this transaction is queued."""
+        self._check(TxnState.IN_TRANSACTION)
+        if tp in self.partitions:
+            return
+        state = self.sender.idempotence
+        node = await self._coordinator(self.transactional_id, KEY_TYPE_TRANSACTION)
+        await self._call(node, ApiKey.ADD_PARTITIONS_TO_TXN, {
+            "v3_and_below_transactional_id": self.transactional_id,
+            "v3_and_below_producer_id": state.producer_id,
+            "v3_and_below_producer_epoch": state.producer_epoch,
+            "v3_and_below_topics": [{"name": tp[0], "partitions": [tp[1]]}],
+        }, "AddPartitionsToTxn", code_of=lambda r: next(
+            (int(p.partition_error_code) for t in r.results_by_topic_v3_and_below
+             for p in t.results_by_partition if p.partition_error_code), 0))
+        self.partitions.add(tp)
+
+    async def send_offsets(self, offsets: Mapping[TopicPartition, int], group_id: str) -> None:
+        self._check(TxnState.IN_TRANSACTION)
+        state = self.sender.idempotence
+        node = await self._coordinator(self.transactional_id, KEY_TYPE_TRANSACTION)
+        ids = {"transactional_id": self.transactional_id, "producer_id": state.producer_id,
+               "producer_epoch": state.producer_epoch}
+        await self._call(node, ApiKey.ADD_OFFSETS_TO_TXN, {**ids, "group_id": group_id},
+                         "AddOffsetsToTxn")
+        self.offsets_added = True
+        group_node = await self._coordinator(group_id, KEY_TYPE_GROUP)
+        by_topic: dict[str, list] = {}
+        for (topic, partition), offset in offsets.items():
+            by_topic.setdefault(topic, []).append({
+                "partition_index": partition, "committed_offset": offset,
+                "committed_leader_epoch": -1, "committed_metadata": ""})
+        await self._call(group_node, ApiKey.TXN_OFFSET_COMMIT, {
+            **ids, "group_id": group_id, "generation_id": -1, "member_id": "",
+            "group_instance_id": None,
+            "topics": [{"name": t, "partitions": parts} for t, parts in by_topic.items()],
+        }, "TxnOffsetCommit", code_of=lambda r: next(
+            (int(p.error_code) for t in r.topics for p in t.partitions if p.error_code), 0))
+
+    async def end(self, commit: bool) -> None:
+        self._check(TxnState.IN_TRANSACTION)
+        state = self.sender.idempotence
+        if self.partitions or self.offsets_added:  # else the coordinator knows of nothing
+            node = await self._coordinator(self.transactional_id, KEY_TYPE_TRANSACTION)
+            await self._call(node, ApiKey.END_TXN, {
+                "transactional_id": self.transactional_id,
+                "producer_id": state.producer_id, "producer_epoch": state.producer_epoch,
+                "committed": commit}, "EndTxn")
+        self.partitions = set()
+        self.state = TxnState.READY

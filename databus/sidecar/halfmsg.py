@@ -1,0 +1,204 @@
+"""The half-message service: settles apps' transactions and runs their check-backs.
+
+The trio shell around half_core (where the scheme is described).  In every sidecar with
+``transactions.enabled``, per cluster:
+
+- a member of the consumer group ``transactions.group.id`` over ``databus-txn-half``: it
+  collects each open transaction's messages, writes them to their topics when the commit
+  record comes (idempotent producer, acks=all) or drops them on rollback, sends check
+  requests for transactions silent past ``check.ms`` and rolls back after ``max.checks``;
+  offsets are committed below the oldest open transaction, after the writes are
+  acknowledged, so a dead member's transactions are settled by the next one;
+- a reader (no group) of ``databus-txn-check`` from its end: a request for a producer group
+  one of this sidecar's apps registered for (``Checkers``) goes to that app as a ``check``
+  frame; the app answers with an end record.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import time
+
+import trio
+
+from databus.client import Admin, Consumer, KafkaError, Producer
+
+from .half_core import CHECK_TOPIC, HALF_TOPIC, ROLLBACK, HalfTracker, end_headers
+
+log = logging.getLogger("databus.sidecar.halfmsg")
+
+COMMIT_INTERVAL_S = 0.5
+
+
+def now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+class Checkers:
+    """Which app connections answer check-backs of which producer groups."""
+
+    def __init__(self) -> None:
+        self._by_group: dict[str, list] = {}
+        self._turn = itertools.count()
+
+    def register(self, connection, groups) -> None:
+        for group in groups:
+            members = self._by_group.setdefault(group, [])
+            if connection not in members:
+                members.append(connection)
+
+    def forget(self, connection) -> None:
+        for members in self._by_group.values():
+            if connection in members:
+                members.remove(connection)
+
+    def ask(self, group: str, txn: str) -> bool:
+        """Send a check to one registered app (taking turns); False when none is here."""
+        members = self._by_group.get(group)
+        if not members:
+            return False
+        members[next(self._turn) % len(members)].session.send_check(group, txn)
+        return True
+
+
+class HalfService:
+    def __init__(self, cluster: str, bootstrap: str, checkers: Checkers, *, group_id: str,
+                 check_ms: int, max_checks: int, consumer: dict | None = None,
+                 producer: dict | None = None) -> None:
+        self.cluster = cluster
+        self.bootstrap = bootstrap
+        self.checkers = checkers
+        self.group_id = group_id
+        self.check_ms = check_ms
+        self.max_checks = max_checks
+        self.consumer_settings = dict(consumer or {})
+        self.producer_settings = dict(producer or {})
+        self.tracker = HalfTracker()
+        self.committed = self.rolled_back = self.checks_sent = 0
+        self._consumer: Consumer | None = None
+        self._producer: Producer | None = None
+        self._closing = False
+        self._stop = trio.Event()
+        self._done = trio.Event()
+
+    async def stop(self) -> None:
+        self._stop.set()
+        await self._done.wait()
+
+    async def run(self, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
+        task_status.started(self)
+        try:
+            await self._run()
+        finally:
+            self._done.set()
+
+    async def _run(self) -> None:
+        try:
+            async with Admin(self.bootstrap) as admin:
+                await admin.create_topics([HALF_TOPIC, CHECK_TOPIC])
+        except (KafkaError, OSError, trio.TooSlowError) as exc:
+            log.warning("cluster %s: could not create the transaction topics (%s)",
+                        self.cluster, exc)
+        consumer_config = {"group.id": self.group_id, "enable.auto.commit": False,
+                           "auto.offset.reset": "earliest", "fetch.max.wait.ms": 100,
+                           **self.consumer_settings}
+        producer_config = {"acks": "all", "enable.idempotence": True, "linger.ms": 2,
+                           **self.producer_settings}
+        async with Producer(self.bootstrap, producer_config) as producer, \
+                Consumer(self.bootstrap, consumer_config, on_assigned=self._assigned,
+                         on_revoked=self._revoked) as consumer:
+            self._producer, self._consumer = producer, consumer
+            consumer.subscribe([HALF_TOPIC])
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(self._follow_checks)
+                log.info("half-message service for cluster %s running (group %s)",
+                         self.cluster, self.group_id)
+                try:
+                    await self._loop(consumer, producer)
+                    await self._commit(consumer, producer)
+                finally:
+                    self._closing = True
+                    nursery.cancel_scope.cancel()
+
+    async def _loop(self, consumer: Consumer, producer: Producer) -> None:
+        last_commit = last_check = trio.current_time()
+        check_every = max(self.check_ms / 4000, 0.05)
+        while not self._stop.is_set():
+            batches = await consumer.getmany(timeout=min(check_every, 0.2))
+            for tp, records in batches.items():
+                resolutions, problems = self.tracker.add(tp, records)
+                for problem in problems:
+                    log.warning("%s-%d %s", *tp, problem)
+                for resolution in resolutions:
+                    await self._settle(resolution, producer)
+            if trio.current_time() - last_check >= check_every:
+                await self._check(producer)
+                last_check = trio.current_time()
+            if trio.current_time() - last_commit >= COMMIT_INTERVAL_S:
+                await self._commit(consumer, producer)
+                last_commit = trio.current_time()
+
+    async def _settle(self, resolution, producer: Producer) -> None:
+        if not resolution.commit:
+            self.rolled_back += 1
+            log.debug("transaction %s rolled back", resolution.txn_id)
+            return
+        for message in resolution.messages:
+            try:
+                await producer.send(message.target, message.value, message.key,
+                                    message.headers, message.partition)
+            except KafkaError as exc:
+                log.error("transaction %s: a message for %s not delivered: %s",
+                          resolution.txn_id, message.target, exc)
+        self.committed += 1
+
+    async def _check(self, producer: Producer) -> None:
+        checks, rollbacks = self.tracker.due_checks(now_ms(), self.check_ms, self.max_checks)
+        for txn_id, txn in checks:
+            await producer.send(CHECK_TOPIC, txn_id.encode(), txn.group.encode())
+            self.checks_sent += 1
+        for txn_id, txn in rollbacks:
+            log.warning("transaction %s of producer group %r rolled back: no answer to %d "
+                        "checks", txn_id, txn.group, self.max_checks)
+            # The rollback is an end record like an app's: the same partition, after the
+            # transaction's messages, so every member settles it the same way.
+            await producer.send(HALF_TOPIC, ROLLBACK, None, end_headers(txn_id, txn.group),
+                                txn.tp[1])
+
+    async def _commit(self, consumer: Consumer, producer: Producer, only=None) -> None:
+        try:
+            await producer.flush()
+        except KafkaError as exc:
+            log.warning("half-message service: flush failed (%s); not committing", exc)
+            return
+        offsets = self.tracker.safe_offsets()
+        if only is not None:
+            offsets = {tp: o for tp, o in offsets.items() if tp in set(only)}
+        if offsets:
+            try:
+                await consumer.commit(offsets)
+            except KafkaError as exc:
+                log.warning("half-message service: commit failed (%s); will retry", exc)
+
+    async def _assigned(self, partitions) -> None:
+        self.tracker.assign(partitions)
+
+    async def _revoked(self, partitions) -> None:
+        if not self._closing and self._consumer is not None and self._producer is not None:
+            await self._commit(self._consumer, self._producer, partitions)
+        self.tracker.revoke(partitions)
+
+    async def _follow_checks(self) -> None:
+        """Check requests for this sidecar's apps (from the end: older ones are answered
+        or will be asked again)."""
+        async with Consumer(self.bootstrap, {"enable.auto.commit": False}) as consumer:
+            partitions = await consumer.partitions_for(CHECK_TOPIC)
+            tps = [(CHECK_TOPIC, p) for p in partitions]
+            consumer.assign(tps)
+            consumer.seek_to_end(*tps)
+            while True:
+                for record in await consumer.poll(timeout=1.0):
+                    if record.key and record.value:
+                        group = record.key.decode(errors="replace")
+                        self.checkers.ask(group, record.value.decode(errors="replace"))

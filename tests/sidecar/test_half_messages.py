@@ -1,0 +1,89 @@
+"""Transactional (half) messages with check-back, end to end: apps use
+``client.transaction(stream, check=...)`` through a real sidecar against a broker process.
+
+Committed messages reach the topic, rolled-back ones never; an app killed (SIGKILL) in the
+middle of a transaction leaves it to the check-back, answered by another app of the same
+producer group; a transaction nobody can answer for is rolled back after ``max.checks``.
+Every read ends on a message written after the others were settled, so "never" is checked
+on a read that went past them.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+
+import trio
+
+from databus import Client
+
+from .harness import broker_process, consume_all, running_sidecar, short_tmpdir, sidecar_config
+
+BROKER = {"group.initial.rebalance.delay.ms": 0}
+TXN = {"enabled": True, "check.ms": 300, "max.checks": 2}
+
+DYING_APP = textwrap.dedent("""
+    import os, signal, sys
+    from databus import Client
+    client = Client(sys.argv[1])
+    tx = client.transaction("pay", group="shop")
+    tx.send(b"decided-by-check").result(10)
+    print(tx.id, flush=True)
+    os.kill(os.getpid(), signal.SIGKILL)  # dies before commit or rollback
+""")
+
+
+def run_apps(path: str, half_service) -> tuple[str, list[str]]:
+    asked: list[str] = []
+    with Client(path) as client, Client(path) as survivor:
+        client.send("pay", b"first").result(10)
+        with client.transaction("pay") as tx:
+            tx.send(b"committed-1", key=b"k")
+            tx.send(b"committed-2", headers={"h": b"v"})
+        try:
+            with client.transaction("pay") as tx:
+                tx.send(b"rolled-back")
+                raise RuntimeError("the local transaction failed")
+        except RuntimeError:
+            pass
+        # another app of producer group "shop" answers check-backs: commit
+        survivor.transaction("pay", check=lambda txn: asked.append(txn) or True,
+                             group="shop")
+        dying = subprocess.run([sys.executable, "-c", DYING_APP, path], capture_output=True,
+                               text=True, timeout=60)
+        assert dying.returncode == -signal.SIGKILL, dying.stderr
+        txn_id = dying.stdout.strip()
+        # nobody answers for group "orphans": rolled back after max.checks
+        orphan = client.transaction("pay", group="orphans")
+        orphan.send(b"orphaned").result(10)
+        # the survivor stays until everything is settled; then a last plain message
+        deadline = time.monotonic() + 30
+        while (half_service.committed < 2 or half_service.rolled_back < 2) and (
+                time.monotonic() < deadline):
+            time.sleep(0.05)
+        client.send("pay", b"last").result(10)
+        return txn_id, asked
+
+
+async def test_commit_rollback_check_back_and_abandoned_transactions():
+    with short_tmpdir() as tmp:
+        async with broker_process(os.path.join(tmp, "data"), **BROKER) as (bootstrap, _proc):
+            config = sidecar_config(tmp, clusters={"main": {"bootstrap.servers": bootstrap}},
+                                    streams={"pay": {}}, transactions=TXN)
+            async with running_sidecar(config) as sidecar:
+                path = sidecar.addresses.socket
+                (service,) = sidecar.half_services
+                txn_id, asked = await trio.to_thread.run_sync(run_apps, path, service)
+                got = await trio.to_thread.run_sync(consume_all, bootstrap, "pay", 5, 30)
+    values = [value for _p, _o, _k, value, _h in got]
+    assert values[0] == b"first" and values[-1] == b"last", values
+    assert sorted(values[1:-1]) == [b"committed-1", b"committed-2", b"decided-by-check"]
+    assert txn_id in asked  # the survivor was asked about the dead app's transaction
+    by_value = {value: (key, headers) for _p, _o, key, value, headers in got}
+    assert by_value[b"committed-1"][0] == b"k"
+    assert by_value[b"committed-2"][1] == [("h", b"v")]  # only the app's own headers
+    assert service.rolled_back == 2 and service.committed == 2
