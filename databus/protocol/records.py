@@ -55,11 +55,13 @@ from .codecs import (  # noqa: F401  (re-exported: the codec ids belong to the b
     decompress,
 )
 from .defaults import BATCH_SIZE
+from .speedups import native as _native
 from .varint import (
     ZIGZAG_BYTES,
     ZIGZAG_ONE_BYTE,
     ZIGZAG_TABLE_SIZE,
     ZIGZAG_TWO_BYTES,
+    VarintError,
     decode_zigzag,
     encode_zigzag,
 )
@@ -434,6 +436,27 @@ class BatchBuilder:
         varlong); returns the index of the first not appended (``len(records)`` when all
         were).  The one encoder: ``append`` is a run of one, and the producer's and the
         sidecar's bulk paths append whole runs in this single loop."""
+        if _native is None:
+            return self._append_many_py(records, start)
+        # The C loop (speedups.py) encodes the run into one chunk; it stops early, handled
+        # False, at a record it leaves to this Python loop (a timestamp beyond int64, a key
+        # that is not bytes, headers that are not (str, bytes | None) pairs): the rules for
+        # such records live only here.
+        try:
+            stop, size, count, od, base_ts, max_ts, chunk, handled = _native.encode_records(
+                records, start, self.batch_size, self._size, self._count, self._last_delta,
+                self._base_ts, self._max_ts,
+            )
+        except OverflowError:  # a state beyond int64 (a first timestamp the header refuses)
+            return self._append_many_py(records, start)
+        if chunk is not None:
+            self._parts.append(chunk)
+            self._size, self._count, self._last_delta = size, count, od
+            self._base_ts, self._max_ts = base_ts, max_ts
+            self._payload = None
+        return stop if handled else self._append_many_py(records, stop)
+
+    def _append_many_py(self, records, start: int) -> int:
         zz = ZIGZAG_BYTES
         limit = ZIGZAG_TABLE_SIZE
         parts = self._parts
@@ -615,7 +638,7 @@ def _corrupt(batch_pos: int, detail: str) -> CorruptRecordError:
     return CorruptRecordError(f"batch at byte {batch_pos}: {detail}")
 
 
-def _decode_payload(data: bytes, h: BatchHeader, batch_pos: int) -> list[Record]:
+def _decode_payload_py(data: bytes, h: BatchHeader, batch_pos: int) -> list[Record]:
     # Each varint read is inlined (one-byte and two-byte forms, then the general decoder):
     # a function call per field would double the cost of decoding a record.
     one = ZIGZAG_ONE_BYTE
@@ -767,6 +790,80 @@ def decode_records(
     return _decode_batch(buf, pos, verify_crc, _decode_payload)
 
 
+def _log_append_ts(h: BatchHeader) -> int | None:
+    return h.max_timestamp if h.attributes & ATTR_TIMESTAMP_TYPE else None
+
+
+def _decode_payload(data: bytes, h: BatchHeader, batch_pos: int) -> list[Record]:
+    # _native is read per batch (not bound once) so that tests can run both implementations
+    if _native is None:
+        return _decode_payload_py(data, h, batch_pos)
+    return _native.decode_records(
+        data, h.base_offset, h.base_timestamp, _log_append_ts(h), h.records_count, batch_pos
+    )
+
+
+def decode_consumer_records(
+    buf, pos: int, cls: type, topic: str, partition: int, min_offset: int, *,
+    verify_crc: bool = True,
+) -> tuple[BatchHeader, list]:
+    """The batch at ``pos`` as the consumer hands it out: its records at or after
+    ``min_offset`` as ``cls(topic, partition, offset, timestamp, timestamp_type, key, value,
+    headers)`` tuples (``cls`` a tuple subclass, built without calling its ``__new__``).
+
+    Checked and decompressed as ``decode_records``, with the same errors; one object per
+    record instead of a Record and then the consumer's own.
+    """
+    def payload(data: bytes, h: BatchHeader, batch_pos: int) -> list:
+        if _native is not None:
+            return _native.decode_consumer(
+                data, h.base_offset, h.base_timestamp, _log_append_ts(h), h.records_count,
+                batch_pos, cls, topic, partition, h.timestamp_type, min_offset,
+            )
+        ts_type = h.timestamp_type
+        new = _tuple_new
+        return [
+            new(cls, (topic, partition, r[0], r[1], ts_type, r[2], r[3], r[4]))
+            for r in _decode_payload_py(data, h, batch_pos) if r[0] >= min_offset
+        ]
+
+    return _decode_batch(buf, pos, verify_crc, payload)
+
+
+def decode_columns(
+    buf, pos: int, lo: int, hi: int, columns: tuple[list, list, list, list, list], *,
+    verify_crc: bool = True,
+) -> tuple[BatchHeader, int]:
+    """Append the records of the batch at ``pos`` with ``lo <= offset < hi``, field by field,
+    to ``columns`` (offsets, timestamps, keys, values, headers lists): records straight to
+    the column lists an Arrow table is built from, with no object per record.
+
+    Returns the header and how many records were appended.  Checked and decompressed as
+    ``decode_records``, with the same errors; after an error the lists are as they were.
+    """
+    sizes = [len(column) for column in columns]
+
+    def payload(data: bytes, h: BatchHeader, batch_pos: int) -> None:
+        if _native is not None:
+            _native.decode_columns(
+                data, h.base_offset, h.base_timestamp, _log_append_ts(h), h.records_count,
+                batch_pos, lo, hi, *columns,
+            )
+            return
+        records = [r for r in _decode_payload_py(data, h, batch_pos) if lo <= r[0] < hi]
+        if records:
+            for column, values in zip(columns, zip(*records)):
+                column += values
+
+    try:
+        h, _ = _decode_batch(buf, pos, verify_crc, payload)
+    except BaseException:
+        for column, size in zip(columns, sizes):
+            del column[size:]
+        raise
+    return h, len(columns[0]) - sizes[0]
+
+
 def keyless_records(buf, pos: int = 0, *, verify_crc: bool = True) -> list[int]:
     """The indexes (in the batch) of the records without a key in the batch at ``pos``.
 
@@ -868,3 +965,7 @@ def control_record_type(key: bytes | None) -> int:
 
 def control_type_name(kind: int) -> str:
     return _CONTROL_TYPE_NAMES.get(kind, f"UNKNOWN({kind})")
+
+
+if _native is not None:
+    _native.configure(Record, CorruptRecordError, VarintError)
