@@ -4,8 +4,9 @@ The fetch loop sends one Fetch per partition leader for every assigned, unpaused
 that has a position, no buffered records and no fetch in flight; the broker holds the
 request up to ``fetch.max.wait.ms`` until ``fetch.min.bytes`` are there (long poll), and
 returns at most ``max.partition.fetch.bytes`` per partition / ``fetch.max.bytes`` in all.
-Responses are decoded right away (records.decode_batches: CRC checked when ``check.crcs``,
-all four codecs) into a per-partition buffer, so the next poll() finds records ready while the
+Responses are decoded right away, a batch at a time (records.decode_consumer_records, in C
+when the extension is built: CRC checked when ``check.crcs``, all four codecs), into a
+per-partition buffer, so the next poll() finds records ready while the
 next fetch is already on the wire: that is the prefetch.
 
 Decoding rules, as Kafka's consumers: records before the fetch offset inside the first batch
@@ -29,6 +30,7 @@ from ..protocol.records import (
     CONTROL_ABORT,
     CorruptRecordError,
     control_record_type,
+    decode_consumer_records,
     decode_records,
     iter_headers,
 )
@@ -101,18 +103,11 @@ def decode_fetched(
             continue
         if h.is_transactional and h.producer_id in active_aborted:
             continue
-        _, records = decode_records(data, pos, verify_crc=check_crcs)
-        ts_type = h.timestamp_type
-        # Per record: one tuple built directly (Record is (offset, timestamp, key, value,
-        # headers)); the NamedTuple constructor would cost as much again.
-        new, cls = tuple.__new__, ConsumerRecord
-        if h.base_offset >= fetch_offset:
-            out += [new(cls, (topic, partition, r[0], r[1], ts_type, r[2], r[3], r[4])) for r in records]
-        else:  # the first batch: skip the records before the fetch offset
-            out += [
-                new(cls, (topic, partition, r[0], r[1], ts_type, r[2], r[3], r[4]))
-                for r in records if r[0] >= fetch_offset
-            ]
+        # A batch at a time, straight to ConsumerRecords (one object per record; the records
+        # before the fetch offset in the first batch are skipped by the decoder)
+        out += decode_consumer_records(
+            data, pos, ConsumerRecord, topic, partition, fetch_offset, verify_crc=check_crcs
+        )[1]
     return out, next_offset
 
 
