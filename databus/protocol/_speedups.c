@@ -244,10 +244,13 @@ decode_headers(const uint8_t *buf, i128 end, i128 *pos, Py_ssize_t batch_pos, Py
             Py_XDECREF(pair);
             goto fail;
         }
+        PyObject_GC_UnTrack(pair); /* str and bytes: no cycle possible (see emit) */
         Py_DECREF(pair);
     }
     PyObject *out = PyList_AsTuple(list);
     Py_DECREF(list);
+    if (out != NULL)
+        PyObject_GC_UnTrack(out);
     return out;
 fail:
     Py_DECREF(list);
@@ -266,6 +269,7 @@ typedef struct {
     PyObject *ts_type;   /* OUT_CONSUMER */
     PyObject *columns[5];/* OUT_COLUMNS: offsets, timestamps, keys, values, headers */
     i128 lo, hi;         /* OUT_CONSUMER, OUT_COLUMNS: keep lo <= offset < hi */
+    int atomic_prefix;   /* topic, partition and ts_type are str/int: the tuple may be untracked */
 } Sink;
 
 static PyObject *
@@ -315,6 +319,12 @@ emit(Sink *sink, i128 offset, PyObject *ts, PyObject *key, PyObject *value, PyOb
         for (int i = 0; i < 8; i++)
             PyTuple_SET_ITEM(item, i, fields[i]);
     }
+    /* The tuple holds only ints, bytes, None, str and untracked header tuples, so it can
+     * be in no reference cycle: untracked now, the cyclic GC never walks it (CPython
+     * untracks such tuples itself, but only once a collection has walked them; a Fetch
+     * of 100k records would otherwise trigger over a hundred collections walking them all). */
+    if (sink->atomic_prefix)
+        PyObject_GC_UnTrack(item);
     /* the tuple owns them now */
     off = ts = key = value = headers = NULL;
     rc = PyList_Append(sink->list, item);
@@ -343,6 +353,10 @@ decode_payload(const uint8_t *buf, Py_ssize_t size, long long base_offset, long 
 {
     i128 end = size, pos = 0;
     int64_t length, tsd, od, n;
+    if (log_append_ts != Py_None && !PyLong_CheckExact(log_append_ts)) {
+        PyErr_SetString(PyExc_TypeError, "log_append_ts must be an int or None");
+        return -1;
+    }
     for (long long index = 0; index < count; index++) {
         if (read_varint(buf, end, &pos, &length) < 0)
             return -1;
@@ -495,7 +509,7 @@ py_decode_records(PyObject *self, PyObject *args)
     if (!PyArg_ParseTuple(args, "y*LLOLn", &data, &base_offset, &base_ts, &log_append_ts, &count,
                           &batch_pos))
         return NULL;
-    Sink sink = {.mode = OUT_RECORDS};
+    Sink sink = {.mode = OUT_RECORDS, .atomic_prefix = 1};
     sink.list = PyList_New(0);
     if (sink.list == NULL ||
         decode_payload(data.buf, data.len, base_offset, base_ts, log_append_ts, count, batch_pos,
@@ -533,6 +547,8 @@ py_decode_consumer(PyObject *self, PyObject *args)
         return NULL;
     }
     sink.hi = (i128)1 << 100;
+    sink.atomic_prefix = PyUnicode_CheckExact(sink.topic) && PyLong_CheckExact(sink.partition) &&
+                         PyLong_CheckExact(sink.ts_type);
     if (parse_i128(min_offset, &sink.lo) < 0) {
         PyBuffer_Release(&data);
         return NULL;
