@@ -341,3 +341,37 @@ def test_header_namedtuple_is_unchanged():
     assert ConsumerRecord._fields == ("topic", "partition", "offset", "timestamp",
                                       "timestamp_type", "key", "value", "headers")
     assert BatchHeader._fields[-1] == "records_count"
+
+
+def test_this_process_runs_what_the_environment_says():
+    """Run by the subset below (and by `make test-pure`) with DATABUS_PURE_PYTHON=1."""
+    forced = os.environ.get("DATABUS_PURE_PYTHON", "") not in ("", "0")
+    assert (records._native is None) == (forced or _speedups is None)
+    assert (partitioners.murmur2 is partitioners.murmur2_py) == (records._native is None)
+
+
+# The parts whose code paths change with the extension, run again on the pure-Python code.
+# The whole suite twice would not fit the suite's time budget: `make test-pure` runs all of
+# it on the fallback (docs/architecture.md).
+PURE_SUBSET = [
+    "tests/protocol/test_speedups.py::test_this_process_runs_what_the_environment_says",
+    "tests/protocol/test_records.py",
+    "tests/protocol/test_records_varint.py",
+    "tests/client/test_partitioners.py",
+    "tests/client/test_accumulator.py",
+    "tests/client/test_fetcher.py",
+    "tests/sidecar/test_session.py",
+    "tests/sidecar/test_wire.py",
+]
+
+
+@needs_ext
+def test_a_subset_of_the_suite_passes_on_the_pure_python_code():
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    env = dict(os.environ, DATABUS_PURE_PYTHON="1")
+    run = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider", *PURE_SUBSET],
+        cwd=root, env=env, capture_output=True, text=True,
+    )
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+    assert " passed" in run.stdout and "skipped" not in run.stdout.splitlines()[-1]
