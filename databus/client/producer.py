@@ -153,6 +153,11 @@ class DeliveryFuture:
         return f"<DeliveryFuture {self.topic}-{self.partition} {state!r}>"
 
 
+def _now_ms() -> float:
+    """trio's clock in ms: the accumulator's clock, read when it starts a batch."""
+    return trio.current_time() * 1000.0
+
+
 def _run_callback(callback: Callable, future: DeliveryFuture) -> None:
     # A failing application callback must not take the sender (and every other delivery)
     # down with it: log it, as Kafka's producer does.
@@ -301,9 +306,11 @@ class Producer:
                 f"record of about {size} bytes exceeds max.request.size={cfg.max_request_size} "
                 f"or buffer.memory={cfg.buffer_memory}"
             )
-        now = trio.current_time()
+        # The clock is read only when waiting or starting a batch: not per record.
+        now = None
         partitions = self._cluster.partitions_for(topic)
         if partitions is None:
+            now = trio.current_time()  # max.block.ms counts from here (metadata + room)
             partitions = await self._cluster.wait_for_topic(topic, cfg.max_block_ms / 1000)
         if partition is None:
             partition = partitions[self._partitioner(topic, key, value, len(partitions))]
@@ -313,12 +320,15 @@ class Producer:
                 f"(it has {len(partitions)} partitions)"
             )
         if not self._accumulator.has_room(size):
-            now = await self._wait_for_room(size, now, topic)
+            now = await self._wait_for_room(
+                size, trio.current_time() if now is None else now, topic
+            )
         if timestamp_ms is None:
             timestamp_ms = int(time.time() * 1000)
         future = DeliveryFuture(topic, partition, timestamp_ms)
         await self._queue(
-            topic, partition, ((timestamp_ms, key, value, headers),), future, now * 1000.0
+            topic, partition, ((timestamp_ms, key, value, headers),), future,
+            _now_ms if now is None else now * 1000.0,
         )
         return future
 
@@ -366,7 +376,7 @@ class Producer:
         if self._sender.fatal is not None:
             raise self._sender.fatal
 
-    async def _queue(self, topic, partition, records, sink, now_ms: float) -> None:
+    async def _queue(self, topic, partition, records, sink, now_ms) -> None:
         if not records:
             return
         if self._incomplete == 0:
