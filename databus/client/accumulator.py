@@ -172,6 +172,17 @@ class RecordAccumulator:
         if dq is None:
             dq = self.batches[tp] = collections.deque()
         batch = dq[-1] if dq and not dq[-1].closed else None
+        if end == 1 and batch is not None:
+            # Producer.send's case, once per record: one record joining the open batch
+            builder = batch.builder
+            index = builder.record_count
+            if builder.append_many(records):
+                batch.segments.append((sink, 0, 1, index))
+                self._account(batch)
+                if builder.uncompressed_size >= self.batch_size:
+                    self._close(batch)
+                    return True
+                return False
         changed = batch is None
         if batch is None:
             if callable(now_ms):
