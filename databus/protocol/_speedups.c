@@ -524,8 +524,9 @@ py_decode_records(PyObject *self, PyObject *args)
 PyDoc_STRVAR(decode_consumer_doc,
 "decode_consumer(data, base_offset, base_ts, log_append_ts, count, batch_pos, cls, topic,\n"
 "                partition, ts_type, min_offset) -> list\n\n"
-"The records at or after min_offset as cls(topic, partition, offset, timestamp, ts_type,\n"
-"key, value, headers) tuples: the consumer's records without the Record step.");
+"The records at or after min_offset (all of them when it is None) as cls(topic,\n"
+"partition, offset, timestamp, ts_type, key, value, headers) tuples: the consumer's\n"
+"records without the Record step.");
 
 static PyObject *
 py_decode_consumer(PyObject *self, PyObject *args)
@@ -547,12 +548,14 @@ py_decode_consumer(PyObject *self, PyObject *args)
         return NULL;
     }
     sink.hi = (i128)1 << 100;
-    sink.atomic_prefix = PyUnicode_CheckExact(sink.topic) && PyLong_CheckExact(sink.partition) &&
-                         PyLong_CheckExact(sink.ts_type);
-    if (parse_i128(min_offset, &sink.lo) < 0) {
+    if (min_offset == Py_None) /* the whole batch, as the Python code takes it */
+        sink.lo = -((i128)1 << 100);
+    else if (parse_i128(min_offset, &sink.lo) < 0) {
         PyBuffer_Release(&data);
         return NULL;
     }
+    sink.atomic_prefix = PyUnicode_CheckExact(sink.topic) && PyLong_CheckExact(sink.partition) &&
+                         PyLong_CheckExact(sink.ts_type);
     sink.list = PyList_New(0);
     if (sink.list == NULL ||
         decode_payload(data.buf, data.len, base_offset, base_ts, log_append_ts, count, batch_pos,

@@ -430,18 +430,12 @@ class BatchBuilder:
         self._last_delta = previous
         return False
 
-    def append_many(self, records, start: int = 0) -> int:
-        """Encode ``records[start:]`` (``(timestamp, key, value, headers)`` tuples, payloads
-        bytes or None) until one does not fit (``batch_size``, or a timestamp delta beyond a
-        varlong); returns the index of the first not appended (``len(records)`` when all
-        were).  The one encoder: ``append`` is a run of one, and the producer's and the
-        sidecar's bulk paths append whole runs in this single loop."""
-        if _native is None:
-            return self._append_many_py(records, start)
-        # The C loop (speedups.py) encodes the run into one chunk; it stops early, handled
-        # False, at a record it leaves to this Python loop (a timestamp beyond int64, a key
-        # that is not bytes, headers that are not (str, bytes | None) pairs): the rules for
-        # such records live only here.
+    def _append_many_c(self, records, start: int = 0) -> int:
+        # append_many when the C extension is in use (use_native binds it).  The C loop
+        # encodes the run into one chunk; it stops early, handled False, at a record it
+        # leaves to the Python loop (a timestamp beyond int64, a key that is not bytes,
+        # headers that are not (str, bytes | None) pairs): the rules for such records live
+        # only there.
         try:
             stop, size, count, od, base_ts, max_ts, chunk, handled = _native.encode_records(
                 records, start, self.batch_size, self._size, self._count, self._last_delta,
@@ -456,7 +450,13 @@ class BatchBuilder:
             self._payload = None
         return stop if handled else self._append_many_py(records, stop)
 
-    def _append_many_py(self, records, start: int) -> int:
+    def append_many(self, records, start: int = 0) -> int:
+        """Encode ``records[start:]`` (``(timestamp, key, value, headers)`` tuples, payloads
+        bytes or None) until one does not fit (``batch_size``, or a timestamp delta beyond a
+        varlong); returns the index of the first not appended (``len(records)`` when all
+        were).  The one encoder: ``append`` is a run of one, and the producer's and the
+        sidecar's bulk paths append whole runs in this single loop.  (With the C extension
+        this name is bound to ``_append_many_c``, which falls back to this loop.)"""
         zz = ZIGZAG_BYTES
         limit = ZIGZAG_TABLE_SIZE
         parts = self._parts
@@ -808,7 +808,7 @@ def decode_consumer_records(
     verify_crc: bool = True,
 ) -> tuple[BatchHeader, list]:
     """The batch at ``pos`` as the consumer hands it out: its records at or after
-    ``min_offset`` as ``cls(topic, partition, offset, timestamp, timestamp_type, key, value,
+    ``min_offset`` (all of a batch whose base offset is) as ``cls(topic, partition, offset, timestamp, timestamp_type, key, value,
     headers)`` tuples (``cls`` a tuple subclass, built without calling its ``__new__``).
 
     Checked and decompressed as ``decode_records``, with the same errors; one object per
@@ -818,13 +818,18 @@ def decode_consumer_records(
         if _native is not None:
             return _native.decode_consumer(
                 data, h.base_offset, h.base_timestamp, _log_append_ts(h), h.records_count,
-                batch_pos, cls, topic, partition, h.timestamp_type, min_offset,
+                batch_pos, cls, topic, partition, h.timestamp_type,
+                None if h.base_offset >= min_offset else min_offset,
             )
         ts_type = h.timestamp_type
         new = _tuple_new
+        records = _decode_payload_py(data, h, batch_pos)
+        if h.base_offset >= min_offset:  # all of them: no test per record
+            return [new(cls, (topic, partition, r[0], r[1], ts_type, r[2], r[3], r[4]))
+                    for r in records]
         return [
             new(cls, (topic, partition, r[0], r[1], ts_type, r[2], r[3], r[4]))
-            for r in _decode_payload_py(data, h, batch_pos) if r[0] >= min_offset
+            for r in records if r[0] >= min_offset
         ]
 
     return _decode_batch(buf, pos, verify_crc, payload)
@@ -967,5 +972,18 @@ def control_type_name(kind: int) -> str:
     return _CONTROL_TYPE_NAMES.get(kind, f"UNKNOWN({kind})")
 
 
-if _native is not None:
-    _native.configure(Record, CorruptRecordError, VarintError)
+def use_native(module) -> None:
+    """Run the record kernels on ``module`` (the C extension, speedups.native) or on the
+    pure-Python code (None).  Chosen once at import; tests call it to run both."""
+    global _native
+    _native = module
+    if module is not None:
+        module.configure(Record, CorruptRecordError, VarintError)
+    # bound on the class: no per-call test of which implementation runs
+    BatchBuilder.append_many = (  # type: ignore[method-assign]
+        BatchBuilder._append_many_py if module is None else BatchBuilder._append_many_c
+    )
+
+
+BatchBuilder._append_many_py = BatchBuilder.append_many  # type: ignore[attr-defined]
+use_native(_native)

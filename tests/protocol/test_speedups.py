@@ -1,7 +1,7 @@
 """The C extension (databus.protocol._speedups) against its pure-Python twin.
 
-Both implementations run in this one process: ``records._native`` is what the record code
-reads per call, so each check runs a kernel with it set to the extension and to None (the
+Both implementations run in this one process: ``records.use_native`` switches the record
+code between them, so each check runs a kernel on the extension and on None (the
 pure-Python code) and compares byte-for-byte encodings, equal decoded objects, and for
 malformed input the same exception type and message (the C code must never crash on
 hostile bytes: random and mutated payloads go through it here).
@@ -85,13 +85,13 @@ def run_both(fn):
     saved = records._native
     try:
         for impl in (_speedups, None):
-            records._native = impl
+            records.use_native(impl)
             try:
                 outcomes.append(("ok", fn()))
             except Exception as exc:  # noqa: BLE001 - the comparison is the point
                 outcomes.append((type(exc), str(exc)))
     finally:
-        records._native = saved
+        records.use_native(saved)
     return outcomes
 
 
