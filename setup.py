@@ -26,6 +26,8 @@ for directory, name in RENAMED.items():
 class OptionalBuildExt(build_ext):
     """build_ext that reports a failed compile and goes on without the extension."""
 
+    failed = False
+
     def run(self):
         try:
             super().run()
@@ -38,10 +40,15 @@ class OptionalBuildExt(build_ext):
         except Exception as exc:  # noqa: BLE001
             self._skip(exc)
 
-    @staticmethod
-    def _skip(exc):
-        print(f"WARNING: the C extension was not built ({exc}); databus runs its pure-Python "
-              "code, which is slower", file=sys.stderr)
+    def copy_extensions_to_source(self):
+        if not self.failed:  # an editable install copies the built module: none to copy
+            super().copy_extensions_to_source()
+
+    def _skip(self, exc):
+        if not self.failed:
+            self.failed = True
+            print(f"WARNING: the C extension was not built ({exc}); databus runs its "
+                  "pure-Python code, which is slower", file=sys.stderr)
 
 
 extensions = []
