@@ -437,7 +437,7 @@ class BatchBuilder:
         # headers that are not (str, bytes | None) pairs): the rules for such records live
         # only there.
         try:
-            stop, size, count, od, base_ts, max_ts, chunk, handled = _native.encode_records(
+            stop, size, count, od, base_ts, max_ts, chunk, handled = _native.encode_records(  # type: ignore[union-attr]
                 records, start, self.batch_size, self._size, self._count, self._last_delta,
                 self._base_ts, self._max_ts,
             )
@@ -515,6 +515,8 @@ class BatchBuilder:
         if i < end and not count and type(records[i][0]) is not int:
             self.append(*records[i])  # raises the TypeError naming the problem
         return i
+
+    _append_many_py = append_many  # the pure-Python loop, whichever append_many is bound
 
     def build(self, last_offset_delta: int | None = None) -> bytes:
         """The finished batch.  ``last_offset_delta`` overrides the last record's (the
@@ -985,5 +987,4 @@ def use_native(module) -> None:
     )
 
 
-BatchBuilder._append_many_py = BatchBuilder.append_many  # type: ignore[attr-defined]
 use_native(_native)
