@@ -3,19 +3,22 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: run test install install-test lint clean browser
+.PHONY: run test test-pure install install-test lint clean browser
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 
-# The stamp files make re-runs instant; pyproject.toml changes re-install.
-$(VENV)/.installed: pyproject.toml | $(BIN)/python
+# The stamp files make re-runs instant; a change to the packaging or to the C extension's
+# source re-installs (an editable install builds the extension once, in place).
+BUILD_INPUTS := pyproject.toml setup.py databus/protocol/_speedups.c
+
+$(VENV)/.installed: $(BUILD_INPUTS) | $(BIN)/python
 	$(BIN)/python -m pip install --quiet -e .
 	touch $@
 
 # The tests include the Spark data source's, so the test install carries the spark extra.
-$(VENV)/.installed-test: pyproject.toml | $(BIN)/python
+$(VENV)/.installed-test: $(BUILD_INPUTS) | $(BIN)/python
 	$(BIN)/python -m pip install --quiet -e '.[test,spark]'
 	touch $@ $(VENV)/.installed
 
@@ -36,6 +39,11 @@ browser:
 test: install-test browser
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 
+# The whole suite on the pure-Python code instead of the C extension (databus/protocol/
+# speedups.py).  `make test` runs only a subset that way: both would not fit its time budget.
+test-pure: install-test
+	DATABUS_PURE_PYTHON=1 $(BIN)/python -m pytest $(PYTEST_ARGS)
+
 # ruff's rules and mypy's files are in pyproject.toml; the import rules are a test
 # (tests/test_layering.py), so `make test` checks those.
 lint: install-test
@@ -43,4 +51,4 @@ lint: install-test
 	$(BIN)/mypy
 
 clean:
-	rm -rf $(VENV) .pytest_cache build *.egg-info
+	rm -rf $(VENV) .pytest_cache build *.egg-info databus/protocol/_speedups.*.so

@@ -2,9 +2,8 @@
 
 Spark checks Arrow batches against the declared schema type by type: timestamps must be
 ``timestamp[us, UTC]`` and INT columns int32, or the task fails with
-DATA_SOURCE_RETURN_SCHEMA_MISMATCH.  Columns are built from the decoded records with one
-C-level transpose (``zip(*records)``) and one ``pa.array`` per column; no per-record Python
-beyond the decoder's own.
+DATA_SOURCE_RETURN_SCHEMA_MISMATCH.  Columns are built from the column lists the decoder
+fills (records.decode_columns), one ``pa.array`` per column; no per-record Python.
 """
 
 from __future__ import annotations
@@ -42,14 +41,14 @@ def arrow_schema(include_headers: bool) -> pa.Schema:
     return pa.schema(fields)
 
 
-def record_batch(topic: str, partition: int, records: Sequence, types: Sequence[int],
+def record_batch(topic: str, partition: int, columns: Sequence[Sequence], types: Sequence[int],
                  include_headers: bool) -> pa.RecordBatch:
     """Records of one partition -> a RecordBatch in the Kafka source's schema.
 
-    ``records`` are decode_records' tuples (offset, timestamp ms, key, value, headers);
-    ``types`` the timestamp type of each (0 CreateTime, 1 LogAppendTime)."""
-    n = len(records)
-    offsets, stamps, keys, values, headers = zip(*records)
+    ``columns`` are records.decode_columns' lists (offsets, timestamps ms, keys, values,
+    headers); ``types`` the timestamp type of each record (0 CreateTime, 1 LogAppendTime)."""
+    n = len(types)
+    offsets, stamps, keys, values, headers = columns
     ms = pa.array(stamps, pa.int64())
     columns = [
         pa.array(keys, pa.binary()),

@@ -36,7 +36,7 @@ from databus.client import (
     list_offsets,
 )
 from databus.protocol.api_keys import ApiKey
-from databus.protocol.records import CorruptRecordError, decode_records, iter_headers
+from databus.protocol.records import CorruptRecordError, decode_columns, iter_headers
 
 from .options import OptionError, SourceOptions, TopicPartition
 from .planning import DataLossError, OffsetRange
@@ -161,9 +161,10 @@ async def _lookup(admin: Admin, req: Mapping[TopicPartition, int], earliest, lat
 
 # -- executor: one range ---------------------------------------------------------------------
 
-# A chunk of one partition's records: Record tuples (offset, timestamp ms, key, value,
-# headers) as records.decode_records makes them, and the timestamp type of each.
-Chunk = tuple[list[tuple], list[int]]
+# A chunk of one partition's records, as columns: (offsets, timestamps ms, keys, values,
+# headers) lists as records.decode_columns fills them, and the timestamp type of each record.
+Columns = tuple[list, list, list, list, list]
+Chunk = tuple[Columns, list[int]]
 _DONE = object()
 
 
@@ -179,8 +180,8 @@ def fetch_range(
 
     A thread runs the fetches (trio, our client's Cluster) and hands over the raw record
     bytes; this thread decodes them (every codec, CRCs checked with check.crcs) while the next
-    Fetch is on the wire.  Records are decoded once, straight into the tuples the Arrow
-    columns are built from (no per-record consumer object).
+    Fetch is on the wire.  Records are decoded a batch at a time straight into the column
+    lists the Arrow arrays are built from (no object per record).
 
     Offsets missing inside the range (compaction, transaction markers) are not data loss.
     Records gone to retention before or while reading, or a partition now ending before
@@ -242,19 +243,16 @@ def no_cyclic_gc():
 
 
 def _decode(blob: bytes, fetch_offset: int, end: int, verify_crc: bool) -> Chunk:
-    records: list[tuple] = []
+    columns: Columns = ([], [], [], [], [])
     types: list[int] = []
     for pos, h in iter_headers(blob):
         if h.next_offset <= fetch_offset or h.is_control:
             continue
         if h.base_offset >= end:
             break
-        _, batch = decode_records(blob, pos, verify_crc=verify_crc)
-        if h.base_offset < fetch_offset or h.last_offset >= end:
-            batch = [r for r in batch if fetch_offset <= r[0] < end]
-        records += batch
-        types += [h.timestamp_type] * len(batch)
-    return records, types
+        _, appended = decode_columns(blob, pos, fetch_offset, end, columns, verify_crc=verify_crc)
+        types += [h.timestamp_type] * appended
+    return columns, types
 
 
 def _fetch_thread(bootstrap, config, rng, fail_on_data_loss, poll_timeout_ms, chunks, stop):
@@ -392,7 +390,9 @@ def _consumer_range(bootstrap, config, rng, fail_on_data_loss, poll_timeout_ms) 
             if records:
                 position = records[-1].offset + 1
                 deadline = time.monotonic() + poll_timeout_ms / 1000
-                yield ([(r.offset, r.timestamp, r.key, r.value, r.headers) for r in records],
+                yield (([r.offset for r in records], [r.timestamp for r in records],
+                        [r.key for r in records], [r.value for r in records],
+                        [r.headers for r in records]),
                        [r.timestamp_type for r in records])
                 continue
             position = max(position, consumer.position(tp))

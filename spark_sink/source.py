@@ -75,15 +75,15 @@ def _read(opts: SourceOptions, partition: InputPartition) -> Iterator:
     if rng is None:  # Spark's stand-in partition for an empty plan
         return
     config = cluster.consumer_config(opts.kafka)
-    for records, types in cluster.fetch_range(
+    for columns, types in cluster.fetch_range(
         opts.bootstrap_servers, config, rng,
         fail_on_data_loss=opts.fail_on_data_loss, poll_timeout_ms=opts.poll_timeout_ms,
     ):
-        if records:
+        if types:
             with cluster.no_cyclic_gc():
-                batch = arrow.record_batch(rng.topic, rng.partition, records, types,
+                batch = arrow.record_batch(rng.topic, rng.partition, columns, types,
                                            opts.include_headers)
-            del records, types  # freed by reference counting, before Spark asks for more
+            del columns, types  # freed by reference counting, before Spark asks for more
             yield batch
 
 

@@ -1,27 +1,31 @@
-"""``databus bench client-consume``: our trio consumer beside librdkafka, on the same broker.
+"""``databus bench client-consume``: our trio consumer beside librdkafka, aiokafka and
+kafka-python, on the same broker.
 
 Fills a topic with ``--records`` values (librdkafka producer), then each client reads all of
 it from the beginning with manual assignment (no group): librdkafka's ``consume()`` in
-batches, ours with ``getmany``.  Records/s of the read alone, and ours / librdkafka's.
-Without confluent-kafka the fill is written by databus's producer and librdkafka's row is
-printed as skipped with the command that installs it.  The topic is deleted after the run
-unless ``--keep-topic``.
+batches, aiokafka's and ours ``getmany``, kafka-python's ``poll``.  Records/s of the read
+alone, and the ratios to librdkafka's and aiokafka's.  Ours runs twice, each in a child
+process: with the C extension and with the pure-Python code (peers.py).  A client that is
+not installed gets a skipped row (without confluent-kafka the fill is written by databus's
+producer).  ``--rounds N`` repeats the reads, clients alternating, keeping each one's best.
+The topic is deleted after the run unless ``--keep-topic``.
 """
 
 from __future__ import annotations
 
 import time
 
-from .client_produce import print_ratios
-from .consume import consume_all
-from .produce import (
-    Result,
-    add_bench_options,
-    bench_topic,
-    broker_for,
-    fill_topic,
-    librdkafka_missing,
+from .client_produce import (
+    AIOKAFKA,
+    CLIENTS,
+    KAFKA_PYTHON,
+    LIBRDKAFKA,
+    OURS_C,
+    OURS_PURE,
+    client_rows,
 )
+from .consume import consume_all
+from .produce import add_bench_options, bench_topic, broker_for, fill_topic
 
 
 def add_arguments(parser) -> None:
@@ -30,6 +34,10 @@ def add_arguments(parser) -> None:
     parser.add_argument("--compression", default="none", help="compression.type of the fill")
     parser.add_argument("-o", "--broker-option", action="append", default=[],
                         metavar="KEY=VALUE", help="option for the started broker")
+    parser.add_argument("--clients", default=",".join(CLIENTS),
+                        help=f"comma-separated subset of {','.join(CLIENTS)}")
+    parser.add_argument("--rounds", type=int, default=1,
+                        help="repeat the reads, clients alternating; each client's best round")
 
 
 async def consume_ours(bootstrap: str, topic: str, partitions: int, records: int) -> float:
@@ -51,26 +59,32 @@ async def consume_ours(bootstrap: str, topic: str, partitions: int, records: int
         return trio.current_time() - start
 
 
-def run(args) -> int:
-    import trio
+NAMES = {
+    LIBRDKAFKA: "librdkafka (confluent-kafka consume())",
+    OURS_C: "databus.client Consumer.getmany(), C extension",
+    AIOKAFKA: "aiokafka AIOKafkaConsumer.getmany()",
+    OURS_PURE: "databus.client Consumer.getmany(), pure Python",
+    KAFKA_PYTHON: "kafka-python KafkaConsumer.poll()",
+}
 
-    missing = librdkafka_missing()
-    baseline = None
+
+def run(args) -> int:
+    from . import peers
+
     with broker_for(args) as (bootstrap, _cpu), bench_topic(
             bootstrap, f"bench-client-consume-{time.time_ns()}", args.partitions,
             args.keep_topic) as topic:
         fill_topic(bootstrap, topic, args.records, args.record_size,
                    compression=args.compression)
-        if not missing:
-            theirs = consume_all(bootstrap, topic, args.partitions, args.records)
-            baseline = Result("librdkafka (confluent-kafka consume())", args.records, theirs,
-                              args.record_size)
-        ours = trio.run(consume_ours, bootstrap, topic, args.partitions, args.records)
-    mine = Result("databus.client Consumer.getmany()", args.records, ours, args.record_size)
-    print_ratios(
-        f"databus bench client-consume: {args.records:,} x {args.record_size} B, "
-        f"{args.partitions} partitions, compression {args.compression}",
-        [r for r in (baseline, mine) if r is not None], baseline,
-        skipped={"librdkafka (confluent-kafka consume())": missing} if missing else {},
-        as_json=args.json)
-    return 0
+        common = (bootstrap, topic, args.partitions, args.records)
+        runners = {
+            LIBRDKAFKA: lambda: consume_all(*common),
+            AIOKAFKA: lambda: peers.aiokafka_consume(*common),
+            KAFKA_PYTHON: lambda: peers.kafka_python_consume(*common),
+            OURS_C: lambda: peers.in_child(False, peers.ours_consume, *common)[0],
+            OURS_PURE: lambda: peers.in_child(True, peers.ours_consume, *common)[0],
+        }
+        return client_rows(
+            args, NAMES, runners,
+            f"databus bench client-consume: {args.records:,} x {args.record_size} B, "
+            f"{args.partitions} partitions, compression {args.compression}")

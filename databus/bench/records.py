@@ -1,8 +1,9 @@
 """``databus bench records``: cost per record of RecordBatch v2 encoding and decoding.
 
 The producer encodes every record (BatchBuilder.append_many) and the consumer decodes every
-record (decode_records), both in pure Python, so these two figures bound what one core can
-push through the client.  Records are 100-byte JSON-ish values (different per record, half
+record (decode_records), in the C extension when it is built (else, or with
+DATABUS_PURE_PYTHON=1, in pure Python), so these two figures bound what one core can push
+through the client.  Records are 100-byte JSON-ish values (different per record, half
 of each random hex) with no key, in batches filled up to batch.size = 16 KiB, as a producer
 with default settings builds them.  Each figure is the best of several rounds with the
 garbage collector paused, as timeit does, to filter out noise from other processes.
@@ -53,8 +54,10 @@ def run(args) -> int:
             f"{n / encode_s:,.0f}",
             f"{n / decode_s:,.0f}",
         ))
+    from databus.protocol.speedups import implementation
+
     print_table(columns, rows, title=f"RecordBatch v2, {args.value_size}-byte values, "
-                                     f"batch.size {args.batch_size}")
+                                     f"batch.size {args.batch_size}, {implementation()}")
     return 0
 
 

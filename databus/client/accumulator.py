@@ -156,11 +156,14 @@ class RecordAccumulator:
         partition: int,
         records: Iterable[tuple[int, bytes | None, bytes | None, Any]],
         sink: DeliverySink,
-        now_ms: float,
+        now_ms: float | Callable[[], float],
     ) -> bool:
         """Encode and queue ``(timestamp, key, value, headers)`` records, in order, for one
         partition, filling its open batch and then new ones; ``sink`` hears about them one
-        segment per batch.  True if a batch was started or filled (the sender should look)."""
+        segment per batch.  True if a batch was started or filled (the sender should look).
+
+        ``now_ms`` may be the clock itself (a function returning ms): it is then read only
+        when a batch is created, not for every record that joins an open one."""
         if type(records) is not list and type(records) is not tuple:
             records = list(records)
         end = len(records)
@@ -171,8 +174,21 @@ class RecordAccumulator:
         if dq is None:
             dq = self.batches[tp] = collections.deque()
         batch = dq[-1] if dq and not dq[-1].closed else None
+        if end == 1 and batch is not None:
+            # Producer.send's case, once per record: one record joining the open batch
+            builder = batch.builder
+            index = builder.record_count
+            if builder.append_many(records):
+                batch.segments.append((sink, 0, 1, index))
+                self._account(batch)
+                if builder.uncompressed_size >= self.batch_size:
+                    self._close(batch)
+                    return True
+                return False
         changed = batch is None
         if batch is None:
+            if callable(now_ms):
+                now_ms = now_ms()
             batch = self._new_batch(topic, partition, now_ms, dq)
         start = 0
         while True:
@@ -185,6 +201,8 @@ class RecordAccumulator:
             # Full (the first record of a batch always fits): close it, go on in a new one.
             self._account(batch)
             self._close(batch)
+            if callable(now_ms):
+                now_ms = now_ms()
             batch = self._new_batch(topic, partition, now_ms, dq)
             start, changed = stop, True
         self._account(batch)

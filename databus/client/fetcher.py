@@ -4,8 +4,9 @@ The fetch loop sends one Fetch per partition leader for every assigned, unpaused
 that has a position, no buffered records and no fetch in flight; the broker holds the
 request up to ``fetch.max.wait.ms`` until ``fetch.min.bytes`` are there (long poll), and
 returns at most ``max.partition.fetch.bytes`` per partition / ``fetch.max.bytes`` in all.
-Responses are decoded right away (records.decode_batches: CRC checked when ``check.crcs``,
-all four codecs) into a per-partition buffer, so the next poll() finds records ready while the
+Responses are decoded right away, a batch at a time (records.decode_consumer_records, in C
+when the extension is built: CRC checked when ``check.crcs``, all four codecs), into a
+per-partition buffer, so the next poll() finds records ready while the
 next fetch is already on the wire: that is the prefetch.
 
 Decoding rules, as Kafka's consumers: records before the fetch offset inside the first batch
@@ -29,6 +30,7 @@ from ..protocol.records import (
     CONTROL_ABORT,
     CorruptRecordError,
     control_record_type,
+    decode_consumer_records,
     decode_records,
     decode_records_at,
     iter_headers,
@@ -40,6 +42,7 @@ from .config import ConsumerConfig
 from .subscription import SubscriptionState
 
 log = logging.getLogger(__name__)
+_tuple_new = tuple.__new__
 
 # Errors after which the partition's leader may have moved.
 _LEADER_ERRORS = {
@@ -137,23 +140,19 @@ def decode_fetched(
             continue
         if h.is_transactional and h.producer_id in active_aborted:
             continue
-        if only is None:
-            _, records = decode_records(data, pos, verify_crc=check_crcs)
-        elif any(h.base_offset <= o <= h.last_offset for o in only):
-            _, records = decode_records_at(data, pos, only, verify_crc=check_crcs)
-        else:
-            continue
-        ts_type = h.timestamp_type
-        # Per record: one tuple built directly (Record is (offset, timestamp, key, value,
-        # headers)); the NamedTuple constructor would cost as much again.
-        new = tuple.__new__
         cls = ConsumerRecord if delivery_count is None else share_record_class(delivery_count)
-        if h.base_offset >= fetch_offset:
-            out += [new(cls, (topic, partition, r[0], r[1], ts_type, r[2], r[3], r[4]))
-                    for r in records]
-        else:  # the first batch: skip the records before the fetch offset
+        if only is None:
+            # A batch at a time, straight to ConsumerRecords (one object per record; the
+            # records before the fetch offset in the first batch are skipped by the decoder)
+            out += decode_consumer_records(
+                data, pos, cls, topic, partition, fetch_offset, verify_crc=check_crcs
+            )[1]
+        elif any(h.base_offset <= o <= h.last_offset for o in only):
+            # a lookup by offset (RecordReader): only the wanted records are decoded
+            _, records = decode_records_at(data, pos, only, verify_crc=check_crcs)
+            ts_type = h.timestamp_type
             out += [
-                new(cls, (topic, partition, r[0], r[1], ts_type, r[2], r[3], r[4]))
+                _tuple_new(cls, (topic, partition, r[0], r[1], ts_type, r[2], r[3], r[4]))
                 for r in records if r[0] >= fetch_offset
             ]
     return out, next_offset

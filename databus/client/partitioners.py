@@ -19,6 +19,8 @@ import random
 import struct
 from collections.abc import Callable
 
+from ..protocol.speedups import native as _native
+
 Partitioner = Callable[[str, "bytes | None", "bytes | None", int], int]
 
 _SEED = 0x9747B28C
@@ -26,8 +28,10 @@ _M = 0x5BD1E995
 _MASK = 0xFFFFFFFF
 
 
-def murmur2(data: bytes) -> int:
-    """Kafka's ``Utils.murmur2``: 32-bit MurmurHash2, seed 0x9747b28c, as a signed int32."""
+def murmur2_py(data: bytes) -> int:
+    """Kafka's ``Utils.murmur2``: 32-bit MurmurHash2, seed 0x9747b28c, as a signed int32.
+
+    The reference; ``murmur2`` is the C extension's twin when it is there (speedups.py)."""
     length = len(data)
     h = (_SEED ^ length) & _MASK
     whole = length & ~3
@@ -49,6 +53,9 @@ def murmur2(data: bytes) -> int:
     h = (h * _M) & _MASK
     h ^= h >> 15
     return h - (1 << 32) if h & 0x80000000 else h
+
+
+murmur2 = murmur2_py if _native is None else _native.murmur2
 
 
 def to_positive(n: int) -> int:

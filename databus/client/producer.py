@@ -154,6 +154,11 @@ class DeliveryFuture:
         return f"<DeliveryFuture {self.topic}-{self.partition} {state!r}>"
 
 
+def _now_ms() -> float:
+    """trio's clock in ms: the accumulator's clock, read when it starts a batch."""
+    return trio.current_time() * 1000.0
+
+
 def _run_callback(callback: Callable, future: DeliveryFuture) -> None:
     # A failing application callback must not take the sender (and every other delivery)
     # down with it: log it, as Kafka's producer does.
@@ -305,9 +310,11 @@ class Producer:
                 f"record of about {size} bytes exceeds max.request.size={cfg.max_request_size} "
                 f"or buffer.memory={cfg.buffer_memory}"
             )
-        now = trio.current_time()
+        # The clock is read only when waiting or starting a batch: not per record.
+        now = None
         partitions = self._cluster.partitions_for(topic)
         if partitions is None:
+            now = trio.current_time()  # max.block.ms counts from here (metadata + room)
             partitions = await self._cluster.wait_for_topic(topic, cfg.max_block_ms / 1000)
         if partition is None:
             partition = partitions[self._partitioner(topic, key, value, len(partitions))]
@@ -319,12 +326,15 @@ class Producer:
         if self._txn is not None:
             await self._txn.add_partition((topic, partition))
         if not self._accumulator.has_room(size):
-            now = await self._wait_for_room(size, now, topic)
+            now = await self._wait_for_room(
+                size, trio.current_time() if now is None else now, topic
+            )
         if timestamp_ms is None:
             timestamp_ms = int(time.time() * 1000)
         future = DeliveryFuture(topic, partition, timestamp_ms)
         await self._queue(
-            topic, partition, ((timestamp_ms, key, value, headers),), future, now * 1000.0
+            topic, partition, ((timestamp_ms, key, value, headers),), future,
+            _now_ms if now is None else now * 1000.0,
         )
         return future
 
@@ -374,7 +384,7 @@ class Producer:
         if self._sender.fatal is not None:
             raise self._sender.fatal
 
-    async def _queue(self, topic, partition, records, sink, now_ms: float) -> None:
+    async def _queue(self, topic, partition, records, sink, now_ms) -> None:
         if not records:
             return
         if self._incomplete == 0:

@@ -55,11 +55,13 @@ from .codecs import (  # noqa: F401  (re-exported: the codec ids belong to the b
     decompress,
 )
 from .defaults import BATCH_SIZE
+from .speedups import native as _native
 from .varint import (
     ZIGZAG_BYTES,
     ZIGZAG_ONE_BYTE,
     ZIGZAG_TABLE_SIZE,
     ZIGZAG_TWO_BYTES,
+    VarintError,
     decode_zigzag,
     encode_zigzag,
 )
@@ -428,12 +430,33 @@ class BatchBuilder:
         self._last_delta = previous
         return False
 
+    def _append_many_c(self, records, start: int = 0) -> int:
+        # append_many when the C extension is in use (use_native binds it).  The C loop
+        # encodes the run into one chunk; it stops early, handled False, at a record it
+        # leaves to the Python loop (a timestamp beyond int64, a key that is not bytes,
+        # headers that are not (str, bytes | None) pairs): the rules for such records live
+        # only there.
+        try:
+            stop, size, count, od, base_ts, max_ts, chunk, handled = _native.encode_records(  # type: ignore[union-attr]
+                records, start, self.batch_size, self._size, self._count, self._last_delta,
+                self._base_ts, self._max_ts,
+            )
+        except OverflowError:  # a state beyond int64 (a first timestamp the header refuses)
+            return self._append_many_py(records, start)
+        if chunk is not None:
+            self._parts.append(chunk)
+            self._size, self._count, self._last_delta = size, count, od
+            self._base_ts, self._max_ts = base_ts, max_ts
+            self._payload = None
+        return stop if handled else self._append_many_py(records, stop)
+
     def append_many(self, records, start: int = 0) -> int:
         """Encode ``records[start:]`` (``(timestamp, key, value, headers)`` tuples, payloads
         bytes or None) until one does not fit (``batch_size``, or a timestamp delta beyond a
         varlong); returns the index of the first not appended (``len(records)`` when all
         were).  The one encoder: ``append`` is a run of one, and the producer's and the
-        sidecar's bulk paths append whole runs in this single loop."""
+        sidecar's bulk paths append whole runs in this single loop.  (With the C extension
+        this name is bound to ``_append_many_c``, which falls back to this loop.)"""
         zz = ZIGZAG_BYTES
         limit = ZIGZAG_TABLE_SIZE
         parts = self._parts
@@ -492,6 +515,8 @@ class BatchBuilder:
         if i < end and not count and type(records[i][0]) is not int:
             self.append(*records[i])  # raises the TypeError naming the problem
         return i
+
+    _append_many_py = append_many  # the pure-Python loop, whichever append_many is bound
 
     def build(self, last_offset_delta: int | None = None) -> bytes:
         """The finished batch.  ``last_offset_delta`` overrides the last record's (the
@@ -615,7 +640,7 @@ def _corrupt(batch_pos: int, detail: str) -> CorruptRecordError:
     return CorruptRecordError(f"batch at byte {batch_pos}: {detail}")
 
 
-def _decode_payload(data: bytes, h: BatchHeader, batch_pos: int) -> list[Record]:
+def _decode_payload_py(data: bytes, h: BatchHeader, batch_pos: int) -> list[Record]:
     # Each varint read is inlined (one-byte and two-byte forms, then the general decoder):
     # a function call per field would double the cost of decoding a record.
     one = ZIGZAG_ONE_BYTE
@@ -816,6 +841,83 @@ def _payload_at(data: bytes, h: BatchHeader, batch_pos: int, offsets) -> list[Re
     if pos != end:
         raise _corrupt(batch_pos, f"{end - pos} bytes left after its {h.records_count} records")
     return out
+def _log_append_ts(h: BatchHeader) -> int | None:
+    return h.max_timestamp if h.attributes & ATTR_TIMESTAMP_TYPE else None
+
+
+def _decode_payload(data: bytes, h: BatchHeader, batch_pos: int) -> list[Record]:
+    # _native is read per batch (not bound once) so that tests can run both implementations
+    if _native is None:
+        return _decode_payload_py(data, h, batch_pos)
+    return _native.decode_records(
+        data, h.base_offset, h.base_timestamp, _log_append_ts(h), h.records_count, batch_pos
+    )
+
+
+def decode_consumer_records(
+    buf, pos: int, cls: type, topic: str, partition: int, min_offset: int, *,
+    verify_crc: bool = True,
+) -> tuple[BatchHeader, list]:
+    """The batch at ``pos`` as the consumer hands it out: its records at or after
+    ``min_offset`` (all of a batch whose base offset is) as ``cls(topic, partition, offset, timestamp, timestamp_type, key, value,
+    headers)`` tuples (``cls`` a tuple subclass, built without calling its ``__new__``).
+
+    Checked and decompressed as ``decode_records``, with the same errors; one object per
+    record instead of a Record and then the consumer's own.
+    """
+    def payload(data: bytes, h: BatchHeader, batch_pos: int) -> list:
+        if _native is not None:
+            return _native.decode_consumer(
+                data, h.base_offset, h.base_timestamp, _log_append_ts(h), h.records_count,
+                batch_pos, cls, topic, partition, h.timestamp_type,
+                None if h.base_offset >= min_offset else min_offset,
+            )
+        ts_type = h.timestamp_type
+        new = _tuple_new
+        records = _decode_payload_py(data, h, batch_pos)
+        if h.base_offset >= min_offset:  # all of them: no test per record
+            return [new(cls, (topic, partition, r[0], r[1], ts_type, r[2], r[3], r[4]))
+                    for r in records]
+        return [
+            new(cls, (topic, partition, r[0], r[1], ts_type, r[2], r[3], r[4]))
+            for r in records if r[0] >= min_offset
+        ]
+
+    return _decode_batch(buf, pos, verify_crc, payload)
+
+
+def decode_columns(
+    buf, pos: int, lo: int, hi: int, columns: tuple[list, list, list, list, list], *,
+    verify_crc: bool = True,
+) -> tuple[BatchHeader, int]:
+    """Append the records of the batch at ``pos`` with ``lo <= offset < hi``, field by field,
+    to ``columns`` (offsets, timestamps, keys, values, headers lists): records straight to
+    the column lists an Arrow table is built from, with no object per record.
+
+    Returns the header and how many records were appended.  Checked and decompressed as
+    ``decode_records``, with the same errors; after an error the lists are as they were.
+    """
+    sizes = [len(column) for column in columns]
+
+    def payload(data: bytes, h: BatchHeader, batch_pos: int) -> None:
+        if _native is not None:
+            _native.decode_columns(
+                data, h.base_offset, h.base_timestamp, _log_append_ts(h), h.records_count,
+                batch_pos, lo, hi, *columns,
+            )
+            return
+        records = [r for r in _decode_payload_py(data, h, batch_pos) if lo <= r[0] < hi]
+        if records:
+            for column, values in zip(columns, zip(*records)):
+                column += values
+
+    try:
+        h, _ = _decode_batch(buf, pos, verify_crc, payload)
+    except BaseException:
+        for column, size in zip(columns, sizes):
+            del column[size:]
+        raise
+    return h, len(columns[0]) - sizes[0]
 
 
 def keyless_records(buf, pos: int = 0, *, verify_crc: bool = True) -> list[int]:
@@ -938,3 +1040,17 @@ def control_batch_type(buf, pos: int = 0) -> int:
     if not records:
         raise CorruptRecordError(f"control batch at byte {pos} has no record")
     return control_record_type(records[0].key)
+def use_native(module) -> None:
+    """Run the record kernels on ``module`` (the C extension, speedups.native) or on the
+    pure-Python code (None).  Chosen once at import; tests call it to run both."""
+    global _native
+    _native = module
+    if module is not None:
+        module.configure(Record, CorruptRecordError, VarintError)
+    # bound on the class: no per-call test of which implementation runs
+    BatchBuilder.append_many = (  # type: ignore[method-assign]
+        BatchBuilder._append_many_py if module is None else BatchBuilder._append_many_c
+    )
+
+
+use_native(_native)

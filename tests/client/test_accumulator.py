@@ -257,3 +257,20 @@ def test_append_many_segments_cover_every_record_once(sizes, batch_size):
             seen += list(zip(range(start, start + count), values[index : index + count]))
         assert sum(count for _, _, count, _ in batch.segments) == batch.record_count
     assert seen == list(enumerate(r[2] for r in records))
+
+
+def test_a_clock_given_for_now_is_read_only_when_a_batch_starts():
+    acc, _ = make(batch_size=240)
+    reads = []
+
+    def clock():
+        reads.append(1)
+        return 1000.0 * len(reads)
+
+    sink = object()
+    for _ in range(5):  # 61 B of header + 57 B per record: three fit in 240 B, not four
+        acc.append_many("t", 0, ((0, None, bytes(50), ()),), sink, clock)
+    batches = list(acc.batches[("t", 0)])
+    assert [b.record_count for b in batches] == [3, 2]
+    assert len(reads) == 2
+    assert [b.created_ms for b in batches] == [1000.0, 2000.0]

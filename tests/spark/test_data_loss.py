@@ -55,9 +55,9 @@ def trimmed(tmp_path_factory):
 def _fetch(broker, rng, fail):
     config = cluster.consumer_config({})
     offsets = []
-    for records, _types in cluster.fetch_range(broker.bootstrap, config, rng,
+    for columns, _types in cluster.fetch_range(broker.bootstrap, config, rng,
                                                fail_on_data_loss=fail, poll_timeout_ms=10_000):
-        offsets += [r[0] for r in records]
+        offsets += columns[0]
     return offsets
 
 

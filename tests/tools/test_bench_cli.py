@@ -63,9 +63,12 @@ def test_the_shadow_really_hides_confluent_kafka(without_confluent_kafka):
     ("produce", ["--records", "20000", "--partitions", "2"], "produce acks=1 (librdkafka)"),
     ("consume", ["--records", "20000", "--partitions", "2", "--rounds", "1"],
      "consume round 1 (librdkafka)"),
-    ("client-produce", ["--records", "3000", "--partitions", "2"],
+    ("client-produce", ["--records", "3000", "--partitions", "2",
+                        "--clients", "librdkafka,databus-c"],
      "librdkafka (confluent-kafka produce())"),
-    ("client-consume", ["--records", "3000", "--partitions", "2"],
+    # ours on the pure-Python code (a child process with DATABUS_PURE_PYTHON=1) and a peer
+    ("client-consume", ["--records", "3000", "--partitions", "2",
+                        "--clients", "librdkafka,databus-pure,kafka-python"],
      "librdkafka (confluent-kafka consume())"),
 ])
 def test_benches_run_without_confluent_kafka_and_clean_up(broker, without_confluent_kafka,
@@ -76,6 +79,9 @@ def test_benches_run_without_confluent_kafka_and_clean_up(broker, without_conflu
     assert result.returncode == 0, result.stderr[-3000:]
     assert f"{skipped}: skipped: confluent-kafka is not installed ({HINT})" in result.stdout
     assert "records/s" in result.stdout  # the rest ran and printed its table
+    if name == "client-consume":  # the rows --clients asked for
+        assert "Consumer.getmany(), pure Python" in result.stdout
+        assert "kafka-python KafkaConsumer.poll()" in result.stdout
     assert topics(broker) == before  # the bench's topics were deleted
 
 
@@ -93,15 +99,20 @@ def test_groups_bench_runs_without_confluent_kafka(broker, without_confluent_kaf
 
 def test_bench_json_and_keep_topic(broker):
     result = bench("client-produce", "--bootstrap-server", broker.bootstrap, "--records",
-                   "2000", "--partitions", "1", "--json", "--keep-topic")
+                   "2000", "--partitions", "1", "--json", "--keep-topic",
+                   "--clients", "librdkafka,databus-c,aiokafka")
     assert result.returncode == 0, result.stderr[-3000:]
     doc = json.loads(result.stdout)
-    assert [r["name"] for r in doc["results"]] == ["librdkafka (confluent-kafka produce())",
-                                                   "databus.client Producer.send()"]
+    assert [r["name"] for r in doc["results"]] == [
+        "librdkafka (confluent-kafka produce())",
+        "databus.client Producer.send(), C extension",
+        "aiokafka AIOKafkaProducer.send()",
+    ]
     assert doc["results"][0]["vs_librdkafka"] == 1.0 and doc["skipped"] == {}
+    assert doc["results"][2]["vs_aiokafka"] == 1.0
     assert all(r["records"] == 2000 and r["record_size"] == 100 for r in doc["results"])
     kept = {t for t in topics(broker) if t.startswith("bench-client-produce-")}
-    assert len(kept) == 2
+    assert len(kept) == 3
 
 
 # -- kafka-producer-perf-test ----------------------------------------------------------------

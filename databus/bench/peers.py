@@ -1,0 +1,198 @@
+"""The Python Kafka clients our client is compared with (aiokafka, kafka-python), and ours
+run in a child process with a chosen implementation of the record kernels.
+
+Used by ``bench client-produce`` and ``bench client-consume``: every client produces or
+reads the same volume against the same broker in the same run, so their rows compare.
+aiokafka and kafka-python come with the test extra; when one is missing its row is printed
+as skipped with the command that installs it.
+
+Our client runs twice, in child processes: once with the C extension (when it is built)
+and once with ``DATABUS_PURE_PYTHON=1``, because which implementation runs is chosen when
+databus is imported (databus/protocol/speedups.py).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib.util
+import logging
+import multiprocessing
+import os
+import time
+from concurrent.futures import ProcessPoolExecutor
+
+PEER_PACKAGES = {"aiokafka": "aiokafka", "kafka-python": "kafka"}
+
+# kafka-python logs every connection at INFO and its own slowness at WARNING: not our output
+for _name in PEER_PACKAGES.values():
+    logging.getLogger(_name).setLevel(logging.ERROR)
+
+
+def peer_missing(name: str) -> str | None:
+    """None when the peer client ``name`` can run, else how to install it."""
+    if importlib.util.find_spec(PEER_PACKAGES[name]) is None:
+        return f"pip install {name}"
+    return None
+
+
+def extension_missing() -> str | None:
+    """None when the C extension is built, else why its row is skipped."""
+    if importlib.util.find_spec("databus.protocol._speedups") is None:
+        return "the C extension is not built (a C compiler at `pip install -e .`)"
+    return None
+
+
+@contextlib.contextmanager
+def _environment(pure: bool):
+    saved = os.environ.get("DATABUS_PURE_PYTHON")
+    if pure:
+        os.environ["DATABUS_PURE_PYTHON"] = "1"
+    else:
+        os.environ.pop("DATABUS_PURE_PYTHON", None)
+    try:
+        yield
+    finally:
+        if saved is None:
+            os.environ.pop("DATABUS_PURE_PYTHON", None)
+        else:
+            os.environ["DATABUS_PURE_PYTHON"] = saved
+
+
+def in_child(pure: bool, fn, *args):
+    """``fn(*args)`` in a fresh (spawned) process whose databus runs the pure-Python code
+    (``pure``) or the C extension; returns its result."""
+    with _environment(pure), ProcessPoolExecutor(
+        max_workers=1, mp_context=multiprocessing.get_context("spawn")
+    ) as pool:
+        return pool.submit(fn, *args).result()
+
+
+def ours_produce(bootstrap, topic, records, record_size, kafka_config) -> tuple[float, str]:
+    """Our producer's seconds for the run (in the calling process), and the implementation."""
+    import trio
+
+    from databus.client import ProducerConfig
+    from databus.protocol.speedups import implementation
+
+    from .client_produce import produce_ours
+
+    config = ProducerConfig.from_kafka(kafka_config)
+    return trio.run(produce_ours, bootstrap, topic, records, record_size, config), implementation()
+
+
+def ours_consume(bootstrap, topic, partitions, records) -> tuple[float, str]:
+    import trio
+
+    from databus.protocol.speedups import implementation
+
+    from .client_consume import consume_ours
+
+    return trio.run(consume_ours, bootstrap, topic, partitions, records), implementation()
+
+
+# -- aiokafka -------------------------------------------------------------------------------
+
+def aiokafka_produce(bootstrap, topic, records, record_size, *, acks, linger_ms, batch_size,
+                     compression) -> float:
+    import asyncio
+
+    from aiokafka import AIOKafkaProducer
+
+    async def main() -> float:
+        producer = AIOKafkaProducer(
+            bootstrap_servers=bootstrap, acks=acks if acks == "all" else int(acks),
+            linger_ms=linger_ms, max_batch_size=batch_size,
+            compression_type=None if compression == "none" else compression,
+        )
+        await producer.start()
+        try:
+            value = os.urandom(record_size)
+            send = producer.send
+            start = time.perf_counter()
+            last = None
+            for _ in range(records):
+                last = await send(topic, value)
+            await producer.flush()
+            if last is not None:
+                await last  # raises if the last record failed
+            return time.perf_counter() - start
+        finally:
+            await producer.stop()
+
+    return asyncio.run(main())
+
+
+def aiokafka_consume(bootstrap, topic, partitions, records) -> float:
+    import asyncio
+
+    from aiokafka import AIOKafkaConsumer, TopicPartition
+
+    async def main() -> float:
+        consumer = AIOKafkaConsumer(
+            bootstrap_servers=bootstrap, group_id=None, enable_auto_commit=False,
+            auto_offset_reset="earliest", fetch_max_bytes=64 * 1024 * 1024,
+            max_partition_fetch_bytes=8 * 1024 * 1024, fetch_max_wait_ms=100,
+        )
+        await consumer.start()
+        try:
+            consumer.assign([TopicPartition(topic, p) for p in range(partitions)])
+            seen = 0
+            start = time.perf_counter()
+            while seen < records:
+                got = await consumer.getmany(timeout_ms=1000, max_records=100_000)
+                seen += sum(len(v) for v in got.values())
+                if time.perf_counter() - start > 600:
+                    raise TimeoutError(f"aiokafka read {seen} of {records} records in 600 s")
+            return time.perf_counter() - start
+        finally:
+            await consumer.stop()
+
+    return asyncio.run(main())
+
+
+# -- kafka-python ---------------------------------------------------------------------------
+
+def kafka_python_produce(bootstrap, topic, records, record_size, *, acks, linger_ms, batch_size,
+                         compression) -> float:
+    from kafka import KafkaProducer
+
+    producer = KafkaProducer(
+        bootstrap_servers=bootstrap, acks=acks if acks == "all" else int(acks),
+        linger_ms=linger_ms, batch_size=batch_size,
+        compression_type=None if compression == "none" else compression,
+    )
+    try:
+        value = os.urandom(record_size)
+        send = producer.send
+        start = time.perf_counter()
+        last = None
+        for _ in range(records):
+            last = send(topic, value)
+        producer.flush()
+        if last is not None:
+            last.get(timeout=60)  # raises if the last record failed
+        return time.perf_counter() - start
+    finally:
+        producer.close()
+
+
+def kafka_python_consume(bootstrap, topic, partitions, records) -> float:
+    from kafka import KafkaConsumer, TopicPartition
+
+    consumer = KafkaConsumer(
+        bootstrap_servers=bootstrap, group_id=None, enable_auto_commit=False,
+        auto_offset_reset="earliest", fetch_max_bytes=64 * 1024 * 1024,
+        max_partition_fetch_bytes=8 * 1024 * 1024, fetch_max_wait_ms=100,
+    )
+    try:
+        consumer.assign([TopicPartition(topic, p) for p in range(partitions)])
+        seen = 0
+        start = time.perf_counter()
+        while seen < records:
+            got = consumer.poll(timeout_ms=1000, max_records=100_000)
+            seen += sum(len(v) for v in got.values())
+            if time.perf_counter() - start > 600:
+                raise TimeoutError(f"kafka-python read {seen} of {records} records in 600 s")
+        return time.perf_counter() - start
+    finally:
+        consumer.close()

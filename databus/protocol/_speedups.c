@@ -1,0 +1,949 @@
+/* databus.protocol._speedups: the per-record kernels of the record format, in C.
+ *
+ * Each function here has a pure-Python twin that stays the reference (records.py,
+ * varint.py, client/partitioners.py); tests/protocol/test_speedups.py checks with
+ * hypothesis that both give byte-identical encodings, equal decoded objects and the same
+ * error type and message on malformed input.  So the decoder below follows the Python
+ * decoder's control flow step by step (the same reads in the same order), which is what
+ * makes its errors the same: a read past the end raises IndexError (records.py turns it
+ * into CorruptRecordError "a record runs past the end of the batch"), a bad varint
+ * VarintError, a bad field CorruptRecordError with the Python message.
+ *
+ * Every read is bounds-checked against the buffer's length: the input is a Fetch
+ * response from the network.  Positions are kept in 128-bit integers because a declared
+ * length may be as large as a 64-bit varint allows and the Python code adds it to a
+ * position before it fails (the failure message shows the sum).
+ *
+ * Where the encoder meets an input it does not handle (a timestamp outside int64, a key
+ * that is not bytes, headers that are not (str, bytes|None) pairs...), it stops and says
+ * so, and records.py carries on from that record in Python: rare inputs keep exactly the
+ * Python behaviour without a second copy of its rules here.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <stdint.h>
+#include <string.h>
+
+typedef __int128 i128;
+
+static PyObject *RecordType;      /* records.Record */
+static PyObject *CorruptError;    /* records.CorruptRecordError */
+static PyObject *VarintErrorType; /* varint.VarintError */
+
+#define MAX_VARLONG_BYTES 10
+
+/* ---- helpers -------------------------------------------------------------------------- */
+
+static PyObject *
+i128_to_py(i128 v)
+{
+    if (v >= INT64_MIN && v <= INT64_MAX)
+        return PyLong_FromLongLong((long long)v);
+    /* only in error messages and offsets past int64: (hi << 64) + lo */
+    PyObject *hi = PyLong_FromLongLong((long long)(v >> 64));
+    PyObject *lo = PyLong_FromUnsignedLongLong((unsigned long long)(uint64_t)v);
+    PyObject *sixty_four = PyLong_FromLong(64);
+    PyObject *out = NULL, *shifted = NULL;
+    if (hi && lo && sixty_four) {
+        shifted = PyNumber_Lshift(hi, sixty_four);
+        if (shifted)
+            out = PyNumber_Add(shifted, lo);
+    }
+    Py_XDECREF(hi);
+    Py_XDECREF(lo);
+    Py_XDECREF(sixty_four);
+    Py_XDECREF(shifted);
+    return out;
+}
+
+static int
+index_error(void)
+{
+    PyErr_SetString(PyExc_IndexError, "index out of range");
+    return -1;
+}
+
+/* A CorruptRecordError "batch at byte N: <detail>"; the detail is a PyUnicode_FromFormat. */
+static int
+corrupt(Py_ssize_t batch_pos, const char *format, ...)
+{
+    va_list vargs;
+    va_start(vargs, format);
+    PyObject *detail = PyUnicode_FromFormatV(format, vargs);
+    va_end(vargs);
+    if (detail == NULL)
+        return -1;
+    PyErr_Format(CorruptError, "batch at byte %zd: %U", batch_pos, detail);
+    Py_DECREF(detail);
+    return -1;
+}
+
+/* varint.decode_zigzag: value and new position; VarintError as the Python one words it. */
+static int
+decode_zigzag_slow(const uint8_t *buf, i128 end, i128 *pos, int64_t *out)
+{
+    i128 start = *pos, p = *pos;
+    if (p >= end || p < 0) {
+        PyObject *where = i128_to_py(p);
+        if (where) {
+            PyErr_Format(VarintErrorType, "varint at byte %S runs past the end of the buffer",
+                         where);
+            Py_DECREF(where);
+        }
+        return -1;
+    }
+    uint8_t b = buf[p];
+    if (b < 0x80) {
+        *out = (int64_t)((b >> 1) ^ -(int64_t)(b & 1));
+        *pos = p + 1;
+        return 0;
+    }
+    /* 128 bits hold the 10 groups of 7 bits before the 64-bit check */
+    unsigned __int128 u = b & 0x7F;
+    int shift = 7;
+    p += 1;
+    for (;;) {
+        if (p >= end) {
+            PyErr_Format(VarintErrorType, "varint at byte %lld runs past the end of the buffer",
+                         (long long)start);
+            return -1;
+        }
+        b = buf[p];
+        p += 1;
+        u |= (unsigned __int128)(b & 0x7F) << shift;
+        if (b < 0x80)
+            break;
+        shift += 7;
+        if (shift >= 7 * MAX_VARLONG_BYTES) {
+            PyErr_Format(VarintErrorType, "varint at byte %lld is longer than %d bytes",
+                         (long long)start, MAX_VARLONG_BYTES);
+            return -1;
+        }
+    }
+    if (u >> 64) {
+        PyErr_Format(VarintErrorType, "varint at byte %lld exceeds 64 bits", (long long)start);
+        return -1;
+    }
+    uint64_t v = (uint64_t)u;
+    *out = (int64_t)(v >> 1) ^ -(int64_t)(v & 1);
+    *pos = p;
+    return 0;
+}
+
+/* The decoder's inlined varint read: one byte, two bytes, else decode_zigzag.  Reading
+ * the first or second byte past the end is the Python code's IndexError. */
+static inline int
+read_varint(const uint8_t *buf, i128 end, i128 *pos, int64_t *out)
+{
+    i128 p = *pos;
+    if (p >= end)
+        return index_error();
+    uint8_t b = buf[p];
+    if (b < 0x80) {
+        *out = (int64_t)((b >> 1) ^ -(int64_t)(b & 1));
+        *pos = p + 1;
+        return 0;
+    }
+    if (p + 1 >= end)
+        return index_error();
+    uint8_t b2 = buf[p + 1];
+    if (b2 < 0x80) {
+        uint32_t u = ((uint32_t)b2 << 7) | (b & 0x7F);
+        *out = (int64_t)((u >> 1) ^ -(int64_t)(u & 1));
+        *pos = p + 2;
+        return 0;
+    }
+    return decode_zigzag_slow(buf, end, pos, out);
+}
+
+static inline size_t
+zigzag_size(int64_t n)
+{
+    uint64_t u = ((uint64_t)n << 1) ^ (uint64_t)(n >> 63);
+    size_t size = 1;
+    while (u > 0x7F) {
+        u >>= 7;
+        size++;
+    }
+    return size;
+}
+
+static inline uint8_t *
+write_zigzag(uint8_t *out, int64_t n)
+{
+    uint64_t u = ((uint64_t)n << 1) ^ (uint64_t)(n >> 63);
+    while (u > 0x7F) {
+        *out++ = (uint8_t)((u & 0x7F) | 0x80);
+        u >>= 7;
+    }
+    *out++ = (uint8_t)u;
+    return out;
+}
+
+/* ---- decode --------------------------------------------------------------------------- */
+
+/* records._decode_headers: the headers tuple, or NULL with the Python error set. */
+static PyObject *
+decode_headers(const uint8_t *buf, i128 end, i128 *pos, Py_ssize_t batch_pos, Py_ssize_t index)
+{
+    int64_t count, n;
+    if (decode_zigzag_slow(buf, end, pos, &count) < 0)
+        return NULL;
+    if (count < 0) {
+        corrupt(batch_pos, "record %zd has header count %lld", index, (long long)count);
+        return NULL;
+    }
+    PyObject *list = PyList_New(0);
+    if (list == NULL)
+        return NULL;
+    for (int64_t i = 0; i < count; i++) {
+        if (decode_zigzag_slow(buf, end, pos, &n) < 0)
+            goto fail;
+        if (n < 0) {
+            corrupt(batch_pos, "record %zd has a header key of length %lld", index, (long long)n);
+            goto fail;
+        }
+        if (*pos + n > end) {
+            corrupt(batch_pos, "record %zd has a header key past the batch end", index);
+            goto fail;
+        }
+        PyObject *name = PyUnicode_DecodeUTF8((const char *)buf + *pos, (Py_ssize_t)n, "strict");
+        if (name == NULL) {
+            if (PyErr_ExceptionMatches(PyExc_UnicodeDecodeError)) {
+                PyErr_Clear();
+                corrupt(batch_pos, "record %zd has a header key that is not UTF-8", index);
+            }
+            goto fail;
+        }
+        *pos += n;
+        PyObject *hvalue;
+        if (decode_zigzag_slow(buf, end, pos, &n) < 0) {
+            Py_DECREF(name);
+            goto fail;
+        }
+        if (n >= 0) {
+            i128 stop = *pos + n > end ? end : *pos + n;
+            i128 from = *pos > end ? end : *pos;
+            hvalue = PyBytes_FromStringAndSize((const char *)buf + from, (Py_ssize_t)(stop - from));
+            *pos += n;
+        } else if (n == -1) {
+            hvalue = Py_NewRef(Py_None);
+        } else {
+            Py_DECREF(name);
+            corrupt(batch_pos, "record %zd has a header value of length %lld", index, (long long)n);
+            goto fail;
+        }
+        if (hvalue == NULL) {
+            Py_DECREF(name);
+            goto fail;
+        }
+        PyObject *pair = PyTuple_Pack(2, name, hvalue);
+        Py_DECREF(name);
+        Py_DECREF(hvalue);
+        if (pair == NULL || PyList_Append(list, pair) < 0) {
+            Py_XDECREF(pair);
+            goto fail;
+        }
+        PyObject_GC_UnTrack(pair); /* str and bytes: no cycle possible (see emit) */
+        Py_DECREF(pair);
+    }
+    PyObject *out = PyList_AsTuple(list);
+    Py_DECREF(list);
+    if (out != NULL)
+        PyObject_GC_UnTrack(out);
+    return out;
+fail:
+    Py_DECREF(list);
+    return NULL;
+}
+
+/* What to build from each record. */
+enum { OUT_RECORDS, OUT_CONSUMER, OUT_COLUMNS };
+
+typedef struct {
+    int mode;
+    PyObject *list;      /* OUT_RECORDS, OUT_CONSUMER: the list appended to */
+    PyObject *cls;       /* OUT_CONSUMER: the tuple subclass */
+    PyObject *topic;     /* OUT_CONSUMER */
+    PyObject *partition; /* OUT_CONSUMER */
+    PyObject *ts_type;   /* OUT_CONSUMER */
+    PyObject *columns[5];/* OUT_COLUMNS: offsets, timestamps, keys, values, headers */
+    i128 lo, hi;         /* OUT_CONSUMER, OUT_COLUMNS: keep lo <= offset < hi */
+    int atomic_prefix;   /* topic, partition and ts_type are str/int: the tuple may be untracked */
+} Sink;
+
+static PyObject *
+new_tuple_of(PyObject *cls, Py_ssize_t n)
+{
+    /* tuple.__new__(cls, ...) for a NamedTuple class: a tuple of that type (no __init__) */
+    PyTypeObject *type = (PyTypeObject *)cls;
+    if (type == &PyTuple_Type)
+        return PyTuple_New(n);
+    return type->tp_alloc(type, n);
+}
+
+/* Steals the five references. */
+static int
+emit(Sink *sink, i128 offset, PyObject *ts, PyObject *key, PyObject *value, PyObject *headers)
+{
+    PyObject *off = NULL, *item = NULL;
+    int rc = -1;
+    if (sink->mode != OUT_RECORDS && (offset < sink->lo || offset >= sink->hi)) {
+        rc = 0;
+        goto done;
+    }
+    off = i128_to_py(offset);
+    if (off == NULL)
+        goto done;
+    if (sink->mode == OUT_COLUMNS) {
+        PyObject *fields[5] = {off, ts, key, value, headers};
+        for (int i = 0; i < 5; i++)
+            if (PyList_Append(sink->columns[i], fields[i]) < 0)
+                goto done;
+        rc = 0;
+        goto done;
+    }
+    if (sink->mode == OUT_RECORDS) {
+        item = new_tuple_of(RecordType, 5);
+        if (item == NULL)
+            goto done;
+        PyObject *fields[5] = {off, ts, key, value, headers};
+        for (int i = 0; i < 5; i++)
+            PyTuple_SET_ITEM(item, i, fields[i]);
+    } else {
+        item = new_tuple_of(sink->cls, 8);
+        if (item == NULL)
+            goto done;
+        PyObject *fields[8] = {Py_NewRef(sink->topic), Py_NewRef(sink->partition), off, ts,
+                               Py_NewRef(sink->ts_type), key, value, headers};
+        for (int i = 0; i < 8; i++)
+            PyTuple_SET_ITEM(item, i, fields[i]);
+    }
+    /* The tuple holds only ints, bytes, None, str and untracked header tuples, so it can
+     * be in no reference cycle: untracked now, the cyclic GC never walks it (CPython
+     * untracks such tuples itself, but only once a collection has walked them; a Fetch
+     * of 100k records would otherwise trigger over a hundred collections walking them all). */
+    if (sink->atomic_prefix)
+        PyObject_GC_UnTrack(item);
+    /* the tuple owns them now */
+    off = ts = key = value = headers = NULL;
+    rc = PyList_Append(sink->list, item);
+done:
+    Py_XDECREF(off);
+    Py_XDECREF(ts);
+    Py_XDECREF(key);
+    Py_XDECREF(value);
+    Py_XDECREF(headers);
+    Py_XDECREF(item);
+    return rc;
+}
+
+static PyObject *
+slice_bytes(const uint8_t *buf, i128 end, i128 pos, int64_t n)
+{
+    i128 from = pos > end ? end : pos;
+    i128 stop = pos + n > end ? end : pos + n;
+    return PyBytes_FromStringAndSize((const char *)buf + from, (Py_ssize_t)(stop - from));
+}
+
+/* records._decode_payload's loop, step for step. */
+static int
+decode_payload(const uint8_t *buf, Py_ssize_t size, long long base_offset, long long base_ts,
+               PyObject *log_append_ts, long long count, Py_ssize_t batch_pos, Sink *sink)
+{
+    i128 end = size, pos = 0;
+    int64_t length, tsd, od, n;
+    if (log_append_ts != Py_None && !PyLong_CheckExact(log_append_ts)) {
+        PyErr_SetString(PyExc_TypeError, "log_append_ts must be an int or None");
+        return -1;
+    }
+    for (long long index = 0; index < count; index++) {
+        if (read_varint(buf, end, &pos, &length) < 0)
+            return -1;
+        i128 record_end = pos + length;
+        if (length < 6 || record_end > end)
+            return corrupt(batch_pos, "record %lld has invalid length %lld", index,
+                           (long long)length);
+        pos += 1; /* attributes: unused */
+        if (read_varint(buf, end, &pos, &tsd) < 0 || read_varint(buf, end, &pos, &od) < 0)
+            return -1;
+        PyObject *key, *value, *headers;
+        if (pos >= end)
+            return index_error();
+        if (buf[pos] == 1) {
+            key = Py_NewRef(Py_None);
+            pos += 1;
+        } else {
+            if (read_varint(buf, end, &pos, &n) < 0)
+                return -1;
+            if (n < 0)
+                return corrupt(batch_pos, "record %lld has key length %lld", index, (long long)n);
+            key = slice_bytes(buf, end, pos, n);
+            if (key == NULL)
+                return -1;
+            pos += n;
+        }
+        if (pos >= end) {
+            Py_DECREF(key);
+            return index_error();
+        }
+        if (buf[pos] == 1) {
+            value = Py_NewRef(Py_None);
+            pos += 1;
+        } else {
+            if (read_varint(buf, end, &pos, &n) < 0) {
+                Py_DECREF(key);
+                return -1;
+            }
+            if (n < 0) {
+                Py_DECREF(key);
+                return corrupt(batch_pos, "record %lld has value length %lld", index,
+                               (long long)n);
+            }
+            value = slice_bytes(buf, end, pos, n);
+            if (value == NULL) {
+                Py_DECREF(key);
+                return -1;
+            }
+            pos += n;
+        }
+        if (pos >= end) {
+            Py_DECREF(key);
+            Py_DECREF(value);
+            return index_error();
+        }
+        if (buf[pos] == 0) {
+            headers = PyTuple_New(0);
+            pos += 1;
+        } else {
+            headers = decode_headers(buf, end, &pos, batch_pos, (Py_ssize_t)index);
+        }
+        if (headers == NULL) {
+            Py_DECREF(key);
+            Py_DECREF(value);
+            return -1;
+        }
+        if (pos != record_end) {
+            Py_DECREF(key);
+            Py_DECREF(value);
+            Py_DECREF(headers);
+            PyObject *took = i128_to_py((i128)length + pos - record_end);
+            if (took == NULL)
+                return -1;
+            corrupt(batch_pos, "record %lld declares %lld bytes but its fields take %S", index,
+                    (long long)length, took);
+            Py_DECREF(took);
+            return -1;
+        }
+        PyObject *ts = log_append_ts == Py_None ? i128_to_py((i128)base_ts + tsd)
+                                                : Py_NewRef(log_append_ts);
+        if (ts == NULL) {
+            Py_DECREF(key);
+            Py_DECREF(value);
+            Py_DECREF(headers);
+            return -1;
+        }
+        if (emit(sink, (i128)base_offset + od, ts, key, value, headers) < 0)
+            return -1;
+    }
+    if (pos != end)
+        return corrupt(batch_pos, "%lld bytes left after its %lld records", (long long)(end - pos),
+                       count);
+    return 0;
+}
+
+static int
+check_configured(void)
+{
+    if (RecordType == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "databus.protocol._speedups.configure() not called");
+        return -1;
+    }
+    return 0;
+}
+
+static int
+parse_i128(PyObject *obj, i128 *out)
+{
+    int overflow;
+    long long v = PyLong_AsLongLongAndOverflow(obj, &overflow);
+    if (v == -1 && PyErr_Occurred())
+        return -1;
+    if (!overflow) {
+        *out = v;
+        return 0;
+    }
+    /* Offsets reach +-2**64 (two int64s added): bounds up to that range are exact, beyond
+     * it any value compares the same as +-2**100. */
+    PyObject *magnitude = overflow > 0 ? Py_NewRef(obj) : PyNumber_Negative(obj);
+    if (magnitude == NULL)
+        return -1;
+    unsigned long long u = PyLong_AsUnsignedLongLong(magnitude);
+    Py_DECREF(magnitude);
+    i128 value;
+    if (u == (unsigned long long)-1 && PyErr_Occurred()) {
+        if (!PyErr_ExceptionMatches(PyExc_OverflowError))
+            return -1;
+        PyErr_Clear();
+        value = (i128)1 << 100;
+    } else {
+        value = (i128)u;
+    }
+    *out = overflow > 0 ? value : -value;
+    return 0;
+}
+
+PyDoc_STRVAR(decode_records_doc,
+"decode_records(data, base_offset, base_ts, log_append_ts, count, batch_pos) -> list[Record]\n\n"
+"records._decode_payload: the records section of one (decompressed) batch.");
+
+static PyObject *
+py_decode_records(PyObject *self, PyObject *args)
+{
+    Py_buffer data;
+    long long base_offset, base_ts, count;
+    PyObject *log_append_ts;
+    Py_ssize_t batch_pos;
+    if (check_configured() < 0)
+        return NULL;
+    if (!PyArg_ParseTuple(args, "y*LLOLn", &data, &base_offset, &base_ts, &log_append_ts, &count,
+                          &batch_pos))
+        return NULL;
+    Sink sink = {.mode = OUT_RECORDS, .atomic_prefix = 1};
+    sink.list = PyList_New(0);
+    if (sink.list == NULL ||
+        decode_payload(data.buf, data.len, base_offset, base_ts, log_append_ts, count, batch_pos,
+                       &sink) < 0) {
+        Py_XDECREF(sink.list);
+        sink.list = NULL;
+    }
+    PyBuffer_Release(&data);
+    return sink.list;
+}
+
+PyDoc_STRVAR(decode_consumer_doc,
+"decode_consumer(data, base_offset, base_ts, log_append_ts, count, batch_pos, cls, topic,\n"
+"                partition, ts_type, min_offset) -> list\n\n"
+"The records at or after min_offset (all of them when it is None) as cls(topic,\n"
+"partition, offset, timestamp, ts_type, key, value, headers) tuples: the consumer's\n"
+"records without the Record step.");
+
+static PyObject *
+py_decode_consumer(PyObject *self, PyObject *args)
+{
+    Py_buffer data;
+    long long base_offset, base_ts, count;
+    PyObject *log_append_ts, *min_offset;
+    Py_ssize_t batch_pos;
+    Sink sink = {.mode = OUT_CONSUMER};
+    if (check_configured() < 0)
+        return NULL;
+    if (!PyArg_ParseTuple(args, "y*LLOLnO!OOOO", &data, &base_offset, &base_ts, &log_append_ts,
+                          &count, &batch_pos, &PyType_Type, &sink.cls, &sink.topic,
+                          &sink.partition, &sink.ts_type, &min_offset))
+        return NULL;
+    if (!PyType_IsSubtype((PyTypeObject *)sink.cls, &PyTuple_Type)) {
+        PyBuffer_Release(&data);
+        PyErr_SetString(PyExc_TypeError, "cls must be a tuple subclass");
+        return NULL;
+    }
+    sink.hi = (i128)1 << 100;
+    if (min_offset == Py_None) /* the whole batch, as the Python code takes it */
+        sink.lo = -((i128)1 << 100);
+    else if (parse_i128(min_offset, &sink.lo) < 0) {
+        PyBuffer_Release(&data);
+        return NULL;
+    }
+    sink.atomic_prefix = PyUnicode_CheckExact(sink.topic) && PyLong_CheckExact(sink.partition) &&
+                         PyLong_CheckExact(sink.ts_type);
+    sink.list = PyList_New(0);
+    if (sink.list == NULL ||
+        decode_payload(data.buf, data.len, base_offset, base_ts, log_append_ts, count, batch_pos,
+                       &sink) < 0) {
+        Py_XDECREF(sink.list);
+        sink.list = NULL;
+    }
+    PyBuffer_Release(&data);
+    return sink.list;
+}
+
+PyDoc_STRVAR(decode_columns_doc,
+"decode_columns(data, base_offset, base_ts, log_append_ts, count, batch_pos, lo, hi,\n"
+"               offsets, timestamps, keys, values, headers) -> None\n\n"
+"Appends the fields of the records with lo <= offset < hi to the five lists.");
+
+static PyObject *
+py_decode_columns(PyObject *self, PyObject *args)
+{
+    Py_buffer data;
+    long long base_offset, base_ts, count;
+    PyObject *log_append_ts, *lo, *hi;
+    Py_ssize_t batch_pos;
+    Sink sink = {.mode = OUT_COLUMNS};
+    if (check_configured() < 0)
+        return NULL;
+    if (!PyArg_ParseTuple(args, "y*LLOLnOOO!O!O!O!O!", &data, &base_offset, &base_ts,
+                          &log_append_ts, &count, &batch_pos, &lo, &hi, &PyList_Type,
+                          &sink.columns[0], &PyList_Type, &sink.columns[1], &PyList_Type,
+                          &sink.columns[2], &PyList_Type, &sink.columns[3], &PyList_Type,
+                          &sink.columns[4]))
+        return NULL;
+    int rc = parse_i128(lo, &sink.lo);
+    if (rc == 0)
+        rc = parse_i128(hi, &sink.hi);
+    if (rc == 0)
+        rc = decode_payload(data.buf, data.len, base_offset, base_ts, log_append_ts, count,
+                            batch_pos, &sink);
+    PyBuffer_Release(&data);
+    if (rc < 0)
+        return NULL;
+    Py_RETURN_NONE;
+}
+
+/* ---- encode --------------------------------------------------------------------------- */
+
+typedef struct {
+    uint8_t *data;
+    size_t len, cap;
+} Buffer;
+
+static int
+buffer_reserve(Buffer *b, size_t more)
+{
+    if (b->len + more <= b->cap)
+        return 0;
+    size_t cap = b->cap ? b->cap : 4096;
+    while (cap < b->len + more)
+        cap *= 2;
+    uint8_t *data = PyMem_Realloc(b->data, cap);
+    if (data == NULL) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    b->data = data;
+    b->cap = cap;
+    return 0;
+}
+
+/* A payload the encoder takes as it is: None (-1) or exact bytes.  0 = not handled here. */
+static inline int
+payload(PyObject *obj, const char **data, Py_ssize_t *len)
+{
+    if (obj == Py_None) {
+        *data = NULL;
+        *len = -1;
+        return 1;
+    }
+    if (PyBytes_CheckExact(obj)) {
+        *data = PyBytes_AS_STRING(obj);
+        *len = PyBytes_GET_SIZE(obj);
+        return 1;
+    }
+    return 0;
+}
+
+#define MAX_HEADERS_ON_STACK 16
+
+/* Size of the encoded headers (count included), or -1: not handled here (Python takes
+ * the record), or -2 with an exception set. */
+static Py_ssize_t
+headers_size(PyObject *headers)
+{
+    if (!PyTuple_CheckExact(headers) && !PyList_CheckExact(headers))
+        return -1;
+    Py_ssize_t count = PySequence_Fast_GET_SIZE(headers);
+    PyObject **items = PySequence_Fast_ITEMS(headers);
+    Py_ssize_t size = zigzag_size(count);
+    for (Py_ssize_t i = 0; i < count; i++) {
+        PyObject *pair = items[i];
+        if (!PyTuple_CheckExact(pair) || PyTuple_GET_SIZE(pair) != 2)
+            return -1;
+        PyObject *name = PyTuple_GET_ITEM(pair, 0);
+        if (!PyUnicode_CheckExact(name))
+            return -1;
+        Py_ssize_t name_len;
+        if (PyUnicode_AsUTF8AndSize(name, &name_len) == NULL) {
+            PyErr_Clear(); /* lone surrogates: Python raises its own UnicodeEncodeError */
+            return -1;
+        }
+        const char *data;
+        Py_ssize_t len;
+        if (!payload(PyTuple_GET_ITEM(pair, 1), &data, &len))
+            return -1;
+        size += zigzag_size(name_len) + name_len + (len < 0 ? 1 : zigzag_size(len) + len);
+    }
+    return size;
+}
+
+static uint8_t *
+write_headers(uint8_t *out, PyObject *headers)
+{
+    Py_ssize_t count = PySequence_Fast_GET_SIZE(headers);
+    PyObject **items = PySequence_Fast_ITEMS(headers);
+    out = write_zigzag(out, count);
+    for (Py_ssize_t i = 0; i < count; i++) {
+        PyObject *pair = items[i];
+        Py_ssize_t name_len, len;
+        const char *name = PyUnicode_AsUTF8AndSize(PyTuple_GET_ITEM(pair, 0), &name_len);
+        const char *data;
+        out = write_zigzag(out, name_len);
+        memcpy(out, name, name_len);
+        out += name_len;
+        payload(PyTuple_GET_ITEM(pair, 1), &data, &len);
+        out = write_zigzag(out, len);
+        if (len > 0) {
+            memcpy(out, data, len);
+            out += len;
+        }
+    }
+    return out;
+}
+
+PyDoc_STRVAR(encode_records_doc,
+"encode_records(records, start, batch_size, size, count, last_delta, base_ts, max_ts)\n"
+"    -> (stop, size, count, last_delta, base_ts, max_ts, chunk, handled)\n\n"
+"BatchBuilder.append_many's loop: encodes records[start:] ((timestamp, key, value, headers)\n"
+"tuples) until one does not fit; chunk is the encoded bytes of the records appended.\n"
+"handled is False when it stopped at a record it leaves to the Python loop.");
+
+static PyObject *
+py_encode_records(PyObject *self, PyObject *args)
+{
+    PyObject *records;
+    Py_ssize_t start;
+    long long batch_size, size, count, od, base_ts, max_ts;
+    if (!PyArg_ParseTuple(args, "OnLLLLLL", &records, &start, &batch_size, &size, &count, &od,
+                          &base_ts, &max_ts))
+        return NULL;
+    if (!PyTuple_CheckExact(records) && !PyList_CheckExact(records))
+        return Py_BuildValue("nLLLLLOO", start, size, count, od, base_ts, max_ts, Py_None,
+                             Py_False);
+    Buffer buf = {NULL, 0, 0};
+    Py_ssize_t end = PySequence_Fast_GET_SIZE(records), i = start;
+    int handled = 1;
+    while (i < end) {
+        /* a list may change under us only through Python code, and none runs below */
+        PyObject *rec = PySequence_Fast_GET_ITEM(records, i);
+        if (!PyTuple_CheckExact(rec) || PyTuple_GET_SIZE(rec) != 4) {
+            handled = 0;
+            break;
+        }
+        PyObject *ts_obj = PyTuple_GET_ITEM(rec, 0);
+        if (!PyLong_CheckExact(ts_obj)) {
+            handled = 0;
+            break;
+        }
+        int overflow;
+        long long timestamp = PyLong_AsLongLongAndOverflow(ts_obj, &overflow);
+        if (overflow) {
+            handled = 0;
+            break;
+        }
+        long long tsd = 0;
+        if (count) {
+            if (__builtin_sub_overflow(timestamp, base_ts, &tsd))
+                break; /* no varlong for that delta: the record starts the next batch */
+        }
+        const char *key, *value;
+        Py_ssize_t key_len, value_len, hsize = 1;
+        PyObject *headers = PyTuple_GET_ITEM(rec, 3);
+        if (!payload(PyTuple_GET_ITEM(rec, 1), &key, &key_len) ||
+            !payload(PyTuple_GET_ITEM(rec, 2), &value, &value_len)) {
+            handled = 0;
+            break;
+        }
+        /* Python's `if headers`: None and empty sequences mean none; other types go to
+         * the Python loop (their truth test is Python code) */
+        int has_headers;
+        if (headers == Py_None)
+            has_headers = 0;
+        else if (PyTuple_CheckExact(headers) || PyList_CheckExact(headers))
+            has_headers = PySequence_Fast_GET_SIZE(headers) > 0;
+        else {
+            handled = 0;
+            break;
+        }
+        if (has_headers) {
+            hsize = headers_size(headers);
+            if (hsize == -1) {
+                handled = 0;
+                break;
+            }
+        }
+        long long next_od = od + 1;
+        Py_ssize_t body = 1 + zigzag_size(tsd) + zigzag_size(next_od) +
+                          (key_len < 0 ? 1 : zigzag_size(key_len) + key_len) +
+                          (value_len < 0 ? 1 : zigzag_size(value_len) + value_len) + hsize;
+        Py_ssize_t record_size = zigzag_size(body) + body;
+        if (count) {
+            if (size + record_size > batch_size)
+                break;
+            if (timestamp > max_ts)
+                max_ts = timestamp;
+        } else {
+            base_ts = max_ts = timestamp;
+        }
+        if (buffer_reserve(&buf, record_size) < 0)
+            goto error;
+        uint8_t *out = buf.data + buf.len;
+        out = write_zigzag(out, body);
+        *out++ = 0;
+        out = write_zigzag(out, tsd);
+        out = write_zigzag(out, next_od);
+        out = write_zigzag(out, key_len);
+        if (key_len > 0) {
+            memcpy(out, key, key_len);
+            out += key_len;
+        }
+        out = write_zigzag(out, value_len);
+        if (value_len > 0) {
+            memcpy(out, value, value_len);
+            out += value_len;
+        }
+        if (has_headers)
+            out = write_headers(out, headers);
+        else
+            *out++ = 0;
+        buf.len += record_size;
+        od = next_od;
+        size += record_size;
+        count += 1;
+        i += 1;
+    }
+    PyObject *chunk = Py_None;
+    if (i > start) {
+        chunk = PyBytes_FromStringAndSize((const char *)buf.data, buf.len);
+        if (chunk == NULL)
+            goto error;
+    } else {
+        Py_INCREF(chunk);
+    }
+    PyMem_Free(buf.data);
+    PyObject *result = Py_BuildValue("nLLLLLNO", i, size, count, od, base_ts, max_ts, chunk,
+                                     handled ? Py_True : Py_False);
+    return result;
+error:
+    PyMem_Free(buf.data);
+    return NULL;
+}
+
+/* ---- varints and murmur2 -------------------------------------------------------------- */
+
+static PyObject *
+py_encode_zigzag(PyObject *self, PyObject *arg)
+{
+    int overflow;
+    long long n = PyLong_AsLongLongAndOverflow(arg, &overflow);
+    if (n == -1 && PyErr_Occurred())
+        return NULL;
+    if (overflow) {
+        PyErr_Format(PyExc_OverflowError, "%S does not fit a signed 64-bit varlong", arg);
+        return NULL;
+    }
+    uint8_t out[MAX_VARLONG_BYTES];
+    uint8_t *stop = write_zigzag(out, n);
+    return PyBytes_FromStringAndSize((const char *)out, stop - out);
+}
+
+static PyObject *
+py_decode_zigzag(PyObject *self, PyObject *args)
+{
+    Py_buffer data;
+    Py_ssize_t pos;
+    if (check_configured() < 0)
+        return NULL;
+    if (!PyArg_ParseTuple(args, "y*n", &data, &pos))
+        return NULL;
+    i128 p = pos;
+    int64_t value;
+    int rc = pos < 0 ? -2 : decode_zigzag_slow(data.buf, data.len, &p, &value);
+    PyBuffer_Release(&data);
+    if (rc == -2) {
+        PyErr_SetString(PyExc_ValueError, "negative position");
+        return NULL;
+    }
+    if (rc < 0)
+        return NULL;
+    return Py_BuildValue("Ln", (long long)value, (Py_ssize_t)p);
+}
+
+PyDoc_STRVAR(murmur2_doc, "murmur2(data) -> int: Kafka's Utils.murmur2 as a signed int32.");
+
+static PyObject *
+py_murmur2(PyObject *self, PyObject *arg)
+{
+    Py_buffer view;
+    if (PyObject_GetBuffer(arg, &view, PyBUF_SIMPLE) < 0)
+        return NULL;
+    const uint8_t *data = view.buf;
+    Py_ssize_t length = view.len;
+    const uint32_t m = 0x5BD1E995;
+    uint32_t h = 0x9747B28Cu ^ (uint32_t)length;
+    Py_ssize_t whole = length & ~(Py_ssize_t)3;
+    for (Py_ssize_t i = 0; i < whole; i += 4) {
+        uint32_t k = (uint32_t)data[i] | ((uint32_t)data[i + 1] << 8) |
+                     ((uint32_t)data[i + 2] << 16) | ((uint32_t)data[i + 3] << 24);
+        k *= m;
+        k ^= k >> 24;
+        k *= m;
+        h = (h * m) ^ k;
+    }
+    switch (length & 3) {
+    case 3:
+        h ^= (uint32_t)data[whole + 2] << 16;
+        /* fall through */
+    case 2:
+        h ^= (uint32_t)data[whole + 1] << 8;
+        /* fall through */
+    case 1:
+        h ^= data[whole];
+        h *= m;
+    }
+    h ^= h >> 13;
+    h *= m;
+    h ^= h >> 15;
+    PyBuffer_Release(&view);
+    return PyLong_FromLong((long)(int32_t)h);
+}
+
+static PyObject *
+py_configure(PyObject *self, PyObject *args)
+{
+    PyObject *record, *corrupt_error, *varint_error;
+    if (!PyArg_ParseTuple(args, "O!O!O!", &PyType_Type, &record, &PyType_Type, &corrupt_error,
+                          &PyType_Type, &varint_error))
+        return NULL;
+    if (!PyType_IsSubtype((PyTypeObject *)record, &PyTuple_Type)) {
+        PyErr_SetString(PyExc_TypeError, "Record must be a tuple subclass");
+        return NULL;
+    }
+    Py_XSETREF(RecordType, Py_NewRef(record));
+    Py_XSETREF(CorruptError, Py_NewRef(corrupt_error));
+    Py_XSETREF(VarintErrorType, Py_NewRef(varint_error));
+    Py_RETURN_NONE;
+}
+
+static PyMethodDef methods[] = {
+    {"configure", py_configure, METH_VARARGS,
+     "configure(Record, CorruptRecordError, VarintError): the classes the kernels build/raise."},
+    {"decode_records", py_decode_records, METH_VARARGS, decode_records_doc},
+    {"decode_consumer", py_decode_consumer, METH_VARARGS, decode_consumer_doc},
+    {"decode_columns", py_decode_columns, METH_VARARGS, decode_columns_doc},
+    {"encode_records", py_encode_records, METH_VARARGS, encode_records_doc},
+    {"encode_zigzag", py_encode_zigzag, METH_O, "varint.encode_zigzag"},
+    {"decode_zigzag", py_decode_zigzag, METH_VARARGS, "varint.decode_zigzag"},
+    {"murmur2", py_murmur2, METH_O, murmur2_doc},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module = {
+    PyModuleDef_HEAD_INIT, "databus.protocol._speedups",
+    "The record format's per-record kernels in C (pure-Python twins in records.py).", -1, methods,
+    NULL, NULL, NULL, NULL,
+};
+
+PyMODINIT_FUNC
+PyInit__speedups(void)
+{
+    return PyModule_Create(&module);
+}

@@ -1,0 +1,38 @@
+"""Which implementation of the per-record kernels runs: C or pure Python.
+
+``databus.protocol._speedups`` (C, built by ``pip install`` when a C compiler and the Python
+headers are there) does the record format's per-record work: RecordBatch v2 record decoding
+(to Record tuples, to the consumer's records, or straight to column lists), record encoding
+for the producer's batches, zigzag varints and murmur2.  The pure-Python code beside it
+(records.py, varint.py, client/partitioners.py) stays the reference and the fallback, and
+the tests check that both give the same bytes, objects and errors.
+
+``DATABUS_PURE_PYTHON=1`` (any value but empty or ``0``) forces the pure-Python code, read
+once at import; so does an extension that failed to build or import.
+"""
+
+from __future__ import annotations
+
+import os
+from types import ModuleType
+
+ENV_VAR = "DATABUS_PURE_PYTHON"
+
+
+def load_native(environ=os.environ) -> ModuleType | None:
+    """The C extension module, or None when the pure-Python code must run."""
+    if environ.get(ENV_VAR, "") not in ("", "0"):
+        return None
+    try:
+        from . import _speedups  # type: ignore[attr-defined]
+    except ImportError:
+        return None
+    return _speedups
+
+
+native: ModuleType | None = load_native()
+
+
+def implementation() -> str:
+    """"C extension" or "pure Python": what this process runs (benchmarks print it)."""
+    return "C extension" if native is not None else "pure Python"
