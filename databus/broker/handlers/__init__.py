@@ -26,6 +26,8 @@ def handler_table() -> HandlerTable:
         metadata,
         offsets,
         produce,
+        sasl,
+        security,
         share,
     )
 
@@ -61,4 +63,11 @@ def handler_table() -> HandlerTable:
         share.describe_share_group_offsets,
         share.alter_share_group_offsets,
         share.delete_share_group_offsets,
+        sasl.sasl_handshake,
+        sasl.sasl_authenticate,
+        security.describe_acls,
+        security.create_acls,
+        security.delete_acls,
+        security.describe_user_scram_credentials,
+        security.alter_user_scram_credentials,
     ])
