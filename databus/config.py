@@ -41,6 +41,41 @@ SIDECAR_PRODUCER_KEYS = ("partitioner", "partitioner.config")
 RESERVED_PRODUCER_KEYS = ("buffer.memory", "bootstrap.servers")
 
 
+# Kafka client keys about reaching a cluster (TLS, SASL) rather than producing or consuming:
+# a cluster's values of them apply to every client of it (producers, mirrors, sinks).
+CONNECTION_KEY_PREFIXES = ("security.protocol", "sasl.", "ssl.")
+_REFERENCE = re.compile(r"\$\{(env|file):([^}]*)\}")
+
+
+def is_secret_key(key: str) -> bool:
+    """Keys whose values are never shown (logs, reload diffs, CLI output)."""
+    last = key.rsplit(".", 1)[-1].lower()
+    return last in ("password", "token", "secret") or key.endswith("jaas.config")
+
+
+def resolve_references(settings: Mapping[str, Any], where: str = "") -> dict[str, Any]:
+    """``${env:NAME}`` and ``${file:/path}`` in string values replaced by the environment
+    variable / the file's content (without its final newline), as Kafka's config providers
+    do; everything else as given.  ConfigError names the key and the reference (never a
+    value) when a variable is unset or a file unreadable."""
+    out: dict[str, Any] = {}
+    for key, value in settings.items():
+        if isinstance(value, str) and "${" in value:
+            def replace(match, key=key):
+                kind, ref = match.group(1), match.group(2)
+                if kind == "env":
+                    if ref not in os.environ:
+                        raise ConfigError(f"{where}{key}: environment variable {ref} is not set")
+                    return os.environ[ref]
+                try:
+                    return Path(ref).read_text().removesuffix("\n")
+                except OSError as exc:
+                    raise ConfigError(f"{where}{key}: cannot read {ref}: {exc.strerror}") from None
+            value = _REFERENCE.sub(replace, value)
+        out[key] = value
+    return out
+
+
 # Cluster names used by mirrors and regions: they go into provenance headers and topic names.
 _LABEL = re.compile(r"^[A-Za-z0-9._-]+$")
 RENAME_FIELDS = ("source", "region", "topic")
@@ -180,6 +215,14 @@ class ClusterConfig(BaseModel):
     @property
     def producer_settings(self) -> dict[str, Any]:
         return dict(self.model_extra or {})
+
+    def connection_settings(self) -> dict[str, Any]:
+        """The cluster's TLS and SASL settings (``security.protocol``, ``sasl.*``,
+        ``ssl.*``) with ``${env:...}`` / ``${file:...}`` resolved: what every client of this
+        cluster needs besides the bootstrap address."""
+        keys = {k: v for k, v in self.producer_settings.items()
+                if k.startswith(CONNECTION_KEY_PREFIXES)}
+        return resolve_references(keys, "clusters: ")
 
 
 class StreamConfig(BaseModel):
@@ -474,14 +517,16 @@ class SinkConfig(_Model):
         self.consumer_config("sink")
         return self
 
-    def consumer_config(self, name: str):
-        """The client's ConsumerConfig of this sink's consumer (named ``name``)."""
+    def consumer_config(self, name: str, security: Mapping[str, Any] | None = None):
+        """The client's ConsumerConfig of this sink's consumer (named ``name``); ``security``:
+        its cluster's TLS/SASL settings (ClusterConfig.connection_settings)."""
         from databus.client import ConsumerConfig, errors
 
         settings = {
             **SINK_CONSUMER_DEFAULTS,
             "client.id": f"databus-sink-{name}",
-            **self.consumer,
+            **(security or {}),
+            **resolve_references(self.consumer),
             "group.id": self.group(name),
             "enable.auto.commit": False,
         }
@@ -651,6 +696,11 @@ class DatabusConfig(_Model):
                     problems.append(str(exc))
         if self.broker.options:
             problems.extend(_broker_option_problems(self.broker.options))
+        for name, cluster in self.clusters.items():  # an unset ${env:...}: said at load
+            try:
+                resolve_references(cluster.producer_settings, f"clusters: {name}: ")
+            except ConfigError as exc:
+                problems.append(str(exc))
         problems.extend(self._mirror_problems())
         problems.extend(
             f"sinks: {name!r} is the name of index {name.removeprefix(INDEX_SINK_PREFIX)!r}'s "
