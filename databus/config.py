@@ -85,6 +85,19 @@ class ConfigError(ValueError):
     """sidecar.yaml (or a flag) is invalid; the message names every problem and where."""
 
 
+def group_id(group: str | int) -> int:
+    """The numeric id of a group given by name or number; ValueError naming it if unknown."""
+    import grp
+
+    text = str(group).strip()
+    if text.isdigit():
+        return int(text)
+    try:
+        return grp.getgrnam(text).gr_gid
+    except KeyError:
+        raise ValueError(f"socket_group {text!r} is not a group on this host") from None
+
+
 def _listen_address(value: str, field: str) -> tuple[str, int]:
     """The sidecar's listeners: a host is required, port 0 picks a free port."""
     return parse_host_port(value, allow_port_zero=True, require_host=True, what=field)
@@ -103,7 +116,12 @@ class SidecarSettings(_Model):
         "is created if missing). Relative paths are relative to the config file.",
     )
     socket_mode: str = Field(
-        "0660", description="File mode of the Unix socket, octal."
+        "0660", description="File mode of the Unix socket, octal: with the default, only the "
+        "sidecar's user and `socket_group` may connect."
+    )
+    socket_group: str | None = Field(
+        None, description="Group (name or number) that owns the Unix socket, so that apps "
+        "running as other users in that group may connect; default: the sidecar's own group."
     )
     tcp_listen: str | None = Field(
         None,
@@ -175,6 +193,13 @@ class SidecarSettings(_Model):
     def _metrics(cls, v: str | None) -> str | None:
         if v is not None:
             _listen_address(v, "metrics_listen")
+        return v
+
+    @field_validator("socket_group")
+    @classmethod
+    def _group(cls, v: str | None) -> str | None:
+        if v is not None:
+            group_id(v)  # an unknown group is an error at load, not at start
         return v
 
     @property

@@ -26,7 +26,7 @@ from typing import Any
 import trio
 
 import databus
-from databus.config import EMBEDDED_CLUSTER, ConfigError, DatabusConfig
+from databus.config import EMBEDDED_CLUSTER, ConfigError, DatabusConfig, group_id
 from databus.plugins import PluginError, PluginManager, get_plugin_manager
 from databus.protocol import sidecar_wire as wire
 from databus.protocol.addresses import parse_host_port
@@ -219,7 +219,8 @@ class Sidecar:
             return self._bound.addresses
         settings = self.config.sidecar
         # A second sidecar on the same path fails here, before touching anything.
-        app = [await _unix_listener(settings.socket, settings.socket_mode_int)]
+        app = [await _unix_listener(settings.socket, settings.socket_mode_int,
+                                    settings.socket_group)]
         metrics: list[trio.SocketListener] = []
         try:
             tcp = None
@@ -353,8 +354,10 @@ async def _quiet_flush(producer) -> None:
         pass  # each message's own report carries its error
 
 
-async def _unix_listener(path: str, mode: int) -> trio.SocketListener:
-    """Bind the app socket: refuse if a live sidecar owns it, replace a stale file."""
+async def _unix_listener(path: str, mode: int, group: str | None = None
+                         ) -> trio.SocketListener:
+    """Bind the app socket: refuse if a live sidecar owns it, replace a stale file.  The
+    mode (and group) are set before ``listen``, so no app connects through looser ones."""
     make_dirs(Path(path).parent, "directory for the app socket", setting="sidecar.socket")
     if os.path.exists(path):
         probe = trio.socket.socket(stdlib_socket.AF_UNIX, stdlib_socket.SOCK_STREAM)
@@ -369,6 +372,8 @@ async def _unix_listener(path: str, mode: int) -> trio.SocketListener:
     sock = trio.socket.socket(stdlib_socket.AF_UNIX, stdlib_socket.SOCK_STREAM)
     try:
         await sock.bind(path)
+        if group is not None:
+            os.chown(path, -1, group_id(group))
         os.chmod(path, mode)
         sock.listen(512)
     except OSError as exc:

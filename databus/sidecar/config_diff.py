@@ -19,7 +19,7 @@ from typing import Any
 from databus.config import is_secret_key
 
 # Sidecar settings that only a restart can change (sockets and sizes fixed at start).
-RESTART_ONLY = ("socket", "socket_mode", "tcp_listen", "metrics_listen", "buffer_memory",
+RESTART_ONLY = ("socket", "socket_mode", "socket_group", "tcp_listen", "metrics_listen", "buffer_memory",
                 "max_frame_bytes")
 # Sidecar settings a reload applies in place.
 RELOADABLE_SIDECAR = ("reload_poll_ms", "shutdown_timeout_ms")
