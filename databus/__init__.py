@@ -20,7 +20,8 @@ _SDK_NAMES = {
     "AsyncClient", "Client", "ClientStatistics", "Delivery", "DeliveryFuture", "DatabusError",
     "BufferExhaustedError",
     "DeliveryError", "MessageTooLargeError", "PluginFailedError", "ProtocolError",
-    "ShuttingDownError", "SidecarUnavailableError", "UnknownStreamError",
+    "ShuttingDownError", "SidecarUnavailableError", "StreamNotAllowedError",
+    "UnauthorizedError", "UnknownStreamError",
 }
 
 __all__ = ["__version__", "hookimpl", *sorted(_SDK_NAMES)]

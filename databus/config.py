@@ -107,6 +107,26 @@ class _Model(BaseModel):
     model_config = ConfigDict(extra="forbid", populate_by_name=True, frozen=True)
 
 
+class AppToken(_Model):
+    """One app's token and the streams it may send to (sidecar/access.py)."""
+
+    token: str = Field(description="The token the app presents in its hello; write "
+                       "`${env:NAME}` or `${file:/path}` rather than the token itself.")
+    streams: list[str] = Field(
+        default_factory=lambda: [".*"],
+        description="Regexes (whole stream name) of the streams this app may send to.")
+
+    @field_validator("streams")
+    @classmethod
+    def _patterns(cls, v: list[str]) -> list[str]:
+        for pattern in v:
+            try:
+                re.compile(pattern)
+            except re.error as exc:
+                raise ValueError(f"stream pattern {pattern!r}: {exc}") from None
+        return v
+
+
 class SidecarSettings(_Model):
     """The sidecar process: where apps connect, how much it buffers, how it reloads."""
 
@@ -122,6 +142,12 @@ class SidecarSettings(_Model):
     socket_group: str | None = Field(
         None, description="Group (name or number) that owns the Unix socket, so that apps "
         "running as other users in that group may connect; default: the sidecar's own group."
+    )
+    tokens: dict[str, AppToken] = Field(
+        default_factory=dict,
+        description="Per-app tokens: `{app: {token, streams}}`. When set, every app must "
+        "present one (`databus.Client(token=...)` or $DATABUS_TOKEN) and may send only to "
+        "its streams (docs/security.md).",
     )
     tcp_listen: str | None = Field(
         None,
@@ -194,6 +220,11 @@ class SidecarSettings(_Model):
         if v is not None:
             _listen_address(v, "metrics_listen")
         return v
+
+    def resolved_tokens(self) -> dict[str, tuple[str, list[str]]]:
+        """app -> (token with ${env:...}/${file:...} resolved, stream patterns)."""
+        return {app: (resolve_references({"token": t.token}, f"sidecar.tokens.{app}.")["token"],
+                      list(t.streams)) for app, t in self.tokens.items()}
 
     @field_validator("socket_group")
     @classmethod
@@ -721,6 +752,10 @@ class DatabusConfig(_Model):
                     problems.append(str(exc))
         if self.broker.options:
             problems.extend(_broker_option_problems(self.broker.options))
+        try:
+            self.sidecar.resolved_tokens()
+        except ConfigError as exc:
+            problems.append(str(exc))
         for name, cluster in self.clusters.items():  # an unset ${env:...}: said at load
             try:
                 resolve_references(cluster.producer_settings, f"clusters: {name}: ")

@@ -14,6 +14,8 @@ from .errors import (
     ProtocolError,
     ShuttingDownError,
     SidecarUnavailableError,
+    StreamNotAllowedError,
+    UnauthorizedError,
     UnknownStreamError,
 )
 
@@ -21,7 +23,8 @@ __all__ = [
     "AsyncClient", "Client", "ClientStatistics", "Delivery", "DeliveryFuture", "DatabusError",
     "BufferExhaustedError",
     "DeliveryError", "MessageTooLargeError", "PluginFailedError", "ProtocolError",
-    "ShuttingDownError", "SidecarUnavailableError", "UnknownStreamError",
+    "ShuttingDownError", "SidecarUnavailableError", "StreamNotAllowedError",
+    "UnauthorizedError", "UnknownStreamError",
 ]
 
 

@@ -41,6 +41,15 @@ class ShuttingDownError(DatabusError):
     """The sidecar is stopping and did not take the message."""
 
 
+class UnauthorizedError(DatabusError):
+    """The sidecar needs a token (``sidecar.tokens``) and this client gave none or a wrong
+    one (``Client(token=...)`` / $DATABUS_TOKEN)."""
+
+
+class StreamNotAllowedError(DatabusError):
+    """This app's token does not allow sending to the stream; not sent."""
+
+
 class ProtocolError(DatabusError):
     """The sidecar rejected this client's bytes and closed the connection."""
 
@@ -69,6 +78,8 @@ _BY_CODE: dict[int, type[DatabusError]] = {
     ErrorCode.HELLO_REQUIRED: ProtocolError,
     ErrorCode.UNSUPPORTED_VERSION: ProtocolError,
     ErrorCode.INVALID_MESSAGE: ProtocolError,
+    ErrorCode.UNAUTHORIZED: UnauthorizedError,
+    ErrorCode.STREAM_NOT_ALLOWED: StreamNotAllowedError,
 }
 
 

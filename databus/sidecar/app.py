@@ -35,6 +35,7 @@ from databus.sinks.metrics import SinkCollector
 from databus.sinks.runtime import SinkSupervisor
 from databus.startup import StartupError, make_dirs, open_tcp_listeners, reason
 
+from .access import TokenCheck
 from .budget import ByteBudget
 from .config_diff import RELOADABLE_SIDECAR, diff_configs
 from .gate import ReloadGate
@@ -108,6 +109,14 @@ class Sidecar:
         return self.gate.current
 
     # --- what connections need from the service -------------------------------------------
+
+    def authorize_app(self, token):
+        """The access of the app presenting ``token`` (sidecar.tokens, in force now); None
+        when no tokens are configured; WireError(UNAUTHORIZED) for a missing/unknown one."""
+        tokens = self.config.sidecar.resolved_tokens()
+        if not tokens:
+            return None
+        return TokenCheck(tokens)(token)
 
     def hello_reply(self, version: int) -> dict:
         max_block = self.config.producer_config(self.config.producer).max_block_ms
@@ -319,7 +328,7 @@ class Sidecar:
                 stream, f"conn-{self._conn_ids}",
                 max_frame_bytes=self.config.sidecar.max_frame_bytes,
                 hello_reply=self.hello_reply, budget=self.budget, gate=self.gate,
-                metrics=self.metrics, kick=self.kick_producers,
+                metrics=self.metrics, kick=self.kick_producers, authorize=self.authorize_app,
             )
             self._connections.add(conn)
             try:

@@ -41,6 +41,7 @@ class Connection:
         gate: ReloadGate,
         metrics: Any,
         kick: Callable[[], None] = lambda: None,
+        authorize: Callable[[Any], Any] | None = None,
     ) -> None:
         self.stream = stream
         self.name = name
@@ -48,7 +49,7 @@ class Connection:
         self._kick = kick  # a flush waits: ask the producers to send now
         self._wake = trio.Event()
         self._reading_done = False
-        self.session = Session(max_frame_bytes, hello_reply, self._wake_writer)
+        self.session = Session(max_frame_bytes, hello_reply, self._wake_writer, authorize)
         self.dispatcher = Dispatcher(self.session, budget, gate, metrics, name)
 
     def _wake_writer(self) -> None:
