@@ -104,6 +104,11 @@ class BrokerConfig(BaseModel):
         "SCRAM-SHA-512 (users: `databus users`; PLAIN checks the password against the "
         "user's SCRAM credentials).",
     )
+    sasl_server_max_receive_size: int = Field(
+        524288, alias="sasl.server.max.receive.size", ge=1024,
+        description="Largest request frame accepted on a SASL listener before the login; a "
+        "bigger size prefix closes the connection.",
+    )
     ssl_keystore_location: str | None = Field(
         None, alias="ssl.keystore.location",
         description="PEM file with the broker's private key and certificate chain (SSL and "

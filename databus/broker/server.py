@@ -127,7 +127,11 @@ class _Connection:
                     nursery.cancel_scope.cancel()
 
     async def _read_loop(self, send) -> None:
-        frames = FrameBuffer(self.broker.config.socket_request_max_bytes)
+        config = self.broker.config
+        # Before a SASL login a frame may be at most sasl.server.max.receive.size (Kafka's
+        # bound on what an unauthenticated peer can make the broker buffer).
+        frames = FrameBuffer(config.socket_request_max_bytes if self.session.authenticated
+                             else config.sasl_server_max_receive_size)
         while True:
             data = await self.stream.receive_some(RECV_BYTES)
             if not data:
@@ -143,6 +147,8 @@ class _Connection:
                     self._send_scope = None
                 if self.session.close_after_response:
                     return  # the writer sends what is queued, then the connection closes
+                if self.session.authenticated:
+                    frames.max_frame_bytes = config.socket_request_max_bytes
 
     async def _dispatch(self, frame: bytes):
         try:

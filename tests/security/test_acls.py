@@ -140,7 +140,8 @@ def _handshake(client, mechanism="SCRAM-SHA-256"):
 
 
 @pytest.mark.parametrize("attack", ["oversized", "out-of-order", "garbage-scram",
-                                    "unknown-mechanism", "second-handshake", "truncated"])
+                                    "unknown-mechanism", "second-handshake", "truncated",
+                                    "huge-frame-before-login"])
 def test_hostile_sasl_input_closes_only_that_connection(bob_limited, attack):
     secured = bob_limited
     address = secured.broker.bootstrap_for("SASL_PLAINTEXT")
@@ -165,8 +166,10 @@ def test_hostile_sasl_input_closes_only_that_connection(bob_limited, attack):
         elif attack == "second-handshake":
             _handshake(client)
             assert _handshake(client).error_code == ErrorCode.illegal_sasl_state
-        else:  # a frame that says SaslAuthenticate but stops inside its header
+        elif attack == "truncated":  # says SaslAuthenticate, stops inside its header
             client.send_raw(struct.pack(">ihhi", 10, 36, 2, 1) + b"\0\0")
+        else:  # 1 MB before the login: over sasl.server.max.receive.size, never buffered
+            client.send_raw(struct.pack(">ihhi", 1 << 20, 36, 2, 1) + b"x" * 1000)
         assert client.is_closed_by_peer()
     # the broker is still up, and a proper login works right after
     with WireClient(address) as client:
