@@ -172,3 +172,30 @@ def test_certificate_principal_is_the_subject_in_rfc_2253_order():
                         (("commonName", "app"),))}
     assert certificate_principal(cert) == "User:CN=app,O=databus,C=DE"
     assert certificate_principal(None) is None
+
+
+def test_secret_references_and_reload_diffs_hide_values(tmp_path, monkeypatch):
+    from databus.config import ConfigError, parse_config, resolve_references
+    from databus.sidecar.config_diff import diff_configs
+
+    monkeypatch.setenv("PW_FROM_ENV", "env-secret")
+    (tmp_path / "pw").write_text("file-secret\n")
+    resolved = resolve_references({"sasl.password": "${env:PW_FROM_ENV}",
+                                   "ssl.key.password": f"${{file:{tmp_path}/pw}}",
+                                   "linger.ms": 5})
+    assert resolved == {"sasl.password": "env-secret", "ssl.key.password": "file-secret",
+                        "linger.ms": 5}
+    with pytest.raises(ConfigError, match="cannot read /nonexistent/x") as failure:
+        resolve_references({"sasl.password": "${file:/nonexistent/x}"})
+    assert "secret" not in str(failure.value)
+
+    def cluster(password):
+        return parse_config({"clusters": {"c": {
+            "bootstrap.servers": "h:9094", "security.protocol": "SASL_SSL",
+            "sasl.username": "u", "sasl.password": password}}})
+
+    old, new = cluster("${env:PW_FROM_ENV}"), cluster("literal-secret")
+    assert old.clusters["c"].connection_settings()["sasl.password"] == "env-secret"
+    applied = diff_configs(old, new).applied_line()
+    assert "sasl.password" in applied and "(hidden)" in applied
+    assert "literal-secret" not in applied and "env-secret" not in applied
