@@ -89,7 +89,7 @@ def run(args) -> int:
 def _query(args, config) -> int:
     import trio
 
-    from .query import bootstrap_for, fetch, lookup
+    from .query import bootstrap_for, fetch, lookup, security_for
 
     field, sep, value = args.match.partition("=")
     if not sep or not field:
@@ -99,7 +99,8 @@ def _query(args, config) -> int:
     locations = lookup(config, args.index, field, value, since=since, until=until,
                        limit=args.limit)
     bootstrap = bootstrap_for(config, args.index, args.bootstrap)
-    records = trio.run(fetch, bootstrap, locations)
+    records = trio.run(fetch, bootstrap, locations,
+                       security_for(config, args.index, args.bootstrap))
     rows = [record_json(r) for r in records if r is not None]
     gone = len(records) - len(rows)
     if args.json:
@@ -188,10 +189,10 @@ def _status(args, config) -> int:
             store.close()
         lag = "?"
         try:
-            from .query import bootstrap_for
+            from .query import bootstrap_for, security_for
 
             ends = trio.run(_end_offsets, bootstrap_for(config, name, args.bootstrap),
-                            list(offsets))
+                            list(offsets), security_for(config, name, args.bootstrap))
             lag = str(sum(max(0, ends[tp] - n) for tp, n in offsets.items() if tp in ends))
         except Exception as exc:  # the cluster is down: the local figures still help
             lag = f"? ({exc})"
@@ -202,10 +203,11 @@ def _status(args, config) -> int:
     return 0
 
 
-async def _end_offsets(bootstrap: str, partitions):
+async def _end_offsets(bootstrap: str, partitions, settings: dict):
     from databus.client import Consumer
 
     if not partitions:
         return {}
-    async with Consumer(bootstrap, {"client.id": "databus-index-status"}) as consumer:
+    async with Consumer(bootstrap, {"client.id": "databus-index-status",
+                                    **settings}) as consumer:
         return await consumer.end_offsets(partitions)

@@ -15,7 +15,7 @@ import trio
 from databus.config import DatabusConfig
 
 from .command import parse_time, record_json
-from .query import IndexQueryError, bootstrap_for, fetch, lookup
+from .query import IndexQueryError, bootstrap_for, fetch, lookup, security_for
 
 PREFIX = "/index/"
 _JSON = "application/json"
@@ -41,7 +41,8 @@ def index_route(current_config: Callable[[], DatabusConfig], bootstrap: str | No
             locations = await trio.to_thread.run_sync(
                 lambda: lookup(config, name, field, values[0], since=since, until=until,
                                limit=limit))
-            records = await fetch(bootstrap_for(config, name, bootstrap), locations)
+            records = await fetch(bootstrap_for(config, name, bootstrap), locations,
+                                  security_for(config, name, bootstrap))
         except (IndexQueryError, FileNotFoundError) as exc:
             return "404 Not Found", _JSON, _error(exc)
         except ValueError as exc:

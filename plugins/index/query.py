@@ -49,16 +49,18 @@ def lookup(config: DatabusConfig, name: str, field: str, value: str, *,
         store.close()
 
 
-async def fetch(bootstrap: str, locations: list[Location]) -> list[ConsumerRecord | None]:
+async def fetch(bootstrap: str, locations: list[Location],
+                settings: dict | None = None) -> list[ConsumerRecord | None]:
     """The records at ``locations`` in their order; None where the cluster no longer has
-    one (retention or compaction removed it)."""
+    one (retention or compaction removed it).  ``settings``: the cluster's TLS/SASL ones
+    (``security_for``)."""
     wanted: dict[tuple[str, int], deque[int]] = {}
     for _ts, topic, partition, offset in sorted(locations, key=lambda loc: loc[1:]):
         wanted.setdefault((topic, partition), deque()).append(offset)
     found: dict[tuple[str, int, int], ConsumerRecord] = {}
     if wanted:
         config = {"enable.auto.commit": False, "auto.offset.reset": "earliest",
-                  "client.id": "databus-index-query"}
+                  "client.id": "databus-index-query", **(settings or {})}
         async with Consumer(bootstrap, config) as consumer:
             consumer.assign(list(wanted))
             for tp, offsets in wanted.items():
@@ -97,7 +99,8 @@ def _take(tp, records, wanted, found, consumer) -> None:
 async def query_async(config: DatabusConfig, bootstrap: str, name: str, field: str,
                       value: str, **kwargs) -> list[ConsumerRecord]:
     locations = lookup(config, name, field, value, **kwargs)
-    return [r for r in await fetch(bootstrap, locations) if r is not None]
+    return [r for r in await fetch(bootstrap, locations, security_for(config, name, None))
+            if r is not None]
 
 
 def query(config: str | DatabusConfig, name: str, field: str, value: str, *,
@@ -112,6 +115,16 @@ def query(config: str | DatabusConfig, name: str, field: str, value: str, *,
     bootstrap = bootstrap_for(config, name, bootstrap)
     return trio.run(lambda: query_async(config, bootstrap, name, field, value,
                                         since=since, until=until, limit=limit))
+
+
+def security_for(config: DatabusConfig, name: str, bootstrap: str | None) -> dict:
+    """The TLS/SASL settings of the index's cluster (docs/security.md); none when
+    ``bootstrap`` names the broker to ask (the built-in one) or no cluster is configured."""
+    if bootstrap is not None or not config.clusters:
+        return {}
+    index = find_index(config, name)
+    cluster = config.resolve_cluster(index.cluster, f"index {name!r}")
+    return config.clusters[cluster].connection_settings()
 
 
 def bootstrap_for(config: DatabusConfig, name: str, bootstrap: str | None) -> str:
