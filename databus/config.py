@@ -909,6 +909,14 @@ class DatabusConfig(_Model):
 
 def _broker_option_problems(options: Mapping[str, Any]) -> list[str]:
     """Check embedded-broker options with the broker's own model when it is importable."""
+    # The built-in broker of `databus up` serves the one PLAINTEXT listener broker.listen
+    # (the sidecar's own way in); secured listeners belong to a `databus broker` of its own.
+    listener_keys = [k for k in ("listeners", "advertised.listeners",
+                                 "listener.security.protocol.map") if k in options]
+    if listener_keys:
+        return [f"broker.options: {', '.join(listener_keys)}: the built-in broker listens on "
+                "broker.listen (PLAINTEXT); for TLS/SASL listeners run `databus broker` and "
+                "name it under clusters: (docs/security.md)"]
     try:
         from databus.broker.config import BrokerConfig
     except ImportError:

@@ -59,6 +59,8 @@ def test_precedence_stream_over_producer_over_cluster():
          "clusters.a.bootstrap.servers: bootstrap.servers must be HOST:PORT, got 'k2': no port"),
         ({"sidecar": {"socket_mode": "rw"}}, "socket_mode must be an octal string"),
         ({"sidecar": {"socket_group": "no-such-group-x"}}, "'no-such-group-x' is not a group"),
+        ({"broker": {"options": {"listeners": "SASL_SSL://:9094"}}},
+         "broker.options: listeners: the built-in broker listens on broker.listen"),
         ({"clusters": {"a": {"bootstrap.servers": "k:9092", "sasl.password": "${env:UNSET_X}"}}},
          "clusters: a: sasl.password: environment variable UNSET_X is not set"),
         ({"sidecar": {"buffer.memory": 0}}, "sidecar.buffer.memory"),
