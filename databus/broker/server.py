@@ -155,6 +155,11 @@ class _Connection:
             header, request = decode_request(frame)
         except UnsupportedVersion as exc:
             header, request = exc.header, None
+        if not self.session.authenticated and header.api_key not in BEFORE_LOGIN:
+            # not even an UNSUPPORTED_VERSION answer: nothing before the login
+            name = self.session.listener.name if self.session.listener else "?"
+            raise _NotLoggedIn(f"api key {header.api_key} before SASL authentication on "
+                               f"listener {name}")
         registration = self.handlers.get(header.api_key)
         if registration is None or not registration.supports(header.api_version):
             log.info(
@@ -162,10 +167,6 @@ class _Connection:
                 header.api_key, header.api_version, self.peer, header.client_id,
             )
             return header, self._unsupported(header, self.handlers)
-        if not self.session.authenticated and header.api_key not in BEFORE_LOGIN:
-            name = self.session.listener.name if self.session.listener else "?"
-            raise _NotLoggedIn(f"api key {header.api_key} before SASL authentication on "
-                               f"listener {name}")
         ctx = RequestContext(self.broker, header, self.host, self.port, frame, self.handlers,
                              self.session)
         refused = refusal(ctx, request)
