@@ -146,6 +146,7 @@ class BrokerConnection:
 
     async def connect(self, nursery: trio.Nursery) -> None:
         """Open the socket, start the reader in ``nursery`` and negotiate api versions."""
+        stream = None
         try:
             with trio.fail_after(self.connect_timeout):
                 stream = await self._open_stream(self.host, self.port)
@@ -155,6 +156,8 @@ class BrokerConnection:
             self.closed_event.set()
             raise
         except (OSError, trio.TooSlowError) as exc:
+            if stream is not None:  # connected, but the TLS handshake did not finish
+                await trio.aclose_forcefully(stream)
             self._closed = True
             self.closed_event.set()
             raise errors.KafkaConnectionError(
