@@ -199,3 +199,16 @@ def test_secret_references_and_reload_diffs_hide_values(tmp_path, monkeypatch):
     applied = diff_configs(old, new).applied_line()
     assert "sasl.password" in applied and "(hidden)" in applied
     assert "literal-secret" not in applied and "env-secret" not in applied
+
+
+def test_spark_source_passes_kafka_security_options_to_the_client():
+    from databus_spark.cluster import admin_config, consumer_config
+
+    kafka = {"bootstrap.servers": "h:9094", "security.protocol": "SASL_SSL",
+             "sasl.mechanism": "SCRAM-SHA-256", "sasl.username": "spark",
+             "sasl.password": "p", "ssl.ca.location": "/etc/ca.crt"}
+    for config in (consumer_config(kafka), admin_config(kafka)):
+        assert (config.security_protocol, config.sasl_mechanism, config.sasl_username,
+                config.ssl_ca_location) == ("SASL_SSL", "SCRAM-SHA-256", "spark", "/etc/ca.crt")
+        assert config.sasl_password.get_secret_value() == "p"
+        assert "p" not in repr(config.sasl_password)
