@@ -206,9 +206,9 @@ def test_spark_source_passes_kafka_security_options_to_the_client():
 
     kafka = {"bootstrap.servers": "h:9094", "security.protocol": "SASL_SSL",
              "sasl.mechanism": "SCRAM-SHA-256", "sasl.username": "spark",
-             "sasl.password": "p", "ssl.ca.location": "/etc/ca.crt"}
+             "sasl.password": "spark-pw-9", "ssl.ca.location": "/etc/ca.crt"}
     for config in (consumer_config(kafka), admin_config(kafka)):
         assert (config.security_protocol, config.sasl_mechanism, config.sasl_username,
                 config.ssl_ca_location) == ("SASL_SSL", "SCRAM-SHA-256", "spark", "/etc/ca.crt")
-        assert config.sasl_password.get_secret_value() == "p"
-        assert "p" not in repr(config.sasl_password)
+        assert config.sasl_password.get_secret_value() == "spark-pw-9"
+        assert "spark-pw-9" not in repr(config) + str(config.to_kafka())
