@@ -12,7 +12,6 @@ modification time changes, so an offline change is never silently lost.
 from __future__ import annotations
 
 import json
-import os
 import threading
 from pathlib import Path
 
@@ -62,8 +61,7 @@ class CredentialStore:
             for user, creds in sorted(self._users.items())
         }}
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        atomic_write(self.path, (json.dumps(document, indent=1) + "\n").encode())
-        os.chmod(self.path, 0o600)
+        atomic_write(self.path, (json.dumps(document, indent=1) + "\n").encode(), mode=0o600)
         self._mtime = self.path.stat().st_mtime_ns
 
     def users(self) -> dict[str, dict[str, ScramCredential]]:

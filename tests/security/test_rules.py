@@ -212,3 +212,19 @@ def test_spark_source_passes_kafka_security_options_to_the_client():
                 config.ssl_ca_location) == ("SASL_SSL", "SCRAM-SHA-256", "spark", "/etc/ca.crt")
         assert config.sasl_password.get_secret_value() == "spark-pw-9"
         assert "spark-pw-9" not in repr(config) + str(config.to_kafka())
+
+
+def test_credential_store_keeps_no_password_and_is_private(tmp_path):
+    import os
+    import stat
+
+    from databus.storage.credentials import CredentialStore
+
+    store = CredentialStore(tmp_path)
+    store.upsert("alice", make_credential("SCRAM-SHA-256", "alice-pw-5"))
+    assert stat.S_IMODE(os.stat(store.path).st_mode) == 0o600
+    assert "alice-pw-5" not in store.path.read_text()
+    again = CredentialStore(tmp_path).load()  # durable: another reader sees the same user
+    assert again.check_plain("alice", "alice-pw-5") and not again.check_plain("alice", "x")
+    assert again.delete("alice") and not again.delete("alice")
+    assert store.lookup("alice", "SCRAM-SHA-256") is None  # re-read after the change
