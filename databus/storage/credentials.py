@@ -5,8 +5,8 @@ see protocol/sasl.py.  PLAIN logins are checked against the same credentials.
 
 Changed by AlterUserScramCredentials (``databus users add|delete --bootstrap-server``) or,
 while the broker is stopped, by ``databus users add --data-dir`` (the first user of a
-cluster whose every listener needs SASL).  A running broker re-reads the file when its
-modification time changes, so an offline change is never silently lost.
+cluster whose every listener needs SASL).  A running broker re-reads the file when it
+changes, so an offline change is never silently lost.
 """
 
 from __future__ import annotations
@@ -26,21 +26,27 @@ class CredentialError(ValueError):
     """The credential file cannot be read, or a request names an unknown mechanism."""
 
 
+def _version(stat) -> tuple:
+    return stat.st_ino, stat.st_mtime_ns, stat.st_size
+
+
 class CredentialStore:
     def __init__(self, directory: str | Path) -> None:
         self.path = Path(directory) / CREDENTIALS_FILE
         self._users: dict[str, dict[str, ScramCredential]] = {}
-        self._mtime: float | None = None
+        # (inode, mtime, size) of the file last read: every save renames a new file in, so
+        # the inode changes even when two saves share an mtime tick
+        self._version: tuple | None = None
         self._lock = threading.Lock()
 
     def load(self) -> CredentialStore:
         try:
             stat = self.path.stat()
-            if self._mtime == stat.st_mtime_ns:
+            if self._version == _version(stat):
                 return self
             data = json.loads(self.path.read_text())
         except FileNotFoundError:
-            self._users, self._mtime = {}, None
+            self._users, self._version = {}, None
             return self
         except (OSError, ValueError) as exc:
             raise CredentialError(f"cannot read {self.path}: {exc}") from None
@@ -51,7 +57,7 @@ class CredentialStore:
             }
         except (KeyError, TypeError, ValueError) as exc:
             raise CredentialError(f"{self.path} is damaged: {exc!r}") from None
-        self._mtime = stat.st_mtime_ns
+        self._version = _version(stat)
         return self
 
     def _save(self) -> None:
@@ -62,7 +68,7 @@ class CredentialStore:
         }}
         self.path.parent.mkdir(parents=True, exist_ok=True)
         atomic_write(self.path, (json.dumps(document, indent=1) + "\n").encode(), mode=0o600)
-        self._mtime = self.path.stat().st_mtime_ns
+        self._version = _version(self.path.stat())
 
     def users(self) -> dict[str, dict[str, ScramCredential]]:
         self._refresh()
