@@ -211,6 +211,18 @@ async def _main(prog: str, path, config, with_broker: bool, overrides=None) -> i
     return status
 
 
+def _security(cluster) -> str:
+    """`` (SASL_SSL, SCRAM-SHA-512 as sidecar)``: how the cluster is reached, never a secret."""
+    settings = cluster.producer_settings
+    protocol = settings.get("security.protocol", "PLAINTEXT")
+    if str(protocol).upper() == "PLAINTEXT":
+        return ""
+    if str(protocol).upper().startswith("SASL"):
+        mechanism = settings.get("sasl.mechanism") or settings.get("sasl.mechanisms") or "PLAIN"
+        return f"  ({protocol}, {mechanism} as {settings.get('sasl.username', '?')})"
+    return f"  ({protocol})"
+
+
 def _print_summary(config, path, addresses, broker_address) -> None:
     from databus.tools.table import Column, console, print_table
 
@@ -223,7 +235,7 @@ def _print_summary(config, path, addresses, broker_address) -> None:
         )
     else:
         for name, cluster in config.clusters.items():
-            rows.append(("upstream", f"{name}: {cluster.bootstrap_servers}"))
+            rows.append(("upstream", f"{name}: {cluster.bootstrap_servers}{_security(cluster)}"))
     if addresses.metrics:
         host, port = addresses.metrics
         rows.append(("metrics", f"http://{host}:{port}/metrics   health: /healthz"))
