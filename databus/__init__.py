@@ -20,8 +20,8 @@ _SDK_NAMES = {
     "AsyncClient", "AsyncSubscription", "Client", "Message", "Subscription", "ClientStatistics", "Delivery", "DeliveryFuture", "DatabusError",
     "BufferExhaustedError",
     "DeliveryError", "MessageTooLargeError", "PluginFailedError", "ProtocolError",
-    "ShuttingDownError", "SidecarUnavailableError", "SubscriptionError", "Transaction",
-    "UnknownStreamError",
+    "ShuttingDownError", "SidecarUnavailableError", "StreamNotAllowedError",
+    "SubscriptionError", "Transaction", "UnauthorizedError", "UnknownStreamError",
 }
 
 __all__ = ["__version__", "hookimpl", *sorted(_SDK_NAMES)]

@@ -23,6 +23,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "topics": ("databus.tools.topics", "create, delete, list and describe topics"),
     "dump-log": ("databus.tools.dump_log", "print the batches (and records) of a .log segment"),
     "broker": ("databus.broker.command", "run the built-in Kafka-compatible broker"),
+    "users": ("databus.tools.users", "add, list and delete SASL users (SCRAM credentials)"),
+    "acls": ("databus.tools.acls", "add, list and remove ACLs (like kafka-acls.sh)"),
     "groups": ("databus.tools.groups", "list, describe, reset offsets of, delete consumer and share groups"),
     "dlq": ("databus.tools.dlq", "list, show and replay a consumer group's dead letters (GROUP.dlq)"),
     "up": ("databus.sidecar.cmd_up", "run the sidecar (plus the built-in broker if no cluster is configured)"),

@@ -41,6 +41,41 @@ SIDECAR_PRODUCER_KEYS = ("partitioner", "partitioner.config")
 RESERVED_PRODUCER_KEYS = ("buffer.memory", "bootstrap.servers")
 
 
+# Kafka client keys about reaching a cluster (TLS, SASL) rather than producing or consuming:
+# a cluster's values of them apply to every client of it (producers, mirrors, sinks).
+CONNECTION_KEY_PREFIXES = ("security.protocol", "sasl.", "ssl.")
+_REFERENCE = re.compile(r"\$\{(env|file):([^}]*)\}")
+
+
+def is_secret_key(key: str) -> bool:
+    """Keys whose values are never shown (logs, reload diffs, CLI output)."""
+    last = key.rsplit(".", 1)[-1].lower()
+    return last in ("password", "token", "secret") or key.endswith("jaas.config")
+
+
+def resolve_references(settings: Mapping[str, Any], where: str = "") -> dict[str, Any]:
+    """``${env:NAME}`` and ``${file:/path}`` in string values replaced by the environment
+    variable / the file's content (without its final newline), as Kafka's config providers
+    do; everything else as given.  ConfigError names the key and the reference (never a
+    value) when a variable is unset or a file unreadable."""
+    out: dict[str, Any] = {}
+    for key, value in settings.items():
+        if isinstance(value, str) and "${" in value:
+            def replace(match, key=key):
+                kind, ref = match.group(1), match.group(2)
+                if kind == "env":
+                    if ref not in os.environ:
+                        raise ConfigError(f"{where}{key}: environment variable {ref} is not set")
+                    return os.environ[ref]
+                try:
+                    return Path(ref).read_text().removesuffix("\n")
+                except OSError as exc:
+                    raise ConfigError(f"{where}{key}: cannot read {ref}: {exc.strerror}") from None
+            value = _REFERENCE.sub(replace, value)
+        out[key] = value
+    return out
+
+
 # Cluster names used by mirrors and regions: they go into provenance headers and topic names.
 _LABEL = re.compile(r"^[A-Za-z0-9._-]+$")
 RENAME_FIELDS = ("source", "region", "topic")
@@ -48,6 +83,19 @@ RENAME_FIELDS = ("source", "region", "topic")
 
 class ConfigError(ValueError):
     """sidecar.yaml (or a flag) is invalid; the message names every problem and where."""
+
+
+def group_id(group: str | int) -> int:
+    """The numeric id of a group given by name or number; ValueError naming it if unknown."""
+    import grp
+
+    text = str(group).strip()
+    if text.isdigit():
+        return int(text)
+    try:
+        return grp.getgrnam(text).gr_gid
+    except KeyError:
+        raise ValueError(f"socket_group {text!r} is not a group on this host") from None
 
 
 def _listen_address(value: str, field: str) -> tuple[str, int]:
@@ -59,6 +107,26 @@ class _Model(BaseModel):
     model_config = ConfigDict(extra="forbid", populate_by_name=True, frozen=True)
 
 
+class AppToken(_Model):
+    """One app's token and the streams it may send to (sidecar/access.py)."""
+
+    token: str = Field(description="The token the app presents in its hello; write "
+                       "`${env:NAME}` or `${file:/path}` rather than the token itself.")
+    streams: list[str] = Field(
+        default_factory=lambda: [".*"],
+        description="Regexes (whole stream name) of the streams this app may send to.")
+
+    @field_validator("streams")
+    @classmethod
+    def _patterns(cls, v: list[str]) -> list[str]:
+        for pattern in v:
+            try:
+                re.compile(pattern)
+            except re.error as exc:
+                raise ValueError(f"stream pattern {pattern!r}: {exc}") from None
+        return v
+
+
 class SidecarSettings(_Model):
     """The sidecar process: where apps connect, how much it buffers, how it reloads."""
 
@@ -68,7 +136,18 @@ class SidecarSettings(_Model):
         "is created if missing). Relative paths are relative to the config file.",
     )
     socket_mode: str = Field(
-        "0660", description="File mode of the Unix socket, octal."
+        "0660", description="File mode of the Unix socket, octal: with the default, only the "
+        "sidecar's user and `socket_group` may connect."
+    )
+    socket_group: str | None = Field(
+        None, description="Group (name or number) that owns the Unix socket, so that apps "
+        "running as other users in that group may connect; default: the sidecar's own group."
+    )
+    tokens: dict[str, AppToken] = Field(
+        default_factory=dict,
+        description="Per-app tokens: `{app: {token, streams}}`. When set, every app must "
+        "present one (`databus.Client(token=...)` or $DATABUS_TOKEN) and may send only to "
+        "its streams (docs/security.md).",
     )
     tcp_listen: str | None = Field(
         None,
@@ -140,6 +219,18 @@ class SidecarSettings(_Model):
     def _metrics(cls, v: str | None) -> str | None:
         if v is not None:
             _listen_address(v, "metrics_listen")
+        return v
+
+    def resolved_tokens(self) -> dict[str, tuple[str, list[str]]]:
+        """app -> (token with ${env:...}/${file:...} resolved, stream patterns)."""
+        return {app: (resolve_references({"token": t.token}, f"sidecar.tokens.{app}.")["token"],
+                      list(t.streams)) for app, t in self.tokens.items()}
+
+    @field_validator("socket_group")
+    @classmethod
+    def _group(cls, v: str | None) -> str | None:
+        if v is not None:
+            group_id(v)  # an unknown group is an error at load, not at start
         return v
 
     @property
@@ -214,6 +305,14 @@ class ClusterConfig(BaseModel):
     @property
     def producer_settings(self) -> dict[str, Any]:
         return dict(self.model_extra or {})
+
+    def connection_settings(self) -> dict[str, Any]:
+        """The cluster's TLS and SASL settings (``security.protocol``, ``sasl.*``,
+        ``ssl.*``) with ``${env:...}`` / ``${file:...}`` resolved: what every client of this
+        cluster needs besides the bootstrap address."""
+        keys = {k: v for k, v in self.producer_settings.items()
+                if k.startswith(CONNECTION_KEY_PREFIXES)}
+        return resolve_references(keys, "clusters: ")
 
 
 # --- consuming through the sidecar ---------------------------------------------------------
@@ -588,14 +687,16 @@ class SinkConfig(TopicSelection):
         self.consumer_config("sink")
         return self
 
-    def consumer_config(self, name: str):
-        """The client's ConsumerConfig of this sink's consumer (named ``name``)."""
+    def consumer_config(self, name: str, security: Mapping[str, Any] | None = None):
+        """The client's ConsumerConfig of this sink's consumer (named ``name``); ``security``:
+        its cluster's TLS/SASL settings (ClusterConfig.connection_settings)."""
         from databus.client import ConsumerConfig, errors
 
         settings = {
             **SINK_CONSUMER_DEFAULTS,
             "client.id": f"databus-sink-{name}",
-            **self.consumer,
+            **(security or {}),
+            **resolve_references(self.consumer),
             "group.id": self.group(name),
             "enable.auto.commit": False,
         }
@@ -891,6 +992,15 @@ class DatabusConfig(_Model):
                     problems.append(str(exc))
         if self.broker.options:
             problems.extend(_broker_option_problems(self.broker.options))
+        try:
+            self.sidecar.resolved_tokens()
+        except ConfigError as exc:
+            problems.append(str(exc))
+        for name, cluster in self.clusters.items():  # an unset ${env:...}: said at load
+            try:
+                resolve_references(cluster.producer_settings, f"clusters: {name}: ")
+            except ConfigError as exc:
+                problems.append(str(exc))
         problems.extend(self._mirror_problems())
         problems.extend(
             f"sinks: {name!r} is the name of index {name.removeprefix(INDEX_SINK_PREFIX)!r}'s "
@@ -1098,6 +1208,14 @@ class DatabusConfig(_Model):
 
 def _broker_option_problems(options: Mapping[str, Any]) -> list[str]:
     """Check embedded-broker options with the broker's own model when it is importable."""
+    # The built-in broker of `databus up` serves the one PLAINTEXT listener broker.listen
+    # (the sidecar's own way in); secured listeners belong to a `databus broker` of its own.
+    listener_keys = [k for k in ("listeners", "advertised.listeners",
+                                 "listener.security.protocol.map") if k in options]
+    if listener_keys:
+        return [f"broker.options: {', '.join(listener_keys)}: the built-in broker listens on "
+                "broker.listen (PLAINTEXT); for TLS/SASL listeners run `databus broker` and "
+                "name it under clusters: (docs/security.md)"]
     try:
         from databus.broker.config import BrokerConfig
     except ImportError:

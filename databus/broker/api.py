@@ -21,11 +21,37 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from databus.protocol.framing import RequestHeader, response_schema
+from databus.storage.acls import ANONYMOUS, CLUSTER_NAME, Operation, ResourceType
+
+from .listeners import Listener
 
 if TYPE_CHECKING:  # pragma: no cover
     from .broker import Broker
 
 Handler = Callable[["RequestContext", Any], Awaitable[Any]]
+
+
+@dataclass
+class Session:
+    """Who is on the other end of one connection, and how far its SASL exchange has got.
+
+    On a PLAINTEXT or SSL listener a connection is authenticated from the start (as
+    ``User:ANONYMOUS``, or the subject of a verified client certificate); on a SASL one only
+    once SaslAuthenticate succeeds, and until then the server answers nothing but
+    ApiVersions, SaslHandshake and SaslAuthenticate (handlers/sasl.py owns the exchange).
+    """
+
+    listener: Listener | None = None
+    principal: str = ANONYMOUS
+    authenticated: bool = True
+    mechanism: str | None = None  # chosen by SaslHandshake
+    exchange: Any = None  # the ScramServer of a SCRAM exchange in progress
+    close_after_response: bool = False  # a failed login: answer, then hang up
+
+    @classmethod
+    def for_listener(cls, listener: Listener | None, principal: str | None = None) -> Session:
+        sasl = listener is not None and listener.sasl
+        return cls(listener, principal or ANONYMOUS, authenticated=not sasl)
 
 
 @dataclass
@@ -40,6 +66,20 @@ class RequestContext:
     frame: bytes = b""
     # The serving Server's handler table (what ApiVersions advertises).
     handlers: HandlerTable = field(default_factory=dict)
+    # The connection's listener and principal (PLAINTEXT and anonymous by default).
+    session: Session = field(default_factory=Session)
+
+    @property
+    def listener_name(self) -> str | None:
+        return self.session.listener.name if self.session.listener else None
+
+    def allowed(self, operation: Operation, resource_type: ResourceType, name: str) -> bool:
+        """Whether this connection's principal may do ``operation`` on the resource."""
+        return self.broker.authorizer.authorize(
+            self.session.principal, self.client_host, operation, resource_type, name)
+
+    def cluster_allowed(self, operation: Operation) -> bool:
+        return self.allowed(operation, ResourceType.CLUSTER, CLUSTER_NAME)
 
     @property
     def api_key(self) -> int:

@@ -10,7 +10,9 @@
 * ``groups``: the group coordinator (``__consumer_offsets``, consumer groups);
 * ``shares``: the share-group service (``__share_group_state``, share groups, KIP-932);
 * ``transactions``: the transaction coordinator (``__transaction_state``, KIP-98);
-* ``retention``: the periodic retention and compaction runs (off the trio thread).
+* ``retention``: the periodic retention and compaction runs (off the trio thread);
+* ``credentials``: the SASL users (SCRAM credentials, credentials.py) and ``acls`` with the
+  ``authorizer`` deciding every request (acl.py), both kept in the data directory.
 
 The Kafka protocol is served by a ``Server`` (server.py) over a running Broker: the server
 owns the handler table (api key -> handler and version range) that it dispatches through
@@ -34,12 +36,15 @@ from pathlib import Path
 
 import trio
 
+from databus.storage.acls import AclStore
 from databus.storage.config import LogConfig
+from databus.storage.credentials import CredentialStore
 from databus.storage.errors import UnknownTopicError
 from databus.storage.log_manager import LogManager
 from databus.storage.meta_properties import load_or_create_cluster_id
 
-from .config import BrokerConfig, first_listener
+from .authorizer import Authorizer, parse_super_users
+from .config import BrokerConfig
 from .coordinator.group_state import CoordinatorConfig
 from .coordinator.service import GroupService
 from .durability import GroupCommit
@@ -68,7 +73,16 @@ class Broker:
         self.node_id = config.node_id
         self.cluster_id: str = ""  # from meta.properties, once storage is open
         self.host, self.port = config.listen_address
-        self._advertised = config.advertised_listeners
+        self.listeners = config.listener_list()
+        # listener name -> bound (host, port), filled in by the Server as it binds
+        self.bound: dict[str, tuple[str, int]] = {}
+        self.credentials = CredentialStore(self.data_dir)
+        self.acls = AclStore(self.data_dir)
+        self.authorizer = Authorizer(
+            self.acls, enabled=bool(config.authorizer_class_name.strip()),
+            super_users=parse_super_users(config.super_users),
+            allow_if_no_acl=config.allow_everyone_if_no_acl_found,
+        )
 
         self.default_log_config = LogConfig.from_topic_config(config.topic_defaults())
         self.log_manager = LogManager(
@@ -116,17 +130,24 @@ class Broker:
 
     # -- identity -------------------------------------------------------------------------
 
+    def advertised_address(self, listener: str | None = None) -> tuple[str, int]:
+        """Where clients of ``listener`` (default: the first) are told to connect: its
+        ``advertised.listeners`` entry, else the address it is bound to (Kafka's rule: a
+        client is always sent back to the listener it came in on)."""
+        name = listener or self.listeners[0].name
+        advertised = self.config.advertised_for(name)
+        if advertised is not None:
+            return advertised
+        host, port = self.bound.get(name, (self.host, self.port))
+        return (host if host not in ("", "0.0.0.0", "::") else "127.0.0.1"), port
+
     @property
     def advertised_host(self) -> str:
-        if self._advertised:
-            return first_listener(self._advertised, advertised=True)[0]
-        return self.host if self.host not in ("", "0.0.0.0", "::") else "127.0.0.1"
+        return self.advertised_address()[0]
 
     @property
     def advertised_port(self) -> int:
-        if self._advertised:
-            return first_listener(self._advertised, advertised=True)[1]
-        return self.port
+        return self.advertised_address()[1]
 
     # -- storage lifecycle ----------------------------------------------------------------
 
@@ -135,6 +156,8 @@ class Broker:
         log (recovering after an unclean stop); the recovery actions taken."""
         self.data_dir.mkdir(parents=True, exist_ok=True)
         self.cluster_id = load_or_create_cluster_id(self.data_dir, self.node_id)
+        self.credentials.load()
+        self.acls.load()
         # The LogManager logs each recovery action where it takes it, and one summary line.
         return self.log_manager.open()
 

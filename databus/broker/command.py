@@ -53,7 +53,7 @@ async def run_broker(
     directory that cannot be created, before anything is written."""
     import trio
 
-    from databus.startup import make_dirs, open_tcp_listeners
+    from databus.startup import make_dirs
 
     from .broker import Broker
     from .launch import remove_ready_file, write_ready_file
@@ -61,13 +61,14 @@ async def run_broker(
 
     broker = Broker(config)
     server = Server(broker)
-    host, port = config.listen_address
-    listeners = await open_tcp_listeners(host, port)
+    endpoints = await open_endpoints(config)
+    host = endpoints[0].listener.host
     try:
         make_dirs(broker.data_dir, "data directory")
     except BaseException:
-        for listener in listeners:
-            await trio.aclose_forcefully(listener)
+        for endpoint in endpoints:
+            for listener in endpoint.sockets:
+                await trio.aclose_forcefully(listener)
         raise
     try:
         with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
@@ -79,13 +80,15 @@ async def run_broker(
                     tune_for_service()
 
                 async def serve_then_stop_broker(task_status):
-                    await server.serve(listeners, host, task_status=task_status)
+                    await server.serve(endpoints, host, task_status=task_status)
                     nursery.cancel_scope.cancel()
 
                 bound_host, bound_port = await nursery.start(serve_then_stop_broker)
                 if ready_file:
                     write_ready_file(ready_file, host=bound_host, port=bound_port,
-                                     pid=os.getpid())
+                                     pid=os.getpid(), listeners={
+                                         name: port for name, (_, port)
+                                         in server.addresses.items()})
                 if lifeline_fd is not None:
                     nursery.start_soon(_watch_lifeline, lifeline_fd, server.stop)
                 async for signum in signals:
@@ -96,6 +99,38 @@ async def run_broker(
         if ready_file:
             remove_ready_file(ready_file)
     log.info("broker stopped cleanly")
+
+
+async def open_endpoints(config) -> list:
+    """Bind every listener of ``config`` (server.Endpoint each, with its TLS context); a
+    port in use or an unusable certificate is a StartupError naming the setting."""
+    import trio
+
+    from databus.startup import StartupError, open_tcp_listeners
+
+    from .listeners import server_ssl_context
+    from .server import Endpoint
+
+    context = None
+    listeners = config.listener_list()
+    if any(listener.tls for listener in listeners):
+        try:
+            context = server_ssl_context(config)
+        except ValueError as exc:
+            raise StartupError(str(exc)) from None
+    endpoints: list = []
+    try:
+        for listener in listeners:
+            # a second listener's error names it; the main one reads as it always did
+            setting = None if listener is listeners[0] else f"listener {listener.name}"
+            sockets = await open_tcp_listeners(listener.host, listener.port, setting=setting)
+            endpoints.append(Endpoint(listener, sockets, context if listener.tls else None))
+    except BaseException:
+        for endpoint in endpoints:
+            for sock in endpoint.sockets:
+                await trio.aclose_forcefully(sock)
+        raise
+    return endpoints
 
 
 async def _watch_lifeline(fd: int, stop) -> None:

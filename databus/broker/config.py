@@ -9,11 +9,24 @@ Kafka derives a topic's config from its broker (``topic_defaults``).
 from __future__ import annotations
 
 from collections.abc import Iterable
+from typing import Literal
 
-from pydantic import AliasChoices, BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import (
+    AliasChoices,
+    BaseModel,
+    ConfigDict,
+    Field,
+    SecretStr,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from databus.protocol import defaults
 from databus.protocol.addresses import parse_host_port
+from databus.protocol.sasl import MECHANISMS
+
+from .listeners import DEFAULT_PROTOCOL_MAP, Listener, parse_listeners, parse_protocol_map
 
 
 class BrokerConfigError(ValueError):
@@ -23,9 +36,9 @@ class BrokerConfigError(ValueError):
 def first_listener(value: str, *, advertised: bool = False) -> tuple[str, int]:
     """(host, port) of the first entry of a Kafka listener list (``PLAINTEXT://:9092,...``).
 
-    The broker serves one plaintext listener, the first.  An empty host listens on every
-    interface (Kafka's meaning) and port 0 on a free port; an advertised listener is where
-    clients connect, so it needs both a host and a real port.
+    The first listener is the broker's main address (the ready file, ``--listen``).  An
+    empty host listens on every interface (Kafka's meaning) and port 0 on a free port; an
+    advertised listener is where clients connect, so it needs both a host and a real port.
     """
     return parse_host_port(
         value.split(",", 1)[0],
@@ -33,6 +46,24 @@ def first_listener(value: str, *, advertised: bool = False) -> tuple[str, int]:
         require_host=advertised,
         what="advertised.listeners" if advertised else "listeners",
     )
+
+
+class _FieldError(ValueError):
+    """A check across fields failed on one of them: ``alias='value': reason``."""
+
+    def __init__(self, alias: str, value: str, exc: Exception) -> None:
+        super().__init__(f"{alias}={value!r}: Value error, {exc}")
+
+
+def parse_super_users_checked(text: str):
+    from databus.storage.acls import AclError
+
+    from .authorizer import parse_super_users
+
+    try:
+        return parse_super_users(text)
+    except AclError as exc:
+        raise _FieldError("super.users", text, exc) from None
 
 
 class BrokerConfig(BaseModel):
@@ -52,13 +83,69 @@ class BrokerConfig(BaseModel):
     )
     listeners: str = Field(
         "127.0.0.1:9092", alias="listeners",
-        description="HOST:PORT the broker listens on (`--listen` sets it; port 0 picks a "
-        "free port, logged as `listening on HOST:PORT` and written to `--ready-file`).",
+        description="Comma-separated `NAME://HOST:PORT` listeners (a bare HOST:PORT is "
+        "PLAINTEXT; `--listen` sets it); each NAME's security protocol comes from "
+        "`listener.security.protocol.map`. Port 0 picks a free port, logged as `listening "
+        "on HOST:PORT` and written to `--ready-file`.",
     )
     advertised_listeners: str | None = Field(
         None, alias="advertised.listeners",
-        description="HOST:PORT given to clients in Metadata (`--advertised-listener`); "
-        "defaults to the listening address.",
+        description="`NAME://HOST:PORT` given in Metadata to clients of listener NAME "
+        "(`--advertised-listener`); a listener not named here advertises its bound address.",
+    )
+    listener_security_protocol_map: str = Field(
+        DEFAULT_PROTOCOL_MAP, alias="listener.security.protocol.map",
+        description="`NAME:PROTOCOL` pairs: the security protocol (PLAINTEXT, SSL, "
+        "SASL_PLAINTEXT, SASL_SSL) of each listener name.",
+    )
+    sasl_enabled_mechanisms: str = Field(
+        ",".join(MECHANISMS), alias="sasl.enabled.mechanisms",
+        description="SASL mechanisms offered on SASL listeners: PLAIN, SCRAM-SHA-256, "
+        "SCRAM-SHA-512 (users: `databus users`; PLAIN checks the password against the "
+        "user's SCRAM credentials).",
+    )
+    sasl_server_max_receive_size: int = Field(
+        524288, alias="sasl.server.max.receive.size", ge=1024,
+        description="Largest request frame accepted on a SASL listener before the login; a "
+        "bigger size prefix closes the connection.",
+    )
+    ssl_keystore_location: str | None = Field(
+        None, alias="ssl.keystore.location",
+        description="PEM file with the broker's private key and certificate chain (SSL and "
+        "SASL_SSL listeners).",
+    )
+    ssl_keystore_type: str = Field(
+        "PEM", alias="ssl.keystore.type", description="Only PEM is supported.",
+    )
+    ssl_key_password: SecretStr | None = Field(
+        None, alias="ssl.key.password",
+        description="Password of an encrypted private key in ssl.keystore.location.",
+    )
+    ssl_truststore_location: str | None = Field(
+        None, alias="ssl.truststore.location",
+        description="PEM file of the CA certificates client certificates must chain to.",
+    )
+    ssl_truststore_type: str = Field(
+        "PEM", alias="ssl.truststore.type", description="Only PEM is supported.",
+    )
+    ssl_client_auth: Literal["none", "requested", "required"] = Field(
+        "none", alias="ssl.client.auth",
+        description="Ask TLS clients for a certificate: none, requested or required. A "
+        "verified certificate's subject is the principal (`User:CN=...`) on SSL listeners.",
+    )
+    authorizer_class_name: str = Field(
+        "", alias="authorizer.class.name",
+        description="Empty: no authorization. Any other value (Kafka's "
+        "`org.apache.kafka.metadata.authorizer.StandardAuthorizer`) turns ACLs on "
+        "(`databus acls`).",
+    )
+    super_users: str = Field(
+        "", alias="super.users",
+        description="`User:NAME;User:OTHER`: principals allowed everything whatever the ACLs.",
+    )
+    allow_everyone_if_no_acl_found: bool = Field(
+        False, alias="allow.everyone.if.no.acl.found",
+        description="With ACLs on, allow a request on a resource no ACL matches.",
     )
     num_partitions: int = Field(
         1, alias="num.partitions", ge=1,
@@ -236,18 +323,54 @@ class BrokerConfig(BaseModel):
             raise ValueError("must be delete, compact or compact,delete")
         return ",".join(parts)
 
-    @field_validator("listeners")
+    @field_validator("listener_security_protocol_map")
     @classmethod
-    def _listeners(cls, value: str) -> str:
-        first_listener(value)
+    def _protocol_map(cls, value: str) -> str:
+        parse_protocol_map(value)
         return value
 
-    @field_validator("advertised_listeners")
+    @field_validator("sasl_enabled_mechanisms")
     @classmethod
-    def _advertised_listeners(cls, value: str | None) -> str | None:
-        if value is not None:
-            first_listener(value, advertised=True)
-        return value
+    def _mechanisms(cls, value: str) -> str:
+        names = [m.strip().upper() for m in value.split(",") if m.strip()]
+        unknown = [m for m in names if m not in MECHANISMS]
+        if unknown or not names:
+            raise ValueError(f"supported mechanisms are {', '.join(MECHANISMS)}")
+        return ",".join(names)
+
+    @model_validator(mode="after")
+    def _listener_names(self) -> BrokerConfig:
+        mapping = self.listener_security_protocol_map
+        try:
+            first_listener(self.listeners)
+            parse_listeners(self.listeners, mapping)
+        except ValueError as exc:
+            raise _FieldError("listeners", self.listeners, exc) from None
+        if self.advertised_listeners is not None:
+            try:
+                first_listener(self.advertised_listeners, advertised=True)
+                parse_listeners(self.advertised_listeners, mapping, advertised=True,
+                                default_name=self.listener_list()[0].name)
+            except ValueError as exc:
+                raise _FieldError("advertised.listeners", self.advertised_listeners,
+                                  exc) from None
+        parse_super_users_checked(self.super_users)
+        return self
+
+    def listener_list(self) -> list[Listener]:
+        """Every listener, in the order of ``listeners`` (the first is the main one)."""
+        return parse_listeners(self.listeners, self.listener_security_protocol_map)
+
+    def advertised_for(self, name: str) -> tuple[str, int] | None:
+        """The advertised (host, port) of listener ``name``, or None (use the bound one)."""
+        if not self.advertised_listeners:
+            return None
+        for listener in parse_listeners(self.advertised_listeners,
+                                        self.listener_security_protocol_map, advertised=True,
+                                        default_name=self.listener_list()[0].name):
+            if listener.name == name:
+                return listener.host, listener.port
+        return None
 
     @classmethod
     def from_options(cls, options: Iterable[str], **fields) -> BrokerConfig:
@@ -275,7 +398,10 @@ class BrokerConfig(BaseModel):
         except ValidationError as exc:
             problems = []
             for error in exc.errors():
-                loc = error["loc"][0] if error["loc"] else "?"
+                if not error["loc"]:  # a check across fields (_FieldError) names its field
+                    problems.append(str(error["msg"]).removeprefix("Value error, "))
+                    continue
+                loc = error["loc"][0]
                 alias = cls._alias_of(str(loc))
                 problems.append(f"{alias}={error.get('input')!r}: {error['msg']}")
             raise BrokerConfigError("bad broker option " + "; ".join(problems)) from None

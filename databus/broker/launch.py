@@ -3,7 +3,8 @@ and how the child stops when its launcher dies.  Shared by ``BrokerProcess`` (te
 benchmarks) and ``databus up``'s built-in broker.
 
 Ready file (``--ready-file PATH``): once the broker accepts connections it writes
-``{"host": ..., "port": ..., "pid": ...}`` to PATH atomically (a temporary file renamed over
+``{"host": ..., "port": ..., "pid": ..., "listeners": {NAME: port, ...}}`` to PATH
+atomically (host and port: the first listener's) (a temporary file renamed over
 it), so a reader never sees half of it.  A broker that cannot start (port in use, data
 directory not creatable) writes ``{"error": "the one-line reason"}`` there instead of printing
 it, and exits 1: the launcher tells the user in its own words, once.  The file is removed
@@ -32,6 +33,7 @@ class Ready:
     host: str = ""
     port: int = 0
     error: str | None = None
+    listeners: dict[str, int] | None = None  # listener name -> bound port
 
 
 def write_ready_file(path: str | os.PathLike, **fields) -> None:
@@ -50,7 +52,8 @@ def read_ready_file(path: str | os.PathLike) -> Ready | None:
         return None
     if "error" in data:
         return Ready(error=str(data["error"]))
-    return Ready(host=str(data["host"]), port=int(data["port"]))
+    return Ready(host=str(data["host"]), port=int(data["port"]),
+                 listeners={str(k): int(v) for k, v in data.get("listeners", {}).items()})
 
 
 def remove_ready_file(path: str | os.PathLike) -> None:

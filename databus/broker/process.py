@@ -15,6 +15,9 @@ anything else that wants a real broker process (tests/helpers/broker.py re-expor
   broker.ready``, see launch.py) and takes the real port from it.  After a restart the same
   port is asked for so that clients holding the bootstrap address reconnect by themselves.
   The broker holds a lifeline to this process: it stops cleanly if this process dies.
+- ``options={"listeners": "PLAINTEXT://127.0.0.1:0,SASL_SSL://127.0.0.1:0", ...}`` serves
+  several listeners (no ``--listen`` then); ``bootstrap_for("SASL_SSL")`` is one's address.
+  After a restart such a broker gets new ports.
 - stderr is copied to ``DIR/../broker.log`` (``.log_text()`` reads it) so a failing test can
   show what the broker said.
 - The process is always killed when the context exits, even if the test failed; use it
@@ -68,6 +71,7 @@ class BrokerProcess:
         self.log_level = log_level
         self.port = 0
         self.host = "127.0.0.1"
+        self.listeners: dict[str, int] = {}  # listener name -> bound port
         self.process: subprocess.Popen | None = None
         self._reader: threading.Thread | None = None
         self._launch: BrokerLaunch | None = None
@@ -80,8 +84,10 @@ class BrokerProcess:
         self.root.mkdir(parents=True, exist_ok=True)
         cmd = [
             sys.executable, "-m", "databus.cli", "--log-level", self.log_level, "broker",
-            "--data-dir", str(self.data_dir), "--listen", f"{self.host}:{self.port}",
+            "--data-dir", str(self.data_dir),
         ]
+        if "listeners" not in self.options:
+            cmd += ["--listen", f"{self.host}:{self.port}"]
         for key, value in self.options.items():
             if isinstance(value, bool):
                 value = str(value).lower()
@@ -116,6 +122,7 @@ class BrokerProcess:
                 reason=reason,
             )
         self.port = ready.port
+        self.listeners = dict(ready.listeners or {})
         return self
 
     def _pump(self, process: subprocess.Popen) -> None:
@@ -127,6 +134,10 @@ class BrokerProcess:
     @property
     def bootstrap(self) -> str:
         return f"{self.host}:{self.port}"
+
+    def bootstrap_for(self, listener: str) -> str:
+        """HOST:PORT of the listener named ``listener`` (see ``listeners`` in options)."""
+        return f"{self.host}:{self.listeners[listener]}"
 
     @property
     def pid(self) -> int:

@@ -11,14 +11,25 @@ A frame that cannot be decoded, or a handler that fails, closes only that connec
 with the peer and the reason.  An unknown key or version is answered with
 UNSUPPORTED_VERSION (see protocol/unsupported.py; ApiVersions gets its v0-format key list).
 
+Listeners (listeners.py): the server accepts on every listener of the broker at once.  On an
+SSL or SASL_SSL listener the TLS handshake happens in the connection's task (bounded by
+``TLS_HANDSHAKE_TIMEOUT``; a failed handshake closes that connection only).  Each connection
+has a ``Session`` (api.py): on a SASL listener nothing but ApiVersions, SaslHandshake and
+SaslAuthenticate is answered until the login succeeds; any other request closes the
+connection, as Kafka does.  A handler that marks the session ``close_after_response`` (a
+failed login) gets its answer written, then the connection is closed.
+
 Shutdown (``Server.stop``): stop accepting, stop reading new requests, let every connection
 write the answers it owes (bounded by ``drain_timeout``), then close.
 """
 
 from __future__ import annotations
 
+import functools
 import logging
+import ssl
 import struct
+from dataclasses import dataclass
 
 import trio
 
@@ -34,9 +45,11 @@ from databus.protocol.framing import (
 )
 from databus.protocol.unsupported import bare_error_body, error_response
 
-from .api import Deferred, HandlerTable, RawResponse, RequestContext
+from .api import Deferred, HandlerTable, RawResponse, RequestContext, Session
+from .authorizer import refusal
 from .handlers import handler_table
 from .handlers.api_versions import unsupported_version_response
+from .listeners import Listener, certificate_principal
 
 log = logging.getLogger(__name__)
 
@@ -44,6 +57,23 @@ MAX_IN_FLIGHT = 16
 RECV_BYTES = 1 << 18
 JOIN_BELOW = 1 << 16  # smaller answers are joined into one send; bigger ones are not copied
 _I32 = struct.Struct(">i")
+TLS_HANDSHAKE_TIMEOUT = 10.0
+# What a connection on a SASL listener may ask before it has logged in.
+BEFORE_LOGIN = frozenset({ApiKey.API_VERSIONS, ApiKey.SASL_HANDSHAKE, ApiKey.SASL_AUTHENTICATE})
+
+
+class _NotLoggedIn(Exception):
+    """A request other than the login ones before SASL authentication: close."""
+
+
+@dataclass
+class Endpoint:
+    """One listener as served: its sockets (bound by the caller) and, for SSL and SASL_SSL,
+    the TLS context."""
+
+    listener: Listener
+    sockets: list
+    ssl_context: ssl.SSLContext | None = None
 
 
 def _frame_parts(header, result) -> list:
@@ -58,15 +88,14 @@ def _frame_parts(header, result) -> list:
 
 
 class _Connection:
-    def __init__(self, server: Server, stream: trio.SocketStream) -> None:
+    def __init__(self, server: Server, stream: trio.abc.Stream, peer: tuple[str, int],
+                 session: Session) -> None:
         self.server = server
         self.broker = server.broker
         self.handlers = server.handlers
         self.stream = stream
-        try:
-            host, port = stream.socket.getpeername()[:2]
-        except OSError:
-            host, port = "?", 0
+        self.session = session
+        host, port = peer
         self.peer = f"{host}:{port}"
         self.host, self.port = host, port
         self.read_scope = trio.CancelScope()
@@ -88,6 +117,9 @@ class _Connection:
                 except FramingError as exc:
                     log.warning("closing connection from %s: %s", self.peer, exc)
                     nursery.cancel_scope.cancel()
+                except _NotLoggedIn as exc:
+                    log.warning("closing connection from %s: %s", self.peer, exc)
+                    nursery.cancel_scope.cancel()
                 except (trio.BrokenResourceError, trio.ClosedResourceError):
                     nursery.cancel_scope.cancel()
                 except Exception:
@@ -95,7 +127,11 @@ class _Connection:
                     nursery.cancel_scope.cancel()
 
     async def _read_loop(self, send) -> None:
-        frames = FrameBuffer(self.broker.config.socket_request_max_bytes)
+        config = self.broker.config
+        # Before a SASL login a frame may be at most sasl.server.max.receive.size (Kafka's
+        # bound on what an unauthenticated peer can make the broker buffer).
+        frames = FrameBuffer(config.socket_request_max_bytes if self.session.authenticated
+                             else config.sasl_server_max_receive_size)
         while True:
             data = await self.stream.receive_some(RECV_BYTES)
             if not data:
@@ -109,12 +145,21 @@ class _Connection:
                     with trio.CancelScope(shield=True) as self._send_scope:
                         await send.send(item)
                     self._send_scope = None
+                if self.session.close_after_response:
+                    return  # the writer sends what is queued, then the connection closes
+                if self.session.authenticated:
+                    frames.max_frame_bytes = config.socket_request_max_bytes
 
     async def _dispatch(self, frame: bytes):
         try:
             header, request = decode_request(frame)
         except UnsupportedVersion as exc:
             header, request = exc.header, None
+        if not self.session.authenticated and header.api_key not in BEFORE_LOGIN:
+            # not even an UNSUPPORTED_VERSION answer: nothing before the login
+            name = self.session.listener.name if self.session.listener else "?"
+            raise _NotLoggedIn(f"api key {header.api_key} before SASL authentication on "
+                               f"listener {name}")
         registration = self.handlers.get(header.api_key)
         if registration is None or not registration.supports(header.api_version):
             log.info(
@@ -122,7 +167,11 @@ class _Connection:
                 header.api_key, header.api_version, self.peer, header.client_id,
             )
             return header, self._unsupported(header, self.handlers)
-        ctx = RequestContext(self.broker, header, self.host, self.port, frame, self.handlers)
+        ctx = RequestContext(self.broker, header, self.host, self.port, frame, self.handlers,
+                             self.session)
+        refused = refusal(ctx, request)
+        if refused is not None:
+            return header, error_response(header.api_key, header.api_version, refused)
         result = await registration.handler(ctx, request)
         if result is None:
             return None
@@ -191,24 +240,39 @@ class Server:
         self._connections: set[_Connection] = set()
         self._accept_scope = trio.CancelScope()
         self._drained = trio.Event()  # set whenever a connection ends
-        self.address: tuple[str, int] | None = None
+        self.address: tuple[str, int] | None = None  # the first listener's
+        self.addresses: dict[str, tuple[str, int]] = {}  # listener name -> bound address
 
-    async def serve(self, listeners, host: str, *, task_status=trio.TASK_STATUS_IGNORED):
-        """Serve on ``listeners`` (bound by the caller, see databus.startup, so that a port
-        in use is known before storage is touched); ``host`` is the address as configured.
-        Closes them when done."""
+    async def serve(self, listeners, host: str = "", *,
+                    task_status=trio.TASK_STATUS_IGNORED):
+        """Serve on ``listeners``: a list of ``Endpoint`` (one per configured listener), or
+        plain trio listeners for one PLAINTEXT listener.  They are bound by the caller (see
+        databus.startup) so that a port in use is known before storage is touched; ``host``
+        is a plain listener's address as configured.  Closes them all when done.
+        ``task_status`` gets the first listener's (host, port)."""
+        endpoints = [ep if isinstance(ep, Endpoint) else None for ep in listeners]
+        if not all(endpoints):
+            endpoints = [Endpoint(Listener("PLAINTEXT", "PLAINTEXT", host, 0), list(listeners))]
         try:
-            bound = listeners[0].socket.getsockname()
-            self.address = (host or bound[0], bound[1])
-            self.broker.port = bound[1]
-            # in the form every --bootstrap and listener setting accepts ([v6] bracketed)
-            log.info("listening on %s", format_host_port(*self.address))
+            for endpoint in endpoints:
+                bound = endpoint.sockets[0].socket.getsockname()
+                address = (endpoint.listener.host or bound[0], bound[1])
+                self.addresses[endpoint.listener.name] = address
+                self.broker.bound[endpoint.listener.name] = address
+                # in the form every --bootstrap and listener setting accepts ([v6] bracketed)
+                log.info("listening on %s (%s, %s)", format_host_port(*address),
+                         endpoint.listener.name, endpoint.listener.protocol)
+            self.address = self.addresses[endpoints[0].listener.name]
+            self.broker.port = self.address[1]
             async with trio.open_nursery() as connections:
                 with self._accept_scope:
                     task_status.started(self.address)
-                    await trio.serve_listeners(
-                        self._handle, listeners, handler_nursery=connections
-                    )
+                    async with trio.open_nursery() as accepting:
+                        for endpoint in endpoints:
+                            accepting.start_soon(functools.partial(
+                                trio.serve_listeners,
+                                functools.partial(self._handle, endpoint),
+                                endpoint.sockets, handler_nursery=connections))
                 # Accepting stopped: let connections answer what they owe, then close them.
                 for connection in list(self._connections):
                     connection.read_scope.cancel()
@@ -220,15 +284,36 @@ class Server:
                     connection.abort()
                 connections.cancel_scope.cancel()
         finally:
-            for listener in listeners:
-                await trio.aclose_forcefully(listener)
+            for endpoint in endpoints:
+                for listener in endpoint.sockets:
+                    await trio.aclose_forcefully(listener)
 
     def stop(self) -> None:
         """Stop accepting; ``serve`` returns once connections have drained."""
         self._accept_scope.cancel()
 
-    async def _handle(self, stream: trio.SocketStream) -> None:
-        connection = _Connection(self, stream)
+    async def _handle(self, endpoint: Endpoint, stream: trio.SocketStream) -> None:
+        try:
+            peer = tuple(stream.socket.getpeername()[:2])
+        except OSError:
+            peer = ("?", 0)
+        principal = None
+        if endpoint.ssl_context is not None:
+            tls = trio.SSLStream(stream, endpoint.ssl_context, server_side=True)
+            try:
+                with trio.fail_after(TLS_HANDSHAKE_TIMEOUT):
+                    await tls.do_handshake()
+            except (trio.BrokenResourceError, trio.TooSlowError, ssl.SSLError) as exc:
+                cause = exc.__cause__ or exc
+                log.info("TLS handshake with %s:%s on listener %s failed: %s", *peer,
+                         endpoint.listener.name, cause or type(exc).__name__)
+                await trio.aclose_forcefully(stream)
+                return
+            if not endpoint.listener.sasl:
+                principal = certificate_principal(tls.getpeercert())
+            stream = tls
+        connection = _Connection(self, stream, peer,
+                                 Session.for_listener(endpoint.listener, principal))
         self._connections.add(connection)
         try:
             await connection.run()

@@ -1,4 +1,4 @@
-"""The admin client: topics, partitions, configs and consumer groups.
+"""The admin client: topics, partitions, configs, consumer groups, SCRAM users and ACLs.
 
 ::
 
@@ -21,6 +21,7 @@ from typing import Any
 
 from ..protocol.api_keys import ApiKey
 from ..protocol.consumer_protocol import decode_assignment
+from ..protocol.sasl import MECHANISM_CODES, MECHANISM_NAMES, salted_password
 from ..protocol.types import TopicPartition
 from . import errors
 from .cluster import Cluster, PartitionMetadata
@@ -371,3 +372,86 @@ class Admin:
             self._cluster, {tp: int(target) for tp in partitions}, timeout=self._timeout_ms / 1000
         )
         return {tp: off for tp, (off, _ts) in got.items()}
+
+    # -- users (SCRAM credentials) and ACLs ---------------------------------------------
+
+    async def describe_user_scram_credentials(
+        self, users: Iterable[str] | None = None
+    ) -> dict[str, list[tuple[str, int]] | errors.KafkaError]:
+        """user -> [(mechanism, iterations), ...] (all users when ``users`` is None)."""
+        fields = {"users": None if users is None else [{"name": u} for u in users]}
+        response = await self._cluster.request(
+            None, ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS, fields)
+        errors.raise_for_code(response.error_code, response.error_message or "")
+        return {
+            r.user: (errors.from_code(r.error_code, r.error_message or r.user)
+                     if int(r.error_code) else
+                     [(MECHANISM_NAMES.get(int(c.mechanism), str(c.mechanism)),
+                       int(c.iterations)) for c in r.credential_infos])
+            for r in response.results
+        }
+
+    async def alter_user_scram_credentials(
+        self,
+        upsertions: Iterable[tuple[str, str, str, int]] = (),
+        deletions: Iterable[tuple[str, str]] = (),
+    ) -> dict[str, errors.KafkaError | None]:
+        """Set (user, mechanism, password, iterations) and remove (user, mechanism)
+        credentials.  Only the salted password goes on the wire (KIP-554)."""
+        import os
+
+        upserts = []
+        for user, mechanism, password, iterations in upsertions:
+            salt = os.urandom(32)
+            upserts.append({
+                "name": user, "mechanism": MECHANISM_CODES[mechanism],
+                "iterations": iterations, "salt": salt,
+                "salted_password": salted_password(mechanism, password, salt, iterations)})
+        fields = {"upsertions": upserts, "deletions": [
+            {"name": user, "mechanism": MECHANISM_CODES[mechanism]}
+            for user, mechanism in deletions]}
+        response = await self._cluster.request(
+            None, ApiKey.ALTER_USER_SCRAM_CREDENTIALS, fields)
+        return {r.user: (errors.from_code(r.error_code, r.error_message or r.user)
+                         if int(r.error_code) else None) for r in response.results}
+
+    async def describe_acls(self, acl_filter: Mapping[str, Any]) -> list[dict[str, Any]]:
+        """The ACLs matching ``acl_filter`` (kio's DescribeAcls field names:
+        resource_type_filter, resource_name_filter, pattern_type_filter, principal_filter,
+        host_filter, operation, permission_type), as dicts of CreateAcls' field names."""
+        response = await self._cluster.request(None, ApiKey.DESCRIBE_ACLS, acl_filter)
+        errors.raise_for_code(response.error_code, response.error_message or "DescribeAcls")
+        return [
+            {"resource_type": int(r.resource_type), "resource_name": r.resource_name,
+             "resource_pattern_type": int(r.pattern_type), "principal": a.principal,
+             "host": a.host, "operation": int(a.operation),
+             "permission_type": int(a.permission_type)}
+            for r in response.resources for a in r.acls
+        ]
+
+    async def create_acls(self, bindings: Iterable[Mapping[str, Any]]) -> list[errors.KafkaError | None]:
+        """Create ACLs (dicts of CreateAcls' field names); one result per binding."""
+        response = await self._cluster.request(
+            None, ApiKey.CREATE_ACLS, {"creations": list(bindings)})
+        return [errors.from_code(r.error_code, r.error_message or "CreateAcls")
+                if int(r.error_code) else None for r in response.results]
+
+    async def delete_acls(
+        self, filters: Iterable[Mapping[str, Any]]
+    ) -> list[list[dict[str, Any]] | errors.KafkaError]:
+        """Delete the ACLs matching each filter; per filter the deleted ACLs or the error."""
+        response = await self._cluster.request(
+            None, ApiKey.DELETE_ACLS, {"filters": list(filters)})
+        out: list[list[dict[str, Any]] | errors.KafkaError] = []
+        for r in response.filter_results:
+            if int(r.error_code):
+                out.append(errors.from_code(r.error_code, r.error_message or "DeleteAcls"))
+                continue
+            out.append([{"resource_type": int(a.resource_type),
+                         "resource_name": a.resource_name,
+                         "resource_pattern_type": int(a.pattern_type),
+                         "principal": a.principal, "host": a.host,
+                         "operation": int(a.operation),
+                         "permission_type": int(a.permission_type)}
+                        for a in r.matching_acls])
+        return out

@@ -28,6 +28,7 @@ from ..protocol.api_keys import ApiKey
 from . import errors
 from .backoff import ExponentialBackoff
 from .connection import BrokerConnection, OpenStream
+from .security import Security
 
 log = logging.getLogger(__name__)
 
@@ -89,6 +90,8 @@ class Cluster:
         self.allow_auto_create = allow_auto_create
         self.config = config
         self.open_stream = open_stream
+        # TLS context and SASL login of every connection, from security.protocol & co.
+        self.security = Security.from_config(config)
         self.brokers: dict[int, BrokerMetadata] = {}
         self.topics: dict[str, TopicMetadata] = {}
         self.controller_id: int = -1
@@ -181,6 +184,7 @@ class Cluster:
                 request_timeout_ms=self.config.request_timeout_ms,
                 connect_timeout_ms=self.config.socket_connection_setup_timeout_ms,
                 open_stream=self.open_stream,
+                security=self.security,
             )
             try:
                 await conn.connect(self._nursery)

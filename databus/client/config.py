@@ -17,7 +17,16 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (
+    AliasChoices,
+    BaseModel,
+    ConfigDict,
+    Field,
+    SecretStr,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from ..protocol import defaults
 from .errors import ConfigError
@@ -42,6 +51,57 @@ class _KafkaConfig(BaseModel):
     )
     reconnect_backoff_ms: int = Field(50, alias="reconnect.backoff.ms", ge=0)
     reconnect_backoff_max_ms: int = Field(1000, alias="reconnect.backoff.max.ms", ge=0)
+    # Security (docs/security.md): Kafka's names; librdkafka's spellings where they differ
+    # (sasl.mechanisms, ssl.ca.location, ssl.certificate.location, ssl.key.location).
+    security_protocol: Literal["PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"] = Field(
+        "PLAINTEXT", alias="security.protocol",
+        description="How to reach the brokers: PLAINTEXT, SSL (TLS), SASL_PLAINTEXT or "
+        "SASL_SSL (a login over TLS); docs/security.md.")
+    sasl_mechanism: Literal["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"] = Field(
+        "PLAIN", alias="sasl.mechanism",
+        validation_alias=AliasChoices("sasl.mechanism", "sasl.mechanisms", "sasl_mechanism"),
+        description="SASL mechanism: PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512 (librdkafka's "
+        "`sasl.mechanisms` is accepted too).")
+    sasl_username: str | None = Field(None, alias="sasl.username",
+                                      description="SASL user name.")
+    sasl_password: SecretStr | None = Field(
+        None, alias="sasl.password",
+        description="SASL password; in sidecar.yaml write `${env:NAME}` or `${file:/path}` "
+        "rather than the password itself. Never logged or shown.")
+    ssl_ca_location: str | None = Field(
+        None, alias="ssl.ca.location",
+        validation_alias=AliasChoices("ssl.ca.location", "ssl.truststore.location",
+                                      "ssl_ca_location"),
+        description="PEM file of the CA certificates that sign the brokers' certificates "
+        "(default: the system's CAs).")
+    ssl_certificate_location: str | None = Field(
+        None, alias="ssl.certificate.location",
+        description="PEM client certificate, for brokers with `ssl.client.auth`.")
+    ssl_key_location: str | None = Field(
+        None, alias="ssl.key.location",
+        description="PEM private key of ssl.certificate.location.")
+    ssl_key_password: SecretStr | None = Field(
+        None, alias="ssl.key.password",
+        description="Password of an encrypted ssl.key.location.")
+    ssl_endpoint_identification_algorithm: Literal["https", "none", ""] = Field(
+        "https", alias="ssl.endpoint.identification.algorithm",
+        description="`https`: the broker's certificate must name the host connected to; "
+        "`none`: any certificate the CAs signed.")
+
+    @field_validator("security_protocol", "sasl_mechanism", mode="before")
+    @classmethod
+    def _upper(cls, v: Any) -> Any:
+        return v.strip().upper() if isinstance(v, str) else v
+
+    @model_validator(mode="after")
+    def _security(self):
+        if self.security_protocol.startswith("SASL_") and (
+                not self.sasl_username or self.sasl_password is None):
+            raise ValueError(f"security.protocol={self.security_protocol} needs sasl.username "
+                             "and sasl.password")
+        if bool(self.ssl_certificate_location) != bool(self.ssl_key_location):
+            raise ValueError("ssl.certificate.location and ssl.key.location go together")
+        return self
 
     @classmethod
     def from_kafka(cls, settings: Mapping[str, Any] | None = None, **overrides: Any):
@@ -54,7 +114,8 @@ class _KafkaConfig(BaseModel):
             raise ConfigError(_describe(cls, exc)) from None
 
     def to_kafka(self) -> dict[str, Any]:
-        """The settings as dotted Kafka keys."""
+        """The settings as dotted Kafka keys (secrets stay ``SecretStr``: printed, they are
+        ``**********``)."""
         return self.model_dump(by_alias=True)
 
     def explicitly_set(self, key: str) -> bool:

@@ -9,6 +9,10 @@ register and write under one lock, so FIFO order is wire order.
 On connect the client sends ApiVersions and, for each api key, uses the highest version that
 the broker, kio and this client (CLIENT_VERSIONS) all support.
 
+With ``security`` (security.py) the stream is wrapped in TLS before anything is sent, and
+a SASL login (SaslHandshake, SaslAuthenticate) follows the version negotiation; the
+connection is usable only once both succeeded.
+
 The socket comes from ``open_stream(host, port)`` (default ``trio.open_tcp_stream``): any
 ``trio.abc.Stream`` will do, which is the seam the timer tests use to put the client on one
 end of a ``trio.testing`` memory stream with a scripted broker on the other.
@@ -37,6 +41,7 @@ from ..protocol.entities import build_request
 from ..protocol.errors import ErrorCode
 from ..protocol.framing import FrameBuffer, FramingError, decode_response, encode_request
 from . import errors
+from .security import Security
 
 log = logging.getLogger(__name__)
 
@@ -78,6 +83,13 @@ CLIENT_VERSIONS: dict[int, tuple[int, int]] = {
     ApiKey.SHARE_GROUP_HEARTBEAT: (1, 1),
     ApiKey.SHARE_FETCH: (1, 1),
     ApiKey.SHARE_ACKNOWLEDGE: (1, 1),
+    ApiKey.SASL_HANDSHAKE: (1, 1),
+    ApiKey.SASL_AUTHENTICATE: (0, 2),
+    ApiKey.DESCRIBE_ACLS: (1, 3),
+    ApiKey.CREATE_ACLS: (1, 3),
+    ApiKey.DELETE_ACLS: (1, 3),
+    ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS: (0, 0),
+    ApiKey.ALTER_USER_SCRAM_CREDENTIALS: (0, 0),
 }
 
 # Opens the byte stream to a broker: ``await open_stream(host, port)``.
@@ -114,8 +126,10 @@ class BrokerConnection:
         request_timeout_ms: int = REQUEST_TIMEOUT_MS,
         connect_timeout_ms: int = 10000,
         open_stream: OpenStream | None = None,
+        security: Security | None = None,
     ) -> None:
         self.host, self.port, self.node_id = host, port, node_id
+        self.security = security or Security()
         self._open_stream = open_stream or trio.open_tcp_stream
         self.client_id = client_id
         self.request_timeout = request_timeout_ms / 1000
@@ -143,10 +157,18 @@ class BrokerConnection:
 
     async def connect(self, nursery: trio.Nursery) -> None:
         """Open the socket, start the reader in ``nursery`` and negotiate api versions."""
+        stream = None
         try:
             with trio.fail_after(self.connect_timeout):
-                self._stream = await self._open_stream(self.host, self.port)
+                stream = await self._open_stream(self.host, self.port)
+                self._stream = await self.security.wrap(stream, self.host)
+        except errors.KafkaConnectionError:
+            self._closed = True
+            self.closed_event.set()
+            raise
         except (OSError, trio.TooSlowError) as exc:
+            if stream is not None:  # connected, but the TLS handshake did not finish
+                await trio.aclose_forcefully(stream)
             self._closed = True
             self.closed_event.set()
             raise errors.KafkaConnectionError(
@@ -155,6 +177,8 @@ class BrokerConnection:
         nursery.start_soon(self._reader)
         try:
             await self._negotiate_versions()
+            if self.security.sasl:
+                await self.security.login(self)
         except BaseException:
             await self.aclose()
             raise

@@ -236,6 +236,7 @@ class Producer:
         self._nursery: trio.Nursery | None = None
         self.delivered = 0
         self.failed = 0
+        self._last_failure: BaseException | None = None
         self._txn = (TransactionManager(self._cluster, self._sender, self.config)
                      if self.config.transactional_id is not None else None)
         self._failed_at_begin = 0
@@ -411,6 +412,7 @@ class Producer:
             self.delivered += n
         else:
             self.failed += n
+            self._last_failure = error
         self._incomplete -= n
         if self._incomplete <= 0:
             self._incomplete = 0
@@ -483,6 +485,12 @@ class Producer:
         txn = self._transactions()
         await self.flush()
         if self.failed > self._failed_at_begin:
+            if isinstance(self._last_failure, (errors.ProducerFencedError,
+                                               errors.InvalidProducerEpochError)):
+                # a newer instance took the transactional id while records were in flight:
+                # fenced, as Kafka's producer reports it (not "abort and retry")
+                raise errors.ProducerFencedError(
+                    f"the producer was fenced by a newer instance: {self._last_failure}")
             raise TransactionError(
                 f"{self.failed - self._failed_at_begin} record(s) of the transaction failed; "
                 "abort it")

@@ -156,8 +156,8 @@ async def status_rows(config: DatabusConfig, mirror) -> list[list]:
     naming = TopicNaming.from_config(mirror, source.region)
     with trio.fail_after(60):
         syncs = await read_offset_syncs(target.bootstrap_servers, mirror.offset_syncs_topic,
-                                        mirror.name)
-        async with Admin(source.bootstrap_servers) as admin:
+                                        mirror.name, target.connection_settings())
+        async with Admin(source.bootstrap_servers, source.connection_settings()) as admin:
             topics = naming.select(await admin.list_topics())
             described = await admin.describe_topics(topics) if topics else {}
             tps = [(t, p.partition) for t in topics
@@ -221,7 +221,7 @@ async def _translate(config: DatabusConfig, args) -> int:
     target = config.clusters[mirror.target]
     naming = TopicNaming.from_config(mirror, source.region)
     with trio.fail_after(120):
-        async with Admin(source.bootstrap_servers) as admin:
+        async with Admin(source.bootstrap_servers, source.connection_settings()) as admin:
             committed = {tp: off for tp, off in
                          (await admin.list_group_offsets(args.group)).items()
                          if naming.matches(tp[0])}
@@ -230,9 +230,9 @@ async def _translate(config: DatabusConfig, args) -> int:
                   f"mirrored by {mirror.name}", file=sys.stderr)
             return 1
         syncs = await read_offset_syncs(target.bootstrap_servers, mirror.offset_syncs_topic,
-                                        mirror.name)
+                                        mirror.name, target.connection_settings())
         translated = await translate_offsets(target.bootstrap_servers, naming, mirror.source,
-                                             syncs, committed)
+                                             syncs, committed, target.connection_settings())
     rows = [[args.group, tp[0], tp[1], committed[tp], ttp[0],
              "-" if off is None else off]
             for tp, (ttp, off) in sorted(translated.items())]
@@ -240,13 +240,14 @@ async def _translate(config: DatabusConfig, args) -> int:
                  Column("SOURCE-OFFSET", "right"), Column("TARGET-TOPIC"),
                  Column("TARGET-OFFSET", "right")], rows)
     if args.execute:
-        async with Admin(target.bootstrap_servers) as admin:
+        async with Admin(target.bootstrap_servers, target.connection_settings()) as admin:
             described = (await admin.describe_groups([args.group])).get(args.group)
         if described is not None and described.members:
             print(f"group {args.group} has {len(described.members)} active member(s) on "
                   f"{mirror.target}: not committing", file=sys.stderr)
             return 1
         offsets = {ttp: off for ttp, off in translated.values() if off is not None}
-        await commit_group_offsets(target.bootstrap_servers, args.group, offsets)
+        await commit_group_offsets(target.bootstrap_servers, args.group, offsets,
+                                   target.connection_settings())
         print(f"committed {len(offsets)} offset(s) for group {args.group} on {mirror.target}")
     return 0

@@ -36,7 +36,7 @@ from databus.client import Admin, Consumer, Producer
 from databus.client import errors as kerrors
 from databus.client.backoff import ExponentialBackoff
 from databus.client.config import AdminConfig
-from databus.config import ClusterConfig, MirrorConfig
+from databus.config import ClusterConfig, MirrorConfig, resolve_references
 
 from . import progress as prog
 from . import provenance
@@ -135,11 +135,18 @@ class MirrorEngine:
         self.target = clusters[mirror.target]
         self.naming = TopicNaming.from_config(mirror, self.source.region)
         self.stats = metrics.mirror(mirror.name, mirror.source, mirror.target)
-        self.consumer_config = {**CONSUMER_DEFAULTS, **mirror.consumer,
+        # Each side's TLS/SASL settings come from its cluster (clusters: in sidecar.yaml)
+        source_security = self.source.connection_settings()
+        target_security = self.target.connection_settings()
+        self.consumer_config = {**CONSUMER_DEFAULTS, **source_security,
+                                **resolve_references(mirror.consumer),
                                 "enable.auto.commit": False, "auto.offset.reset": mirror.start}
-        self.producer_config = {**PRODUCER_DEFAULTS, **mirror.producer,
+        self.producer_config = {**PRODUCER_DEFAULTS, **target_security,
+                                **resolve_references(mirror.producer),
                                 "acks": "all", "enable.idempotence": True}
-        self.admin_config = _admin_settings(mirror.consumer, mirror.producer)
+        shared = _admin_settings(mirror.consumer, mirror.producer)
+        self.source_admin_config = {**shared, **source_security}
+        self.admin_config = {**shared, **target_security}  # the target's (progress, groups)
         self.parts: dict[TopicPartition, _Partition] = {}
         self.topic_partitions: dict[str, int] = {}  # source topic -> partitions mirrored
         self.syncs: dict[TopicPartition, prog.OffsetSync] = {}
@@ -166,7 +173,7 @@ class MirrorEngine:
         m = self.mirror
         log.info("mirror %s: %s -> %s starting", m.name, m.source, m.target)
         async with (
-            Admin(self.source.bootstrap_servers, self.admin_config) as self.source_admin,
+            Admin(self.source.bootstrap_servers, self.source_admin_config) as self.source_admin,
             Admin(self.target.bootstrap_servers, self.admin_config) as self.target_admin,
             Producer(self.target.bootstrap_servers, self.producer_config) as self.producer,
             Consumer(self.source.bootstrap_servers, self.consumer_config) as self.consumer,

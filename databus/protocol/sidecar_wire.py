@@ -37,6 +37,7 @@ import msgpack
 # Where apps find the sidecar: $DATABUS_SOCKET, else this path (sidecar.yaml's default too).
 DEFAULT_SOCKET = "/tmp/databus/databus.sock"
 SOCKET_ENV = "DATABUS_SOCKET"
+TOKEN_ENV = "DATABUS_TOKEN"  # the app's token for a sidecar with sidecar.tokens
 
 PROTOCOL_VERSION = 3
 SUPPORTED_VERSIONS = frozenset({1, 2, 3})
@@ -92,6 +93,10 @@ class ErrorCode(enum.IntEnum):
     INVALID_MESSAGE = 1007
     INVALID_SUBSCRIPTION = 1008
     UNKNOWN_SUBSCRIPTION = 1009
+    # sidecar.tokens: the hello's token is missing or unknown (error frame, then closed) /
+    # the app's token does not allow this stream (the message's report)
+    UNAUTHORIZED = 1010
+    STREAM_NOT_ALLOWED = 1011
 
 
 def error_name(code: int) -> str:
@@ -158,8 +163,13 @@ def encode_reports(items: list[list[Any]]) -> bytes:
     return encode_frame({"type": "reports", "reports": items})
 
 
-def hello(client: str, version: int = PROTOCOL_VERSION) -> dict[str, Any]:
-    return {"type": "hello", "version": version, "client": client}
+def hello(client: str, version: int = PROTOCOL_VERSION,
+          token: str | None = None) -> dict[str, Any]:
+    """An app's hello; ``token`` only when the sidecar asks for one (``sidecar.tokens``)."""
+    frame: dict[str, Any] = {"type": "hello", "version": version, "client": client}
+    if token is not None:
+        frame["token"] = token
+    return frame
 
 
 def hello_reply(

@@ -15,7 +15,9 @@ from .errors import (
     ProtocolError,
     ShuttingDownError,
     SidecarUnavailableError,
+    StreamNotAllowedError,
     SubscriptionError,
+    UnauthorizedError,
     UnknownStreamError,
 )
 
@@ -23,8 +25,8 @@ __all__ = [
     "AsyncClient", "AsyncSubscription", "Client", "Message", "Subscription", "ClientStatistics", "Delivery", "DeliveryFuture", "DatabusError",
     "BufferExhaustedError",
     "DeliveryError", "MessageTooLargeError", "PluginFailedError", "ProtocolError",
-    "ShuttingDownError", "SidecarUnavailableError", "SubscriptionError", "Transaction",
-    "UnknownStreamError",
+    "ShuttingDownError", "SidecarUnavailableError", "StreamNotAllowedError",
+    "SubscriptionError", "Transaction", "UnauthorizedError", "UnknownStreamError",
 ]
 
 

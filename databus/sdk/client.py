@@ -54,6 +54,7 @@ from .errors import (
 )
 
 log = logging.getLogger("databus.sdk")
+TOKEN_ENV = wire.TOKEN_ENV
 
 # The header carrying a message's swimlane (the sidecar's lanes.header must match).
 LANE_HEADER = "databus-lane"
@@ -281,7 +282,8 @@ class Client:
 
     ``Client(socket_path=None)`` connects to ``socket_path`` (default: $DATABUS_SOCKET, else
     the default in databus.config), or to ``address=("127.0.0.1", port)`` for the sidecar's
-    loopback TCP ingress.  Use it as a context manager, or call ``close()``.
+    loopback TCP ingress.  Use it as a context manager, or call ``close()``.  ``token``
+    (default: $DATABUS_TOKEN) is this app's token for a sidecar with ``sidecar.tokens``.
     """
 
     def __init__(
@@ -294,6 +296,7 @@ class Client:
         max_block_ms: int | None = None,
         client_name: str | None = None,
         lane_header: str = LANE_HEADER,
+        token: str | None = None,
     ) -> None:
         self.socket_path = None if address else str(socket_path or wire.default_socket_path())
         self._lock = threading.Lock()
@@ -315,6 +318,8 @@ class Client:
         self._address = address
         self._connect_timeout = connect_timeout
         self._client_name = client_name or f"databus-python/{__version__}"
+        # sidecar.tokens: this app's token (default $DATABUS_TOKEN); never logged or shown
+        self._token = token if token is not None else os.environ.get(TOKEN_ENV) or None
         self._max_block_override = max_block_ms
         self.lane_header = lane_header
         self.reconnects = 0
@@ -372,7 +377,7 @@ class Client:
         return sock
 
     def _handshake(self, sock: socket.socket, name: str, timeout: float) -> dict:
-        sock.sendall(wire.encode_frame(wire.hello(name)))
+        sock.sendall(wire.encode_frame(wire.hello(name, token=self._token)))
         decoder = wire.FrameDecoder(wire.DEFAULT_MAX_FRAME_BYTES)
         deadline = time.monotonic() + timeout
         while True:

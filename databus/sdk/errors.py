@@ -41,6 +41,15 @@ class ShuttingDownError(DatabusError):
     """The sidecar is stopping and did not take the message."""
 
 
+class UnauthorizedError(DatabusError):
+    """The sidecar needs a token (``sidecar.tokens``) and this client gave none or a wrong
+    one (``Client(token=...)`` / $DATABUS_TOKEN)."""
+
+
+class StreamNotAllowedError(DatabusError):
+    """This app's token does not allow sending to the stream; not sent."""
+
+
 class ProtocolError(DatabusError):
     """The sidecar rejected this client's bytes and closed the connection."""
 
@@ -76,6 +85,8 @@ _BY_CODE: dict[int, type[DatabusError]] = {
     ErrorCode.INVALID_MESSAGE: ProtocolError,
     ErrorCode.INVALID_SUBSCRIPTION: SubscriptionError,
     ErrorCode.UNKNOWN_SUBSCRIPTION: SubscriptionError,
+    ErrorCode.UNAUTHORIZED: UnauthorizedError,
+    ErrorCode.STREAM_NOT_ALLOWED: StreamNotAllowedError,
 }
 
 

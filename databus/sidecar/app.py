@@ -26,7 +26,7 @@ from typing import Any
 import trio
 
 import databus
-from databus.config import EMBEDDED_CLUSTER, ConfigError, DatabusConfig
+from databus.config import EMBEDDED_CLUSTER, ConfigError, DatabusConfig, group_id
 from databus.plugins import PluginError, PluginManager, get_plugin_manager
 from databus.protocol import sidecar_wire as wire
 from databus.protocol.addresses import parse_host_port
@@ -35,6 +35,7 @@ from databus.sinks.metrics import SinkCollector
 from databus.sinks.runtime import SinkSupervisor
 from databus.startup import StartupError, make_dirs, open_tcp_listeners, reason
 
+from .access import TokenCheck
 from .budget import ByteBudget
 from .config_diff import RELOADABLE_SIDECAR, diff_configs
 from .consume import ConsumeCollector, ConsumeService
@@ -115,6 +116,14 @@ class Sidecar:
         return self.gate.current
 
     # --- what connections need from the service -------------------------------------------
+
+    def authorize_app(self, token):
+        """The access of the app presenting ``token`` (sidecar.tokens, in force now); None
+        when no tokens are configured; WireError(UNAUTHORIZED) for a missing/unknown one."""
+        tokens = self.config.sidecar.resolved_tokens()
+        if not tokens:
+            return None
+        return TokenCheck(tokens)(token)
 
     def hello_reply(self, version: int) -> dict:
         max_block = self.config.producer_config(self.config.producer).max_block_ms
@@ -226,7 +235,8 @@ class Sidecar:
             return self._bound.addresses
         settings = self.config.sidecar
         # A second sidecar on the same path fails here, before touching anything.
-        app = [await _unix_listener(settings.socket, settings.socket_mode_int)]
+        app = [await _unix_listener(settings.socket, settings.socket_mode_int,
+                                    settings.socket_group)]
         metrics: list[trio.SocketListener] = []
         try:
             tcp = None
@@ -361,7 +371,7 @@ class Sidecar:
                 max_frame_bytes=self.config.sidecar.max_frame_bytes,
                 hello_reply=self.hello_reply, budget=self.budget, gate=self.gate,
                 metrics=self.metrics, kick=self.kick_producers, consume=self.consume,
-                checkers=self.checkers,
+                checkers=self.checkers, authorize=self.authorize_app,
             )
             self._connections.add(conn)
             try:
@@ -396,8 +406,10 @@ async def _quiet_flush(producer) -> None:
         pass  # each message's own report carries its error
 
 
-async def _unix_listener(path: str, mode: int) -> trio.SocketListener:
-    """Bind the app socket: refuse if a live sidecar owns it, replace a stale file."""
+async def _unix_listener(path: str, mode: int, group: str | None = None
+                         ) -> trio.SocketListener:
+    """Bind the app socket: refuse if a live sidecar owns it, replace a stale file.  The
+    mode (and group) are set before ``listen``, so no app connects through looser ones."""
     make_dirs(Path(path).parent, "directory for the app socket", setting="sidecar.socket")
     if os.path.exists(path):
         probe = trio.socket.socket(stdlib_socket.AF_UNIX, stdlib_socket.SOCK_STREAM)
@@ -412,6 +424,8 @@ async def _unix_listener(path: str, mode: int) -> trio.SocketListener:
     sock = trio.socket.socket(stdlib_socket.AF_UNIX, stdlib_socket.SOCK_STREAM)
     try:
         await sock.bind(path)
+        if group is not None:
+            os.chown(path, -1, group_id(group))
         os.chmod(path, mode)
         sock.listen(512)
     except OSError as exc:

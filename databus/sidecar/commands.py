@@ -227,6 +227,18 @@ async def _console(config, broker_address, task_status):
                         status=ConfigStatus(config, bootstrap), task_status=task_status)
 
 
+def _security(cluster) -> str:
+    """`` (SASL_SSL, SCRAM-SHA-512 as sidecar)``: how the cluster is reached, never a secret."""
+    settings = cluster.producer_settings
+    protocol = settings.get("security.protocol", "PLAINTEXT")
+    if str(protocol).upper() == "PLAINTEXT":
+        return ""
+    if str(protocol).upper().startswith("SASL"):
+        mechanism = settings.get("sasl.mechanism") or settings.get("sasl.mechanisms") or "PLAIN"
+        return f"  ({protocol}, {mechanism} as {settings.get('sasl.username', '?')})"
+    return f"  ({protocol})"
+
+
 def _print_summary(config, path, addresses, broker_address, console_url=None) -> None:
     from databus.tools.table import Column, console, print_table
 
@@ -239,7 +251,7 @@ def _print_summary(config, path, addresses, broker_address, console_url=None) ->
         )
     else:
         for name, cluster in config.clusters.items():
-            rows.append(("upstream", f"{name}: {cluster.bootstrap_servers}"))
+            rows.append(("upstream", f"{name}: {cluster.bootstrap_servers}{_security(cluster)}"))
     if addresses.metrics:
         host, port = addresses.metrics
         rows.append(("metrics", f"http://{host}:{port}/metrics   health: /healthz"))

@@ -16,8 +16,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from databus.config import is_secret_key
+
 # Sidecar settings that only a restart can change (sockets and sizes fixed at start).
-RESTART_ONLY = ("socket", "socket_mode", "tcp_listen", "metrics_listen", "buffer_memory",
+RESTART_ONLY = ("socket", "socket_mode", "socket_group", "tcp_listen", "metrics_listen", "buffer_memory",
                 "max_frame_bytes")
 # Sidecar settings a reload applies in place.
 RELOADABLE_SIDECAR = ("reload_poll_ms", "shutdown_timeout_ms")
@@ -36,19 +38,30 @@ class ConfigDiff:
 
 
 def _show(value: Any) -> str:
+    value = _redacted(value)
     return "(unset)" if value is None else repr(value) if isinstance(value, str) else str(value)
 
 
+def _redacted(value: Any) -> Any:
+    """``value`` with the values of password-like keys (at any depth) replaced."""
+    if isinstance(value, dict):
+        return {k: "(hidden)" if is_secret_key(str(k)) else _redacted(v)
+                for k, v in value.items()}
+    return value
+
+
 def _keys_changed(old: dict, new: dict) -> list[str]:
-    """``k: a -> b`` / ``k: added b`` / ``k: removed`` for each differing key, sorted."""
+    """``k: a -> b`` / ``k: added b`` / ``k: removed`` for each differing key, sorted; the
+    value of a password-like key is never shown (it is logged)."""
     out = []
     for key in sorted(set(old) | set(new)):
+        show = (lambda _v: "(hidden)") if is_secret_key(str(key)) else _show
         if key not in new:
             out.append(f"{key} removed")
         elif key not in old:
-            out.append(f"{key}={_show(new[key])} added")
+            out.append(f"{key}={show(new[key])} added")
         elif old[key] != new[key]:
-            out.append(f"{key} {_show(old[key])} -> {_show(new[key])}")
+            out.append(f"{key} {show(old[key])} -> {show(new[key])}")
     return out
 
 

@@ -43,6 +43,11 @@ class Dispatcher:
 
     async def produce(self, messages: list[tuple], sizes: list[int], arrival: float) -> None:
         """Take one produce frame's messages (parsed; ``arrival``: time.monotonic())."""
+        access = self.session.access
+        if access is not None and not all(access.allows(m[1]) for m in messages):
+            messages, sizes = self._allowed(access, messages, sizes)
+            if not messages:
+                return
         gate = self.gate
         table = gate.try_enter()
         if table is not None:
@@ -60,6 +65,20 @@ class Dispatcher:
                     await self._dispatch(table, [message], [size], arrival)
                 finally:
                     gate.leave()
+
+    def _allowed(self, access, messages: list[tuple], sizes: list[int]):
+        """The messages whose streams the app's token allows; the others are answered
+        STREAM_NOT_ALLOWED now (they never took buffer room)."""
+        kept, kept_sizes = [], []
+        for message, size in zip(messages, sizes):
+            if access.allows(message[1]):
+                kept.append(message)
+                kept_sizes.append(size)
+            else:
+                self.reject(message[0], 0, ErrorCode.STREAM_NOT_ALLOWED,
+                            f"app {access.app!r} may not send to stream {message[1]!r} "
+                            "(sidecar.tokens)")
+        return kept, kept_sizes
 
     async def _dispatch(self, table: RoutingTable, messages: list[tuple], sizes: list[int],
                         arrival: float) -> None:

@@ -56,6 +56,7 @@ class Connection:
         kick: Callable[[], None] = lambda: None,
         consume: Any = None,
         checkers: Any = None,
+        authorize: Callable[[Any], Any] | None = None,
     ) -> None:
         self.stream = stream
         self.name = name
@@ -65,7 +66,7 @@ class Connection:
         self._checkers = checkers  # who answers check-backs of which groups (halfmsg.py)
         self._wake = trio.Event()
         self._reading_done = False
-        self.session = Session(max_frame_bytes, hello_reply, self._wake_writer)
+        self.session = Session(max_frame_bytes, hello_reply, self._wake_writer, authorize)
         self.dispatcher = Dispatcher(self.session, budget, gate, metrics, name)
 
     def _wake_writer(self) -> None:

@@ -42,6 +42,7 @@ class State(enum.Enum):
 class Hello(NamedTuple):
     version: int
     client: Any
+    app: str | None = None  # the name of the app's token (sidecar.tokens), if any
 
 
 class Produce(NamedTuple):
@@ -126,8 +127,13 @@ class Session:
         max_frame_bytes: int,
         hello_reply: Callable[[int], dict[str, Any]],
         on_output: Callable[[], None] = lambda: None,
+        authorize: Callable[[Any], Any] | None = None,
     ) -> None:
         self.state = State.AWAIT_HELLO
+        # sidecar.tokens: ``authorize(token)`` returns the app's access (access.py) or raises
+        # WireError(UNAUTHORIZED); ``access`` is None when every stream is open
+        self._authorize = authorize
+        self.access: Any = None
         self.version = wire.PROTOCOL_VERSION
         self._decoder = wire.FrameDecoder(max_frame_bytes)
         self._hello_reply = hello_reply
@@ -192,9 +198,12 @@ class Session:
     def _event(self, frame: dict[str, Any]):
         if self.state is State.AWAIT_HELLO:
             self.version = wire.check_hello(frame)  # HELLO_REQUIRED if it is not a hello
+            if self._authorize is not None:
+                self.access = self._authorize(frame.get("token"))
             self.state = State.OPEN
             self._queue_frame(self._hello_reply(self.version))
-            return Hello(self.version, frame.get("client"))
+            return Hello(self.version, frame.get("client"),
+                         getattr(self.access, "app", None))
         kind = frame["type"]
         if kind == "produce":
             return Produce(*wire.parse_produce(frame))

@@ -15,7 +15,7 @@ from typing import Any
 
 import trio
 
-from databus.config import SIDECAR_PRODUCER_KEYS, DatabusConfig
+from databus.config import SIDECAR_PRODUCER_KEYS, DatabusConfig, resolve_references
 from databus.plugins import PluginManager, make_partitioner
 from databus.protocol.sidecar_wire import ErrorCode
 
@@ -118,7 +118,8 @@ class ProducerPool:
             return handle
         plugin, fn = make_partitioner(self._pm, partitioner, partitioner_config)
         pconfig = config.producer_config(settings)
-        kafka = {"client.id": "databus-sidecar", **kafka, "buffer.memory": self._producer_buffer}
+        kafka = {"client.id": "databus-sidecar", **resolve_references(kafka),
+                 "buffer.memory": self._producer_buffer}
         producer = self._factory(address, kafka, partitioner=fn)
         handle = ProducerHandle(
             key, cluster, address, settings, producer, plugin, pconfig.max_block_ms

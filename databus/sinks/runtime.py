@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import trio
@@ -47,11 +47,12 @@ class SinkFailed(Exception):
 class SinkRunner:
     def __init__(
         self, name: str, spec: SinkConfig, bootstrap: str, pm: PluginManager,
-        plugin: str, sink: Any,
+        plugin: str, sink: Any, *, security: dict | None = None,
     ) -> None:
         self.name = name
         self.spec = spec
         self.bootstrap = bootstrap
+        self.security = dict(security or {})
         self.pm = pm
         self.plugin = plugin
         self._next_sink = sink  # made (and so validated) by the supervisor's prepare
@@ -104,8 +105,9 @@ class SinkRunner:
         self._sink, self._broken = sink, None
         self.progress.partitions.clear()
         self.progress.end_offsets.clear()
-        config = self.spec.consumer_config(self.name)
-        dlq_config = {"client.id": f"databus-sink-{self.name}-dlq", "linger.ms": 5}
+        config = self.spec.consumer_config(self.name, self.security)
+        dlq_config = {"client.id": f"databus-sink-{self.name}-dlq", "linger.ms": 5,
+                      **self.security}
         try:
             consumer = Consumer(
                 self.bootstrap, config,
@@ -294,6 +296,7 @@ class SinkRunner:
 class _Planned:
     spec: SinkConfig
     bootstrap: str
+    security: dict = field(default_factory=dict)  # the cluster's TLS/SASL client settings
     plugin: str | None = None  # None: unchanged, keep the running runner
     sink: Any = None
 
@@ -321,9 +324,12 @@ class SinkSupervisor:
         bootstraps = self.bootstrap_map(config) if sinks else {}
         for name, spec in sinks.items():
             cluster = config.resolve_cluster(spec.cluster, f"sink {name!r}")
-            planned = _Planned(spec, bootstraps[cluster])
+            known = config.clusters.get(cluster)
+            planned = _Planned(spec, bootstraps[cluster],
+                               known.connection_settings() if known is not None else {})
             running = self.runners.get(name)
-            if running is None or (running.spec, running.bootstrap) != (spec, planned.bootstrap):
+            if running is None or (running.spec, running.bootstrap, running.security) != (
+                    spec, planned.bootstrap, planned.security):
                 try:
                     planned.plugin, planned.sink = make_sink(self.pm, spec.plugin, spec.config)
                 except (ValueError, PluginError) as exc:
@@ -343,7 +349,8 @@ class SinkSupervisor:
                 if planned.plugin is None:
                     continue
                 runner = SinkRunner(
-                    name, planned.spec, planned.bootstrap, self.pm, planned.plugin, planned.sink
+                    name, planned.spec, planned.bootstrap, self.pm, planned.plugin, planned.sink,
+                    security=planned.security,
                 )
                 self.runners[name] = runner
                 await self._nursery.start(runner.run)

@@ -24,15 +24,20 @@ def fsync_dir(path: str | os.PathLike) -> None:
         os.close(fd)
 
 
-def atomic_write(path: str | os.PathLike, data: bytes, *, sync: bool = True) -> None:
+def atomic_write(path: str | os.PathLike, data: bytes, *, sync: bool = True,
+                 mode: int = 0o644) -> None:
     """Replace ``path`` with ``data``: temp file, fsync, rename, fsync directory.
 
     ``sync=False`` keeps the atomic rename but skips both fsyncs: for files whose loss after
-    a crash is harmless (producer snapshots: recovery replays the log instead).
+    a crash is harmless (producer snapshots: recovery replays the log instead).  ``mode``
+    is the file's from its creation (0o600 for credentials: never readable by others, not
+    even for a moment).
     """
     path = os.fspath(path)
     tmp = path + ".tmp"
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(tmp)  # a leftover would keep its old mode: O_CREAT does not change it
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
     try:
         try:
             view = memoryview(data)

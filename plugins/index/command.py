@@ -93,7 +93,7 @@ def run(args) -> int:
 def _query(args, config) -> int:
     import trio
 
-    from .query import bootstrap_for, fetch, lookup
+    from .query import bootstrap_for, fetch, lookup, security_for
 
     field, sep, value = args.match.partition("=")
     if not sep or not field:
@@ -103,7 +103,8 @@ def _query(args, config) -> int:
     locations = lookup(config, args.index, field, value, since=since, until=until,
                        limit=args.limit)
     bootstrap = bootstrap_for(config, args.index, args.bootstrap)
-    records = trio.run(fetch, bootstrap, locations)
+    records = trio.run(fetch, bootstrap, locations,
+                       security_for(config, args.index, args.bootstrap))
     rows = [record_json(r) for r in records if r is not None]
     gone = len(records) - len(rows)
     if args.json:
@@ -191,7 +192,7 @@ async def status_rows(config, bootstrap: str | None) -> list[list[str]]:
     """One row of STATUS_COLUMNS per index: the local database's figures, and the lag
     against the cluster's end offsets (``?`` and the reason when the cluster is down).
     The web console shows the same table."""
-    from .query import bootstrap_for
+    from .query import bootstrap_for, security_for
     from .store import IndexStore
 
     rows = []
@@ -207,7 +208,8 @@ async def status_rows(config, bootstrap: str | None) -> list[list[str]]:
         finally:
             store.close()
         try:
-            ends = await _end_offsets(bootstrap_for(config, name, bootstrap), list(offsets))
+            ends = await _end_offsets(bootstrap_for(config, name, bootstrap), list(offsets),
+                                      security_for(config, name, bootstrap))
             lag = str(sum(max(0, ends[tp] - n) for tp, n in offsets.items() if tp in ends))
         except Exception as exc:  # the cluster is down: the local figures still help
             lag = f"? ({exc})"
@@ -217,10 +219,11 @@ async def status_rows(config, bootstrap: str | None) -> list[list[str]]:
     return rows
 
 
-async def _end_offsets(bootstrap: str, partitions):
+async def _end_offsets(bootstrap: str, partitions, settings: dict):
     from databus.client import Consumer
 
     if not partitions:
         return {}
-    async with Consumer(bootstrap, {"client.id": "databus-index-status"}) as consumer:
+    async with Consumer(bootstrap, {"client.id": "databus-index-status",
+                                    **settings}) as consumer:
         return await consumer.end_offsets(partitions)

@@ -91,11 +91,13 @@ def in_order(locations: list[Location], found: dict) -> list[ConsumerRecord | No
     return [found.get(loc[1:]) for loc in locations]
 
 
-async def fetch(bootstrap: str, locations: list[Location]) -> list[ConsumerRecord | None]:
-    """The records at ``locations`` (one-shot: a connection of its own)."""
+async def fetch(bootstrap: str, locations: list[Location],
+                settings: dict | None = None) -> list[ConsumerRecord | None]:
+    """The records at ``locations`` (one-shot: a connection of its own); None where the
+    cluster no longer has one.  ``settings``: the cluster's TLS/SASL ones (``security_for``)."""
     if not locations:
         return []
-    async with RecordReader(bootstrap, READER_CONFIG) as reader:
+    async with RecordReader(bootstrap, {**READER_CONFIG, **(settings or {})}) as reader:
         return in_order(locations, await reader.read(loc[1:] for loc in locations))
 
 
@@ -104,7 +106,8 @@ async def query_async(config: DatabusConfig, bootstrap: str, name: str, field: s
     """One query from trio, one-shot (a connection of its own; IndexQueries keeps one)."""
     locations = await trio.to_thread.run_sync(
         lambda: lookup(config, name, field, value, **kwargs))
-    return [r for r in await fetch(bootstrap, locations) if r is not None]
+    return [r for r in await fetch(bootstrap, locations, security_for(config, name, None))
+            if r is not None]
 
 
 class IndexQueries:
@@ -131,17 +134,17 @@ class IndexQueries:
             self._nursery = None
             self.stores.close()
 
-    async def _reader(self, bootstrap: str) -> RecordReader:
+    async def _reader(self, bootstrap: str, settings: dict) -> RecordReader:
         async with self._starting:
             reader = self._readers.get(bootstrap)
             if reader is None:
                 if self._nursery is None:
                     raise RuntimeError("IndexQueries.serve is not running")
-                reader = await self._nursery.start(self._hold, bootstrap)
+                reader = await self._nursery.start(self._hold, bootstrap, settings)
             return reader
 
-    async def _hold(self, bootstrap: str, *, task_status) -> None:
-        async with RecordReader(bootstrap, READER_CONFIG) as reader:
+    async def _hold(self, bootstrap: str, settings: dict, *, task_status) -> None:
+        async with RecordReader(bootstrap, {**READER_CONFIG, **settings}) as reader:
             self._readers[bootstrap] = reader
             task_status.started(reader)
             try:
@@ -156,7 +159,8 @@ class IndexQueries:
             lambda: self.stores.lookup(config, name, field, value, **kwargs))
         if not locations:
             return []
-        reader = await self._reader(bootstrap_for(config, name, self.bootstrap))
+        reader = await self._reader(bootstrap_for(config, name, self.bootstrap),
+                                    security_for(config, name, self.bootstrap))
         found = await reader.read(loc[1:] for loc in locations)
         return [r for r in in_order(locations, found) if r is not None]
 
@@ -184,7 +188,8 @@ class Index:
         bootstrap = bootstrap_for(self.config, name, self.bootstrap)
         reader = self._readers.get(bootstrap)
         if reader is None:
-            reader = self._readers[bootstrap] = SyncRecordReader(bootstrap, READER_CONFIG)
+            settings = {**READER_CONFIG, **security_for(self.config, name, self.bootstrap)}
+            reader = self._readers[bootstrap] = SyncRecordReader(bootstrap, settings)
         found = reader.read([loc[1:] for loc in locations])
         return [r for r in in_order(locations, found) if r is not None]
 
@@ -208,6 +213,16 @@ def query(config: str | DatabusConfig, name: str, field: str, value: str, *,
     one-shot; use ``Index`` for many queries)."""
     with Index(config, bootstrap=bootstrap) as index:
         return index.query(name, field, value, since=since, until=until, limit=limit)
+
+
+def security_for(config: DatabusConfig, name: str, bootstrap: str | None) -> dict:
+    """The TLS/SASL settings of the index's cluster (docs/security.md); none when
+    ``bootstrap`` names the broker to ask (the built-in one) or no cluster is configured."""
+    if bootstrap is not None or not config.clusters:
+        return {}
+    index = find_index(config, name)
+    cluster = config.resolve_cluster(index.cluster, f"index {name!r}")
+    return config.clusters[cluster].connection_settings()
 
 
 def bootstrap_for(config: DatabusConfig, name: str, bootstrap: str | None) -> str:

@@ -163,12 +163,13 @@ def kafka_python_produce(bootstrap: str, topic: str, messages: Sequence[Msg], **
 
 def kafka_python_consume(bootstrap: str, topic: str, count: int,
                          partitions: Sequence[int] = (0,), timeout: float = 60,
-                         offset: int | None = None) -> list[Got]:
-    """From the beginning, or from ``offset`` (auto_offset_reset=earliest if out of range)."""
+                         offset: int | None = None, **conf) -> list[Got]:
+    """From the beginning, or from ``offset`` (auto_offset_reset=earliest if out of range);
+    ``conf``: more KafkaConsumer settings (security_protocol, ...)."""
     from kafka import KafkaConsumer, TopicPartition
 
     consumer = KafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False,
-                             auto_offset_reset="earliest", group_id=None)
+                             auto_offset_reset="earliest", group_id=None, **conf)
     try:
         tps = [TopicPartition(topic, p) for p in partitions]
         consumer.assign(tps)

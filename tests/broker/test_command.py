@@ -143,7 +143,8 @@ def test_ready_file_takes_the_start_up_error_instead_of_stderr(tmp_path):
 def test_ready_file_announces_the_bound_address_and_goes_at_shutdown(tmp_path):
     with BrokerProcess(tmp_path) as broker:
         announced = json.loads((tmp_path / "broker.ready").read_text())
-        assert announced == {"host": "127.0.0.1", "port": broker.port, "pid": broker.pid}
+        assert announced == {"host": "127.0.0.1", "port": broker.port, "pid": broker.pid,
+                             "listeners": {"PLAINTEXT": broker.port}}
         assert broker.port != 0
         assert broker.stop() == 0
         assert not (tmp_path / "broker.ready").exists()

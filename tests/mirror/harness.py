@@ -104,15 +104,16 @@ def produce(bootstrap: str, topic: str, records, **config) -> None:
 
 
 def read_all(bootstrap: str, topic: str, count: int, timeout: float = 90.0,
-             settle: float = 0.0, partitions: int = 1) -> dict[int, list]:
+             settle: float = 0.0, partitions: int = 1, **config) -> dict[int, list]:
     """Every record of ``topic`` from the beginning, by partition, once ``count`` arrived (and
-    then ``settle`` more seconds, to catch records that should not be there)."""
+    then ``settle`` more seconds, to catch records that should not be there); ``config``:
+    more librdkafka settings (security.protocol, ...)."""
     import confluent_kafka
 
     c = confluent_kafka.Consumer({
         "bootstrap.servers": bootstrap, "group.id": f"reader-{os.getpid()}-{time.monotonic()}",
         "enable.auto.commit": False, "auto.offset.reset": "earliest",
-        "topic.metadata.refresh.interval.ms": 1000,
+        "topic.metadata.refresh.interval.ms": 1000, **config,
     })
     out: dict[int, list] = {}
     try:

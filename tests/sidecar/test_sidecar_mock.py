@@ -267,9 +267,18 @@ async def test_socket_mode_stale_file_and_a_second_sidecar(sock_dir, mock_cluste
     stale = socket.socket(socket.AF_UNIX)
     stale.bind(path)  # a leftover socket file nobody listens on (a killed sidecar's)
     stale.close()
-    config = mock_config(sock_dir, mock_cluster, sidecar={"socket_mode": "0660"})
+    import grp
+
+    # a group other than ours that this user may give files to (any, for root), so the
+    # chown is seen; else our own
+    mine = [g for g in grp.getgrall() if g.gr_gid != os.getgid()
+            and (os.geteuid() == 0 or g.gr_gid in os.getgroups())]
+    group = (mine[0] if mine else grp.getgrgid(os.getgid())).gr_name
+    config = mock_config(sock_dir, mock_cluster,
+                         sidecar={"socket_mode": "0660", "socket_group": group})
     async with running_sidecar(config):
         assert stat.S_IMODE(os.stat(path).st_mode) == 0o660
+        assert os.stat(path).st_gid == grp.getgrnam(group).gr_gid
         with pytest.raises(StartupError, match="another sidecar is listening"):
             await Sidecar(config).serve()
         assert os.path.exists(path)  # the refused one left the live socket alone

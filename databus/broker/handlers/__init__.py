@@ -26,6 +26,8 @@ def handler_table() -> HandlerTable:
         metadata,
         offsets,
         produce,
+        sasl,
+        security,
         share,
         transactions,
     )
@@ -68,4 +70,11 @@ def handler_table() -> HandlerTable:
         transactions.end_txn,
         transactions.write_txn_markers,
         transactions.txn_offset_commit,
+        sasl.sasl_handshake,
+        sasl.sasl_authenticate,
+        security.describe_acls,
+        security.create_acls,
+        security.delete_acls,
+        security.describe_user_scram_credentials,
+        security.alter_user_scram_credentials,
     ])

@@ -28,9 +28,12 @@ import logging
 import shutil
 from collections import Counter
 
+from pydantic import SecretStr
+
 from databus.protocol.api_keys import ApiKey
 from databus.protocol.entities import build
 from databus.protocol.errors import ErrorCode
+from databus.storage.acls import Operation, ResourceType
 
 from ..api import RequestContext, handles
 from ..broker import is_internal_topic
@@ -49,6 +52,8 @@ SOURCE_STATIC_BROKER = 4
 SOURCE_DEFAULT = 5
 SOURCE_DYNAMIC_GROUP = 8
 NO_THROTTLE = datetime.timedelta(0)
+SENSITIVE = frozenset(info.alias for info in BrokerConfig.model_fields.values()
+                      if info.annotation == SecretStr | None)
 
 
 def _failure(exc: Exception, what: str) -> tuple[ErrorCode, str]:
@@ -108,6 +113,10 @@ async def create_topics(ctx: RequestContext, request) -> object:
     for topic in request.topics:
         code, message, info = ErrorCode.none, None, None
         try:
+            if not (ctx.cluster_allowed(Operation.CREATE)
+                    or ctx.allowed(Operation.CREATE, ResourceType.TOPIC, topic.name)):
+                raise _Refused(ErrorCode.topic_authorization_failed,
+                               f"not authorized to create topic {topic.name!r}")
             if is_internal_topic(topic.name):
                 raise _Refused(ErrorCode.invalid_request,
                                f"{topic.name!r}: names starting with '__' are internal")
@@ -155,6 +164,9 @@ async def delete_topics(ctx: RequestContext, request) -> object:
             if name is None:
                 code, message = ErrorCode.unknown_topic_id, f"no topic with id {topic_id}"
         info = broker.topic(name) if name is not None else None
+        if code is ErrorCode.none and not ctx.allowed(Operation.DELETE, ResourceType.TOPIC,
+                                                      name):
+            code, message, info = ErrorCode.topic_authorization_failed, None, None
         if code is ErrorCode.none:
             if name is not None and is_internal_topic(name):
                 code, message = ErrorCode.invalid_request, f"{name} is internal: not deleted"
@@ -180,7 +192,9 @@ async def create_partitions(ctx: RequestContext, request) -> object:
     for topic in request.topics:
         code, message = ErrorCode.none, None
         info = broker.topic(topic.name)
-        if info is None:
+        if not ctx.allowed(Operation.ALTER, ResourceType.TOPIC, topic.name):
+            code = ErrorCode.topic_authorization_failed
+        elif info is None:
             code, message = ErrorCode.unknown_topic_or_partition, f"no topic {topic.name!r}"
         elif is_internal_topic(topic.name):
             code, message = ErrorCode.invalid_request, f"{topic.name} is internal: fixed size"
@@ -203,6 +217,17 @@ async def create_partitions(ctx: RequestContext, request) -> object:
     return build(ctx.response_class(), throttle_time=NO_THROTTLE, results=tuple(results))
 
 
+def _config_refusal(ctx: RequestContext, resource, operation: Operation) -> ErrorCode | None:
+    """Kafka's check of Describe/AlterConfigs: the operation on the topic, the group, or
+    the cluster (for the broker resource)."""
+    kind = {RESOURCE_TOPIC: (ResourceType.TOPIC, ErrorCode.topic_authorization_failed),
+            RESOURCE_GROUP: (ResourceType.GROUP, ErrorCode.group_authorization_failed)}
+    if resource.resource_type in kind:
+        rtype, code = kind[resource.resource_type]
+        return None if ctx.allowed(operation, rtype, resource.resource_name) else code
+    return None if ctx.cluster_allowed(operation) else ErrorCode.cluster_authorization_failed
+
+
 def _broker_config_entries(config: BrokerConfig) -> dict[str, tuple[str | None, int]]:
     """Kafka name -> (value, source) of every broker setting."""
     entries = {}
@@ -210,7 +235,9 @@ def _broker_config_entries(config: BrokerConfig) -> dict[str, tuple[str | None, 
     for name, info in BrokerConfig.model_fields.items():
         alias = info.alias or info.serialization_alias or name
         value = getattr(config, name)
-        if isinstance(value, bool):
+        if isinstance(value, SecretStr):
+            text = None  # a password: sensitive, never sent (Kafka sends null too)
+        elif isinstance(value, bool):
             text = str(value).lower()
         else:
             text = None if value is None else str(value)
@@ -226,7 +253,10 @@ async def describe_configs(ctx: RequestContext, request) -> object:
     for resource in request.resources:
         keys = set(resource.configuration_keys) if resource.configuration_keys else None
         code, message, entries = ErrorCode.none, None, {}
-        if resource.resource_type == RESOURCE_TOPIC:
+        refused = _config_refusal(ctx, resource, Operation.DESCRIBE_CONFIGS)
+        if refused is not None:
+            code = refused
+        elif resource.resource_type == RESOURCE_TOPIC:
             info = broker.topic(resource.resource_name)
             if info is None:
                 code = ErrorCode.unknown_topic_or_partition
@@ -255,7 +285,8 @@ async def describe_configs(ctx: RequestContext, request) -> object:
             build(module.DescribeConfigsResourceResult, name=key, value=value,
                   read_only=resource.resource_type == RESOURCE_BROKER,
                   config_source=source, is_default=source == SOURCE_DEFAULT,
-                  is_sensitive=False, synonyms=(), config_type=0, documentation=None)
+                  is_sensitive=key in SENSITIVE, synonyms=(), config_type=0,
+                  documentation=None)
             for key, (value, source) in sorted(entries.items())
             if keys is None or key in keys
         )
@@ -372,6 +403,9 @@ async def _alter_configs(ctx: RequestContext, request, new_overrides) -> object:
     for resource in request.resources:
         code, message = ErrorCode.none, None
         try:
+            refused = _config_refusal(ctx, resource, Operation.ALTER_CONFIGS)
+            if refused is not None:
+                raise _Refused(refused, "not authorized")
             if counts[(resource.resource_type, resource.resource_name)] > 1:
                 raise _Refused(ErrorCode.invalid_request,
                                f"resource {resource.resource_name!r} appears more than once")
@@ -401,8 +435,9 @@ async def incremental_alter_configs(ctx: RequestContext, request) -> object:
 async def describe_cluster(ctx: RequestContext, request) -> object:
     broker = ctx.broker
     module = ctx.response_module()
-    node = build(module.DescribeClusterBroker, broker_id=broker.node_id,
-                 host=broker.advertised_host, port=broker.advertised_port, rack=None)
+    host, port = broker.advertised_address(ctx.listener_name)
+    node = build(module.DescribeClusterBroker, broker_id=broker.node_id, host=host, port=port,
+                 rack=None)
     return build(
         ctx.response_class(), throttle_time=NO_THROTTLE, error_code=ErrorCode.none,
         error_message=None, endpoint_type=1, cluster_id=broker.cluster_id,

@@ -15,6 +15,7 @@
   OFFSET_OUT_OF_RANGE.
 - A partition with an error gets empty records (never null) and -1 offsets, as from Kafka:
   librdkafka cannot parse null records, and would never see the error (nor reset).
+- A topic the principal may not READ gets TOPIC_AUTHORIZATION_FAILED on each partition.
 - Fetch sessions (KIP-227): we answer session_id 0, which tells clients to keep sending full
   fetch requests.
 - The response is hand-encoded (fetch_encoding.py) so record bytes are not copied again.
@@ -35,6 +36,7 @@ from databus.protocol.fetch_encoding import (
     encode_fetch_body,
 )
 from databus.protocol.records import iter_headers
+from databus.storage.acls import Operation, ResourceType
 
 from ..api import RawResponse, RequestContext, handles
 from ..errors import error_code_for
@@ -94,7 +96,13 @@ def _read_all(ctx: RequestContext, request) -> tuple[list, int, bool]:
     topics = []
     for topic in request.topics:
         partitions = []
+        may_read = ctx.allowed(Operation.READ, ResourceType.TOPIC, topic.topic)
         for fetch in topic.partitions:
+            if not may_read:
+                partitions.append(
+                    PartitionResult(fetch.partition, ErrorCode.topic_authorization_failed))
+                errors = True
+                continue
             result, size = _read_partition(
                 broker, topic.topic, fetch, budget - total, total == 0, committed
             )

@@ -23,6 +23,7 @@ from databus.broker.coordinator.service import GroupService
 from databus.protocol.api_keys import ApiKey
 from databus.protocol.entities import build, ms
 from databus.protocol.errors import ErrorCode
+from databus.storage.acls import Operation, ResourceType
 
 from ..api import RequestContext, handles
 
@@ -58,18 +59,22 @@ async def find_coordinator(ctx: RequestContext, request):
         error, message = ErrorCode.coordinator_load_in_progress, None
     else:
         error, message = ErrorCode.none, None
-    ok = error == ErrorCode.none
-    entry = {
-        "node_id": broker.node_id if ok else -1,
-        "host": broker.advertised_host if ok else "",
-        "port": broker.advertised_port if ok else -1,
-        "error_code": error,
-        "error_message": message,
-    }
+    host, port = broker.advertised_address(ctx.listener_name)
+
+    def entry(key: str) -> dict:
+        code = error
+        if code == ErrorCode.none and not ctx.allowed(Operation.DESCRIBE, ResourceType.GROUP,
+                                                      key):
+            code = ErrorCode.group_authorization_failed
+        ok = code == ErrorCode.none
+        return {"node_id": broker.node_id if ok else -1, "host": host if ok else "",
+                "port": port if ok else -1, "error_code": code,
+                "error_message": message if code == error else None}
+
     if ctx.api_version >= 4:
         keys = list(request.coordinator_keys)
-        return _response(ctx, coordinators=[{"key": k, **entry} for k in keys])
-    return _response(ctx, **entry)
+        return _response(ctx, coordinators=[{"key": k, **entry(k)} for k in keys])
+    return _response(ctx, **entry(request.key))
 
 
 # -- JoinGroup ------------------------------------------------------------------------------
@@ -196,10 +201,18 @@ async def list_groups(ctx: RequestContext, request):
     shares = ctx.broker.shares
     if service is None or not shares.loaded:
         return _response(ctx, error_code=ErrorCode.coordinator_load_in_progress, groups=[])
+    # Kafka: DESCRIBE on the cluster lists every group, else the groups one may DESCRIBE
+    everything = ctx.cluster_allowed(Operation.DESCRIBE)
+
+    def may_describe(group_id: str) -> bool:
+        return everything or ctx.allowed(Operation.DESCRIBE, ResourceType.GROUP, group_id)
+
     states = {s.lower() for s in getattr(request, "states_filter", ()) or ()}
     types = {t.lower() for t in getattr(request, "types_filter", ()) or ()}
     listed = []
     for group_id in service.group_ids():
+        if not may_describe(group_id):
+            continue
         snapshot = service.describe(group_id)
         state = snapshot.state.value if snapshot else GroupState.EMPTY.value
         listed.append({
@@ -210,6 +223,8 @@ async def list_groups(ctx: RequestContext, request):
         })
     # share groups (KIP-932): listed by ListGroups v5's type "share", protocol type "share"
     for group_id in shares.group_ids():
+        if not may_describe(group_id):
+            continue
         snapshot = shares.describe(group_id)
         listed.append({"group_id": group_id, "protocol_type": "share",
                        "group_state": snapshot.state.value if snapshot else "Empty",
@@ -227,6 +242,9 @@ async def describe_groups(ctx: RequestContext, request):
     service = groups_of(ctx)
     described = []
     for group_id in request.groups:
+        if not ctx.allowed(Operation.DESCRIBE, ResourceType.GROUP, group_id):
+            described.append(_described(group_id, ErrorCode.group_authorization_failed))
+            continue
         if service is None:
             described.append(_described(group_id, ErrorCode.coordinator_load_in_progress))
             continue
@@ -273,7 +291,9 @@ async def delete_groups(ctx: RequestContext, request):
     service = groups_of(ctx)
     results = []
     for group_id in request.groups_names:
-        if service is None:
+        if not ctx.allowed(Operation.DELETE, ResourceType.GROUP, group_id):
+            error = ErrorCode.group_authorization_failed
+        elif service is None:
             error = ErrorCode.coordinator_load_in_progress
         elif not group_id:
             error = ErrorCode.invalid_group_id

@@ -16,6 +16,7 @@ import logging
 from databus.protocol.api_keys import ApiKey
 from databus.protocol.entities import build
 from databus.protocol.errors import ErrorCode
+from databus.storage.acls import Operation, ResourceType
 
 from ..api import RequestContext, handles
 from ..errors import error_code_for
@@ -75,10 +76,14 @@ async def list_offsets(ctx: RequestContext, request) -> object:
     topics = []
     for topic in request.topics:
         partitions = []
+        may_describe = ctx.allowed(Operation.DESCRIBE, ResourceType.TOPIC, topic.name)
         for part in topic.partitions:
-            code, offset, timestamp = _lookup(
-                ctx.broker, topic.name, part.partition_index, part.timestamp, committed
-            )
+            if may_describe:
+                code, offset, timestamp = _lookup(
+                    ctx.broker, topic.name, part.partition_index, part.timestamp, committed
+                )
+            else:
+                code, offset, timestamp = ErrorCode.topic_authorization_failed, -1, -1
             partitions.append(build(
                 module.ListOffsetsPartitionResponse,
                 partition_index=part.partition_index, error_code=code, timestamp=timestamp,

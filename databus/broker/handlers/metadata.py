@@ -4,6 +4,10 @@ Topics a client names but that do not exist are auto-created when
 ``auto.create.topics.enable`` is on and the request allows it (v4+), except internal topics
 (``__`` prefix), which are created only by the broker itself and listed with
 ``is_internal=True``.  Every partition's leader, replica and ISR is this node.
+
+Authorization (ACLs on): "all topics" lists only the topics the principal may DESCRIBE; a
+named topic it may not is TOPIC_AUTHORIZATION_FAILED (whether it exists or not), and
+auto-creation needs CREATE on the cluster or the topic, as in Kafka.
 """
 
 from __future__ import annotations
@@ -14,6 +18,7 @@ import uuid
 from databus.protocol.api_keys import ApiKey
 from databus.protocol.entities import build
 from databus.protocol.errors import ErrorCode
+from databus.storage.acls import Operation, ResourceType
 
 from ..api import RequestContext, handles
 from ..broker import is_internal_topic
@@ -60,9 +65,13 @@ async def metadata(ctx: RequestContext, request) -> object:
     topics = broker.log_manager.topics()
     entries = []
     requested = _requested(ctx, request)
+    def may(operation, name):
+        return ctx.allowed(operation, ResourceType.TOPIC, name)
+
     if requested is None:
         for name in sorted(topics):
-            entries.append(_topic_entry(module, broker, name, topics[name]))
+            if may(Operation.DESCRIBE, name):  # the others are not even named
+                entries.append(_topic_entry(module, broker, name, topics[name]))
     else:
         by_id = None
         allow_create = getattr(request, "allow_auto_topic_creation", True)
@@ -77,8 +86,12 @@ async def metadata(ctx: RequestContext, request) -> object:
                         _error_entry(module, None, ErrorCode.unknown_topic_id, wanted.topic_id)
                     )
                     continue
+            if not may(Operation.DESCRIBE, name):
+                entries.append(_error_entry(module, name, ErrorCode.topic_authorization_failed))
+                continue
             info = topics.get(name)
-            if info is None and allow_create:
+            if info is None and allow_create and (
+                    ctx.cluster_allowed(Operation.CREATE) or may(Operation.CREATE, name)):
                 try:
                     info = broker.auto_create(name)
                 except Exception as exc:  # invalid name and the like: an error per topic
@@ -90,12 +103,10 @@ async def metadata(ctx: RequestContext, request) -> object:
                 entries.append(_error_entry(module, name, ErrorCode.unknown_topic_or_partition))
             else:
                 entries.append(_topic_entry(module, broker, name, info))
+    host, port = broker.advertised_address(ctx.listener_name)
     brokers = (
-        build(
-            module.MetadataResponseBroker,
-            node_id=broker.node_id, host=broker.advertised_host, port=broker.advertised_port,
-            rack=None,
-        ),
+        build(module.MetadataResponseBroker, node_id=broker.node_id, host=host, port=port,
+              rack=None),
     )
     return build(
         ctx.response_class(),

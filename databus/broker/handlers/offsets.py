@@ -1,5 +1,9 @@
 """Committed-offset APIs: OffsetCommit, OffsetFetch, OffsetDelete.
 
+Authorization (ACLs on) as in Kafka: committing needs READ on the group and on each topic,
+fetching DESCRIBE on both (partitions of topics the principal may not describe are left
+out of an "all topics" fetch), deleting DELETE on the group.
+
 Translations between kio messages and coordinator/service.py, which validates commits
 against the group's generation, appends them to ``__consumer_offsets`` and waits for the
 fsync before they are acknowledged (so an acknowledged commit survives kill -9).
@@ -13,6 +17,7 @@ from databus.broker.coordinator.service import OffsetCommitEntry
 from databus.protocol.api_keys import ApiKey
 from databus.protocol.entities import build, ms
 from databus.protocol.errors import ErrorCode
+from databus.storage.acls import Operation, ResourceType
 
 from ..api import RequestContext, handles
 from .groups import groups_of
@@ -37,13 +42,21 @@ async def offset_commit(ctx: RequestContext, request):
         for p in topic.partitions
     ]
     service = groups_of(ctx)
-    if service is None:
+    # Kafka's order: READ on the group for all, then READ on each topic
+    refused = {e.topic for e in entries
+               if not ctx.allowed(Operation.READ, ResourceType.TOPIC, e.topic)}
+    allowed = [e for e in entries if e.topic not in refused]
+    if not ctx.allowed(Operation.READ, ResourceType.GROUP, request.group_id):
+        errors = [ErrorCode.group_authorization_failed] * len(entries)
+    elif service is None:
         errors = [ErrorCode.coordinator_load_in_progress] * len(entries)
     else:
-        errors = await service.commit_offsets(
-            request.group_id, request.member_id, request.generation_id_or_member_epoch, entries,
-            retention_ms=ms(getattr(request, "retention_time", -1)),
-        )
+        done = iter(await service.commit_offsets(
+            request.group_id, request.member_id, request.generation_id_or_member_epoch,
+            allowed, retention_ms=ms(getattr(request, "retention_time", -1)),
+        ) if allowed else [])
+        errors = [ErrorCode.topic_authorization_failed if e.topic in refused else next(done)
+                  for e in entries]
     topics: dict[str, list] = {}
     for entry, error in zip(entries, errors):
         topics.setdefault(entry.topic, []).append(
@@ -54,9 +67,12 @@ async def offset_commit(ctx: RequestContext, request):
     )
 
 
-def _fetch_group(service, group_id: str, topics,
+def _fetch_group(ctx, service, group_id: str, topics,
                  require_stable: bool = False) -> tuple[list[dict], ErrorCode]:
-    """The response topics of one group (topics None = every committed partition)."""
+    """The response topics of one group (topics None = every committed partition the
+    principal may DESCRIBE)."""
+    if not ctx.allowed(Operation.DESCRIBE, ResourceType.GROUP, group_id):
+        return [], ErrorCode.group_authorization_failed
     if service is None:
         return [], ErrorCode.coordinator_load_in_progress
     wanted = None
@@ -66,6 +82,12 @@ def _fetch_group(service, group_id: str, topics,
     unstable = service.pending_txn_partitions(group_id) if require_stable else set()
     by_topic: dict[str, list[dict]] = {}
     for (topic, partition), committed in fetched.items():
+        if not ctx.allowed(Operation.DESCRIBE, ResourceType.TOPIC, topic):
+            if wanted is not None:
+                by_topic.setdefault(topic, []).append({
+                    "partition_index": partition, "committed_offset": -1,
+                    "error_code": ErrorCode.topic_authorization_failed})
+            continue
         by_topic.setdefault(topic, []).append({
             "partition_index": partition,
             "committed_offset": committed.offset,
@@ -84,10 +106,10 @@ async def offset_fetch(ctx: RequestContext, request):
     if ctx.api_version >= 8:
         groups = []
         for group in request.groups:
-            topics, error = _fetch_group(service, group.group_id, group.topics, stable)
+            topics, error = _fetch_group(ctx, service, group.group_id, group.topics, stable)
             groups.append({"group_id": group.group_id, "topics": topics, "error_code": error})
         return _response(ctx, groups=groups)
-    topics, error = _fetch_group(service, request.group_id, request.topics, stable)
+    topics, error = _fetch_group(ctx, service, request.group_id, request.topics, stable)
     return _response(ctx, topics=topics, error_code=error)
 
 
@@ -95,6 +117,8 @@ async def offset_fetch(ctx: RequestContext, request):
 async def offset_delete(ctx: RequestContext, request):
     service = groups_of(ctx)
     partitions = [(t.name, p.partition_index) for t in request.topics for p in t.partitions]
+    if not ctx.allowed(Operation.DELETE, ResourceType.GROUP, request.group_id):
+        return _response(ctx, error_code=ErrorCode.group_authorization_failed, topics=[])
     if service is None:
         return _response(ctx, error_code=ErrorCode.coordinator_load_in_progress, topics=[])
     top, results = await service.delete_offsets(request.group_id, partitions)

@@ -28,6 +28,7 @@ from databus.protocol.api_keys import ApiKey
 from databus.protocol.entities import build
 from databus.protocol.errors import ErrorCode
 from databus.protocol.framing import FramingError, decode_request_header
+from databus.storage.acls import Operation, ResourceType
 
 from ..api import Deferred, RawResponse, RequestContext, handles
 from ..broker import is_internal_topic
@@ -53,10 +54,13 @@ def _append_all(ctx: RequestContext, request) -> list:
     valid_acks = request.acks in (0, 1, -1)
     for topic in request.topic_data:
         partitions = []
+        may_write = ctx.allowed(Operation.WRITE, ResourceType.TOPIC, topic.name)
         for pdata in topic.partition_data:
             info, code, message, record_errors = None, ErrorCode.none, None, ()
             if not valid_acks:
                 code = ErrorCode.invalid_required_acks
+            elif not may_write:
+                code = ErrorCode.topic_authorization_failed
             elif is_internal_topic(topic.name):
                 # only the broker writes internal topics (the group coordinator appends to
                 # __consumer_offsets through Broker.append, not through Produce)

@@ -35,6 +35,7 @@ from databus.broker.share.service import (
 from databus.protocol.api_keys import ApiKey
 from databus.protocol.entities import build, ms
 from databus.protocol.errors import ErrorCode
+from databus.storage.acls import Operation, ResourceType
 
 from ..api import RequestContext, handles
 
@@ -112,7 +113,9 @@ async def share_group_describe(ctx: RequestContext, request):
                  "assignment_epoch": -1, "assignor_name": "", "members": [],
                  "authorized_operations": NO_OPERATIONS}
         snapshot = service.describe(group_id) if service is not None else None
-        if service is None:
+        if not ctx.allowed(Operation.DESCRIBE, ResourceType.GROUP, group_id):
+            entry["error_code"] = ErrorCode.group_authorization_failed
+        elif service is None:
             entry["error_code"] = ErrorCode.coordinator_load_in_progress
         elif snapshot is None:
             entry["error_code"] = ErrorCode.group_id_not_found
@@ -318,6 +321,8 @@ async def describe_share_group_offsets(ctx: RequestContext, request):
     groups = []
     for group in request.groups:
         error, message = _unknown_group(ctx, service, group.group_id)
+        if not ctx.allowed(Operation.DESCRIBE, ResourceType.GROUP, group.group_id):
+            error, message = ErrorCode.group_authorization_failed, None
         if error != ErrorCode.none:
             groups.append({"group_id": group.group_id, "topics": [], "error_code": error,
                            "error_message": message})
