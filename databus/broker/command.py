@@ -7,8 +7,9 @@ Logs to stderr, including ``listening on HOST:PORT`` with the real port when 0 w
 Programs that start it learn that address from ``--ready-file`` (see launch.py), never from
 the log.  SIGTERM/SIGINT (or end-of-file on the ``--lifeline-fd`` pipe) = clean shutdown:
 stop accepting, answer in-flight requests, flush, write the clean-shutdown marker.  A bad
-option is a one-line error and exit status 2; a port in use or a data directory that cannot
-be created is a one-line error and exit status 1, found before anything is written.
+option is a one-line error and exit status 2; a port in use, a data directory that cannot
+be created, or one that another process holds (its ``.lock``, see storage/dir_lock.py) is a
+one-line error and exit status 1, found before anything is written.
 """
 
 from __future__ import annotations
@@ -53,7 +54,7 @@ async def run_broker(
     directory that cannot be created, before anything is written."""
     import trio
 
-    from databus.startup import make_dirs, open_tcp_listeners
+    from databus.startup import lock_data_dir, make_dirs, open_tcp_listeners
 
     from .broker import Broker
     from .launch import remove_ready_file, write_ready_file
@@ -65,12 +66,13 @@ async def run_broker(
     listeners = await open_tcp_listeners(host, port)
     try:
         make_dirs(broker.data_dir, "data directory")
+        dir_lock = lock_data_dir(broker.data_dir)
     except BaseException:
         for listener in listeners:
             await trio.aclose_forcefully(listener)
         raise
     try:
-        with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
+        with dir_lock, trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
             async with trio.open_nursery() as nursery:
                 await nursery.start(broker.run)
                 if tune_gc:
