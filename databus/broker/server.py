@@ -8,7 +8,8 @@ group commit covers them all.  The queue bound (MAX_IN_FLIGHT) and the frame-siz
 before buffering (FrameBuffer) keep a connection's memory bounded.
 
 A frame that cannot be decoded, or a handler that fails, closes only that connection, logged
-with the peer and the reason.  An unknown key or version is answered with
+as one WARNING with the peer, API key, version and reason (never a traceback: fuzzed
+requests must not flood the log; it is logged at DEBUG).  An unknown key or version is answered with
 UNSUPPORTED_VERSION (see protocol/unsupported.py; ApiVersions gets its v0-format key list).
 
 Shutdown (``Server.stop``): stop accepting, stop reading new requests, let every connection
@@ -71,6 +72,7 @@ class _Connection:
         self.host, self.port = host, port
         self.read_scope = trio.CancelScope()
         self._send_scope: trio.CancelScope | None = None
+        self._current = None  # the header of the request being handled, for the log
 
     def abort(self) -> None:
         """Drop what this connection still owes (shutdown after the drain timeout)."""
@@ -90,8 +92,18 @@ class _Connection:
                     nursery.cancel_scope.cancel()
                 except (trio.BrokenResourceError, trio.ClosedResourceError):
                     nursery.cancel_scope.cancel()
-                except Exception:
-                    log.exception("closing connection from %s: handler failed", self.peer)
+                except Exception as exc:
+                    # A request that decodes but makes no sense (fuzzed, hostile) lands here:
+                    # one line naming who sent what, the traceback only at DEBUG, so an
+                    # attacker cannot flood the log with them.
+                    header = self._current
+                    log.warning(
+                        "closing connection from %s: api key %s v%s (client %r) failed: %s: %s",
+                        self.peer, header.api_key if header else "?",
+                        header.api_version if header else "?",
+                        header.client_id if header else None, type(exc).__name__, exc,
+                    )
+                    log.debug("the failed request's traceback", exc_info=True)
                     nursery.cancel_scope.cancel()
 
     async def _read_loop(self, send) -> None:
@@ -115,6 +127,7 @@ class _Connection:
             header, request = decode_request(frame)
         except UnsupportedVersion as exc:
             header, request = exc.header, None
+        self._current = header
         registration = self.handlers.get(header.api_key)
         if registration is None or not registration.supports(header.api_version):
             log.info(
