@@ -61,6 +61,7 @@ from databus.protocol.records import (
 from .config import LogConfig
 from .durable import atomic_write, fsync_dir
 from .errors import (
+    DamagedSegmentError,
     InvalidRecordError,
     KafkaStorageError,
     OffsetOutOfRangeError,
@@ -433,7 +434,17 @@ class PartitionLog:
         i = max(bisect_right(self._bases, offset) - 1, 0)
         segments = self.segments
         for seg in segments[i:]:
-            data = seg.read(offset, max_bytes, max_offset)
+            try:
+                data = seg.read(offset, max_bytes, max_offset)
+            except DamagedSegmentError as damage:
+                if damage.first_report:  # once per segment and position, not per fetch
+                    log.error(
+                        "%s: %s (met by a read at offset %d); the records before it are "
+                        "served, reads that reach it get CORRUPT_MESSAGE until "
+                        "`databus repair-log` cuts it out",
+                        self.name, damage, offset,
+                    )
+                raise
             if data is not None:
                 return data
         return b""
