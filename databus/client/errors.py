@@ -129,6 +129,12 @@ class ConsumerClosedError(KafkaError):
     name = "CONSUMER_CLOSED"
 
 
+class DecompressedBatchTooLargeError(CorruptMessageError):
+    """A fetched batch decompresses to more than ``max.decompressed.batch.bytes`` (a
+    decompression bomb, or a batch bigger than this consumer accepts); the message names
+    topic, partition and offset.  A CorruptMessageError: handled as one."""
+
+
 class ConfigError(KafkaError, ValueError):
     """An unknown configuration key or an invalid value; the message names the key."""
 

@@ -24,6 +24,7 @@ from typing import NamedTuple
 import trio
 
 from ..protocol.api_keys import ApiKey
+from ..protocol.codecs import DecompressedTooLargeError
 from ..protocol.errors import ErrorCode
 from ..protocol.records import (
     CONTROL_ABORT,
@@ -80,6 +81,7 @@ def decode_fetched(
     *,
     check_crcs: bool = True,
     aborted: list[tuple[int, int]] | None = None,
+    max_decompressed: int | None = None,
 ) -> tuple[list[ConsumerRecord], int]:
     """Records at or after ``fetch_offset`` in a Fetch response's records, and the offset
     after the last complete batch (== fetch_offset when no complete batch was there)."""
@@ -90,18 +92,28 @@ def decode_fetched(
     for pos, h in iter_headers(data):
         if h.next_offset <= fetch_offset:
             continue
+        done = next_offset  # where this batch starts being ours, if it fails to decode
         next_offset = max(next_offset, h.next_offset)
         while aborted_sorted and aborted_sorted[0][1] <= h.last_offset:
             active_aborted.add(aborted_sorted.pop(0)[0])
         if h.is_control:
             if h.producer_id in active_aborted:
-                _, control = decode_records(data, pos, verify_crc=check_crcs)
+                _, control = decode_records(data, pos, verify_crc=check_crcs,
+                                            max_decompressed=max_decompressed)
                 if control and control_record_type(control[0].key) == CONTROL_ABORT:
                     active_aborted.discard(h.producer_id)
             continue
         if h.is_transactional and h.producer_id in active_aborted:
             continue
-        _, records = decode_records(data, pos, verify_crc=check_crcs)
+        try:
+            _, records = decode_records(data, pos, verify_crc=check_crcs,
+                                        max_decompressed=max_decompressed)
+        except CorruptRecordError:
+            if not out:
+                raise
+            # as Kafka's consumer: hand out the records before the bad batch; the next
+            # fetch starts at it and reports it
+            return out, done
         ts_type = h.timestamp_type
         # Per record: one tuple built directly (Record is (offset, timestamp, key, value,
         # headers)); the NamedTuple constructor would cost as much again.
@@ -262,11 +274,16 @@ class Fetcher:
                     records, next_offset = decode_fetched(
                         tp[0], tp[1], bytes(data), fetch_offset,
                         check_crcs=cfg.check_crcs, aborted=aborted,
+                        max_decompressed=cfg.max_decompressed_batch_bytes,
                     )
                 except CorruptRecordError as exc:
-                    self.errors.append(
-                        errors.CorruptMessageError(f"{tp[0]}-{tp[1]} at offset {fetch_offset}: {exc}")
-                    )
+                    cls = errors.CorruptMessageError
+                    detail = str(exc)
+                    if isinstance(exc.__cause__, DecompressedTooLargeError):
+                        cls = errors.DecompressedBatchTooLargeError
+                        detail += " (max.decompressed.batch.bytes)"
+                    self.errors.append(cls(f"{cls.name}: {tp[0]}-{tp[1]} at offset "
+                                           f"{fetch_offset}: {detail}"))
                     got_data = True
                     continue
                 if not records and next_offset == fetch_offset:

@@ -755,7 +755,7 @@ def _decode_headers(data: bytes, pos: int, batch_pos: int, index: int):
 
 
 def decode_records(
-    buf, pos: int = 0, *, verify_crc: bool = True
+    buf, pos: int = 0, *, verify_crc: bool = True, max_decompressed: int | None = None
 ) -> tuple[BatchHeader, list[Record]]:
     """Decode the batch at ``pos``: its header and all its records, decompressed.
 
@@ -763,8 +763,10 @@ def decode_records(
     CRC-32C); any malformation, including a payload its codec cannot decompress, raises
     CorruptRecordError naming the batch position and the problem.  Records of a
     LogAppendTime batch carry the batch's maxTimestamp, as Kafka's consumers report.
+    ``max_decompressed`` bounds what a compressed payload may inflate to (codecs.py); a
+    bigger one is a CorruptRecordError caused by DecompressedTooLargeError.
     """
-    return _decode_batch(buf, pos, verify_crc, _decode_payload)
+    return _decode_batch(buf, pos, verify_crc, _decode_payload, max_decompressed)
 
 
 def keyless_records(buf, pos: int = 0, *, verify_crc: bool = True) -> list[int]:
@@ -811,7 +813,7 @@ def _keyless_in_payload(data: bytes, h: BatchHeader, batch_pos: int) -> list[int
     return keyless
 
 
-def _decode_batch(buf, pos: int, verify_crc: bool, decode_payload):
+def _decode_batch(buf, pos: int, verify_crc: bool, decode_payload, max_decompressed=None):
     if verify_crc:
         h = validate_batch(buf, pos)
     else:
@@ -830,7 +832,7 @@ def _decode_batch(buf, pos: int, verify_crc: bool, decode_payload):
     try:
         codec = h.attributes & ATTR_CODEC_MASK
         if codec:
-            data = decompress(codec, data)
+            data = decompress(codec, data, max_decompressed)
         return h, decode_payload(data, h, pos)
     except CorruptRecordError:
         raise
