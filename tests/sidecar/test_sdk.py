@@ -427,3 +427,37 @@ def test_async_send_waits_for_room_without_blocking_the_loop(sock_dir):
     finally:
         fake.close()
     assert ticks_while_waiting > 0  # the loop ran while send waited for room
+
+
+async def test_an_oversized_message_fails_alone_and_the_rest_are_sent(sock_dir, mock_cluster):
+    """Over max_frame_bytes (from the hello), one message is refused by the SDK itself with
+    MESSAGE_TOO_LARGE naming its size and the limit; the messages around it are delivered
+    (the sidecar used to answer FRAME_TOO_LARGE and close the connection, failing them
+    all).  Messages that fit one by one but not together are cut into several frames."""
+    from databus.sdk.errors import MessageTooLargeError
+
+    limit = 64 * 1024
+    config = sidecar_config(
+        sock_dir, clusters={"mock": {"bootstrap.servers": mock_cluster.bootstrap}},
+        streams={"s": {"topic": "sdk-too-large"}}, sidecar={"max_frame_bytes": limit},
+    )
+
+    def app(path):
+        with Client(path) as client:
+            before = client.send("s", b"before")
+            big = client.send("s", b"x" * (limit + 1))
+            fits_alone = [client.send("s", b"y" * (limit // 3)) for _ in range(6)]
+            after = [client.send("s", b"%d" % i) for i in range(1000)]
+            client.flush(60)
+        return before, big, fits_alone, after
+
+    async with running_sidecar(config) as sidecar:
+        before, big, fits_alone, after = await trio.to_thread.run_sync(
+            app, sidecar.addresses.socket)
+    error = big.exception(0)
+    assert isinstance(error, MessageTooLargeError)
+    assert error.detail == (f"message of {limit + 25} bytes for stream 's' is over the "
+                            f"sidecar's max_frame_bytes={limit}; not sent")
+    delivered = {(d.partition, d.offset)
+                 for d in (f.result(0) for f in [before, *fits_alone, *after])}
+    assert len(delivered) == 1007
