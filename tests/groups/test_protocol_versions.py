@@ -8,6 +8,8 @@ versions" rests on; the real-client tests (test_clients.py) cover behaviour.
 
 from __future__ import annotations
 
+import time
+
 import pytest
 
 from databus.protocol.api_keys import ApiKey
@@ -332,8 +334,12 @@ def test_offset_commit_checks_member_then_generation_then_phase(raw, group_broke
     with RawClient(group_broker.bootstrap) as other:
         other.sock.sendall(encode_request(build_request(ApiKey.JOIN_GROUP, 3, {
             **join, "member_id": ""}), 1, "other"))
-        described = raw.call(ApiKey.DESCRIBE_GROUPS, 5, {"groups": [group]}).groups[0]
-        assert described.group_state == "PreparingRebalance"
+        for _ in range(500):  # the other connection's join lands when it lands
+            state = raw.call(ApiKey.DESCRIBE_GROUPS, 5, {"groups": [group]}).groups[0].group_state
+            if state != "Stable":
+                break
+            time.sleep(0.01)
+        assert state == "PreparingRebalance"
         assert commit(member, 1) == ErrorCode.none
         assert commit("ghost", 1) == ErrorCode.unknown_member_id
         assert commit(member, 2) == ErrorCode.illegal_generation

@@ -18,11 +18,12 @@ from databus.protocol.errors import ErrorCode
 from ..api import RequestContext, handles
 from ..broker import is_internal_topic
 from ..errors import error_code_for
+from ..operations import NOT_REQUESTED, authorized_operations
 
 ZERO_UUID = uuid.UUID(int=0)
 
 
-def _topic_entry(module, broker, name: str, info) -> object:
+def _topic_entry(module, broker, name: str, info, operations: int = NOT_REQUESTED) -> object:
     node = broker.node_id
     partitions = tuple(
         build(
@@ -36,6 +37,7 @@ def _topic_entry(module, broker, name: str, info) -> object:
         module.MetadataResponseTopic,
         error_code=ErrorCode.none, name=name, topic_id=info.topic_id,
         is_internal=is_internal_topic(name), partitions=partitions,
+        topic_authorized_operations=operations,
     )
 
 
@@ -60,9 +62,11 @@ async def metadata(ctx: RequestContext, request) -> object:
     topics = broker.log_manager.topics()
     entries = []
     requested = _requested(ctx, request)
+    topic_ops = authorized_operations(
+        "topic", getattr(request, "include_topic_authorized_operations", False))
     if requested is None:
         for name in sorted(topics):
-            entries.append(_topic_entry(module, broker, name, topics[name]))
+            entries.append(_topic_entry(module, broker, name, topics[name], topic_ops))
     else:
         by_id = None
         allow_create = getattr(request, "allow_auto_topic_creation", True)
@@ -89,7 +93,7 @@ async def metadata(ctx: RequestContext, request) -> object:
             if info is None:
                 entries.append(_error_entry(module, name, ErrorCode.unknown_topic_or_partition))
             else:
-                entries.append(_topic_entry(module, broker, name, info))
+                entries.append(_topic_entry(module, broker, name, info, topic_ops))
     brokers = (
         build(
             module.MetadataResponseBroker,
@@ -101,5 +105,6 @@ async def metadata(ctx: RequestContext, request) -> object:
         ctx.response_class(),
         throttle_time=datetime.timedelta(0), brokers=brokers, cluster_id=broker.cluster_id,
         controller_id=broker.node_id, topics=tuple(entries),
-        cluster_authorized_operations=-2147483648,
+        cluster_authorized_operations=authorized_operations(
+            "cluster", getattr(request, "include_cluster_authorized_operations", False)),
     )
