@@ -34,6 +34,7 @@ from databus.protocol.framing import (
     response_header_flexible,
 )
 from databus.protocol.unsupported import bare_error_body, error_response
+from databus.service.limits import ConnectionLimits, RequestMemory
 
 from .api import Deferred, HandlerTable, RawResponse, RequestContext
 from .handlers import handler_table
@@ -73,6 +74,7 @@ class _Connection:
         self.read_scope = trio.CancelScope()
         self._send_scope: trio.CancelScope | None = None
         self._current = None  # the header of the request being handled, for the log
+        self._reserved = 0  # bytes of queued.max.request.bytes held by the frame being read
 
     def abort(self) -> None:
         """Drop what this connection still owes (shutdown after the drain timeout)."""
@@ -107,20 +109,33 @@ class _Connection:
                     nursery.cancel_scope.cancel()
 
     async def _read_loop(self, send) -> None:
-        frames = FrameBuffer(self.broker.config.socket_request_max_bytes)
+        config = self.broker.config
+        frames = FrameBuffer(config.socket_request_max_bytes)
+        memory = self.server.request_memory
         while True:
-            data = await self.stream.receive_some(RECV_BYTES)
+            with trio.move_on_after(config.connections_max_idle_ms / 1000) as idle:
+                data = await self.stream.receive_some(RECV_BYTES)
+            if idle.cancelled_caught:
+                log.info("closing connection from %s: nothing received for %d ms "
+                         "(connections.max.idle.ms)", self.peer, config.connections_max_idle_ms)
+                return
             if not data:
                 return
             frames.feed(data)
             while (frame := frames.next_frame()) is not None:
                 item = await self._dispatch(frame)
+                memory.release(self._reserved)
+                self._reserved = 0
                 if item is not None:
                     # The request has been handled (maybe appended): its answer must reach
                     # the writer even if shutdown cancels reading right now.
                     with trio.CancelScope(shield=True) as self._send_scope:
                         await send.send(item)
                     self._send_scope = None
+            if frames.pending_frame_size and not self._reserved:
+                # queued.max.request.bytes: the rest of the body is read once its size fits
+                await memory.reserve(frames.pending_frame_size)
+                self._reserved = frames.pending_frame_size
 
     async def _dispatch(self, frame: bytes):
         try:
@@ -205,6 +220,10 @@ class Server:
         self._accept_scope = trio.CancelScope()
         self._drained = trio.Event()  # set whenever a connection ends
         self.address: tuple[str, int] | None = None
+        config = broker.config
+        self.request_memory = RequestMemory(config.queued_max_request_bytes)
+        self.connection_limits = ConnectionLimits(config.max_connections,
+                                                  config.max_connections_per_ip)
 
     async def serve(self, listeners, host: str, *, task_status=trio.TASK_STATUS_IGNORED):
         """Serve on ``listeners`` (bound by the caller, see databus.startup, so that a port
@@ -242,10 +261,15 @@ class Server:
 
     async def _handle(self, stream: trio.SocketStream) -> None:
         connection = _Connection(self, stream)
+        if not self.connection_limits.admit(connection.host, connection.peer):
+            await trio.aclose_forcefully(stream)
+            return
         self._connections.add(connection)
         try:
             await connection.run()
         finally:
+            self.connection_limits.release(connection.host)
+            self.request_memory.release(connection._reserved)
             self._connections.discard(connection)
             self._drained.set()
             await trio.aclose_forcefully(stream)

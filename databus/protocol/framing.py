@@ -279,3 +279,9 @@ class FrameBuffer:
     @property
     def buffered(self) -> int:
         return self._size + (4 if self._frame_size is not None else 0)
+
+    @property
+    def pending_frame_size(self) -> int | None:
+        """The size prefix of the frame being received (None between frames): what a
+        server reserves before reading the rest of it (queued.max.request.bytes)."""
+        return self._frame_size
