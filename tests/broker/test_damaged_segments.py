@@ -10,6 +10,7 @@
 
 from __future__ import annotations
 
+import re
 import struct
 import subprocess
 import sys
@@ -20,6 +21,7 @@ from databus.protocol.records import LOG_OVERHEAD, build_batch, parse_header
 from tests.helpers.broker import BrokerProcess
 
 from .test_api_versions import create_topic
+from .test_disk_full import scrape
 from .test_fetch import fetch, produce_to
 from .wire import WireClient
 
@@ -71,7 +73,8 @@ def test_corrupt_message_fetch_partition_golden_bytes():
 
 
 def test_damaged_batch_and_index_entry_in_old_segments(tmp_path):
-    broker = BrokerProcess(tmp_path, {"num.partitions": 1})
+    broker = BrokerProcess(tmp_path, {"num.partitions": 1},
+                           args=("--metrics-listen", "127.0.0.1:0"))
     with broker:
         with WireClient(broker.bootstrap) as client:
             create_topic(client, "dmg", partitions=2, configs=CONFIGS)
@@ -114,6 +117,10 @@ def test_damaged_batch_and_index_entry_in_old_segments(tmp_path):
             (part,) = fetch(client, "idx", {0: wanted}).values()
             assert base_offsets(part.records)[0] == wanted
         log = broker.log_text()
+        port = re.findall(r"metrics on http://127.0.0.1:(\d+)/metrics", log)[-1]
+        metrics = scrape(int(port))
+        assert "databus_broker_damaged_batches_total 1" in metrics
+        assert "databus_broker_index_repairs_total 1" in metrics
         assert log.count("damaged batch at byte") == 1, log[-3000:]
         assert f"dmg-0: {first}: damaged batch at byte {at[2]}" in log
         assert log.count("does not point at that offset's batch") == 1
