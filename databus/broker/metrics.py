@@ -8,9 +8,6 @@ reserved).  Rendered from plain counters at scrape time.
 
 from __future__ import annotations
 
-from databus.storage.errors import DamagedSegmentError
-from databus.storage.segment import Segment
-
 
 class BrokerMetrics:
     def __init__(self, broker, server) -> None:
@@ -19,6 +16,7 @@ class BrokerMetrics:
 
     def render(self) -> bytes:
         health = self.broker.storage_health
+        logs = self.broker.log_manager.logs()
         families = [
             ("databus_broker_storage_failing", "gauge",
              "1 while writes to the data directory fail (disk full, read-only, I/O error)",
@@ -28,9 +26,11 @@ class BrokerMetrics:
             ("databus_broker_storage_failure_episodes_total", "counter",
              "Times writes started failing", health.episodes),
             ("databus_broker_damaged_batches_total", "counter",
-             "Damaged batches (segment and position) found by reads", DamagedSegmentError.count),
+             "Damaged batches (segment and position) found by reads",
+             sum(len(plog.damage_found) for plog in logs)),
             ("databus_broker_index_repairs_total", "counter",
-             "Damaged .index entries found by reads and rebuilt", Segment.index_repairs),
+             "Damaged .index entries found by reads and rebuilt",
+             sum(plog.index_repairs for plog in logs)),
             ("databus_broker_connections", "gauge", "Client connections open",
              self.server.connection_limits.total),
             ("databus_broker_queued_request_bytes", "gauge",

@@ -51,22 +51,15 @@ class KafkaStorageError(StorageError):
 class DamagedSegmentError(StorageError):
     """A read met bytes that are not a batch inside a segment (flipped length, torn write in
     an old segment).  Kafka answers the fetch with CORRUPT_MESSAGE; the batches before the
-    damage are still served.  Logged once per segment and position (``first_report``);
+    damage are still served.  The partition log logs it once per segment and position;
     ``databus repair-log`` cuts the damaged range out."""
 
     error_code = ErrorCode.corrupt_message
-    _reported: set[tuple[str, int]] = set()  # (log file, position) already logged
-    count = 0  # distinct damaged places found by reads since start (a metric)
 
     def __init__(self, segment, position: int, reason: str) -> None:
         super().__init__(f"{segment.log_path}: damaged batch at byte {position}: {reason}")
         self.path = segment.log_path
         self.position = position
-        key = (self.path, position)
-        self.first_report = key not in self._reported
-        if self.first_report:
-            DamagedSegmentError._reported.add(key)
-            DamagedSegmentError.count += 1
 
 
 class OffsetOutOfRangeError(StorageError):

@@ -70,8 +70,6 @@ class ScanStop(Exception):
 class Segment:
     """See the module docstring.  Attributes are read by PartitionLog; only methods mutate."""
 
-    index_repairs = 0  # damaged .index entries found by reads, process-wide (a metric)
-
     def __init__(self, directory: str, base_offset: int, index_interval_bytes: int,
                  segment_index_bytes: int, created_ms: int, suffix: str = "") -> None:
         """``suffix`` is appended to the three file names (compaction builds a segment as
@@ -93,6 +91,7 @@ class Segment:
         self.offset_of_max_timestamp = base_offset
         self.rolling_base_ms = -1  # max timestamp of the first batch (Kafka's roll clock)
         self.bytes_since_index_entry = 0
+        self.index_repairs = 0  # damaged .index entries found by reads (a metric)
 
     # -- lifecycle --------------------------------------------------------------------------
 
@@ -337,7 +336,7 @@ class Segment:
         except OSError as exc:
             log.error("%s: cannot rewrite the damaged index: %s", self.index.path, exc)
             return start
-        Segment.index_repairs += 1
+        self.index_repairs += 1
         log.warning(
             "%s: entry %d (offset %d -> position %d) does not point at that offset's batch; "
             "answered from a scan and rebuilt the index (%d entries)",
