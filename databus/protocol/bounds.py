@@ -84,9 +84,11 @@ def _skip_value(kind: str, buf, pos: int, flexible: bool) -> int:
 
 @cache
 def _steps(schema: Any) -> tuple[list, dict]:
-    """(untagged steps, tag -> step) for one kio entity class."""
+    """(untagged steps, tag -> step) for one kio entity class; consecutive fixed-size
+    fields are one ("skip", total) step (most of a request: the walk stays cheap)."""
     flexible = bool(schema.__flexible__)
-    steps, tagged = [], {}
+    steps: list = []
+    tagged = {}
     for field in dataclasses.fields(schema):
         kind = field.metadata.get("kafka_type")
         shape = classify_field(field)
@@ -96,11 +98,15 @@ def _steps(schema: Any) -> tuple[list, dict]:
             step = ("entity", shape.type_)
         elif isinstance(shape, PrimitiveTupleField):
             step = ("values", kind)
+        elif kind in _FIXED:
+            step = ("skip", _FIXED[kind])
         else:
             step = ("value", kind)
         tag = field.metadata.get("tag")
         if tag is not None and flexible:
             tagged[tag] = step
+        elif step[0] == "skip" and steps and steps[-1][0] == "skip":
+            steps[-1] = ("skip", steps[-1][1] + step[1])
         else:
             steps.append(step)
     return steps, tagged
@@ -110,21 +116,30 @@ def _walk(schema: Any, buf, pos: int) -> int:
     flexible = bool(schema.__flexible__)
     steps, tagged = _steps(schema)
     for step in steps:
-        pos = _step(step, buf, pos, flexible)
+        if step[0] == "skip":
+            pos += step[1]
+        else:
+            pos = _step(step, buf, pos, flexible)
     if flexible:
         count, pos = _uvarint(buf, pos)
-        if count > len(buf) - pos:
-            raise LengthError(f"{count} tagged fields claimed, only {len(buf) - pos} bytes remain")
-        for _ in range(count):
-            tag, pos = _uvarint(buf, pos)
-            size, pos = _uvarint(buf, pos)
-            if size > len(buf) - pos:
-                raise LengthError(f"tagged field {tag} of {size} bytes runs past the end")
-            step = tagged.get(tag)
-            if step is not None:
-                # the field's bytes alone: a count inside may not reach past them
-                _step(step, buf[:pos + size], pos, flexible)
-            pos += size
+        if count:
+            pos = _walk_tagged(tagged, buf, pos, count, flexible)
+    return pos
+
+
+def _walk_tagged(tagged: dict, buf, pos: int, count: int, flexible: bool) -> int:
+    if count > len(buf) - pos:
+        raise LengthError(f"{count} tagged fields claimed, only {len(buf) - pos} bytes remain")
+    for _ in range(count):
+        tag, pos = _uvarint(buf, pos)
+        size, pos = _uvarint(buf, pos)
+        if size > len(buf) - pos:
+            raise LengthError(f"tagged field {tag} of {size} bytes runs past the end")
+        step = tagged.get(tag)
+        if step is not None and step[0] != "skip":
+            # the field's bytes alone: a count inside may not reach past them
+            _step(step, buf[:pos + size], pos, flexible)
+        pos += size
     return pos
 
 
