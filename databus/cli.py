@@ -22,6 +22,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "consume": ("databus.tools.console_consumer", "print a topic's messages, one value per line"),
     "topics": ("databus.tools.topics", "create, delete, list and describe topics"),
     "dump-log": ("databus.tools.dump_log", "print the batches (and records) of a .log segment"),
+    "repair-log": ("databus.tools.repair_log", "report a partition's damaged batches and cut them out (broker stopped)"),
     "broker": ("databus.broker.command", "run the built-in Kafka-compatible broker"),
     "users": ("databus.tools.users", "add, list and delete SASL users (SCRAM credentials)"),
     "acls": ("databus.tools.acls", "add, list and remove ACLs (like kafka-acls.sh)"),

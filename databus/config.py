@@ -173,6 +173,25 @@ class SidecarSettings(_Model):
         description="Largest frame an app may send; a bigger one gets FRAME_TOO_LARGE and its "
         "connection is closed.",
     )
+    queued_max_frame_bytes: int = Field(
+        256 * 1024 * 1024,
+        gt=1024,
+        description="Bytes reserved for frames being received, across all app connections "
+        "(the broker's queued.max.request.bytes): a frame's size is reserved when its length "
+        "prefix arrives and the rest is read only once that fits; while the total is over "
+        "this, connections are not read from (not dropped).",
+    )
+    max_connections: int = Field(
+        2**31 - 1,
+        ge=1,
+        description="Most app connections at once; one more is closed at once.",
+    )
+    connections_max_idle_ms: int = Field(
+        0,
+        ge=0,
+        description="Close an app connection that has sent nothing for this long (0: never, "
+        "the default: an idle app's next send would fail while its SDK reconnects).",
+    )
     reload_poll_ms: int = Field(
         1000,
         ge=0,

@@ -54,6 +54,20 @@ def make_dirs(path: str | os.PathLike, what: str, *, setting: str | None = None)
         raise StartupError(f"cannot write to {what} {path}{_what(setting)}: permission denied")
 
 
+def lock_data_dir(path: str | os.PathLike):
+    """Take ``path``'s exclusive lock (storage/dir_lock.py) or fail as one line naming the
+    directory and the owner's PID; the lock is held until the returned DirLock is released
+    or the process exits."""
+    from databus.storage.dir_lock import DataDirInUseError, DirLock
+
+    try:
+        return DirLock(path)
+    except DataDirInUseError as exc:
+        raise StartupError(str(exc)) from None
+    except OSError as exc:
+        raise StartupError(f"cannot lock data directory {path}: {reason(exc)}") from None
+
+
 def leaves(error: BaseException):
     """The exceptions inside (nested) exception groups, or ``error`` itself."""
     if isinstance(error, BaseExceptionGroup):

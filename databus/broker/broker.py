@@ -39,7 +39,8 @@ import trio
 from databus.storage.acls import AclStore
 from databus.storage.config import LogConfig
 from databus.storage.credentials import CredentialStore
-from databus.storage.errors import UnknownTopicError
+from databus.storage.errors import KafkaStorageError, UnknownTopicError
+from databus.storage.health import StorageHealth
 from databus.storage.log_manager import LogManager
 from databus.storage.meta_properties import load_or_create_cluster_id
 
@@ -90,9 +91,11 @@ class Broker:
             checkpoint_interval_ms=config.log_flush_offset_checkpoint_interval_ms,
         )
         self.notifier = AppendNotifier()
+        self.storage_health = StorageHealth(self.data_dir)
         self.group_commit = GroupCommit(
             due_logs=self._logs_due_for_flush,
             check_interval_s=config.log_flush_scheduler_interval_ms / 1000,
+            health=self.storage_health,
         )
         self.producer_ids = ProducerIdAllocator(self.data_dir)
         self.groups = GroupService(
@@ -222,10 +225,16 @@ class Broker:
         partition_log = self.log_manager.get_log(topic, partition)
         if partition_log is None:
             raise UnknownTopicError(f"{topic}-{partition} does not exist")
-        info = partition_log.append(
-            records, now_ms=int(time.time() * 1000) if now_ms is None else now_ms,
-            allow_control=allow_control,
-        )
+        try:
+            info = partition_log.append(
+                records, now_ms=int(time.time() * 1000) if now_ms is None else now_ms,
+                allow_control=allow_control,
+            )
+        except KafkaStorageError as exc:
+            self.storage_health.failed(exc)  # one ERROR per episode, not per request
+            raise
+        if self.storage_health.failing_errno is not None:
+            self.storage_health.succeeded()
         self.notifier.notify((topic, partition))
         if partition_log.needs_flush(int(time.time() * 1000)):
             self.group_commit.kick()

@@ -7,8 +7,9 @@ Logs to stderr, including ``listening on HOST:PORT`` with the real port when 0 w
 Programs that start it learn that address from ``--ready-file`` (see launch.py), never from
 the log.  SIGTERM/SIGINT (or end-of-file on the ``--lifeline-fd`` pipe) = clean shutdown:
 stop accepting, answer in-flight requests, flush, write the clean-shutdown marker.  A bad
-option is a one-line error and exit status 2; a port in use or a data directory that cannot
-be created is a one-line error and exit status 1, found before anything is written.
+option is a one-line error and exit status 2; a port in use, a data directory that cannot
+be created, or one that another process holds (its ``.lock``, see storage/dir_lock.py) is a
+one-line error and exit status 1, found before anything is written.
 """
 
 from __future__ import annotations
@@ -38,6 +39,11 @@ def add_arguments(parser) -> None:
         "(the launcher holds the pipe's write end: the broker stops when the launcher dies)",
     )
     parser.add_argument(
+        "--metrics-listen", metavar="HOST:PORT",
+        help="serve /metrics (Prometheus) and /healthz here: storage failures, damaged "
+        "batches, connections (docs/operations.md)",
+    )
+    parser.add_argument(
         "-o", "--option", action="append", default=[], metavar="KEY=VALUE",
         help="a broker setting by its Kafka name, e.g. -o num.partitions=3 (repeatable)",
     )
@@ -45,7 +51,7 @@ def add_arguments(parser) -> None:
 
 async def run_broker(
     config, *, tune_gc: bool = False, ready_file: str | None = None,
-    lifeline_fd: int | None = None,
+    lifeline_fd: int | None = None, metrics_listen: str | None = None,
 ) -> None:
     """Broker + server until SIGTERM/SIGINT, end-of-file on ``lifeline_fd``, or cancellation.
     ``tune_gc``: this process is the broker's own (``databus broker``): tune its collector
@@ -53,7 +59,7 @@ async def run_broker(
     directory that cannot be created, before anything is written."""
     import trio
 
-    from databus.startup import make_dirs
+    from databus.startup import lock_data_dir, make_dirs, open_tcp_listeners
 
     from .broker import Broker
     from .launch import remove_ready_file, write_ready_file
@@ -63,15 +69,35 @@ async def run_broker(
     server = Server(broker)
     endpoints = await open_endpoints(config)
     host = endpoints[0].listener.host
+    metrics_listeners = []
+    if metrics_listen:
+        from databus.protocol.addresses import parse_host_port
+        from databus.startup import StartupError
+
+        try:
+            try:
+                m_host, m_port = parse_host_port(metrics_listen, allow_port_zero=True)
+            except ValueError as exc:
+                raise StartupError(f"--metrics-listen {metrics_listen!r}: {exc}") from None
+            metrics_listeners = await open_tcp_listeners(m_host, m_port,
+                                                         setting="--metrics-listen")
+        except BaseException:
+            for endpoint in endpoints:
+                for listener in endpoint.sockets:
+                    await trio.aclose_forcefully(listener)
+            raise
     try:
         make_dirs(broker.data_dir, "data directory")
+        dir_lock = lock_data_dir(broker.data_dir)
     except BaseException:
         for endpoint in endpoints:
             for listener in endpoint.sockets:
                 await trio.aclose_forcefully(listener)
+        for listener in metrics_listeners:
+            await trio.aclose_forcefully(listener)
         raise
     try:
-        with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
+        with dir_lock, trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
             async with trio.open_nursery() as nursery:
                 await nursery.start(broker.run)
                 if tune_gc:
@@ -84,6 +110,15 @@ async def run_broker(
                     nursery.cancel_scope.cancel()
 
                 bound_host, bound_port = await nursery.start(serve_then_stop_broker)
+                if metrics_listeners:
+                    from databus.service.metrics import serve_http
+
+                    from .metrics import BrokerMetrics
+
+                    metrics = BrokerMetrics(broker, server)
+                    m_bound = metrics_listeners[0].socket.getsockname()
+                    log.info("metrics on http://%s:%d/metrics", m_bound[0], m_bound[1])
+                    nursery.start_soon(serve_http, metrics, metrics_listeners, metrics.healthy)
                 if ready_file:
                     write_ready_file(ready_file, host=bound_host, port=bound_port,
                                      pid=os.getpid(), listeners={
@@ -170,7 +205,7 @@ def run(args) -> int:
     try:
         trio.run(functools.partial(
             run_broker, config, tune_gc=True, ready_file=args.ready_file,
-            lifeline_fd=args.lifeline_fd,
+            lifeline_fd=args.lifeline_fd, metrics_listen=args.metrics_listen,
         ))
     except KeyboardInterrupt:
         return 130

@@ -167,6 +167,25 @@ class BrokerConfig(BaseModel):
         description="Largest request frame; a bigger size prefix closes the connection "
         "before anything is buffered.",
     )
+    queued_max_request_bytes: int = Field(
+        256 * 1024 * 1024, alias="queued.max.request.bytes", ge=1024,
+        description="Bytes reserved for requests being received, across all connections: "
+        "a request's size is reserved once its size prefix arrives, and while the total is "
+        "over this, connections are not read from (not dropped).  Kafka's default is "
+        "unbounded; ours is finite so that slow partial requests cannot take the memory.",
+    )
+    connections_max_idle_ms: int = Field(
+        600000, alias="connections.max.idle.ms", ge=1,
+        description="Close a connection that has sent nothing for this long.",
+    )
+    max_connections: int = Field(
+        2**31 - 1, alias="max.connections", ge=1,
+        description="Most client connections at once; one more is closed at once.",
+    )
+    max_connections_per_ip: int = Field(
+        2**31 - 1, alias="max.connections.per.ip", ge=1,
+        description="Most connections from one IP address; one more is closed at once.",
+    )
     fetch_max_bytes: int = Field(
         57671680, alias="fetch.max.bytes", ge=1024,
         description="Most record bytes one Fetch response carries, whatever the client asks "

@@ -21,6 +21,8 @@ from collections.abc import Callable, Iterable
 
 import trio
 
+from databus.storage.health import StorageHealth
+
 log = logging.getLogger(__name__)
 
 
@@ -43,10 +45,12 @@ class GroupCommit:
         self,
         due_logs: Callable[[int], Iterable] = lambda now_ms: (),
         check_interval_s: float = 1.0,
+        health: StorageHealth | None = None,
     ) -> None:
         """``due_logs(now_ms)`` yields logs whose periodic flush (flush.ms/messages) is due."""
         self._due_logs = due_logs
         self._check_interval_s = check_interval_s
+        self._health = health  # fsync failures are counted there, logged once an episode
         self._waiters: list[_Waiter] = []
         self._kick = trio.Event()
         self.rounds = 0
@@ -101,7 +105,10 @@ class GroupCommit:
         for waiter in waiters:
             error = errors.get(id(waiter.log))
             if error is not None:
-                log.error("fsync failed: %s", error)
+                if self._health is not None:
+                    self._health.failed(error)  # one ERROR per episode, not per waiter
+                else:
+                    log.error("fsync failed: %s", error)
                 waiter.error = error
                 waiter.event.set()
             elif waiter.log.recovery_point > waiter.offset:

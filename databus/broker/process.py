@@ -62,6 +62,7 @@ class BrokerProcess:
         *,
         start_timeout: float = 30.0,
         log_level: str = "INFO",
+        args: tuple[str, ...] = (),
     ) -> None:
         self.root = Path(root)
         self.data_dir = self.root / "data"
@@ -69,6 +70,7 @@ class BrokerProcess:
         self.options = dict(options or {})
         self.start_timeout = start_timeout
         self.log_level = log_level
+        self.args = tuple(args)  # more command-line flags (e.g. --metrics-listen)
         self.port = 0
         self.host = "127.0.0.1"
         self.listeners: dict[str, int] = {}  # listener name -> bound port
@@ -94,7 +96,7 @@ class BrokerProcess:
             cmd += ["-o", f"{key}={value}"]
         self._close_launch()
         self._launch = launch = BrokerLaunch(self.root / "broker.ready")
-        cmd += launch.args
+        cmd += launch.args + list(self.args)
         self.process = subprocess.Popen(
             cmd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
             env=_child_env(), pass_fds=launch.pass_fds,

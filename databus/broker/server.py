@@ -8,7 +8,8 @@ group commit covers them all.  The queue bound (MAX_IN_FLIGHT) and the frame-siz
 before buffering (FrameBuffer) keep a connection's memory bounded.
 
 A frame that cannot be decoded, or a handler that fails, closes only that connection, logged
-with the peer and the reason.  An unknown key or version is answered with
+as one WARNING with the peer, API key, version and reason (never a traceback: fuzzed
+requests must not flood the log; it is logged at DEBUG).  An unknown key or version is answered with
 UNSUPPORTED_VERSION (see protocol/unsupported.py; ApiVersions gets its v0-format key list).
 
 Listeners (listeners.py): the server accepts on every listener of the broker at once.  On an
@@ -44,6 +45,7 @@ from databus.protocol.framing import (
     response_header_flexible,
 )
 from databus.protocol.unsupported import bare_error_body, error_response
+from databus.service.limits import ConnectionLimits, RequestMemory
 
 from .api import Deferred, HandlerTable, RawResponse, RequestContext, Session
 from .authorizer import refusal
@@ -100,6 +102,8 @@ class _Connection:
         self.host, self.port = host, port
         self.read_scope = trio.CancelScope()
         self._send_scope: trio.CancelScope | None = None
+        self._current = None  # the header of the request being handled, for the log
+        self._reserved = 0  # bytes of queued.max.request.bytes held by the frame being read
 
     def abort(self) -> None:
         """Drop what this connection still owes (shutdown after the drain timeout)."""
@@ -122,8 +126,18 @@ class _Connection:
                     nursery.cancel_scope.cancel()
                 except (trio.BrokenResourceError, trio.ClosedResourceError):
                     nursery.cancel_scope.cancel()
-                except Exception:
-                    log.exception("closing connection from %s: handler failed", self.peer)
+                except Exception as exc:
+                    # A request that decodes but makes no sense (fuzzed, hostile) lands here:
+                    # one line naming who sent what, the traceback only at DEBUG, so an
+                    # attacker cannot flood the log with them.
+                    header = self._current
+                    log.warning(
+                        "closing connection from %s: api key %s v%s (client %r) failed: %s: %s",
+                        self.peer, header.api_key if header else "?",
+                        header.api_version if header else "?",
+                        header.client_id if header else None, type(exc).__name__, exc,
+                    )
+                    log.debug("the failed request's traceback", exc_info=True)
                     nursery.cancel_scope.cancel()
 
     async def _read_loop(self, send) -> None:
@@ -132,13 +146,21 @@ class _Connection:
         # bound on what an unauthenticated peer can make the broker buffer).
         frames = FrameBuffer(config.socket_request_max_bytes if self.session.authenticated
                              else config.sasl_server_max_receive_size)
+        memory = self.server.request_memory
         while True:
-            data = await self.stream.receive_some(RECV_BYTES)
+            with trio.move_on_after(config.connections_max_idle_ms / 1000) as idle:
+                data = await self.stream.receive_some(RECV_BYTES)
+            if idle.cancelled_caught:
+                log.info("closing connection from %s: nothing received for %d ms "
+                         "(connections.max.idle.ms)", self.peer, config.connections_max_idle_ms)
+                return
             if not data:
                 return
             frames.feed(data)
             while (frame := frames.next_frame()) is not None:
                 item = await self._dispatch(frame)
+                memory.release(self._reserved)
+                self._reserved = 0
                 if item is not None:
                     # The request has been handled (maybe appended): its answer must reach
                     # the writer even if shutdown cancels reading right now.
@@ -149,6 +171,10 @@ class _Connection:
                     return  # the writer sends what is queued, then the connection closes
                 if self.session.authenticated:
                     frames.max_frame_bytes = config.socket_request_max_bytes
+            if frames.pending_frame_size and not self._reserved:
+                # queued.max.request.bytes: the rest of the body is read once its size fits
+                await memory.reserve(frames.pending_frame_size)
+                self._reserved = frames.pending_frame_size
 
     async def _dispatch(self, frame: bytes):
         try:
@@ -160,6 +186,7 @@ class _Connection:
             name = self.session.listener.name if self.session.listener else "?"
             raise _NotLoggedIn(f"api key {header.api_key} before SASL authentication on "
                                f"listener {name}")
+        self._current = header
         registration = self.handlers.get(header.api_key)
         if registration is None or not registration.supports(header.api_version):
             log.info(
@@ -242,6 +269,10 @@ class Server:
         self._drained = trio.Event()  # set whenever a connection ends
         self.address: tuple[str, int] | None = None  # the first listener's
         self.addresses: dict[str, tuple[str, int]] = {}  # listener name -> bound address
+        config = broker.config
+        self.request_memory = RequestMemory(config.queued_max_request_bytes)
+        self.connection_limits = ConnectionLimits(config.max_connections,
+                                                  config.max_connections_per_ip)
 
     async def serve(self, listeners, host: str = "", *,
                     task_status=trio.TASK_STATUS_IGNORED):
@@ -297,6 +328,11 @@ class Server:
             peer = tuple(stream.socket.getpeername()[:2])
         except OSError:
             peer = ("?", 0)
+        host = str(peer[0])
+        # max.connections(.per.ip) before anything else, the TLS handshake included
+        if not self.connection_limits.admit(host, f"{peer[0]}:{peer[1]}"):
+            await trio.aclose_forcefully(stream)
+            return
         principal = None
         if endpoint.ssl_context is not None:
             tls = trio.SSLStream(stream, endpoint.ssl_context, server_side=True)
@@ -307,6 +343,7 @@ class Server:
                 cause = exc.__cause__ or exc
                 log.info("TLS handshake with %s:%s on listener %s failed: %s", *peer,
                          endpoint.listener.name, cause or type(exc).__name__)
+                self.connection_limits.release(host)
                 await trio.aclose_forcefully(stream)
                 return
             if not endpoint.listener.sasl:
@@ -318,6 +355,8 @@ class Server:
         try:
             await connection.run()
         finally:
+            self.connection_limits.release(connection.host)
+            self.request_memory.release(connection._reserved)
             self._connections.discard(connection)
             self._drained.set()
             await trio.aclose_forcefully(stream)

@@ -243,6 +243,13 @@ class ConsumerConfig(_KafkaConfig):
         "read_uncommitted", alias="isolation.level"
     )
     check_crcs: bool = Field(True, alias="check.crcs")
+    # Not a Kafka setting (the Java consumer has no bound): the most bytes one fetched
+    # batch may decompress to, so that a few KB of zstd holding a 1 GiB record cannot take
+    # the consumer's memory with it.  Same scale as fetch.max.bytes' default (50 MiB) times
+    # a generous compression ratio.
+    max_decompressed_batch_bytes: int = Field(
+        256 * 1024 * 1024, alias="max.decompressed.batch.bytes", gt=0
+    )
     client_rack: str = Field("", alias="client.rack")
 
     @field_validator("partition_assignment_strategy", mode="before")

@@ -134,6 +134,10 @@ class IllegalStateError(KafkaError):
     acknowledging, in explicit mode, a record the share consumer did not hand out."""
 
     name = "ILLEGAL_STATE"
+class DecompressedBatchTooLargeError(CorruptMessageError):
+    """A fetched batch decompresses to more than ``max.decompressed.batch.bytes`` (a
+    decompression bomb, or a batch bigger than this consumer accepts); the message names
+    topic, partition and offset.  A CorruptMessageError: handled as one."""
 
 
 class ConfigError(KafkaError, ValueError):

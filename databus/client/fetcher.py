@@ -25,6 +25,7 @@ from typing import NamedTuple
 import trio
 
 from ..protocol.api_keys import ApiKey
+from ..protocol.codecs import DecompressedTooLargeError
 from ..protocol.errors import ErrorCode
 from ..protocol.records import (
     CONTROL_ABORT,
@@ -117,44 +118,58 @@ def decode_fetched(
     aborted: list[tuple[int, int]] | None = None,
     delivery_count: int | None = None,
     only: set[int] | None = None,
+    max_decompressed: int | None = None,
 ) -> tuple[list[ConsumerRecord], int]:
     """Records at or after ``fetch_offset`` in a Fetch response's records (with ``only``:
     just those at these offsets, the others not decoded), and the offset after the last
     complete batch (== fetch_offset when no complete batch was there).
-    ``delivery_count``: every record's (a share fetch's; share_record_class)."""
+    ``delivery_count``: every record's (a share fetch's; share_record_class).
+    ``max_decompressed``: what one batch may decompress to (``max.decompressed.batch.bytes``)."""
     out: list[ConsumerRecord] = []
     next_offset = fetch_offset
     aborted_sorted = sorted(aborted or [], key=lambda a: a[1])
     active_aborted: set[int] = set()
+    cls = ConsumerRecord if delivery_count is None else share_record_class(delivery_count)
     for pos, h in iter_headers(data):
         if h.next_offset <= fetch_offset:
             continue
+        done = next_offset  # where this batch starts being ours, if it fails to decode
         next_offset = max(next_offset, h.next_offset)
         while aborted_sorted and aborted_sorted[0][1] <= h.last_offset:
             active_aborted.add(aborted_sorted.pop(0)[0])
         if h.is_control:
             if h.producer_id in active_aborted:
-                _, control = decode_records(data, pos, verify_crc=check_crcs)
+                _, control = decode_records(data, pos, verify_crc=check_crcs,
+                                            max_decompressed=max_decompressed)
                 if control and control_record_type(control[0].key) == CONTROL_ABORT:
                     active_aborted.discard(h.producer_id)
             continue
         if h.is_transactional and h.producer_id in active_aborted:
             continue
-        cls = ConsumerRecord if delivery_count is None else share_record_class(delivery_count)
-        if only is None:
-            # A batch at a time, straight to ConsumerRecords (one object per record; the
-            # records before the fetch offset in the first batch are skipped by the decoder)
-            out += decode_consumer_records(
-                data, pos, cls, topic, partition, fetch_offset, verify_crc=check_crcs
-            )[1]
-        elif any(h.base_offset <= o <= h.last_offset for o in only):
-            # a lookup by offset (RecordReader): only the wanted records are decoded
-            _, records = decode_records_at(data, pos, only, verify_crc=check_crcs)
-            ts_type = h.timestamp_type
-            out += [
-                _tuple_new(cls, (topic, partition, r[0], r[1], ts_type, r[2], r[3], r[4]))
-                for r in records if r[0] >= fetch_offset
-            ]
+        try:
+            if only is None:
+                # A batch at a time, straight to ConsumerRecords (one object per record;
+                # the records before the fetch offset in the first batch are skipped by
+                # the decoder)
+                out += decode_consumer_records(
+                    data, pos, cls, topic, partition, fetch_offset, verify_crc=check_crcs,
+                    max_decompressed=max_decompressed,
+                )[1]
+            elif any(h.base_offset <= o <= h.last_offset for o in only):
+                # a lookup by offset (RecordReader): only the wanted records are decoded
+                _, records = decode_records_at(data, pos, only, verify_crc=check_crcs,
+                                               max_decompressed=max_decompressed)
+                ts_type = h.timestamp_type
+                out += [
+                    _tuple_new(cls, (topic, partition, r[0], r[1], ts_type, r[2], r[3], r[4]))
+                    for r in records if r[0] >= fetch_offset
+                ]
+        except CorruptRecordError:
+            if not out:
+                raise
+            # as Kafka's consumer: hand out the records before the bad batch; the next
+            # fetch starts at it and reports it
+            return out, done
     return out, next_offset
 
 
@@ -304,11 +319,16 @@ class Fetcher:
                     records, next_offset = decode_fetched(
                         tp[0], tp[1], bytes(data), fetch_offset,
                         check_crcs=cfg.check_crcs, aborted=aborted,
+                        max_decompressed=cfg.max_decompressed_batch_bytes,
                     )
                 except CorruptRecordError as exc:
-                    self.errors.append(
-                        errors.CorruptMessageError(f"{tp[0]}-{tp[1]} at offset {fetch_offset}: {exc}")
-                    )
+                    cls = errors.CorruptMessageError
+                    detail = str(exc)
+                    if isinstance(exc.__cause__, DecompressedTooLargeError):
+                        cls = errors.DecompressedBatchTooLargeError
+                        detail += " (max.decompressed.batch.bytes)"
+                    self.errors.append(cls(f"{cls.name}: {tp[0]}-{tp[1]} at offset "
+                                           f"{fetch_offset}: {detail}"))
                     got_data = True
                     continue
                 if not records and next_offset == fetch_offset:

@@ -136,13 +136,58 @@ def compress(codec: int, data, level: int | None = None) -> bytes:
     raise UnsupportedCodecError(f"unknown compression codec id {codec} (Kafka knows 0-4)")
 
 
-def decompress(codec: int, data) -> bytes:
+class DecompressedTooLargeError(CodecError):
+    """A payload that decompresses to more than the caller's bound (a decompression bomb:
+    a few tens of KB of zstd can hold a 1 GiB record)."""
+
+
+_BUFFER_TOO_SMALL = "failed to write whole buffer"  # cramjam's words for "output is full"
+_FIRST_GUESS_RATIO = 8  # most batches decompress to less than 8x: one attempt
+
+
+def decompress(codec: int, data, max_size: int | None = None) -> bytes:
     """Inverse of compress; also accepts the other encodings real clients send.
 
-    Raises CodecError (or UnsupportedCodecError) naming the codec when ``data`` is not valid.
+    ``max_size``: the most bytes the payload may decompress to; beyond it
+    DecompressedTooLargeError, with never more than about ``max_size`` bytes allocated
+    (zstd, lz4 and gzip decompress into a bounded buffer; snappy's output is at most ~21x
+    its input, checked after).  Raises CodecError (or UnsupportedCodecError) naming the
+    codec when ``data`` is not valid.
     """
     if codec == CODEC_NONE:
         return bytes(data)
+    if max_size is not None and codec in (CODEC_ZSTD, CODEC_LZ4, CODEC_GZIP):
+        return _decompress_bounded(codec, data, max_size)
+    out = _decompress(codec, data)
+    if max_size is not None and len(out) > max_size:
+        raise DecompressedTooLargeError(
+            f"{CODEC_NAMES[codec]} data decompresses to {len(out)} bytes, over the "
+            f"limit of {max_size}")
+    return out
+
+
+def _decompress_bounded(codec: int, data, max_size: int) -> bytes:
+    module = {CODEC_ZSTD: cramjam.zstd, CODEC_LZ4: cramjam.lz4, CODEC_GZIP: cramjam.gzip}[codec]
+    size = min(max_size, max(len(data) * _FIRST_GUESS_RATIO, 1 << 16))
+    while True:
+        out = bytearray(size + 1)  # one spare byte: a full buffer means "maybe more"
+        try:
+            n = module.decompress_into(data, out)
+        except Exception as exc:
+            if _BUFFER_TOO_SMALL not in str(exc):
+                raise CodecError(f"invalid {CODEC_NAMES[codec]} data: {exc}") from exc
+            n = len(out)
+        if n <= size:
+            del out[n:]
+            return bytes(out)
+        if size >= max_size:
+            raise DecompressedTooLargeError(
+                f"{CODEC_NAMES[codec]} data decompresses to more than the limit of "
+                f"{max_size} bytes")
+        size = min(size * 4, max_size)
+
+
+def _decompress(codec: int, data) -> bytes:
     try:
         if codec == CODEC_LZ4:
             return bytes(cramjam.lz4.decompress(data))

@@ -24,6 +24,7 @@ from kio.serial import entity_reader, entity_writer
 from kio.serial.readers import read_unsigned_varint
 
 from .api_keys import ApiKey
+from .bounds import check_lengths
 
 _I32 = struct.Struct(">i")
 _REQ_HEAD = struct.Struct(">hhih")  # api_key, api_version, correlation_id, client_id length
@@ -127,6 +128,9 @@ def decode_request(frame: bytes) -> tuple[RequestHeader, Any]:
     except Exception:
         raise UnsupportedVersion(header) from None
     try:
+        # before kio: its native reader sizes arrays from their claimed counts, and a
+        # failed allocation aborts the process (see bounds.py)
+        check_lengths(schema, frame, pos)
         body, size = _reader(schema)(frame, pos)
     except Exception as exc:  # kio raises a variety of errors on garbage
         raise FramingError(
@@ -275,3 +279,9 @@ class FrameBuffer:
     @property
     def buffered(self) -> int:
         return self._size + (4 if self._frame_size is not None else 0)
+
+    @property
+    def pending_frame_size(self) -> int | None:
+        """The size prefix of the frame being received (None between frames): what a
+        server reserves before reading the rest of it (queued.max.request.bytes)."""
+        return self._frame_size

@@ -780,7 +780,7 @@ def _decode_headers(data: bytes, pos: int, batch_pos: int, index: int):
 
 
 def decode_records(
-    buf, pos: int = 0, *, verify_crc: bool = True
+    buf, pos: int = 0, *, verify_crc: bool = True, max_decompressed: int | None = None
 ) -> tuple[BatchHeader, list[Record]]:
     """Decode the batch at ``pos``: its header and all its records, decompressed.
 
@@ -788,18 +788,21 @@ def decode_records(
     CRC-32C); any malformation, including a payload its codec cannot decompress, raises
     CorruptRecordError naming the batch position and the problem.  Records of a
     LogAppendTime batch carry the batch's maxTimestamp, as Kafka's consumers report.
+    ``max_decompressed`` bounds what a compressed payload may inflate to (codecs.py); a
+    bigger one is a CorruptRecordError caused by DecompressedTooLargeError.
     """
-    return _decode_batch(buf, pos, verify_crc, _decode_payload)
+    return _decode_batch(buf, pos, verify_crc, _decode_payload, max_decompressed)
 
 
 def decode_records_at(
-    buf, pos: int, offsets, *, verify_crc: bool = True
+    buf, pos: int, offsets, *, verify_crc: bool = True, max_decompressed: int | None = None
 ) -> tuple[BatchHeader, list[Record]]:
     """Like ``decode_records``, but only the records whose offset is in ``offsets`` (a set)
     are decoded; the others are stepped over by their length (a lookup by offset in a big
     batch costs a varint or two per record, not a whole decode)."""
     return _decode_batch(buf, pos, verify_crc,
-                         lambda data, h, batch_pos: _payload_at(data, h, batch_pos, offsets))
+                         lambda data, h, batch_pos: _payload_at(data, h, batch_pos, offsets),
+                         max_decompressed)
 
 
 def _payload_at(data: bytes, h: BatchHeader, batch_pos: int, offsets) -> list[Record]:
@@ -856,7 +859,7 @@ def _decode_payload(data: bytes, h: BatchHeader, batch_pos: int) -> list[Record]
 
 def decode_consumer_records(
     buf, pos: int, cls: type, topic: str, partition: int, min_offset: int, *,
-    verify_crc: bool = True,
+    verify_crc: bool = True, max_decompressed: int | None = None,
 ) -> tuple[BatchHeader, list]:
     """The batch at ``pos`` as the consumer hands it out: its records at or after
     ``min_offset`` (all of a batch whose base offset is) as ``cls(topic, partition, offset, timestamp, timestamp_type, key, value,
@@ -883,7 +886,7 @@ def decode_consumer_records(
             for r in records if r[0] >= min_offset
         ]
 
-    return _decode_batch(buf, pos, verify_crc, payload)
+    return _decode_batch(buf, pos, verify_crc, payload, max_decompressed)
 
 
 def decode_columns(
@@ -964,7 +967,7 @@ def _keyless_in_payload(data: bytes, h: BatchHeader, batch_pos: int) -> list[int
     return keyless
 
 
-def _decode_batch(buf, pos: int, verify_crc: bool, decode_payload):
+def _decode_batch(buf, pos: int, verify_crc: bool, decode_payload, max_decompressed=None):
     if verify_crc:
         h = validate_batch(buf, pos)
     else:
@@ -983,7 +986,7 @@ def _decode_batch(buf, pos: int, verify_crc: bool, decode_payload):
     try:
         codec = h.attributes & ATTR_CODEC_MASK
         if codec:
-            data = decompress(codec, data)
+            data = decompress(codec, data, max_decompressed)
         return h, decode_payload(data, h, pos)
     except CorruptRecordError:
         raise

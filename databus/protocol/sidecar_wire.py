@@ -396,6 +396,12 @@ class FrameDecoder:
         rest = len(self._data) - self._pos if self._data is not None else 0
         return len(self._pending) + rest
 
+    @property
+    def pending_frame_size(self) -> int:
+        """The whole length (prefix included) of the frame being received, once its prefix
+        is known; 0 otherwise.  What a server reserves before reading on."""
+        return self._need
+
     def receive(self, data: bytes) -> None:
         """Take ``data`` (kept by reference until ``next_frame`` has consumed it)."""
         if self._data is not None and self._pos < len(self._data):

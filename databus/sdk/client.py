@@ -48,6 +48,7 @@ from .consume import (
 from .errors import (
     BufferExhaustedError,
     DatabusError,
+    MessageTooLargeError,
     ProtocolError,
     SidecarUnavailableError,
     error_for,
@@ -61,6 +62,9 @@ LANE_HEADER = "databus-lane"
 # Messages per produce frame: big enough to amortise framing, small enough to keep the
 # sidecar's frames and the first report's latency short.
 MAX_MESSAGES_PER_FRAME = 2048
+# msgpack's framing around one message: the frame's map and type, the message's array, its
+# id and the lengths of its fields (generous: a bound, not an estimate).
+FRAME_OVERHEAD = 64
 # After losing the sidecar, reconnect attempts back off from 50 ms to 1 s.
 RECONNECT_BACKOFF_MIN = 0.05
 RECONNECT_BACKOFF_MAX = 1.0
@@ -162,6 +166,16 @@ class DeliveryFuture:
                 fn(self)
             except Exception:
                 log.exception("delivery callback failed")
+
+
+def _message_bytes(item: tuple) -> int:
+    """A queued message's bytes on the wire, near enough to cut frames under the limit."""
+    size = FRAME_OVERHEAD + len(item[1]) + (len(item[2]) if item[2] else 0)
+    if len(item) > 3:
+        size += len(item[3]) if item[3] else 0
+        if len(item) > 4 and item[4]:
+            size += sum(len(k) + (len(v) if v else 0) + 8 for k, v in item[4])
+    return size
 
 
 def _delivery(report: list, index: int) -> Delivery:
@@ -455,6 +469,16 @@ class Client:
                 raise ValueError("partition must be a non-negative int or None")
             if hdrs:
                 size += sum(len(k) + (len(v) if v else 0) for k, v in hdrs)
+        if size + len(stream) + FRAME_OVERHEAD > self.max_frame_bytes:
+            # Sent, it would make the sidecar refuse the whole frame (FRAME_TOO_LARGE) and
+            # close the connection, failing every message around it: refuse this one here.
+            future = DeliveryFuture(self)
+            future._set(None, MessageTooLargeError(
+                wire.ErrorCode.MESSAGE_TOO_LARGE,
+                f"message of {size} bytes for stream {stream!r} is over the sidecar's "
+                f"max_frame_bytes={self.max_frame_bytes}; not sent",
+            ))
+            return future
         if self._buffered + size > self._max_buffer:
             if block:
                 self._wait_for_space(size)
@@ -754,7 +778,7 @@ class Client:
                     self._armed = False
                     closed = self._closed
                 if queue:
-                    position = self._encode(queue, out, position)
+                    position = self._encode(queue, out, position, payload)
                     # The queue's bytes count against max_buffer_bytes until its last
                     # frame is on the socket.
                     written_marks.append((position, payload))
@@ -796,25 +820,40 @@ class Client:
                 position += wire.append_frame(out, frame)
         return position
 
-    def _encode(self, queue: list, out: bytearray, position: int) -> int:
+    def _encode(self, queue: list, out: bytearray, position: int, payload: int = 0) -> int:
         """Append ``queue`` to ``out`` as frames: runs of messages as produce frames (up to
-        MAX_MESSAGES_PER_FRAME each), flush markers as flush frames, ("frame", frame)
-        markers as that frame."""
+        MAX_MESSAGES_PER_FRAME each, and under max_frame_bytes), flush markers as flush
+        frames, ("frame", frame) markers as that frame.  ``payload``: the queued messages'
+        bytes (as send() counted them)."""
+        # Cutting frames by size costs a look at every message: only when they could
+        # overflow one frame at all.
+        by_size = payload + len(queue) * FRAME_OVERHEAD > self.max_frame_bytes
         run_start = 0
         for i, item in enumerate(queue):
             if type(item[0]) is not int:  # a ("flush", id), ("frame", frame) or ("checks", groups)
-                position = self._append_produce(out, queue, run_start, i, position)
+                position = self._append_produce(out, queue, run_start, i, position, by_size)
                 marker = item[0]
                 frame = (wire.flush(item[1]) if marker == "flush"
                          else wire.checks(item[1]) if marker == "checks" else item[1])
                 position += wire.append_frame(out, frame)
                 run_start = i + 1
-        return self._append_produce(out, queue, run_start, len(queue), position)
+        return self._append_produce(out, queue, run_start, len(queue), position, by_size)
 
-    @staticmethod
-    def _append_produce(out: bytearray, queue: list, start: int, end: int,
-                        position: int) -> int:
+    def _append_produce(self, out: bytearray, queue: list, start: int, end: int,
+                        position: int, by_size: bool = False) -> int:
         # The queued tuples are already message arrays (send() builds them in that shape).
+        if by_size:
+            limit = self.max_frame_bytes - FRAME_OVERHEAD
+            first, size = start, 0
+            for i in range(start, end):
+                item_size = _message_bytes(queue[i])
+                if i > first and (size + item_size > limit or i - first >= MAX_MESSAGES_PER_FRAME):
+                    position += wire.append_frame(out, wire.produce(queue[first:i]))
+                    first, size = i, 0
+                size += item_size
+            if first < end:
+                position += wire.append_frame(out, wire.produce(queue[first:end]))
+            return position
         for first in range(start, end, MAX_MESSAGES_PER_FRAME):
             messages = queue[first : min(end, first + MAX_MESSAGES_PER_FRAME)]
             position += wire.append_frame(out, wire.produce(messages))

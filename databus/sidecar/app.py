@@ -30,6 +30,7 @@ from databus.config import EMBEDDED_CLUSTER, ConfigError, DatabusConfig, group_i
 from databus.plugins import PluginError, PluginManager, get_plugin_manager
 from databus.protocol import sidecar_wire as wire
 from databus.protocol.addresses import parse_host_port
+from databus.service.limits import ConnectionLimits, RequestMemory
 from databus.sinks.http import serve_metrics
 from databus.sinks.metrics import SinkCollector
 from databus.sinks.runtime import SinkSupervisor
@@ -364,19 +365,29 @@ class Sidecar:
         ingress.cancel_scope.cancel()
 
     async def _accept(self, listeners, scope: trio.CancelScope) -> None:
+        settings = self.config.sidecar  # these three take effect at the next restart
+        memory = RequestMemory(settings.queued_max_frame_bytes)
+        limits = ConnectionLimits(settings.max_connections, 2**31 - 1)
+
         async def handle(stream) -> None:
             self._conn_ids += 1
+            name = f"conn-{self._conn_ids}"
+            if not limits.admit("app", name):
+                await trio.aclose_forcefully(stream)
+                return
             conn = Connection(
-                stream, f"conn-{self._conn_ids}",
+                stream, name,
                 max_frame_bytes=self.config.sidecar.max_frame_bytes,
                 hello_reply=self.hello_reply, budget=self.budget, gate=self.gate,
                 metrics=self.metrics, kick=self.kick_producers, consume=self.consume,
                 checkers=self.checkers, authorize=self.authorize_app,
+                memory=memory, idle_ms=settings.connections_max_idle_ms,
             )
             self._connections.add(conn)
             try:
                 await conn.run()
             finally:
+                limits.release("app")
                 self._connections.discard(conn)
 
         # Connections run in the ingress nursery, not serve_listeners' own: cancelling

@@ -19,6 +19,8 @@ from typing import Any
 
 import trio
 
+from databus.service.limits import RequestMemory
+
 from .budget import ByteBudget
 from .dispatch import Dispatcher
 from .gate import ReloadGate
@@ -57,8 +59,13 @@ class Connection:
         consume: Any = None,
         checkers: Any = None,
         authorize: Callable[[Any], Any] | None = None,
+        memory: RequestMemory | None = None,
+        idle_ms: int = 0,
     ) -> None:
         self.stream = stream
+        self.memory = memory  # shared by all connections: sidecar.queued_max_frame_bytes
+        self.reserved = 0  # bytes of it held by the frame being received
+        self.idle_s = idle_ms / 1000
         self.name = name
         self.metrics = metrics
         self._kick = kick  # a flush waits: ask the producers to send now
@@ -96,6 +103,9 @@ class Connection:
                 self.consume.connection_closed(self)  # its unacked messages go to others
             if self._checkers is not None:
                 self._checkers.forget(self)
+            if self.memory is not None:
+                self.memory.release(self.reserved)
+                self.reserved = 0
             self.session.discard_output()
             metrics.connections -= 1
             with trio.CancelScope(shield=True):
@@ -106,8 +116,18 @@ class Connection:
         next_event = session.next_event
         produce = self.dispatcher.produce
         receive = self.stream.receive_some
+        memory, idle_s = self.memory, self.idle_s
         while True:
-            session.feed(await receive(RECEIVE_BYTES))
+            if idle_s:
+                with trio.move_on_after(idle_s) as idle:
+                    data = await receive(RECEIVE_BYTES)
+                if idle.cancelled_caught:
+                    log.info("%s: closing connection: nothing received for %d ms "
+                             "(sidecar.connections_max_idle_ms)", self.name, idle_s * 1000)
+                    return
+                session.feed(data)
+            else:
+                session.feed(await receive(RECEIVE_BYTES))
             arrival = time.monotonic()
             while (event := next_event()) is not None:
                 kind = type(event)
@@ -140,6 +160,15 @@ class Connection:
                     self.metrics.error(event.code)
                     return
                 # Hello: the session has answered it.
+            if memory is not None:
+                # sidecar.queued_max_frame_bytes: a frame's rest is read once its size fits
+                pending = session.pending_frame_size
+                if self.reserved and pending != self.reserved:
+                    memory.release(self.reserved)  # the frame it was reserved for is whole
+                    self.reserved = 0
+                if pending and not self.reserved:
+                    await memory.reserve(pending)
+                    self.reserved = pending
 
     async def _writer(self) -> None:
         session = self.session

@@ -155,6 +155,11 @@ class Session:
         """Bytes received and not yet returned as events."""
         return self._decoder.buffered
 
+    @property
+    def pending_frame_size(self) -> int:
+        """The length of the frame being received once its prefix is in; 0 otherwise."""
+        return self._decoder.pending_frame_size
+
     def receive_data(self, data: bytes) -> list:
         """``feed(data)``, then every event it completes, as a list."""
         self.feed(data)

@@ -13,6 +13,7 @@ from databus.protocol.records import CorruptRecordError, RecordTooLargeError
 
 __all__ = [
     "CorruptRecordError",
+    "DamagedSegmentError",
     "InvalidConfigError",
     "InvalidPartitionsError",
     "InvalidProducerEpochError",
@@ -45,6 +46,20 @@ class KafkaStorageError(StorageError):
     errno: int | None = None  # the OSError's, when one caused it
 
     error_code = ErrorCode.kafka_storage_error
+
+
+class DamagedSegmentError(StorageError):
+    """A read met bytes that are not a batch inside a segment (flipped length, torn write in
+    an old segment).  Kafka answers the fetch with CORRUPT_MESSAGE; the batches before the
+    damage are still served.  The partition log logs it once per segment and position;
+    ``databus repair-log`` cuts the damaged range out."""
+
+    error_code = ErrorCode.corrupt_message
+
+    def __init__(self, segment, position: int, reason: str) -> None:
+        super().__init__(f"{segment.log_path}: damaged batch at byte {position}: {reason}")
+        self.path = segment.log_path
+        self.position = position
 
 
 class OffsetOutOfRangeError(StorageError):

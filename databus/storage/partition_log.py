@@ -67,6 +67,7 @@ from databus.protocol.records import (
 from .config import LogConfig
 from .durable import atomic_write, fsync_dir
 from .errors import (
+    DamagedSegmentError,
     InvalidRecordError,
     KafkaStorageError,
     OffsetOutOfRangeError,
@@ -150,6 +151,10 @@ class PartitionLog:
         self._last_flush_ms = self._now_ms()
         self.closed = False
         self.deleted = False
+        # damage met by reads (metrics): (log file, position) of damaged batches, logged
+        # once each; damaged .index entries rebuilt
+        self.damage_found: set[tuple[str, int]] = set()
+        self.index_repairs = 0
         # compaction bookkeeping (see compaction.py)
         self.first_dirty_offset = 0
         self.tombstone_expiry_ms: int | None = None
@@ -458,7 +463,22 @@ class PartitionLog:
         i = max(bisect_right(self._bases, offset) - 1, 0)
         segments = self.segments
         for seg in segments[i:]:
-            data = seg.read(offset, max_bytes, max_offset)
+            repairs = seg.index_repairs
+            try:
+                data = seg.read(offset, max_bytes, max_offset)
+            except DamagedSegmentError as damage:
+                place = (damage.path, damage.position)
+                if place not in self.damage_found:  # once per segment and position
+                    self.damage_found.add(place)
+                    log.error(
+                        "%s: %s (met by a read at offset %d); the records before it are "
+                        "served, reads that reach it get CORRUPT_MESSAGE until "
+                        "`databus repair-log` cuts it out",
+                        self.name, damage, offset,
+                    )
+                raise
+            finally:
+                self.index_repairs += seg.index_repairs - repairs
             if data is not None:
                 return data
         return b""

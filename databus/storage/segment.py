@@ -13,6 +13,7 @@ I/O is plain ``os.pread`` / ``os.pwrite`` on file descriptors (no mmap): a batch
 
 from __future__ import annotations
 
+import logging
 import os
 import struct
 from collections.abc import Iterator
@@ -21,15 +22,19 @@ from dataclasses import dataclass
 from databus.protocol.records import (
     HEADER_SIZE,
     LOG_OVERHEAD,
+    MAGIC_V2,
     BatchHeader,
     CorruptRecordError,
     parse_header,
     validate_batch,
 )
 
+from .errors import DamagedSegmentError
 from .index_file import pwrite_all, truncate_quietly
 from .offset_index import OffsetIndex
 from .time_index import TimeIndex
+
+log = logging.getLogger(__name__)
 
 INT32_MAX = 2**31 - 1
 _SCAN_CHUNK = 64 * 1024
@@ -86,6 +91,7 @@ class Segment:
         self.offset_of_max_timestamp = base_offset
         self.rolling_base_ms = -1  # max timestamp of the first batch (Kafka's roll clock)
         self.bytes_since_index_entry = 0
+        self.index_repairs = 0  # damaged .index entries found by reads (a metric)
 
     # -- lifecycle --------------------------------------------------------------------------
 
@@ -280,12 +286,63 @@ class Segment:
             pos += size
 
     def find_position(self, offset: int) -> tuple[int, BatchHeader] | None:
-        """The first batch whose last offset >= ``offset`` (None: none in this segment)."""
-        _, start = self.index.lookup(offset)
-        for pos, h in self.iter_headers(start, self.size):
-            if h.base_offset + h.last_offset_delta >= offset:
-                return pos, h
+        """The first batch whose last offset >= ``offset`` (None: none in this segment).
+
+        Raises DamagedSegmentError when the scan meets bytes that are not a batch before
+        finding it (a damaged old segment: the batches before the damage stay readable)."""
+        entry, start = self.index.lookup(offset)
+        if entry >= 0 and not self._entry_matches(entry, start):
+            start = self._repair_index(entry)
+        try:
+            for pos, h in self.iter_headers(start, self.size):
+                if h.base_offset + h.last_offset_delta >= offset:
+                    return pos, h
+        except ScanStop as stop:
+            raise DamagedSegmentError(self, stop.position, stop.reason) from None
         return None
+
+    def _entry_matches(self, entry: int, position: int) -> bool:
+        """Whether the index entry's position holds a batch header ending at its offset."""
+        if position + HEADER_SIZE > self.size:
+            return False
+        h = parse_header(os.pread(self.fd, HEADER_SIZE, position))
+        return (h.magic == MAGIC_V2 and h.batch_length >= _MIN_BATCH_LENGTH
+                and h.base_offset + h.last_offset_delta == self.base_offset + self.index.keys[entry])
+
+    def _repair_index(self, entry: int) -> int:
+        """A damaged ``.index`` entry (a seek through it would land mid-batch): rewrite the
+        offset index from a scan of the log and return where to scan from for ``entry``'s
+        lookup (the last good entry before it, or the segment's start).  Logged once: the
+        rewritten index matches the log, so the next lookup does not come here again."""
+        bad_offset = self.base_offset + self.index.keys[entry]
+        bad_position = self.index.values[entry]
+        start = 0
+        for i in range(entry - 1, -1, -1):
+            if self._entry_matches(i, self.index.values[i]):
+                start = self.index.values[i]
+                break
+        entries = []
+        since = 0
+        try:
+            for pos, h in self.iter_headers(0, self.size):
+                if since > self.index_interval_bytes:
+                    entries.append((h.base_offset + h.last_offset_delta - self.base_offset, pos))
+                    since = 0
+                since += h.batch_length + LOG_OVERHEAD
+        except ScanStop:
+            pass  # damage in the log itself: index what comes before it, reads report the rest
+        try:
+            self.index.rewrite(entries)
+        except OSError as exc:
+            log.error("%s: cannot rewrite the damaged index: %s", self.index.path, exc)
+            return start
+        self.index_repairs += 1
+        log.warning(
+            "%s: entry %d (offset %d -> position %d) does not point at that offset's batch; "
+            "answered from a scan and rebuilt the index (%d entries)",
+            self.index.path, entry, bad_offset, bad_position, len(entries),
+        )
+        return start
 
     def read(self, offset: int, max_bytes: int, max_offset: int | None) -> bytes | None:
         """Whole batches from the one holding ``offset``: as many as fit ``max_bytes`` (at

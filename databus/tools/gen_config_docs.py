@@ -179,8 +179,9 @@ def render() -> str:
         "",
         "## `sidecar:`",
         "",
-        "Changes to `socket`, `socket_mode`, `tcp_listen`, `metrics_listen`, `buffer.memory` "
-        "and `max_frame_bytes` take effect at the next restart (a reload logs a warning).",
+        "Changes to `socket`, `socket_mode`, `tcp_listen`, `metrics_listen`, `buffer.memory`, "
+        "`max_frame_bytes`, `queued_max_frame_bytes`, `max_connections` and "
+        "`connections_max_idle_ms` take effect at the next restart (a reload logs a warning).",
         "",
         *_model_table(SidecarSettings, "sidecar."),
         "",

@@ -75,3 +75,17 @@ def test_offsets_are_exactly_from_the_fetch_offset_to_the_end(sizes, data):
     assert [r.offset for r in records] == list(range(fetch, base))
     assert all(r.value == b"v%d" % r.offset and r.partition == 3 for r in records)
     assert next_offset == (max(fetch, base))
+
+
+def test_a_decompression_bomb_is_refused_without_inflating_it():
+    from databus.protocol.codecs import CODEC_ZSTD, DecompressedTooLargeError
+
+    # ~1 KiB of zstd holding one 4 MiB record, under a 1 MiB bound
+    bomb = build_batch([Record(0, 1, None, b"\0" * (4 << 20))], codec=CODEC_ZSTD)
+    assert len(bomb) < 2048
+    with pytest.raises(CorruptRecordError, match="decompresses to more than the limit of "
+                       "1048576 bytes") as caught:
+        decode_fetched("t", 0, bomb, 0, max_decompressed=1 << 20)
+    assert isinstance(caught.value.__cause__, DecompressedTooLargeError)
+    records, _ = decode_fetched("t", 0, bomb, 0, max_decompressed=5 << 20)  # within it
+    assert len(records[0].value) == 4 << 20

@@ -142,3 +142,30 @@ def test_a_silent_peer_gives_up_after_the_timeout_naming_the_address():
         assert result.returncode == 1
         assert (f"{address} accepted the connection but did not answer the Kafka handshake "
                 "(ApiVersions) within 1s") in result.stderr.decode()
+
+
+def test_consume_names_a_decompression_bomb_in_one_line(broker, topic):
+    """A hand-built zstd batch of ~1 KiB holding a 4 MiB record, over the consumer's
+    max.decompressed.batch.bytes: one line naming topic, partition and offset, exit 1."""
+    from databus.protocol.codecs import CODEC_ZSTD
+    from databus.protocol.records import Record, build_batch
+    from tests.broker.test_fetch import produce_to
+    from tests.broker.wire import WireClient
+
+    from ..broker.test_api_versions import create_topic
+
+    with WireClient(broker.bootstrap) as client:
+        create_topic(client, topic)
+        produce_to(client, topic, 0, build_batch([Record(0, 1, None, b"ok")]))
+        produce_to(client, topic, 0, build_batch([Record(0, 1, None, b"\0" * (4 << 20))],
+                                                 codec=CODEC_ZSTD))
+    result = databus("consume", "--bootstrap", broker.bootstrap, "--topic", topic,
+                     "--from-beginning", "--timeout-ms", "5000",
+                     "-X", "max.decompressed.batch.bytes=1048576")
+    assert result.returncode == 1
+    assert result.stdout == b"ok\n"  # the record before the bomb
+    assert result.stderr.decode().splitlines() == [
+        f"databus consume: CORRUPT_MESSAGE: {topic}-0 at offset 1: batch at byte 0: zstd "
+        "data decompresses to more than the limit of 1048576 bytes "
+        "(max.decompressed.batch.bytes)"
+    ]

@@ -8,11 +8,15 @@ versions" rests on; the real-client tests (test_clients.py) cover behaviour.
 
 from __future__ import annotations
 
+import time
+
 import pytest
 
 from databus.protocol.api_keys import ApiKey
 from databus.protocol.consumer_protocol import Assignment, decode_assignment
+from databus.protocol.entities import build_request
 from databus.protocol.errors import ErrorCode
+from databus.protocol.framing import encode_request
 from tests.groups.harness import create_topic
 from tests.groups.raw import RawClient, assignment, subscription
 from tests.helpers.broker import BrokerProcess
@@ -290,3 +294,52 @@ def test_session_timeout_outside_the_configured_range_is_refused(raw, session_ti
         "protocols": [{"name": "range", "metadata": subscription(TOPIC)}],
     })
     assert response.error_code == ErrorCode.invalid_session_timeout
+
+
+def test_offset_commit_checks_member_then_generation_then_phase(raw, group_broker):
+    """Kafka's order: UNKNOWN_MEMBER_ID, then ILLEGAL_GENERATION, and only then
+    REBALANCE_IN_PROGRESS while the group awaits SyncGroup (it used to answer that first,
+    whoever asked); the current generation commits during PreparingRebalance."""
+    group = "commit-order"
+    join = {
+        "group_id": group, "session_timeout": 10_000, "rebalance_timeout": 10_000,
+        "member_id": "", "protocol_type": "consumer", "reason": "test",
+        "protocols": [{"name": "range", "metadata": subscription(TOPIC)}],
+    }
+    member = raw.call(ApiKey.JOIN_GROUP, 9, join).member_id
+    joined = raw.call(ApiKey.JOIN_GROUP, 9, {**join, "member_id": member})
+    assert (joined.error_code, joined.generation_id) == (ErrorCode.none, 1)
+
+    def commit(member_id: str, generation: int) -> ErrorCode:
+        response = raw.call(ApiKey.OFFSET_COMMIT, 9, {
+            "group_id": group, "generation_id_or_member_epoch": generation,
+            "member_id": member_id, "topics": [{"name": TOPIC, "partitions": [
+                {"partition_index": 0, "committed_offset": 1, "committed_leader_epoch": -1,
+                 "committed_metadata": ""}]}],
+        })
+        return response.topics[0].partitions[0].error_code
+
+    # CompletingRebalance (joined, not synced)
+    assert commit("ghost", 1) == ErrorCode.unknown_member_id
+    assert commit(member, 0) == ErrorCode.illegal_generation
+    assert commit(member, 1) == ErrorCode.rebalance_in_progress
+    raw.call(ApiKey.SYNC_GROUP, 5, {
+        "group_id": group, "generation_id": 1, "member_id": member,
+        "protocol_type": "consumer", "protocol_name": "range",
+        "assignments": [{"member_id": member, "assignment": assignment(TOPIC, [0])}],
+    })
+    assert commit(member, 1) == ErrorCode.none
+    # PreparingRebalance: a second member's join (left parked, unanswered) opens the next
+    # generation; the current one may still commit, as consumers do on revocation
+    with RawClient(group_broker.bootstrap) as other:
+        other.sock.sendall(encode_request(build_request(ApiKey.JOIN_GROUP, 3, {
+            **join, "member_id": ""}), 1, "other"))
+        for _ in range(500):  # the other connection's join lands when it lands
+            state = raw.call(ApiKey.DESCRIBE_GROUPS, 5, {"groups": [group]}).groups[0].group_state
+            if state != "Stable":
+                break
+            time.sleep(0.01)
+        assert state == "PreparingRebalance"
+        assert commit(member, 1) == ErrorCode.none
+        assert commit("ghost", 1) == ErrorCode.unknown_member_id
+        assert commit(member, 2) == ErrorCode.illegal_generation

@@ -78,7 +78,7 @@ def test_kafka_python_wrong_password_is_an_authentication_error(secured, caplog)
     # kafka-python logs the refusal and keeps retrying until its bootstrap timeout
     with pytest.raises(KafkaError):
         KafkaProducer(bootstrap_servers=secured.broker.bootstrap_for("SASL_PLAINTEXT"),
-                      bootstrap_timeout_ms=4000, **conf)  # SCRAM under load is slow
+                      bootstrap_timeout_ms=8000, **conf)  # SCRAM under load is slow
     assert "SaslAuthenticationFailedError" in caplog.text
     assert "invalid credentials with SASL mechanism SCRAM-SHA-256" in caplog.text
 

@@ -427,3 +427,83 @@ def test_async_send_waits_for_room_without_blocking_the_loop(sock_dir):
     finally:
         fake.close()
     assert ticks_while_waiting > 0  # the loop ran while send waited for room
+
+
+async def test_an_oversized_message_fails_alone_and_the_rest_are_sent(sock_dir, mock_cluster):
+    """Over max_frame_bytes (from the hello), one message is refused by the SDK itself with
+    MESSAGE_TOO_LARGE naming its size and the limit; the messages around it are delivered
+    (the sidecar used to answer FRAME_TOO_LARGE and close the connection, failing them
+    all).  Messages that fit one by one but not together are cut into several frames."""
+    from databus.sdk.errors import MessageTooLargeError
+
+    limit = 64 * 1024
+    config = sidecar_config(
+        sock_dir, clusters={"mock": {"bootstrap.servers": mock_cluster.bootstrap}},
+        streams={"s": {"topic": "sdk-too-large"}}, sidecar={"max_frame_bytes": limit},
+    )
+
+    def app(path):
+        with Client(path) as client:
+            before = client.send("s", b"before")
+            big = client.send("s", b"x" * (limit + 1))
+            fits_alone = [client.send("s", b"y" * (limit // 3)) for _ in range(6)]
+            after = [client.send("s", b"%d" % i) for i in range(1000)]
+            client.flush(60)
+        return before, big, fits_alone, after
+
+    async with running_sidecar(config) as sidecar:
+        before, big, fits_alone, after = await trio.to_thread.run_sync(
+            app, sidecar.addresses.socket)
+    error = big.exception(0)
+    assert isinstance(error, MessageTooLargeError)
+    assert error.detail == (f"message of {limit + 25} bytes for stream 's' is over the "
+                            f"sidecar's max_frame_bytes={limit}; not sent")
+    delivered = {(d.partition, d.offset)
+                 for d in (f.result(0) for f in [before, *fits_alone, *after])}
+    assert len(delivered) == 1007
+
+
+async def test_partial_frames_hold_at_most_queued_max_frame_bytes(sock_dir, mock_cluster):
+    """Eight app connections each sending 8 MiB of a 9 MiB frame: the sidecar reads two of
+    them (sidecar.queued_max_frame_bytes = 16 MiB) and leaves the rest in the kernel's
+    socket buffers; an app connected meanwhile is served; a connection beyond
+    sidecar.max_connections is closed at once."""
+    import struct as _struct
+
+    from tests.broker.test_hostile import rss_kib
+
+    mib = 1024 * 1024
+    config = sidecar_config(
+        sock_dir, clusters={"mock": {"bootstrap.servers": mock_cluster.bootstrap}},
+        streams={"s": {"topic": "sdk-queued"}},
+        sidecar={"queued_max_frame_bytes": 16 * mib, "max_frame_bytes": 12 * mib,
+                 "max_connections": 9},
+    )
+
+    def attack(path):
+        before = rss_kib(os.getpid())
+        attackers = []
+        try:
+            for _ in range(8):
+                attacker = socket.socket(socket.AF_UNIX)
+                attacker.settimeout(0.5)
+                attacker.connect(path)
+                attackers.append(attacker)
+                try:
+                    attacker.sendall(_struct.pack(">I", 9 * mib) + b"\0" * (8 * mib))
+                except TimeoutError:
+                    pass  # not read: the point
+            with Client(path) as client:  # the ninth connection: served
+                assert client.send("s", b"still served").result(30).offset >= 0
+                with socket.socket(socket.AF_UNIX) as extra:  # the tenth: over the limit
+                    extra.settimeout(10)
+                    extra.connect(path)
+                    assert extra.recv(1) == b""
+            return (rss_kib(os.getpid()) - before) / 1024
+        finally:
+            for attacker in attackers:
+                attacker.close()
+
+    async with running_sidecar(config) as sidecar:
+        grown_mib = await trio.to_thread.run_sync(attack, sidecar.addresses.socket)
+    assert grown_mib < 32, f"the sidecar grew by {grown_mib:.0f} MiB"

@@ -800,12 +800,20 @@ class GroupCoordinator:
             return ErrorCode.coordinator_not_available
         if generation_id < 0 and group.state is GroupState.EMPTY:
             return ErrorCode.none
+        # Kafka's order (ClassicGroup.validateOffsetCommit): who, then which generation, and
+        # only then the group's phase.  A member of the current generation may commit during
+        # PreparingRebalance (librdkafka commits on revocation exactly then); while the group
+        # awaits SyncGroup the answer is REBALANCE_IN_PROGRESS, but never before a stale
+        # member or generation has been told so.
+        if generation_id >= 0 or member_id:
+            if member_id not in group.members:
+                return ErrorCode.unknown_member_id
+            if generation_id != group.generation_id:
+                return ErrorCode.illegal_generation
+        elif group.state is not GroupState.EMPTY:
+            return ErrorCode.unknown_member_id
         if group.state is GroupState.COMPLETING_REBALANCE:
             return ErrorCode.rebalance_in_progress
-        if member_id not in group.members:
-            return ErrorCode.unknown_member_id
-        if generation_id != group.generation_id:
-            return ErrorCode.illegal_generation
         return ErrorCode.none
 
     def note_offset_commit(self, now_ms: int, group_id: str, member_id: str) -> None:

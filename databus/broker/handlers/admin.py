@@ -39,6 +39,7 @@ from ..api import RequestContext, handles
 from ..broker import is_internal_topic
 from ..config import BrokerConfig
 from ..errors import error_code_for
+from ..operations import authorized_operations
 
 log = logging.getLogger(__name__)
 
@@ -442,7 +443,8 @@ async def describe_cluster(ctx: RequestContext, request) -> object:
         ctx.response_class(), throttle_time=NO_THROTTLE, error_code=ErrorCode.none,
         error_message=None, endpoint_type=1, cluster_id=broker.cluster_id,
         controller_id=broker.node_id, brokers=(node,),
-        cluster_authorized_operations=-2147483648,
+        cluster_authorized_operations=authorized_operations(
+            "cluster", getattr(request, "include_cluster_authorized_operations", False)),
     )
 
 

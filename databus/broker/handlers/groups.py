@@ -26,6 +26,7 @@ from databus.protocol.errors import ErrorCode
 from databus.storage.acls import Operation, ResourceType
 
 from ..api import RequestContext, handles
+from ..operations import authorized_operations
 
 KEY_TYPE_GROUP = 0
 KEY_TYPE_TRANSACTION = 1
@@ -241,17 +242,20 @@ async def list_groups(ctx: RequestContext, request):
 async def describe_groups(ctx: RequestContext, request):
     service = groups_of(ctx)
     described = []
+    operations = authorized_operations(
+        "group", getattr(request, "include_authorized_operations", False))
     for group_id in request.groups:
         if not ctx.allowed(Operation.DESCRIBE, ResourceType.GROUP, group_id):
             described.append(_described(group_id, ErrorCode.group_authorization_failed))
             continue
         if service is None:
-            described.append(_described(group_id, ErrorCode.coordinator_load_in_progress))
+            described.append(_described(group_id, ErrorCode.coordinator_load_in_progress,
+                                        operations))
             continue
         snapshot = service.describe(group_id)
         if snapshot is None:
             # Kafka describes an unknown group as Dead, without an error.
-            described.append(_described(group_id, ErrorCode.none))
+            described.append(_described(group_id, ErrorCode.none, operations))
             continue
         stable = snapshot.state is GroupState.STABLE
         described.append({
@@ -273,16 +277,16 @@ async def describe_groups(ctx: RequestContext, request):
                 }
                 for m in snapshot.members
             ],
-            "authorized_operations": -(2**31),
+            "authorized_operations": operations,
         })
     return _response(ctx, groups=described)
 
 
-def _described(group_id: str, error: ErrorCode) -> dict:
+def _described(group_id: str, error: ErrorCode, operations: int) -> dict:
     return {
         "error_code": error, "error_message": None, "group_id": group_id,
         "group_state": GroupState.DEAD.value, "protocol_type": "", "protocol_data": "",
-        "members": [], "authorized_operations": -(2**31),
+        "members": [], "authorized_operations": operations,
     }
 
 

@@ -23,11 +23,12 @@ from databus.storage.acls import Operation, ResourceType
 from ..api import RequestContext, handles
 from ..broker import is_internal_topic
 from ..errors import error_code_for
+from ..operations import NOT_REQUESTED, authorized_operations
 
 ZERO_UUID = uuid.UUID(int=0)
 
 
-def _topic_entry(module, broker, name: str, info) -> object:
+def _topic_entry(module, broker, name: str, info, operations: int = NOT_REQUESTED) -> object:
     node = broker.node_id
     partitions = tuple(
         build(
@@ -41,6 +42,7 @@ def _topic_entry(module, broker, name: str, info) -> object:
         module.MetadataResponseTopic,
         error_code=ErrorCode.none, name=name, topic_id=info.topic_id,
         is_internal=is_internal_topic(name), partitions=partitions,
+        topic_authorized_operations=operations,
     )
 
 
@@ -68,10 +70,12 @@ async def metadata(ctx: RequestContext, request) -> object:
     def may(operation, name):
         return ctx.allowed(operation, ResourceType.TOPIC, name)
 
+    topic_ops = authorized_operations(
+        "topic", getattr(request, "include_topic_authorized_operations", False))
     if requested is None:
         for name in sorted(topics):
             if may(Operation.DESCRIBE, name):  # the others are not even named
-                entries.append(_topic_entry(module, broker, name, topics[name]))
+                entries.append(_topic_entry(module, broker, name, topics[name], topic_ops))
     else:
         by_id = None
         allow_create = getattr(request, "allow_auto_topic_creation", True)
@@ -102,7 +106,7 @@ async def metadata(ctx: RequestContext, request) -> object:
             if info is None:
                 entries.append(_error_entry(module, name, ErrorCode.unknown_topic_or_partition))
             else:
-                entries.append(_topic_entry(module, broker, name, info))
+                entries.append(_topic_entry(module, broker, name, info, topic_ops))
     host, port = broker.advertised_address(ctx.listener_name)
     brokers = (
         build(module.MetadataResponseBroker, node_id=broker.node_id, host=host, port=port,
@@ -112,5 +116,6 @@ async def metadata(ctx: RequestContext, request) -> object:
         ctx.response_class(),
         throttle_time=datetime.timedelta(0), brokers=brokers, cluster_id=broker.cluster_id,
         controller_id=broker.node_id, topics=tuple(entries),
-        cluster_authorized_operations=-2147483648,
+        cluster_authorized_operations=authorized_operations(
+            "cluster", getattr(request, "include_cluster_authorized_operations", False)),
     )
