@@ -20,7 +20,7 @@ from . import __version__
 COMMANDS: dict[str, tuple[str, str]] = {
     "produce": ("databus.tools.console_producer", "send stdin lines to a topic, one message per line"),
     "consume": ("databus.tools.console_consumer", "print a topic's messages, one value per line"),
-    "topics": ("databus.tools.topics", "create, delete, list and describe topics"),
+    "topics": ("databus.tools.topics", "create, delete, list, describe and alter topics; delete records"),
     "dump-log": ("databus.tools.dump_log", "print the batches (and records) of a .log segment"),
     "broker": ("databus.broker.command", "run the built-in Kafka-compatible broker"),
     "groups": ("databus.tools.groups", "list, describe, reset offsets of, delete consumer and share groups"),

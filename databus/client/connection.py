@@ -68,6 +68,7 @@ CLIENT_VERSIONS: dict[int, tuple[int, int]] = {
     ApiKey.DELETE_GROUPS: (0, 2),
     ApiKey.INCREMENTAL_ALTER_CONFIGS: (0, 1),
     ApiKey.DESCRIBE_LOG_DIRS: (1, 4),
+    ApiKey.DELETE_RECORDS: (0, 2),
 }
 
 # Opens the byte stream to a broker: ``await open_stream(host, port)``.

@@ -20,6 +20,9 @@ Public surface (the broker codes against it):
   [log_start_offset, log_end_offset].
 * ``offset_for_timestamp(ts) -> (offset, timestamp) | None``: the first batch whose max
   timestamp >= ts (its base offset, or the log start offset if greater; and that max).
+* ``delete_records_before(offset) -> log start offset``: DeleteRecords; moves the log start
+  offset forward (never back), -1 meaning the log end; the caller makes it durable (the
+  ``log-start-offset-checkpoint``, see LogManager.delete_records).
 * ``flush() -> recovery point``: group commit.  Safe against ONE concurrent appender thread:
   the lock is held only to snapshot which files to fsync (dup'ed descriptors) and the log end
   offset; the fsyncs run without it.  ``needs_flush(now_ms)`` applies ``flush.messages`` /
@@ -64,6 +67,7 @@ from .errors import (
     InvalidRecordError,
     KafkaStorageError,
     OffsetOutOfRangeError,
+    PolicyViolationError,
     RecordValidationError,
     UnknownTopicError,
 )
@@ -448,6 +452,28 @@ class PartitionLog:
                 if h.max_timestamp >= timestamp and h.last_offset >= self.log_start_offset:
                     return max(h.base_offset, self.log_start_offset), h.max_timestamp
         return None
+
+    # -- DeleteRecords ----------------------------------------------------------------------
+
+    def delete_records_before(self, offset: int) -> int:
+        """Make ``offset`` the log start offset (-1: the log end), as Kafka's DeleteRecords:
+        records below it are no longer readable; segments wholly below it are removed by the
+        next retention run.  An offset at or below the current start changes nothing.  The new
+        log start offset (the "low watermark") is returned."""
+        if not self.config.delete:
+            raise PolicyViolationError(
+                f"Records of partition {self.name} can not be deleted due to the configured "
+                f"policy (cleanup.policy={self.config.cleanup_policy})")
+        if offset == -1:
+            offset = self.log_end_offset
+        if not 0 <= offset <= self.log_end_offset:
+            raise OffsetOutOfRangeError(
+                f"cannot delete records of {self.name} before offset {offset}: it is outside "
+                f"[0, {self.log_end_offset}] (the high watermark is {self.log_end_offset})")
+        if offset > self.log_start_offset:
+            self.log_start_offset = offset
+            self.first_dirty_offset = max(self.first_dirty_offset, offset)
+        return self.log_start_offset
 
     # -- durability -------------------------------------------------------------------------
 

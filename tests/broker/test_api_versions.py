@@ -27,6 +27,7 @@ BROKER_MODULES = {
     "databus.broker.handlers.produce", "databus.broker.handlers.fetch",
     "databus.broker.handlers.list_offsets", "databus.broker.handlers.admin",
     "databus.broker.handlers.init_producer_id",
+    "databus.broker.handlers.delete_records",
 }
 TABLE = handler_table()
 OURS = [r for r in TABLE.values() if r.handler.__module__ in BROKER_MODULES]
@@ -331,11 +332,33 @@ def ex_describe_log_dirs(client, v):
         assert 0 < result.usable_bytes <= result.total_bytes
 
 
+def ex_delete_records(client, v):
+    topic = f"wire-dr-{v}"
+    metadata(client, [topic])
+    produce(client, topic, a_batch(5))
+    mod = req(21, v)
+
+    def delete(offset, partition=0):
+        response = client.request(make(21, v, timeout=5000 * MS, topics=(build(
+            mod.DeleteRecordsTopic, name=topic, partitions=(build(
+                mod.DeleteRecordsPartition, partition_index=partition, offset=offset),)),)))
+        (t,) = response.topics
+        (p,) = t.partitions
+        assert (t.name, p.partition_index) == (topic, partition)
+        return p.error_code, p.low_watermark
+
+    assert delete(2) == (ErrorCode.none, 2)
+    assert delete(6) == (ErrorCode.offset_out_of_range, -1)
+    assert delete(7, partition=3) == (ErrorCode.unknown_topic_or_partition, -1)
+    assert delete(-1) == (ErrorCode.none, 5)
+
+
 EXERCISES = {
     18: ex_api_versions, 3: ex_metadata, 0: ex_produce, 1: ex_fetch, 2: ex_list_offsets,
     19: ex_create_topics, 20: ex_delete_topics, 37: ex_create_partitions,
     32: ex_describe_configs, 60: ex_describe_cluster, 22: ex_init_producer_id,
     33: ex_alter_configs, 44: ex_incremental_alter_configs, 35: ex_describe_log_dirs,
+    21: ex_delete_records,
 }
 
 

@@ -19,6 +19,7 @@ def handler_table() -> HandlerTable:
     from . import (
         admin,
         api_versions,
+        delete_records,
         fetch,
         groups,
         init_producer_id,
@@ -43,6 +44,7 @@ def handler_table() -> HandlerTable:
         admin.incremental_alter_configs,
         admin.describe_cluster,
         admin.describe_log_dirs,
+        delete_records.delete_records,
         init_producer_id.init_producer_id,
         groups.find_coordinator,
         groups.join_group,
