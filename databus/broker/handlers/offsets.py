@@ -41,6 +41,7 @@ async def offset_commit(ctx: RequestContext, request):
         errors = await service.commit_offsets(
             request.group_id, request.member_id, request.generation_id_or_member_epoch, entries,
             retention_ms=ms(getattr(request, "retention_time", -1)),
+            group_instance_id=getattr(request, "group_instance_id", None),
         )
     topics: dict[str, list] = {}
     for entry, error in zip(entries, errors):
