@@ -57,6 +57,7 @@ from databus.protocol.records import (
     BatchHeader,
     iter_headers,
     keyless_records,
+    recompress_batch,
     set_base_offset,
     validate_batch,
 )
@@ -311,6 +312,11 @@ class PartitionLog:
             if dup is not None:
                 return AppendInfo(dup.first_offset, dup.last_offset, -1, self.log_start_offset,
                                   duplicate=True)
+        codec = self.config.compression_codec
+        if assign_offsets and codec is not None and any(
+                h.codec != codec and not h.is_control for _, h in headers):
+            buf, headers = self._recompressed(buf, headers, codec)
+            total = len(buf)
         log_append_time = -1
         if self.config.log_append_time:
             log_append_time = now_ms
@@ -353,6 +359,22 @@ class PartitionLog:
                 self.producer_state.update_from_header(h)
         return AppendInfo(first_offset, last_offset, log_append_time, self.log_start_offset,
                           assigned, records)
+
+    def _recompressed(self, buf, headers, codec: int):
+        """The request's batches with every (data) batch in another codec recompressed to
+        ``codec`` (the topic's compression.type), and their new headers.  The only place an
+        append decompresses, and only on topics that ask for it."""
+        out = bytearray()
+        new_headers: list[tuple[int, BatchHeader]] = []
+        max_size = self.config.max_message_bytes
+        for pos, h in headers:
+            if h.codec == codec or h.is_control:
+                data = buf[pos:pos + h.size]
+            else:
+                data = recompress_batch(buf, pos, codec)
+            new_headers.append((len(out), validate_batch(data, 0, max_size)))
+            out += data
+        return out, new_headers
 
     def _check_producers(self, headers) -> BatchMetadata | None:
         # Check each batch as if the previous ones of this request were appended: on a
