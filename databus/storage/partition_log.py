@@ -475,6 +475,22 @@ class PartitionLog:
                     return max(h.base_offset, self.log_start_offset), h.max_timestamp
         return None
 
+    def max_timestamp_batch(self) -> tuple[int, int] | None:
+        """(base offset, max timestamp) of the first batch holding the partition's largest
+        timestamp (ListOffsets' MAX_TIMESTAMP, KIP-734), or None when the log is empty."""
+        live = [seg for seg in self.segments
+                if seg.next_offset > self.log_start_offset and seg.size]
+        if not live:
+            return None
+        top = max(seg.max_timestamp for seg in live)
+        for seg in live:
+            if seg.max_timestamp != top:
+                continue
+            for _pos, h in seg.iter_headers(0, seg.size):
+                if h.max_timestamp == top and h.last_offset >= self.log_start_offset:
+                    return max(h.base_offset, self.log_start_offset), top
+        return None
+
     # -- DeleteRecords ----------------------------------------------------------------------
 
     def delete_records_before(self, offset: int) -> int:

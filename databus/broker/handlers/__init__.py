@@ -26,8 +26,10 @@ def handler_table() -> HandlerTable:
         list_offsets,
         metadata,
         offsets,
+        partitions,
         produce,
         share,
+        telemetry,
     )
 
     return build_table([
@@ -45,6 +47,11 @@ def handler_table() -> HandlerTable:
         admin.describe_cluster,
         admin.describe_log_dirs,
         delete_records.delete_records,
+        partitions.offset_for_leader_epoch,
+        partitions.describe_producers,
+        partitions.describe_topic_partitions,
+        telemetry.get_telemetry_subscriptions,
+        telemetry.push_telemetry,
         init_producer_id.init_producer_id,
         groups.find_coordinator,
         groups.join_group,
