@@ -42,6 +42,7 @@ from .config import BrokerConfig, first_listener
 from .coordinator.group_state import CoordinatorConfig
 from .coordinator.service import GroupService
 from .durability import GroupCommit
+from .fetch_sessions import FetchSessionCache
 from .notify import AppendNotifier
 from .producer_ids import ProducerIdAllocator
 from .retention import RetentionService
@@ -74,6 +75,7 @@ class Broker:
             checkpoint_interval_ms=config.log_flush_offset_checkpoint_interval_ms,
         )
         self.notifier = AppendNotifier()
+        self.fetch_sessions = FetchSessionCache(config.max_incremental_fetch_session_cache_slots)
         self.group_commit = GroupCommit(
             due_logs=self._logs_due_for_flush,
             check_interval_s=config.log_flush_scheduler_interval_ms / 1000,

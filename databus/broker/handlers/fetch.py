@@ -12,8 +12,10 @@
   [log start, log end] is OFFSET_OUT_OF_RANGE.
 - A partition with an error gets empty records (never null) and -1 offsets, as from Kafka:
   librdkafka cannot parse null records, and would never see the error (nor reset).
-- Fetch sessions (KIP-227): we answer session_id 0, which tells clients to keep sending full
-  fetch requests.
+- Fetch sessions (KIP-227, v7+): broker/fetch_sessions.py says which partitions a request
+  means (a new session's, or an incremental request's session partitions) and which of the
+  results to send (an incremental response holds only the partitions with news).  The long
+  poll waits on every partition of the session.
 - The response is hand-encoded (fetch_encoding.py) so record bytes are not copied again.
 """
 
@@ -72,38 +74,44 @@ def _read_partition(broker, topic: str, fetch, budget: int, first: bool, committ
     return result, len(data)
 
 
-def _read_all(ctx: RequestContext, request) -> tuple[list, int, bool]:
+def _read_all(ctx: RequestContext, request, wanted) -> tuple[list, int, bool]:
+    """(topic, PartitionResult) of each ``wanted`` (topic, FetchPartition), record bytes,
+    whether any partition has an error."""
     broker = ctx.broker
     # the broker's fetch.max.bytes caps what a client may ask for (memory per request)
     budget = min(request.max_bytes, broker.config.fetch_max_bytes)
     committed = request.isolation_level == READ_COMMITTED
     total = 0
     errors = False
-    topics = []
-    for topic in request.topics:
-        partitions = []
-        for fetch in topic.partitions:
-            result, size = _read_partition(
-                broker, topic.topic, fetch, budget - total, total == 0, committed
-            )
-            errors = errors or result.error_code != 0
-            total += size
-            partitions.append(result)
-        topics.append((topic.topic, partitions))
-    return topics, total, errors
+    results = []
+    for topic, fetch in wanted:
+        result, size = _read_partition(broker, topic, fetch, budget - total, total == 0,
+                                       committed)
+        errors = errors or result.error_code != 0
+        total += size
+        results.append((topic, result))
+    return results, total, errors
 
 
 @handles(ApiKey.FETCH, MIN_VERSION, MAX_VERSION)
 async def fetch(ctx: RequestContext, request) -> RawResponse:
+    session = ctx.broker.fetch_sessions.begin(
+        getattr(request, "session_id", 0), getattr(request, "session_epoch", -1),
+        request.topics, getattr(request, "forgotten_topics_data", ()))
+    if session.error != ErrorCode.none:
+        return RawResponse(encode_fetch_body(ctx.api_version, [], error_code=session.error,
+                                             session_id=session.session_id))
     deadline = trio.current_time() + request.max_wait.total_seconds()
-    keys = [(t.topic, p.partition) for t in request.topics for p in t.partitions]
+    wanted = session.partitions
+    keys = [(topic, p.partition) for topic, p in wanted]
     while True:
-        topics, total, errors = _read_all(ctx, request)
+        results, total, errors = _read_all(ctx, request, wanted)
         if total >= request.min_bytes or errors or not keys:
             break
         if trio.current_time() >= deadline:
             break
         if not await ctx.broker.notifier.wait_any(keys, deadline):
-            topics, total, errors = _read_all(ctx, request)
+            results, total, errors = _read_all(ctx, request, wanted)
             break
-    return RawResponse(encode_fetch_body(ctx.api_version, topics))
+    return RawResponse(encode_fetch_body(ctx.api_version, session.respond(results),
+                                         session_id=session.session_id))
