@@ -139,14 +139,16 @@ def ex_fetch(client, v):
     batch = a_batch(4, tag=b"fetch")
     produce(client, topic, batch)
     mod = req(1, v)
+    topic_id = metadata(client, [topic], version=12).topics[0].topic_id  # v13+ name it so
     response = client.request(make(
         1, v, replica_id=-1, max_wait=100 * MS, min_bytes=1, max_bytes=1 << 20,
         isolation_level=0, session_id=0, session_epoch=-1, forgotten_topics_data=(),
-        rack_id="", topics=(build(mod.FetchTopic, topic=topic, partitions=(
+        rack_id="", topics=(build(mod.FetchTopic, topic=topic, topic_id=topic_id, partitions=(
             build(mod.FetchPartition, partition=0, fetch_offset=2, partition_max_bytes=1 << 20,
                   current_leader_epoch=-1, log_start_offset=-1),)),),
     ))
     (t,) = response.responses
+    assert (t.topic_id if v >= 13 else t.topic) == (topic_id if v >= 13 else topic)
     (p,) = t.partitions
     assert p.error_code == ErrorCode.none and p.high_watermark == 4
     # the whole batch containing offset 2, untouched but for its base offset (bytes 0-7)

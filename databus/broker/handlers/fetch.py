@@ -16,12 +16,16 @@
   means (a new session's, or an incremental request's session partitions) and which of the
   results to send (an incremental response holds only the partitions with news).  The long
   poll waits on every partition of the session.
+- v13+ name topics by topic id (KIP-516), in the request and the response: an id no topic
+  has is UNKNOWN_TOPIC_ID for each of its partitions.
 - The response is hand-encoded (fetch_encoding.py) so record bytes are not copied again.
 """
 
 from __future__ import annotations
 
 import logging
+import uuid
+from typing import NamedTuple
 
 import trio
 
@@ -40,6 +44,34 @@ from ..errors import error_code_for
 log = logging.getLogger(__name__)
 
 READ_COMMITTED = 1
+ZERO_UUID = uuid.UUID(int=0)
+
+
+class _Topic(NamedTuple):
+    """A request topic by name (or, for an unknown v13+ topic id, by that id)."""
+
+    topic: str | uuid.UUID
+    partitions: tuple
+
+
+def _named(ctx: RequestContext, request) -> tuple[list, list]:
+    """The request's topics and forgotten topics by name: v13+ requests carry topic ids."""
+    forgotten = getattr(request, "forgotten_topics_data", ())
+    if ctx.api_version < 13:
+        return list(request.topics), list(forgotten)
+    names = {info.topic_id: name for name, info in ctx.broker.log_manager.topics().items()}
+    return ([_Topic(names.get(t.topic_id, t.topic_id), t.partitions) for t in request.topics],
+            [_Topic(names.get(f.topic_id, f.topic_id), f.partitions) for f in forgotten])
+
+
+def _by_id(ctx: RequestContext, topics: list) -> list:
+    """v13+: the response's topics by topic id."""
+    if ctx.api_version < 13:
+        return topics
+    infos = ctx.broker.log_manager.topics()
+    return [(name if isinstance(name, uuid.UUID)
+             else getattr(infos.get(name), "topic_id", ZERO_UUID), partitions)
+            for name, partitions in topics]
 
 
 def _read_partition(broker, topic: str, fetch, budget: int, first: bool, committed: bool):
@@ -50,7 +82,9 @@ def _read_partition(broker, topic: str, fetch, budget: int, first: bool, committ
     index = fetch.partition
     plog = broker.get_log(topic, index)
     if plog is None:
-        return PartitionResult(index, ErrorCode.unknown_topic_or_partition), 0
+        missing = (ErrorCode.unknown_topic_id if isinstance(topic, uuid.UUID)
+                   else ErrorCode.unknown_topic_or_partition)
+        return PartitionResult(index, missing), 0
     end = plog.log_end_offset
     start = plog.log_start_offset
     offset = fetch.fetch_offset
@@ -95,9 +129,10 @@ def _read_all(ctx: RequestContext, request, wanted) -> tuple[list, int, bool]:
 
 @handles(ApiKey.FETCH, MIN_VERSION, MAX_VERSION)
 async def fetch(ctx: RequestContext, request) -> RawResponse:
+    topics, forgotten = _named(ctx, request)
     session = ctx.broker.fetch_sessions.begin(
         getattr(request, "session_id", 0), getattr(request, "session_epoch", -1),
-        request.topics, getattr(request, "forgotten_topics_data", ()))
+        topics, forgotten)
     if session.error != ErrorCode.none:
         return RawResponse(encode_fetch_body(ctx.api_version, [], error_code=session.error,
                                              session_id=session.session_id))
@@ -113,5 +148,5 @@ async def fetch(ctx: RequestContext, request) -> RawResponse:
         if not await ctx.broker.notifier.wait_any(keys, deadline):
             results, total, errors = _read_all(ctx, request, wanted)
             break
-    return RawResponse(encode_fetch_body(ctx.api_version, session.respond(results),
+    return RawResponse(encode_fetch_body(ctx.api_version, _by_id(ctx, session.respond(results)),
                                          session_id=session.session_id))
