@@ -46,6 +46,7 @@ BENCHMARKS: dict[str, tuple[str, str]] = {
     "storage": ("databus.bench.storage", "log append (with/without group-commit fsync) and read throughput"),
     "produce": ("databus.bench.produce", "produce throughput against the broker (librdkafka)"),
     "consume": ("databus.bench.consume", "consume throughput from the broker (librdkafka)"),
+    "fetch-sessions": ("databus.bench.fetch_sessions", "fetching many idle partitions with and without a fetch session (KIP-227)"),
     "mirror": ("databus.bench.mirror", "mirror A -> B: copy rate and replication latency, beside librdkafka's ingest"),
     "spark": ("databus.bench.spark", "a batch read through the databus Spark source beside a Parquet scan"),
     "share": ("databus.bench.share", "share group (3 ShareConsumers, explicit accepts) beside a classic consumer"),

@@ -105,7 +105,8 @@ class Broker:
             state_topic_num_partitions=config.share_coordinator_state_topic_num_partitions,
         ))
         self.retention = RetentionService(
-            self.log_manager, config.log_retention_check_interval_ms / 1000
+            self.log_manager, config.log_retention_check_interval_ms / 1000,
+            on_change=self.fetch_sessions.touch_all,
         )
 
     # -- identity -------------------------------------------------------------------------
@@ -165,6 +166,7 @@ class Broker:
     def delete_topic(self, name: str) -> None:
         self.log_manager.delete_topic(name)
         self.notifier.notify_all()  # fetches waiting on it re-read and see it gone
+        self.fetch_sessions.touch_all()
         log.info("deleted topic %s", name)
 
     def add_partitions(self, name: str, total: int):
@@ -195,6 +197,7 @@ class Broker:
             records, now_ms=int(time.time() * 1000) if now_ms is None else now_ms
         )
         self.notifier.notify((topic, partition))
+        self.fetch_sessions.touch((topic, partition))
         if partition_log.needs_flush(int(time.time() * 1000)):
             self.group_commit.kick()
         return info

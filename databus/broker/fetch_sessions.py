@@ -17,8 +17,11 @@ What a request means (Kafka's FetchSession rules, by ``session_id`` / ``session_
   partitions with something new: records, an error, or a high watermark / last stable /
   log start offset that differs from the one last sent.
 
-So a consumer of many partitions sends and receives only what changed; the broker still
-looks at each session partition's offsets (an attribute compare, no read) on each fetch.
+So a consumer of many partitions sends and receives only what changed, and the broker reads
+only that: each session keeps the set of its partitions that may have news (``touch``ed by
+an append, listed by the client, or still holding data the last response had no room for;
+``touch_all`` after a retention run or a topic deletion, which move log start offsets or
+remove partitions), and an incremental fetch looks at those alone.
 The cache holds at most ``max.incremental.fetch.session.cache.slots`` sessions (Kafka's
 default 1000) and evicts the least recently used one to make room, as Kafka does for
 sessions of equal privilege.
@@ -44,26 +47,50 @@ Key = tuple[str, int]
 @dataclass
 class _Cached:
     fetch: Any  # the FetchPartition the client last sent for it (offset, max bytes)
+    order: int  # its place in the session (responses follow the session's order)
     sent: tuple[int, int, int] | None = None  # (high watermark, LSO, log start) last answered
 
 
-@dataclass
+@dataclass(eq=False)
 class FetchSession:
     id: int
     epoch: int  # the epoch the next incremental request must carry
-    partitions: OrderedDict[Key, _Cached] = field(default_factory=OrderedDict)
+    partitions: dict[Key, _Cached] = field(default_factory=dict)
+    watch: set[Key] = field(default_factory=set)  # the partitions that may have news
+    _next_order: int = 0
+
+    def add(self, key: Key, fetch) -> None:
+        cached = self.partitions.get(key)
+        if cached is None:
+            self.partitions[key] = _Cached(fetch, self._next_order)
+            self._next_order += 1
+        else:
+            cached.fetch = fetch
+        self.watch.add(key)
+
+    def to_read(self) -> list[tuple[str, Any]]:
+        """The watched partitions, in session order."""
+        keys = sorted((k for k in self.watch if k in self.partitions),
+                      key=lambda k: self.partitions[k].order)
+        return [(k[0], self.partitions[k].fetch) for k in keys]
 
 
 @dataclass
 class FetchContext:
-    """One Fetch request's view: ``partitions`` to read (in session order), the
-    ``session_id`` to answer with, or a top-level ``error``."""
+    """One Fetch request's view: the ``session_id`` to answer with, or a top-level
+    ``error``; ``to_read()`` the partitions to read now (in session order)."""
 
     partitions: list[tuple[str, Any]]
     session_id: int = 0
     error: ErrorCode = ErrorCode.none
     session: FetchSession | None = None
     incremental: bool = False
+
+    def to_read(self) -> list[tuple[str, Any]]:
+        """Asked again after each long-poll wake-up: an append meanwhile adds its partition."""
+        if self.incremental:
+            return self.session.to_read()
+        return self.partitions
 
     def respond(self, results: Iterable[tuple[str, Any]]) -> list[tuple[str, list]]:
         """The per-topic results to send, from ``(topic, PartitionResult)`` of every
@@ -79,6 +106,7 @@ class FetchContext:
                            or len(result.records) > 0)
                 if cached is not None:
                     cached.sent = offsets
+                    self._rewatch(topic, result, cached)
                 if self.incremental and not changed:
                     continue
             if out and out[-1][0] == topic:
@@ -87,12 +115,22 @@ class FetchContext:
                 out.append((topic, [result]))
         return out
 
+    def _rewatch(self, topic, result, cached: _Cached) -> None:
+        """Keep watching a partition only while it may still have news: an error, or data
+        beyond its fetch offset (this response may have had no room for it)."""
+        key = (topic, result.index)
+        if result.error_code != 0 or cached.fetch.fetch_offset < result.high_watermark:
+            self.session.watch.add(key)
+        else:
+            self.session.watch.discard(key)
+
 
 class FetchSessionCache:
     def __init__(self, max_slots: int = DEFAULT_SLOTS,
                  new_id: Callable[[], int] | None = None) -> None:
         self.max_slots = max_slots
         self._sessions: OrderedDict[int, FetchSession] = OrderedDict()
+        self._by_partition: dict[Key, set[FetchSession]] = {}
         self._new_id = new_id or (lambda: random.randint(1, 2**31 - 1))
 
     def __len__(self) -> int:
@@ -103,12 +141,12 @@ class FetchSessionCache:
         listed = [(t.topic, p) for t in topics for p in t.partitions]
         if epoch in (FINAL_EPOCH, INITIAL_EPOCH):
             if session_id:
-                self._sessions.pop(session_id, None)
+                self._close(session_id)
             if epoch == FINAL_EPOCH or self.max_slots <= 0:
                 return FetchContext(listed)
             session = self._open()
             for topic, p in listed:
-                session.partitions[(topic, p.partition)] = _Cached(p)
+                self._add(session, (topic, p.partition), p)
             return FetchContext(listed, session.id, session=session)
         session = self._sessions.get(session_id)
         if session is None:
@@ -119,19 +157,50 @@ class FetchSessionCache:
         session.epoch = _next_epoch(epoch)
         for f in forgotten:
             for index in f.partitions:
-                session.partitions.pop((f.topic, index), None)
+                self._forget(session, (f.topic, index))
         for topic, p in listed:
-            cached = session.partitions.get((topic, p.partition))
-            if cached is None:
-                session.partitions[(topic, p.partition)] = _Cached(p)
-            else:
-                cached.fetch = p
-        partitions = [(topic, cached.fetch) for (topic, _), cached in session.partitions.items()]
-        return FetchContext(partitions, session.id, session=session, incremental=True)
+            self._add(session, (topic, p.partition), p)
+        return FetchContext([], session.id, session=session, incremental=True)
+
+    def touch(self, key: Key) -> None:
+        """``key`` got an append: the sessions holding it look at it on their next fetch."""
+        for session in self._by_partition.get(key, ()):
+            session.watch.add(key)
+
+    def touch_all(self) -> None:
+        """Log start offsets moved or partitions vanished (retention, a topic deletion):
+        every session looks at all its partitions once."""
+        for session in self._sessions.values():
+            session.watch.update(session.partitions)
+
+    def all_partitions(self, context: FetchContext) -> list[Key]:
+        """What a long poll waits on: every partition of the session (or the request)."""
+        if context.session is not None:
+            return list(context.session.partitions)
+        return [(topic, p.partition) for topic, p in context.partitions]
+
+    def _add(self, session: FetchSession, key: Key, fetch) -> None:
+        session.add(key, fetch)
+        self._by_partition.setdefault(key, set()).add(session)
+
+    def _forget(self, session: FetchSession, key: Key) -> None:
+        if session.partitions.pop(key, None) is not None:
+            session.watch.discard(key)
+            holders = self._by_partition.get(key)
+            if holders is not None:
+                holders.discard(session)
+                if not holders:
+                    del self._by_partition[key]
+
+    def _close(self, session_id: int) -> None:
+        session = self._sessions.pop(session_id, None)
+        if session is not None:
+            for key in list(session.partitions):
+                self._forget(session, key)
 
     def _open(self) -> FetchSession:
         while len(self._sessions) >= self.max_slots:
-            self._sessions.popitem(last=False)  # the least recently used
+            self._close(next(iter(self._sessions)))  # the least recently used
         session_id = self._new_id()
         while session_id in self._sessions or session_id == 0:
             session_id = self._new_id()

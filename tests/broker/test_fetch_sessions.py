@@ -38,26 +38,34 @@ def test_session_rules_as_pure_data():
     full = cache.begin(0, 0, [_topic("t", (0, 0), (1, 0), (2, 0))], [])
     assert full.session_id == 7 and not full.incremental
     assert [i for _, (p) in full.partitions for i in [p.partition]] == [0, 1, 2]
-    sent = full.respond([("t", _result(i, 5)) for i in range(3)])
+    # partition 1 has data (high watermark 5); 0 and 2 are empty
+    sent = full.respond([("t", _result(0, 0)), ("t", _result(1, 5, b"rec")),
+                         ("t", _result(2, 0))])
     assert [[r.index for r in rs] for _, rs in sent] == [[0, 1, 2]]
-    # incremental: partition 1 moves on, 2 is forgotten, u-0 joins; only news come back
+    # incremental: partition 1 moves on, 2 is forgotten, u-0 joins.  Only those are read:
+    # partition 0 had nothing beyond its offset and got no append since
     inc = cache.begin(7, 1, [_topic("t", (1, 5)), _topic("u", (0, 0))],
                       [SimpleNamespace(topic="t", partitions=[2])])
     assert inc.incremental
-    assert [(t, p.partition, p.fetch_offset) for t, p in inc.partitions] == [
-        ("t", 0, 0), ("t", 1, 5), ("u", 0, 0)]
-    sent = inc.respond([("t", _result(0, 5)), ("t", _result(1, 6, b"rec")),
+    assert [(t, p.partition, p.fetch_offset) for t, p in inc.to_read()] == [
+        ("t", 1, 5), ("u", 0, 0)]
+    cache.touch(("t", 0))  # an append to t-0 (and to a partition of no session)
+    cache.touch(("x", 9))
+    assert [(t, p.partition) for t, p in inc.to_read()] == [("t", 0), ("t", 1), ("u", 0)]
+    sent = inc.respond([("t", _result(0, 2, b"new")), ("t", _result(1, 5)),
                         ("u", _result(0, 0))])
-    assert [(t, [r.index for r in rs]) for t, rs in sent] == [("t", [1]), ("u", [0])]
-    assert cache.begin(7, 1, [], []).error == ErrorCode.invalid_fetch_session_epoch
+    assert [(t, [r.index for r in rs]) for t, rs in sent] == [("t", [0]), ("u", [0])]
+    # t-0 still has data beyond offset 0: watched until the client moves on
+    assert [(t, p.partition) for t, p in cache.begin(7, 2, [], []).to_read()] == [("t", 0)]
+    assert cache.begin(7, 2, [], []).error == ErrorCode.invalid_fetch_session_epoch
     assert cache.begin(99, 1, [], []).error == ErrorCode.fetch_session_id_not_found
     # two slots: a third session evicts the least recently used one (7 is used after 8)
     second = cache.begin(0, 0, [], [])
-    assert cache.begin(7, 2, [], []).error == ErrorCode.none
+    assert cache.begin(7, 3, [], []).error == ErrorCode.none
     third = cache.begin(0, 0, [], [])
     assert len(cache) == 2 and cache.begin(second.session_id, 1, [], []).error == (
         ErrorCode.fetch_session_id_not_found)
-    assert cache.begin(7, 3, [], []).error == ErrorCode.none
+    assert cache.begin(7, 4, [], []).error == ErrorCode.none
     closed = cache.begin(third.session_id, -1, [_topic("t", (0, 0))], [])
     assert (closed.session_id, len(cache)) == (0, 1)
 

@@ -56,6 +56,7 @@ async def delete_records(ctx: RequestContext, request) -> object:
                 continue
             answers[key] = (ErrorCode.none, low)
             if low > before:
+                broker.fetch_sessions.touch(key)  # its log start offset is news
                 moved.append((topic.name, part.partition_index, low))
                 log.info("DeleteRecords: %s-%d log start offset %d -> %d", *key, before, low)
     if moved:

@@ -137,16 +137,15 @@ async def fetch(ctx: RequestContext, request) -> RawResponse:
         return RawResponse(encode_fetch_body(ctx.api_version, [], error_code=session.error,
                                              session_id=session.session_id))
     deadline = trio.current_time() + request.max_wait.total_seconds()
-    wanted = session.partitions
-    keys = [(topic, p.partition) for topic, p in wanted]
+    keys = ctx.broker.fetch_sessions.all_partitions(session)
     while True:
-        results, total, errors = _read_all(ctx, request, wanted)
+        results, total, errors = _read_all(ctx, request, session.to_read())
         if total >= request.min_bytes or errors or not keys:
             break
         if trio.current_time() >= deadline:
             break
         if not await ctx.broker.notifier.wait_any(keys, deadline):
-            results, total, errors = _read_all(ctx, request, wanted)
+            results, total, errors = _read_all(ctx, request, session.to_read())
             break
     return RawResponse(encode_fetch_body(ctx.api_version, _by_id(ctx, session.respond(results)),
                                          session_id=session.session_id))
