@@ -20,7 +20,7 @@ from . import __version__
 COMMANDS: dict[str, tuple[str, str]] = {
     "produce": ("databus.tools.console_producer", "send stdin lines to a topic, one message per line"),
     "consume": ("databus.tools.console_consumer", "print a topic's messages, one value per line"),
-    "topics": ("databus.tools.topics", "create, delete, list and describe topics"),
+    "topics": ("databus.tools.topics", "create, delete, list, describe and alter topics; delete records"),
     "dump-log": ("databus.tools.dump_log", "print the batches (and records) of a .log segment"),
     "repair-log": ("databus.tools.repair_log", "report a partition's damaged batches and cut them out (broker stopped)"),
     "broker": ("databus.broker.command", "run the built-in Kafka-compatible broker"),
@@ -54,6 +54,7 @@ BENCHMARKS: dict[str, tuple[str, str]] = {
     "storage": ("databus.bench.storage", "log append (with/without group-commit fsync) and read throughput"),
     "produce": ("databus.bench.produce", "produce throughput against the broker (librdkafka)"),
     "consume": ("databus.bench.consume", "consume throughput from the broker (librdkafka)"),
+    "fetch-sessions": ("databus.bench.fetch_sessions", "fetching many idle partitions with and without a fetch session (KIP-227)"),
     "mirror": ("databus.bench.mirror", "mirror A -> B: copy rate and replication latency, beside librdkafka's ingest"),
     "spark": ("databus.bench.spark", "a batch read through the databus Spark source beside a Parquet scan"),
     "share": ("databus.bench.share", "share group (3 ShareConsumers, explicit accepts) beside a classic consumer"),

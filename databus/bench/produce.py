@@ -55,6 +55,10 @@ def add_arguments(parser) -> None:
     parser.add_argument("--partitions", type=int, default=4, help="partitions of the topic")
     parser.add_argument("--acks", nargs="+", default=["1", "all"], help="acks levels to run")
     parser.add_argument("--compression", default="none", help="compression.type")
+    parser.add_argument("--topic-compression", default=None, metavar="CODEC",
+                        help="the bench topics' compression.type (producer, uncompressed, "
+                             "gzip, snappy, lz4, zstd): the broker recompresses batches in "
+                             "another codec on append (default: the broker's, producer)")
     parser.add_argument("--linger-ms", type=int, default=5)
     parser.add_argument("--batch-size", type=int, default=1_000_000, help="batch.size bytes")
     parser.add_argument("--rounds", type=int, default=1, help="runs per acks level")
@@ -138,9 +142,10 @@ def _admin(bootstrap: str, action):
     return trio.run(main)
 
 
-def create_topic(bootstrap: str, topic: str, partitions: int) -> None:
+def create_topic(bootstrap: str, topic: str, partitions: int,
+                 configs: dict[str, str] | None = None) -> None:
     async def create(admin):
-        error = (await admin.create_topics({topic: partitions}))[topic]
+        error = (await admin.create_topics({topic: partitions}, configs=configs or {}))[topic]
         if error is not None:
             raise RuntimeError(f"creating topic {topic!r}: {error}")
 
@@ -155,9 +160,10 @@ def delete_topics(bootstrap: str, topics) -> None:
 
 
 @contextlib.contextmanager
-def bench_topic(bootstrap: str, topic: str, partitions: int, keep: bool = False):
+def bench_topic(bootstrap: str, topic: str, partitions: int, keep: bool = False,
+                configs: dict[str, str] | None = None):
     """A topic created for a bench run and deleted after it (unless ``keep``)."""
-    create_topic(bootstrap, topic, partitions)
+    create_topic(bootstrap, topic, partitions, configs)
     try:
         yield topic
     finally:
@@ -321,6 +327,7 @@ def run(args) -> int:
     results: list[Result] = []
     skipped: dict[str, str] = {}
     missing = librdkafka_missing()
+    configs = {"compression.type": args.topic_compression} if args.topic_compression else None
     with broker_for(args) as (bootstrap, cpu):
         for acks in args.acks:
             if missing:
@@ -331,7 +338,7 @@ def run(args) -> int:
                 if args.rounds > 1:
                     name += f" #{round_no}"
                 with bench_topic(bootstrap, f"bench-produce-{acks}-{time.time_ns()}",
-                                 args.partitions, args.keep_topic) as topic:
+                                 args.partitions, args.keep_topic, configs) as topic:
                     cpu_before = cpu.seconds()
                     seconds = produce_records(bootstrap, topic, args.records,
                                               args.record_size, acks=acks,
@@ -342,7 +349,7 @@ def run(args) -> int:
                 results.append(Result(name, args.records, seconds, args.record_size,
                                       cpu_used))
         with bench_topic(bootstrap, f"bench-produce-raw-{time.time_ns()}", args.partitions,
-                         args.keep_topic) as topic:
+                         args.keep_topic, configs) as topic:
             cpu_before = cpu.seconds()
             seconds = raw_produce(bootstrap, topic, args.partitions, args.records,
                                   args.record_size)
@@ -352,7 +359,9 @@ def run(args) -> int:
                               args.record_size, cpu_used))
     print_results(
         f"databus bench produce: {args.records:,} x {args.record_size} B, "
-        f"{args.partitions} partitions, compression {args.compression}, {args.api} API, "
+        f"{args.partitions} partitions, compression {args.compression}"
+        f"{f' (topic: {args.topic_compression})' if args.topic_compression else ''}, "
+        f"{args.api} API, "
         f"librdkafka {_client_version()}", results, skipped=skipped, as_json=args.json)
     return 0
 

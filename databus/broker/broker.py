@@ -49,6 +49,7 @@ from .config import BrokerConfig
 from .coordinator.group_state import CoordinatorConfig
 from .coordinator.service import GroupService
 from .durability import GroupCommit
+from .fetch_sessions import FetchSessionCache
 from .notify import AppendNotifier
 from .producer_ids import ProducerIdAllocator
 from .retention import RetentionService
@@ -92,6 +93,7 @@ class Broker:
         )
         self.notifier = AppendNotifier()
         self.storage_health = StorageHealth(self.data_dir)
+        self.fetch_sessions = FetchSessionCache(config.max_incremental_fetch_session_cache_slots)
         self.group_commit = GroupCommit(
             due_logs=self._logs_due_for_flush,
             check_interval_s=config.log_flush_scheduler_interval_ms / 1000,
@@ -128,7 +130,8 @@ class Broker:
             abort_check_interval_ms=config.transaction_abort_timed_out_transaction_cleanup_interval_ms,
         )
         self.retention = RetentionService(
-            self.log_manager, config.log_retention_check_interval_ms / 1000
+            self.log_manager, config.log_retention_check_interval_ms / 1000,
+            on_change=self.fetch_sessions.touch_all,
         )
 
     # -- identity -------------------------------------------------------------------------
@@ -197,6 +200,7 @@ class Broker:
     def delete_topic(self, name: str) -> None:
         self.log_manager.delete_topic(name)
         self.notifier.notify_all()  # fetches waiting on it re-read and see it gone
+        self.fetch_sessions.touch_all()
         log.info("deleted topic %s", name)
 
     def add_partitions(self, name: str, total: int):
@@ -236,6 +240,7 @@ class Broker:
         if self.storage_health.failing_errno is not None:
             self.storage_health.succeeded()
         self.notifier.notify((topic, partition))
+        self.fetch_sessions.touch((topic, partition))
         if partition_log.needs_flush(int(time.time() * 1000)):
             self.group_commit.kick()
         return info

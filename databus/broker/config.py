@@ -191,6 +191,11 @@ class BrokerConfig(BaseModel):
         description="Most record bytes one Fetch response carries, whatever the client asks "
         "(the first batch is always sent whole, even if larger).",
     )
+    max_incremental_fetch_session_cache_slots: int = Field(
+        1000, alias="max.incremental.fetch.session.cache.slots", ge=0,
+        description="Fetch sessions (KIP-227) the broker keeps; the least recently used one "
+        "is evicted to make room; 0 turns sessions off (every fetch is a full one).",
+    )
     log_segment_bytes: int = Field(
         defaults.LOG_SEGMENT_BYTES, alias="log.segment.bytes", ge=14,
         description="Roll a new segment when the active one reaches this size (topic: "

@@ -45,9 +45,12 @@ async def run_steps_in_thread(steps: Steps) -> list[str]:
 class RetentionService:
     """``await nursery.start(service.serve)``: retention then compaction every interval."""
 
-    def __init__(self, log_manager, interval_s: float) -> None:
+    def __init__(self, log_manager, interval_s: float, on_change=None) -> None:
         self.log_manager = log_manager
         self.interval_s = interval_s
+        # called after a run that did something (log start offsets moved): fetch sessions
+        # must look at every partition again
+        self.on_change = on_change
         self.runs = 0
 
     async def run_once(self) -> list[str]:
@@ -55,6 +58,8 @@ class RetentionService:
         actions = await run_steps_in_thread(self.log_manager.retention_steps())
         actions += await run_steps_in_thread(self.log_manager.compaction_steps())
         self.runs += 1
+        if actions and self.on_change is not None:
+            self.on_change()
         return actions
 
     async def serve(self, *, task_status=trio.TASK_STATUS_IGNORED) -> None:

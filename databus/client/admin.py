@@ -291,6 +291,37 @@ class Admin:
                         sizes[tp] = max(sizes.get(tp, 0), int(p.partition_size))
         return sizes
 
+    async def delete_records(
+        self, before: Mapping[TopicPartition, int]
+    ) -> dict[TopicPartition, int | errors.KafkaError]:
+        """Delete the records of each partition below ``before[tp]`` (-1: every record up to
+        the high watermark), as kafka-delete-records.sh: DeleteRecords to each partition's
+        leader.  Each partition's answer is its new log start offset (the low watermark) or
+        the error the broker gave (OFFSET_OUT_OF_RANGE past the high watermark, ...)."""
+        wanted = dict(before)
+        await self._cluster.refresh_metadata({t for t, _ in wanted}, allow_auto_create=False)
+        out: dict[TopicPartition, int | errors.KafkaError] = {}
+        by_leader: dict[int, dict[str, list[dict]]] = {}
+        for (topic, partition), offset in wanted.items():
+            leader = self._cluster.leader_for(topic, partition)
+            if leader < 0:
+                out[(topic, partition)] = errors.UnknownTopicOrPartitionError(
+                    f"{topic}-{partition}: no such partition (or no leader)")
+                continue
+            by_leader.setdefault(leader, {}).setdefault(topic, []).append(
+                {"partition_index": partition, "offset": offset})
+        for leader, topics in sorted(by_leader.items()):
+            response = await self._cluster.request(leader, ApiKey.DELETE_RECORDS, {
+                "topics": [{"name": t, "partitions": parts} for t, parts in topics.items()],
+                "timeout": self._timeout_ms,
+            })
+            for t in response.topics:
+                for p in t.partitions:
+                    tp = (t.name, int(p.partition_index))
+                    out[tp] = (errors.from_code(p.error_code, f"DeleteRecords {tp[0]}-{tp[1]}")
+                               if int(p.error_code) else int(p.low_watermark))
+        return out
+
     # -- groups --------------------------------------------------------------------------
 
     async def list_groups(self) -> list[tuple[str, str]]:

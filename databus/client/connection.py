@@ -90,6 +90,7 @@ CLIENT_VERSIONS: dict[int, tuple[int, int]] = {
     ApiKey.DELETE_ACLS: (1, 3),
     ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS: (0, 0),
     ApiKey.ALTER_USER_SCRAM_CREDENTIALS: (0, 0),
+    ApiKey.DELETE_RECORDS: (0, 2),
 }
 
 # Opens the byte stream to a broker: ``await open_stream(host, port)``.

@@ -23,6 +23,7 @@ from kio.serial._introspect import (
     EntityTupleField,
     PrimitiveTupleField,
     classify_field,
+    is_optional,
 )
 
 _FIXED = {
@@ -96,7 +97,10 @@ def _steps(schema: Any) -> tuple[list, dict]:
         if isinstance(shape, EntityTupleField):
             step = ("entities", shape.type_)
         elif isinstance(shape, EntityField):
-            step = ("entity", shape.type_)
+            # a nullable struct (KIP-893) starts with an int8 marker, -1 for null; tagged
+            # fields are never written that way
+            nullable = is_optional(field) and field.metadata.get("tag") is None
+            step = ("nullable_entity" if nullable else "entity", shape.type_)
         elif isinstance(shape, PrimitiveTupleField):
             step = ("values", kind)
         elif kind in _FIXED:
@@ -150,6 +154,12 @@ def _step(step, buf, pos: int, flexible: bool) -> int:
         return _skip_value(arg, buf, pos, flexible)
     if what == "entity":
         return _walk(arg, buf, pos)
+    if what == "nullable_entity":
+        if pos >= len(buf):
+            raise LengthError("a struct's null marker runs past the end of the frame")
+        if buf[pos] >= 0x80:  # negative int8: null
+            return pos + 1
+        return _walk(arg, buf, pos + 1)
     n, pos = _count(buf, pos, flexible, "an array")
     if what == "values":
         size = _FIXED.get(arg)

@@ -3,7 +3,7 @@
 kio would copy every partition's records into its encoder buffer (and the frame once more);
 for multi-megabyte fetches that copy is the broker's main cost.  Here the response is a list
 of buffers: small encoded pieces between the stored records, which the server sends as they
-are.  Only the fields of the versions we advertise (4-12) are written; a test checks the
+are.  Only the fields of the versions we advertise (4-16) are written; a test checks the
 bytes equal kio's encoding of the same response for every version, and golden bytes pin the
 error and empty cases.
 
@@ -14,17 +14,22 @@ position fell out of range (retention deleted its segment) would refetch forever
 resetting.  A partition with an error carries Kafka's values: watermarks and log start -1,
 aborted transactions null, preferred read replica -1, empty records.
 
-    FetchResponse v4-v12 (v12 flexible: compact arrays/strings/bytes, tagged fields):
+    FetchResponse v4-v16 (v12+ flexible: compact arrays/strings/bytes, tagged fields):
       [v7+] throttle_time_ms int32 ... (v1+), [v7+] error_code int16, [v7+] session_id int32,
-      responses [topic string, partitions [partition_index int32, error_code int16,
+      responses [topic string (v13+: topic_id uuid), partitions [partition_index int32,
+        error_code int16,
         high_watermark int64, last_stable_offset int64, [v5+] log_start_offset int64,
         aborted_transactions nullable [producer_id int64, first_offset int64],
         [v11+] preferred_read_replica int32, records bytes (nullable, but never null here)]]
+    v14 (tiered storage) and v15 (replica state, a request field) change nothing here; v16's
+    node endpoints and current leader (KIP-951) are tagged fields sent only with a
+    NOT_LEADER error, which a single node never has, so they are never written.
 """
 
 from __future__ import annotations
 
 import struct
+import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -34,7 +39,7 @@ _PARTITION_HEAD = struct.Struct(">ihqq")  # index, error, high watermark, last s
 _I64 = struct.Struct(">q")
 
 MIN_VERSION = 4
-MAX_VERSION = 12
+MAX_VERSION = 16
 
 
 @dataclass(slots=True)
@@ -62,13 +67,14 @@ def _uvarint(value: int) -> bytes:
 
 def encode_fetch_body(
     version: int,
-    topics: Sequence[tuple[str, Sequence[PartitionResult]]],
+    topics: Sequence[tuple[str | uuid.UUID, Sequence[PartitionResult]]],
     *,
     error_code: int = 0,
     session_id: int = 0,
     throttle_time_ms: int = 0,
 ) -> list:
-    """The response body (after the response header) as a list of buffers."""
+    """The response body (after the response header) as a list of buffers.  Topics are
+    named by name up to v12, by topic id (a UUID) from v13."""
     if not MIN_VERSION <= version <= MAX_VERSION:
         raise ValueError(f"fetch v{version} is not encoded here")
     flexible = version >= 12
@@ -86,7 +92,8 @@ def encode_fetch_body(
 
     head += array_len(len(topics))
     for name, partitions in topics:
-        head += string(name)
+        # v13+ name topics by id (a UUID), older versions by name (a str)
+        head += name.bytes if isinstance(name, uuid.UUID) else string(name)
         head += array_len(len(partitions))
         for p in partitions:
             head += _PARTITION_HEAD.pack(

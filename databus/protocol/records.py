@@ -636,6 +636,30 @@ def build_batch(
     return builder.build(last_offset_delta)
 
 
+def rebuild_batch(h: BatchHeader, records, *, codec: int | None = None,
+                  compression_level: int | None = None) -> bytes:
+    """``records`` (a subset of the batch's, or all of them) encoded as a batch with the
+    header ``h``'s identity: base offset, producer id, epoch and base sequence, leader epoch,
+    transactional and timestamp-type bits, lastOffsetDelta; in ``codec`` (default h's).
+    The compactor drops records with it, the broker's topic-level compression.type changes
+    the codec with it."""
+    return build_batch(
+        records, base_offset=h.base_offset, codec=h.codec if codec is None else codec,
+        producer_id=h.producer_id, producer_epoch=h.producer_epoch,
+        base_sequence=h.base_sequence, partition_leader_epoch=h.partition_leader_epoch,
+        transactional=h.is_transactional, control=h.is_control,
+        timestamp_type=h.timestamp_type, last_offset_delta=h.last_offset_delta,
+        compression_level=compression_level,
+    )
+
+
+def recompress_batch(buf, pos: int, codec: int, compression_level: int | None = None) -> bytes:
+    """The batch at ``pos`` with its records compressed by ``codec`` instead (Kafka's
+    LogValidator when a topic's compression.type differs from the producer's codec)."""
+    h, records = decode_records(buf, pos, verify_crc=False)
+    return rebuild_batch(h, records, codec=codec, compression_level=compression_level)
+
+
 def _corrupt(batch_pos: int, detail: str) -> CorruptRecordError:
     return CorruptRecordError(f"batch at byte {batch_pos}: {detail}")
 

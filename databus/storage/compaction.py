@@ -42,7 +42,7 @@ import functools
 import logging
 import os
 
-from databus.protocol.records import BatchHeader, build_batch, decode_records, parse_header
+from databus.protocol.records import BatchHeader, decode_records, parse_header, rebuild_batch
 
 from .durable import fsync_dir
 from .partition_log import PartitionLog
@@ -179,14 +179,7 @@ def _clean(sources: list[Segment], config, now_ms: int):
                 if len(keep) == len(records):
                     kept.append((raw, h))
                 elif keep:
-                    rebuilt = build_batch(
-                        keep, base_offset=h.base_offset, codec=h.codec,
-                        producer_id=h.producer_id, producer_epoch=h.producer_epoch,
-                        base_sequence=h.base_sequence,
-                        partition_leader_epoch=h.partition_leader_epoch,
-                        transactional=h.is_transactional, timestamp_type=h.timestamp_type,
-                        last_offset_delta=h.last_offset_delta,
-                    )
+                    rebuilt = rebuild_batch(h, keep)
                     kept.append((rebuilt, parse_header(rebuilt)))
             if removed:
                 out.append((i, _write_cleaned(seg, kept, config) if kept else None, removed))

@@ -11,9 +11,10 @@ Supported keys (Kafka's names; see docs/storage.md):
 segment.bytes, segment.ms, segment.index.bytes, index.interval.bytes, retention.ms,
 retention.bytes, max.message.bytes, cleanup.policy, flush.messages, flush.ms,
 min.compaction.lag.ms, max.compaction.lag.ms, min.cleanable.dirty.ratio, delete.retention.ms,
-file.delete.delay.ms, message.timestamp.type, compression.type (only "producer": batches are
-stored as the producer compressed them) and min.insync.replicas (accepted; a single node has
-one replica).
+file.delete.delay.ms, message.timestamp.type, compression.type ("producer": batches are stored
+as the producer compressed them; uncompressed, gzip, snappy, lz4, zstd: batches in another
+codec are recompressed on append) and min.insync.replicas (accepted; a single node has one
+replica).
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from typing import Any
 
 from databus.protocol import defaults
 from databus.protocol.defaults import DAY_MS, LONG_MAX
+from databus.protocol.records import CODEC_BY_NAME
 
 from .errors import InvalidConfigError
 
@@ -61,6 +63,14 @@ class LogConfig:
     @property
     def delete(self) -> bool:
         return "delete" in self.cleanup_policy.split(",")
+
+    @property
+    def compression_codec(self) -> int | None:
+        """The codec id batches are stored in, or None for ``producer`` (as they came)."""
+        if self.compression_type == "producer":
+            return None
+        return CODEC_BY_NAME["none" if self.compression_type == "uncompressed"
+                             else self.compression_type]
 
     @property
     def log_append_time(self) -> bool:
@@ -154,13 +164,8 @@ def _cleanup_policy(key: str, text: str) -> str:
     return ",".join(parts)
 
 
-def _compression_type(key: str, text: str) -> str:
-    if text != "producer":
-        raise InvalidConfigError(
-            f"unsupported value {text!r} for configuration {key}: databus stores batches as "
-            "the producer compressed them, only 'producer' is supported"
-        )
-    return text
+# Kafka's BrokerCompressionType names: "uncompressed" is codec none.
+COMPRESSION_TYPES = ("uncompressed", "zstd", "lz4", "snappy", "gzip", "producer")
 
 
 _SPECS: dict[str, _Spec] = {
@@ -180,7 +185,7 @@ _SPECS: dict[str, _Spec] = {
     "delete.retention.ms": _Spec("delete_retention_ms", _integer(0)),
     "file.delete.delay.ms": _Spec("file_delete_delay_ms", _integer(0)),
     "message.timestamp.type": _Spec("message_timestamp_type", _choice("CreateTime", "LogAppendTime")),
-    "compression.type": _Spec("compression_type", _compression_type),
+    "compression.type": _Spec("compression_type", _choice(*COMPRESSION_TYPES)),
     "min.insync.replicas": _Spec("min_insync_replicas", _integer(1, INT_MAX)),
 }
 

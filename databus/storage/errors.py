@@ -22,6 +22,7 @@ __all__ = [
     "KafkaStorageError",
     "OffsetOutOfRangeError",
     "OutOfOrderSequenceError",
+    "PolicyViolationError",
     "RecordTooLargeError",
     "RecordValidationError",
     "StorageError",
@@ -112,6 +113,12 @@ class OutOfOrderSequenceError(StorageError):
     """An idempotent producer's batch does not follow its last sequence (a gap)."""
 
     error_code = ErrorCode.out_of_order_sequence_number
+
+
+class PolicyViolationError(StorageError):
+    """An operation the topic's configuration forbids (DeleteRecords on a compact-only topic)."""
+
+    error_code = ErrorCode.policy_violation
 
 
 class InvalidProducerEpochError(StorageError):

@@ -307,6 +307,16 @@ class LogManager:
                              {key: plog.log_start_offset for key, plog in logs})
             self._last_checkpoint_ms = self._now_ms()
 
+    def delete_records(self, topic: str, partition: int, offset: int) -> int:
+        """DeleteRecords on one partition: its new log start offset (see
+        ``PartitionLog.delete_records_before``).  Not durable until ``write_checkpoints``
+        has run, which the caller does before answering (one checkpoint write covers every
+        partition of a request)."""
+        plog = self._logs.get((topic, partition))
+        if plog is None:
+            raise UnknownTopicError(f"{topic}-{partition} does not exist")
+        return plog.delete_records_before(offset)
+
     def retention_steps(self, now_ms: int | None = None) -> Steps:
         """Retention of every log, as steps (see steps.py); the actions taken."""
         return self._every_log(retention_steps, "retention", now_ms)

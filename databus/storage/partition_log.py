@@ -20,6 +20,9 @@ Public surface (the broker codes against it):
   [log_start_offset, log_end_offset].
 * ``offset_for_timestamp(ts) -> (offset, timestamp) | None``: the first batch whose max
   timestamp >= ts (its base offset, or the log start offset if greater; and that max).
+* ``delete_records_before(offset) -> log start offset``: DeleteRecords; moves the log start
+  offset forward (never back), -1 meaning the log end; the caller makes it durable (the
+  ``log-start-offset-checkpoint``, see LogManager.delete_records).
 * ``flush() -> recovery point``: group commit.  Safe against ONE concurrent appender thread:
   the lock is held only to snapshot which files to fsync (dup'ed descriptors) and the log end
   offset; the fsyncs run without it.  ``needs_flush(now_ms)`` applies ``flush.messages`` /
@@ -60,6 +63,7 @@ from databus.protocol.records import (
     control_batch_type,
     iter_headers,
     keyless_records,
+    recompress_batch,
     set_base_offset,
     validate_batch,
 )
@@ -71,6 +75,7 @@ from .errors import (
     InvalidRecordError,
     KafkaStorageError,
     OffsetOutOfRangeError,
+    PolicyViolationError,
     RecordValidationError,
     UnknownTopicError,
 )
@@ -337,6 +342,11 @@ class PartitionLog:
             if dup is not None:
                 return AppendInfo(dup.first_offset, dup.last_offset, -1, self.log_start_offset,
                                   duplicate=True)
+        codec = self.config.compression_codec
+        if assign_offsets and codec is not None and any(
+                h.codec != codec and not h.is_control for _, h in headers):
+            buf, headers = self._recompressed(buf, headers, codec)
+            total = len(buf)
         log_append_time = -1
         if self.config.log_append_time:
             log_append_time = now_ms
@@ -379,6 +389,22 @@ class PartitionLog:
                 self.producer_state.update_from_header(h, kind)
         return AppendInfo(first_offset, last_offset, log_append_time, self.log_start_offset,
                           [(base, h) for base, h, _kind in assigned], records)
+
+    def _recompressed(self, buf, headers, codec: int):
+        """The request's batches with every (data) batch in another codec recompressed to
+        ``codec`` (the topic's compression.type), and their new headers.  The only place an
+        append decompresses, and only on topics that ask for it."""
+        out = bytearray()
+        new_headers: list[tuple[int, BatchHeader]] = []
+        max_size = self.config.max_message_bytes
+        for pos, h in headers:
+            if h.codec == codec or h.is_control:
+                data = buf[pos:pos + h.size]
+            else:
+                data = recompress_batch(buf, pos, codec)
+            new_headers.append((len(out), validate_batch(data, 0, max_size)))
+            out += data
+        return out, new_headers
 
     def _check_producers(self, headers) -> BatchMetadata | None:
         # Check each batch as if the previous ones of this request were appended: on a
@@ -493,6 +519,44 @@ class PartitionLog:
                 if h.max_timestamp >= timestamp and h.last_offset >= self.log_start_offset:
                     return max(h.base_offset, self.log_start_offset), h.max_timestamp
         return None
+
+    def max_timestamp_batch(self) -> tuple[int, int] | None:
+        """(base offset, max timestamp) of the first batch holding the partition's largest
+        timestamp (ListOffsets' MAX_TIMESTAMP, KIP-734), or None when the log is empty."""
+        live = [seg for seg in self.segments
+                if seg.next_offset > self.log_start_offset and seg.size]
+        if not live:
+            return None
+        top = max(seg.max_timestamp for seg in live)
+        for seg in live:
+            if seg.max_timestamp != top:
+                continue
+            for _pos, h in seg.iter_headers(0, seg.size):
+                if h.max_timestamp == top and h.last_offset >= self.log_start_offset:
+                    return max(h.base_offset, self.log_start_offset), top
+        return None
+
+    # -- DeleteRecords ----------------------------------------------------------------------
+
+    def delete_records_before(self, offset: int) -> int:
+        """Make ``offset`` the log start offset (-1: the log end), as Kafka's DeleteRecords:
+        records below it are no longer readable; segments wholly below it are removed by the
+        next retention run.  An offset at or below the current start changes nothing.  The new
+        log start offset (the "low watermark") is returned."""
+        if not self.config.delete:
+            raise PolicyViolationError(
+                f"Records of partition {self.name} can not be deleted due to the configured "
+                f"policy (cleanup.policy={self.config.cleanup_policy})")
+        if offset == -1:
+            offset = self.log_end_offset
+        if not 0 <= offset <= self.log_end_offset:
+            raise OffsetOutOfRangeError(
+                f"cannot delete records of {self.name} before offset {offset}: it is outside "
+                f"[0, {self.log_end_offset}] (the high watermark is {self.log_end_offset})")
+        if offset > self.log_start_offset:
+            self.log_start_offset = offset
+            self.first_dirty_offset = max(self.first_dirty_offset, offset)
+        return self.log_start_offset
 
     # -- durability -------------------------------------------------------------------------
 

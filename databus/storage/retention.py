@@ -7,7 +7,9 @@
 * size: then the oldest segments while the log stays at or above ``retention.bytes`` without
   them.
 
-Only logs whose ``cleanup.policy`` includes ``delete`` are touched.  ``retention_steps``
+Segments wholly below the log start offset (moved by DeleteRecords) go first, whatever the
+policy (Kafka's "log start offset breach").  Otherwise only logs whose ``cleanup.policy``
+includes ``delete`` are touched.  ``retention_steps``
 (a generator of worker-thread steps, see steps.py) removes the segments from the log on the
 owner thread, then hands out their unlinking (and the directory fsync) as a step: reads copy
 their bytes out synchronously on the owner thread, so no reader can hold a removed segment
@@ -38,12 +40,16 @@ def _largest_timestamp(seg: Segment) -> int:
 def deletable_segments(plog: PartitionLog, now_ms: int) -> list[tuple[Segment, str]]:
     """(segment, reason) for each segment retention would delete, oldest first."""
     config = plog.config
-    if not config.delete:
-        return []
     candidates = plog.segments[:-1]
     out: list[tuple[Segment, str]] = []
+    for seg in candidates:
+        if seg.next_offset > plog.log_start_offset:
+            break
+        out.append((seg, f"it is below the log start offset {plog.log_start_offset}"))
+    if not config.delete:
+        return out
     if config.retention_ms >= 0:
-        for seg in candidates:
+        for seg in candidates[len(out):]:
             age = now_ms - _largest_timestamp(seg)
             if age <= config.retention_ms:
                 break

@@ -89,7 +89,8 @@ def add_arguments(parser) -> None:
     shown.add_argument("--state", action="store_true",
                        help="coordinator, assignment strategy, state, member count")
     describe.add_argument("--verbose", action="store_true",
-                          help="with --members: each member's assignment")
+                          help="with --members: each member's group.instance.id and "
+                               "assignment")
     add_json(describe)
     reset = sub.add_parser("reset-offsets", help="move an empty group's committed offsets",
                            parents=[common])
@@ -471,12 +472,19 @@ def _print_state(doc: dict, out) -> None:
 
 def _print_members(doc: dict, verbose: bool, out) -> None:
     # kafka-consumer-groups.sh --describe --members [--verbose].
-    columns = [GROUP_COLUMN, Column("CONSUMER-ID", min_width=15), Column("HOST", min_width=15),
-               Column("CLIENT-ID", min_width=15), Column("#PARTITIONS", min_width=12)]
+    # --verbose adds Kafka's GROUP-INSTANCE-ID column (static members, KIP-345; '-' for a
+    # dynamic one) and the ASSIGNMENT column.
+    columns = [GROUP_COLUMN, Column("CONSUMER-ID", min_width=15)]
+    if verbose:
+        columns.append(Column("GROUP-INSTANCE-ID", min_width=17))
+    columns += [Column("HOST", min_width=15), Column("CLIENT-ID", min_width=15),
+                Column("#PARTITIONS", min_width=12)]
     rows = []
     for m in doc["members"]:
-        row = [doc["group"], m["consumer_id"], m["host"], m["client_id"],
-               str(len(m["assignment"]))]
+        row = [doc["group"], m["consumer_id"]]
+        if verbose:
+            row.append(m["group_instance_id"] or "-")
+        row += [m["host"], m["client_id"], str(len(m["assignment"]))]
         if verbose:
             row.append(_assignment_text(m["assignment"]))
         rows.append(row)

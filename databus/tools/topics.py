@@ -7,12 +7,18 @@
     databus topics describe --bootstrap-server HOST:PORT [--topic T] [--if-exists] [--json]
     databus topics alter    --bootstrap-server HOST:PORT --topic T [--partitions N]
                             [--config K=V ...] [--delete-config K ...] [--if-exists]
+    databus topics delete-records --bootstrap-server HOST:PORT
+                            (--offset-json-file FILE | --topic T [--partition P ...] --offset N)
 
 Kafka's flag spelling of the action works too (``databus topics --create --topic T``), and
 ``--bootstrap`` is an alias of ``--bootstrap-server``.  ``alter --partitions`` grows a topic
 (CreatePartitions); ``alter --config``/``--delete-config`` set and remove overrides
 (IncrementalAlterConfigs, as kafka-configs.sh --alter --add-config/--delete-config does).
 ``describe`` lists only the configs that differ from the broker's defaults, as Kafka does.
+``delete-records`` deletes every record below an offset (DeleteRecords: the log start offset
+moves), as kafka-delete-records.sh: its ``--offset-json-file`` (``{"partitions": [{"topic":
+"t", "partition": 0, "offset": 5}], "version": 1}``, offset -1 = up to the high watermark), or
+``--topic`` with ``--offset`` for all (or the ``--partition``) partitions of it.
 
 Exit status: 0 done, 1 the cluster refused (the error is printed), 2 bad usage.
 """
@@ -23,7 +29,7 @@ import sys
 
 from databus.tools.options import add_bootstrap, add_json, print_json
 
-ACTIONS = ("create", "delete", "list", "describe", "alter")
+ACTIONS = ("create", "delete", "list", "describe", "alter", "delete-records")
 
 
 def add_arguments(parser) -> None:
@@ -39,6 +45,14 @@ def add_arguments(parser) -> None:
                              "(repeatable)")
     parser.add_argument("--delete-config", action="append", default=[], metavar="K",
                         help="alter: remove this override, back to the default (repeatable)")
+    parser.add_argument("--offset-json-file", metavar="FILE",
+                        help="delete-records: kafka-delete-records.sh's JSON of partitions "
+                             "and offsets")
+    parser.add_argument("--partition", type=int, action="append", default=[],
+                        help="delete-records: a partition of --topic (repeatable; default all)")
+    parser.add_argument("--offset", type=int, default=None,
+                        help="delete-records: delete the records below this offset of "
+                             "--topic (-1: every record up to the high watermark)")
     parser.add_argument("--if-not-exists", action="store_true",
                         help="create: do nothing (and succeed) for a topic that exists")
     parser.add_argument("--if-exists", action="store_true",
@@ -64,7 +78,41 @@ def _usage_error(args) -> str | None:
         return "--if-exists only applies to alter, delete and describe"
     if args.delete_config and args.action != "alter":
         return "--delete-config only applies to alter"
+    if args.action == "delete-records":
+        if bool(args.offset_json_file) == (args.offset is not None):
+            return "delete-records needs --offset-json-file FILE or --topic T --offset N"
+        if args.offset is not None and len(args.topic) != 1:
+            return "--offset applies to exactly one --topic"
+    elif args.offset_json_file or args.offset is not None or args.partition:
+        return "--offset-json-file, --offset and --partition only apply to delete-records"
     return None
+
+
+def offsets_from_json(text: str, source: str) -> dict[tuple[str, int], int]:
+    """kafka-delete-records.sh's --offset-json-file: {(topic, partition): offset}; ValueError
+    naming the problem (and ``source``) when it is not that shape."""
+    import json
+
+    try:
+        document = json.loads(text)
+    except ValueError as exc:
+        raise ValueError(f"{source}: not JSON: {exc}") from None
+    entries = document.get("partitions") if isinstance(document, dict) else None
+    if not isinstance(entries, list) or not entries:
+        raise ValueError(f'{source}: expected {{"partitions": [{{"topic": ..., "partition": '
+                         f'..., "offset": ...}}, ...], "version": 1}}')
+    wanted: dict[tuple[str, int], int] = {}
+    for i, entry in enumerate(entries):
+        try:
+            tp = (str(entry["topic"]), int(entry["partition"]))
+            offset = int(entry["offset"])
+        except (TypeError, KeyError, ValueError):
+            raise ValueError(f"{source}: partitions[{i}] needs topic, partition and an integer "
+                             f"offset, got {entry!r}") from None
+        if tp in wanted:
+            raise ValueError(f"{source}: partition {tp[0]}-{tp[1]} is listed twice")
+        wanted[tp] = offset
+    return wanted
 
 
 def run(args) -> int:
@@ -128,6 +176,8 @@ async def _with_admin(args, config, topic_configs) -> int:
             return _report(await admin.delete_topics(names) if names else {}, "Deleted topic")
         if args.action == "alter":
             return await _alter(admin, args, topic_configs)
+        if args.action == "delete-records":
+            return await _delete_records(admin, args)
         return await _describe(admin, args)
 
 
@@ -148,6 +198,37 @@ async def _alter(admin, args, topic_configs) -> int:
             error = await admin.incremental_alter_configs(name, topic_configs,
                                                           args.delete_config)
             status = max(status, _report({name: error}, "Altered configs of topic"))
+    return status
+
+
+async def _delete_records(admin, args) -> int:
+    if args.offset_json_file:
+        try:
+            with open(args.offset_json_file, encoding="utf-8") as f:
+                wanted = offsets_from_json(f.read(), args.offset_json_file)
+        except (OSError, ValueError) as exc:
+            print(f"databus topics delete-records: {exc}", file=sys.stderr)
+            return 2
+    else:
+        (topic,) = args.topic
+        partitions = args.partition
+        if not partitions:
+            described = (await admin.describe_topics([topic]))[topic]
+            if isinstance(described, Exception):
+                print(f"Error for topic {topic}: {described}", file=sys.stderr)
+                return 1
+            partitions = [p.partition for p in described.partitions]
+        wanted = {(topic, p): args.offset for p in partitions}
+    print("Executing records delete operation")
+    results = await admin.delete_records(wanted)
+    print("Records delete operation completed:")
+    status = 0
+    for (topic, partition), result in sorted(results.items()):
+        if isinstance(result, Exception):
+            print(f"partition: {topic}-{partition}\terror: {result}")
+            status = 1
+        else:
+            print(f"partition: {topic}-{partition}\tlow_watermark: {result}")
     return status
 
 

@@ -27,6 +27,8 @@ BROKER_MODULES = {
     "databus.broker.handlers.produce", "databus.broker.handlers.fetch",
     "databus.broker.handlers.list_offsets", "databus.broker.handlers.admin",
     "databus.broker.handlers.init_producer_id",
+    "databus.broker.handlers.delete_records", "databus.broker.handlers.partitions",
+    "databus.broker.handlers.telemetry",
 }
 TABLE = handler_table()
 OURS = [r for r in TABLE.values() if r.handler.__module__ in BROKER_MODULES]
@@ -137,14 +139,16 @@ def ex_fetch(client, v):
     batch = a_batch(4, tag=b"fetch")
     produce(client, topic, batch)
     mod = req(1, v)
+    topic_id = metadata(client, [topic], version=12).topics[0].topic_id  # v13+ name it so
     response = client.request(make(
         1, v, replica_id=-1, max_wait=100 * MS, min_bytes=1, max_bytes=1 << 20,
         isolation_level=0, session_id=0, session_epoch=-1, forgotten_topics_data=(),
-        rack_id="", topics=(build(mod.FetchTopic, topic=topic, partitions=(
+        rack_id="", topics=(build(mod.FetchTopic, topic=topic, topic_id=topic_id, partitions=(
             build(mod.FetchPartition, partition=0, fetch_offset=2, partition_max_bytes=1 << 20,
                   current_leader_epoch=-1, log_start_offset=-1),)),),
     ))
     (t,) = response.responses
+    assert (t.topic_id if v >= 13 else t.topic) == (topic_id if v >= 13 else topic)
     (p,) = t.partitions
     assert p.error_code == ErrorCode.none and p.high_watermark == 4
     # the whole batch containing offset 2, untouched but for its base offset (bytes 0-7)
@@ -158,20 +162,35 @@ def ex_list_offsets(client, v):
     produce(client, topic, a_batch(5))
     mod = req(2, v)
 
-    def query(ts):
+    def answer(ts):
         response = client.request(make(
-            2, v, replica_id=-1, isolation_level=0, topics=(build(
+            2, v, replica_id=-1, isolation_level=0, timeout=5000 * MS, topics=(build(
                 mod.ListOffsetsTopic, name=topic, partitions=(build(
                     mod.ListOffsetsPartition, partition_index=0, timestamp=ts,
                     current_leader_epoch=-1, max_num_offsets=1),)),),
         ))
-        part = response.topics[0].partitions[0]
+        return response.topics[0].partitions[0]
+
+    def query(ts):
+        part = answer(ts)
         assert part.error_code == ErrorCode.none
         return part.offset
 
     assert query(-1) == 5
     assert query(-2) == 0
     assert query(1_700_000_000_003) == 3
+    # an older batch after the newest: MAX_TIMESTAMP (-3, v7+) still finds offset 4
+    produce(client, topic, build_batch([(b"k", b"old", (), 1_600_000_000_000)]))
+    if v >= 7:
+        part = answer(-3)
+        assert (part.error_code, part.offset, part.timestamp) == (
+            ErrorCode.none, 4, 1_700_000_000_004)
+    else:
+        assert answer(-3).error_code == ErrorCode.unsupported_version
+    if v >= 8:
+        assert query(-4) == 0  # EARLIEST_LOCAL: no tiered storage, the log start
+    else:
+        assert answer(-4).error_code == ErrorCode.unsupported_version
 
 
 def ex_create_topics(client, v):
@@ -331,11 +350,115 @@ def ex_describe_log_dirs(client, v):
         assert 0 < result.usable_bytes <= result.total_bytes
 
 
+def ex_delete_records(client, v):
+    topic = f"wire-dr-{v}"
+    metadata(client, [topic])
+    produce(client, topic, a_batch(5))
+    mod = req(21, v)
+
+    def delete(offset, partition=0):
+        response = client.request(make(21, v, timeout=5000 * MS, topics=(build(
+            mod.DeleteRecordsTopic, name=topic, partitions=(build(
+                mod.DeleteRecordsPartition, partition_index=partition, offset=offset),)),)))
+        (t,) = response.topics
+        (p,) = t.partitions
+        assert (t.name, p.partition_index) == (topic, partition)
+        return p.error_code, p.low_watermark
+
+    assert delete(2) == (ErrorCode.none, 2)
+    assert delete(6) == (ErrorCode.offset_out_of_range, -1)
+    assert delete(7, partition=3) == (ErrorCode.unknown_topic_or_partition, -1)
+    assert delete(-1) == (ErrorCode.none, 5)
+
+
+def ex_offset_for_leader_epoch(client, v):
+    topic = f"wire-ofle-{v}"
+    metadata(client, [topic])
+    produce(client, topic, a_batch(3))
+    mod = req(23, v)
+
+    def ask(current, epoch, partition=0):
+        response = client.request(make(23, v, replica_id=-1, topics=(build(
+            mod.OffsetForLeaderTopic, topic=topic, partitions=(build(
+                mod.OffsetForLeaderPartition, partition=partition,
+                current_leader_epoch=current, leader_epoch=epoch),)),)))
+        p = response.topics[0].partitions[0]
+        return p.error_code, p.leader_epoch, p.end_offset
+
+    assert ask(0, 0) == (ErrorCode.none, 0, 3)  # epoch 0 ends at the log end
+    assert ask(-1, 0) == (ErrorCode.none, 0, 3)
+    assert ask(0, 5) == (ErrorCode.none, -1, -1)  # an epoch never reached: undefined
+    assert ask(1, 0) == (ErrorCode.unknown_leader_epoch, -1, -1)
+    assert ask(0, 0, partition=4) == (ErrorCode.unknown_topic_or_partition, -1, -1)
+
+
+def ex_describe_producers(client, v):
+    topic = f"wire-dp-{v}"
+    metadata(client, [topic])
+    produce(client, topic, build_batch([(None, b"x", (), 1_700_000_000_123)] * 2,
+                                       producer_id=4242, producer_epoch=3, base_sequence=0))
+    mod = req(61, v)
+    response = client.request(make(61, v, topics=(
+        build(mod.TopicRequest, name=topic, partition_indexes=(0, 9)),)))
+    (t,) = response.topics
+    p0, p9 = t.partitions
+    assert p0.error_code == ErrorCode.none
+    assert [(s.producer_id, s.producer_epoch, s.last_sequence, s.last_timestamp,
+             s.coordinator_epoch, s.current_txn_start_offset) for s in p0.active_producers] == [
+        (4242, 3, 1, 1_700_000_000_123, -1, -1)]
+    assert p9.error_code == ErrorCode.unknown_topic_or_partition
+
+
+def ex_describe_topic_partitions(client, v):
+    a, b = f"wire-dtp-{v}-a", f"wire-dtp-{v}-b"
+    create_topic(client, a, partitions=3)
+    create_topic(client, b, partitions=2)
+    mod = req(75, v)
+
+    def page(limit, cursor=None, names=(a, b, "wire-dtp-missing")):
+        return client.request(make(75, v, response_partition_limit=limit, cursor=cursor,
+                                   topics=tuple(build(mod.TopicRequest, name=n) for n in names)))
+
+    first = page(4)
+    assert [(t.name, [p.partition_index for p in t.partitions]) for t in first.topics] == [
+        (a, [0, 1, 2]), (b, [0])]
+    assert (first.next_cursor.topic_name, first.next_cursor.partition_index) == (b, 1)
+    rest = page(4, build(mod.Cursor, topic_name=b, partition_index=1))
+    assert [(t.name, t.error_code, [p.partition_index for p in t.partitions])
+            for t in rest.topics] == [(b, ErrorCode.none, [1]),
+                                      ("wire-dtp-missing", ErrorCode.unknown_topic_or_partition,
+                                       [])]
+    assert rest.next_cursor is None
+    assert rest.topics[0].topic_id == metadata(client, [b], version=12).topics[0].topic_id
+
+
+def ex_get_telemetry_subscriptions(client, v):
+    fresh = client.request(make(71, v, client_instance_id=ZERO_UUID))
+    assert fresh.error_code == ErrorCode.none and fresh.client_instance_id != ZERO_UUID
+    assert fresh.requested_metrics == ()  # nothing to push: the client stays quiet
+    mine = uuid.uuid4()
+    assert client.request(make(71, v, client_instance_id=mine)).client_instance_id == mine
+
+
+def ex_push_telemetry(client, v):
+    def push(subscription, terminating=False):
+        return client.request(make(72, v, client_instance_id=uuid.uuid4(),
+                                   subscription_id=subscription, terminating=terminating,
+                                   compression_type=0, metrics=b"")).error_code
+
+    assert push(0) == ErrorCode.none
+    assert push(7) == ErrorCode.unknown_subscription_id
+    assert push(7, terminating=True) == ErrorCode.none
+
+
 EXERCISES = {
     18: ex_api_versions, 3: ex_metadata, 0: ex_produce, 1: ex_fetch, 2: ex_list_offsets,
     19: ex_create_topics, 20: ex_delete_topics, 37: ex_create_partitions,
     32: ex_describe_configs, 60: ex_describe_cluster, 22: ex_init_producer_id,
     33: ex_alter_configs, 44: ex_incremental_alter_configs, 35: ex_describe_log_dirs,
+    21: ex_delete_records, 23: ex_offset_for_leader_epoch, 61: ex_describe_producers,
+    75: ex_describe_topic_partitions, 71: ex_get_telemetry_subscriptions,
+    72: ex_push_telemetry,
 }
 
 

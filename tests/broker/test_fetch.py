@@ -5,6 +5,7 @@ from __future__ import annotations
 import datetime
 import threading
 import time
+import uuid
 
 import pytest
 
@@ -27,13 +28,14 @@ VERSION = 11
 
 def fetch_request(topic, offsets: dict[int, int], *, version=VERSION, max_wait_ms=100,
                   min_bytes=1, max_bytes=1 << 20, partition_max_bytes=1 << 20,
-                  isolation_level=0):
+                  isolation_level=0, topic_id=None):
+    """A sessionless Fetch of ``topic`` (v13+: by ``topic_id``)."""
     mod = req(1, version)
     return make(
         1, version, replica_id=-1, max_wait=max_wait_ms * MS, min_bytes=min_bytes,
         max_bytes=max_bytes, isolation_level=isolation_level, session_id=0, session_epoch=-1,
         forgotten_topics_data=(), rack_id="",
-        topics=(build(mod.FetchTopic, topic=topic, partitions=tuple(
+        topics=(build(mod.FetchTopic, topic=topic, topic_id=topic_id, partitions=tuple(
             build(mod.FetchPartition, partition=p, fetch_offset=o,
                   partition_max_bytes=partition_max_bytes, current_leader_epoch=-1,
                   log_start_offset=-1)
@@ -151,15 +153,21 @@ def test_error_and_empty_partitions_on_the_wire(broker, client, version, isolati
         (f"never-created-{version}", {0: 0}),  # unknown topic (a fetch never creates one)
     ]
     empty_aborted = () if isolation_level else None
+    # v13+ address topics by id: the topic's own, and one no topic has (UNKNOWN_TOPIC_ID)
+    ids = [metadata(client, [topic], version=12).topics[0].topic_id, uuid.uuid4()]
+    by_id = version >= 13
     expected = [
-        [(topic, [PartitionResult(0, ErrorCode.offset_out_of_range),
-                  PartitionResult(1, 0, 0, 0, 0, empty_aborted),
-                  PartitionResult(7, ErrorCode.unknown_topic_or_partition)])],
-        [(cases[1][0], [PartitionResult(0, ErrorCode.unknown_topic_or_partition)])],
+        [(ids[0] if by_id else topic, [
+            PartitionResult(0, ErrorCode.offset_out_of_range),
+            PartitionResult(1, 0, 0, 0, 0, empty_aborted),
+            PartitionResult(7, ErrorCode.unknown_topic_or_partition)])],
+        [(ids[1] if by_id else cases[1][0], [PartitionResult(
+            0, ErrorCode.unknown_topic_id if by_id else ErrorCode.unknown_topic_or_partition)])],
     ]
-    for (name, offsets), want in zip(cases, expected, strict=True):
+    for (name, offsets), want, topic_id in zip(cases, expected, ids, strict=True):
         correlation = client.send(fetch_request(name, offsets, version=version, max_wait_ms=0,
-                                                isolation_level=isolation_level))
+                                                isolation_level=isolation_level,
+                                                topic_id=topic_id))
         frame = client.read_frame()
         header = 4 + (1 if version >= 12 else 0)  # correlation id (+ tagged fields)
         assert frame[:4] == correlation.to_bytes(4, "big")

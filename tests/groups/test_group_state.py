@@ -367,3 +367,66 @@ def test_member_leaving_while_parked_in_sync_gets_an_answer():
     assert errors == [ErrorCode.none]
     assert replies(effects) == {"sf": SyncResult(ErrorCode.unknown_member_id)}
     assert coord.waiters() == set()
+
+
+def _static_stable_group(coord):
+    """Two static members (a leads) in a Stable group, assignments A and B."""
+    ra = replies(coord.join_group(0, "ja", join_req(group_instance_id="ia")))
+    assert ra == {}  # no MEMBER_ID_REQUIRED round trip for a static member: it parks
+    coord.join_group(0, "jb", join_req(group_instance_id="ib"))
+    coord.advance(100)  # the initial delay, extended once as b arrived during it
+    done = replies(coord.advance(1000))
+    a, b = done["ja"].member_id, done["jb"].member_id
+    assert done["ja"].leader_id == a
+    coord.sync_group(1001, "sb", SyncRequest("g", b, 1))
+    coord.sync_group(1001, "sa", SyncRequest("g", a, 1, ((a, b"A"), (b, b"B"))))
+    assert coord.state_of("g") is GroupState.STABLE
+    return a, b
+
+
+def test_static_member_restart_gets_its_assignment_back_without_a_rebalance():
+    coord = make()
+    a, b = _static_stable_group(coord)
+    # b restarts (no LeaveGroup) and joins with an unknown member id and new owned partitions
+    rejoin = replies(coord.join_group(1200, "jb2", join_req(
+        group_instance_id="ib", protocols=(("range", b"sub-after-restart"),))))["jb2"]
+    assert rejoin.error == ErrorCode.none and rejoin.member_id not in (a, b)
+    assert (rejoin.generation_id, rejoin.leader_id, rejoin.members) == (1, a, ())
+    assert coord.state_of("g") is GroupState.STABLE
+    sync = replies(coord.sync_group(1201, "sb2", SyncRequest("g", rejoin.member_id, 1)))["sb2"]
+    assert (sync.error, sync.assignment) == (ErrorCode.none, b"B")
+    # a was never disturbed; the old incarnation of b is fenced everywhere
+    assert coord.heartbeat(1202, "g", a, 1, "ia") == ErrorCode.none
+    assert coord.heartbeat(1202, "g", b, 1, "ib") == ErrorCode.fenced_instance_id
+    assert coord.validate_offset_commit("g", b, 1, "ib") == ErrorCode.fenced_instance_id
+    assert replies(coord.sync_group(1202, "sb", SyncRequest("g", b, 1, group_instance_id="ib"))
+                   )["sb"].error == ErrorCode.fenced_instance_id
+    assert replies(coord.join_group(1202, "jb", join_req(member_id=b, group_instance_id="ib"))
+                   )["jb"].error == ErrorCode.fenced_instance_id
+    _, errors, _ = coord.leave_group(1203, "g", [b], ["ib"])
+    assert errors == [ErrorCode.fenced_instance_id]
+    snapshot = coord.snapshot("g")
+    assert [(m.group_instance_id, m.assignment) for m in snapshot.members] == [
+        ("ia", b"A"), ("ib", b"B")]
+
+
+def test_static_leader_restart_learns_it_leads_only_with_skip_assignment():
+    coord = make()
+    a, b = _static_stable_group(coord)
+    old = replies(coord.join_group(1200, "ja2", join_req(group_instance_id="ia")))["ja2"]
+    # JoinGroup < v9: told the previous leader id, so it syncs as a follower
+    assert (old.leader_id, old.members, old.skip_assignment) == (a, (), False)
+    new = replies(coord.join_group(1300, "ja3", join_req(group_instance_id="ia",
+                                                        supports_skip_assignment=True)))["ja3"]
+    assert new.leader_id == new.member_id and new.skip_assignment
+    assert [m.group_instance_id for m in new.members] == ["ia", "ib"]
+    assert coord.state_of("g") is GroupState.STABLE
+
+
+def test_static_member_leaves_by_instance_id_alone():
+    coord = make()
+    a, b = _static_stable_group(coord)
+    top, errors, _ = coord.leave_group(1201, "g", [""], ["ib"])
+    assert (top, errors) == (ErrorCode.none, [ErrorCode.none])
+    assert [m.group_instance_id for m in coord.snapshot("g").members] == ["ia"]
+    assert coord.state_of("g") is GroupState.PREPARING_REBALANCE

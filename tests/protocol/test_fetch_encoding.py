@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import datetime
 import sys
+import uuid
 
 import pytest
 from hypothesis import given, settings
@@ -59,7 +60,7 @@ def _kio_bytes(version: int, topics_value, session_id: int) -> bytes:
                 aborted_transactions=aborted, preferred_read_replica=-1,
                 records=bytes(p.records),
             ))
-        responses.append(build(module.FetchableTopicResponse, topic=name,
+        responses.append(build(module.FetchableTopicResponse, topic=name, topic_id=name,
                                partitions=tuple(entries)))
     body = build(schema, throttle_time=datetime.timedelta(0), error_code=ErrorCode.none,
                  session_id=session_id, responses=tuple(responses))
@@ -72,6 +73,8 @@ def _kio_bytes(version: int, topics_value, session_id: int) -> bytes:
 @given(version=st.integers(MIN_VERSION, MAX_VERSION), topics_value=topics,
        session_id=st.integers(0, 2**31 - 1))
 def test_fetch_body_matches_kio(version, topics_value, session_id):
+    if version >= 13:  # topics by id
+        topics_value = [(uuid.uuid5(uuid.NAMESPACE_DNS, name), ps) for name, ps in topics_value]
     ours = b"".join(bytes(p) for p in encode_fetch_body(version, topics_value,
                                                         session_id=session_id))
     assert ours == _kio_bytes(version, topics_value, session_id)
@@ -85,8 +88,8 @@ def test_records_are_passed_through_uncopied():
 
 def test_unadvertised_version_is_refused():
 
-    with pytest.raises(ValueError, match="fetch v13"):
-        encode_fetch_body(13, [])
+    with pytest.raises(ValueError, match="fetch v17"):
+        encode_fetch_body(17, [])
 
 
 def test_null_records_are_refused():
@@ -215,8 +218,33 @@ ffffffff 01 00
 00                                          # response tags
 """)
 
+# v13-v16 name topics by their 16-byte id (here 00..01 for "t", 00..02 for "gone")
+GOLDEN_V13 = _hex("""
+00000000 0000 00000000
+03                                          # 2 topics
+00000000000000000000000000000001            # topic id of "t"
+05                                          # 4 partitions
+00000000 0001 ffffffffffffffff ffffffffffffffff ffffffffffffffff
+00 ffffffff 01 00
+00000001 0000 0000000000000004 0000000000000004 0000000000000000
+00 ffffffff 01 00
+00000002 0000 0000000000000004 0000000000000004 0000000000000000
+01 ffffffff 01 00
+00000003 0000 0000000000000004 0000000000000004 0000000000000000
+02 0000000000000007 0000000000000002 00
+ffffffff 01 00
+00                                          # topic tags
+00000000000000000000000000000002            # topic id of "gone"
+02
+00000000 0064 ffffffffffffffff ffffffffffffffff ffffffffffffffff
+00 ffffffff 01 00                           # UNKNOWN_TOPIC_ID (100)
+00
+00                                          # response tags (no node endpoints)
+""")
+
 GOLDEN = {4: GOLDEN_V4, 5: GOLDEN_V5, 6: GOLDEN_V5, 7: GOLDEN_V7, 8: GOLDEN_V7,
-          9: GOLDEN_V7, 10: GOLDEN_V7, 11: GOLDEN_V11, 12: GOLDEN_V12}
+          9: GOLDEN_V7, 10: GOLDEN_V7, 11: GOLDEN_V11, 12: GOLDEN_V12, 13: GOLDEN_V13,
+          14: GOLDEN_V13, 15: GOLDEN_V13, 16: GOLDEN_V13}
 
 GOLDEN_TOPICS = [
     ("t", [
@@ -229,13 +257,20 @@ GOLDEN_TOPICS = [
 ]
 
 
+GOLDEN_TOPICS_BY_ID = [
+    (uuid.UUID(int=1), GOLDEN_TOPICS[0][1]),
+    (uuid.UUID(int=2), [PartitionResult(0, ErrorCode.unknown_topic_id)]),
+]
+
+
 def test_golden_covers_every_advertised_version():
     assert sorted(GOLDEN) == list(range(MIN_VERSION, MAX_VERSION + 1))
 
 
 @pytest.mark.parametrize("version", sorted(GOLDEN))
 def test_error_and_empty_partitions_golden_bytes(version):
-    ours = b"".join(bytes(p) for p in encode_fetch_body(version, GOLDEN_TOPICS))
+    topics = GOLDEN_TOPICS if version < 13 else GOLDEN_TOPICS_BY_ID
+    ours = b"".join(bytes(p) for p in encode_fetch_body(version, topics))
     assert ours.hex() == GOLDEN[version].hex()
     # and kio, the reference for field order, decodes it as Kafka's empty records
-    assert ours == _kio_bytes(version, GOLDEN_TOPICS, 0)
+    assert ours == _kio_bytes(version, topics, 0)

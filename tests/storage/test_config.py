@@ -41,7 +41,7 @@ def test_round_trip_through_topic_config():
     ("retention.ms", "-2", "-2 for configuration retention.ms"),
     ("segment.bytes", "13", "segment.bytes"),
     ("cleanup.policy", "shred", "cleanup.policy"),
-    ("compression.type", "gzip", "only 'producer'"),
+    ("compression.type", "brotli", "must be one of uncompressed, zstd, lz4, snappy, gzip, producer"),
     ("min.cleanable.dirty.ratio", "1.5", "min.cleanable.dirty.ratio"),
     ("message.timestamp.type", "Now", "message.timestamp.type"),
 ])

@@ -276,3 +276,27 @@ def test_keys_are_checked_only_while_the_log_is_compacted(open_log):
     with pytest.raises(RecordValidationError):
         plog.append(keyless)
     assert plog.append(build_batch([(b"k", b"v", (), 1_000)])).first_offset == 1
+
+
+@pytest.mark.parametrize("topic_codec", ["lz4", "uncompressed", "zstd"])
+def test_topic_compression_type_recompresses_batches_in_another_codec(open_log, topic_codec):
+    """compression.type other than producer: batches arrive gzip / none / zstd and are
+    stored in the topic's codec with their records, offsets and producer fields intact."""
+    from databus.protocol.records import CODEC_BY_NAME, decode_batches, parse_header
+
+    plog = open_log(compression_type=topic_codec)
+    want = CODEC_BY_NAME["none" if topic_codec == "uncompressed" else topic_codec]
+    sent = [batch([b"a%d" % i for i in range(5)], codec=c, producer_id=7, producer_epoch=0,
+                  base_sequence=5 * n)
+            for n, c in enumerate((1, 0, 4))]
+    for data in sent:
+        plog.append(data)
+    stored = plog.read(0, 1 << 20)
+    got = decode_batches(stored)
+    assert [h.codec for h, _ in got] == [want] * 3
+    assert [(h.base_offset, h.producer_id, h.base_sequence) for h, _ in got] == [
+        (0, 7, 0), (5, 7, 5), (10, 7, 10)]
+    assert [[r.value for r in rs] for _, rs in got] == [[b"a%d" % i for i in range(5)]] * 3
+    assert parse_header(stored).records_count == 5
+    # the idempotence state follows the rebuilt batches: a retry is still a duplicate
+    assert plog.append(sent[2]).duplicate

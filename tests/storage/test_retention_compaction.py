@@ -266,3 +266,42 @@ def test_a_topic_deleted_while_its_log_is_cleaned_is_skipped(manager):
     assert actions and all(line.startswith("b-0: ") for line in actions)
     assert len(records(other)) < len(expected_b), "the next log is still compacted"
     assert [name for name in os.listdir(lm.data_dir) if name.startswith("a-")] == []
+
+
+def test_delete_records_moves_the_start_and_retention_unlinks_the_segments_below(
+        manager):
+    """DeleteRecords: the start moves (never back), reads below it are out of range, the
+    segments wholly below it go at the next retention run even with retention off, and the
+    start survives a reopen through the log-start-offset checkpoint."""
+    from databus.storage.errors import OffsetOutOfRangeError, PolicyViolationError
+
+    lm = manager()
+    lm.open()
+    lm.create_topic("t", 1, {"segment.bytes": "200", "retention.ms": "-1"})
+    lm.create_topic("kept", 1, {"cleanup.policy": "compact"})
+    plog = lm.get_log("t", 0)
+    for i in range(10):
+        plog.append(keyed([(None, b"%02d" % i)] * 2))
+    bases = [s.base_offset for s in plog.segments]
+    assert len(bases) >= 4 and bases[2] < 11 < bases[-1]
+    assert lm.delete_records("t", 0, 11) == 11
+    assert lm.delete_records("t", 0, 5) == 11  # never back
+    with pytest.raises(OffsetOutOfRangeError):
+        plog.read(10, 1 << 20)
+    # the whole batch holding 11 (10..11) is read, as Kafka does: clients skip what is below
+    assert [r[0] for r in records(plog)][:3] == [10, 11, 12]
+    with pytest.raises(OffsetOutOfRangeError, match="outside"):
+        lm.delete_records("t", 0, 21)
+    with pytest.raises(PolicyViolationError, match="cleanup.policy=compact"):
+        lm.delete_records("kept", 0, 0)
+    actions = lm.run_retention()
+    below = [b for b, nxt in zip(bases, bases[1:]) if nxt <= 11]
+    assert [s.base_offset for s in plog.segments] == [b for b in bases if b not in below]
+    assert len(actions) == len(below) and "below the log start offset 11" in actions[0]
+    lm.write_checkpoints()
+    lm.close()
+    again = manager()
+    again.open()
+    assert again.get_log("t", 0).log_start_offset == 11
+    assert again.delete_records("t", 0, -1) == 20  # -1: up to the high watermark
+    again.close()

@@ -193,6 +193,17 @@ def test_consumer_perf_test_gives_up_after_timeout_naming_it(broker):
     assert CONSUMER_HEADER not in result.stdout
 
 
+def test_fetch_sessions_bench_answers_nothing_to_an_idle_incremental_fetch(broker):
+    before = topics(broker)
+    result = bench("fetch-sessions", "--bootstrap-server", broker.bootstrap, "--partitions",
+                   "20", "--fetches", "3")
+    assert result.returncode == 0, result.stderr[-3000:]
+    rows = {line.split("  ")[0]: line.split() for line in result.stdout.splitlines()
+            if line.startswith(("sessionless", "incremental"))}
+    assert rows["sessionless (full)"][-1] == "20" and rows["incremental (session)"][-1] == "0"
+    assert topics(broker) == before
+
+
 # -- the statistics, without I/O -------------------------------------------------------------
 
 

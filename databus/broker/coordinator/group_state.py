@@ -25,8 +25,17 @@ Semantics follow Kafka's GroupCoordinator (classic protocol): KIP-394 MEMBER_ID_
 JoinGroup v4+, protocol selection by member votes among the protocols every member supports,
 the leader alone receives the members' subscriptions, ``group.initial.rebalance.delay.ms``
 for a group's first rebalance, members that do not rejoin within the rebalance timeout (or do
-not SyncGroup after joining) are dropped.  Static membership (KIP-345) is not implemented: a
-``group.instance.id`` is recorded and reported but the member behaves as a dynamic one.
+not SyncGroup after joining) are dropped.
+
+Static membership (KIP-345): a member that joins with a ``group.instance.id`` skips KIP-394's
+MEMBER_ID_REQUIRED round trip; when it comes back with an unknown member id (a restart within
+its session timeout: static members send no LeaveGroup) it replaces its old member id and, in
+a Stable group whose selected protocol stays the same, gets its old assignment back with no
+rebalance (the other members never notice).  Requests that carry the instance id with a
+member id that is not the current one (the old process, or a duplicate started with the same
+id) get FENCED_INSTANCE_ID.  A static leader that rejoins learns it is the leader only with
+JoinGroup v9+ (``skip_assignment``, KIP-814); older versions are told the previous leader id,
+so the client acts as a follower and collects its kept assignment, as Kafka does.
 """
 
 from __future__ import annotations
@@ -81,6 +90,7 @@ class JoinRequest:
     client_id: str = ""
     client_host: str = ""
     require_known_member_id: bool = False  # JoinGroup v4+ (KIP-394)
+    supports_skip_assignment: bool = False  # JoinGroup v9+ (KIP-814)
 
 
 @dataclass(frozen=True)
@@ -99,6 +109,7 @@ class JoinResult:
     protocol_name: str | None = None
     leader_id: str = ""
     members: tuple[JoinMember, ...] = ()  # only the leader gets them
+    skip_assignment: bool = False  # a static leader rejoined a Stable group (v9+)
 
 
 @dataclass(frozen=True)
@@ -208,6 +219,15 @@ class _Member:
     def vote(self, candidates: set[str]) -> str:
         return next(name for name in self.protocol_names() if name in candidates)
 
+    def update(self, req: JoinRequest) -> None:
+        """Take the settings of a (re)join."""
+        self.protocols = req.protocols
+        self.session_timeout_ms = req.session_timeout_ms
+        if req.rebalance_timeout_ms >= 0:
+            self.rebalance_timeout_ms = req.rebalance_timeout_ms
+        self.client_id = req.client_id or self.client_id
+        self.client_host = req.client_host or self.client_host
+
 
 @dataclass
 class _Group:
@@ -223,6 +243,17 @@ class _Group:
     pending_sync: set[str] = field(default_factory=set)  # joined this generation, no SyncGroup yet
     new_member_added: bool = False
     initial_delay_remaining_ms: int = 0
+
+    def static_member(self, instance_id: str | None) -> _Member | None:
+        if instance_id is None:
+            return None
+        return next((m for m in self.members.values() if m.group_instance_id == instance_id),
+                    None)
+
+    def is_fenced(self, member_id: str, instance_id: str | None) -> bool:
+        """KIP-345: the instance id belongs to a member with another member id."""
+        static = self.static_member(instance_id)
+        return static is not None and static.member_id != member_id
 
     def transition(self, state: GroupState, now_ms: int) -> None:
         self.state = state
@@ -422,7 +453,12 @@ class GroupCoordinator:
         if not group.supports(req.protocol_type, req.protocols):
             return fail(ErrorCode.inconsistent_group_protocol)
         if not req.member_id:
-            self._join_unknown_member(group, now_ms, waiter, req, effects)
+            if group.static_member(req.group_instance_id) is not None:
+                self._rejoin_static_member(group, now_ms, waiter, req, effects)
+            else:
+                self._join_unknown_member(group, now_ms, waiter, req, effects)
+        elif group.is_fenced(req.member_id, req.group_instance_id):
+            return fail(ErrorCode.fenced_instance_id)
         else:
             self._join_known_member(group, now_ms, waiter, req, effects)
         return effects
@@ -432,7 +468,7 @@ class GroupCoordinator:
             effects.append(Reply(waiter, JoinResult(ErrorCode.group_max_size_reached)))
             return
         member_id = self._new_member_id(req.client_id)
-        if req.require_known_member_id:
+        if req.require_known_member_id and req.group_instance_id is None:
             # KIP-394: hand out the id and make the client come back with it, so a client
             # that times out and retries does not leave a ghost member behind.
             group.pending_members.add(member_id)
@@ -477,6 +513,65 @@ class GroupCoordinator:
             else:
                 effects.append(Reply(waiter, self._join_result(group, member)))
 
+    def _rejoin_static_member(self, group, now_ms, waiter, req, effects) -> None:
+        """A static member came back with no member id (KIP-345): it takes a new member id,
+        the old one is fenced, and in a Stable group it keeps its assignment."""
+        member = group.static_member(req.group_instance_id)
+        old_leader = group.leader_id
+        new_id = self._new_member_id(req.client_id)
+        self._replace_member_id(group, member, new_id, effects)
+        if group.state is GroupState.STABLE:
+            selected = group.protocol_name
+            old_protocols = member.protocols
+            member.protocols = req.protocols
+            if selected not in group.candidate_protocols() or group.select_protocol() != selected:
+                member.protocols = old_protocols
+                self._update_member(group, member, req, waiter, effects)
+                self._prepare_rebalance(group, now_ms, effects)
+                return
+            member.update(req)
+            self._schedule_heartbeat(group, member, now_ms)
+            is_leader = group.leader_id == new_id
+            skip = is_leader and req.supports_skip_assignment
+            result = self._join_result(group, member)
+            effects.append(Reply(waiter, JoinResult(
+                ErrorCode.none, member_id=new_id, generation_id=group.generation_id,
+                protocol_type=group.protocol_type, protocol_name=group.protocol_name,
+                leader_id=(group.leader_id if req.supports_skip_assignment else old_leader) or "",
+                members=result.members if skip else (), skip_assignment=skip,
+            )))
+            effects.append(Persist(group.snapshot()))  # the new member id survives a restart
+            return
+        self._update_member(group, member, req, waiter, effects)
+        if group.state is GroupState.COMPLETING_REBALANCE:
+            # its old incarnation may never have seen this generation's assignment
+            self._prepare_rebalance(group, now_ms, effects)
+        else:
+            self._try_complete_join(group, now_ms, effects)
+
+    def _replace_member_id(self, group: _Group, member: _Member, new_id: str, effects) -> None:
+        """Give a static member a new member id; the old id's parked requests are answered
+        FENCED_INSTANCE_ID (that process must not act for the member any more)."""
+        old_id = member.member_id
+        if member.join_waiter is not None:
+            effects.append(Reply(member.join_waiter,
+                                 JoinResult(ErrorCode.fenced_instance_id, member_id=old_id)))
+            member.join_waiter = None
+        if member.sync_waiter is not None:
+            effects.append(Reply(member.sync_waiter, SyncResult(ErrorCode.fenced_instance_id)))
+            member.sync_waiter = None
+        member.member_id = new_id
+        group.members = {(new_id if mid == old_id else mid): m for mid, m in group.members.items()}
+        if group.leader_id == old_id:
+            group.leader_id = new_id
+        if old_id in group.pending_sync:
+            group.pending_sync.discard(old_id)
+            group.pending_sync.add(new_id)
+        deadline = self._timers.get((_HEARTBEAT, group.group_id, old_id))
+        self._cancel_timer((_HEARTBEAT, group.group_id, old_id))
+        if deadline is not None:
+            self._set_timer((_HEARTBEAT, group.group_id, new_id), deadline)
+
     def _add_member_and_rebalance(self, group, now_ms, waiter, req, member_id, effects) -> None:
         rebalance_timeout = (
             req.rebalance_timeout_ms if req.rebalance_timeout_ms >= 0 else req.session_timeout_ms
@@ -519,12 +614,7 @@ class GroupCoordinator:
                     JoinResult(ErrorCode.rebalance_in_progress, member_id=member.member_id),
                 )
             )
-        member.protocols = req.protocols
-        member.session_timeout_ms = req.session_timeout_ms
-        if req.rebalance_timeout_ms >= 0:
-            member.rebalance_timeout_ms = req.rebalance_timeout_ms
-        member.client_id = req.client_id or member.client_id
-        member.client_host = req.client_host or member.client_host
+        member.update(req)
         member.join_waiter = waiter
 
     def _prepare_rebalance(self, group: _Group, now_ms: int, effects: list[Effect]) -> None:
@@ -642,6 +732,8 @@ class GroupCoordinator:
             return reply(ErrorCode.unknown_member_id)
         if group.state is GroupState.DEAD:
             return reply(ErrorCode.coordinator_not_available)
+        if group.is_fenced(req.member_id, req.group_instance_id):
+            return reply(ErrorCode.fenced_instance_id)
         member = group.members.get(req.member_id)
         if member is None:
             return reply(ErrorCode.unknown_member_id)
@@ -699,13 +791,16 @@ class GroupCoordinator:
     # -- Heartbeat --------------------------------------------------------------------------
 
     def heartbeat(
-        self, now_ms: int, group_id: str, member_id: str, generation_id: int
+        self, now_ms: int, group_id: str, member_id: str, generation_id: int,
+        group_instance_id: str | None = None,
     ) -> ErrorCode:
         group = self._groups.get(group_id)
         if group is None:
             return ErrorCode.unknown_member_id
         if group.state is GroupState.DEAD:
             return ErrorCode.coordinator_not_available
+        if group.is_fenced(member_id, group_instance_id):
+            return ErrorCode.fenced_instance_id
         member = group.members.get(member_id)
         if member is None or group.state is GroupState.EMPTY:
             return ErrorCode.unknown_member_id
@@ -736,9 +831,14 @@ class GroupCoordinator:
     # -- LeaveGroup -------------------------------------------------------------------------
 
     def leave_group(
-        self, now_ms: int, group_id: str, member_ids: list[str]
+        self, now_ms: int, group_id: str, member_ids: list[str],
+        instance_ids: list[str | None] | None = None,
     ) -> tuple[ErrorCode, list[ErrorCode], list[Effect]]:
-        """Remove members; returns (group error, one error per member, effects)."""
+        """Remove members; returns (group error, one error per member, effects).
+
+        LeaveGroup v3+ names members by (member id, group.instance.id): an instance id alone
+        (empty member id) means its current member; one paired with another member id is
+        FENCED_INSTANCE_ID (KIP-345)."""
         effects: list[Effect] = []
         group = self._groups.get(group_id)
         if group is None:
@@ -747,8 +847,13 @@ class GroupCoordinator:
             return ErrorCode.coordinator_not_available, [], effects
         errors = []
         removed = False
-        for member_id in member_ids:
-            if member_id in group.pending_members:
+        for member_id, instance_id in zip(member_ids, instance_ids or [None] * len(member_ids)):
+            static = group.static_member(instance_id)
+            if static is not None and not member_id:
+                member_id = static.member_id
+            if static is not None and static.member_id != member_id:
+                errors.append(ErrorCode.fenced_instance_id)
+            elif member_id in group.pending_members:
                 group.pending_members.discard(member_id)
                 self._cancel_timer((_PENDING_MEMBER, group.group_id, member_id))
                 errors.append(ErrorCode.none)
@@ -790,7 +895,8 @@ class GroupCoordinator:
 
     # -- offsets and administration -----------------------------------------------------------
 
-    def validate_offset_commit(self, group_id: str, member_id: str, generation_id: int) -> ErrorCode:
+    def validate_offset_commit(self, group_id: str, member_id: str, generation_id: int,
+                               group_instance_id: str | None = None) -> ErrorCode:
         """Kafka's validateOffsetCommit for the classic protocol."""
         group = self._groups.get(group_id)
         if group is None:
@@ -798,6 +904,8 @@ class GroupCoordinator:
             return ErrorCode.none if generation_id < 0 else ErrorCode.illegal_generation
         if group.state is GroupState.DEAD:
             return ErrorCode.coordinator_not_available
+        if group.is_fenced(member_id, group_instance_id):
+            return ErrorCode.fenced_instance_id
         if generation_id < 0 and group.state is GroupState.EMPTY:
             return ErrorCode.none
         # Kafka's order (ClassicGroup.validateOffsetCommit): who, then which generation, and

@@ -403,23 +403,17 @@ class GroupService:
         ) + max([m.session_timeout_ms for m in snapshot.members] if snapshot else [0], default=0)
         return await self._park(waiter, effects, bound, SyncResult(ErrorCode.rebalance_in_progress))
 
-    def heartbeat(self, group_id: str, member_id: str, generation_id: int) -> ErrorCode:
-        error = self.coordinator.heartbeat(self.clock(), group_id, member_id, generation_id)
+    def heartbeat(self, group_id: str, member_id: str, generation_id: int,
+                  group_instance_id: str | None = None) -> ErrorCode:
+        error = self.coordinator.heartbeat(self.clock(), group_id, member_id, generation_id,
+                                           group_instance_id)
         self._rearm.set()
         return error
 
-    def resolve_member(self, group_id: str, member_id: str, instance_id: str | None) -> str:
-        """LeaveGroup v3+ may name a member by its group.instance.id alone."""
-        if member_id or not instance_id:
-            return member_id
-        snapshot = self.coordinator.snapshot(group_id)
-        for m in snapshot.members if snapshot else ():
-            if m.group_instance_id == instance_id:
-                return m.member_id
-        return member_id
-
-    def leave(self, group_id: str, member_ids: list[str]) -> tuple[ErrorCode, list[ErrorCode]]:
-        top, errors, effects = self.coordinator.leave_group(self.clock(), group_id, member_ids)
+    def leave(self, group_id: str, member_ids: list[str],
+              instance_ids: list[str | None] | None = None) -> tuple[ErrorCode, list[ErrorCode]]:
+        top, errors, effects = self.coordinator.leave_group(self.clock(), group_id, member_ids,
+                                                            instance_ids)
         self._apply(effects)
         return top, errors
 
@@ -428,6 +422,7 @@ class GroupService:
     async def commit_offsets(
         self, group_id: str, member_id: str, generation_id: int,
         entries: list[OffsetCommitEntry], *, retention_ms: int = -1,
+        group_instance_id: str | None = None,
     ) -> list[ErrorCode]:
         """Validate, append durably, then apply; one error per entry, in order.
 
@@ -436,7 +431,8 @@ class GroupService:
         """
         if not group_id:
             return [ErrorCode.invalid_group_id] * len(entries)
-        error = self.coordinator.validate_offset_commit(group_id, member_id, generation_id)
+        error = self.coordinator.validate_offset_commit(group_id, member_id, generation_id,
+                                                        group_instance_id)
         if error != ErrorCode.none:
             return [error] * len(entries)
         errors: list[ErrorCode] = []

@@ -16,14 +16,20 @@
 - A partition with an error gets empty records (never null) and -1 offsets, as from Kafka:
   librdkafka cannot parse null records, and would never see the error (nor reset).
 - A topic the principal may not READ gets TOPIC_AUTHORIZATION_FAILED on each partition.
-- Fetch sessions (KIP-227): we answer session_id 0, which tells clients to keep sending full
-  fetch requests.
+- Fetch sessions (KIP-227, v7+): broker/fetch_sessions.py says which partitions a request
+  means (a new session's, or an incremental request's session partitions) and which of the
+  results to send (an incremental response holds only the partitions with news).  The long
+  poll waits on every partition of the session.
+- v13+ name topics by topic id (KIP-516), in the request and the response: an id no topic
+  has is UNKNOWN_TOPIC_ID for each of its partitions.
 - The response is hand-encoded (fetch_encoding.py) so record bytes are not copied again.
 """
 
 from __future__ import annotations
 
 import logging
+import uuid
+from typing import NamedTuple
 
 import trio
 
@@ -44,6 +50,34 @@ from ..errors import error_code_for
 log = logging.getLogger(__name__)
 
 READ_COMMITTED = 1
+ZERO_UUID = uuid.UUID(int=0)
+
+
+class _Topic(NamedTuple):
+    """A request topic by name (or, for an unknown v13+ topic id, by that id)."""
+
+    topic: str | uuid.UUID
+    partitions: tuple
+
+
+def _named(ctx: RequestContext, request) -> tuple[list, list]:
+    """The request's topics and forgotten topics by name: v13+ requests carry topic ids."""
+    forgotten = getattr(request, "forgotten_topics_data", ())
+    if ctx.api_version < 13:
+        return list(request.topics), list(forgotten)
+    names = {info.topic_id: name for name, info in ctx.broker.log_manager.topics().items()}
+    return ([_Topic(names.get(t.topic_id, t.topic_id), t.partitions) for t in request.topics],
+            [_Topic(names.get(f.topic_id, f.topic_id), f.partitions) for f in forgotten])
+
+
+def _by_id(ctx: RequestContext, topics: list) -> list:
+    """v13+: the response's topics by topic id."""
+    if ctx.api_version < 13:
+        return topics
+    infos = ctx.broker.log_manager.topics()
+    return [(name if isinstance(name, uuid.UUID)
+             else getattr(infos.get(name), "topic_id", ZERO_UUID), partitions)
+            for name, partitions in topics]
 
 
 def _read_partition(broker, topic: str, fetch, budget: int, first: bool, committed: bool):
@@ -54,7 +88,9 @@ def _read_partition(broker, topic: str, fetch, budget: int, first: bool, committ
     index = fetch.partition
     plog = broker.get_log(topic, index)
     if plog is None:
-        return PartitionResult(index, ErrorCode.unknown_topic_or_partition), 0
+        missing = (ErrorCode.unknown_topic_id if isinstance(topic, uuid.UUID)
+                   else ErrorCode.unknown_topic_or_partition)
+        return PartitionResult(index, missing), 0
     end = plog.log_end_offset
     start = plog.log_start_offset
     offset = fetch.fetch_offset
@@ -86,44 +122,53 @@ def _read_partition(broker, topic: str, fetch, budget: int, first: bool, committ
     return result, len(data)
 
 
-def _read_all(ctx: RequestContext, request) -> tuple[list, int, bool]:
+def _read_all(ctx: RequestContext, request, wanted) -> tuple[list, int, bool]:
+    """(topic, PartitionResult) of each ``wanted`` (topic, FetchPartition), record bytes,
+    whether any partition has an error."""
     broker = ctx.broker
     # the broker's fetch.max.bytes caps what a client may ask for (memory per request)
     budget = min(request.max_bytes, broker.config.fetch_max_bytes)
     committed = request.isolation_level == READ_COMMITTED
     total = 0
     errors = False
-    topics = []
-    for topic in request.topics:
-        partitions = []
-        may_read = ctx.allowed(Operation.READ, ResourceType.TOPIC, topic.topic)
-        for fetch in topic.partitions:
-            if not may_read:
-                partitions.append(
-                    PartitionResult(fetch.partition, ErrorCode.topic_authorization_failed))
-                errors = True
-                continue
-            result, size = _read_partition(
-                broker, topic.topic, fetch, budget - total, total == 0, committed
-            )
-            errors = errors or result.error_code != 0
-            total += size
-            partitions.append(result)
-        topics.append((topic.topic, partitions))
-    return topics, total, errors
+    results = []
+    may_read: dict = {}  # topic -> READ allowed (asked once per topic)
+    for topic, fetch in wanted:
+        allowed = may_read.get(topic)
+        if allowed is None:
+            allowed = may_read[topic] = ctx.allowed(Operation.READ, ResourceType.TOPIC, topic)
+        if not allowed:
+            results.append(
+                (topic, PartitionResult(fetch.partition, ErrorCode.topic_authorization_failed)))
+            errors = True
+            continue
+        result, size = _read_partition(broker, topic, fetch, budget - total, total == 0,
+                                       committed)
+        errors = errors or result.error_code != 0
+        total += size
+        results.append((topic, result))
+    return results, total, errors
 
 
 @handles(ApiKey.FETCH, MIN_VERSION, MAX_VERSION)
 async def fetch(ctx: RequestContext, request) -> RawResponse:
+    topics, forgotten = _named(ctx, request)
+    session = ctx.broker.fetch_sessions.begin(
+        getattr(request, "session_id", 0), getattr(request, "session_epoch", -1),
+        topics, forgotten)
+    if session.error != ErrorCode.none:
+        return RawResponse(encode_fetch_body(ctx.api_version, [], error_code=session.error,
+                                             session_id=session.session_id))
     deadline = trio.current_time() + request.max_wait.total_seconds()
-    keys = [(t.topic, p.partition) for t in request.topics for p in t.partitions]
+    keys = ctx.broker.fetch_sessions.all_partitions(session)
     while True:
-        topics, total, errors = _read_all(ctx, request)
+        results, total, errors = _read_all(ctx, request, session.to_read())
         if total >= request.min_bytes or errors or not keys:
             break
         if trio.current_time() >= deadline:
             break
         if not await ctx.broker.notifier.wait_any(keys, deadline):
-            topics, total, errors = _read_all(ctx, request)
+            results, total, errors = _read_all(ctx, request, session.to_read())
             break
-    return RawResponse(encode_fetch_body(ctx.api_version, topics))
+    return RawResponse(encode_fetch_body(ctx.api_version, _by_id(ctx, session.respond(results)),
+                                         session_id=session.session_id))

@@ -101,6 +101,7 @@ async def join_group(ctx: RequestContext, request):
             client_id=ctx.client_id or "",
             client_host="/" + ctx.client_host if ctx.client_host else "",
             require_known_member_id=ctx.api_version >= 4,
+            supports_skip_assignment=ctx.api_version >= 9,
         )
     )
     protocol_name = result.protocol_name
@@ -113,7 +114,7 @@ async def join_group(ctx: RequestContext, request):
         protocol_type=result.protocol_type,
         protocol_name=protocol_name,
         leader=result.leader_id,
-        skip_assignment=False,
+        skip_assignment=result.skip_assignment,
         member_id=result.member_id,
         members=[
             {"member_id": m.member_id, "group_instance_id": m.group_instance_id,
@@ -165,7 +166,8 @@ async def heartbeat(ctx: RequestContext, request):
     service = groups_of(ctx)
     if service is None:
         return _response(ctx, error_code=ErrorCode.coordinator_load_in_progress)
-    error = service.heartbeat(request.group_id, request.member_id, request.generation_id)
+    error = service.heartbeat(request.group_id, request.member_id, request.generation_id,
+                              getattr(request, "group_instance_id", None))
     return _response(ctx, error_code=error)
 
 
@@ -181,8 +183,8 @@ async def leave_group(ctx: RequestContext, request):
         _, errors = service.leave(request.group_id, [request.member_id])
         return _response(ctx, error_code=errors[0] if errors else ErrorCode.none)
     identities = [(m.member_id, m.group_instance_id) for m in request.members]
-    member_ids = [service.resolve_member(request.group_id, mid, iid) for mid, iid in identities]
-    top, errors = service.leave(request.group_id, member_ids)
+    top, errors = service.leave(request.group_id, [mid for mid, _ in identities],
+                                [iid for _, iid in identities])
     return _response(
         ctx,
         error_code=top,

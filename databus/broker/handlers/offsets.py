@@ -54,6 +54,7 @@ async def offset_commit(ctx: RequestContext, request):
         done = iter(await service.commit_offsets(
             request.group_id, request.member_id, request.generation_id_or_member_epoch,
             allowed, retention_ms=ms(getattr(request, "retention_time", -1)),
+            group_instance_id=getattr(request, "group_instance_id", None),
         ) if allowed else [])
         errors = [ErrorCode.topic_authorization_failed if e.topic in refused else next(done)
                   for e in entries]

@@ -117,7 +117,7 @@ def _response(ctx: RequestContext, results, failed: dict | None = None) -> objec
                  throttle_time=datetime.timedelta(0))
 
 
-@handles(ApiKey.PRODUCE, 0, 9)
+@handles(ApiKey.PRODUCE, 0, 10)
 async def produce(ctx: RequestContext, request) -> object:
     if request is None:
         return _answer_legacy(ctx)
