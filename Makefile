@@ -2,6 +2,10 @@
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
+# Two pytest workers (pytest-xdist): most tests wait on real processes, so two run in the
+# time of one.  tests/conftest.py keeps each module on one worker (its broker fixture starts
+# once) and every Spark test on one worker (one Spark session).  PYTEST_ARGS= runs serially.
+PYTEST_ARGS ?= -n 2 --dist loadgroup
 
 .PHONY: run test test-pure install install-test lint clean browser
 
