@@ -51,6 +51,7 @@ from .errors import (
     MessageTooLargeError,
     ProtocolError,
     SidecarUnavailableError,
+    SubscriptionError,
     error_for,
 )
 
@@ -252,7 +253,7 @@ class Transaction:
              ) -> DeliveryFuture:
         """Queue a half message; its future resolves when it is stored (not yet visible)."""
         if self.outcome is not None:
-            raise DatabusError(f"transaction {self.id} is already over")
+            raise DatabusError(-1, f"transaction {self.id} is already over")
         ours = [[wire.TXN_HEADER, self.id.encode()], [wire.TXN_GROUP_HEADER, self.group.encode()]]
         future = self.client.send(self.stream, value, key, ours + (_headers(headers) or []),
                                   partition)
@@ -355,12 +356,23 @@ class Client:
     def _open(self, timeout: float | None = None) -> None:
         """Connect and say hello (at start, and again after the sidecar went away)."""
         timeout = self._connect_timeout if timeout is None else timeout
-        sock = self._connect(self._address, timeout)
-        try:
-            hello = self._handshake(sock, self._client_name, timeout)
-        except BaseException:
-            sock.close()
-            raise
+        version = wire.PROTOCOL_VERSION
+        while True:
+            sock = self._connect(self._address, timeout)
+            try:
+                hello = self._handshake(sock, self._client_name, timeout, version)
+                break
+            except DatabusError as exc:
+                sock.close()
+                # A sidecar older than this SDK refuses its newest version: speak the
+                # previous one (sending works; subscribe() says what is missing).
+                if exc.code != wire.ErrorCode.UNSUPPORTED_VERSION or version <= 2:
+                    raise
+                version -= 1
+            except BaseException:
+                sock.close()
+                raise
+        self.protocol_version = version
         sock.setblocking(False)
         self._sock = sock
         self._epoch += 1
@@ -390,8 +402,9 @@ class Client:
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         return sock
 
-    def _handshake(self, sock: socket.socket, name: str, timeout: float) -> dict:
-        sock.sendall(wire.encode_frame(wire.hello(name, token=self._token)))
+    def _handshake(self, sock: socket.socket, name: str, timeout: float,
+                   version: int = wire.PROTOCOL_VERSION) -> dict:
+        sock.sendall(wire.encode_frame(wire.hello(name, version, token=self._token)))
         decoder = wire.FrameDecoder(wire.DEFAULT_MAX_FRAME_BYTES)
         deadline = time.monotonic() + timeout
         while True:
@@ -538,6 +551,11 @@ class Client:
             raise TypeError("stream and group must be non-empty str")
         if isinstance(tags, str):
             tags = [tags]
+        if self.protocol_version < wire.CONSUME_VERSION:
+            raise SubscriptionError(
+                wire.ErrorCode.UNSUPPORTED_VERSION,
+                f"the sidecar speaks protocol version {self.protocol_version}; consuming needs "
+                f"{wire.CONSUME_VERSION} (upgrade the sidecar)")
         with self._lock:
             if self._closed or self._failure is not None:
                 raise self._failure or SidecarUnavailableError("the client is closed")

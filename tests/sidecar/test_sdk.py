@@ -21,6 +21,7 @@ from databus import (
     Delivery,
     ProtocolError,
     SidecarUnavailableError,
+    SubscriptionError,
     UnknownStreamError,
 )
 from databus.protocol import sidecar_wire as wire
@@ -507,3 +508,51 @@ async def test_partial_frames_hold_at_most_queued_max_frame_bytes(sock_dir, mock
     async with running_sidecar(config) as sidecar:
         grown_mib = await trio.to_thread.run_sync(attack, sidecar.addresses.socket)
     assert grown_mib < 32, f"the sidecar grew by {grown_mib:.0f} MiB"
+
+
+def test_an_older_sidecar_gets_the_previous_protocol_version(sock_dir):
+    """A sidecar of protocol version 2 refuses the SDK's version 3 hello as an older
+    `databus` does (UNSUPPORTED_VERSION, then it closes): the SDK says hello again with 2,
+    sends, and refuses subscribe() with a clear error instead of failing the connection."""
+    path = os.path.join(sock_dir, "old.sock")
+    server = socket.socket(socket.AF_UNIX)
+    server.bind(path)
+    server.listen(2)
+    hellos: list[dict] = []
+
+    def old_sidecar():
+        for _ in range(2):
+            conn, _ = server.accept()
+            with conn:
+                decoder = wire.FrameDecoder()
+                frames: list[dict] = []
+                while not frames:
+                    frames += decoder.feed(conn.recv(65536))
+                hellos.append(frames[0])
+                if frames[0]["version"] > 2:
+                    conn.sendall(wire.encode_frame(wire.error(
+                        wire.ErrorCode.UNSUPPORTED_VERSION,
+                        f"protocol version {frames[0]['version']} is not supported "
+                        "(supported: [1, 2])")))
+                    continue
+                conn.sendall(wire.encode_frame(wire.hello_reply("old", 1 << 20, 200, 2)))
+                frames = frames[1:]
+                while not frames:
+                    frames += decoder.feed(conn.recv(65536))
+                (produce,) = frames[:1]
+                conn.sendall(wire.encode_frame(wire.reports([
+                    wire.report_ok(produce["messages"][0][0], "t", 0, 7, 1700000000000)])))
+                conn.recv(65536)  # until the client closes
+
+    thread = threading.Thread(target=old_sidecar, daemon=True)
+    thread.start()
+    try:
+        with Client(path) as client:
+            assert client.protocol_version == 2
+            assert client.send("s", b"v").result(10) == Delivery("t", 0, 7, 1700000000000)
+            with pytest.raises(SubscriptionError, match="protocol version 2; consuming needs 3"):
+                client.subscribe("s", "g")
+    finally:
+        server.close()
+        thread.join(10)
+    assert [h["version"] for h in hellos] == [3, 2]
