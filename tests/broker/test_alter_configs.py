@@ -166,10 +166,13 @@ def test_confluent_producer_gets_invalid_record_for_a_keyless_record_on_a_compac
         producer.produce("keys-c", key=key, value=value,
                          on_delivery=lambda err, msg: reports.append((err, msg.value())))
     assert producer.flush(30) == 0
-    # one batch, refused whole: the keyless record and the two sent with it
-    assert sorted((err.code() if err else None, value) for err, value in reports) == [
-        (KafkaError.INVALID_RECORD, b"1"), (KafkaError.INVALID_RECORD, b"3"),
-        (KafkaError.INVALID_RECORD, b"keyless")]
+    # The keyless record is refused; a batch holding it is refused whole, so the keyed
+    # records share its fate only when librdkafka put them in the same batch (usually, with
+    # linger.ms; not always on a loaded machine).
+    codes = {value: err.code() if err else None for err, value in reports}
+    assert codes[b"keyless"] == KafkaError.INVALID_RECORD
+    assert {codes[b"1"], codes[b"3"]} <= {None, KafkaError.INVALID_RECORD}
+    assert len(reports) == 3
     confluent_produce(broker.bootstrap, "keys-c", [Msg(b"k", b"after")])
     got = confluent_consume(broker.bootstrap, "keys-c", 1)
     assert [(g.offset, g.value) for g in got] == [(0, b"after")], "nothing was appended"

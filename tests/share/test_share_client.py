@@ -302,7 +302,8 @@ def test_sync_share_consumer(broker, work):
                 break
         for record in got:
             sc.acknowledge(record, REJECT)
-        assert sc.commit() == {(topic, 0): None}
+        # {} when the acknowledgements already rode a ShareFetch answered before commit()
+        assert set(sc.commit().items()) <= {((topic, 0), None)}
     assert sorted(r.offset for r in got) == [0, 1]
     assert start_offset(broker.bootstrap, group, topic) == 2
 
