@@ -29,6 +29,7 @@ import trio
 
 from databus.client import Admin, Consumer, KafkaError, Producer
 
+from .background import BackgroundService
 from .delay_core import CANCEL_TOPIC, LEVEL_TOPICS, Action, Scheduler, TopicPartition
 
 log = logging.getLogger("databus.sidecar.delay")
@@ -42,10 +43,11 @@ def now_ms() -> int:
     return int(time.time() * 1000)
 
 
-class DelayService:
+class DelayService(BackgroundService):
     def __init__(self, cluster: str, bootstrap: str, *, group_id: str,
                  consumer: dict | None = None, producer: dict | None = None,
                  max_held: int = 1000) -> None:
+        super().__init__()
         self.cluster = cluster
         self.bootstrap = bootstrap
         self.group_id = group_id
@@ -60,23 +62,6 @@ class DelayService:
         self._inflight: dict[TopicPartition, list] = {}
         self._consumer: Consumer | None = None
         self._producer: Producer | None = None
-        self._closing = False
-        self._stop = trio.Event()
-        self._done = trio.Event()
-
-    async def stop(self) -> None:
-        """Hand on what is ready, commit, leave the group (the others take over)."""
-        self._stop.set()
-        await self._done.wait()
-
-    async def run(self, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
-        # Started at once: clients and their nurseries are opened inside this task only
-        # after it has moved to its final nursery (as the sinks runtime does).
-        task_status.started(self)
-        try:
-            await self._run()
-        finally:
-            self._done.set()
 
     async def _run(self) -> None:
         await self._create_topics()

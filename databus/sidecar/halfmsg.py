@@ -24,6 +24,7 @@ import trio
 
 from databus.client import Admin, Consumer, KafkaError, Producer
 
+from .background import BackgroundService
 from .half_core import CHECK_TOPIC, HALF_TOPIC, ROLLBACK, HalfTracker, end_headers
 
 log = logging.getLogger("databus.sidecar.halfmsg")
@@ -62,10 +63,11 @@ class Checkers:
         return True
 
 
-class HalfService:
+class HalfService(BackgroundService):
     def __init__(self, cluster: str, bootstrap: str, checkers: Checkers, *, group_id: str,
                  check_ms: int, max_checks: int, consumer: dict | None = None,
                  producer: dict | None = None) -> None:
+        super().__init__()
         self.cluster = cluster
         self.bootstrap = bootstrap
         self.checkers = checkers
@@ -78,20 +80,6 @@ class HalfService:
         self.committed = self.rolled_back = self.checks_sent = 0
         self._consumer: Consumer | None = None
         self._producer: Producer | None = None
-        self._closing = False
-        self._stop = trio.Event()
-        self._done = trio.Event()
-
-    async def stop(self) -> None:
-        self._stop.set()
-        await self._done.wait()
-
-    async def run(self, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
-        task_status.started(self)
-        try:
-            await self._run()
-        finally:
-            self._done.set()
 
     async def _run(self) -> None:
         try:
