@@ -846,7 +846,28 @@ class LanesConfig(_Model):
         from databus.lanes.model import check_template
 
         return check_template(v)
-class DelayConfig(_Model):
+class _GroupService(_Model):
+    """What the sidecar's cluster-wide services (delay, transactions) share: each runs as one
+    consumer group per cluster, with its own group consumer and producer."""
+
+    clusters: list[str] | None = Field(
+        None,
+        description="Clusters this sidecar runs the service for; default every configured "
+        "cluster (or the built-in broker).",
+    )
+    consumer: dict[str, Any] = Field(
+        default_factory=dict,
+        description="Kafka consumer keys for the service's group consumer "
+        "(`session.timeout.ms`: how soon a dead sidecar's share moves to another).",
+    )
+    producer: dict[str, Any] = Field(
+        default_factory=dict,
+        description="Kafka producer keys for the service's producer (default acks=all, "
+        "idempotent).",
+    )
+
+
+class DelayConfig(_GroupService):
     """The delay service (docs/delayed.md): delivers delayed messages at their time."""
 
     enabled: bool = Field(
@@ -855,28 +876,13 @@ class DelayConfig(_Model):
         "delayed messages of a cluster through one consumer group; at least one must run it "
         "for delayed messages to be delivered.",
     )
-    clusters: list[str] | None = Field(
-        None,
-        description="Clusters whose delayed messages this sidecar delivers; default every "
-        "configured cluster (or the built-in broker).",
-    )
     group_id: str = Field(
         "databus-delay", alias="group.id",
         description="Consumer group of the delay services of a cluster.",
     )
-    consumer: dict[str, Any] = Field(
-        default_factory=dict,
-        description="Kafka consumer keys for the delay service's group consumer "
-        "(`session.timeout.ms`: how soon a dead sidecar's messages move to another).",
-    )
-    producer: dict[str, Any] = Field(
-        default_factory=dict,
-        description="Kafka producer keys for the delay service's producer (default acks=all, "
-        "idempotent, `linger.ms: 5`).",
-    )
 
 
-class TransactionsConfig(_Model):
+class TransactionsConfig(_GroupService):
     """The half-message service (docs/transactions.md): apps' transactions with check-back."""
 
     enabled: bool = Field(
@@ -885,11 +891,6 @@ class TransactionsConfig(_Model):
         "transactions (`client.transaction(...)`) and pass check-backs to this sidecar's "
         "apps. At least one sidecar per cluster must run it; every sidecar whose apps "
         "register check callbacks should.",
-    )
-    clusters: list[str] | None = Field(
-        None,
-        description="Clusters whose transactions this sidecar settles; default every "
-        "configured cluster (or the built-in broker).",
     )
     group_id: str = Field(
         "databus-txn", alias="group.id",
@@ -904,15 +905,6 @@ class TransactionsConfig(_Model):
     max_checks: int = Field(
         15, alias="max.checks", ge=0,
         description="Unanswered checks after which a transaction is rolled back (and logged).",
-    )
-    consumer: dict[str, Any] = Field(
-        default_factory=dict,
-        description="Kafka consumer keys for the service's group consumer.",
-    )
-    producer: dict[str, Any] = Field(
-        default_factory=dict,
-        description="Kafka producer keys for the service's producer (default acks=all, "
-        "idempotent).",
     )
 
 

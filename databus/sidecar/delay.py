@@ -44,15 +44,15 @@ def now_ms() -> int:
 
 
 class DelayService(BackgroundService):
+    name = "delay service"
+    topics = LEVEL_TOPICS
+    linger_ms = 5
+
     def __init__(self, cluster: str, bootstrap: str, *, group_id: str,
                  consumer: dict | None = None, producer: dict | None = None,
                  max_held: int = 1000) -> None:
-        super().__init__()
-        self.cluster = cluster
-        self.bootstrap = bootstrap
-        self.group_id = group_id
-        self.consumer_settings = dict(consumer or {})
-        self.producer_settings = dict(producer or {})
+        super().__init__(cluster, bootstrap, group_id=group_id, consumer=consumer,
+                         producer=producer)
         self.scheduler = Scheduler(max_held)
         self.cancelled: dict[str, int] = {}  # id -> when it was cancelled (ms)
         self.delivered = 0
@@ -60,48 +60,12 @@ class DelayService(BackgroundService):
         self.dropped = 0
         # per partition: [offset, future] of records handed on and not yet acknowledged
         self._inflight: dict[TopicPartition, list] = {}
-        self._consumer: Consumer | None = None
-        self._producer: Producer | None = None
 
-    async def _run(self) -> None:
-        await self._create_topics()
-        consumer_config = {
-            "group.id": self.group_id, "enable.auto.commit": False,
-            "auto.offset.reset": "earliest", "fetch.max.wait.ms": 100,
-            **self.consumer_settings,
-        }
-        producer_config = {"acks": "all", "enable.idempotence": True, "linger.ms": 5,
-                           **self.producer_settings}
-        async with Producer(self.bootstrap, producer_config) as producer, \
-                Consumer(self.bootstrap, consumer_config, on_assigned=self._assigned,
-                         on_revoked=self._revoked) as consumer:
-            self._producer, self._consumer = producer, consumer
-            consumer.subscribe(LEVEL_TOPICS)
-            async with trio.open_nursery() as nursery:
-                nursery.start_soon(self._follow_cancels)
-                log.info("delay service for cluster %s running (group %s)", self.cluster,
-                         self.group_id)
-                try:
-                    await self._loop(consumer, producer)  # until stop()
-                    # the last commit here, not in the revocation of a closing consumer
-                    await self._commit(consumer, producer)
-                finally:
-                    self._closing = True
-                    nursery.cancel_scope.cancel()
-
-    async def _create_topics(self) -> None:
-        """The level topics and the cancel topic, where a cluster does not create topics on
-        first use (an existing topic is fine)."""
-        try:
-            async with Admin(self.bootstrap) as admin:
-                await admin.create_topics(list(LEVEL_TOPICS))
-                await admin.create_topics(
-                    [CANCEL_TOPIC],
-                    configs={"cleanup.policy": "compact,delete",
-                             "retention.ms": str(CANCEL_RETENTION_MS)})
-        except (KafkaError, OSError, trio.TooSlowError) as exc:
-            log.warning("cluster %s: could not create the delay topics (%s); relying on "
-                        "topic auto-creation", self.cluster, exc)
+    async def _make_topics(self, admin: Admin) -> None:
+        await super()._make_topics(admin)
+        await admin.create_topics(
+            [CANCEL_TOPIC],
+            configs={"cleanup.policy": "compact,delete", "retention.ms": str(CANCEL_RETENTION_MS)})
 
     # -- the main loop ----------------------------------------------------------------------
 
@@ -191,7 +155,7 @@ class DelayService(BackgroundService):
         for tp in partitions:
             self._inflight.pop(tp, None)
 
-    async def _follow_cancels(self) -> None:
+    async def _follow(self) -> None:  # the cancel topic
         async with Consumer(self.bootstrap, {"auto.offset.reset": "earliest",
                                              "enable.auto.commit": False}) as consumer:
             partitions = await consumer.partitions_for(CANCEL_TOPIC)

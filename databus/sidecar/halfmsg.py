@@ -64,50 +64,23 @@ class Checkers:
 
 
 class HalfService(BackgroundService):
+    name = "half-message service"
+    topics = (HALF_TOPIC,)
+    linger_ms = 2
+
     def __init__(self, cluster: str, bootstrap: str, checkers: Checkers, *, group_id: str,
                  check_ms: int, max_checks: int, consumer: dict | None = None,
                  producer: dict | None = None) -> None:
-        super().__init__()
-        self.cluster = cluster
-        self.bootstrap = bootstrap
+        super().__init__(cluster, bootstrap, group_id=group_id, consumer=consumer,
+                         producer=producer)
         self.checkers = checkers
-        self.group_id = group_id
         self.check_ms = check_ms
         self.max_checks = max_checks
-        self.consumer_settings = dict(consumer or {})
-        self.producer_settings = dict(producer or {})
         self.tracker = HalfTracker()
         self.committed = self.rolled_back = self.checks_sent = 0
-        self._consumer: Consumer | None = None
-        self._producer: Producer | None = None
 
-    async def _run(self) -> None:
-        try:
-            async with Admin(self.bootstrap) as admin:
-                await admin.create_topics([HALF_TOPIC, CHECK_TOPIC])
-        except (KafkaError, OSError, trio.TooSlowError) as exc:
-            log.warning("cluster %s: could not create the transaction topics (%s)",
-                        self.cluster, exc)
-        consumer_config = {"group.id": self.group_id, "enable.auto.commit": False,
-                           "auto.offset.reset": "earliest", "fetch.max.wait.ms": 100,
-                           **self.consumer_settings}
-        producer_config = {"acks": "all", "enable.idempotence": True, "linger.ms": 2,
-                           **self.producer_settings}
-        async with Producer(self.bootstrap, producer_config) as producer, \
-                Consumer(self.bootstrap, consumer_config, on_assigned=self._assigned,
-                         on_revoked=self._revoked) as consumer:
-            self._producer, self._consumer = producer, consumer
-            consumer.subscribe([HALF_TOPIC])
-            async with trio.open_nursery() as nursery:
-                nursery.start_soon(self._follow_checks)
-                log.info("half-message service for cluster %s running (group %s)",
-                         self.cluster, self.group_id)
-                try:
-                    await self._loop(consumer, producer)
-                    await self._commit(consumer, producer)
-                finally:
-                    self._closing = True
-                    nursery.cancel_scope.cancel()
+    async def _make_topics(self, admin: Admin) -> None:
+        await admin.create_topics([HALF_TOPIC, CHECK_TOPIC])
 
     async def _loop(self, consumer: Consumer, producer: Producer) -> None:
         last_commit = last_check = trio.current_time()
@@ -177,7 +150,7 @@ class HalfService(BackgroundService):
             await self._commit(self._consumer, self._producer, partitions)
         self.tracker.revoke(partitions)
 
-    async def _follow_checks(self) -> None:
+    async def _follow(self) -> None:  # the check topic
         """Check requests for this sidecar's apps (from the end: older ones are answered
         or will be asked again)."""
         async with Consumer(self.bootstrap, {"enable.auto.commit": False}) as consumer:
