@@ -10,6 +10,10 @@ Rules every action follows (creating and deleting topics, producing, resetting o
   ``confirmed=yes``, acts.  Nothing is changed by a GET.
 * ``read_only``: every action is refused with 403 before anything is asked of the cluster,
   and the pages show no forms.
+
+With ``sessions`` (login mode, sessions.py) every page and action first needs a live
+session's cookie, and uses that session's view (the user's own credentials); ``/login``
+and ``/logout`` are POSTs under the same cross-site rule as the actions.
 """
 
 from __future__ import annotations
