@@ -19,7 +19,7 @@ import pytest
 from databus.client import SyncAdmin
 from databus.protocol.sasl import make_credential
 from databus.storage.credentials import CredentialStore
-from tests.console.conftest import ConsoleProcess, databus
+from tests.console.conftest import ConsoleProcess, databus, shoot
 from tests.helpers.broker import BrokerProcess
 
 pytestmark = pytest.mark.timeout(120)
@@ -151,6 +151,7 @@ def test_login_acts_as_the_user_and_logout_ends_it(page, consoles, browser, secu
         log_in(page, url, user, password)
         assert page.inner_text("#error") == "invalid username or password"
         assert page.url == f"{url}/login"
+    shoot(page, "login")
     log_in(page, f"{url}/login?next=/", "alice", USERS["alice"])
     page.wait_for_selector("#topics")
     assert page.inner_text("#user") == "alice"
