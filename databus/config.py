@@ -53,6 +53,19 @@ def is_secret_key(key: str) -> bool:
     return last in ("password", "token", "secret") or key.endswith("jaas.config")
 
 
+def describe_security(settings: Mapping[str, Any]) -> str:
+    """``SASL_SSL, SCRAM-SHA-512 as sidecar``: how client ``settings`` reach a cluster, for
+    start-up lines; "" for PLAINTEXT.  Never a secret."""
+    protocol = str(settings.get("security.protocol", "PLAINTEXT")).upper()
+    if protocol == "PLAINTEXT":
+        return ""
+    if protocol.startswith("SASL"):
+        mechanism = settings.get("sasl.mechanism") or settings.get("sasl.mechanisms") or "PLAIN"
+        user = settings.get("sasl.username")
+        return f"{protocol}, {mechanism}" + (f" as {user}" if user else "")
+    return protocol
+
+
 def resolve_references(settings: Mapping[str, Any], where: str = "") -> dict[str, Any]:
     """``${env:NAME}`` and ``${file:/path}`` in string values replaced by the environment
     variable / the file's content (without its final newline), as Kafka's config providers
@@ -263,8 +276,22 @@ class ConsoleSettings(_Model):
     listen: str | None = Field(
         None,
         description="HOST:PORT of the web console (port 0 picks a free port); null: `databus "
-        "up` serves no console (`databus console` defaults to 127.0.0.1:8080). It has no "
-        "login of its own: bind it to loopback or put it behind one.",
+        "up` serves no console (`databus console` defaults to 127.0.0.1:8080). Without "
+        "`auth: sasl` it has no login: bind it to loopback or put it behind one.",
+    )
+    auth: Literal["none", "sasl"] = Field(
+        "none",
+        description="`sasl`: a login page; the user's name and password are checked by a SASL "
+        "login to the cluster (its `security.protocol` must be SASL_PLAINTEXT or SASL_SSL, "
+        "with its `sasl.mechanism`), and the console then acts as that user, so the "
+        "cluster's ACLs decide what each user sees and may do. `none`: the console acts "
+        "with the cluster's own settings.",
+    )
+    session_idle_timeout_ms: int = Field(
+        1_800_000,
+        gt=0,
+        description="With `auth: sasl`: a login session unused this long is closed (its "
+        "connections too) and the next page asks for the password again.",
     )
     read_only: bool = Field(
         False,

@@ -215,15 +215,17 @@ class Cluster:
         nodes = list(self.brokers) or []
         random.shuffle(nodes)
         nodes += [-(i + 1) for i in range(len(self.bootstrap))]
-        failures = []
+        failures: list[errors.KafkaError] = []
         for node in nodes:
             try:
                 return await self.connection(node)
             except errors.KafkaError as exc:
-                failures.append(f"{exc}")
+                failures.append(exc)
+        # The last failure as the cause: a caller can tell refused credentials
+        # (SaslAuthenticationFailedError) from an unreachable cluster.
         raise errors.KafkaConnectionError(
-            "no broker reachable: " + "; ".join(failures[-len(self.bootstrap) - 1 :])
-        )
+            "no broker reachable: " + "; ".join(map(str, failures[-len(self.bootstrap) - 1 :]))
+        ) from (failures[-1] if failures else None)
 
     async def request(self, node_id: int | None, api_key: int, fields: Mapping[str, Any], **kw):
         """Send a request to ``node_id`` (None: any broker) and return the response."""

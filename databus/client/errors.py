@@ -96,6 +96,7 @@ InvalidProducerEpochError = _BY_CODE[ErrorCode.invalid_producer_epoch]
 UnknownProducerIdError = _BY_CODE[ErrorCode.unknown_producer_id]
 MemberIdRequiredError = _BY_CODE[ErrorCode.member_id_required]
 FencedInstanceIdError = _BY_CODE[ErrorCode.fenced_instance_id]
+SaslAuthenticationFailedError = _BY_CODE[ErrorCode.sasl_authentication_failed]
 
 
 class KafkaConnectionError(KafkaError):

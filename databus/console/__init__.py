@@ -7,5 +7,6 @@ logic (``databus.tools.groups`` for describing groups, lag and offset resets).
 
 Modules: view (pure: how a message's bytes are shown, the lag chart's SVG, the samples the
 console keeps), cluster (the reads and actions, trio), app (the Starlette routes and the
-confirmation/read-only rules), server (hypercorn on trio, ``task_status``), command (the CLI).
+confirmation/read-only rules), sessions (login mode: a user's session acts with the user's
+SASL credentials), server (hypercorn on trio, ``task_status``), command (the CLI).
 """

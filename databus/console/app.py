@@ -10,6 +10,10 @@ Rules every action follows (creating and deleting topics, producing, resetting o
   ``confirmed=yes``, acts.  Nothing is changed by a GET.
 * ``read_only``: every action is refused with 403 before anything is asked of the cluster,
   and the pages show no forms.
+
+With ``sessions`` (login mode, sessions.py) every page and action first needs a live
+session's cookie, and uses that session's view (the user's own credentials); ``/login``
+and ``/logout`` are POSTs under the same cross-site rule as the actions.
 """
 
 from __future__ import annotations
@@ -24,7 +28,8 @@ from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 from starlette.templating import Jinja2Templates
 
-from .cluster import RESET_TARGETS, ClusterView, ConsoleError
+from .cluster import RESET_TARGETS, ClusterView, ConsoleError, LoginRefused
+from .sessions import COOKIE, Sessions
 from .view import chart, format_bytes, format_ms, show_bytes
 
 HERE = Path(__file__).parent
@@ -34,12 +39,16 @@ REFRESH_SECONDS = 2  # how often a group's lag fragment reloads itself (htmx pol
 STATUS_REFRESH_SECONDS = 10
 
 
-def create_app(view: ClusterView, *, read_only: bool = False, status=None) -> Starlette:
-    """``status``: a server.ConfigStatus (the mirrors/indexes/sinks of a sidecar.yaml and
+def create_app(shared: ClusterView | None, *, read_only: bool = False, status=None,
+               sessions: Sessions | None = None) -> Starlette:
+    """``shared``: the view every request uses; or ``sessions`` (login mode, shared None):
+    each request uses its session's view, and without one gets the login page.
+    ``status``: a server.ConfigStatus (the mirrors/indexes/sinks of a sidecar.yaml and
     index search), or None when the console was started without one."""
     templates = Jinja2Templates(directory=str(HERE / "templates"))
     env = templates.env
-    env.globals.update(read_only=read_only, bootstrap=view.bootstrap,
+    bootstrap = shared.bootstrap if shared is not None else sessions.bootstrap
+    env.globals.update(read_only=read_only, bootstrap=bootstrap, login=sessions is not None,
                        refresh_seconds=REFRESH_SECONDS,
                        status_refresh_seconds=STATUS_REFRESH_SECONDS, reset_targets=RESET_TARGETS)
     env.filters["show"] = show_bytes
@@ -49,7 +58,13 @@ def create_app(view: ClusterView, *, read_only: bool = False, status=None) -> St
 
     def page(request: Request, name: str, status_code: int = 200, **context) -> Response:
         context.setdefault("done", request.query_params.get("done"))
-        return templates.TemplateResponse(request, name, context, status_code=status_code)
+        view = getattr(request.state, "view", None)
+        context.setdefault("user", view.user if view is not None else None)
+        response = templates.TemplateResponse(request, name, context, status_code=status_code)
+        if sessions is not None:
+            # What a user saw is theirs: not kept for the back button after a logout.
+            response.headers["Cache-Control"] = "no-store"
+        return response
 
     def failure(request: Request, exc: Exception, status_code: int = 502) -> Response:
         headers = request.headers
@@ -62,14 +77,14 @@ def create_app(view: ClusterView, *, read_only: bool = False, status=None) -> St
             return HTMLResponse(f'<p class="error">{_escape(str(exc))}</p>', status_code=200)
         return page(request, "error.html", status_code, message=str(exc))
 
-    async def cluster_page(request: Request) -> Response:
+    async def cluster_page(request: Request, view: ClusterView) -> Response:
         try:
             overview = await view.overview()
         except ConsoleError as exc:
             return failure(request, exc)
         return page(request, "cluster.html", overview=overview)
 
-    async def topic_page(request: Request) -> Response:
+    async def topic_page(request: Request, view: ClusterView) -> Response:
         name = request.path_params["name"]
         try:
             partitions = await view.topic(name)
@@ -77,7 +92,7 @@ def create_app(view: ClusterView, *, read_only: bool = False, status=None) -> St
             return failure(request, exc, 404)
         return page(request, "topic.html", topic=name, partitions=partitions)
 
-    async def messages_fragment(request: Request) -> Response:
+    async def messages_fragment(request: Request, view: ClusterView) -> Response:
         name, q = request.path_params["name"], request.query_params
         try:
             records = await view.browse(
@@ -89,49 +104,49 @@ def create_app(view: ClusterView, *, read_only: bool = False, status=None) -> St
             return failure(request, exc, 400)
         return page(request, "_messages.html", records=records, topic=name)
 
-    async def groups_page(request: Request) -> Response:
+    async def groups_page(request: Request, view: ClusterView) -> Response:
         try:
             groups = await view.groups()
         except ConsoleError as exc:
             return failure(request, exc)
         return page(request, "groups.html", groups=groups)
 
-    async def group_context(group: str) -> dict:
+    async def group_context(view: ClusterView, group: str) -> dict:
         doc = await view.group(group)
         return {"group": group, "doc": doc,
                 "chart": chart(view.samples.series(("group", group))),
                 "topics": sorted({o["topic"] for o in doc["offsets"]})}
 
-    async def group_page(request: Request) -> Response:
+    async def group_page(request: Request, view: ClusterView) -> Response:
         try:
-            context = await group_context(request.path_params["group"])
+            context = await group_context(view, request.path_params["group"])
         except ConsoleError as exc:
             return failure(request, exc, 404)
         return page(request, "group.html", **context)
 
-    async def lag_fragment(request: Request) -> Response:
+    async def lag_fragment(request: Request, view: ClusterView) -> Response:
         try:
-            context = await group_context(request.path_params["group"])
+            context = await group_context(view, request.path_params["group"])
         except ConsoleError as exc:
             return failure(request, exc)
         return page(request, "_lag.html", **context)
 
-    async def status_page(request: Request) -> Response:
+    async def status_page(request: Request, view: ClusterView) -> Response:
         if status is None:
             return page(request, "status.html", tables=None)
         try:
-            tables = await status.tables()
+            tables = await status.tables(view)
         except (ConsoleError, OSError) as exc:
             return failure(request, exc)
         return page(request, "status.html", tables=tables, indexes=status.indexes)
 
-    async def index_search(request: Request) -> Response:
+    async def index_search(request: Request, view: ClusterView) -> Response:
         q = request.query_params
         try:
             if status is None:
                 raise ConsoleError("no sidecar.yaml: no indexes to search")
-            records = await status.search(request.path_params["name"], q.get("field", ""),
-                                          q.get("value", ""),
+            records = await status.search(view, request.path_params["name"],
+                                          q.get("field", ""), q.get("value", ""),
                                           limit=_int(q.get("limit"), "limit") or 20)
         except ConsoleError as exc:
             return failure(request, exc, 400)
@@ -139,7 +154,7 @@ def create_app(view: ClusterView, *, read_only: bool = False, status=None) -> St
 
     # -- actions ------------------------------------------------------------------------
 
-    async def action(request: Request) -> Response:
+    async def action(request: Request, view: ClusterView) -> Response:
         kind = request.path_params["kind"]
         if read_only:
             return page(request, "error.html", 403, refused=True,
@@ -151,7 +166,7 @@ def create_app(view: ClusterView, *, read_only: bool = False, status=None) -> St
             return PlainTextResponse(f"no action {kind!r}\n", status_code=404)
         form = dict(await request.form())
         try:
-            return await handler(request, form, form.get("confirmed") == "yes")
+            return await handler(request, view, form, form.get("confirmed") == "yes")
         except ConsoleError as exc:
             return failure(request, exc, 400)
 
@@ -164,7 +179,7 @@ def create_app(view: ClusterView, *, read_only: bool = False, status=None) -> St
         sep = "&" if "?" in url else "?"
         return RedirectResponse(f"{url}{sep}{urlencode({'done': message})}", status_code=303)
 
-    async def create_topic(request, form, confirmed):
+    async def create_topic(request, view, form, confirmed):
         name = (form.get("name") or "").strip()
         if not name:
             raise ConsoleError("a topic needs a name")
@@ -182,7 +197,7 @@ def create_app(view: ClusterView, *, read_only: bool = False, status=None) -> St
         await view.create_topic(name, partitions, configs)
         return done(f"/topics/{quote(name, safe='')}", f"created topic {name}")
 
-    async def delete_topic(request, form, confirmed):
+    async def delete_topic(request, view, form, confirmed):
         name = form.get("name") or ""
         if not confirmed:
             return confirm(request, form, "Delete topic",
@@ -190,7 +205,7 @@ def create_app(view: ClusterView, *, read_only: bool = False, status=None) -> St
         await view.delete_topic(name)
         return done("/", f"deleted topic {name}")
 
-    async def produce(request, form, confirmed):
+    async def produce(request, view, form, confirmed):
         topic = form.get("topic") or ""
         partition = _int(form.get("partition"), "partition")
         key = (form.get("key") or "").encode() or None
@@ -206,7 +221,7 @@ def create_app(view: ClusterView, *, read_only: bool = False, status=None) -> St
         return done(f"/topics/{quote(topic, safe='')}",
                     f"produced to partition {meta.partition} at offset {meta.offset}")
 
-    async def reset_offsets(request, form, confirmed):
+    async def reset_offsets(request, view, form, confirmed):
         group = form.get("group") or ""
         topic = form.get("topic") or None
         target = form.get("target") or ""
@@ -226,20 +241,83 @@ def create_app(view: ClusterView, *, read_only: bool = False, status=None) -> St
     async def healthz(request: Request) -> Response:
         return PlainTextResponse("ok\n")
 
+    # -- login (sessions given: console.auth sasl) ---------------------------------------
+
+    def viewing(handler):
+        """``handler(request, view)`` with the request's view: the console's own, or with a
+        login the view of the request's session; without a live session, the login page."""
+        async def endpoint(request: Request) -> Response:
+            if sessions is None:
+                found = shared
+            else:
+                found = sessions.find(request.cookies.get(COOKIE))
+                if found is None:
+                    return login_required(request)
+            request.state.view = found
+            return await handler(request, found)
+        return endpoint
+
+    def login_required(request: Request) -> Response:
+        if request.headers.get("hx-request"):
+            # A part of a page reloading itself: htmx loads the login page in its place.
+            return Response(headers={"HX-Redirect": "/login"})
+        where = request.url.path + (f"?{request.url.query}" if request.url.query else "")
+        target = f"/login?{urlencode({'next': where})}" if request.method == "GET" else "/login"
+        return RedirectResponse(target, status_code=303)
+
+    async def login_page(request: Request) -> Response:
+        if request.method == "GET":
+            if sessions.find(request.cookies.get(COOKIE)) is not None:
+                return RedirectResponse("/", status_code=303)
+            return page(request, "login.html", next=_local(request.query_params.get("next")))
+        if not _same_origin(request):
+            return PlainTextResponse("cross-site request refused\n", status_code=403)
+        form = await request.form()
+        username, next_url = str(form.get("username") or ""), _local(form.get("next"))
+        try:
+            token = await sessions.login(username, str(form.get("password") or ""))
+        except ConsoleError as exc:  # LoginRefused: "invalid username or password"
+            status_code = 401 if isinstance(exc, LoginRefused) else 503
+            return page(request, "login.html", status_code, error=str(exc),
+                        username=username, next=next_url)
+        response = RedirectResponse(next_url, status_code=303)
+        response.set_cookie(COOKIE, token, path="/", httponly=True, samesite="strict",
+                            secure=request.url.scheme == "https")
+        return response
+
+    async def logout(request: Request) -> Response:
+        if not _same_origin(request):
+            return PlainTextResponse("cross-site request refused\n", status_code=403)
+        sessions.logout(request.cookies.get(COOKIE))
+        response = RedirectResponse("/login", status_code=303)
+        response.delete_cookie(COOKIE, path="/", httponly=True, samesite="strict")
+        return response
+
     routes = [
-        Route("/", cluster_page),
-        Route("/topics/{name}", topic_page),
-        Route("/topics/{name}/messages", messages_fragment),
-        Route("/groups", groups_page),
-        Route("/groups/{group}", group_page),
-        Route("/groups/{group}/lag", lag_fragment),
-        Route("/status", status_page),
-        Route("/indexes/{name}/search", index_search),
-        Route("/actions/{kind}", action, methods=["POST"]),
+        Route("/", viewing(cluster_page)),
+        Route("/topics/{name}", viewing(topic_page)),
+        Route("/topics/{name}/messages", viewing(messages_fragment)),
+        Route("/groups", viewing(groups_page)),
+        Route("/groups/{group}", viewing(group_page)),
+        Route("/groups/{group}/lag", viewing(lag_fragment)),
+        Route("/status", viewing(status_page)),
+        Route("/indexes/{name}/search", viewing(index_search)),
+        Route("/actions/{kind}", viewing(action), methods=["POST"]),
         Route("/healthz", healthz),
         Mount("/static", StaticFiles(directory=str(HERE / "static")), name="static"),
     ]
+    if sessions is not None:
+        routes += [Route("/login", login_page, methods=["GET", "POST"]),
+                   Route("/logout", logout, methods=["POST"])]
     return Starlette(routes=routes)
+
+
+def _local(url) -> str:
+    """Where a login goes on to: a path of this console, never another site's address."""
+    url = str(url or "")
+    if not url.startswith("/") or url.startswith(("//", "/\\")):
+        return "/"
+    return url
 
 
 def _int(text: str | None, what: str) -> int | None:

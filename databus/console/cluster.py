@@ -17,7 +17,7 @@ from types import SimpleNamespace
 
 import trio
 
-from databus.client import Admin, Consumer, KafkaError, Producer
+from databus.client import Admin, Consumer, KafkaError, Producer, errors
 from databus.tools.groups import (
     GroupsToolError,
     Session,
@@ -41,6 +41,23 @@ RESET_TARGETS = ("earliest", "latest", "offset", "datetime", "shift-by")
 
 class ConsoleError(Exception):
     """A refusal or failure shown to the user as one line (bad input, the cluster said no)."""
+
+
+class LoginRefused(ConsoleError):
+    """The cluster refused a login's credentials; the message never says which part."""
+
+    def __init__(self) -> None:
+        super().__init__("invalid username or password")
+
+
+def _refused_login(exc: BaseException | None) -> bool:
+    """Whether ``exc`` (or what caused it: a client reports a failed first connection as
+    'no broker reachable', caused by the broker's answer) is a refused SASL login."""
+    while exc is not None:
+        if isinstance(exc, errors.SaslAuthenticationFailedError):
+            return True
+        exc = exc.__cause__
+    return False
 
 
 @dataclass
@@ -90,17 +107,25 @@ class ClusterView:
     """The console's window on one cluster; ``samples`` holds lag per group
     (``("group", id)``) and summed end offsets per topic (``("topic", name)``)."""
 
-    def __init__(self, bootstrap: str, timeout: float = 15.0) -> None:
+    def __init__(self, bootstrap: str, settings: dict | None = None, *,
+                 timeout: float = 15.0, user: str | None = None) -> None:
         self.bootstrap = bootstrap
         self.timeout = timeout
+        self.user = user  # the logged-in user this view acts as (login mode), else None
         self.samples = Samples()
         self._admin: Admin | None = None
+        # The cluster's TLS/SASL settings (a login's password among them): given to every
+        # client the view makes, kept in memory only, never shown or logged.
+        self._settings = dict(settings or {})
+
+    def client_config(self, **extra) -> dict:
+        """A client's settings: the console's client id, the connection settings, ``extra``."""
+        return {"client.id": CONSOLE_CLIENT_ID, **self._settings, **extra}
 
     @contextlib.asynccontextmanager
     async def open(self):
-        async with Admin(self.bootstrap, {"client.id": CONSOLE_CLIENT_ID,
-                                          "request.timeout.ms": int(self.timeout * 1000)}
-                         ) as admin:
+        async with Admin(self.bootstrap, self.client_config(
+                **{"request.timeout.ms": int(self.timeout * 1000)})) as admin:
             self._admin = admin
             try:
                 yield self
@@ -112,6 +137,20 @@ class ClusterView:
         if self._admin is None:
             raise RuntimeError("ClusterView.open() first")
         return self._admin
+
+    async def check_login(self) -> None:
+        """Ask the cluster for metadata: the first connection logs in with the view's SASL
+        settings.  LoginRefused when the cluster refuses them."""
+        try:
+            with trio.fail_after(self.timeout):
+                await self.admin.cluster.refresh_metadata(all_topics=False)
+        except trio.TooSlowError:
+            raise ConsoleError(f"logging in: no answer from {self.bootstrap} within "
+                               f"{self.timeout:g}s") from None
+        except KafkaError as exc:
+            if _refused_login(exc):
+                raise LoginRefused() from None
+            raise ConsoleError(f"logging in: {exc}") from None
 
     def _session(self) -> Session:
         return Session(self.admin.cluster, self.timeout)
@@ -244,7 +283,7 @@ class ClusterView:
         out: list = []
         taken = dict.fromkeys(wanted, 0)
         with self._bounded("reading messages"):
-            async with Consumer(self.bootstrap, {"client.id": CONSOLE_CLIENT_ID}) as consumer:
+            async with Consumer(self.bootstrap, self.client_config()) as consumer:
                 consumer.assign(list(wanted))
                 for tp, off in wanted.items():
                     consumer.seek(tp, off)
@@ -268,9 +307,8 @@ class ClusterView:
     async def produce(self, topic: str, value: bytes | None, key: bytes | None,
                       headers: list[tuple[str, bytes]], partition: int | None):
         with self._bounded(f"producing to {topic!r}"):
-            async with Producer(self.bootstrap, {"client.id": CONSOLE_CLIENT_ID,
-                                                 "max.block.ms": int(self.timeout * 1000)}
-                                ) as producer:
+            async with Producer(self.bootstrap, self.client_config(
+                    **{"max.block.ms": int(self.timeout * 1000)})) as producer:
                 future = await producer.send(topic, value, key=key, headers=headers or None,
                                              partition=partition)
                 return await future.wait()

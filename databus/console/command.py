@@ -1,13 +1,17 @@
 """``databus console``: the web console (docs/console.md).
 
     databus console [--listen 127.0.0.1:8080] [-c sidecar.yaml | --bootstrap HOST:PORT]
+                    [-X KEY=VALUE ...] [--command-config FILE] [--login]
                     [--read-only] [--sample-interval-ms MS]
 
 The cluster is ``--bootstrap`` (alias ``--bootstrap-server``), else the configuration's:
-``console.cluster`` or its only cluster, or the built-in broker's ``broker.listen`` when it
-names no cluster.  With ``-c`` the status page also shows the file's mirrors, indexes and
-sinks.  Flags override ``console:`` of the file.  Exit status: 0 stopped by Ctrl-C/SIGTERM,
-1 cannot start (the port is taken ...), 2 bad usage.
+``console.cluster`` or its only cluster (with that cluster's ``security.protocol``,
+``sasl.*`` and ``ssl.*``), or the built-in broker's ``broker.listen`` when it names no
+cluster.  ``--command-config`` and ``-X`` add or override those settings, Kafka's tools'
+way.  ``--login`` (``console.auth: sasl``): each user logs in with their own SASL
+credentials.  With ``-c`` the status page also shows the file's mirrors, indexes and sinks.
+Flags override ``console:`` of the file.  Exit status: 0 stopped by Ctrl-C/SIGTERM, 1
+cannot start (the port is taken ...), 2 bad usage.
 """
 
 from __future__ import annotations
@@ -17,7 +21,7 @@ import signal
 import sys
 from functools import partial
 
-from databus.tools.options import DEFAULT_BOOTSTRAP
+from databus.tools.options import DEFAULT_BOOTSTRAP, add_command_config
 
 DEFAULT_LISTEN = "127.0.0.1:8080"
 PROG = "databus console"
@@ -33,6 +37,10 @@ def add_arguments(parser) -> None:
                         metavar="HOST:PORT",
                         help=f"the cluster to show (default: the configuration's, else "
                              f"{DEFAULT_BOOTSTRAP})")
+    add_command_config(parser, "console client")
+    parser.add_argument("--login", action="store_true", default=None,
+                        help="ask each user for a user name and password and act as that "
+                             "user: a SASL login to the cluster (console.auth: sasl)")
     parser.add_argument("--read-only", action="store_true", default=None,
                         help="refuse every action (console.read_only)")
     parser.add_argument("--sample-interval-ms", type=int, metavar="MS",
@@ -55,6 +63,44 @@ def console_bootstrap(config, embedded_bootstrap: str | None = None) -> str:
     return config.broker.listen
 
 
+def console_client_settings(config) -> dict:
+    """The TLS/SASL settings (secrets resolved) of the cluster a configuration's console
+    shows; none for the built-in broker (PLAINTEXT)."""
+    if not config.clusters:
+        return {}
+    return config.clusters[config.resolve_cluster(config.console.cluster, "console")] \
+        .connection_settings()
+
+
+def command_settings(args) -> dict:
+    """-X and --command-config: only connection settings (the console sets the rest
+    itself), ``${env:...}`` / ``${file:...}`` resolved as in sidecar.yaml."""
+    from databus.client import KafkaError
+    from databus.config import CONNECTION_KEY_PREFIXES, ConfigError, resolve_references
+    from databus.tools.options import client_settings
+
+    try:
+        settings = client_settings(args)
+    except KafkaError as exc:
+        raise ConfigError(str(exc)) from None
+    for key in settings:
+        if not key.startswith(CONNECTION_KEY_PREFIXES):
+            raise ConfigError(f"-X {key}: the console takes only security.protocol, sasl.* "
+                              "and ssl.* settings")
+    return resolve_references(settings, "-X ")
+
+
+def check_login(settings: dict) -> None:
+    """ConfigError unless ``settings`` let users log in: a SASL security.protocol."""
+    from databus.config import ConfigError
+
+    protocol = str(settings.get("security.protocol", "PLAINTEXT")).upper()
+    if protocol not in ("SASL_PLAINTEXT", "SASL_SSL"):
+        raise ConfigError(f"console.auth: sasl (--login) needs a SASL cluster, but its "
+                          f"security.protocol is {protocol} (SASL_PLAINTEXT or SASL_SSL: in "
+                          "the cluster's settings, or -X security.protocol=...)")
+
+
 def run(args) -> int:
     import trio
     from pydantic import ValidationError
@@ -66,7 +112,14 @@ def run(args) -> int:
         path = "sidecar.yaml"
     try:
         config = load_config(path)
+        # --bootstrap names another cluster than the file's: none of its settings apply.
+        from_file = path is not None and args.bootstrap is None
         bootstrap = args.bootstrap or (console_bootstrap(config) if path else DEFAULT_BOOTSTRAP)
+        client = {**(console_client_settings(config) if from_file else {}),
+                  **command_settings(args)}
+        login = config.console.auth == "sasl" if args.login is None else args.login
+        if login:
+            check_login(client)
     except ConfigError as exc:
         print(f"{PROG}: {exc}", file=sys.stderr)
         return 2
@@ -83,18 +136,20 @@ def run(args) -> int:
         return 2
     read_only = settings.read_only if args.read_only is None else args.read_only
     try:
-        return trio.run(_main, config if path else None, bootstrap, listen, read_only,
-                        interval_ms / 1000)
+        return trio.run(partial(
+            _main, config if path else None, bootstrap, listen, settings=client, login=login,
+            session_idle_timeout=settings.session_idle_timeout_ms / 1000,
+            read_only=read_only, sample_interval=interval_ms / 1000))
     except KeyboardInterrupt:
         return 130
 
 
-async def _main(config, bootstrap: str, listen: str, read_only: bool, interval: float) -> int:
+async def _main(config, bootstrap: str, listen: str, **options) -> int:
     import trio
 
     from databus.startup import leaves
 
-    from .server import ConfigStatus, serve_console
+    from .server import ConfigStatus, console_mode, serve_console
 
     status = ConfigStatus(config, bootstrap) if config is not None else None
     failed = False
@@ -102,10 +157,9 @@ async def _main(config, bootstrap: str, listen: str, read_only: bool, interval: 
         try:
             async with trio.open_nursery() as nursery:
                 url = await nursery.start(partial(
-                    serve_console, bootstrap, listen, read_only=read_only,
-                    sample_interval=interval, status=status))
-                print(f"databus console on {url}  (cluster {bootstrap}"
-                      f"{', read-only' if read_only else ''}); Ctrl-C to stop",
+                    serve_console, bootstrap, listen, status=status, **options))
+                mode = console_mode(options["settings"], options["login"], options["read_only"])
+                print(f"databus console on {url}  (cluster {bootstrap}{mode}); Ctrl-C to stop",
                       file=sys.stderr, flush=True)
                 async for _ in signals:
                     nursery.cancel_scope.cancel()

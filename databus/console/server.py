@@ -5,11 +5,14 @@ lag sampler beside it, one Admin connection for both.  ``databus console`` runs 
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import time
 from functools import partial
 
 import trio
+
+from databus.config import describe_security
 
 from .view import Samples, chart
 
@@ -39,8 +42,9 @@ class ConfigStatus:
         """Index name -> its fields (the search box's choices)."""
         return {name: list(index.fields) for name, index in self.config.indexes.items()}
 
-    async def search(self, index: str, field: str, value: str, limit: int = 20) -> list:
-        """The messages of ``index`` whose ``field`` is ``value``, newest first."""
+    async def search(self, view, index: str, field: str, value: str, limit: int = 20) -> list:
+        """The messages of ``index`` whose ``field`` is ``value``, newest first; read as
+        ``view`` (the request's ClusterView) reads when the index is on its cluster."""
         import databus.index
 
         from .cluster import ConsoleError
@@ -48,16 +52,23 @@ class ConfigStatus:
         # An index on the built-in broker has no cluster entry: it is the console's cluster.
         bootstrap = databus.index.bootstrap_for(
             self.config, index, None if self.config.clusters else self.bootstrap)
+        settings = view.client_config() if bootstrap == view.bootstrap else None
+        if settings is None and view.user is not None:
+            # A logged-in user's credentials are for the console's cluster only.
+            raise ConsoleError(f"index {index!r} is on another cluster than the console's: "
+                               "not searchable after a login")
         try:
             return await databus.index.query_async(self.config, bootstrap, index, field, value,
-                                                   limit=limit)
+                                                   settings=settings, limit=limit)
         except databus.index.IndexQueryError as exc:
             raise ConsoleError(str(exc)) from None
         except FileNotFoundError:
             raise ConsoleError(f"index {index!r} is not built yet (its builder runs where "
                                "the configuration's sinks run)") from None
 
-    async def tables(self) -> list[dict]:
+    async def tables(self, view) -> list[dict]:
+        """The tables; the sinks' groups are read as ``view`` (the request's ClusterView)
+        reads the console's cluster, mirrors and indexes with the configuration's settings."""
         import databus.index
         from databus.client import Admin
         from databus.mirror.command import STATUS_COLUMNS as MIRROR_COLUMNS
@@ -76,7 +87,7 @@ class ConfigStatus:
         sinks = []
         # Every sink as the runtime runs them: an index's builder is a sink too (index.NAME).
         if config.all_sinks():
-            async with Admin(self.bootstrap, {"client.id": "databus-console"}) as admin:
+            async with Admin(self.bootstrap, view.client_config()) as admin:
                 session = Session(admin.cluster, 15.0)
                 for name, sink in config.all_sinks().items():
                     group = sink.group(name)
@@ -105,16 +116,20 @@ class ConfigStatus:
         ]
 
 
-async def serve_console(bootstrap: str, listen: str, *, read_only: bool = False,
-                        sample_interval: float = 5.0, status=None,
+async def serve_console(bootstrap: str, listen: str, *, settings: dict | None = None,
+                        login: bool = False, session_idle_timeout: float = 1800.0,
+                        read_only: bool = False, sample_interval: float = 5.0, status=None,
                         task_status=trio.TASK_STATUS_IGNORED) -> None:
     """Serve the console on ``listen`` (HOST:PORT, port 0: a free one) for the cluster at
-    ``bootstrap``; ``task_status.started(url)`` once it accepts connections."""
+    ``bootstrap`` reached with client ``settings`` (TLS/SASL); ``login``: each user logs in
+    with their own SASL credentials (sessions.py).  ``task_status.started(url)`` once it
+    accepts connections."""
     from hypercorn.config import Config
     from hypercorn.trio import serve
 
     from .app import create_app
     from .cluster import ClusterView
+    from .sessions import Sessions
 
     config = Config()
     config.bind = [listen]
@@ -122,12 +137,31 @@ async def serve_console(bootstrap: str, listen: str, *, read_only: bool = False,
     # Through logging (one handler, the process's format) instead of hypercorn's own stderr.
     config.errorlog = logging.getLogger("hypercorn.error")
     config.graceful_timeout = 1.0
-    view = ClusterView(bootstrap)
-    async with view.open(), trio.open_nursery() as nursery:
-        await nursery.start(view.sample_forever, sample_interval)
-        app = create_app(view, read_only=read_only, status=status)
+    settings = dict(settings or {})
+    async with contextlib.AsyncExitStack() as stack:
+        # Login mode: no view of the console's own; each session brings the user's.
+        view = None if login else await stack.enter_async_context(
+            ClusterView(bootstrap, settings).open())
+        nursery = await stack.enter_async_context(trio.open_nursery())
+        if view is None:
+            sessions = Sessions(bootstrap, settings, idle_timeout=session_idle_timeout,
+                                sample_interval=sample_interval)
+            await nursery.start(sessions.serve)
+            app = create_app(None, read_only=read_only, status=status, sessions=sessions)
+        else:
+            await nursery.start(view.sample_forever, sample_interval)
+            app = create_app(view, read_only=read_only, status=status)
         binds = await nursery.start(partial(serve, app, config))
         url = binds[0]
         log.info("console on %s (cluster %s%s)", url, bootstrap,
-                 ", read-only" if read_only else "")
+                 console_mode(settings, login, read_only))
         task_status.started(url)
+
+
+def console_mode(settings: dict, login: bool, read_only: bool) -> str:
+    """``, SASL_SSL SCRAM-SHA-512, login, read-only``: how the console reaches its cluster
+    and whom it acts as, for its start-up line (never a secret)."""
+    security = describe_security({k: v for k, v in settings.items()
+                                  if not (login and k == "sasl.username")})
+    return "".join(f", {part}" for part in (security, "login" if login else "",
+                                            "read-only" if read_only else "") if part)

@@ -217,26 +217,28 @@ async def _main(prog: str, path, config, with_broker: bool, overrides=None) -> i
 async def _console(config, broker_address, task_status):
     """The web console (``console.listen``) on the configured or built-in cluster; its
     settings are read at start (a reload does not move it)."""
-    from databus.console.command import console_bootstrap
+    from databus.console.command import check_login, console_bootstrap, console_client_settings
     from databus.console.server import ConfigStatus, serve_console
 
     bootstrap = console_bootstrap(config, broker_address)
+    client = console_client_settings(config)
     settings = config.console
-    await serve_console(bootstrap, settings.listen, read_only=settings.read_only,
+    login = settings.auth == "sasl"
+    if login:
+        check_login(client)
+    await serve_console(bootstrap, settings.listen, settings=client, login=login,
+                        session_idle_timeout=settings.session_idle_timeout_ms / 1000,
+                        read_only=settings.read_only,
                         sample_interval=settings.sample_interval_ms / 1000,
                         status=ConfigStatus(config, bootstrap), task_status=task_status)
 
 
 def _security(cluster) -> str:
     """`` (SASL_SSL, SCRAM-SHA-512 as sidecar)``: how the cluster is reached, never a secret."""
-    settings = cluster.producer_settings
-    protocol = settings.get("security.protocol", "PLAINTEXT")
-    if str(protocol).upper() == "PLAINTEXT":
-        return ""
-    if str(protocol).upper().startswith("SASL"):
-        mechanism = settings.get("sasl.mechanism") or settings.get("sasl.mechanisms") or "PLAIN"
-        return f"  ({protocol}, {mechanism} as {settings.get('sasl.username', '?')})"
-    return f"  ({protocol})"
+    from databus.config import describe_security
+
+    described = describe_security(cluster.producer_settings)
+    return f"  ({described})" if described else ""
 
 
 def _print_summary(config, path, addresses, broker_address, console_url=None) -> None:

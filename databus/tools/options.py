@@ -56,7 +56,6 @@ def parse_properties(items: list[str], known: dict[str, object]) -> dict[str, ob
     return result
 
 
-
 def add_client_settings(parser, kind: str) -> None:
     """-X K=V (ours), --{kind}-property K=V and --{kind}.config FILE (Kafka's console tools):
     client settings by Kafka's names; the file is a Java properties file (K=V lines, #
@@ -66,6 +65,18 @@ def add_client_settings(parser, kind: str) -> None:
                         help=f"{kind} setting by Kafka's name (repeatable)")
     parser.add_argument(f"--{kind}.config", dest="config_file", metavar="FILE",
                         help=f"{kind} settings from a properties file (K=V per line)")
+
+
+def add_command_config(parser, whose: str = "admin client") -> None:
+    """-X K=V (alias --command-property) and --command-config FILE, as Kafka's admin tools
+    take a secured cluster's settings (security.protocol, sasl.*, ssl.*); read them with
+    client_settings."""
+    parser.add_argument("-X", "--command-property", dest="overrides", action="append",
+                        default=[], metavar="KEY=VALUE",
+                        help=f"{whose} setting by Kafka's name (repeatable)")
+    parser.add_argument("--command-config", dest="config_file", metavar="FILE",
+                        help=f"{whose} settings from a properties file (K=V per line), "
+                             "e.g. security.protocol, sasl.username, sasl.password")
 
 
 def client_settings(args) -> dict[str, str]:

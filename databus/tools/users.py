@@ -26,7 +26,13 @@ from __future__ import annotations
 
 import sys
 
-from databus.tools.options import add_bootstrap, add_json, client_settings, print_json
+from databus.tools.options import (
+    add_bootstrap,
+    add_command_config,
+    add_json,
+    client_settings,
+    print_json,
+)
 
 ACTIONS = ("add", "list", "delete")
 SCRAM = ("SCRAM-SHA-256", "SCRAM-SHA-512")
@@ -35,12 +41,7 @@ SCRAM = ("SCRAM-SHA-256", "SCRAM-SHA-512")
 def add_security_client_arguments(parser) -> None:
     """-X K=V and --command-config FILE: the admin client's settings (security.protocol,
     sasl.*, ssl.* to reach a secured broker), as Kafka's tools take them."""
-    parser.add_argument("-X", "--command-property", dest="overrides", action="append",
-                        default=[], metavar="KEY=VALUE",
-                        help="admin client setting by Kafka's name (repeatable)")
-    parser.add_argument("--command-config", dest="config_file", metavar="FILE",
-                        help="admin client settings from a properties file (K=V per line), "
-                             "e.g. security.protocol, sasl.username, sasl.password")
+    add_command_config(parser)
     parser.add_argument("--data-dir", metavar="DIR",
                         help="edit the store in this broker data directory (log.dirs) "
                              "instead of asking a running broker")

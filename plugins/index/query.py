@@ -102,12 +102,16 @@ async def fetch(bootstrap: str, locations: list[Location],
 
 
 async def query_async(config: DatabusConfig, bootstrap: str, name: str, field: str,
-                      value: str, **kwargs) -> list[ConsumerRecord]:
-    """One query from trio, one-shot (a connection of its own; IndexQueries keeps one)."""
+                      value: str, *, settings: dict | None = None,
+                      **kwargs) -> list[ConsumerRecord]:
+    """One query from trio, one-shot (a connection of its own; IndexQueries keeps one).
+    ``settings``: the client settings to read the messages with (the web console's, e.g. a
+    logged-in user's) instead of the index's cluster's."""
     locations = await trio.to_thread.run_sync(
         lambda: lookup(config, name, field, value, **kwargs))
-    return [r for r in await fetch(bootstrap, locations, security_for(config, name, None))
-            if r is not None]
+    if settings is None:
+        settings = security_for(config, name, None)
+    return [r for r in await fetch(bootstrap, locations, settings) if r is not None]
 
 
 class IndexQueries:

@@ -105,3 +105,12 @@ def databus(*args: str) -> subprocess.CompletedProcess:
     """The ``databus`` command line, as a user runs it."""
     return subprocess.run([sys.executable, "-m", "databus.cli", *args], capture_output=True,
                           text=True, timeout=60, cwd=ROOT)
+
+
+def shoot(page, name: str) -> None:
+    """Keep a picture of the page for docs/console.md when asked to
+    (DATABUS_CONSOLE_SCREENSHOTS=DIR)."""
+    where = os.environ.get("DATABUS_CONSOLE_SCREENSHOTS")
+    if where:
+        Path(where).mkdir(parents=True, exist_ok=True)
+        page.screenshot(path=str(Path(where) / f"{name}.png"))

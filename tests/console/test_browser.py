@@ -8,8 +8,6 @@ pictures of docs/console.md are made so: see docs/console.md).
 from __future__ import annotations
 
 import json
-import os
-from pathlib import Path
 
 import msgpack
 import pytest
@@ -17,7 +15,7 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 from databus_plugins.index.store import IndexStore
 
-from tests.console.conftest import ConsoleProcess, databus
+from tests.console.conftest import ConsoleProcess, databus, shoot
 from tests.helpers.broker import BrokerProcess
 
 pytestmark = pytest.mark.timeout(120)
@@ -82,14 +80,6 @@ def console(consoles):
 @pytest.fixture(scope="module")
 def read_only_console(consoles):
     return consoles[1]
-
-
-def shoot(page, name: str) -> None:
-    """Keep a picture of the page for docs/console.md when asked to."""
-    where = os.environ.get("DATABUS_CONSOLE_SCREENSHOTS")
-    if where:
-        Path(where).mkdir(parents=True, exist_ok=True)
-        page.screenshot(path=str(Path(where) / f"{name}.png"))
 
 
 def topics_list(kafka) -> list[str]:

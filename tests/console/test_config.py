@@ -48,3 +48,38 @@ def test_a_reload_says_a_console_change_needs_a_restart():
     assert diff.restart == ["console.listen '127.0.0.1:8080' -> '127.0.0.1:8081'",
                             "console.read_only False -> True"]
     assert diff.applied == []
+
+
+def test_console_client_settings_come_from_its_cluster(tmp_path):
+    from databus.console.command import console_client_settings
+
+    (tmp_path / "pw").write_text("s3cret\n")
+    config = parse_config({"clusters": {"east": {
+        "bootstrap.servers": "east:9094", "security.protocol": "SASL_SSL",
+        "sasl.mechanism": "SCRAM-SHA-512", "sasl.username": "console",
+        "sasl.password": f"${{file:{tmp_path}/pw}}", "ssl.ca.location": "/etc/ca.crt",
+        "linger.ms": 5}}})
+    assert console_client_settings(config) == {
+        "security.protocol": "SASL_SSL", "sasl.mechanism": "SCRAM-SHA-512",
+        "sasl.username": "console", "sasl.password": "s3cret", "ssl.ca.location": "/etc/ca.crt"}
+    assert console_client_settings(parse_config({})) == {}  # the built-in broker: PLAINTEXT
+
+
+def test_command_line_settings_are_connection_settings_only(tmp_path, monkeypatch):
+    from types import SimpleNamespace
+
+    from databus.console.command import check_login, command_settings
+
+    (tmp_path / "admin.properties").write_text(
+        "# the operator's\nsecurity.protocol=SASL_PLAINTEXT\nsasl.password=${env:PW}\n")
+    monkeypatch.setenv("PW", "from-env")
+    args = SimpleNamespace(config_file=str(tmp_path / "admin.properties"),
+                           overrides=["sasl.mechanism=PLAIN"])
+    assert command_settings(args) == {"security.protocol": "SASL_PLAINTEXT",
+                                      "sasl.password": "from-env", "sasl.mechanism": "PLAIN"}
+    with pytest.raises(ConfigError, match="-X acks: the console takes only"):
+        command_settings(SimpleNamespace(config_file=None, overrides=["acks=all"]))
+    check_login({"security.protocol": "sasl_ssl"})
+    for settings in ({}, {"security.protocol": "SSL"}):
+        with pytest.raises(ConfigError, match="needs a SASL cluster"):
+            check_login(settings)
