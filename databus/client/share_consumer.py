@@ -411,15 +411,15 @@ class ShareConsumer:
         self._check_open()
         if not self._explicit:
             self._accept_delivered()
-        waiting = set(self._flights)
         limit = timeout if timeout is not None else self.config.request_timeout_ms / 1000
         with trio.fail_after(limit):
             nodes = {state.node for state in self._acks.values() if state.pending}
             for node in sorted(nodes):
-                flight = await self._acknowledge(node)
-                if flight is not None:
-                    waiting.add(flight)
-            for flight in waiting:
+                await self._acknowledge(node)
+            # Every acknowledgement made before this call is in a flight now: this call's
+            # ShareAcknowledge, or a ShareFetch that took it while _acknowledge waited for
+            # the broker's lock (so the flights are gathered after sending, not before).
+            for flight in list(self._flights):
                 await flight.done.wait()
         results, self._settled = self._settled, {}
         return results
