@@ -649,6 +649,9 @@ class ConsumeCollector:
          lambda m: m.core.pending_bytes),
         ("databus_sidecar_consume_in_flight", "messages handed to apps, not acked or nacked",
          lambda m: m.core.in_flight),
+        ("databus_sidecar_consume_held",
+         "queue mode on a share group: nacked records kept acquired until their retry is due",
+         lambda m: len(m.core.held)),
     )
     COUNTERS = (
         ("databus_sidecar_consume_delivered", "messages handed to apps (redeliveries too)",

@@ -213,7 +213,7 @@ def share_start_offset(bootstrap: str, group: str, topic: str) -> int:
 
 
 def test_queue_mode_retries_wait_their_level_and_a_kill_9_loses_none(tmp_path, sock_dir):
-    """ordering: none on a share group honours the retry delays.  With a 4 s acquisition
+    """ordering: none on a share group honours the retry delays.  With a 5 s acquisition
     lock, a nack whose level (1.5 s) ends within the lock keeps the record acquired until
     due; a longer delay (5 s) is copied to workers.retry and the original ACCEPTed.  A
     kill -9 of the sidecar with one of each pending loses neither: the held record comes
@@ -227,7 +227,7 @@ def test_queue_mode_retries_wait_their_level_and_a_kill_9_loses_none(tmp_path, s
     }}}
     options = {"num.partitions": 1, "group.initial.rebalance.delay.ms": 0,
                "group.min.session.timeout.ms": 1000,
-               "group.share.record.lock.duration.ms": 4000,
+               "group.share.record.lock.duration.ms": 5000,
                "group.share.min.record.lock.duration.ms": 1000}
     with BrokerProcess(tmp_path / "broker", options) as broker:
         sidecars = [SidecarProcess(tmp_path, "a", sock_dir, broker.bootstrap, streams)]
@@ -240,11 +240,13 @@ def test_queue_mode_retries_wait_their_level_and_a_kill_9_loses_none(tmp_path, s
                 assert {v: m.attempt for v, m in first.items()} == {b"copied": 1, b"held": 1}
                 nacked_at = time.time()
                 first[b"held"].nack(reason="level 1")  # 1.5 s: within the lock
-                first[b"copied"].nack(delay=5, reason="later")  # past the lock
+                first[b"copied"].nack(delay=5, reason="later")  # past the lock, less 0.5 s
                 # The copy is in and the original accepted (the share group moved past it),
                 # while "held" stays acquired by this sidecar: now kill it.
                 wait_for(lambda: share_start_offset(broker.bootstrap, "workers", "queue") == 1,
                          "the copied record accepted")
+                assert sidecars[0].metric("databus_sidecar_consume_held", stream="queue",
+                                          group="workers") == 1
                 sidecars[0].kill9()
             sidecars.append(SidecarProcess(tmp_path, "b", sock_dir, broker.bootstrap, streams))
             with Client(sidecars[1].socket) as client:
