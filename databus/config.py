@@ -720,6 +720,28 @@ class SinkConfig(TopicSelection):
     config: dict[str, Any] = Field(
         default_factory=dict, description="The plugin's own options (see its documentation)."
     )
+    lanes: str = Field(
+        "main",
+        description="Which swimlanes the sink reads (docs/lanes.md), as a `LaneConsumer` "
+        "would: `main` (the main lane: the topics themselves; a `topics.regex` never matches "
+        "a lane topic such as `orders.lane.x`), a lane name (only that lane's topics of the "
+        "sink's topics), or `all` (the topics and every lane topic of them, existing or made "
+        "later). Lane topics are named by `lanes.topic` of this file. A lane called `main` "
+        "or `all` cannot be chosen here.",
+    )
+
+    @field_validator("lanes")
+    @classmethod
+    def _lanes(cls, v: str) -> str:
+        from databus.lanes.model import check_reader_lanes
+
+        return check_reader_lanes(v)
+
+    def selection(self, lane_template: str) -> tuple[list[str], str | None]:
+        """(topics, None) or ([], regex): what this sink's consumer subscribes to."""
+        from databus.lanes.model import reader_selection
+
+        return reader_selection(self.topics, self.topics_regex, self.lanes, lane_template)
 
     @model_validator(mode="after")
     def _one_source(self) -> SinkConfig:

@@ -259,6 +259,7 @@ class ShareConsumer:
         self._acks: dict[TopicPartition, PartitionAcks] = {}
         self._flights: set[_AckFlight] = set()
         self._settled: AckResults = {}  # outcomes since the last commit()
+        self._lock_timeout_ms: int | None = None
         self._errors: list[errors.KafkaError] = []
         self._wakeup = trio.Event()
         self._data_ready = trio.Event()
@@ -343,6 +344,13 @@ class ShareConsumer:
     def member_id(self) -> str:
         return self._member.member_id
 
+    @property
+    def acquisition_lock_timeout_ms(self) -> int | None:
+        """How long the records of the last ShareFetch stay acquired (the group's
+        ``share.record.lock.duration.ms``, as the broker said), None before any answer
+        (Java's ``KafkaShareConsumer.acquisitionLockTimeoutMs()``)."""
+        return self._lock_timeout_ms
+
     # -- consuming -----------------------------------------------------------------------
 
     async def poll(self, timeout: float = 1.0) -> list[ConsumerRecord]:
@@ -403,15 +411,15 @@ class ShareConsumer:
         self._check_open()
         if not self._explicit:
             self._accept_delivered()
-        waiting = set(self._flights)
         limit = timeout if timeout is not None else self.config.request_timeout_ms / 1000
         with trio.fail_after(limit):
             nodes = {state.node for state in self._acks.values() if state.pending}
             for node in sorted(nodes):
-                flight = await self._acknowledge(node)
-                if flight is not None:
-                    waiting.add(flight)
-            for flight in waiting:
+                await self._acknowledge(node)
+            # Every acknowledgement made before this call is in a flight now: this call's
+            # ShareAcknowledge, or a ShareFetch that took it while _acknowledge waited for
+            # the broker's lock (so the flights are gathered after sending, not before).
+            for flight in list(self._flights):
                 await flight.done.wait()
         results, self._settled = self._settled, {}
         return results
@@ -711,7 +719,10 @@ class ShareConsumer:
             self._finish(flight, error=error)
             self._top_level_error(node, code, error)
             return False
-        lock_s = ms(response.acquisition_lock_timeout) / 1000
+        lock_ms = ms(response.acquisition_lock_timeout)
+        if lock_ms > 0:
+            self._lock_timeout_ms = lock_ms
+        lock_s = lock_ms / 1000
         expires = trio.current_time() + (lock_s if lock_s > 0 else 30.0)
         names = self._topic_names()
         results: AckResults = {}

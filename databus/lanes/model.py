@@ -60,6 +60,51 @@ def lane_topic_pattern(template: str, lane: str | None = None) -> re.Pattern:
     return re.compile(out)
 
 
+def _lane_topics_regex(template: str, topic_re: str, lane_re: str) -> str:
+    """A regex (no groups) of the lane topics of topics matching ``topic_re`` and lanes
+    matching ``lane_re``."""
+    out = re.escape(template)
+    out = out.replace(re.escape("{topic}"), f"(?:{topic_re})", 1)
+    return out.replace(re.escape("{lane}"), f"(?:{lane_re})", 1)
+
+
+# What a reader that is not a LaneConsumer (a sink, an index) reads: `lanes: main | all | LANE`.
+READER_LANES_MAIN, READER_LANES_ALL = "main", "all"
+
+
+def check_reader_lanes(value: str) -> str:
+    if value in (READER_LANES_MAIN, READER_LANES_ALL):
+        return value
+    try:
+        return check_lane_name(value)
+    except ValueError as exc:
+        raise ValueError(f"lanes: `main`, `all` or a lane name, got {value!r} ({exc})") from None
+
+
+def reader_selection(topics: list[str], regex: str | None, lanes: str,
+                     template: str) -> tuple[list[str], str | None]:
+    """What a reader of ``topics`` (or of the topics matching ``regex``) subscribes to,
+    following the lane policy ``lanes``, as (topic names, None) or ([], a regex of whole
+    names):
+
+    * ``main``: the main lane only: ``topics`` themselves; a regex never matches a lane topic
+      (``orders.*`` would otherwise read ``orders.lane.x``).
+    * a lane name: that lane's topics of ``topics`` (or of the topics matching ``regex``).
+    * ``all``: the topics and every lane topic of them, existing or made later.
+    """
+    any_lane = LANE_NAME.pattern[1:-1]  # (the name's characters, unanchored)
+    base = regex if regex is not None else "|".join(map(re.escape, topics))
+    if lanes == READER_LANES_MAIN:
+        if regex is None:
+            return list(topics), None
+        return [], f"(?!{_lane_topics_regex(template, '.+', any_lane)}\\Z)(?:{regex})"
+    if lanes == READER_LANES_ALL:
+        return [], f"(?:{base})|{_lane_topics_regex(template, base, any_lane)}"
+    if regex is None:
+        return [lane_topic(template, t, lanes) for t in topics], None
+    return [], _lane_topics_regex(template, regex, re.escape(lanes))
+
+
 def parse_lane_topic(template: str, name: str) -> tuple[str, str] | None:
     """(main topic, lane) of a lane topic's ``name``, None for any other topic."""
     match = lane_topic_pattern(template).fullmatch(name)

@@ -23,6 +23,7 @@ again after a backoff.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import math
 import time
@@ -53,6 +54,12 @@ def retry_topic(group: str) -> str:
 
 def dlq_topic(group: str) -> str:
     return f"{group}.dlq"
+
+
+def retry_group(group: str) -> str:
+    """Queue mode on a share group: the consumer group reading the retry topic (a group id
+    names one kind of group, so not the share group's own)."""
+    return f"{group}.retry"
 
 
 class SubscribeError(Exception):
@@ -90,6 +97,9 @@ class Member:
         self._room = trio.Event()
         self._stop = trio.Event()
         self._source: Any = None  # the Consumer (or ShareConsumer) reading for this member
+        # the Consumer whose offsets the member commits: the source itself, or for a share
+        # member the one reading the retry topic
+        self._offsets: Any = None
         self._commit_interval = 1.0
         self._retries_paused = False
         self._stream_paused = False
@@ -141,9 +151,11 @@ class Member:
                 self._producer = producer
                 async with Admin(self.bootstrap) as admin:
                     await self._prepare(admin)
-                async with source:
+                async with contextlib.AsyncExitStack() as stack:
+                    for consumer, topics in self._consumers(source):
+                        await stack.enter_async_context(consumer)
+                        consumer.subscribe(topics)
                     self._source = source
-                    source.subscribe(self._topics())
                     async with trio.open_nursery() as nursery:
                         self._nursery = nursery
                         nursery.start_soon(self._poll_loop)
@@ -174,13 +186,14 @@ class Member:
             **self.kafka, "group.id": self.group, "enable.auto.commit": False,
             "client.id": f"databus-sidecar-{self.group}",
         }
-        consumer = Consumer(self.bootstrap, config, on_revoked=self._revoked)
+        consumer = self._offsets = Consumer(self.bootstrap, config, on_revoked=self._revoked)
         self._max_pending = PENDING_FACTOR * consumer.config.max_poll_records
         self._commit_interval = consumer.config.auto_commit_interval_ms / 1000
         return consumer
 
-    def _topics(self) -> list[str]:
-        return [self.topic, self.core.retry_topic]
+    def _consumers(self, source) -> list[tuple[Any, list[str]]]:
+        """(consumer, topics it subscribes to) for each consumer the member runs."""
+        return [(source, [self.topic, self.core.retry_topic])]
 
     async def _prepare(self, admin: Admin) -> None:
         """The group's retry and dead-letter topics, with the stream topic's partition
@@ -220,15 +233,18 @@ class Member:
                 records = await self._poll(0)
             else:
                 self._pause_stream(False)
-                self._pace_retries()
+                if not self.SHARE:  # (a share member's retry loop paces them)
+                    self._pace_retries()
                 records = await self._poll(1.0)
             if records:
+                if self.SHARE:  # (the lock the broker gave the records just acquired)
+                    core.lock_ms = self._source.acquisition_lock_timeout_ms
                 core.add(records, int(time.time() * 1000))
                 self._wake.set()
 
-    async def _poll(self, timeout: float) -> list:
+    async def _poll(self, timeout: float, consumer: Any = None) -> list:
         try:
-            return await self._source.poll(timeout)
+            return await (consumer or self._source).poll(timeout)
         except KafkaError as exc:
             if not exc.retriable:
                 raise
@@ -246,18 +262,19 @@ class Member:
             self._source.resume(*stream)
         self._stream_paused = pause
 
-    def _pace_retries(self) -> None:
-        """Pause the retry topic while ``max_pending`` retries wait for their due time;
-        resume it when half of them went out."""
-        if self.SHARE:
+    def _pace_retries(self, full: bool = False) -> None:
+        """Pause the retry topic while ``max_pending`` retries wait for their due time
+        (or, ``full``, while the apps are slow); resume it when half of them went out."""
+        if self.SHARE and self._offsets is None:
             return
         waiting = len(self.core.delayed)
-        retry = [tp for tp in self._source.assignment() if tp[0] == self.core.retry_topic]
-        if waiting >= self._max_pending:  # again each time: a rebalance may bring new ones
-            self._source.pause(*retry)
+        consumer = self._offsets
+        retry = [tp for tp in consumer.assignment() if tp[0] == self.core.retry_topic]
+        if full or waiting >= self._max_pending:  # again each time: a rebalance may add some
+            consumer.pause(*retry)
             self._retries_paused = True
         elif waiting < self._max_pending // 2 and self._retries_paused:
-            self._source.resume(*retry)
+            consumer.resume(*retry)
             self._retries_paused = False
         self._stream_paused = False
 
@@ -293,8 +310,8 @@ class Member:
         offsets = self.core.committable()
         if only is not None:
             offsets = {tp: off for tp, off in offsets.items() if tp in only}
-        if offsets and self._source is not None:
-            await self._source.commit(offsets)
+        if offsets and self._offsets is not None:
+            await self._offsets.commit(offsets)
             self.core.mark_committed(offsets)
 
     async def _revoked(self, partitions) -> None:
@@ -330,7 +347,7 @@ class Member:
                 log.warning("group %r: a copy was not written: %s", self.group, exc)
                 self.core.copy_failed(copy.entry)
                 continue
-            self.core.copied(copy.entry)
+            self.core.copied(copy.entry, copy.dead)
             self.copies_written += 1
             if copy.dead:
                 self.dead_lettered += 1
@@ -366,10 +383,13 @@ ACK_FLUSH_S = 0.02  # settlements gathered this long go to the broker in one Sha
 class ShareMember(Member):
     """Queue mode (``ordering: none``) on a KIP-932 share group named after the app's group:
     the broker hands one partition's records to many members and keeps each record's state.
-    Acks and nacks become ACCEPT / RELEASE; the last attempt is copied to ``GROUP.dlq`` and
-    then REJECTed.  No offsets, and the retry topic carries only replayed dead letters: a
-    released record comes back at once (share groups have no delay), a record whose app
-    vanished comes back when its acquisition lock expires."""
+    An ack becomes ACCEPT; the last attempt is copied to ``GROUP.dlq`` and then REJECTed.
+    A nack waits its retry level (consume_core's docstring): kept acquired and RELEASEd
+    when due if that is within the record's acquisition lock, else copied to
+    ``GROUP.retry`` and ACCEPTed.  The retry topic is read as in classic mode, by a
+    consumer group ``GROUP.retry`` whose offsets are committed below what is not done yet
+    (a share group would take a record waiting longer than its lock back).  A record whose
+    app vanished comes back when its acquisition lock expires."""
 
     SHARE = True
 
@@ -383,10 +403,17 @@ class ShareMember(Member):
         })
         self._max_pending = PENDING_FACTOR * consumer.config.max_poll_records
         self._acks_waiting = trio.Event()
+        self._offsets = Consumer(self.bootstrap, {
+            **self.kafka, "group.id": retry_group(self.group), "enable.auto.commit": False,
+            "client.id": f"databus-sidecar-{self.group}-retry",
+        }, on_revoked=self._revoked)
+        self._commit_interval = self._offsets.config.auto_commit_interval_ms / 1000
         return consumer
 
+    def _consumers(self, source) -> list[tuple[Any, list[str]]]:
+        return [(source, [self.topic]), (self._offsets, [self.core.retry_topic])]
+
     async def _prepare(self, admin: Admin) -> None:
-        # The retry topic only carries what `databus dlq replay` sends back.
         await _create_topics(admin, self.topic, [self.core.retry_topic, dlq_topic(self.group)])
         # A new share group starts at the log end by default (share.auto.offset.reset
         # latest); the sidecar's groups start where its classic ones do.
@@ -411,6 +438,20 @@ class ShareMember(Member):
 
     def _background(self, nursery: trio.Nursery) -> None:
         nursery.start_soon(self._ack_loop)
+        nursery.start_soon(self._retry_poll_loop)
+        nursery.start_soon(self._commit_loop, self._commit_interval)
+
+    async def _retry_poll_loop(self) -> None:
+        """Read the retry topic (its records wait in the core until due); paused while
+        the apps are slow or ``max_pending`` retries wait, like a classic member's."""
+        core = self.core
+        while True:
+            full = core.pending - len(core.delayed) >= self._max_pending
+            self._pace_retries(full)
+            records = await self._poll(FULL_POLL_S if full else 1.0, self._offsets)
+            if records:
+                core.add(records, int(time.time() * 1000))
+                self._wake.set()
 
     def _after_dispatch(self) -> None:
         settled = self.core.take_settled()
@@ -438,7 +479,13 @@ class ShareMember(Member):
             await trio.sleep(ACK_FLUSH_S)
 
     async def _finish(self) -> None:
+        # Closing the share consumer releases what it holds at once: the held retries are
+        # copied to the retry topic first, to keep their due times.
+        held = self.core.take_held()
+        if held:
+            await self._write(held)
         self._after_dispatch()
+        await self._commit()
         # Closing the share consumer sends what is pending and releases what it holds.
 
 
@@ -602,6 +649,9 @@ class ConsumeCollector:
          lambda m: m.core.pending_bytes),
         ("databus_sidecar_consume_in_flight", "messages handed to apps, not acked or nacked",
          lambda m: m.core.in_flight),
+        ("databus_sidecar_consume_held",
+         "queue mode on a share group: nacked records kept acquired until their retry is due",
+         lambda m: len(m.core.held)),
     )
     COUNTERS = (
         ("databus_sidecar_consume_delivered", "messages handed to apps (redeliveries too)",

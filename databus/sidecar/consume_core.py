@@ -24,11 +24,19 @@ Bookkeeping, and why:
   (``ack.timeout.ms``); an expired one counts as a nack.  When a subscriber leaves, its
   in-flight messages go back to the front of their queues for another one.
 - **Queue mode on a share group** (``share=True``; ``ordering: none`` where the cluster
-  serves KIP-932): the broker keeps each record's state instead of offsets and retry topics.
-  Records come with their delivery count (the attempt); an ack becomes ACCEPT, a nack
-  RELEASE (the broker delivers it again, at once, to any member), and the last attempt a
-  copy to the DLQ followed by REJECT.  These settlements queue in ``settled`` for the shell
-  to hand to the share consumer; nothing is committed by offset.
+  serves KIP-932): the broker keeps the state of each record of the stream's topic instead
+  of an offset.  Records come with their delivery count (the attempt); an ack becomes
+  ACCEPT and the last attempt a copy to the DLQ followed by REJECT.  A nack waits its retry
+  level as in classic mode, in one of two ways.  If the level ends before the record's
+  acquisition lock (``lock_ms`` from when it was read, less ``LOCK_MARGIN``) the record
+  stays acquired in ``held`` and is RELEASEd when due: were the sidecar killed meanwhile,
+  the broker would hand it out again when the lock runs out, which is after the due time,
+  so nothing is lost and nothing comes early.  A longer level cannot be held (the broker
+  would take the record back early, raising its delivery count): it is copied to the retry
+  topic as in classic mode and ACCEPTed once the cluster has the copy (a kill in between
+  delivers it twice, never zero times).  The retry topic is read by a classic consumer
+  (offsets, ``Progress``), so its records wait in memory for as long as they need.
+  Settlements queue in ``settled`` for the shell to hand to the share consumer.
 - **Long polls**: a fetch waits until ``min_bytes`` of messages are ready for its subscriber
   or its ``max_wait_ms`` passed (Kafka's fetch.min.bytes / fetch.max.wait.ms); a subscriber
   is never handed more than its window (``max_in_flight``) minus what it holds.
@@ -58,6 +66,10 @@ INTERNAL_HEADERS = frozenset({H_ATTEMPT, H_DUE, H_TOPIC, H_PARTITION, H_OFFSET, 
 
 # Share-group settlements (KIP-932's AcknowledgeType values).
 ACCEPT, RELEASE, REJECT = 1, 2, 3
+# A record's lock is timed from when the sidecar read it, which is a little after the
+# broker acquired it: a retry is held only if it falls due this much before that estimate
+# runs out (a tenth of the lock, at least LOCK_MARGIN_MS).
+LOCK_MARGIN_MS = 500
 
 def retry_delay_ms(failed_attempt: int, levels_ms: tuple[int, ...]) -> int:
     """How long after its ``failed_attempt``-th delivery (1: the first) a message is retried."""
@@ -111,7 +123,7 @@ class Entry:
     own headers).  Made once per message read, so it stores little and reads ``rec``
     lazily."""
 
-    __slots__ = ("source", "offset", "rec", "attempt", "size", "due", "delivery_id")
+    __slots__ = ("source", "offset", "rec", "attempt", "size", "due", "delivery_id", "lock")
 
     def __init__(self, source: tuple[str, int], offset: int, rec: Any, attempt: int,
                  due: int = 0) -> None:
@@ -123,6 +135,9 @@ class Entry:
         self.size = (len(value) if value else 0) + (len(key) if key else 0)
         self.due = due
         self.delivery_id = 0
+        # share mode: wall ms until which the record is surely still acquired by this
+        # member (0: not acquired, or the lock unknown)
+        self.lock = 0
 
     partition = property(lambda self: self.rec.partition)
     origin_offset = property(lambda self: self.rec.offset)
@@ -204,6 +219,10 @@ class MemberCore:
         self.share = share
         # share mode: (entry, ACCEPT | RELEASE | REJECT) for the shell to acknowledge
         self.settled: list[tuple[Entry, int]] = []
+        # share mode: nacked records kept acquired until due, (due_ms, seq, entry) heap
+        self.held: list[tuple[int, int, Entry]] = []
+        # share mode: the share group's acquisition lock (ms; None until the broker said)
+        self.lock_ms: int | None = None
         self.retry_topic = retry_topic
         self.ordered = ordering == "partition" and not share
         self.tags = frozenset(tags) if tags else None
@@ -233,9 +252,8 @@ class MemberCore:
         """Take records (ConsumerRecord-like: topic, partition, offset, timestamp, key,
         value, headers) read from the stream's topic or the retry topic."""
         if self.share:
-            self._add_shared(records)
-            return
-        if self.tags is None:
+            records = self._add_shared(records, wall_ms)
+        elif self.tags is None:
             records = self._add_plain(records)
         tags = self.tags
         progress = self.progress
@@ -305,21 +323,20 @@ class MemberCore:
         self.pending += len(entries)
         self.pending_bytes += sum([e.size for e in entries])
 
-    def _add_shared(self, records: Iterable[Any]) -> None:
+    def _add_shared(self, records: Iterable[Any], wall_ms: int) -> list[Any]:
+        """Records of the stream's topic acquired from the share group; returns the others
+        (the retry topic's, read by offset as in classic mode)."""
         tags = self.tags
+        rest = []
+        lock = 0
+        if self.lock_ms:
+            lock = wall_ms + self.lock_ms - max(LOCK_MARGIN_MS, self.lock_ms // 10)
         for r in records:
-            count = r.delivery_count or 1
-            if r.topic == self.retry_topic:
-                # Replayed from the DLQ (databus dlq replay): due at once, its attempt
-                # counted on from the copy's.
-                entry = self._retry_entry(r, (r.topic, r.partition))
-                if entry is None:
-                    self.settled.append((Entry((r.topic, r.partition), r.offset, r, count),
-                                         REJECT))
-                    continue
-                entry.attempt += count - 1
-            else:
-                entry = Entry((r.topic, r.partition), r.offset, r, count)
+            if r.topic != self.topic:
+                rest.append(r)
+                continue
+            entry = Entry((r.topic, r.partition), r.offset, r, r.delivery_count or 1)
+            entry.lock = lock
             if tags is not None:
                 tag = header(r.headers, TAG_HEADER) if r.headers else None
                 if tag is None or tag.decode(errors="replace") not in tags:
@@ -327,6 +344,7 @@ class MemberCore:
                     self.filtered += 1
                     continue
             self._ready(entry, front=False, any_=True)
+        return rest
 
     def _retry_entry(self, r: Any, source: tuple[str, int]) -> Entry | None:
         meta = {k: v for k, v in r.headers if k in INTERNAL_HEADERS}
@@ -480,9 +498,13 @@ class MemberCore:
             return 0
         pop = sub.inflight.pop
         entries = [e for e in map(pop, ids, repeat(None)) if e is not None]
+        acked = len(entries)
         if self.share:
-            self.settled += [(e, ACCEPT) for e in entries]
-        else:
+            # the stream's records are the share group's; retries were read by offset
+            topic = self.topic
+            self.settled += [(e, ACCEPT) for e in entries if e.source[0] == topic]
+            entries = [e for e in entries if e.source[0] != topic]
+        if entries:
             topic = self.topic
             owned: dict[int, int] = {}
             done: dict[tuple[str, int], list[int]] = {}
@@ -505,8 +527,8 @@ class MemberCore:
                 owner_inflight = self.owner_inflight
                 for partition, n in owned.items():
                     owner_inflight[partition] = max(owner_inflight.get(partition, 0) - n, 0)
-        self.acked += len(entries)
-        return len(entries)
+        self.acked += acked
+        return acked
 
     def nack(self, key: Hashable, items: Iterable[tuple[int, int | None, str | None]],
              wall_ms: int) -> list[Copy]:
@@ -530,24 +552,36 @@ class MemberCore:
         self.nacked += 1
         if entry.attempt >= self.max_attempts:
             return Copy(entry, True, 0, reason)
-        if self.share:
-            # The broker redelivers a released record at once (KIP-932 has no delay).
-            self.settled.append((entry, RELEASE))
-            return None
         if delay_ms is None:
             delay_ms = retry_delay_ms(entry.attempt, self.retry_levels_ms)
-        return Copy(entry, False, wall_ms + delay_ms, reason)
+        due = wall_ms + delay_ms
+        if self._shared(entry):
+            if delay_ms <= 0:
+                self.settled.append((entry, RELEASE))  # the broker hands it out at once
+                return None
+            if due <= entry.lock:
+                # Due before its lock runs out: keep it acquired, RELEASE it then (see the
+                # module docstring for why a kill -9 meanwhile loses nothing).
+                self._seq += 1
+                heapq.heappush(self.held, (due, self._seq, entry))
+                return None
+        return Copy(entry, False, due, reason)
 
-    def copied(self, entry: Entry) -> None:
-        """The retry or DLQ copy of ``entry`` is in the cluster: the original is done."""
-        if self.share:
-            self.settled.append((entry, REJECT))
+    def _shared(self, entry: Entry) -> bool:
+        """Whether ``entry`` is a record the share group handed out (else read by offset)."""
+        return self.share and entry.source[0] == self.topic
+
+    def copied(self, entry: Entry, dead: bool = False) -> None:
+        """The retry or DLQ (``dead``) copy of ``entry`` is in the cluster: the original is
+        done (a share record: ACCEPTed after a retry copy, REJECTed after a dead letter)."""
+        if self._shared(entry):
+            self.settled.append((entry, REJECT if dead else ACCEPT))
         else:
             self._finish(entry)
 
     def copy_failed(self, entry: Entry) -> None:
         """Writing the copy failed: deliver the original again (same attempt)."""
-        if self.share:
+        if self._shared(entry):
             self.settled.append((entry, RELEASE))
         elif self.progress.get(entry.source) is not None:
             self._ready(entry, front=True, any_=True)
@@ -556,6 +590,13 @@ class MemberCore:
         """Share mode: the settlements to acknowledge to the broker, oldest first."""
         settled, self.settled = self.settled, []
         return settled
+
+    def take_held(self) -> list[Copy]:
+        """Share mode, the member stopping: the held records as retry copies (closing the
+        share consumer would release them at once, before their due time)."""
+        held, self.held = self.held, []
+        return [Copy(entry, False, due, "held when the sidecar stopped")
+                for due, _, entry in sorted(held)]
 
     def _finish(self, entry: Entry) -> None:
         prog = self.progress.get(entry.source)
@@ -586,6 +627,9 @@ class MemberCore:
         return copies
 
     def _promote(self, wall_ms: int) -> None:
+        held = self.held
+        while held and held[0][0] <= wall_ms:
+            self.settled.append((heapq.heappop(held)[2], RELEASE))
         delayed = self.delayed
         while delayed and delayed[0][0] <= wall_ms:
             entry = heapq.heappop(delayed)[2]
@@ -599,6 +643,8 @@ class MemberCore:
         times = [sub.fetch[2] - now for sub in self.subscribers.values() if sub.fetch]
         if self.delayed:
             times.append((self.delayed[0][0] - wall_ms) / 1000)
+        if self.held:
+            times.append((self.held[0][0] - wall_ms) / 1000)
         if self._deadlines:
             times.append(self._deadlines[0][0] - now)
         return max(min(times), 0.0) if times else None

@@ -29,6 +29,7 @@ import trio
 
 from databus.client import Consumer, KafkaError, Producer
 from databus.config import DatabusConfig, SinkConfig
+from databus.lanes.model import DEFAULT_TEMPLATE
 from databus.plugins import PluginError, PluginManager, make_sink
 
 from .core import PluginReportError, SinkProgress, TopicPartition, dead_letter_headers
@@ -48,9 +49,11 @@ class SinkRunner:
     def __init__(
         self, name: str, spec: SinkConfig, bootstrap: str, pm: PluginManager,
         plugin: str, sink: Any, *, security: dict | None = None,
+        lane_template: str = DEFAULT_TEMPLATE,
     ) -> None:
         self.name = name
         self.spec = spec
+        self.lane_template = lane_template  # (lane topics' names: sidecar.yaml's lanes.topic)
         self.bootstrap = bootstrap
         self.security = dict(security or {})
         self.pm = pm
@@ -116,14 +119,15 @@ class SinkRunner:
             # The consumer closes first: its revocation flushes and commits, needing no DLQ.
             async with Producer(self.bootstrap, dlq_config) as dlq, consumer:
                 self._consumer = consumer
-                if self.spec.topics_regex is not None:
-                    consumer.subscribe(pattern=self.spec.topics_regex)
+                # The sink's lanes (docs/lanes.md): by default the main lane only.
+                topics, pattern = self.spec.selection(self.lane_template)
+                if pattern is not None:
+                    consumer.subscribe(pattern=pattern)
                 else:
-                    consumer.subscribe(self.spec.topics)
+                    consumer.subscribe(topics)
                 self.running = True
-                log.info("sink %r (plugin %r) consuming %s as group %r", self.name,
-                         self.plugin, self.spec.topics or self.spec.topics_regex,
-                         config.group_id)
+                log.info("sink %r (plugin %r) consuming %s (lanes: %s) as group %r", self.name,
+                         self.plugin, topics or pattern, self.spec.lanes, config.group_id)
                 async with trio.open_nursery() as nursery:
                     nursery.start_soon(self._lag_loop, consumer)
                     await self._consume(consumer, sink, dlq)
@@ -297,6 +301,7 @@ class _Planned:
     spec: SinkConfig
     bootstrap: str
     security: dict = field(default_factory=dict)  # the cluster's TLS/SASL client settings
+    lane_template: str = DEFAULT_TEMPLATE
     plugin: str | None = None  # None: unchanged, keep the running runner
     sink: Any = None
 
@@ -322,14 +327,17 @@ class SinkSupervisor:
         plan: dict[str, _Planned] = {}
         sinks = config.all_sinks()
         bootstraps = self.bootstrap_map(config) if sinks else {}
+        template = config.lanes.topic if config.lanes is not None else DEFAULT_TEMPLATE
         for name, spec in sinks.items():
             cluster = config.resolve_cluster(spec.cluster, f"sink {name!r}")
             known = config.clusters.get(cluster)
             planned = _Planned(spec, bootstraps[cluster],
-                               known.connection_settings() if known is not None else {})
+                               known.connection_settings() if known is not None else {},
+                               lane_template=template)
             running = self.runners.get(name)
-            if running is None or (running.spec, running.bootstrap, running.security) != (
-                    spec, planned.bootstrap, planned.security):
+            if running is None or (running.spec, running.bootstrap, running.security,
+                                   running.lane_template) != (
+                    spec, planned.bootstrap, planned.security, template):
                 try:
                     planned.plugin, planned.sink = make_sink(self.pm, spec.plugin, spec.config)
                 except (ValueError, PluginError) as exc:
@@ -350,7 +358,7 @@ class SinkSupervisor:
                     continue
                 runner = SinkRunner(
                     name, planned.spec, planned.bootstrap, self.pm, planned.plugin, planned.sink,
-                    security=planned.security,
+                    security=planned.security, lane_template=planned.lane_template,
                 )
                 self.runners[name] = runner
                 await self._nursery.start(runner.run)

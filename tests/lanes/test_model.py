@@ -3,6 +3,8 @@ command's durations: plain data, no sockets."""
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from databus.lanes import model
@@ -104,6 +106,32 @@ def test_subscriptions_of_lane_and_main_consumers():
     # expired: nobody reads the lane's topics (they are about to be deleted)
     assert sub(now=12_000, consume_orphans=True) == ["t"]
     assert sub(now=12_000, lane="a", consume_main=True) == ["t"]
+
+
+def test_readers_that_are_not_lane_consumers_select_lanes_by_policy():
+    """Sinks and indexes (`lanes:`): main only by default, one lane, or all; a regex for
+    the main lane never matches a lane topic (docs/lanes.md)."""
+    names = ["orders", "orders.lane.fx", "orders.lane.other", "orders2", "orders2.lane.fx",
+             "pay", "pay.lane.fx", "orders.lane.fx.lane.y"]
+
+    def matched(pattern):
+        return [n for n in names if re.fullmatch(pattern, n)]
+
+    select = model.reader_selection
+    assert select(["orders", "pay"], None, "main", T) == (["orders", "pay"], None)
+    assert select(["orders", "pay"], None, "fx", T) == (["orders.lane.fx", "pay.lane.fx"], None)
+    _, main = select([], "orders.*", "main", T)
+    assert matched(main) == ["orders", "orders2"]
+    _, lane_fx = select([], "orders.*", "fx", T)
+    assert matched(lane_fx) == ["orders.lane.fx", "orders2.lane.fx"]
+    _, every = select(["orders"], None, "all", T)
+    assert matched(every) == ["orders", "orders.lane.fx", "orders.lane.other"]
+    _, other_template = select(["orders"], None, "all", "lane-{lane}-{topic}")
+    assert re.fullmatch(other_template, "lane-fx-orders") and not re.fullmatch(
+        other_template, "orders.lane.fx")
+    assert model.check_reader_lanes("all") == "all"
+    with pytest.raises(ValueError, match="`main`, `all` or a lane name, got 'a.b'"):
+        model.check_reader_lanes("a.b")
 
 
 def test_the_sdk_sets_the_lane_header_once():

@@ -20,6 +20,7 @@ import yaml
 
 from databus import AsyncClient, Client, SubscriptionError
 from databus.protocol import sidecar_wire as wire
+from databus.protocol.api_keys import ApiKey
 from databus.sidecar.session import ProtocolError, Session
 from tests.helpers.broker import BrokerProcess
 
@@ -197,6 +198,81 @@ def test_three_apps_two_sidecars_each_message_once_then_at_least_once_through_ki
                 sidecar.close()
 
 
+def share_start_offset(bootstrap: str, group: str, topic: str) -> int:
+    """The share group's start offset of partition 0 (everything below is settled)."""
+    from tests.groups.raw import RawClient
+
+    client = RawClient(bootstrap)
+    try:
+        response = client.call(ApiKey.DESCRIBE_SHARE_GROUP_OFFSETS, 1, {
+            "groups": [{"group_id": group, "topics": [{"topic_name": topic,
+                                                       "partitions": [0]}]}]})
+    finally:
+        client.close()
+    return response.groups[0].topics[0].partitions[0].start_offset
+
+
+def test_queue_mode_retries_wait_their_level_and_a_kill_9_loses_none(tmp_path, sock_dir):
+    """ordering: none on a share group honours the retry delays.  With a 5 s acquisition
+    lock, a nack whose level (1.5 s) ends within the lock keeps the record acquired until
+    due; a longer delay (5 s) is copied to workers.retry and the original ACCEPTed.  A
+    kill -9 of the sidecar with one of each pending loses neither: the held record comes
+    back when its lock runs out (after its due time), the copy from the retry topic's
+    consumer group; both come no earlier than due, as attempt 2, and the last attempt
+    (max.attempts 2) goes to workers.dlq."""
+    streams = {"queue": {"topic": "queue", "ordering": "none", "consumer": {
+        "retry.levels": ["1500ms", "5s"], "max.attempts": 2, "fetch.max.wait.ms": 100,
+        "session.timeout.ms": 3000, "heartbeat.interval.ms": 300,
+        "max.poll.interval.ms": 5000,
+    }}}
+    options = {"num.partitions": 1, "group.initial.rebalance.delay.ms": 0,
+               "group.min.session.timeout.ms": 1000,
+               "group.share.record.lock.duration.ms": 5000,
+               "group.share.min.record.lock.duration.ms": 1000}
+    with BrokerProcess(tmp_path / "broker", options) as broker:
+        sidecars = [SidecarProcess(tmp_path, "a", sock_dir, broker.bootstrap, streams)]
+        try:
+            with Client(sidecars[0].socket) as client:
+                client.send("queue", b"copied", partition=0).result(30)  # offset 0
+                client.send("queue", b"held", partition=0).result(30)  # offset 1
+                sub = client.subscribe("queue", "workers")
+                first = {m.value: m for m in (sub.poll(30), sub.poll(30))}
+                assert {v: m.attempt for v, m in first.items()} == {b"copied": 1, b"held": 1}
+                nacked_at = time.time()
+                first[b"held"].nack(reason="level 1")  # 1.5 s: within the lock
+                first[b"copied"].nack(delay=5, reason="later")  # past the lock, less 0.5 s
+                # The copy is in and the original accepted (the share group moved past it),
+                # while "held" stays acquired by this sidecar: now kill it.
+                wait_for(lambda: share_start_offset(broker.bootstrap, "workers", "queue") == 1,
+                         "the copied record accepted")
+                assert sidecars[0].metric("databus_sidecar_consume_held", stream="queue",
+                                          group="workers") == 1
+                sidecars[0].kill9()
+            sidecars.append(SidecarProcess(tmp_path, "b", sock_dir, broker.bootstrap, streams))
+            with Client(sidecars[1].socket) as client:
+                sub = client.subscribe("queue", "workers")
+                again = {}
+                while len(again) < 2:
+                    message = sub.poll(30)
+                    assert message is not None, sidecars[1].text()[-3000:]
+                    again[message.value] = (message, time.time())
+                for value, delay in ((b"held", 1.5), (b"copied", 5)):
+                    message, at = again[value]
+                    assert message.attempt == 2 and message.offset == first[value].offset
+                    assert at - nacked_at >= delay, f"{value} back before its {delay}s"
+                    message.nack(reason="gave up")  # max.attempts: to the DLQ
+                assert sub.poll(1.0) is None  # each came back once
+                sub.close()
+        finally:
+            for sidecar in sidecars:
+                sidecar.close()
+        listed = dlq("list", "workers", "--bootstrap", broker.bootstrap, "--json")
+        assert listed.returncode == 0, listed.stderr
+        rows = sorted((row["origin"], row["attempts"], row["reason"])
+                      for row in json.loads(listed.stdout))
+        assert rows == [("queue-0@0", 2, "gave up"), ("queue-0@1", 2, "gave up")]
+
+
 @pytest.fixture(scope="module")
 def sidecar(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("consume")
@@ -328,8 +404,8 @@ def test_async_client_subscribes_and_a_second_stream_in_one_group_is_refused(sid
 
 def test_queue_mode_shares_a_partition_through_a_share_group(sidecar):
     """ordering: none against a broker that serves KIP-932: several apps get one
-    partition's messages, a nack is a RELEASE (the delivery count is the attempt), the
-    last attempt a REJECT with a copy in the DLQ."""
+    partition's messages, a nack is a RELEASE once its retry level (1s) has passed (the
+    delivery count is the attempt), the last attempt a REJECT with a copy in the DLQ."""
     with Client(sidecar.socket) as client:
         for i in range(60):
             client.send("jobs", b"%d" % i, partition=0)
@@ -338,6 +414,7 @@ def test_queue_mode_shares_a_partition_through_a_share_group(sidecar):
         assert subs[0].ordering == "none"
         seen: dict[bytes, list[int]] = {}
         by_sub = [0, 0, 0]
+        nacked_at = float("inf")  # when b"7" was nacked
         deadline = time.monotonic() + 60
         while (len(seen) < 60 or len(seen[b"7"]) < 2) and time.monotonic() < deadline:
             for i, sub in enumerate(subs):
@@ -348,11 +425,14 @@ def test_queue_mode_shares_a_partition_through_a_share_group(sidecar):
                 seen.setdefault(message.value, []).append(message.attempt)
                 by_sub[i] += 1
                 if message.value == b"7":
+                    if message.attempt == 2:
+                        assert time.monotonic() - nacked_at >= 1.0, "before its retry level"
+                    nacked_at = time.monotonic()
                     message.nack(reason="poison")
                 else:
                     message.ack()
         assert sorted(seen, key=int) == [b"%d" % i for i in range(60)]
-        assert seen[b"7"] == [1, 2]  # RELEASE, then the last attempt goes to the DLQ
+        assert seen[b"7"] == [1, 2]  # RELEASE when due, then the last attempt to the DLQ
         assert all(by_sub), by_sub  # one partition, three apps
         for sub in subs:
             sub.close()

@@ -272,10 +272,53 @@ def test_share_mode_settles_with_accept_release_reject_and_copies_the_last_attem
     assert [e.offset for e in got["a"]] == [0] and [e.offset for e in got["b"]] == [1, 2]
     assert [e.attempt for e in got["b"]] == [3, 1]  # the delivery count is the attempt
     c.ack("a", [got["a"][0].delivery_id])
-    assert c.nack("b", [(got["b"][1].delivery_id, 60_000, "later")], 0) == []
+    assert c.nack("b", [(got["b"][1].delivery_id, 0, "now")], 0) == []
     [dead] = c.nack("b", [(got["b"][0].delivery_id, None, "poison")], 0)
     assert dead.dead and dead.reason == "poison"
     assert [(e.offset, kind) for e, kind in c.take_settled()] == [(0, ACCEPT), (2, RELEASE)]
-    c.copied(dead.entry)
+    c.copied(dead.entry, dead=True)
     assert [(e.offset, kind) for e, kind in c.take_settled()] == [(1, REJECT)]
     assert c.committable() == {}  # the broker keeps the state, not offsets
+
+
+def test_share_mode_holds_a_retry_within_the_lock_and_copies_a_longer_one():
+    """A nack's level (1s) within the record's acquisition lock (10s, less a tenth, from
+    when it was read): the record stays acquired and is RELEASEd when due.  A longer delay
+    cannot be held: it is copied to the retry topic, ACCEPTed once the copy is in, and the
+    copy (read by offset) is handed out when due with the next attempt."""
+    c = core(ordering="none", share=True)
+    c.lock_ms = 10_000
+    c.subscribe("a", 100)
+    c.add([ShareRec("t", 0, 0, 1), ShareRec("t", 0, 1, 1)], 100_000)
+    c.fetch("a", 100, 1, 500, 0.0)
+    [(_, [held, copied])] = c.serve(0.0, 100_000)
+    assert c.nack("a", [(held.delivery_id, None, "level 1")], 101_000) == []
+    [copy] = c.nack("a", [(copied.delivery_id, 9_000, "too long")], 101_000)
+    assert not copy.dead and copy.due_ms == 110_000  # past the lock: 110s - 1s
+    assert c.take_settled() == []
+    assert c.next_wakeup(0.0, 101_000) == 1.0
+    c.serve(0.0, 101_999)
+    assert c.take_settled() == []  # never before its level
+    c.serve(0.0, 102_000)
+    assert [(e.offset, kind) for e, kind in c.take_settled()] == [(0, RELEASE)]
+    c.copied(copy.entry)
+    assert [(e.offset, kind) for e, kind in c.take_settled()] == [(1, ACCEPT)]
+
+    # The copy comes back through the retry topic's consumer (offsets, not the share group).
+    c.add([Rec("g.retry", 0, 5, headers=tuple(copy.headers("t", "g")))], 101_500)
+    assert c.committable() == {("g.retry", 0): 5}
+    c.fetch("a", 100, 1, 500, 1.0)
+    assert c.serve(1.0, 109_999) == []
+    [(_, [again])] = c.serve(1.0, 110_000)
+    assert (again.offset, again.origin_offset, again.attempt) == (5, 1, 2)
+    c.ack("a", [again.delivery_id])
+    assert c.take_settled() == [] and c.committable() == {("g.retry", 0): 6}
+
+    # Stopping: what is held becomes retry copies with their due times (closing the share
+    # consumer would release it at once).
+    c.add([ShareRec("t", 0, 2, 1)], 200_000)
+    c.fetch("a", 100, 1, 500, 2.0)
+    [(_, [third])] = c.serve(2.0, 200_000)
+    c.nack("a", [(third.delivery_id, 2_000, None)], 200_000)
+    [kept] = c.take_held()
+    assert (kept.entry.offset, kept.due_ms, kept.dead) == (2, 202_000, False)

@@ -11,6 +11,7 @@ import re
 from pathlib import Path
 
 import confluent_kafka
+import confluent_kafka.admin
 import pyarrow as pa
 import pyarrow.parquet as pq
 
@@ -23,6 +24,7 @@ from .harness import (
     exported_rows,
     parquet_sink,
     produce_json,
+    read_export,
     sinks_config,
     wait_for,
     wait_gone,
@@ -244,3 +246,44 @@ def test_rolls_hive_directories_and_the_dead_letter_topic(broker, tmp_path):
         assert headers["__connect.errors.partition"] == str(i % 4).encode()
         assert headers["__connect.errors.exception.message"].startswith(
             b"json value does not decode: ")
+
+
+def test_sinks_follow_the_lane_policy_main_by_default_one_lane_or_all(broker, tmp_path):
+    """docs/lanes.md: a sink of `lanes` reads the main lane by default (even with a regex
+    that would match `lanes.lane.fx`), one lane's topics, or every lane's as well."""
+    exports = {name: tmp_path / name for name in ("main", "lane", "all")}
+    options = {"flush.size": 1, "partition.by": "none"}
+    main = parquet_sink("lanes", exports["main"], **options)
+    del main["topics"]
+    main["topics.regex"] = "lanes.*"
+    config = sinks_config(broker, {
+        "main": main,
+        "lane": {**parquet_sink("lanes", exports["lane"], **options), "lanes": "fx"},
+        "all": {**parquet_sink("lanes", exports["all"], **options), "lanes": "all"},
+    })
+    produce_json(broker.bootstrap, "lanes", [1, 2], partitions=1)
+    produce_json(broker.bootstrap, "lanes.lane.fx", [10], partitions=1)
+    produce_json(broker.bootstrap, "lanes.lane.other", [20], partitions=1)
+    service = Service(tmp_path, "lanes", config)
+
+    def exported(name):
+        table = read_export(exports[name])
+        return [] if table is None else sorted(zip(table.column("topic").to_pylist(),
+                                                   table.column("id").to_pylist()))
+
+    try:
+        service.start()
+        want = {"main": [("lanes", 1), ("lanes", 2)], "lane": [("lanes.lane.fx", 10)],
+                "all": [("lanes", 1), ("lanes", 2), ("lanes.lane.fx", 10),
+                        ("lanes.lane.other", 20)]}
+        wait_for(lambda: all(exported(name) == rows for name, rows in want.items()), 60,
+                 "each sink's lanes exported", service.log)
+        # What the main sink's group was given: the main topic's partitions, no lane topic.
+        admin = confluent_kafka.admin.AdminClient({"bootstrap.servers": broker.bootstrap})
+        group = admin.describe_consumer_groups(["databus-sink-main"])["databus-sink-main"]
+        (member,) = group.result(timeout=10).members
+        assert {tp.topic for tp in member.assignment.topic_partitions} == {"lanes"}
+        assert service.stop() == 0
+    finally:
+        service.close()
+    assert {name: exported(name) for name in want} == want

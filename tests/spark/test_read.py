@@ -118,3 +118,44 @@ def test_batch_only_contradictions_fail_before_any_task(spark, spark_broker, mix
                  startingOffsets=f'{{"{mixed_topic}": {{"0": 1}}}}')
     with pytest.raises(Exception, match=f"missing {mixed_topic}-1, {mixed_topic}-2"):
         df.count()
+
+
+def test_the_lane_header_arrives_in_the_headers_column(spark, spark_broker):
+    """docs/lanes.md: a message sent in a lane through the SDK and the sidecar reaches
+    Spark with its `databus-lane` header in the `headers` column (and its lane topic in
+    `topic`); the main lane's message has no header."""
+    import trio
+
+    import databus
+    from databus.lanes import model
+    from databus.lanes.registry import RegistryWriter, now_ms
+    from tests.sidecar.harness import running_sidecar, short_tmpdir, sidecar_config
+
+    bootstrap, registry, stream = spark_broker.bootstrap, "lanes-registry-spark", "spark-lanes"
+
+    def send_both(socket: str) -> None:
+        with databus.Client(socket) as client:
+            assert client.send(stream, b"in-lane", lane="fx").result(30).topic == \
+                f"{stream}.lane.fx"
+            client.send(stream, b"main").result(30)
+
+    async def main(sock_dir: str) -> None:
+        async with RegistryWriter(bootstrap, registry) as writer:
+            now = now_ms()
+            await writer.put(model.lane_key("fx"),
+                             model.Lane("fx", "test", now, 3_600_000, now + 3_600_000))
+        config = sidecar_config(sock_dir, clusters={"main": {"bootstrap.servers": bootstrap}},
+                                default_route={"topic": "{stream}"},
+                                lanes={"registry.topic": registry})
+        async with running_sidecar(config) as sidecar:
+            await trio.to_thread.run_sync(send_both, sidecar.addresses.socket)
+
+    with short_tmpdir() as sock_dir:
+        trio.run(main, sock_dir)
+    df = _reader(spark, spark_broker, subscribe=f"{stream},{stream}.lane.fx",
+                 includeHeaders="true")
+    rows = sorted((row["topic"], bytes(row["value"]),
+                   [(h["key"], bytes(h["value"])) for h in row["headers"]])
+                  for row in df.select("topic", "value", "headers").collect())
+    assert rows == [(stream, b"main", []),
+                    (f"{stream}.lane.fx", b"in-lane", [("databus-lane", b"fx")])]
