@@ -9,11 +9,14 @@ DESCRIBE the cluster, nothing more, until it is given its transactional id:
 - raw requests show the per-API refusals: FindCoordinator (transaction), AddPartitionsToTxn
   (TOPIC_AUTHORIZATION_FAILED for the topic it may not write, OPERATION_NOT_ATTEMPTED for the
   rest), AddOffsetsToTxn / TxnOffsetCommit (the group), EndTxn, WriteTxnMarkers
-  (CLUSTER_ACTION: refused for tx, done for the super user), DescribeProducers (READ);
+  (CLUSTER_ACTION: refused for tx, done for the super user), DescribeProducers (READ),
+  Produce of transactional records (WRITE on the transactional id);
 - confluent-kafka's AdminClient sees, with include_authorized_operations, only what tx may do.
 """
 
 from __future__ import annotations
+
+import datetime
 
 import pytest
 
@@ -140,6 +143,12 @@ def test_transaction_apis_refuse_what_acls_do_not_allow(tx_limited, admin_config
             # tx-topic reaches the coordinator, which knows no such transaction
             "tx-topic": ErrorCode.invalid_producer_id_mapping,
             "tx-secret": ErrorCode.topic_authorization_failed}
+        produced = client.request(make(
+            0, 9, transactional_id="tx-none", acks=-1, timeout=datetime.timedelta(seconds=5),
+            topic_data=[{"name": "tx-topic",
+                         "partition_data": [{"index": 0, "records": b"not appended"}]}]))
+        assert produced.responses[0].partition_responses[0].error_code == \
+            ErrorCode.transactional_id_authorization_failed
         producers = client.request(make(61, 0, topics=[
             {"name": t, "partition_indexes": [0]} for t in ("tx-topic", "tx-secret")]))
         assert {t.name: t.partitions[0].error_code for t in producers.topics} == {
