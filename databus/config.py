@@ -483,12 +483,22 @@ class EmbeddedBrokerConfig(_Model):
         "./data", description="Broker data directory (relative to the config file)."
     )
     listen: str = Field(
-        "127.0.0.1:9092", description="Kafka listener HOST:PORT (port 0 picks a free port)."
+        "127.0.0.1:9092",
+        description="The broker's first Kafka listener, PLAINTEXT, HOST:PORT (port 0 picks a "
+        "free port): the sidecar's way in.  More listeners (SSL, SASL_PLAINTEXT, SASL_SSL) go "
+        "in `options` as `listeners`, after this one (docs/security.md).",
+    )
+    metrics_listen: str | None = Field(
+        None,
+        description="HOST:PORT of the broker's own /metrics and /healthz "
+        "(`databus broker --metrics-listen`; docs/operations.md).",
     )
     options: dict[str, Any] = Field(
         default_factory=dict,
         description="Broker settings (Kafka names, see the broker section below), passed as "
-        "`-o key=value`.",
+        "`-o key=value`; `listeners` adds listeners to `listen`, and the security settings "
+        "(`listener.security.protocol.map`, `ssl.*`, `sasl.enabled.mechanisms`, "
+        "`authorizer.class.name`, `super.users`, ...) are taken as `databus broker` takes them.",
     )
 
     @field_validator("listen")
@@ -496,6 +506,26 @@ class EmbeddedBrokerConfig(_Model):
     def _listen(cls, v: str) -> str:
         _listen_address(v, "broker.listen")
         return v
+
+    @field_validator("metrics_listen")
+    @classmethod
+    def _metrics_listen(cls, v: str | None) -> str | None:
+        if v is not None:
+            _listen_address(v, "broker.metrics_listen")
+        return v
+
+    def command_args(self, listen: str | None = None) -> list[str]:
+        """``databus broker`` arguments for these settings (``listen``: --kafka-listen):
+        ``--listen`` with every listener, the sidecar's first, then ``-o`` per option."""
+        options = dict(self.options)
+        listeners = ",".join(v for v in (listen or self.listen, options.pop("listeners", None))
+                             if v)
+        args = ["--data-dir", self.data_dir, "--listen", listeners]
+        if self.metrics_listen:
+            args += ["--metrics-listen", self.metrics_listen]
+        for option in broker_option_args(options):
+            args += ["-o", option]
+        return args
 
 
 class TopicSelection(_Model):
@@ -1051,7 +1081,7 @@ class DatabusConfig(_Model):
                 except ConfigError as exc:
                     problems.append(str(exc))
         if self.broker.options:
-            problems.extend(_broker_option_problems(self.broker.options))
+            problems.extend(_broker_option_problems(self.broker))
         try:
             self.sidecar.resolved_tokens()
         except ConfigError as exc:
@@ -1266,20 +1296,22 @@ class DatabusConfig(_Model):
         return self.default_route.topic.replace("{stream}", stream)
 
 
-def _broker_option_problems(options: Mapping[str, Any]) -> list[str]:
-    """Check embedded-broker options with the broker's own model when it is importable."""
-    # The built-in broker of `databus up` serves the one PLAINTEXT listener broker.listen
-    # (the sidecar's own way in); secured listeners belong to a `databus broker` of its own.
-    listener_keys = [k for k in ("listeners", "advertised.listeners",
-                                 "listener.security.protocol.map") if k in options]
-    if listener_keys:
-        return [f"broker.options: {', '.join(listener_keys)}: the built-in broker listens on "
-                "broker.listen (PLAINTEXT); for TLS/SASL listeners run `databus broker` and "
-                "name it under clusters: (docs/security.md)"]
+def _broker_option_problems(broker: EmbeddedBrokerConfig) -> list[str]:
+    """Check the built-in broker's settings with the broker's own model (as `databus broker`
+    would read them) when it is importable."""
     try:
         from databus.broker.config import BrokerConfig
+        from databus.broker.listeners import listener_name
     except ImportError:
         return []
+    extra = str(broker.options.get("listeners", ""))
+    names = [listener_name(entry, "PLAINTEXT") for entry in extra.split(",") if entry.strip()]
+    if "PLAINTEXT" in names:
+        return ["broker.options: listeners: PLAINTEXT is broker.listen (the sidecar's way in); "
+                "give another listener its own name (e.g. EXTERNAL://0.0.0.0:9094 with "
+                "EXTERNAL:PLAINTEXT in listener.security.protocol.map)"]
+    options = dict(broker.options)
+    options["listeners"] = ",".join(v for v in (broker.listen, extra) if v)
     try:
         BrokerConfig.from_options(broker_option_args(options))
     except ValueError as exc:  # BrokerConfigError: its message names the key

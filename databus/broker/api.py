@@ -39,6 +39,8 @@ class Session:
     ``User:ANONYMOUS``, or the subject of a verified client certificate); on a SASL one only
     once SaslAuthenticate succeeds, and until then the server answers nothing but
     ApiVersions, SaslHandshake and SaslAuthenticate (handlers/sasl.py owns the exchange).
+    With ``connections.max.reauth.ms`` a login lasts that long (KIP-368): the client logs in
+    again on the same connection before then, or the connection is closed.
     """
 
     listener: Listener | None = None
@@ -46,7 +48,14 @@ class Session:
     authenticated: bool = True
     mechanism: str | None = None  # chosen by SaslHandshake
     exchange: Any = None  # the ScramServer of a SCRAM exchange in progress
+    in_exchange: bool = False  # a SaslHandshake awaits its SaslAuthenticate(s)
     close_after_response: bool = False  # a failed login: answer, then hang up
+    # KIP-368: when the login ends (trio.current_time(); None: never).  After it, any
+    # request but SaslHandshake / SaslAuthenticate (a re-authentication) closes.
+    expires_at: float | None = None
+
+    def expired(self, now: float) -> bool:
+        return self.expires_at is not None and now >= self.expires_at
 
     @classmethod
     def for_listener(cls, listener: Listener | None, principal: str | None = None) -> Session:

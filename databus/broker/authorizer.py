@@ -64,7 +64,9 @@ class Authorizer:
 # -- checks made before a handler runs ----------------------------------------------------
 # APIs about one resource whose response has a top-level error code: refused whole, with
 # Kafka's code, by the server (server.py) before the handler runs.  APIs that name several
-# resources check each in their handler (Produce, Fetch, Metadata, OffsetCommit, ...).
+# resources, or whose response has errors only per partition, check in their handler
+# (Produce, Fetch, Metadata, OffsetCommit, AddPartitionsToTxn, TxnOffsetCommit,
+# WriteTxnMarkers, ...) with ``partition_errors`` below.
 
 def _group(operation: Operation):
     def check(ctx, request) -> ErrorCode | None:
@@ -93,6 +95,20 @@ def _init_producer_id(ctx, request) -> ErrorCode | None:
     return ErrorCode.cluster_authorization_failed
 
 
+def _transactional_id(group_operation: Operation | None = None):
+    """WRITE on the request's transactional id (TRANSACTIONAL_ID_AUTHORIZATION_FAILED), then,
+    for AddOffsetsToTxn, ``group_operation`` on its group (GROUP_AUTHORIZATION_FAILED)."""
+    def check(ctx, request) -> ErrorCode | None:
+        if not ctx.allowed(Operation.WRITE, ResourceType.TRANSACTIONAL_ID,
+                           request.transactional_id):
+            return ErrorCode.transactional_id_authorization_failed
+        if group_operation is not None and not ctx.allowed(group_operation, ResourceType.GROUP,
+                                                           request.group_id):
+            return ErrorCode.group_authorization_failed
+        return None
+    return check
+
+
 REQUEST_CHECKS = {
     ApiKey.JOIN_GROUP: _group(Operation.READ),
     ApiKey.SYNC_GROUP: _group(Operation.READ),
@@ -105,6 +121,8 @@ REQUEST_CHECKS = {
     ApiKey.DELETE_SHARE_GROUP_OFFSETS: _group(Operation.DELETE),
     ApiKey.DESCRIBE_CLUSTER: _cluster(Operation.DESCRIBE),
     ApiKey.INIT_PRODUCER_ID: _init_producer_id,
+    ApiKey.ADD_OFFSETS_TO_TXN: _transactional_id(Operation.READ),
+    ApiKey.END_TXN: _transactional_id(),
 }
 
 
@@ -114,3 +132,21 @@ def refusal(ctx, request) -> ErrorCode | None:
         return None
     check = REQUEST_CHECKS.get(ctx.api_key)
     return None if check is None else check(ctx, request)
+
+
+def partition_errors(ctx, wanted, operation: Operation, *, exists=None,
+                     refused: ErrorCode = ErrorCode.topic_authorization_failed) -> dict:
+    """Kafka's per-partition refusals for a request about several (topic, partition)s:
+    ``{(topic, partition): error}`` for each one whose topic the principal may not do
+    ``operation`` on (``refused``), then, if ``exists`` is given, for each one that does not
+    exist (UNKNOWN_TOPIC_OR_PARTITION); the partitions absent from the answer may go on."""
+    allowed: dict[str, bool] = {}
+    errors = {}
+    for topic, partition in wanted:
+        if topic not in allowed:
+            allowed[topic] = ctx.allowed(operation, ResourceType.TOPIC, topic)
+        if not allowed[topic]:
+            errors[(topic, partition)] = refused
+        elif exists is not None and not exists(topic, partition):
+            errors[(topic, partition)] = ErrorCode.unknown_topic_or_partition
+    return errors

@@ -109,6 +109,13 @@ class BrokerConfig(BaseModel):
         description="Largest request frame accepted on a SASL listener before the login; a "
         "bigger size prefix closes the connection.",
     )
+    connections_max_reauth_ms: int = Field(
+        0, alias="connections.max.reauth.ms", ge=0,
+        description="KIP-368: the lifetime of a SASL login; a client that does not log in "
+        "again on the same connection (SaslHandshake + SaslAuthenticate v1+, as Kafka's "
+        "clients and databus's do) before it ends has the connection closed at its next "
+        "request.  0: no expiry.",
+    )
     ssl_keystore_location: str | None = Field(
         None, alias="ssl.keystore.location",
         description="PEM file with the broker's private key and certificate chain (SSL and "

@@ -64,7 +64,8 @@ def parse_protocol_map(text: str) -> dict[str, str]:
     return mapping
 
 
-def _name_of(entry: str, default: str) -> str:
+def listener_name(entry: str, default: str) -> str:
+    """The NAME of a `NAME://HOST:PORT` listener entry; ``default`` for a bare HOST:PORT."""
     scheme, sep, _ = entry.strip().partition("://")
     return scheme.upper() if sep else default
 
@@ -79,7 +80,7 @@ def parse_listeners(text: str, protocol_map: str = DEFAULT_PROTOCOL_MAP, *,
     for entry in text.split(","):
         if not entry.strip():
             continue
-        name = _name_of(entry, default_name)
+        name = listener_name(entry, default_name)
         host, port = parse_host_port(entry, allow_port_zero=not advertised,
                                      require_host=advertised, what=what)
         if name not in mapping:

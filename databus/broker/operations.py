@@ -1,55 +1,38 @@
-"""Kafka's authorized-operations bitfields (KIP-430) for Metadata, DescribeCluster and
-DescribeGroups.
+"""Kafka's authorized-operations bitfields (KIP-430) for Metadata, DescribeCluster,
+DescribeTopicPartitions, DescribeGroups and ShareGroupDescribe.
 
 A client that asks (``include_*_authorized_operations``) gets, per resource, a bitfield
-with bit N set for each ``AclOperation`` of code N it may perform; one that does not ask
-gets INT32_MIN, Kafka's "not requested".  Without an authorizer every operation the
-resource type supports is allowed, as in Kafka with no ``authorizer.class.name``; an ACL
-authorizer filters ``SUPPORTED`` here, in one place.
+with bit N set for each operation of code N (Kafka's AclOperation, storage/acls.py
+``Operation``) that the resource type supports and the caller's principal may perform,
+each decided by the authorizer as a request doing it would be (so without
+``authorizer.class.name`` every supported operation, as in Kafka).  One that does not ask
+gets INT32_MIN, Kafka's "not requested".
 """
 
 from __future__ import annotations
 
-import enum
+from collections.abc import Iterable
+
+from databus.storage.acls import SUPPORTED_OPERATIONS, Operation, ResourceType
 
 NOT_REQUESTED = -(2**31)
 
-
-class AclOperation(enum.IntEnum):
-    """Kafka's org.apache.kafka.common.acl.AclOperation codes."""
-
-    READ = 3
-    WRITE = 4
-    CREATE = 5
-    DELETE = 6
-    ALTER = 7
-    DESCRIBE = 8
-    CLUSTER_ACTION = 9
-    DESCRIBE_CONFIGS = 10
-    ALTER_CONFIGS = 11
-    IDEMPOTENT_WRITE = 12
+# What the bitfield of each resource type may hold (Kafka's AclEntry.supportedOperations).
+SUPPORTED = {rtype: SUPPORTED_OPERATIONS[rtype]
+             for rtype in (ResourceType.TOPIC, ResourceType.GROUP, ResourceType.CLUSTER)}
 
 
-_A = AclOperation
-# Kafka's AclEntry.supportedOperations per resource type
-SUPPORTED = {
-    "topic": (_A.READ, _A.WRITE, _A.CREATE, _A.DESCRIBE, _A.DELETE, _A.ALTER,
-              _A.DESCRIBE_CONFIGS, _A.ALTER_CONFIGS),
-    "group": (_A.READ, _A.DESCRIBE, _A.DELETE),
-    "cluster": (_A.CREATE, _A.CLUSTER_ACTION, _A.DESCRIBE_CONFIGS, _A.ALTER_CONFIGS,
-                _A.IDEMPOTENT_WRITE, _A.ALTER, _A.DESCRIBE),
-}
-
-
-def bitfield(operations) -> int:
+def bitfield(operations: Iterable[Operation]) -> int:
     bits = 0
     for op in operations:
         bits |= 1 << int(op)
     return bits
 
 
-def authorized_operations(resource: str, requested: bool) -> int:
-    """The bitfield for one ``resource`` type ("topic", "group", "cluster")."""
+def authorized_operations(ctx, resource_type: ResourceType, name: str, requested: bool) -> int:
+    """The bitfield of what ``ctx``'s principal may do on one resource (the cluster's name
+    is storage.acls.CLUSTER_NAME), or NOT_REQUESTED."""
     if not requested:
         return NOT_REQUESTED
-    return bitfield(SUPPORTED[resource])
+    return bitfield(op for op in SUPPORTED[resource_type]
+                    if ctx.allowed(op, resource_type, name))

@@ -65,7 +65,17 @@ BEFORE_LOGIN = frozenset({ApiKey.API_VERSIONS, ApiKey.SASL_HANDSHAKE, ApiKey.SAS
 
 
 class _NotLoggedIn(Exception):
-    """A request other than the login ones before SASL authentication: close."""
+    """A request other than the login ones before SASL authentication, or after the login
+    expired (KIP-368, connections.max.reauth.ms): close."""
+
+
+class _LoginExpired(_NotLoggedIn):
+    """A request other than a re-authentication after the SASL login expired: close (the
+    usual end of a client that does not re-authenticate, logged at INFO)."""
+
+
+# What a connection whose SASL login has expired may still send: a re-authentication.
+REAUTHENTICATION = frozenset({ApiKey.SASL_HANDSHAKE, ApiKey.SASL_AUTHENTICATE})
 
 
 @dataclass
@@ -122,7 +132,8 @@ class _Connection:
                     log.warning("closing connection from %s: %s", self.peer, exc)
                     nursery.cancel_scope.cancel()
                 except _NotLoggedIn as exc:
-                    log.warning("closing connection from %s: %s", self.peer, exc)
+                    log.log(logging.INFO if isinstance(exc, _LoginExpired) else logging.WARNING,
+                            "closing connection from %s: %s", self.peer, exc)
                     nursery.cancel_scope.cancel()
                 except (trio.BrokenResourceError, trio.ClosedResourceError):
                     nursery.cancel_scope.cancel()
@@ -186,6 +197,10 @@ class _Connection:
             name = self.session.listener.name if self.session.listener else "?"
             raise _NotLoggedIn(f"api key {header.api_key} before SASL authentication on "
                                f"listener {name}")
+        if header.api_key not in REAUTHENTICATION and self.session.expired(trio.current_time()):
+            raise _LoginExpired(f"its SASL login as {self.session.principal} expired "
+                               f"(connections.max.reauth.ms) and api key {header.api_key} is "
+                               "not a re-authentication")
         self._current = header
         registration = self.handlers.get(header.api_key)
         if registration is None or not registration.supports(header.api_version):

@@ -11,7 +11,9 @@ the broker, kio and this client (CLIENT_VERSIONS) all support.
 
 With ``security`` (security.py) the stream is wrapped in TLS before anything is sent, and
 a SASL login (SaslHandshake, SaslAuthenticate) follows the version negotiation; the
-connection is usable only once both succeeded.
+connection is usable only once both succeeded.  If the broker gives the login a lifetime
+(KIP-368, ``connections.max.reauth.ms``), the connection logs in again before it ends, ahead
+of the next request due then.
 
 The socket comes from ``open_stream(host, port)`` (default ``trio.open_tcp_stream``): any
 ``trio.abc.Stream`` will do, which is the seam the timer tests use to put the client on one
@@ -28,6 +30,7 @@ from __future__ import annotations
 import collections
 import logging
 import math
+import random
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -144,6 +147,11 @@ class BrokerConnection:
         self._closed = False
         self._close_reason: BaseException | None = None
         self.closed_event = trio.Event()
+        # KIP-368: when to log in again (None: the login does not expire), and while that
+        # runs, its task (whose requests go through) and the event the others wait for.
+        self._reauth_at: float | None = None
+        self._reauth_task = None
+        self._reauth_done: trio.Event | None = None
 
     def __repr__(self) -> str:
         return f"<BrokerConnection node={self.node_id} {self.host}:{self.port}>"
@@ -179,10 +187,42 @@ class BrokerConnection:
         try:
             await self._negotiate_versions()
             if self.security.sasl:
-                await self.security.login(self)
+                await self._login()
         except BaseException:
             await self.aclose()
             raise
+
+    async def _login(self) -> None:
+        lifetime_ms = await self.security.login(self)
+        # As Kafka's clients: again at 85-95% of the lifetime (spread, so connections made
+        # together do not all log in again together).
+        self._reauth_at = (trio.current_time() + lifetime_ms / 1000 * random.uniform(0.85, 0.95)
+                           if lifetime_ms > 0 else None)
+
+    async def _reauthenticate_if_due(self) -> None:
+        """KIP-368: before a request, log in again if the login is due to expire; requests
+        of other tasks wait until that is done (Kafka's brokers take nothing else in between).
+        A failure closes the connection (the broker has closed it too)."""
+        task = trio.lowlevel.current_task()
+        if self._reauth_task is task:
+            return  # the re-authentication's own requests
+        if self._reauth_done is not None:
+            await self._reauth_done.wait()
+            return
+        if self._reauth_at is None or trio.current_time() < self._reauth_at:
+            return
+        self._reauth_task, self._reauth_done = task, trio.Event()
+        try:
+            await self._login()
+            log.debug("%s: logged in again (KIP-368)", self)
+        except BaseException as exc:
+            # half an exchange leaves the connection unusable, whatever interrupted it
+            self._fail(exc if isinstance(exc, errors.KafkaError) else
+                       errors.KafkaConnectionError(f"{self}: re-authentication interrupted"))
+            raise
+        finally:
+            done, self._reauth_task, self._reauth_done = self._reauth_done, None, None
+            done.set()
 
     async def _negotiate_versions(self) -> None:
         fields = {"client_software_name": "databus", "client_software_version": __version__}
@@ -270,6 +310,9 @@ class BrokerConnection:
         is expected).  Requests written one after the other are answered in that order, so
         a caller that must keep an order (the producer) writes in order, then waits."""
         if self._closed or self._stream is None:
+            raise self._closed_error()
+        await self._reauthenticate_if_due()
+        if self._closed:
             raise self._closed_error()
         async with self._send_lock:
             if self._closed:

@@ -8,7 +8,8 @@ not).
 
 ``Security.from_config`` is built once per client; ``wrap`` turns a connected byte stream
 into a TLS one (handshake done), ``login`` runs SaslHandshake + SaslAuthenticate on a
-connection (the exchanges themselves are protocol/sasl.py's).  A refused login raises
+connection (the exchanges themselves are protocol/sasl.py's) and says how long the login
+lasts (KIP-368; the connection logs in again before then).  A refused login raises
 SaslAuthenticationFailedError with the broker's message; the password appears in no message
 and no log.
 """
@@ -82,9 +83,11 @@ class Security:
                 f"TLS handshake with {host} failed: {cause}") from None
         return tls
 
-    async def login(self, conn) -> None:
+    async def login(self, conn) -> int:
         """SaslHandshake then SaslAuthenticate on ``conn`` (a BrokerConnection whose api
-        versions are negotiated)."""
+        versions are negotiated); the login's lifetime in ms that the broker gave
+        (KIP-368, SaslAuthenticate v1+; 0: it does not expire).  The same exchange, on a
+        logged-in connection, is a re-authentication."""
         response = await conn.request(ApiKey.SASL_HANDSHAKE, {"mechanism": self.mechanism})
         if response.error_code != ErrorCode.none:
             raise errors.from_code(
@@ -94,20 +97,22 @@ class Security:
         password = self.password.get_secret_value()
         try:
             if self.mechanism == PLAIN:
-                await self._step(conn, plain_token(self.username, password))
-                return
-            scram = ScramClient(self.mechanism, self.username, password)
-            server_first = await self._step(conn, scram.first())
-            server_final = await self._step(conn, scram.final(server_first))
-            scram.verify(server_final)
+                last = await self._step(conn, plain_token(self.username, password))
+            else:
+                scram = ScramClient(self.mechanism, self.username, password)
+                server_first = await self._step(conn, scram.first())
+                last = await self._step(conn, scram.final(bytes(server_first.auth_bytes)))
+                scram.verify(bytes(last.auth_bytes))
         except SaslError as exc:
             raise errors.for_code(ErrorCode.sasl_authentication_failed)(
                 f"{conn}: {exc}") from None
+        lifetime = getattr(last, "session_lifetime", None)  # v1+
+        return max(0, int(lifetime.total_seconds() * 1000)) if lifetime else 0
 
     @staticmethod
-    async def _step(conn, token: bytes) -> bytes:
+    async def _step(conn, token: bytes):
         response = await conn.request(ApiKey.SASL_AUTHENTICATE, {"auth_bytes": token})
         if response.error_code != ErrorCode.none:
             raise errors.from_code(response.error_code,
                                    f"{conn}: {response.error_message or 'login refused'}")
-        return bytes(response.auth_bytes)
+        return response

@@ -171,11 +171,13 @@ async def _main(prog: str, path, config, with_broker: bool, overrides=None) -> i
                 # started and the broker has written nothing.
                 await sidecar.bind()
                 broker_address = None
+                more_listeners: list[tuple[str, str]] = []
                 if with_broker:
-                    host, port, _process = await nursery.start(
+                    host, port, _process, bound = await nursery.start(
                         run_broker_process, config.broker
                     )
                     broker_address = sidecar.embedded_bootstrap = format_host_port(host, port)
+                    more_listeners = _more_listeners(config.broker, bound)
 
                 async def sidecar_then_stop(task_status=trio.TASK_STATUS_IGNORED):
                     await sidecar.serve(task_status=task_status)
@@ -186,7 +188,8 @@ async def _main(prog: str, path, config, with_broker: bool, overrides=None) -> i
                 if config.console.listen:
                     console_url = await nursery.start(_console, config, broker_address)
                 started = True
-                _print_summary(config, path, addresses, broker_address, console_url)
+                _print_summary(config, path, addresses, broker_address, console_url,
+                               more_listeners)
                 tune_for_service()  # start-up is done: freeze what it made
 
                 async for signum in signals:
@@ -241,7 +244,23 @@ def _security(cluster) -> str:
     return f"  ({described})" if described else ""
 
 
-def _print_summary(config, path, addresses, broker_address, console_url=None) -> None:
+def _more_listeners(broker, bound: dict[str, int]) -> list[tuple[str, str]]:
+    """(NAME, HOST:PORT) of the built-in broker's listeners after broker.listen (from
+    ``broker.options.listeners``), with the ports they were bound to."""
+    from databus.broker.listeners import listener_name
+    from databus.protocol.addresses import format_host_port, parse_host_port
+
+    out = []
+    for entry in str(broker.options.get("listeners", "")).split(","):
+        if entry.strip():
+            name = listener_name(entry, "PLAINTEXT")
+            host, port = parse_host_port(entry, allow_port_zero=True)
+            out.append((name, format_host_port(host, bound.get(name, port))))
+    return out
+
+
+def _print_summary(config, path, addresses, broker_address, console_url=None,
+                   more_listeners=()) -> None:
     from databus.tools.table import Column, console, print_table
 
     rows = [("apps connect to", f"{addresses.socket}  (databus.Client())")]
@@ -251,6 +270,10 @@ def _print_summary(config, path, addresses, broker_address, console_url=None) ->
         rows.append(
             ("Kafka listener", f"{broker_address}  (built-in broker, data {config.broker.data_dir})")
         )
+        for name, address in more_listeners:
+            rows.append(("", f"{name} {address}"))
+        if config.broker.metrics_listen:
+            rows.append(("broker metrics", f"{config.broker.metrics_listen}  (/metrics, /healthz)"))
     else:
         for name, cluster in config.clusters.items():
             rows.append(("upstream", f"{name}: {cluster.bootstrap_servers}{_security(cluster)}"))

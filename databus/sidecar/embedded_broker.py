@@ -1,6 +1,8 @@
 """The built-in broker as a child process of ``databus up`` (its own process: both cores work).
 
-``run_broker_process`` starts ``databus broker --data-dir DIR --listen HOST:PORT -o k=v...``
+``run_broker_process`` starts ``databus broker --data-dir DIR --listen HOST:PORT[,MORE]
+[--metrics-listen HOST:PORT] -o k=v...`` (EmbeddedBrokerConfig.command_args; ``broker.listen``,
+the sidecar's PLAINTEXT way in, is the first listener, so the ready file's address is its)
 in a new session (so a terminal's Ctrl-C reaches only ``databus up``, which stops the broker
 itself *after* the sidecar has drained into it), waits for its ready file (see
 databus/broker/launch.py), reports the address through ``task_status.started``, relays the
@@ -22,7 +24,7 @@ import tempfile
 import trio
 
 from databus.broker.launch import BrokerLaunch, Ready
-from databus.config import EmbeddedBrokerConfig, broker_option_args
+from databus.config import EmbeddedBrokerConfig
 
 log = logging.getLogger("databus.up")
 
@@ -33,13 +35,7 @@ class BrokerExited(RuntimeError):
 
 
 def broker_command(config: EmbeddedBrokerConfig, listen: str | None = None) -> list[str]:
-    cmd = [
-        sys.executable, "-m", "databus.cli", "broker",
-        "--data-dir", config.data_dir, "--listen", listen or config.listen,
-    ]
-    for option in broker_option_args(config.options):
-        cmd += ["-o", option]
-    return cmd
+    return [sys.executable, "-m", "databus.cli", "broker", *config.command_args(listen)]
 
 
 async def run_broker_process(
@@ -51,7 +47,9 @@ async def run_broker_process(
     stop_timeout: float = 20.0,
     task_status=trio.TASK_STATUS_IGNORED,
 ) -> None:
-    """Run the broker until cancelled; ``task_status.started((host, port, process))``."""
+    """Run the broker until cancelled; ``task_status.started((host, port, process,
+    listeners))``: the first listener's (``broker.listen``) address, and every listener's
+    bound port by name."""
     with tempfile.TemporaryDirectory(prefix="databus-broker-") as tmp:
         launch = BrokerLaunch(os.path.join(tmp, "ready.json"))
         try:
@@ -87,7 +85,7 @@ async def _supervise(process, launch, relay, startup_timeout, stop_timeout, task
                 f"cannot start the built-in broker: {ready.error}" if ready is not None
                 else _exit_message(process, tail)
             )
-        task_status.started((ready.host, ready.port, process))
+        task_status.started((ready.host, ready.port, process, ready.listeners or {}))
         await _relay(process.stderr, relay, tail)
         await process.wait()
         raise BrokerExited(_exit_message(process, tail))

@@ -12,9 +12,10 @@ As with kafka-acls: ``--allow-principal`` / ``--deny-principal`` (with ``--allow
 Describe, ClusterAction, DescribeConfigs, AlterConfigs, IdempotentWrite, All; repeatable)
 on each resource given (``--topic``, ``--group``, ``--transactional-id``, ``--cluster``;
 ``*`` is every name), ``--resource-pattern-type`` literal (default) or prefixed (for
-``--list`` and ``--remove`` also any and match).  ``--producer`` is Write, Describe and Create
-on the topics (and IdempotentWrite on the cluster); ``--consumer`` Read and Describe on the
-topics and Read on the group.
+``--list`` and ``--remove`` also any and match).  As kafka-acls: ``--producer`` is Write,
+Describe and Create on the topics and Write and Describe on the transactional ids, with
+``--idempotent`` also IdempotentWrite on the cluster; ``--consumer`` Read and Describe on the
+topics and Read on the group; an operation the resource type does not support is refused.
 
 Through a running broker (``--bootstrap-server``, with ``-X``/``--command-config`` for a
 secured listener; needs ALTER/DESCRIBE on the cluster when ACLs are on), or directly in a
@@ -27,6 +28,7 @@ import sys
 
 from databus.storage.acls import (
     CLUSTER_NAME,
+    SUPPORTED_OPERATIONS,
     AclBinding,
     AclError,
     AclFilter,
@@ -63,6 +65,10 @@ def add_arguments(parser) -> None:
                              "AlterConfigs, IdempotentWrite, ClusterAction, All (repeatable)")
     parser.add_argument("--producer", action="store_true",
                         help="the operations a producer needs on --topic")
+    parser.add_argument("--idempotent", action="store_true",
+                        help="with --producer: also IdempotentWrite on the cluster (WRITE on "
+                        "a topic or a --transactional-id is enough for an idempotent "
+                        "producer since Kafka 3.0)")
     parser.add_argument("--consumer", action="store_true",
                         help="the operations a consumer needs on --topic and --group")
     parser.add_argument("--force", action="store_true", help="accepted for kafka-acls "
@@ -96,10 +102,12 @@ def _entries(args) -> list[tuple[str, str, Permission]]:
 
 def _operations(args, resource_type: ResourceType) -> list[Operation]:
     ops = [parse_enum(Operation, _snake(o), "operation") for o in args.operation]
-    if args.producer:
+    if args.producer:  # kafka-acls' getProducerResourceFilterToAcls
         if resource_type == ResourceType.TOPIC:
             ops += [Operation.WRITE, Operation.DESCRIBE, Operation.CREATE]
-        elif resource_type == ResourceType.CLUSTER:
+        elif resource_type == ResourceType.TRANSACTIONAL_ID:
+            ops += [Operation.WRITE, Operation.DESCRIBE]
+        elif resource_type == ResourceType.CLUSTER and args.idempotent:
             ops += [Operation.IDEMPOTENT_WRITE]
     if args.consumer:
         if resource_type == ResourceType.TOPIC:
@@ -116,11 +124,28 @@ def _snake(name: str) -> str:
     return re.sub(r"(?<=[a-z])(?=[A-Z])", "_", name.strip())
 
 
+def _check_operations(rtype: ResourceType, ops: list[Operation]) -> None:
+    """kafka-acls' check: each operation must be one the resource type supports."""
+    supported = SUPPORTED_OPERATIONS.get(rtype, ())
+    wrong = [op for op in ops if op != Operation.ALL and op not in supported]
+    if wrong:
+        raise AclError(
+            f"ResourceType {_camel(rtype.name)} only supports operations "
+            f"{', '.join(_camel(op.name) for op in (*supported, Operation.ALL))} "
+            f"(not {', '.join(_camel(op.name) for op in wrong)})")
+
+
+def _camel(name: str) -> str:
+    """TRANSACTIONAL_ID -> TransactionalId, as kafka-acls writes names."""
+    return "".join(part.capitalize() for part in name.split("_"))
+
+
 def bindings_to_add(args) -> list[AclBinding]:
     pattern = parse_enum(PatternType, args.resource_pattern_type or "literal", "pattern type")
-    if args.producer and not any(r == ResourceType.CLUSTER for r, _ in _resources(
-            args, default_any=False)):
-        args.cluster = True  # IdempotentWrite, as kafka-acls --producer --idempotent adds
+    if args.idempotent and not args.producer:
+        raise AclError("--idempotent is used with --producer")
+    if args.producer and args.idempotent:
+        args.cluster = True  # IdempotentWrite on the cluster, as kafka-acls adds it
     entries = _entries(args)
     if not entries:
         raise AclError("--add needs --allow-principal or --deny-principal")
@@ -131,6 +156,7 @@ def bindings_to_add(args) -> list[AclBinding]:
             continue
         if not ops:
             raise AclError("--add needs --operation (or --producer / --consumer)")
+        _check_operations(rtype, ops)
         for principal, host, permission in entries:
             for op in ops:
                 bindings.append(AclBinding(rtype, name, pattern if rtype != ResourceType.CLUSTER

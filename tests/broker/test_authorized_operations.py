@@ -7,7 +7,8 @@ from __future__ import annotations
 from confluent_kafka import TopicCollection
 from confluent_kafka.admin import AclOperation, AdminClient, NewTopic
 
-from databus.broker.operations import NOT_REQUESTED, authorized_operations
+from databus.broker.operations import NOT_REQUESTED, SUPPORTED, authorized_operations, bitfield
+from databus.storage.acls import ResourceType
 
 TOPIC_OPS = {AclOperation.READ, AclOperation.WRITE, AclOperation.CREATE, AclOperation.DESCRIBE,
              AclOperation.DELETE, AclOperation.ALTER, AclOperation.DESCRIBE_CONFIGS,
@@ -18,10 +19,11 @@ CLUSTER_OPS = {AclOperation.CREATE, AclOperation.CLUSTER_ACTION, AclOperation.DE
 
 
 def test_bitfields_golden():
-    assert authorized_operations("topic", True) == 0b1101_1111_1000  # 3..8, 10, 11
-    assert authorized_operations("group", True) == (1 << 3) | (1 << 6) | (1 << 8)
-    assert authorized_operations("cluster", True) == 0b1_1111_1010_0000
-    assert authorized_operations("cluster", False) == NOT_REQUESTED == -(2**31)
+    assert bitfield(SUPPORTED[ResourceType.TOPIC]) == 0b1101_1111_1000  # 3..8, 10, 11
+    assert bitfield(SUPPORTED[ResourceType.GROUP]) == (1 << 3) | (1 << 6) | (1 << 8)
+    assert bitfield(SUPPORTED[ResourceType.CLUSTER]) == 0b1_1111_1010_0000
+    assert authorized_operations(None, ResourceType.CLUSTER, "kafka-cluster", False) \
+        == NOT_REQUESTED == -(2**31)
 
 
 def test_admin_client_sees_every_operation_when_authorization_is_off(broker):

@@ -16,7 +16,7 @@ from databus.storage.credentials import CredentialStore
 from tests.helpers.broker import BrokerProcess
 from tests.helpers.tls import Pki, make_pki
 
-USERS = {"admin": "admin-secret-7Q", "bob": "bob-secret-9Z"}
+USERS = {"admin": "admin-secret-7Q", "bob": "bob-secret-9Z", "tx": "tx-secret-3K"}
 LISTENERS = "PLAINTEXT://127.0.0.1:0,SSL://127.0.0.1:0,SASL_PLAINTEXT://127.0.0.1:0," \
             "SASL_SSL://127.0.0.1:0"
 CERT_PRINCIPAL = "User:CN=app,O=databus"
@@ -82,8 +82,9 @@ def secured(tmp_path_factory):
                      "--password-stdin", stdin=USERS["admin"] + "\n")
     assert result.returncode == 0, result.stderr
     store = CredentialStore(root / "data")
-    for mechanism in ("SCRAM-SHA-256", "SCRAM-SHA-512"):
-        store.upsert("bob", make_credential(mechanism, USERS["bob"]))
+    for user in ("bob", "tx"):
+        for mechanism in ("SCRAM-SHA-256", "SCRAM-SHA-512"):
+            store.upsert(user, make_credential(mechanism, USERS[user]))
     options = {
         "listeners": LISTENERS,
         "ssl.keystore.location": str(pki.keystore),
@@ -95,3 +96,13 @@ def secured(tmp_path_factory):
     }
     with BrokerProcess(root, options) as broker:
         yield Secured(broker, pki)
+
+
+@pytest.fixture(scope="package")
+def admin_config(secured, tmp_path_factory):
+    """A --command-config file for the CLI: the super user over SASL_SSL."""
+    path = tmp_path_factory.mktemp("cli") / "admin.properties"
+    conf = secured.ours("SASL_SSL", "SCRAM-SHA-512")
+    path.write_text("".join(f"{k}={v}\n" for k, v in conf.items()))
+    return ["--bootstrap-server", secured.broker.bootstrap_for("SASL_SSL"),
+            "--command-config", str(path)]

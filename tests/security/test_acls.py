@@ -20,22 +20,12 @@ from .conftest import USERS, databus
 
 
 @pytest.fixture(scope="module")
-def admin_config(secured, tmp_path_factory):
-    """A --command-config file for the CLI: the super user over SASL_SSL."""
-    path = tmp_path_factory.mktemp("cli") / "admin.properties"
-    conf = secured.ours("SASL_SSL", "SCRAM-SHA-512")
-    path.write_text("".join(f"{k}={v}\n" for k, v in conf.items()))
-    return ["--bootstrap-server", secured.broker.bootstrap_for("SASL_SSL"),
-            "--command-config", str(path)]
-
-
-@pytest.fixture(scope="module")
 def bob_limited(secured, admin_config):
     """bob may produce to and consume from bob-topic with group bob-group, nothing else."""
     confluent_produce(secured.broker.bootstrap_for("SASL_SSL"), "other-topic",
                       [Msg(b"k", b"secret")], **_conf(secured, "admin"))
     result = databus("acls", "--add", "--allow-principal", "User:bob", "--producer",
-                     "--consumer", "--topic", "bob-topic", "--group", "bob-group",
+                     "--idempotent", "--consumer", "--topic", "bob-topic", "--group", "bob-group",
                      *admin_config)
     assert result.returncode == 0, result.stderr
     return secured

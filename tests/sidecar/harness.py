@@ -81,7 +81,7 @@ async def broker_process(data_dir: str, **options):
 
     config = EmbeddedBrokerConfig(data_dir=data_dir, listen="127.0.0.1:0", options=options)
     async with trio.open_nursery() as nursery:
-        host, port, process = await nursery.start(
+        host, port, process, _ = await nursery.start(
             lambda task_status: run_broker_process(config, relay=None, task_status=task_status)
         )
         try:

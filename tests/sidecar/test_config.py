@@ -59,8 +59,11 @@ def test_precedence_stream_over_producer_over_cluster():
          "clusters.a.bootstrap.servers: bootstrap.servers must be HOST:PORT, got 'k2': no port"),
         ({"sidecar": {"socket_mode": "rw"}}, "socket_mode must be an octal string"),
         ({"sidecar": {"socket_group": "no-such-group-x"}}, "'no-such-group-x' is not a group"),
-        ({"broker": {"options": {"listeners": "SASL_SSL://:9094"}}},
-         "broker.options: listeners: the built-in broker listens on broker.listen"),
+        ({"broker": {"options": {"listeners": "127.0.0.1:9094"}}},
+         "broker.options: listeners: PLAINTEXT is broker.listen (the sidecar's way in)"),
+        ({"broker": {"options": {"listeners": "INTERNAL://127.0.0.1:9095"}}},
+         "listener INTERNAL has no security protocol in listener.security.protocol.map"),
+        ({"broker": {"metrics_listen": ":9464"}}, "broker.metrics_listen"),
         ({"clusters": {"a": {"bootstrap.servers": "k:9092", "sasl.password": "${env:UNSET_X}"}}},
          "clusters: a: sasl.password: environment variable UNSET_X is not set"),
         ({"sidecar": {"buffer.memory": 0}}, "sidecar.buffer.memory"),
@@ -84,6 +87,22 @@ def test_invalid_configs_name_the_problem(data, message):
     with pytest.raises(ConfigError) as info:
         parse_config(data)
     assert message in str(info.value)
+
+
+def test_built_in_broker_takes_listeners_and_security_as_databus_broker_does():
+    config = parse_config({"broker": {
+        "data_dir": "/d", "listen": "127.0.0.1:0", "metrics_listen": "127.0.0.1:9465",
+        "options": {"listeners": "SASL_SSL://0.0.0.0:9094,EXTERNAL://0.0.0.0:9093",
+                    "listener.security.protocol.map": "EXTERNAL:PLAINTEXT,SASL_SSL:SASL_SSL,"
+                                                      "PLAINTEXT:PLAINTEXT",
+                    "authorizer.class.name": "StandardAuthorizer", "super.users": "User:a"}}})
+    assert config.broker.command_args("127.0.0.1:7000") == [
+        "--data-dir", "/d",
+        "--listen", "127.0.0.1:7000,SASL_SSL://0.0.0.0:9094,EXTERNAL://0.0.0.0:9093",
+        "--metrics-listen", "127.0.0.1:9465",
+        "-o", "listener.security.protocol.map=EXTERNAL:PLAINTEXT,SASL_SSL:SASL_SSL,"
+              "PLAINTEXT:PLAINTEXT",
+        "-o", "authorizer.class.name=StandardAuthorizer", "-o", "super.users=User:a"]
 
 
 def test_load_errors_name_the_file(tmp_path):

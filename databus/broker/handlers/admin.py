@@ -33,7 +33,7 @@ from pydantic import SecretStr
 from databus.protocol.api_keys import ApiKey
 from databus.protocol.entities import build
 from databus.protocol.errors import ErrorCode
-from databus.storage.acls import Operation, ResourceType
+from databus.storage.acls import CLUSTER_NAME, Operation, ResourceType
 
 from ..api import RequestContext, handles
 from ..broker import is_internal_topic
@@ -444,7 +444,8 @@ async def describe_cluster(ctx: RequestContext, request) -> object:
         error_message=None, endpoint_type=1, cluster_id=broker.cluster_id,
         controller_id=broker.node_id, brokers=(node,),
         cluster_authorized_operations=authorized_operations(
-            "cluster", getattr(request, "include_cluster_authorized_operations", False)),
+            ctx, ResourceType.CLUSTER, CLUSTER_NAME,
+            getattr(request, "include_cluster_authorized_operations", False)),
     )
 
 

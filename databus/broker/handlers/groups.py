@@ -26,7 +26,7 @@ from databus.protocol.errors import ErrorCode
 from databus.storage.acls import Operation, ResourceType
 
 from ..api import RequestContext, handles
-from ..operations import authorized_operations
+from ..operations import NOT_REQUESTED, authorized_operations
 
 KEY_TYPE_GROUP = 0
 KEY_TYPE_TRANSACTION = 1
@@ -62,11 +62,15 @@ async def find_coordinator(ctx: RequestContext, request):
         error, message = ErrorCode.none, None
     host, port = broker.advertised_address(ctx.listener_name)
 
+    resource, refused = ((ResourceType.TRANSACTIONAL_ID,
+                          ErrorCode.transactional_id_authorization_failed)
+                         if key_type == KEY_TYPE_TRANSACTION
+                         else (ResourceType.GROUP, ErrorCode.group_authorization_failed))
+
     def entry(key: str) -> dict:
         code = error
-        if code == ErrorCode.none and not ctx.allowed(Operation.DESCRIBE, ResourceType.GROUP,
-                                                      key):
-            code = ErrorCode.group_authorization_failed
+        if code == ErrorCode.none and not ctx.allowed(Operation.DESCRIBE, resource, key):
+            code = refused
         ok = code == ErrorCode.none
         return {"node_id": broker.node_id if ok else -1, "host": host if ok else "",
                 "port": port if ok else -1, "error_code": code,
@@ -244,12 +248,14 @@ async def list_groups(ctx: RequestContext, request):
 async def describe_groups(ctx: RequestContext, request):
     service = groups_of(ctx)
     described = []
-    operations = authorized_operations(
-        "group", getattr(request, "include_authorized_operations", False))
     for group_id in request.groups:
         if not ctx.allowed(Operation.DESCRIBE, ResourceType.GROUP, group_id):
-            described.append(_described(group_id, ErrorCode.group_authorization_failed))
+            described.append(_described(group_id, ErrorCode.group_authorization_failed,
+                                        NOT_REQUESTED))
             continue
+        operations = authorized_operations(
+            ctx, ResourceType.GROUP, group_id,
+            getattr(request, "include_authorized_operations", False))
         if service is None:
             described.append(_described(group_id, ErrorCode.coordinator_load_in_progress,
                                         operations))

@@ -18,7 +18,7 @@ import uuid
 from databus.protocol.api_keys import ApiKey
 from databus.protocol.entities import build
 from databus.protocol.errors import ErrorCode
-from databus.storage.acls import Operation, ResourceType
+from databus.storage.acls import CLUSTER_NAME, Operation, ResourceType
 
 from ..api import RequestContext, handles
 from ..broker import is_internal_topic
@@ -70,12 +70,16 @@ async def metadata(ctx: RequestContext, request) -> object:
     def may(operation, name):
         return ctx.allowed(operation, ResourceType.TOPIC, name)
 
-    topic_ops = authorized_operations(
-        "topic", getattr(request, "include_topic_authorized_operations", False))
+    want_ops = getattr(request, "include_topic_authorized_operations", False)
+
+    def topic_ops(name: str) -> int:
+        return authorized_operations(ctx, ResourceType.TOPIC, name, want_ops)
+
     if requested is None:
         for name in sorted(topics):
             if may(Operation.DESCRIBE, name):  # the others are not even named
-                entries.append(_topic_entry(module, broker, name, topics[name], topic_ops))
+                entries.append(_topic_entry(module, broker, name, topics[name],
+                                            topic_ops(name)))
     else:
         by_id = None
         allow_create = getattr(request, "allow_auto_topic_creation", True)
@@ -106,7 +110,7 @@ async def metadata(ctx: RequestContext, request) -> object:
             if info is None:
                 entries.append(_error_entry(module, name, ErrorCode.unknown_topic_or_partition))
             else:
-                entries.append(_topic_entry(module, broker, name, info, topic_ops))
+                entries.append(_topic_entry(module, broker, name, info, topic_ops(name)))
     host, port = broker.advertised_address(ctx.listener_name)
     brokers = (
         build(module.MetadataResponseBroker, node_id=broker.node_id, host=host, port=port,
@@ -117,5 +121,6 @@ async def metadata(ctx: RequestContext, request) -> object:
         throttle_time=datetime.timedelta(0), brokers=brokers, cluster_id=broker.cluster_id,
         controller_id=broker.node_id, topics=tuple(entries),
         cluster_authorized_operations=authorized_operations(
-            "cluster", getattr(request, "include_cluster_authorized_operations", False)),
+            ctx, ResourceType.CLUSTER, CLUSTER_NAME,
+            getattr(request, "include_cluster_authorized_operations", False)),
     )

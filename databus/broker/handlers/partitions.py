@@ -20,9 +20,11 @@ import datetime
 from databus.protocol.api_keys import ApiKey
 from databus.protocol.entities import build
 from databus.protocol.errors import ErrorCode
+from databus.storage.acls import Operation, ResourceType
 
 from ..api import RequestContext, handles
 from ..broker import is_internal_topic
+from ..operations import NOT_REQUESTED, authorized_operations
 
 LEADER_EPOCH = 0  # the only leader epoch of a single node (Metadata says the same)
 NO_THROTTLE = datetime.timedelta(0)
@@ -46,9 +48,12 @@ async def offset_for_leader_epoch(ctx: RequestContext, request) -> object:
     topics = []
     for topic in request.topics:
         partitions = []
+        may_describe = ctx.allowed(Operation.DESCRIBE, ResourceType.TOPIC, topic.topic)
         for p in topic.partitions:
-            code, epoch, end = _epoch_end(ctx.broker, topic.topic, p.partition,
-                                          p.current_leader_epoch, p.leader_epoch)
+            code, epoch, end = (_epoch_end(ctx.broker, topic.topic, p.partition,
+                                           p.current_leader_epoch, p.leader_epoch)
+                                if may_describe else
+                                (ErrorCode.topic_authorization_failed, -1, -1))
             partitions.append(build(module.EpochEndOffset, error_code=code,
                                     partition=p.partition, leader_epoch=epoch, end_offset=end))
         topics.append(build(module.OffsetForLeaderTopicResult, topic=topic.topic,
@@ -62,8 +67,15 @@ async def describe_producers(ctx: RequestContext, request) -> object:
     topics = []
     for topic in request.topics:
         partitions = []
+        may_read = ctx.allowed(Operation.READ, ResourceType.TOPIC, topic.name)
         for index in topic.partition_indexes:
             plog = ctx.broker.get_log(topic.name, index)
+            if not may_read:
+                partitions.append(build(
+                    module.PartitionResponse, partition_index=index,
+                    error_code=ErrorCode.topic_authorization_failed, error_message=None,
+                    active_producers=()))
+                continue
             if plog is None:
                 partitions.append(build(
                     module.PartitionResponse, partition_index=index,
@@ -91,7 +103,12 @@ async def describe_topic_partitions(ctx: RequestContext, request) -> object:
     broker = ctx.broker
     module = ctx.response_module()
     known = broker.log_manager.topics()
-    names = sorted({t.name for t in request.topics} if request.topics else known)
+    # As Metadata: all topics means those the principal may DESCRIBE; a named one it may
+    # not is TOPIC_AUTHORIZATION_FAILED.
+    names = sorted({t.name for t in request.topics} if request.topics else
+                   (n for n in known
+                    if ctx.allowed(Operation.DESCRIBE, ResourceType.TOPIC, n)))
+    want_ops = getattr(request, "include_topic_authorized_operations", False)
     cursor = request.cursor
     if cursor is not None:
         names = [n for n in names if n >= cursor.topic_name]
@@ -100,11 +117,14 @@ async def describe_topic_partitions(ctx: RequestContext, request) -> object:
     topics, next_cursor, used = [], None, 0
     for name in names:
         info = known.get(name)
-        if info is None:
+        refused = not ctx.allowed(Operation.DESCRIBE, ResourceType.TOPIC, name)
+        if info is None or refused:
             topics.append(build(
                 module.DescribeTopicPartitionsResponseTopic,
-                error_code=ErrorCode.unknown_topic_or_partition, name=name, topic_id=None,
-                is_internal=False, partitions=(), topic_authorized_operations=-2147483648))
+                error_code=(ErrorCode.topic_authorization_failed if refused
+                            else ErrorCode.unknown_topic_or_partition),
+                name=name, topic_id=None, is_internal=False, partitions=(),
+                topic_authorized_operations=NOT_REQUESTED))
             continue
         first = cursor.partition_index if cursor is not None and name == cursor.topic_name else 0
         if used == limit:
@@ -121,7 +141,8 @@ async def describe_topic_partitions(ctx: RequestContext, request) -> object:
         topics.append(build(
             module.DescribeTopicPartitionsResponseTopic, error_code=ErrorCode.none, name=name,
             topic_id=info.topic_id, is_internal=is_internal_topic(name), partitions=partitions,
-            topic_authorized_operations=-2147483648))
+            topic_authorized_operations=authorized_operations(
+                ctx, ResourceType.TOPIC, name, want_ops)))
         if last < info.partitions:
             next_cursor = build(module.Cursor, topic_name=name, partition_index=last)
             break

@@ -52,6 +52,11 @@ def _append_all(ctx: RequestContext, request) -> list:
     broker = ctx.broker
     results = []
     valid_acks = request.acks in (0, 1, -1)
+    # Kafka: transactional records need WRITE on their transactional id, else every
+    # partition is TRANSACTIONAL_ID_AUTHORIZATION_FAILED and nothing is appended.
+    txn_id = getattr(request, "transactional_id", None)
+    txn_refused = bool(txn_id) and not ctx.allowed(Operation.WRITE,
+                                                  ResourceType.TRANSACTIONAL_ID, txn_id)
     for topic in request.topic_data:
         partitions = []
         may_write = ctx.allowed(Operation.WRITE, ResourceType.TOPIC, topic.name)
@@ -59,6 +64,8 @@ def _append_all(ctx: RequestContext, request) -> list:
             info, code, message, record_errors = None, ErrorCode.none, None, ()
             if not valid_acks:
                 code = ErrorCode.invalid_required_acks
+            elif txn_refused:
+                code = ErrorCode.transactional_id_authorization_failed
             elif not may_write:
                 code = ErrorCode.topic_authorization_failed
             elif is_internal_topic(topic.name):

@@ -38,8 +38,8 @@ from databus.protocol.errors import ErrorCode
 from databus.storage.acls import Operation, ResourceType
 
 from ..api import RequestContext, handles
+from ..operations import NOT_REQUESTED, authorized_operations
 
-NO_OPERATIONS = -(2**31)
 ZERO_UUID = uuid.UUID(int=0)
 
 
@@ -111,7 +111,7 @@ async def share_group_describe(ctx: RequestContext, request):
     for group_id in request.group_ids:
         entry = {"group_id": group_id, "group_state": "", "group_epoch": -1,
                  "assignment_epoch": -1, "assignor_name": "", "members": [],
-                 "authorized_operations": NO_OPERATIONS}
+                 "authorized_operations": NOT_REQUESTED}
         snapshot = service.describe(group_id) if service is not None else None
         if not ctx.allowed(Operation.DESCRIBE, ResourceType.GROUP, group_id):
             entry["error_code"] = ErrorCode.group_authorization_failed
@@ -126,6 +126,9 @@ async def share_group_describe(ctx: RequestContext, request):
                 error_code=ErrorCode.none, group_state=snapshot.state.value,
                 group_epoch=snapshot.group_epoch, assignment_epoch=snapshot.assignment_epoch,
                 assignor_name="simple",
+                authorized_operations=authorized_operations(
+                    ctx, ResourceType.GROUP, group_id,
+                    getattr(request, "include_authorized_operations", False)),
                 members=[{
                     "member_id": m.member_id, "rack_id": m.rack_id,
                     "member_epoch": m.member_epoch, "client_id": m.client_id,

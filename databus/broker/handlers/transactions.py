@@ -10,6 +10,11 @@ by the group service.  This broker is the coordinator of every transactional id
   and is not advertised): a partition that does not exist is UNKNOWN_TOPIC_OR_PARTITION and
   the others of the request OPERATION_NOT_ATTEMPTED, as in Kafka; otherwise every partition
   gets the coordinator's answer.
+- ACLs, as Kafka checks them: WRITE on the transactional id for all of them
+  (TRANSACTIONAL_ID_AUTHORIZATION_FAILED), WRITE per topic for AddPartitionsToTxn, READ on
+  the group (AddOffsetsToTxn, TxnOffsetCommit) and READ per topic (TxnOffsetCommit);
+  WriteTxnMarkers needs CLUSTER_ACTION on the cluster.  AddOffsetsToTxn and EndTxn are
+  refused before their handler (authorizer.REQUEST_CHECKS).
 - WriteTxnMarkers v1: Kafka's coordinator sends it to partition leaders; here the
   coordinator writes its markers in-process, but the API is served (an admin tool may use
   it to close a hanging transaction): each marker is appended to each partition.
@@ -23,8 +28,10 @@ from databus.protocol.api_keys import ApiKey
 from databus.protocol.entities import build
 from databus.protocol.errors import ErrorCode
 from databus.protocol.records import CONTROL_ABORT, CONTROL_COMMIT
+from databus.storage.acls import Operation, ResourceType
 
 from ..api import RequestContext, handles
+from ..authorizer import partition_errors
 from ..errors import error_code_for
 from .groups import groups_of
 
@@ -45,24 +52,30 @@ def _response(ctx: RequestContext, **values):
 
 @handles(ApiKey.ADD_PARTITIONS_TO_TXN, 0, 3)
 async def add_partitions_to_txn(ctx: RequestContext, request):
+    txn_id = request.v3_and_below_transactional_id
     topics = [(t.name, list(t.partitions)) for t in request.v3_and_below_topics]
     wanted = [(name, p) for name, parts in topics for p in parts]
-    unknown = {(name, p) for name, p in wanted
-               if (info := ctx.broker.topic(name)) is None or not 0 <= p < info.partitions}
     service = transactions_of(ctx)
-    if service is None:
-        error = ErrorCode.coordinator_load_in_progress
-    elif unknown:
-        error = ErrorCode.operation_not_attempted
+    refused = {}
+    if not ctx.allowed(Operation.WRITE, ResourceType.TRANSACTIONAL_ID, txn_id):
+        error = ErrorCode.transactional_id_authorization_failed
     else:
-        error = await service.add_partitions(
-            request.v3_and_below_transactional_id, request.v3_and_below_producer_id,
-            request.v3_and_below_producer_epoch, wanted)
+        # Kafka: a topic the producer may not WRITE is TOPIC_AUTHORIZATION_FAILED, a
+        # partition that does not exist UNKNOWN_TOPIC_OR_PARTITION, and then the others of
+        # the request OPERATION_NOT_ATTEMPTED (nothing is added).
+        refused = partition_errors(ctx, wanted, Operation.WRITE, exists=lambda name, p: (
+            (info := ctx.broker.topic(name)) is not None and 0 <= p < info.partitions))
+        if service is None:
+            error = ErrorCode.coordinator_load_in_progress
+        elif refused:
+            error = ErrorCode.operation_not_attempted
+        else:
+            error = await service.add_partitions(
+                txn_id, request.v3_and_below_producer_id,
+                request.v3_and_below_producer_epoch, wanted)
     results = [
         {"name": name, "results_by_partition": [
-            {"partition_index": p,
-             "partition_error_code": (ErrorCode.unknown_topic_or_partition
-                                      if (name, p) in unknown else error)}
+            {"partition_index": p, "partition_error_code": refused.get((name, p), error)}
             for p in parts]}
         for name, parts in topics
     ]
@@ -115,19 +128,34 @@ async def txn_offset_commit(ctx: RequestContext, request):
     ]
     service = transactions_of(ctx)
     groups = groups_of(ctx)
-    if service is None or groups is None:
+    refused = {}
+    # Kafka's order: WRITE on the transactional id, READ on the group (each refuses the
+    # whole request), READ per topic (refuses those partitions; the others are committed).
+    if not ctx.allowed(Operation.WRITE, ResourceType.TRANSACTIONAL_ID, request.transactional_id):
+        errors = [ErrorCode.transactional_id_authorization_failed] * len(entries)
+    elif not ctx.allowed(Operation.READ, ResourceType.GROUP, request.group_id):
+        errors = [ErrorCode.group_authorization_failed] * len(entries)
+    elif service is None or groups is None:
         errors = [ErrorCode.coordinator_load_in_progress] * len(entries)
     else:
+        refused = partition_errors(ctx, [(e.topic, e.partition) for e in entries],
+                                   Operation.READ)
+        allowed = [e for e in entries if (e.topic, e.partition) not in refused]
         error = service.coordinator.check_offset_commit(
             request.transactional_id, request.producer_id, request.producer_epoch,
             (OFFSETS_TOPIC, groups.partition_of(request.group_id)))
         if error != ErrorCode.none:
-            errors = [error] * len(entries)
-        else:
-            errors = await groups.commit_txn_offsets(
+            done = [error] * len(allowed)
+        elif allowed:
+            done = await groups.commit_txn_offsets(
                 request.group_id, request.producer_id, request.producer_epoch,
                 getattr(request, "member_id", ""), getattr(request, "generation_id", -1),
-                entries)
+                allowed)
+        else:
+            done = []
+        answered = dict(zip(((e.topic, e.partition) for e in allowed), done))
+        keys = [(e.topic, e.partition) for e in entries]
+        errors = [refused[k] if k in refused else answered[k] for k in keys]
     topics: dict[str, list] = {}
     for entry, error in zip(entries, errors):
         topics.setdefault(entry.topic, []).append(
@@ -142,6 +170,9 @@ async def txn_offset_commit(ctx: RequestContext, request):
 @handles(ApiKey.WRITE_TXN_MARKERS, 1, 1)
 async def write_txn_markers(ctx: RequestContext, request):
     service = ctx.broker.transactions
+    # Kafka: only brokers (CLUSTER_ACTION on the cluster) write markers; anyone else gets
+    # CLUSTER_AUTHORIZATION_FAILED for every partition, and nothing is written.
+    allowed = ctx.cluster_allowed(Operation.CLUSTER_ACTION)
     markers = []
     for marker in request.markers:
         kind = CONTROL_COMMIT if marker.transaction_result else CONTROL_ABORT
@@ -149,6 +180,10 @@ async def write_txn_markers(ctx: RequestContext, request):
         for topic in marker.topics:
             partitions = []
             for index in topic.partition_indexes:
+                if not allowed:
+                    partitions.append({"partition_index": index,
+                                       "error_code": ErrorCode.cluster_authorization_failed})
+                    continue
                 error = ErrorCode.none
                 try:
                     last = service.write_marker(topic.name, index, marker.producer_id,
