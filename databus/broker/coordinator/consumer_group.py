@@ -346,6 +346,7 @@ class ConsumerGroupCoordinator:
             # the static member is back under a new member id: it takes over the old
             # member's epoch and partitions, no rebalance (Kafka's static member replacement)
             del group.members[static.member_id]
+            group.target[req.member_id] = group.target.pop(static.member_id, {})
             static.member_id = req.member_id
             static.epoch = static.previous_epoch
             group.members[req.member_id] = static

@@ -349,18 +349,18 @@ def _new_member_id() -> str:
 async def consumer_group_heartbeat(ctx: RequestContext, request):
     service = groups_of(ctx)
     if not ctx.allowed(Operation.READ, ResourceType.GROUP, request.group_id):
-        return _response(ctx, error_code=ErrorCode.group_authorization_failed, member_epoch=-1,
+        return _response(ctx, error_code=ErrorCode.group_authorization_failed, member_epoch=0,
                          heartbeat_interval=0)
     if service is None:
         return _response(ctx, error_code=ErrorCode.coordinator_load_in_progress,
-                         member_epoch=-1, heartbeat_interval=0)
+                         member_epoch=0, heartbeat_interval=0)
     member_id = request.member_id
     if ctx.api_version == 0 and not member_id and request.member_epoch == 0:
         member_id = _new_member_id()  # v0: the coordinator names new members
     if ctx.broker.shares.is_share_group(request.group_id):
         return _response(ctx, error_code=ErrorCode.group_id_not_found,
                          error_message=f"Group {request.group_id} is not a consumer group.",
-                         member_epoch=-1, heartbeat_interval=0)
+                         member_epoch=0, heartbeat_interval=0)
     names = request.subscribed_topic_names
     result = await service.consumer_heartbeat(ConsumerHeartbeat(
         group_id=request.group_id,
