@@ -174,6 +174,10 @@ def test_heartbeat_errors(broker):
             "member_id": "", "protocol_type": "consumer",
             "protocols": [{"name": "range", "metadata": b""}]})
         assert joined.error_code == ErrorCode.inconsistent_group_protocol
+        # r left: the group epoch moved, the new target comes with the next heartbeat
+        described = client.call(DESCRIBE, 0, {"group_ids": ["errs-g", "no-such-group"]})
+        assert [(g.error_code, g.group_state) for g in described.groups] == [
+            (ErrorCode.none, "Assigning"), (ErrorCode.group_id_not_found, "")]
         listed = client.call(ApiKey.LIST_GROUPS, 5, {"states_filter": [],
                                                      "types_filter": ["consumer"]})
         assert ("errs-g", "consumer") in [(g.group_id, g.group_type) for g in listed.groups]
