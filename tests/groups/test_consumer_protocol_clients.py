@@ -2,8 +2,8 @@
 (librdkafka) consumers against a real broker: partitions are assigned by the broker and move
 between members one heartbeat at a time, never owned by two members at once, so a record
 committed by one member is never consumed again by another; members joining and leaving;
-offsets committed with the member epoch; the admin API lists and describes the group as a
-``consumer`` group; after kill -9 the group (its members, epochs and assignment) and its
+offsets committed with the member epoch; the admin API and ``databus groups describe`` list
+and describe the group as a ``consumer`` group; after kill -9 the group (its members, epochs and assignment) and its
 offsets come back from ``__consumer_offsets``.
 
 The broker's heartbeat interval is lowered to 300 ms (Kafka's 5 s default would make each
@@ -12,6 +12,9 @@ hand-over of a partition take seconds).
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
 import time
 
 import confluent_kafka
@@ -40,6 +43,13 @@ def produce(bootstrap: str, start: int, count: int) -> None:
     for i in range(start, start + count):
         producer.produce(TOPIC, value=b"%d" % i, partition=i % 4)
     assert producer.flush(30) == 0
+
+
+def groups_cli(bootstrap: str, *args: str) -> str:
+    return subprocess.run(
+        [sys.executable, "-m", "databus.cli", "--log-level", "WARNING", "groups", "describe",
+         "--bootstrap-server", bootstrap, "--group", GROUP, *args],
+        capture_output=True, text=True, timeout=60, check=True).stdout
 
 
 class Member:
@@ -124,6 +134,20 @@ def test_members_share_partitions_and_hand_them_over_without_duplicates(broker):
     assert sorted(m.client_id for m in described.members) == ["c1", "c3"]
     assert sorted(tp.partition for m in described.members
                   for tp in m.assignment.topic_partitions) == [0, 1, 2, 3]
+    # databus groups describe: the broker's assignment, epochs and the committed offsets
+    doc = json.loads(groups_cli(bootstrap, "--json"))["groups"][0]
+    assert (doc["type"], doc["state"], doc["assignment_strategy"]) == (
+        "consumer", "Stable", "uniform")
+    assert doc["group_epoch"] == doc["assignment_epoch"] >= 3
+    assert sorted(m["client_id"] for m in doc["members"]) == ["c1", "c3"]
+    assert all(m["member_epoch"] == doc["group_epoch"] for m in doc["members"])
+    assert [(o["partition"], o["current_offset"], o["lag"]) for o in doc["offsets"]] == [
+        (p, 15, 0) for p in range(4)]
+    table = [line.split() for line in groups_cli(bootstrap, "--members", "--verbose")
+             .splitlines() if line.strip()]
+    assert table[0] == ["GROUP", "CONSUMER-ID", "GROUP-INSTANCE-ID", "HOST", "CLIENT-ID",
+                        "#PARTITIONS", "CURRENT-EPOCH", "ASSIGNMENT"]
+    assert sorted(row[4] for row in table[1:]) == ["c1", "c3"]
     c1.close()
     c3.close()
 
