@@ -2,13 +2,17 @@
 ``databus broker`` process: the exact bytes of ConsumerGroupHeartbeat and
 ConsumerGroupDescribe answers, incremental reconciliation (a partition reaches its new owner
 only after the old owner's heartbeat no longer lists it), static members (leave with epoch
--2, rejoin under a new member id), Kafka's error codes, and offsets committed and fetched
-with the member epoch (OffsetCommit/OffsetFetch v9).
+-2, rejoin under a new member id), Kafka's error codes, offsets committed and fetched with
+the member epoch (OffsetCommit/OffsetFetch v9), a silent member removed after the session
+timeout, and the classic-or-consumer rule (an empty classic group is taken over, a live one
+is not; DeleteGroups).
 """
 
 from __future__ import annotations
 
+import contextlib
 import struct
+import time
 
 from databus.protocol.api_keys import ApiKey
 from databus.protocol.entities import build_request
@@ -16,6 +20,7 @@ from databus.protocol.errors import ErrorCode
 from tests.broker.wire import WireClient
 from tests.groups.harness import create_topic
 from tests.groups.raw import RawClient
+from tests.helpers.broker import BrokerProcess
 
 HB, DESCRIBE = ApiKey.CONSUMER_GROUP_HEARTBEAT, ApiKey.CONSUMER_GROUP_DESCRIBE
 
@@ -36,6 +41,18 @@ def beat(client, group: str, member: str, epoch: int, owned=None, instance=None)
         "topic_partitions": None if owned is None else [
             {"topic_id": t, "partitions": ps} for t, ps in owned],
     })
+
+
+@contextlib.contextmanager
+def bounded_wait(seconds: float):
+    """A bound on a wait for the broker (not a timing assertion): call the yielded check
+    in the loop."""
+    deadline = time.monotonic() + seconds
+
+    def check() -> None:
+        assert time.monotonic() < deadline, "the broker did not get there"
+
+    yield check
 
 
 def parts(response) -> list[int]:
@@ -211,3 +228,60 @@ def test_offsets_carry_the_member_epoch(broker):
         fetched = fetch(epoch)
         assert fetched.error_code == ErrorCode.none
         assert fetched.topics[0].partitions[0].committed_offset == 7
+
+
+def test_an_empty_classic_group_is_taken_over_and_deleted(broker):
+    create_topic(broker.bootstrap, "takeover", 1)
+    with RawClient(broker.bootstrap) as client:
+        committed = client.call(ApiKey.OFFSET_COMMIT, 9, {
+            "group_id": "takeover-g", "generation_id_or_member_epoch": -1, "member_id": "",
+            "group_instance_id": None, "topics": [{"name": "takeover", "partitions": [
+                {"partition_index": 0, "committed_offset": 3, "committed_leader_epoch": -1,
+                 "committed_metadata": ""}]}]})
+        assert committed.topics[0].partitions[0].error_code == ErrorCode.none
+        # offsets only (an Empty classic group): a consumer-protocol member takes it over
+        joined = join(client, "takeover-g", "m", ["takeover"])
+        assert (joined.error_code, parts(joined)) == (ErrorCode.none, [0])
+        fetched = client.call(ApiKey.OFFSET_FETCH, 9, {"groups": [{
+            "group_id": "takeover-g", "member_id": "m", "member_epoch": joined.member_epoch,
+            "topics": [{"name": "takeover", "partition_indexes": [0]}]}]}).groups[0]
+        assert fetched.topics[0].partitions[0].committed_offset == 3
+
+        def delete():
+            return client.call(ApiKey.DELETE_GROUPS, 2, {"groups_names": ["takeover-g"]}
+                               ).results[0].error_code
+
+        assert delete() == ErrorCode.non_empty_group
+        assert beat(client, "takeover-g", "m", -1).error_code == ErrorCode.none
+        assert delete() == ErrorCode.none
+        gone = client.call(DESCRIBE, 1, {"group_ids": ["takeover-g"]}).groups[0]
+        assert gone.error_code == ErrorCode.group_id_not_found
+
+
+def test_a_silent_member_expires_and_a_live_classic_group_stays_classic(tmp_path):
+    options = {"group.consumer.session.timeout.ms": 1000, "group.initial.rebalance.delay.ms": 0}
+    with BrokerProcess(tmp_path, options=options) as broker:
+        create_topic(broker.bootstrap, "silent", 2)
+        with RawClient(broker.bootstrap) as client:
+            a = join(client, "silent-g", "a", ["silent"])
+            topic_id = a.assignment.topic_partitions[0].topic_id
+            join(client, "silent-g", "b", ["silent"])  # then never heard from again
+            owned, epoch = [0, 1], a.member_epoch
+            with bounded_wait(20) as expired:
+                while owned != [0, 1] or epoch < 3:
+                    expired()
+                    a = beat(client, "silent-g", "a", epoch, owned=[(topic_id, owned)])
+                    assert a.error_code == ErrorCode.none
+                    epoch = a.member_epoch
+                    owned = parts(a) if a.assignment is not None else owned
+                    time.sleep(0.2)
+            group = client.call(DESCRIBE, 1, {"group_ids": ["silent-g"]}).groups[0]
+            assert [m.member_id for m in group.members] == ["a"]
+            # a classic group with a member is not a consumer group
+            classic = client.call(ApiKey.JOIN_GROUP, 0, {
+                "group_id": "classic-g", "session_timeout": 10_000, "member_id": "",
+                "protocol_type": "consumer", "protocols": [{"name": "range", "metadata": b""}]})
+            assert classic.error_code == ErrorCode.none
+            refused = join(client, "classic-g", "m", ["silent"])
+            assert refused.error_code == ErrorCode.group_id_not_found
+            assert refused.error_message == "Group classic-g is not a consumer group."

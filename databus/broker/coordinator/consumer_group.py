@@ -615,18 +615,20 @@ class ConsumerGroupCoordinator:
     # -- offsets (OffsetCommit v9+ / OffsetFetch v9+ carry the member epoch) -----------------
 
     def validate_offset_commit(self, group_id: str, member_id: str, member_epoch: int,
-                               api_version: int) -> ErrorCode:
-        """Kafka's ConsumerGroup.validateOffsetCommit."""
+                               api_version: int, *, transactional: bool = False) -> ErrorCode:
+        """Kafka's ConsumerGroup.validateOffsetCommit (TxnOffsetCommit: a stale epoch is
+        ILLEGAL_GENERATION there, the code transactional clients know)."""
         group = self._groups[group_id]
         if member_epoch < 0 and not group.members:
             return ErrorCode.none  # the admin client, or a consumer without group management
         member = group.members.get(member_id)
         if member is None:
             return ErrorCode.unknown_member_id
-        if api_version < 9:
+        if not transactional and api_version < 9:
             return ErrorCode.unsupported_version  # the member epoch needs OffsetCommit v9+
         if member_epoch != member.epoch:
-            return ErrorCode.stale_member_epoch
+            return (ErrorCode.illegal_generation if transactional
+                    else ErrorCode.stale_member_epoch)
         return ErrorCode.none
 
     def validate_offset_fetch(self, group_id: str, member_id: str | None,

@@ -290,7 +290,12 @@ class GroupService:
         producer's transaction; visible to OffsetFetch once the transaction commits."""
         if not group_id:
             return [ErrorCode.invalid_group_id] * len(entries)
-        if member_id or generation_id >= 0:
+        if self.consumers.has_group(group_id):  # the generation field is the member epoch
+            error = self.consumers.validate_offset_commit(group_id, member_id, generation_id,
+                                                          -1, transactional=True)
+            if error != ErrorCode.none:
+                return [error] * len(entries)
+        elif member_id or generation_id >= 0:
             error = self.coordinator.validate_offset_commit(group_id, member_id, generation_id)
             if error != ErrorCode.none:
                 return [error] * len(entries)
