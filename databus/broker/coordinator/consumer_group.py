@@ -255,10 +255,10 @@ class ConsumerGroupCoordinator:
                                        f"Group {req.group_id} not found."), []
             group = self._groups[req.group_id] = _Group(req.group_id)
         result = self._heartbeat(now_ms, group, req, topics)
-        records = self._records(group)
         if not group.members and result.error != ErrorCode.none and not group.persisted:
             del self._groups[group.group_id]  # a failed first join leaves no trace
-        return result, records
+            return result, []
+        return result, self._records(group)
 
     def _check_request(self, req: HeartbeatRequest) -> HeartbeatResult | None:
         """Kafka's throwIfConsumerGroupHeartbeatRequestIsInvalid."""
