@@ -50,14 +50,15 @@ from databus.protocol.errors import ErrorCode
 
 from . import consumer_records as rec
 from .assignors import ASSIGNORS, DEFAULT_ASSIGNORS, Assignment
+from .heartbeat_groups import (
+    DEFAULT_HEARTBEAT_INTERVAL_MS,
+    DEFAULT_SESSION_TIMEOUT_MS,
+    JOIN_EPOCH,
+    LEAVE_EPOCH,
+    STATIC_LEAVE_EPOCH,
+)
 
-DEFAULT_SESSION_TIMEOUT_MS = 45_000
-DEFAULT_HEARTBEAT_INTERVAL_MS = 5_000
 DEFAULT_MAX_SIZE = 2**31 - 1
-
-LEAVE_EPOCH = -1
-STATIC_LEAVE_EPOCH = -2
-JOIN_EPOCH = 0
 
 Records = list[tuple[bytes, bytes | None]]
 
