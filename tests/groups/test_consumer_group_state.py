@@ -108,3 +108,8 @@ def test_a_group_rebuilt_from_its_records_is_the_same_group():
     reloaded = ConsumerGroupCoordinator()
     reloaded.load("g", log, now_ms=0)
     assert reloaded.snapshot("g") == coordinator.snapshot("g")
+    # a heartbeat that changes nothing writes nothing (steady groups cost no appends)
+    (b,) = [m for m in coordinator.snapshot("g").members if m.member_id == "b"]
+    result, records = coordinator.heartbeat(5, HeartbeatRequest("g", "b", b.member_epoch),
+                                            {"t": TopicImage(T1, 2)})
+    assert (result.error, records) == (ErrorCode.none, [])

@@ -234,8 +234,9 @@ class GroupService:
             if not self.consumers.has_group(group_id):
                 self.coordinator.ensure_group(group_id, now)
         log.info(
-            "loaded %d groups and %d committed offsets from %d records of %s",
-            len(self.coordinator.group_ids()),
+            "loaded %d classic and %d consumer groups and %d committed offsets from %d "
+            "records of %s",
+            len(self.coordinator.group_ids()), len(self.consumers.group_ids()),
             sum(len(self.offsets.offsets(g)) for g in self.offsets.group_ids()),
             records, OFFSETS_TOPIC,
         )
