@@ -98,7 +98,7 @@ def test_heartbeat_and_describe_golden_bytes(broker):
     body = raw_body(broker.bootstrap, HB, 1, {
         "group_id": "no-such-group", "member_id": "m1", "member_epoch": 3,
         "topic_partitions": None})
-    assert body.hex() == ("00000000" "0045" + s("Group no-such-group not found.")
+    assert body.hex() == ("00000000" "0045" + s("Consumer group no-such-group not found.")
                           + "00" "00000000" "00000000" "ff" "00")
 
 
@@ -284,4 +284,4 @@ def test_a_silent_member_expires_and_a_live_classic_group_stays_classic(tmp_path
             assert classic.error_code == ErrorCode.none
             refused = join(client, "classic-g", "m", ["silent"])
             assert refused.error_code == ErrorCode.group_id_not_found
-            assert refused.error_message == "Group classic-g is not a consumer group."
+            assert refused.error_message == "Group classic-g is not a consumer group"

@@ -253,7 +253,7 @@ class ConsumerGroupCoordinator:
         if group is None:
             if req.member_epoch != JOIN_EPOCH:
                 return HeartbeatResult(ErrorCode.group_id_not_found,
-                                       f"Group {req.group_id} not found."), []
+                                       f"Consumer group {req.group_id} not found."), []
             group = self._groups[req.group_id] = _Group(req.group_id)
         result = self._heartbeat(now_ms, group, req, topics)
         if not group.members and result.error != ErrorCode.none and not group.persisted:

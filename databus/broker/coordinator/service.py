@@ -484,7 +484,7 @@ class GroupService:
                 # Kafka's answer with group.consumer.migration.policy=disabled: no online
                 # upgrade of a live classic group
                 return HeartbeatResult(
-                    ErrorCode.group_id_not_found, f"Group {group_id} is not a consumer group.")
+                    ErrorCode.group_id_not_found, f"Group {group_id} is not a consumer group")
             if request.member_epoch == 0:
                 # an empty classic group (offsets only) becomes a consumer group, as in Kafka
                 self.coordinator.delete_group(group_id, self.clock())

@@ -359,7 +359,7 @@ async def consumer_group_heartbeat(ctx: RequestContext, request):
         member_id = _new_member_id()  # v0: the coordinator names new members
     if ctx.broker.shares.is_share_group(request.group_id):
         return _response(ctx, error_code=ErrorCode.group_id_not_found,
-                         error_message=f"Group {request.group_id} is not a consumer group.",
+                         error_message=f"Group {request.group_id} is not a consumer group",
                          member_epoch=0, heartbeat_interval=0)
     names = request.subscribed_topic_names
     result = await service.consumer_heartbeat(ConsumerHeartbeat(
@@ -416,7 +416,7 @@ async def consumer_group_describe(ctx: RequestContext, request):
         elif snapshot is None:
             entry["error_code"] = ErrorCode.group_id_not_found
             known = group_id in service.group_ids() or ctx.broker.shares.is_share_group(group_id)
-            entry["error_message"] = (f"Group {group_id} is not a consumer group." if known
+            entry["error_message"] = (f"Group {group_id} is not a consumer group" if known
                                       else f"Group {group_id} not found.")
         else:
             entry.update(
