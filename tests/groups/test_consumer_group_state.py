@@ -34,6 +34,11 @@ def test_uniform_is_balanced_and_sticky():
     # only one partition moved: each old member keeps at least one of its own
     moved = sum(len(first[m][T1] - second[m].get(T1, frozenset())) for m in ("a", "b"))
     assert moved == 1
+    # a whole topic from one member to ten: each keeps its quota, only the surplus moves
+    alone = uniform({"m0": frozenset({T1})}, {T1: 1000}, {})
+    ten = uniform({f"m{i}": frozenset({T1}) for i in range(10)}, {T1: 1000}, alone)
+    assert set(counts(ten).values()) == {100}
+    assert ten["m0"][T1] <= alone["m0"][T1]
     # heterogeneous: b alone takes T2, a and b share T1 as evenly as possible
     mixed = uniform({"a": frozenset({T1}), "b": frozenset({T1, T2})}, {T1: 2, T2: 2}, {})
     assert mixed["a"] == {T1: frozenset({0, 1})} and mixed["b"] == {T2: frozenset({0, 1})}

@@ -41,6 +41,46 @@ def _to_assignment(owned: Mapping[str, set[tuple[uuid.UUID, int]]]) -> dict[str,
 def uniform(subscriptions: Mapping[str, frozenset[uuid.UUID]], partitions: Mapping[uuid.UUID, int],
             current: Mapping[str, Assignment]) -> dict[str, Assignment]:
     """Balanced and sticky (see the module docstring)."""
+    if len(set(subscriptions.values())) <= 1:
+        return _uniform_homogeneous(subscriptions, partitions, current)
+    return _uniform_heterogeneous(subscriptions, partitions, current)
+
+
+def _uniform_homogeneous(subscriptions: Mapping[str, frozenset[uuid.UUID]],
+                         partitions: Mapping[uuid.UUID, int],
+                         current: Mapping[str, Assignment]) -> dict[str, Assignment]:
+    """Every member subscribes to the same topics (the common case), in O(P log P): each
+    member's quota is P // M, one more for the P % M members holding the most now; each
+    keeps its current partitions up to its quota, the rest go to those below theirs."""
+    members = sorted(subscriptions)
+    if not members:
+        return {}
+    topics = next(iter(subscriptions.values()))
+    every = [(t, p) for t in sorted(topics, key=str) for p in range(partitions.get(t, 0))]
+    valid = set(every)
+    held = {m: sorted(((t, p) for t, ps in current.get(m, {}).items() for p in ps
+                       if (t, p) in valid), key=lambda tp: (str(tp[0]), tp[1]))
+            for m in members}
+    base, extra = divmod(len(every), len(members))
+    by_holding = sorted(members, key=lambda m: (-len(held[m]), m))
+    quota = {m: base + (1 if i < extra else 0) for i, m in enumerate(by_holding)}
+    owned: dict[str, set[tuple[uuid.UUID, int]]] = {m: set() for m in members}
+    taken: set[tuple[uuid.UUID, int]] = set()
+    for m in members:
+        for tp in held[m]:
+            if len(owned[m]) < quota[m] and tp not in taken:
+                owned[m].add(tp)
+                taken.add(tp)
+    free = iter(tp for tp in every if tp not in taken)
+    for m in members:
+        while len(owned[m]) < quota[m]:
+            owned[m].add(next(free))
+    return _to_assignment(owned)
+
+
+def _uniform_heterogeneous(subscriptions: Mapping[str, frozenset[uuid.UUID]],
+                           partitions: Mapping[uuid.UUID, int],
+                           current: Mapping[str, Assignment]) -> dict[str, Assignment]:
     members = sorted(subscriptions)
     owned: dict[str, set[tuple[uuid.UUID, int]]] = {m: set() for m in members}
     all_partitions = [(t, p) for t in sorted(partitions, key=str)
