@@ -407,6 +407,12 @@ class BrokerConfig(BaseModel):
                 raise _FieldError("advertised.listeners", self.advertised_listeners,
                                   exc) from None
         parse_super_users_checked(self.super_users)
+        if self.group_consumer_heartbeat_interval_ms >= self.group_consumer_session_timeout_ms:
+            # Kafka's GroupCoordinatorConfig refuses it too: members would expire between beats
+            raise _FieldError(
+                "group.consumer.heartbeat.interval.ms", self.group_consumer_heartbeat_interval_ms,
+                ValueError("must be lower than group.consumer.session.timeout.ms "
+                           f"({self.group_consumer_session_timeout_ms})")) from None
         return self
 
     def listener_list(self) -> list[Listener]:

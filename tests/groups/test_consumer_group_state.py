@@ -6,6 +6,10 @@ from __future__ import annotations
 
 import uuid
 
+import pydantic
+import pytest
+
+from databus.broker.config import BrokerConfig
 from databus.broker.coordinator import consumer_records as rec
 from databus.broker.coordinator.assignors import parse_assignors, range_, uniform
 from databus.broker.coordinator.consumer_group import (
@@ -118,3 +122,16 @@ def test_a_group_rebuilt_from_its_records_is_the_same_group():
     result, records = coordinator.heartbeat(5, HeartbeatRequest("g", "b", b.member_epoch),
                                             {"t": TopicImage(T1, 2)})
     assert (result.error, records) == (ErrorCode.none, [])
+
+
+def test_broker_options_of_consumer_groups():
+    config = BrokerConfig(**{"log.dirs": "/nonexistent",
+                             "group.consumer.assignors": "range,uniform"})
+    assert config.group_consumer_assignors == "range,uniform"
+    assert (config.group_consumer_heartbeat_interval_ms,
+            config.group_consumer_session_timeout_ms) == (5000, 45000)  # Kafka's defaults
+    with pytest.raises(pydantic.ValidationError, match="unknown assignor 'sticky'"):
+        BrokerConfig(**{"log.dirs": "/nonexistent", "group.consumer.assignors": "sticky"})
+    with pytest.raises(ValueError, match="must be lower than group.consumer.session.timeout"):
+        BrokerConfig(**{"log.dirs": "/nonexistent",
+                        "group.consumer.heartbeat.interval.ms": 45000})
