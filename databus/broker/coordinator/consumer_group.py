@@ -345,11 +345,12 @@ class ConsumerGroupCoordinator:
                     f"Static member {static.member_id} with instance id {req.instance_id} is "
                     "not released yet.")
             # the static member is back under a new member id: it takes over the old
-            # member's epoch and partitions, no rebalance (Kafka's static member replacement)
+            # member's partitions and target, no new group epoch (Kafka's static member
+            # replacement); it reconciles from epoch 0 in this same heartbeat
             del group.members[static.member_id]
             group.target[req.member_id] = group.target.pop(static.member_id, {})
             static.member_id = req.member_id
-            static.epoch = static.previous_epoch
+            static.epoch = static.previous_epoch = 0  # Kafka: the new member starts at 0
             group.members[req.member_id] = static
             return static, None
         if member is None:
@@ -361,7 +362,9 @@ class ConsumerGroupCoordinator:
             member = group.members[req.member_id] = _Member(req.member_id)
             group.epoch += 1  # a new member: the group epoch moves (once, see _heartbeat)
             return member, None
-        # a known member rejoining with epoch 0 lost its partitions (it says it owns none)
+        # a known member rejoining with epoch 0 lost its partitions (it says it owns none):
+        # accepted as a fresh join (where Kafka's epoch check fences it unless its previous
+        # epoch was 0), so a client that was fenced and rejoins under its id gets back in
         member.assigned, member.pending_revocation = {}, {}
         member.state = MemberState.STABLE
         member.epoch = 0
