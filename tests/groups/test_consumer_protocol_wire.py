@@ -259,7 +259,8 @@ def test_an_empty_classic_group_is_taken_over_and_deleted(broker):
 
 
 def test_a_silent_member_expires_and_a_live_classic_group_stays_classic(tmp_path):
-    options = {"group.consumer.session.timeout.ms": 1000, "group.initial.rebalance.delay.ms": 0}
+    options = {"group.consumer.session.timeout.ms": 1000,
+               "group.consumer.heartbeat.interval.ms": 300, "group.initial.rebalance.delay.ms": 0}
     with BrokerProcess(tmp_path, options=options) as broker:
         create_topic(broker.bootstrap, "silent", 2)
         with RawClient(broker.bootstrap) as client:
