@@ -46,6 +46,7 @@ from databus.storage.meta_properties import load_or_create_cluster_id
 
 from .authorizer import Authorizer, parse_super_users
 from .config import BrokerConfig
+from .coordinator.consumer_group import ConsumerGroupConfig
 from .coordinator.group_state import CoordinatorConfig
 from .coordinator.service import GroupService
 from .durability import GroupCommit
@@ -110,6 +111,12 @@ class Broker:
             num_partitions=config.offsets_topic_num_partitions,
             retention_ms=config.offsets_retention_minutes * 60_000,
             retention_check_interval_ms=config.offsets_retention_check_interval_ms,
+            consumer_config=ConsumerGroupConfig(
+                session_timeout_ms=config.group_consumer_session_timeout_ms,
+                heartbeat_interval_ms=config.group_consumer_heartbeat_interval_ms,
+                assignors=tuple(config.group_consumer_assignors.split(",")),
+                max_size=config.group_consumer_max_size,
+            ),
         )
         self.shares = ShareService(self, ShareConfig(
             record_lock_duration_ms=config.group_share_record_lock_duration_ms,

@@ -324,6 +324,27 @@ class BrokerConfig(BaseModel):
         2000, alias="group.share.max.share.sessions", ge=1,
         description="Most share sessions open at once (SHARE_SESSION_LIMIT_REACHED past it).",
     )
+    group_consumer_session_timeout_ms: int = Field(
+        45_000, alias="group.consumer.session.timeout.ms", ge=1,
+        description="A member of a consumer group (`group.protocol=consumer`, KIP-848) not "
+        "heard from for this long is removed and its partitions go to others.",
+    )
+    group_consumer_heartbeat_interval_ms: int = Field(
+        5_000, alias="group.consumer.heartbeat.interval.ms", ge=1,
+        description="How often members of consumer groups (KIP-848) are told to heartbeat; "
+        "a partition moving between members waits for their heartbeats.",
+    )
+    group_consumer_assignors: str = Field(
+        "uniform,range", alias="group.consumer.assignors",
+        description="Server-side assignors of consumer groups (KIP-848), `uniform` and/or "
+        "`range` (Kafka's class names are accepted too); the first is used unless the members "
+        "choose another with `group.remote.assignor`.",
+    )
+    group_consumer_max_size: int = Field(
+        2**31 - 1, alias="group.consumer.max.size", ge=1,
+        description="Most members of one consumer group (KIP-848; GROUP_MAX_SIZE_REACHED past "
+        "it).",
+    )
     share_coordinator_state_topic_num_partitions: int = Field(
         50, alias="share.coordinator.state.topic.num.partitions", ge=1,
         description="Partitions of the internal `__share_group_state` topic (fixed once "
@@ -353,6 +374,13 @@ class BrokerConfig(BaseModel):
         if not parts or any(p not in ("delete", "compact") for p in parts):
             raise ValueError("must be delete, compact or compact,delete")
         return ",".join(parts)
+
+    @field_validator("group_consumer_assignors")
+    @classmethod
+    def _assignors(cls, value: str) -> str:
+        from .coordinator.assignors import parse_assignors
+
+        return ",".join(parse_assignors(value))
 
     @field_validator("listener_security_protocol_map")
     @classmethod
@@ -386,6 +414,12 @@ class BrokerConfig(BaseModel):
                 raise _FieldError("advertised.listeners", self.advertised_listeners,
                                   exc) from None
         parse_super_users_checked(self.super_users)
+        if self.group_consumer_heartbeat_interval_ms >= self.group_consumer_session_timeout_ms:
+            # Kafka's GroupCoordinatorConfig refuses it too: members would expire between beats
+            raise _FieldError(
+                "group.consumer.heartbeat.interval.ms", self.group_consumer_heartbeat_interval_ms,
+                ValueError("must be lower than group.consumer.session.timeout.ms "
+                           f"({self.group_consumer_session_timeout_ms})")) from None
         return self
 
     def listener_list(self) -> list[Listener]:

@@ -18,6 +18,9 @@ requests, databus.client.offsets for ListOffsets):
     databus groups delete (GROUP | --group G ... | --all-groups)
     databus groups delete-offsets SHARE-GROUP --topic T   (DeleteShareGroupOffsets)
 
+A consumer group of the new protocol (KIP-848, ``group.protocol=consumer``) is described
+through ConsumerGroupDescribe (the broker's assignment; its group and member epochs in
+``--state``, ``--members --verbose`` and ``--json``), which DescribeGroups cannot show.
 A share group is described with kafka-share-groups.sh's views (--offsets: share-partition
 start offset and lag; --members; --state: coordinator, epochs) and reset through
 AlterShareGroupOffsets (--to-earliest, --to-latest, --to-datetime, --by-duration).  Whether
@@ -345,10 +348,38 @@ class GroupView:
     state: str
     protocol_type: str
     protocol: str
-    members: list  # kio DescribedGroupMember
+    members: list  # kio DescribedGroupMember, or ProtocolMember
     owners: dict[tuple[str, int], object]  # (topic, partition) -> member
     committed: dict[tuple[str, int], int]
     coordinator: int = -1
+    epochs: tuple[int, int] | None = None  # consumer protocol: group, assignment epoch
+
+
+@dataclass(frozen=True)
+class ProtocolMember:
+    """A member of a consumer-protocol group (KIP-848) in DescribeGroups' member shape."""
+
+    member_id: str
+    group_instance_id: str | None
+    client_host: str
+    client_id: str
+    member_epoch: int
+
+
+async def _consumer_protocol_group(session: Session, node: int, group: str):
+    """ConsumerGroupDescribe's answer for ``group``, or None when the broker does not serve
+    the API or ``group`` is not a consumer-protocol group."""
+    from databus.protocol.errors import ErrorCode
+
+    conn = await session.cluster.connection(node)
+    if int(ApiKey.CONSUMER_GROUP_DESCRIBE) not in conn.broker_versions:
+        return None
+    (described,) = (await session.request_up_to(node, ApiKey.CONSUMER_GROUP_DESCRIBE, 1, {
+        "group_ids": [group], "include_authorized_operations": False})).groups
+    if described.error_code == ErrorCode.group_id_not_found:
+        return None
+    _check(described.error_code, f"describing {group!r}")
+    return described
 
 
 async def load_group(session: Session, group: str) -> GroupView:
@@ -358,6 +389,12 @@ async def load_group(session: Session, group: str) -> GroupView:
     (described,) = (await session.request(node, ApiKey.DESCRIBE_GROUPS,
                                           {"groups": [group],
                                            "include_authorized_operations": False})).groups
+    if described.group_state == "Dead" or described.error_code == 69:  # GROUP_ID_NOT_FOUND
+        # not a classic group (Kafka 4's DescribeGroups v6 says so with an error): maybe a
+        # consumer-protocol one
+        consumer = await _consumer_protocol_group(session, node, group)
+        if consumer is not None:
+            return await _consumer_protocol_view(session, node, group, consumer)
     _check(described.error_code, f"describing {group!r}")
     owners = {}
     if described.protocol_type == "consumer":
@@ -368,15 +405,34 @@ async def load_group(session: Session, group: str) -> GroupView:
                 continue
             for tp in assigned.partitions:
                 owners[tp] = member
+    return GroupView(described.group_state, described.protocol_type, described.protocol_data,
+                     list(described.members), owners, await _committed(session, node, group),
+                     node)
+
+
+async def _committed(session: Session, node: int, group: str) -> dict[tuple[str, int], int]:
     fetched = await session.request(node, ApiKey.OFFSET_FETCH, {"group_id": group, "topics": None,
                                                          "require_stable": False})
     _check(getattr(fetched, "error_code", 0), f"fetching the offsets of {group!r}")
-    committed = {
+    return {
         (t.name, p.partition_index): p.committed_offset
         for t in fetched.topics for p in t.partitions if p.committed_offset >= 0
     }
-    return GroupView(described.group_state, described.protocol_type, described.protocol_data,
-                     list(described.members), owners, committed, node)
+
+
+async def _consumer_protocol_view(session: Session, node: int, group: str,
+                                  described) -> GroupView:
+    members, owners = [], {}
+    for m in described.members:
+        member = ProtocolMember(m.member_id, m.instance_id, m.client_host, m.client_id,
+                                m.member_epoch)
+        members.append(member)
+        for tp in m.assignment.topic_partitions:
+            for p in tp.partitions:
+                owners[(tp.topic_name, p)] = member
+    return GroupView(described.group_state, "consumer", described.assignor_name, members,
+                     owners, await _committed(session, node, group), node,
+                     (described.group_epoch, described.assignment_epoch))
 
 
 async def _log_end_offsets(session: Session, partitions) -> dict[tuple[str, int], int]:
@@ -412,12 +468,17 @@ async def group_document(session: Session, group: str, view: GroupView) -> dict:
         "host": m.client_host, "client_id": m.client_id,
         "assignment": [{"topic": t, "partition": p}
                        for (t, p), o in sorted(view.owners.items()) if o is m],
+        **({"member_epoch": m.member_epoch} if view.epochs else {}),
     } for m in view.members]
-    return {"group": group, "state": view.state, "protocol_type": view.protocol_type,
-            "assignment_strategy": view.protocol,
-            "coordinator": {"id": view.coordinator,
-                            "address": session.addresses.get(view.coordinator)},
-            "members": members, "offsets": offsets}
+    doc = {"group": group, "state": view.state, "protocol_type": view.protocol_type,
+           "assignment_strategy": view.protocol,
+           "coordinator": {"id": view.coordinator,
+                           "address": session.addresses.get(view.coordinator)},
+           "members": members, "offsets": offsets}
+    if view.epochs:  # a consumer-protocol group (KIP-848): Kafka's GROUP-EPOCH columns
+        doc.update(type="consumer", group_epoch=view.epochs[0],
+                   assignment_epoch=view.epochs[1])
+    return doc
 
 
 async def _describe(session: Session, args) -> int:
@@ -461,13 +522,18 @@ async def _describe(session: Session, args) -> int:
 
 def _print_state(doc: dict, out) -> None:
     # kafka-consumer-groups.sh --describe --state: its columns, in its order and widths.
+    # A consumer-protocol group (KIP-848) adds Kafka 4's GROUP-EPOCH and
+    # TARGET-ASSIGNMENT-EPOCH.
     coordinator = doc["coordinator"]
-    print_table([GROUP_COLUMN, Column("COORDINATOR (ID)", min_width=25),
-                 Column("ASSIGNMENT-STRATEGY", min_width=20), Column("STATE", min_width=15),
-                 Column("#MEMBERS")],
-                [(doc["group"], f"{coordinator['address'] or '-'} ({coordinator['id']})",
-                  doc["assignment_strategy"] or "-", doc["state"], str(len(doc["members"])))],
-                to=out)
+    columns = [GROUP_COLUMN, Column("COORDINATOR (ID)", min_width=25),
+               Column("ASSIGNMENT-STRATEGY", min_width=20), Column("STATE", min_width=15)]
+    row = [doc["group"], f"{coordinator['address'] or '-'} ({coordinator['id']})",
+           doc["assignment_strategy"] or "-", doc["state"]]
+    if "group_epoch" in doc:
+        columns += [Column("GROUP-EPOCH", min_width=12),
+                    Column("TARGET-ASSIGNMENT-EPOCH", min_width=24)]
+        row += [str(doc["group_epoch"]), str(doc["assignment_epoch"])]
+    print_table(columns + [Column("#MEMBERS")], [row + [str(len(doc["members"]))]], to=out)
 
 
 def _print_members(doc: dict, verbose: bool, out) -> None:
@@ -479,12 +545,18 @@ def _print_members(doc: dict, verbose: bool, out) -> None:
         columns.append(Column("GROUP-INSTANCE-ID", min_width=17))
     columns += [Column("HOST", min_width=15), Column("CLIENT-ID", min_width=15),
                 Column("#PARTITIONS", min_width=12)]
+    # A consumer-protocol group (KIP-848) adds the member's CURRENT-EPOCH with --verbose.
+    epochs = verbose and "group_epoch" in doc
+    if epochs:
+        columns.append(Column("CURRENT-EPOCH", min_width=14))
     rows = []
     for m in doc["members"]:
         row = [doc["group"], m["consumer_id"]]
         if verbose:
             row.append(m["group_instance_id"] or "-")
         row += [m["host"], m["client_id"], str(len(m["assignment"]))]
+        if epochs:
+            row.append(str(m["member_epoch"]))
         if verbose:
             row.append(_assignment_text(m["assignment"]))
         rows.append(row)

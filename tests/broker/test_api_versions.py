@@ -67,9 +67,11 @@ def create_topic(client, name, partitions=1, configs=(), version=5):
 
 def produce(client, topic, batch, version=7, acks=1):
     mod = req(0, version)
+    # v13+ names the topic by id (KIP-516)
+    topic_id = metadata(client, [topic], version=12).topics[0].topic_id if version >= 13 else None
     return client.request(make(
         0, version, acks=acks, timeout=5000 * MS, transactional_id=None,
-        topic_data=(build(mod.TopicProduceData, name=topic, partition_data=(
+        topic_data=(build(mod.TopicProduceData, name=topic, topic_id=topic_id, partition_data=(
             build(mod.PartitionProduceData, index=0, records=batch),)),),
     ))
 

@@ -1,12 +1,17 @@
-"""Kafka's classic (non-flexible) primitive encoding, for the records the coordinator
-reads and writes itself: ``__consumer_offsets`` keys and values (kio has no schemas for them).
-Big-endian ints, int16-length strings (-1 = null), int32-length bytes, int32 array counts.
+"""Kafka's primitive encodings, for the records the coordinator reads and writes itself:
+``__consumer_offsets`` keys and values (kio has no schemas for them).
+
+Classic (non-flexible): big-endian ints, int16-length strings (-1 = null), int32-length
+bytes, int32 array counts.  Flexible (the consumer-group records of KIP-848, whose values
+are flexible from version 0): unsigned-varint lengths plus one ("compact"; 0 = null),
+16-byte uuids and a tagged-field section at the end of each struct.
 Decoding errors name what was being read and where.
 """
 
 from __future__ import annotations
 
 import struct
+import uuid
 
 _I16 = struct.Struct(">h")
 _I32 = struct.Struct(">i")
@@ -46,6 +51,36 @@ class Writer:
     def raw(self, v: bytes) -> None:
         """Bytes as they are, no length (fixed-size fields: a uuid, packed structs)."""
         self.parts.append(bytes(v))
+
+    def i8(self, v: int) -> None:
+        self.parts.append(struct.pack(">b", v))
+
+    def uvarint(self, v: int) -> None:
+        out = bytearray()
+        while v >= 0x80:
+            out.append((v & 0x7F) | 0x80)
+            v >>= 7
+        out.append(v)
+        self.parts.append(bytes(out))
+
+    def compact_string(self, v: str | None) -> None:
+        if v is None:
+            self.uvarint(0)
+            return
+        data = v.encode("utf-8")
+        self.uvarint(len(data) + 1)
+        self.parts.append(data)
+
+    def compact_count(self, n: int) -> None:
+        """The length of a compact array (n + 1)."""
+        self.uvarint(n + 1)
+
+    def uuid(self, v: uuid.UUID) -> None:
+        self.parts.append(v.bytes)
+
+    def no_tags(self) -> None:
+        """An empty tagged-field section (we write no tagged fields)."""
+        self.uvarint(0)
 
     def getvalue(self) -> bytes:
         return b"".join(self.parts)
@@ -93,6 +128,46 @@ class Reader:
         if n == -1:
             return b""
         return self._take(n)
+
+    def i8(self) -> int:
+        return struct.unpack(">b", self._take(1))[0]
+
+    def uvarint(self) -> int:
+        value = shift = 0
+        while True:
+            byte = self._take(1)[0]
+            value |= (byte & 0x7F) << shift
+            if not byte & 0x80:
+                return value
+            shift += 7
+            if shift > 28:
+                raise BinaryFormatError(f"{self.what}: varint too long at byte {self.pos}")
+
+    def compact_string(self, nullable: bool = False) -> str | None:
+        n = self.uvarint() - 1
+        if n < 0:
+            if nullable:
+                return None
+            raise BinaryFormatError(f"{self.what}: null string at byte {self.pos}")
+        try:
+            return self._take(n).decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise BinaryFormatError(f"{self.what}: string is not UTF-8") from exc
+
+    def compact_count(self) -> int:
+        n = self.uvarint() - 1
+        if n < 0:
+            raise BinaryFormatError(f"{self.what}: null array at byte {self.pos}")
+        return n
+
+    def uuid(self) -> uuid.UUID:
+        return uuid.UUID(bytes=self._take(16))
+
+    def skip_tags(self) -> None:
+        """Skip a tagged-field section (fields of newer versions we do not read)."""
+        for _ in range(self.uvarint()):
+            self.uvarint()
+            self._take(self.uvarint())
 
     def done(self) -> None:
         if self.pos != len(self.data):

@@ -10,6 +10,11 @@ It wires the sans-I/O parts to the broker:
 - ``__consumer_offsets`` itself (records from offsets_topic.py): commits, group metadata and
   tombstones are appended through ``broker.append`` / ``broker.append_durably``, the same path
   Produce uses, so an acknowledged commit survives kill -9;
+- consumer_group.ConsumerGroupCoordinator (KIP-848 consumer groups, ConsumerGroupHeartbeat):
+  its state changes come out as ``__consumer_offsets`` records (consumer_records.py), appended
+  durably before the heartbeat is answered and replayed at start; a group id is either a
+  classic or a consumer group (an empty one of either kind is taken over by the other
+  protocol, as in Kafka; a non-empty one is refused);
 - transactional offset commits (TxnOffsetCommit): appended as a transactional batch with the
   producer's id and epoch, held aside per producer id and applied when the transaction
   coordinator writes the COMMIT marker to the partition (``complete_txn``), dropped on
@@ -31,6 +36,15 @@ from databus.protocol import consumer_protocol, defaults
 from databus.protocol.errors import ErrorCode
 from databus.protocol.records import CONTROL_COMMIT, build_batch, control_record_type
 
+from . import consumer_records
+from .consumer_group import (
+    ConsumerGroupConfig,
+    ConsumerGroupCoordinator,
+    ConsumerGroupSnapshot,
+    HeartbeatRequest,
+    HeartbeatResult,
+    TopicImage,
+)
 from .group_state import (
     CoordinatorConfig,
     Effect,
@@ -119,6 +133,7 @@ class GroupService:
         retention_check_interval_ms: int = defaults.OFFSETS_RETENTION_CHECK_INTERVAL_MS,
         metadata_max_bytes: int = OFFSET_METADATA_MAX_BYTES,
         clock: Callable[[], int] = wall_clock_ms,
+        consumer_config: ConsumerGroupConfig | None = None,
     ) -> None:
         self.broker = broker
         self.config = config
@@ -128,6 +143,7 @@ class GroupService:
         self.metadata_max_bytes = metadata_max_bytes
         self.clock = clock
         self.coordinator = GroupCoordinator(config)
+        self.consumers = ConsumerGroupCoordinator(consumer_config)
         self.offsets = OffsetStore()
         self.loaded = False
         self._rearm = trio.Event()
@@ -184,6 +200,7 @@ class GroupService:
     def replay(self) -> None:
         """Rebuild offsets and groups from ``__consumer_offsets`` (Kafka's loadGroupsAndOffsets)."""
         groups: dict[str, GroupSnapshot | None] = {}
+        consumer_groups: dict[str, dict[bytes, bytes]] = {}
         records = 0
         for partition in range(self.num_partitions):
             plog = self.broker.get_log(OFFSETS_TOPIC, partition)
@@ -200,26 +217,45 @@ class GroupService:
                     if header.is_transactional:
                         self._replay_txn_record(header.producer_id, record)
                     else:
-                        self._replay_record(record.key, record.value, record.offset, groups)
+                        self._replay_record(record.key, record.value, record.offset, groups,
+                                            consumer_groups)
         now = self.clock()
+        for group_id, group_records in consumer_groups.items():
+            if group_records:
+                try:
+                    self.consumers.load(group_id, group_records, now)
+                except OffsetsRecordError as exc:
+                    log.error("%s: consumer group %r not loaded: %s", OFFSETS_TOPIC, group_id,
+                              exc)
         for snapshot in groups.values():
-            if snapshot is not None:
+            if snapshot is not None and not self.consumers.has_group(snapshot.group_id):
                 self.coordinator.load_group(snapshot, now)
         for group_id in self.offsets.group_ids():
-            self.coordinator.ensure_group(group_id, now)
+            if not self.consumers.has_group(group_id):
+                self.coordinator.ensure_group(group_id, now)
         log.info(
-            "loaded %d groups and %d committed offsets from %d records of %s",
-            len(self.coordinator.group_ids()),
+            "loaded %d classic and %d consumer groups and %d committed offsets from %d "
+            "records of %s",
+            len(self.coordinator.group_ids()), len(self.consumers.group_ids()),
             sum(len(self.offsets.offsets(g)) for g in self.offsets.group_ids()),
             records, OFFSETS_TOPIC,
         )
 
     def _replay_record(self, key: bytes | None, value: bytes | None, log_offset: int,
-                       groups: dict[str, GroupSnapshot | None]) -> None:
+                       groups: dict[str, GroupSnapshot | None],
+                       consumer_groups: dict[str, dict[bytes, bytes]]) -> None:
         if key is None:
             return
         try:
             decoded = decode_key(key)
+            if decoded is None:  # a consumer-group (KIP-848) record: the newest per key wins
+                ckey = consumer_records.decode_key(key)
+                kept = consumer_groups.setdefault(ckey.group_id, {})
+                if value is None:
+                    kept.pop(bytes(key), None)
+                else:
+                    kept[bytes(key)] = bytes(value)
+                return
             if isinstance(decoded, OffsetKey):
                 committed = (
                     None if value is None else CommittedOffset.from_value(decode_offset_value(value))
@@ -255,7 +291,12 @@ class GroupService:
         producer's transaction; visible to OffsetFetch once the transaction commits."""
         if not group_id:
             return [ErrorCode.invalid_group_id] * len(entries)
-        if member_id or generation_id >= 0:
+        if self.consumers.has_group(group_id):  # the generation field is the member epoch
+            error = self.consumers.validate_offset_commit(group_id, member_id, generation_id,
+                                                          -1, transactional=True)
+            if error != ErrorCode.none:
+                return [error] * len(entries)
+        elif member_id or generation_id >= 0:
             error = self.coordinator.validate_offset_commit(group_id, member_id, generation_id)
             if error != ErrorCode.none:
                 return [error] * len(entries)
@@ -363,7 +404,9 @@ class GroupService:
     async def _timer_loop(self) -> None:
         while True:
             self._rearm = trio.Event()
-            deadline = self.coordinator.next_deadline()
+            deadlines = [d for d in (self.coordinator.next_deadline(),
+                                     self.consumers.next_deadline()) if d is not None]
+            deadline = min(deadlines, default=None)
             if deadline is None:
                 await self._rearm.wait()
                 continue
@@ -372,7 +415,13 @@ class GroupService:
                 with trio.move_on_after(delay_s):
                     await self._rearm.wait()
                 continue
-            self._apply(self.coordinator.advance(self.clock()))
+            now = self.clock()
+            self._apply(self.coordinator.advance(now))
+            gone, records = self.consumers.advance(now)
+            for group_id, member_id in gone:
+                log.info("consumer group %s: member %s removed (session or rebalance timeout)",
+                         group_id, member_id)
+            self._append_consumer_records(gone, records)
 
     async def _park(self, waiter: _Waiter, effects: list[Effect], bound_ms: int, timeout_result):
         self._apply(effects)
@@ -417,12 +466,74 @@ class GroupService:
         self._apply(effects)
         return top, errors
 
+    # -- consumer groups (KIP-848) ----------------------------------------------------------
+
+    def topic_images(self) -> dict[str, TopicImage]:
+        return {name: TopicImage(info.topic_id, info.partitions)
+                for name, info in self.broker.log_manager.topics().items()}
+
+    def is_consumer_group(self, group_id: str) -> bool:
+        return self.consumers.has_group(group_id)
+
+    async def consumer_heartbeat(self, request: HeartbeatRequest) -> HeartbeatResult:
+        """ConsumerGroupHeartbeat: the state change is durable before it is answered."""
+        group_id = request.group_id
+        snapshot = self.coordinator.snapshot(group_id)
+        if snapshot is not None and not self.consumers.has_group(group_id):
+            if snapshot.members:
+                # Kafka's answer with group.consumer.migration.policy=disabled: no online
+                # upgrade of a live classic group
+                return HeartbeatResult(
+                    ErrorCode.group_id_not_found, f"Group {group_id} is not a consumer group")
+            if request.member_epoch == 0:
+                # an empty classic group (offsets only) becomes a consumer group, as in Kafka
+                self.coordinator.delete_group(group_id, self.clock())
+                self._append_nowait(group_id, [(encode_group_key(GroupKey(group_id)), None)])
+        result, records = self.consumers.heartbeat(self.clock(), request, self.topic_images())
+        self._rearm.set()
+        if records:
+            try:
+                await self.broker.append_durably(OFFSETS_TOPIC, self.partition_of(group_id),
+                                                 self._batch(records))
+            except Exception as exc:
+                log.warning("consumer group %r: state not written: %s", group_id, exc)
+                return HeartbeatResult(_append_error_code(exc), str(exc))
+        return result
+
+    def _append_consumer_records(self, gone, records) -> None:
+        by_group: dict[str, list] = {}
+        for key, value in records:
+            by_group.setdefault(consumer_records.decode_key(key).group_id, []).append(
+                (key, value))
+        for group_id, kvs in by_group.items():
+            self._append_nowait(group_id, kvs)
+
+    def claim_for_classic(self, group_id: str) -> bool:
+        """A classic JoinGroup for ``group_id``: False if a non-empty consumer group has it;
+        an empty one is dropped (Kafka converts an empty consumer group to a classic one)."""
+        if not self.consumers.has_group(group_id):
+            return True
+        if not self.consumers.is_empty(group_id):
+            return False
+        self._append_nowait(group_id, self.consumers.delete_records(group_id))
+        return True
+
+    def describe_consumer_group(self, group_id: str) -> ConsumerGroupSnapshot | None:
+        return self.consumers.snapshot(group_id)
+
+    def validate_offset_fetch(self, group_id: str, member_id: str | None,
+                              member_epoch: int) -> ErrorCode:
+        """OffsetFetch v9+ from a member of a consumer group: its epoch must be current."""
+        if not self.consumers.has_group(group_id):
+            return ErrorCode.none
+        return self.consumers.validate_offset_fetch(group_id, member_id, member_epoch)
+
     # -- offsets ----------------------------------------------------------------------------
 
     async def commit_offsets(
         self, group_id: str, member_id: str, generation_id: int,
         entries: list[OffsetCommitEntry], *, retention_ms: int = -1,
-        group_instance_id: str | None = None,
+        group_instance_id: str | None = None, api_version: int = 9,
     ) -> list[ErrorCode]:
         """Validate, append durably, then apply; one error per entry, in order.
 
@@ -431,8 +542,13 @@ class GroupService:
         """
         if not group_id:
             return [ErrorCode.invalid_group_id] * len(entries)
-        error = self.coordinator.validate_offset_commit(group_id, member_id, generation_id,
-                                                        group_instance_id)
+        consumer_group = self.consumers.has_group(group_id)
+        if consumer_group:  # the generation field carries the member epoch (v9+)
+            error = self.consumers.validate_offset_commit(group_id, member_id, generation_id,
+                                                          api_version)
+        else:
+            error = self.coordinator.validate_offset_commit(group_id, member_id, generation_id,
+                                                            group_instance_id)
         if error != ErrorCode.none:
             return [error] * len(entries)
         errors: list[ErrorCode] = []
@@ -471,7 +587,8 @@ class GroupService:
             for index, _ in accepted:
                 errors[index] = code
             return errors
-        self.coordinator.note_offset_commit(self.clock(), group_id, member_id)
+        if not consumer_group:
+            self.coordinator.note_offset_commit(self.clock(), group_id, member_id)
         self._rearm.set()
         for i, ((_, entry), value) in enumerate(zip(accepted, values)):
             self._store(group_id, (entry.topic, entry.partition), value, info.first_offset + i)
@@ -505,13 +622,18 @@ class GroupService:
     # -- administration ---------------------------------------------------------------------
 
     def group_ids(self) -> list[str]:
-        return sorted(set(self.coordinator.group_ids()) | set(self.offsets.group_ids()))
+        return sorted(set(self.coordinator.group_ids()) | set(self.offsets.group_ids())
+                      | set(self.consumers.group_ids()))
 
     def describe(self, group_id: str) -> GroupSnapshot | None:
         return self.coordinator.snapshot(group_id)
 
     async def delete_group(self, group_id: str) -> ErrorCode:
-        error = self.coordinator.delete_group(group_id, self.clock())
+        tombstones: list[tuple[bytes, bytes | None]] = []
+        if self.consumers.has_group(group_id):
+            error, tombstones = self.consumers.delete_group(group_id)
+        else:
+            error = self.coordinator.delete_group(group_id, self.clock())
         if error == ErrorCode.group_id_not_found and self.offsets.has_offsets(group_id):
             error = ErrorCode.none  # offsets without a group (replayed from an old log)
         if error != ErrorCode.none:
@@ -522,6 +644,7 @@ class GroupService:
             (encode_offset_key(OffsetKey(group_id, t, p)), None) for t, p in partitions
         ]
         kvs.append((encode_group_key(GroupKey(group_id)), None))
+        kvs += tombstones
         try:
             await self.broker.append_durably(
                 OFFSETS_TOPIC, self.partition_of(group_id), self._batch(kvs)
@@ -536,7 +659,8 @@ class GroupService:
     ) -> tuple[ErrorCode, dict[TopicPartition, ErrorCode]]:
         """OffsetDelete: only for an empty group or topics no member subscribes to."""
         snapshot = self.coordinator.snapshot(group_id)
-        if snapshot is None and not self.offsets.has_offsets(group_id):
+        if (snapshot is None and not self.offsets.has_offsets(group_id)
+                and not self.consumers.has_group(group_id)):
             return ErrorCode.group_id_not_found, {}
         results: dict[TopicPartition, ErrorCode] = {}
         subscribed: set[str] = set()
@@ -544,6 +668,8 @@ class GroupService:
             if snapshot.protocol_type != consumer_protocol.PROTOCOL_TYPE:
                 return ErrorCode.non_empty_group, {}
             subscribed = self.coordinator.subscribed_topics(group_id, _subscribed_topics)
+        elif not self.consumers.is_empty(group_id):
+            subscribed = self.consumers.subscribed_topics(group_id)
         deletable = []
         for tp in partitions:
             if tp[0] in subscribed:
@@ -582,7 +708,12 @@ class GroupService:
         """
         removed_offsets = removed_groups = 0
         for group_id in self.group_ids():
-            snapshot = self.coordinator.snapshot(group_id)
+            if self.consumers.has_group(group_id):
+                if not self.consumers.is_empty(group_id):
+                    continue  # a live consumer group keeps its offsets
+                snapshot = None
+            else:
+                snapshot = self.coordinator.snapshot(group_id)
             subscribed = None
             if snapshot is not None and snapshot.state is GroupState.STABLE:
                 subscribed = self.coordinator.subscribed_topics(group_id, _subscribed_topics)
@@ -595,7 +726,10 @@ class GroupService:
                 self.offsets.put(group_id, tp, None)
                 self._applied_at.pop((group_id, *tp), None)
             removed_offsets += len(expired)
-            if not self.offsets.has_offsets(group_id) and (
+            if not self.offsets.has_offsets(group_id) and self.consumers.has_group(group_id):
+                kvs += self.consumers.delete_records(group_id)
+                removed_groups += 1
+            elif not self.offsets.has_offsets(group_id) and (
                 snapshot is None or self.coordinator.expire_if_empty(group_id, now_ms)
             ):
                 kvs.append((encode_group_key(GroupKey(group_id)), None))

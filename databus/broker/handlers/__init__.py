@@ -64,6 +64,8 @@ def handler_table() -> HandlerTable:
         groups.list_groups,
         groups.describe_groups,
         groups.delete_groups,
+        groups.consumer_group_heartbeat,
+        groups.consumer_group_describe,
         offsets.offset_commit,
         offsets.offset_fetch,
         offsets.offset_delete,

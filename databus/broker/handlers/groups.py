@@ -1,5 +1,14 @@
 """Group membership APIs: FindCoordinator, JoinGroup, SyncGroup, Heartbeat, LeaveGroup,
-ListGroups, DescribeGroups, DeleteGroups.
+ListGroups, DescribeGroups, DeleteGroups, and the consumer group protocol of KIP-848:
+ConsumerGroupHeartbeat (68) and ConsumerGroupDescribe (69), v0-1 (v1 adds the subscribed
+topic regex; from v1 the member id is the client's, v0 lets the coordinator pick one).
+
+A group id is a classic group or a consumer group: JoinGroup to a non-empty consumer group
+is INCONSISTENT_GROUP_PROTOCOL and ConsumerGroupHeartbeat to a non-empty classic group is
+GROUP_ID_NOT_FOUND (Kafka with ``group.consumer.migration.policy=disabled``: no online
+upgrade or downgrade); an empty group of either kind is taken over by the other protocol.
+ListGroups v5 lists consumer groups with type ``consumer``; DescribeGroups describes them
+as Dead (Kafka's answer before DescribeGroups v6), ConsumerGroupDescribe in full.
 
 Share groups (handlers/share.py) share the group id space: ListGroups v5 lists them with
 type ``share``, DeleteGroups deletes them (and their durable share state), and JoinGroup
@@ -14,6 +23,10 @@ always names itself, for key type 0 (group) and 1 (transaction).
 
 from __future__ import annotations
 
+import base64
+import uuid
+
+from databus.broker.coordinator.consumer_group import HeartbeatRequest as ConsumerHeartbeat
 from databus.broker.coordinator.group_state import (
     GroupState,
     JoinRequest,
@@ -90,7 +103,8 @@ async def join_group(ctx: RequestContext, request):
     service = groups_of(ctx)
     if service is None:
         return _join_error(ctx, request, ErrorCode.coordinator_load_in_progress)
-    if ctx.broker.shares.is_share_group(request.group_id):
+    if ctx.broker.shares.is_share_group(request.group_id) or not service.claim_for_classic(
+            request.group_id):
         return _join_error(ctx, request, ErrorCode.inconsistent_group_protocol)
     result = await service.join(
         JoinRequest(
@@ -220,6 +234,11 @@ async def list_groups(ctx: RequestContext, request):
     for group_id in service.group_ids():
         if not may_describe(group_id):
             continue
+        consumer = service.describe_consumer_group(group_id)
+        if consumer is not None:
+            listed.append({"group_id": group_id, "protocol_type": "consumer",
+                           "group_state": consumer.state.value, "group_type": "consumer"})
+            continue
         snapshot = service.describe(group_id)
         state = snapshot.state.value if snapshot else GroupState.EMPTY.value
         listed.append({
@@ -240,7 +259,8 @@ async def list_groups(ctx: RequestContext, request):
               if (not states or g["group_state"].lower() in states)
               and (not types or g["group_type"] in types)]
     if ctx.api_version < 5:
-        listed = [g for g in listed if g["group_type"] == "classic"]  # clients before v5
+        # clients before v5 know no group types; Kafka lists consumer groups to them too
+        listed = [g for g in listed if g["group_type"] != "share"]
     return _response(ctx, error_code=ErrorCode.none, groups=listed)
 
 
@@ -315,3 +335,110 @@ async def delete_groups(ctx: RequestContext, request):
             error = await service.delete_group(group_id)
         results.append({"group_id": group_id, "error_code": error})
     return _response(ctx, results=results)
+
+
+# -- ConsumerGroupHeartbeat / ConsumerGroupDescribe (KIP-848) ---------------------------------
+
+
+def _assignment_by_id(topic_partitions) -> dict[uuid.UUID, frozenset[int]] | None:
+    if topic_partitions is None:
+        return None
+    return {tp.topic_id: frozenset(tp.partitions) for tp in topic_partitions}
+
+
+def _new_member_id() -> str:
+    """Kafka's Uuid.randomUuid().toString(): url-safe base64 of 16 random bytes."""
+    return base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+
+
+@handles(ApiKey.CONSUMER_GROUP_HEARTBEAT, 0, 1)
+async def consumer_group_heartbeat(ctx: RequestContext, request):
+    service = groups_of(ctx)
+    if not ctx.allowed(Operation.READ, ResourceType.GROUP, request.group_id):
+        return _response(ctx, error_code=ErrorCode.group_authorization_failed, member_epoch=0,
+                         heartbeat_interval=0)
+    if service is None:
+        return _response(ctx, error_code=ErrorCode.coordinator_load_in_progress,
+                         member_epoch=0, heartbeat_interval=0)
+    member_id = request.member_id
+    if ctx.api_version == 0 and not member_id and request.member_epoch == 0:
+        member_id = _new_member_id()  # v0: the coordinator names new members
+    if ctx.broker.shares.is_share_group(request.group_id):
+        return _response(ctx, error_code=ErrorCode.group_id_not_found,
+                         error_message=f"Group {request.group_id} is not a consumer group",
+                         member_epoch=0, heartbeat_interval=0)
+    names = request.subscribed_topic_names
+    result = await service.consumer_heartbeat(ConsumerHeartbeat(
+        group_id=request.group_id,
+        member_id=member_id,
+        member_epoch=request.member_epoch,
+        instance_id=request.instance_id,
+        rack_id=request.rack_id,
+        rebalance_timeout_ms=ms(request.rebalance_timeout),
+        subscribed_topic_names=tuple(names) if names is not None else None,
+        subscribed_topic_regex=getattr(request, "subscribed_topic_regex", None),
+        server_assignor=request.server_assignor,
+        owned=_assignment_by_id(request.topic_partitions),
+        client_id=ctx.client_id or "",
+        client_host="/" + ctx.client_host if ctx.client_host else "",
+    ))
+    assignment = None
+    if result.assignment is not None:
+        assignment = {"topic_partitions": [
+            {"topic_id": topic_id, "partitions": sorted(parts)}
+            for topic_id, parts in sorted(result.assignment.items(), key=lambda kv: str(kv[0]))
+        ]}
+    return _response(
+        ctx, error_code=result.error, error_message=result.message,
+        member_id=result.member_id, member_epoch=result.member_epoch,
+        heartbeat_interval=result.heartbeat_interval_ms, assignment=assignment,
+    )
+
+
+@handles(ApiKey.CONSUMER_GROUP_DESCRIBE, 0, 1)
+async def consumer_group_describe(ctx: RequestContext, request):
+    service = groups_of(ctx)
+    names = {info.topic_id: name for name, info in ctx.broker.log_manager.topics().items()}
+    operations = authorized_operations(
+        "group", getattr(request, "include_authorized_operations", False))
+
+    def described(assignment) -> dict:
+        return {"topic_partitions": [
+            {"topic_id": topic_id, "topic_name": names[topic_id], "partitions": sorted(parts)}
+            for topic_id, parts in sorted(assignment.items(), key=lambda kv: names.get(kv[0], ""))
+            if topic_id in names
+        ]}
+
+    groups = []
+    for group_id in request.group_ids:
+        entry = {"group_id": group_id, "group_state": "", "group_epoch": -1,
+                 "assignment_epoch": -1, "assignor_name": "", "members": [],
+                 "authorized_operations": operations, "error_message": None}
+        snapshot = service.describe_consumer_group(group_id) if service is not None else None
+        if not ctx.allowed(Operation.DESCRIBE, ResourceType.GROUP, group_id):
+            entry["error_code"] = ErrorCode.group_authorization_failed
+        elif service is None:
+            entry["error_code"] = ErrorCode.coordinator_load_in_progress
+        elif snapshot is None:
+            entry["error_code"] = ErrorCode.group_id_not_found
+            known = group_id in service.group_ids() or ctx.broker.shares.is_share_group(group_id)
+            entry["error_message"] = (f"Group {group_id} is not a consumer group" if known
+                                      else f"Group {group_id} not found.")
+        else:
+            entry.update(
+                error_code=ErrorCode.none, group_state=snapshot.state.value,
+                group_epoch=snapshot.group_epoch, assignment_epoch=snapshot.assignment_epoch,
+                assignor_name=snapshot.assignor_name,
+                members=[{
+                    "member_id": m.member_id, "instance_id": m.instance_id,
+                    "rack_id": m.rack_id, "member_epoch": m.member_epoch,
+                    "client_id": m.client_id, "client_host": m.client_host,
+                    "subscribed_topic_names": list(m.subscribed_topic_names),
+                    "subscribed_topic_regex": m.subscribed_topic_regex,
+                    "assignment": described(m.assignment),
+                    "target_assignment": described(m.target_assignment),
+                    "member_type": 1,  # a consumer-protocol member (v1)
+                } for m in snapshot.members],
+            )
+        groups.append(entry)
+    return _response(ctx, groups=groups)

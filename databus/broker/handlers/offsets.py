@@ -55,6 +55,7 @@ async def offset_commit(ctx: RequestContext, request):
             request.group_id, request.member_id, request.generation_id_or_member_epoch,
             allowed, retention_ms=ms(getattr(request, "retention_time", -1)),
             group_instance_id=getattr(request, "group_instance_id", None),
+            api_version=ctx.api_version,
         ) if allowed else [])
         errors = [ErrorCode.topic_authorization_failed if e.topic in refused else next(done)
                   for e in entries]
@@ -107,6 +108,15 @@ async def offset_fetch(ctx: RequestContext, request):
     if ctx.api_version >= 8:
         groups = []
         for group in request.groups:
+            # v9+: a consumer-group member (KIP-848) fetches with its member id and epoch
+            error = ErrorCode.none
+            if service is not None and (getattr(group, "member_epoch", -1) >= 0
+                                        or getattr(group, "member_id", None)):
+                error = service.validate_offset_fetch(group.group_id, group.member_id,
+                                                      group.member_epoch)
+            if error != ErrorCode.none:
+                groups.append({"group_id": group.group_id, "topics": [], "error_code": error})
+                continue
             topics, error = _fetch_group(ctx, service, group.group_id, group.topics, stable)
             groups.append({"group_id": group.group_id, "topics": topics, "error_code": error})
         return _response(ctx, groups=groups)

@@ -13,6 +13,12 @@
   (v8+, KIP-467) ``record_errors`` listing each keyless record's batch index with its
   message, so the producer fails those records with the reason and the rest of the batch as
   collateral.  Only compacted topics have their records decoded on produce.
+- v11-13 (Kafka 4.0/4.1): v11 may answer TRANSACTION_ABORTABLE and v12 lets a transaction
+  add partitions implicitly when the transaction.version feature is 2 (KIP-890); this broker
+  does not verify transactional produces against the transaction coordinator nor finalize
+  transaction.version 2, so neither case arises and v11-12 are answered as v10.  v13 names
+  topics by id (KIP-516): an id the broker does not know is UNKNOWN_TOPIC_ID for each of its
+  partitions, and the answer carries the ids back.
 - Produce is advertised from v0 (librdkafka before 2.11.1 stops compressing when a broker's
   minimum is 3), but only record format v2 is stored: v0-2, which kio has no schema for, are
   parsed and answered here by hand with UNSUPPORTED_VERSION (``_answer_legacy``).
@@ -57,34 +63,42 @@ def _append_all(ctx: RequestContext, request) -> list:
     txn_id = getattr(request, "transactional_id", None)
     txn_refused = bool(txn_id) and not ctx.allowed(Operation.WRITE,
                                                   ResourceType.TRANSACTIONAL_ID, txn_id)
+    names_by_id = None
     for topic in request.topic_data:
         partitions = []
-        may_write = ctx.allowed(Operation.WRITE, ResourceType.TOPIC, topic.name)
+        name = getattr(topic, "name", None)
+        if name is None:  # v13+: the topic by id
+            if names_by_id is None:
+                names_by_id = {info.topic_id: n for n, info in broker.log_manager.topics().items()}
+            name = names_by_id.get(topic.topic_id)
+        may_write = name is not None and ctx.allowed(Operation.WRITE, ResourceType.TOPIC, name)
         for pdata in topic.partition_data:
             info, code, message, record_errors = None, ErrorCode.none, None, ()
             if not valid_acks:
                 code = ErrorCode.invalid_required_acks
+            elif name is None:
+                code, message = ErrorCode.unknown_topic_id, f"unknown topic id {topic.topic_id}"
             elif txn_refused:
                 code = ErrorCode.transactional_id_authorization_failed
             elif not may_write:
                 code = ErrorCode.topic_authorization_failed
-            elif is_internal_topic(topic.name):
+            elif is_internal_topic(name):
                 # only the broker writes internal topics (the group coordinator appends to
                 # __consumer_offsets through Broker.append, not through Produce)
                 code = ErrorCode.invalid_topic_exception
-                message = f"{topic.name} is an internal topic: clients cannot produce to it"
+                message = f"{name} is an internal topic: clients cannot produce to it"
             elif pdata.records is None:
                 code, message = ErrorCode.corrupt_message, "null records"
             else:
                 try:
-                    info = broker.append(topic.name, pdata.index, pdata.records)
+                    info = broker.append(name, pdata.index, pdata.records)
                 except Exception as exc:
                     code, message = error_code_for(exc), str(exc)
                     record_errors = getattr(exc, "record_errors", ())
                     if code is ErrorCode.unknown_server_error:
-                        log.exception("append to %s-%d failed", topic.name, pdata.index)
+                        log.exception("append to %s-%d failed", name, pdata.index)
             partitions.append((pdata.index, info, code, message, record_errors))
-        results.append((topic.name, partitions))
+        results.append(((name, getattr(topic, "topic_id", None)), partitions))
     return results
 
 
@@ -101,7 +115,7 @@ def _response(ctx: RequestContext, results, failed: dict | None = None) -> objec
     module = ctx.response_module()
     failed = failed or {}
     topics = []
-    for name, partitions in results:
+    for (name, topic_id), partitions in results:
         entries = []
         for index, info, code, message, record_errors in partitions:
             failure = failed.get((name, index))
@@ -118,13 +132,13 @@ def _response(ctx: RequestContext, results, failed: dict | None = None) -> objec
                     error_message=message,
                 )
             )
-        topics.append(build(module.TopicProduceResponse, name=name,
+        topics.append(build(module.TopicProduceResponse, name=name, topic_id=topic_id,
                             partition_responses=tuple(entries)))
     return build(ctx.response_class(), responses=tuple(topics),
                  throttle_time=datetime.timedelta(0))
 
 
-@handles(ApiKey.PRODUCE, 0, 10)
+@handles(ApiKey.PRODUCE, 0, 13)
 async def produce(ctx: RequestContext, request) -> object:
     if request is None:
         return _answer_legacy(ctx)
@@ -136,7 +150,7 @@ async def produce(ctx: RequestContext, request) -> object:
 
     async def after_fsync():
         failed = {}
-        for name, partitions in results:
+        for (name, _topic_id), partitions in results:
             for index, info, *_failure in partitions:
                 if info is None:
                     continue

@@ -36,13 +36,16 @@ from enum import Enum
 
 from databus.protocol.errors import ErrorCode
 
-# Kafka's group.share.* broker defaults (GroupCoordinatorConfig).
-DEFAULT_SESSION_TIMEOUT_MS = 45_000
-DEFAULT_HEARTBEAT_INTERVAL_MS = 5_000
-DEFAULT_MAX_SIZE = 200
+from ..coordinator.heartbeat_groups import (
+    DEFAULT_HEARTBEAT_INTERVAL_MS,
+    DEFAULT_SESSION_TIMEOUT_MS,
+    JOIN_EPOCH,
+    LEAVE_EPOCH,
+)
 
-LEAVE_EPOCH = -1
-JOIN_EPOCH = 0
+# Kafka's group.share.max.size default (GroupCoordinatorConfig); the session timeout and
+# heartbeat interval defaults are the consumer groups' too (heartbeat_groups.py).
+DEFAULT_MAX_SIZE = 200
 
 
 class ShareGroupState(Enum):
