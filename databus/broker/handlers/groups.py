@@ -399,8 +399,7 @@ async def consumer_group_heartbeat(ctx: RequestContext, request):
 async def consumer_group_describe(ctx: RequestContext, request):
     service = groups_of(ctx)
     names = {info.topic_id: name for name, info in ctx.broker.log_manager.topics().items()}
-    operations = authorized_operations(
-        "group", getattr(request, "include_authorized_operations", False))
+    want_operations = getattr(request, "include_authorized_operations", False)
 
     def described(assignment) -> dict:
         return {"topic_partitions": [
@@ -413,7 +412,7 @@ async def consumer_group_describe(ctx: RequestContext, request):
     for group_id in request.group_ids:
         entry = {"group_id": group_id, "group_state": "", "group_epoch": -1,
                  "assignment_epoch": -1, "assignor_name": "", "members": [],
-                 "authorized_operations": operations, "error_message": None}
+                 "authorized_operations": NOT_REQUESTED, "error_message": None}
         snapshot = service.describe_consumer_group(group_id) if service is not None else None
         if not ctx.allowed(Operation.DESCRIBE, ResourceType.GROUP, group_id):
             entry["error_code"] = ErrorCode.group_authorization_failed
@@ -429,6 +428,8 @@ async def consumer_group_describe(ctx: RequestContext, request):
                 error_code=ErrorCode.none, group_state=snapshot.state.value,
                 group_epoch=snapshot.group_epoch, assignment_epoch=snapshot.assignment_epoch,
                 assignor_name=snapshot.assignor_name,
+                authorized_operations=authorized_operations(
+                    ctx, ResourceType.GROUP, group_id, want_operations),
                 members=[{
                     "member_id": m.member_id, "instance_id": m.instance_id,
                     "rack_id": m.rack_id, "member_epoch": m.member_epoch,
