@@ -27,7 +27,7 @@ import threading
 import trio
 
 from .fields import Extractor
-from .store import IndexStore
+from .store import RECENT_MAX, IndexStore
 
 log = logging.getLogger("databus_plugins.index")
 
@@ -35,10 +35,12 @@ QUEUED = 8  # batches (of max.poll.records) waiting for the writer
 
 
 class IndexSink:
-    def __init__(self, name: str, path: str, extractor: Extractor) -> None:
+    def __init__(self, name: str, path: str, extractor: Extractor, *,
+                 recent_max: int = RECENT_MAX) -> None:
         self.name = name
         self.path = path
         self.extractor = extractor
+        self.recent_max = recent_max
         self.store: IndexStore | None = None
         self.next: dict[tuple[str, int], int] = {}  # after the last record taken
         self.durable: dict[tuple[str, int], int] = {}  # after the last record committed
@@ -146,7 +148,7 @@ class IndexSink:
 
     def _open(self, tp, committed):
         if self.store is None:
-            self.store = IndexStore(self.path)
+            self.store = IndexStore(self.path, recent_max=self.recent_max)
             self.generation = self.store.generation()
         stored = self.store.offsets().get(tp)
         if stored is None:
