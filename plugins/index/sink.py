@@ -31,7 +31,9 @@ from .store import RECENT_MAX, IndexStore
 
 log = logging.getLogger("databus_plugins.index")
 
-QUEUED = 8  # batches (of max.poll.records) waiting for the writer
+# Batches (a poll's records of one partition) waiting for the writer: enough that fetching
+# and extracting go on while the writer moves ``recent`` to a run (a second or more).
+QUEUED = 32
 
 
 class IndexSink:
