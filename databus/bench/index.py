@@ -66,7 +66,7 @@ def value(i: int, users: int, size: int) -> bytes:
 
 
 def fill(bootstrap: str, topic: str, args) -> float:
-    from confluent_kafka import Producer
+    from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 
     producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5,
                          "batch.size": args.batch_size,
@@ -77,14 +77,28 @@ def fill(bootstrap: str, topic: str, args) -> float:
         todo = [{"value": value(i, args.users, args.record_size)}
                 for i in range(first, min(first + CHUNK, args.records))]
         while todo:
-            try:
-                producer.produce_batch(topic, todo)
+            # produce_batch does not raise when the queue is full: it marks the messages it
+            # could not take (``_error``), to be offered again once deliveries made room.
+            if producer.produce_batch(topic, todo) == len(todo):
                 break
-            except BufferError:
-                producer.poll(0.01)
+            todo = [m for m in todo if "_error" in m]
+            for m in todo:
+                if m.pop("_error").code() != KafkaError._QUEUE_FULL:
+                    raise RuntimeError(f"fill: {m}: not queued")
+            producer.poll(0.05)
     if producer.flush(600):
         raise RuntimeError("fill: records undelivered")
-    return time.perf_counter() - start
+    seconds = time.perf_counter() - start
+    # The build waits for every record: a record short would make it wait forever.
+    watermarks = Consumer({"bootstrap.servers": bootstrap, "group.id": "bench-index-fill"})
+    try:
+        held = sum(watermarks.get_watermark_offsets(TopicPartition(topic, p), timeout=30)[1]
+                   for p in range(args.partitions))
+    finally:
+        watermarks.close()
+    if held != args.records:
+        raise RuntimeError(f"fill: the topic holds {held:,} records, not {args.records:,}")
+    return seconds
 
 
 def index_config(bootstrap: str, topic: str, path: str):

@@ -141,7 +141,7 @@ def test_the_store_commits_entries_with_offsets_in_one_transaction(tmp_path, lay
 @LAYOUTS
 def test_trim_drops_the_entries_below_the_log_start_in_one_transaction(tmp_path, layout):
     store = IndexStore(str(tmp_path / "i.db"), **layout)
-    # Two partitions written in interleaved batches (their rowid ranges interleave too).
+    # Two partitions written in interleaved batches (in the runs layout, each run holds both).
     for first in range(0, 30, 10):
         for p in (0, 1):
             store.add(("t", p), first, first + 10,
