@@ -127,6 +127,9 @@ class IndexStore:
             # Checkpoint every ~40 MB of WAL rather than 4 MB: a page of ``recent`` changed
             # again and again is copied back to the database less often.
             self.db.execute("PRAGMA wal_autocheckpoint=10000")
+            # A merge is one transaction: the WAL grows by the merged runs' size (it cannot be
+            # checkpointed before the commit); cut it back to 64 MB once it has been.
+            self.db.execute(f"PRAGMA journal_size_limit={64 << 20}")
             version = self.db.execute("PRAGMA user_version").fetchone()[0]
             if version not in (0, SCHEMA_VERSION):
                 self._drop_all()  # an older layout: built again from the beginning
