@@ -3,11 +3,11 @@ worker thread), kept log-structured so that writing stays cheap as the index gro
 
 An entry is (field id, value, timestamp, partition id, offset), the key of every table that
 holds entries (``WITHOUT ROWID``: the table *is* its key's B-tree, sorted as a point query
-with a time range reads it).  New entries go into ``recent``, which stays small (at most
+with a time range reads it).  New entries go into ``recent``, which stays small (about
 ``recent_max`` entries, its pages in the cache), so inserting into it touches few pages.
-When it is full its entries are copied, in key order, into a new *run* (a table ``run_N``
-written by appending: every page written once, full) and ``recent`` is emptied, in one
-transaction; when ``fanin`` runs of one level exist they are merged (SQLite merges the
+When a commit leaves it with ``recent_max`` or more, its entries are copied, in key order,
+into a new *run* (a table ``run_N`` written by appending: every page written once, full)
+and ``recent`` is emptied, in one transaction; when ``fanin`` runs of one level exist they are merged (SQLite merges the
 sorted tables, ``UNION ALL ... ORDER BY``) into one run of the next level, in one transaction
 (a tiered log-structured merge: each entry is copied about ``log_fanin(entries /
 recent_max)`` times).  Inserting straight into one big sorted table instead touches a page
