@@ -845,6 +845,11 @@ class IndexConfig(TopicSelection):
         default_factory=dict,
         description="Kafka consumer keys for the builder's consumer (as a sink's `consumer`).",
     )
+    recent_entries: int = Field(
+        1_000_000, alias="recent.entries", ge=1,
+        description="Entries the index's `recent` table takes before they move to a sorted "
+        "run (docs/index.md): more means fewer merges and more memory (~50 B each).",
+    )
 
     @field_validator("fields", mode="before")
     @classmethod
@@ -881,7 +886,7 @@ class IndexConfig(TopicSelection):
             "topics.regex": self.topics_regex,
             "group.id": self.group_id or f"databus-index-{name}", "consumer": self.consumer,
             "config": {"index": name, "path": self.db_path(name), "fields": dict(self.fields),
-                       "format": self.format},
+                       "format": self.format, "recent.entries": self.recent_entries},
         })
 
 

@@ -38,5 +38,8 @@ def databus_sink(name, config):
     for key in ("index", "path", "fields"):
         if key not in config:
             raise ValueError(f"index: config needs {key!r} (declare indexes under `indexes:`)")
+    from .store import RECENT_MAX
+
     return IndexSink(config["index"], config["path"],
-                     Extractor(config["fields"], config.get("format", "json")))
+                     Extractor(config["fields"], config.get("format", "json")),
+                     recent_max=int(config.get("recent.entries", RECENT_MAX)))

@@ -13,7 +13,7 @@ are counted per field and the record is indexed by its other fields.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -99,62 +99,71 @@ class Extractor:
         self._needs_value = any(s.kind == "value" for s in self.fields.values())
         self._decode = decode_json if fmt == "json" else msgpack.unpackb
 
-    def entries(self, records: Iterable[Sequence[Any]]) -> tuple[dict[str, list[Entry]], dict]:
+    def entries(self, records: Sequence[Sequence[Any]]) -> tuple[dict[str, list[Entry]], dict]:
         """({field: [(value, timestamp, offset), ...]}, {(field, MISSING | UNDECODABLE):
         count}) of ``records`` (of one partition).
 
-        This runs for every record indexed: the value is decoded once, and the common cases
-        (a map, a str or int field) are tested inline rather than through calls."""
+        This runs for every record indexed, so it works a column at a time (list
+        comprehensions, no per-record calls): the values decoded, then per field the column of
+        its nodes, then the entries of the common kinds (str, int), and only then, if some
+        are left, the others one by one."""
+        offsets = [r[2] for r in records]
+        stamps = [r[3] for r in records]
+        docs = self._documents([r[6] for r in records]) if self._needs_value else []
         skipped: dict[tuple[str, str], int] = {}
-        out: dict[str, list[Entry]] = {name: [] for name in self.fields}
-        plan = [(name, s.kind, s.path, out[name].append) for name, s in self.fields.items()]
-        needs_value, decode = self._needs_value, self._decode
-        value_errors = (ValueError, TypeError, msgpack.UnpackException)
-        for record in records:
-            offset, timestamp, value = record[2], record[3], record[6]
-            decoded: Any = None
-            bad_value = False
-            if needs_value and value is not None:
-                try:
-                    decoded = decode(value)
-                except value_errors:
-                    bad_value = True
-            for name, kind, path, append in plan:
-                if kind == "value":
-                    if bad_value:
-                        node = _BAD
-                    else:
-                        node = decoded
-                        for part in path:
-                            if type(node) is dict:
-                                node = node.get(part)
-                            elif node is not None:
-                                node = _BAD
-                                break
-                elif kind == "key":
-                    node = record[5]
-                else:
-                    node = None
-                    for header, raw in record[7] or ():
-                        if header == path[0]:
-                            node = raw
-                            break
-                kind_of = type(node)
-                if kind_of is str:
-                    append((node, timestamp, offset))
-                    continue
-                if kind_of is int:
-                    append((str(node), timestamp, offset))
-                    continue
-                if node is None:
-                    reason = MISSING
-                elif node is _BAD:
-                    reason = UNDECODABLE
-                else:
-                    try:
-                        append((as_text(node), timestamp, offset))
+        out: dict[str, list[Entry]] = {}
+        for name, source in self.fields.items():
+            column = self._column(source, records, docs)
+            group = [(v, t, o) for v, t, o in zip(column, stamps, offsets) if type(v) is str]
+            if len(group) < len(column):
+                group += [(str(v), t, o) for v, t, o in zip(column, stamps, offsets)
+                          if type(v) is int]
+            if len(group) < len(column):
+                for node, t, o in zip(column, stamps, offsets):
+                    kind = type(node)
+                    if kind is str or kind is int:
                         continue
-                    except _Undecodable:
+                    if node is None:
+                        reason = MISSING
+                    elif node is _BAD:
                         reason = UNDECODABLE
-                skipped[name, reason] = skipped.get((name, reason), 0) + 1
+                    else:
+                        try:
+                            group.append((as_text(node), t, o))
+                            continue
+                        except _Undecodable:
+                            reason = UNDECODABLE
+                    skipped[name, reason] = skipped.get((name, reason), 0) + 1
+            out[name] = group
         return out, skipped
+
+    def _documents(self, values: list) -> list:
+        """The decoded values (None for a record without one, _BAD for one that does not
+        decode)."""
+        decode = self._decode
+        try:
+            return [decode(v) if v is not None else None for v in values]
+        except (ValueError, TypeError, msgpack.UnpackException):
+            pass  # some value does not decode: one by one
+        docs = []
+        for v in values:
+            try:
+                docs.append(decode(v) if v is not None else None)
+            except (ValueError, TypeError, msgpack.UnpackException):
+                docs.append(_BAD)
+        return docs
+
+    @staticmethod
+    def _column(source: Source, records: Sequence[Sequence[Any]], docs: list) -> list:
+        """The field's node in each record: a scalar, None (missing), _BAD (undecodable) or a
+        map / list (undecodable too, found later)."""
+        if source.kind == "key":
+            return [r[5] for r in records]
+        if source.kind == "header":
+            header = source.path[0]
+            return [next((raw for h, raw in r[7] or () if h == header), None) for r in records]
+        column = docs
+        for part in source.path:  # a step into a map; through anything else: _BAD
+            column = [n.get(part) if type(n) is dict else n if n is None or n is _BAD else _BAD
+                      for n in column]
+        return column

@@ -27,18 +27,22 @@ import threading
 import trio
 
 from .fields import Extractor
-from .store import IndexStore
+from .store import RECENT_MAX, IndexStore
 
 log = logging.getLogger("databus_plugins.index")
 
-QUEUED = 8  # batches (of max.poll.records) waiting for the writer
+# Batches (a poll's records of one partition) waiting for the writer: enough that fetching
+# and extracting go on while the writer moves ``recent`` to a run (a second or more).
+QUEUED = 32
 
 
 class IndexSink:
-    def __init__(self, name: str, path: str, extractor: Extractor) -> None:
+    def __init__(self, name: str, path: str, extractor: Extractor, *,
+                 recent_max: int = RECENT_MAX) -> None:
         self.name = name
         self.path = path
         self.extractor = extractor
+        self.recent_max = recent_max
         self.store: IndexStore | None = None
         self.next: dict[tuple[str, int], int] = {}  # after the last record taken
         self.durable: dict[tuple[str, int], int] = {}  # after the last record committed
@@ -146,7 +150,7 @@ class IndexSink:
 
     def _open(self, tp, committed):
         if self.store is None:
-            self.store = IndexStore(self.path)
+            self.store = IndexStore(self.path, recent_max=self.recent_max)
             self.generation = self.store.generation()
         stored = self.store.offsets().get(tp)
         if stored is None:

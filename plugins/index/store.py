@@ -1,20 +1,35 @@
 """One index's SQLite database (WAL mode, stdlib ``sqlite3``, blocking: the sink calls it in a
-worker thread).
+worker thread), kept log-structured so that writing stays cheap as the index grows.
 
-Tables: ``entries`` (field id, value, timestamp, partition id, offset), appended in write
-order, with the unique index ``by_value`` on all five in that order, so a point query with a
-time range is one range scan of the index already ordered by time (and an entry indexed twice
-violates it and fails loudly); ``fields`` and ``partitions`` name the ids (a partition row
-also holds the next offset to index); ``batches`` records, per written batch, its
-partition, offsets and the rowids its entries got, so that dropping the entries of records
-the cluster's retention removed deletes rowid ranges instead of scanning the table;
-``skipped`` counts missing / undecodable fields.
+An entry is (field id, value, timestamp, partition id, offset), the key of every table that
+holds entries (``WITHOUT ROWID``: the table *is* its key's B-tree, sorted as a point query
+with a time range reads it).  New entries go into ``recent``, which stays small (about
+``recent_max`` entries, its pages in the cache), so inserting into it touches few pages.
+When a commit leaves it with ``recent_max`` or more, its entries are copied, in key order,
+into a new *run* (a table ``run_N`` written by appending: every page written once, full)
+and ``recent`` is emptied, in one transaction; when ``fanin`` runs of one level exist they are merged (SQLite merges the
+sorted tables, ``UNION ALL ... ORDER BY``) into one run of the next level, in one transaction
+(a tiered log-structured merge: each entry is copied about ``log_fanin(entries /
+recent_max)`` times).  Inserting straight into one big sorted table instead touches a page
+per entry once the index outgrows the cache, and every touched page is written again: that
+is what made the build slow down as the index grew.
 
-``add`` writes a batch's entries, its partition's next offset, its ``batches`` row and its
-skip counts in one transaction: after a crash the database holds every batch it
-acknowledged and nothing of the others, and the builder resumes from the offsets, so no
-entry is ever missing or indexed twice.  ``trim`` drops, in one transaction, the entries
-of a partition below its log start offset.
+The view ``entries`` is ``recent`` and every run (rebuilt with the runs, in the same
+transaction); a query is one statement on it (one read transaction: it sees a run set as
+committed), each table answering with one range scan of its key.  ``runs`` lists the runs
+(level, entry count); ``spans`` holds, per run (0: ``recent``) and partition, the lowest
+and highest offset of its entries, so that dropping the entries of records the cluster's
+retention removed touches only the runs holding some (a run wholly below the log start is
+dropped as a table).  ``fields`` and ``partitions`` name the ids (a partition row also holds
+the next offset to index); ``skipped`` counts missing / undecodable fields.
+
+``add`` writes a batch's entries, its partition's next offset and its skip counts in one
+transaction: after a crash the database holds every batch it acknowledged and nothing of
+the others, and the builder resumes from the offsets, so no entry is ever missing or
+indexed twice.  A batch that starts before its partition's next offset is refused
+(``IndexedTwice``).  Moving entries (a flush of ``recent``, a merge) is one transaction
+too: a crash in the middle leaves the entries where they were.  ``trim`` drops, in one
+transaction, the entries of a partition below its log start offset.
 
 ``rebuild`` empties the database and bumps its *generation* in one transaction; a builder
 that finds another generation than the one it opened refuses to write (``Rebuilt``), and
@@ -34,22 +49,26 @@ from collections.abc import Iterable, Mapping
 
 from .fields import Entry
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
+COLUMNS = 'field, value, ts, part, "offset"'
+ENTRY_TABLE = ('(field INTEGER NOT NULL, value TEXT NOT NULL, ts INTEGER NOT NULL, '
+               'part INTEGER NOT NULL, "offset" INTEGER NOT NULL, '
+               'PRIMARY KEY (field, value, ts, part, "offset")) WITHOUT ROWID')
 SCHEMA = f"""
 CREATE TABLE IF NOT EXISTS fields (id INTEGER PRIMARY KEY, name TEXT NOT NULL UNIQUE);
 CREATE TABLE IF NOT EXISTS partitions (
     id INTEGER PRIMARY KEY, topic TEXT NOT NULL, partition INTEGER NOT NULL,
     next INTEGER, UNIQUE (topic, partition)
 );
-CREATE TABLE IF NOT EXISTS entries (
-    field INTEGER NOT NULL, value TEXT NOT NULL, ts INTEGER NOT NULL,
-    part INTEGER NOT NULL, "offset" INTEGER NOT NULL
+CREATE TABLE IF NOT EXISTS recent {ENTRY_TABLE};
+CREATE TABLE IF NOT EXISTS runs (
+    id INTEGER PRIMARY KEY, level INTEGER NOT NULL, entries INTEGER NOT NULL
 );
-CREATE UNIQUE INDEX IF NOT EXISTS by_value ON entries (field, value, ts, part, "offset");
-CREATE TABLE IF NOT EXISTS batches (
-    part INTEGER NOT NULL, first INTEGER NOT NULL, next INTEGER NOT NULL,
-    lo INTEGER NOT NULL, hi INTEGER NOT NULL, PRIMARY KEY (part, first)
+CREATE TABLE IF NOT EXISTS spans (
+    run INTEGER NOT NULL, part INTEGER NOT NULL, lo INTEGER NOT NULL, hi INTEGER NOT NULL,
+    PRIMARY KEY (run, part)
 ) WITHOUT ROWID;
+CREATE VIEW IF NOT EXISTS entries AS SELECT {COLUMNS} FROM recent;
 CREATE TABLE IF NOT EXISTS skipped (
     field TEXT NOT NULL, reason TEXT NOT NULL, count INTEGER NOT NULL,
     PRIMARY KEY (field, reason)
@@ -59,9 +78,16 @@ INSERT OR IGNORE INTO meta (key, value) VALUES ('generation', 0);
 PRAGMA user_version = {SCHEMA_VERSION};
 """
 
-# Page cache of the builder's connection (KiB, negative as SQLite wants): inserts land all
-# over the by_value index, whose pages should stay in memory rather than be re-read.
+# Page cache of the builder's connection (KiB, negative as SQLite wants): ``recent``, the
+# table inserted into, should stay in memory (1M entries of short values: ~50 MB).
 CACHE_KIB = 256 * 1024
+RECENT_MAX = 1_000_000  # entries in ``recent`` before they move to a run
+FANIN = 8  # runs of one level merged into one of the next
+ROWS_PER_INSERT = 400  # entries per INSERT statement (SQLite's limit: 32766 parameters)
+
+
+class IndexedTwice(sqlite3.IntegrityError):
+    """A batch starting before its partition's next offset: its records are indexed."""
 
 
 class Rebuilt(RuntimeError):
@@ -72,10 +98,14 @@ Location = tuple[int, str, int, int]  # (timestamp, topic, partition, offset)
 
 
 class IndexStore:
-    def __init__(self, path: str, *, readonly: bool = False) -> None:
+    def __init__(self, path: str, *, readonly: bool = False, recent_max: int = RECENT_MAX,
+                 fanin: int = FANIN) -> None:
         self.path = path
+        self.recent_max = recent_max
+        self.fanin = max(2, fanin)
         self._fields: dict[str, int] = {}
         self._parts: dict[tuple[str, int], int] = {}
+        self._recent: int | None = None  # entries in ``recent`` (counted once, then kept)
         if readonly:
             if not os.path.exists(path):
                 raise FileNotFoundError(f"no index database at {path} (not built yet?)")
@@ -94,20 +124,25 @@ class IndexStore:
             self.db.execute("PRAGMA synchronous=NORMAL")
             self.db.execute(f"PRAGMA cache_size=-{CACHE_KIB}")
             self.db.execute("PRAGMA temp_store=MEMORY")
-            # Checkpoint every ~40 MB of WAL rather than 4 MB: a page the build changes
+            # Checkpoint every ~40 MB of WAL rather than 4 MB: a page of ``recent`` changed
             # again and again is copied back to the database less often.
             self.db.execute("PRAGMA wal_autocheckpoint=10000")
+            # A merge is one transaction: the WAL grows by the merged runs' size (it cannot be
+            # checkpointed before the commit); cut it back to 64 MB once it has been.
+            self.db.execute(f"PRAGMA journal_size_limit={64 << 20}")
             version = self.db.execute("PRAGMA user_version").fetchone()[0]
             if version not in (0, SCHEMA_VERSION):
                 self._drop_all()  # an older layout: built again from the beginning
             self.db.executescript(SCHEMA)
+        self._insert_many = self._insert_sql(ROWS_PER_INSERT)
 
     def _drop_all(self) -> None:
-        tables = [n for (n,) in self.db.execute(
-            "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%'")]
+        found = list(self.db.execute(
+            "SELECT type, name FROM sqlite_master WHERE type IN ('table', 'view') "
+            "AND name NOT LIKE 'sqlite_%'"))
         self.db.execute("BEGIN IMMEDIATE")
-        for table in tables:
-            self.db.execute(f'DROP TABLE "{table}"')
+        for kind, name in found:
+            self.db.execute(f'DROP {kind.upper()} "{name}"')
         self.db.execute("COMMIT")
 
     def close(self) -> None:
@@ -130,12 +165,24 @@ class IndexStore:
         """Forget every entry, offset and count; a running builder starts over."""
         db = self.db
         db.execute("BEGIN IMMEDIATE")
-        for table in ("entries", "batches", "partitions", "fields", "skipped"):
-            db.execute(f"DELETE FROM {table}")
-        db.execute("UPDATE meta SET value = value + 1 WHERE key = 'generation'")
+        try:
+            for (run,) in db.execute("SELECT id FROM runs").fetchall():
+                db.execute(f"DROP TABLE run_{run}")
+            for table in ("recent", "runs", "spans", "partitions", "fields", "skipped"):
+                db.execute(f"DELETE FROM {table}")
+            self._set_view()
+            db.execute("UPDATE meta SET value = value + 1 WHERE key = 'generation'")
+        except BaseException:
+            db.execute("ROLLBACK")
+            raise
         db.execute("COMMIT")
+        self._forget()
+
+    def _forget(self) -> None:
+        """Drop what this object remembers of the database (after a rollback, a rebuild)."""
         self._fields.clear()
         self._parts.clear()
+        self._recent = None
 
     def field_id(self, name: str) -> int:
         """The id of field ``name`` (made on first use; call inside a write transaction)."""
@@ -155,6 +202,8 @@ class IndexStore:
                 "SELECT id FROM partitions WHERE topic = ? AND partition = ?", tp).fetchone()[0]
         return found
 
+    # -- writing --------------------------------------------------------------------------
+
     def add(self, tp: tuple[str, int], first: int, next_offset: int,
             entries: Mapping[str, Iterable[Entry]], skipped: Mapping[tuple[str, str], int],
             generation: int | None = None) -> None:
@@ -164,43 +213,123 @@ class IndexStore:
         self.add_many([(tp, first, next_offset, entries, skipped)], generation)
 
     def add_many(self, batches: list[tuple], generation: int | None = None) -> None:
-        """Several ``add`` batches in one transaction (fewer page writes: a page of the
-        index that several batches change is written once)."""
+        """Several ``add`` batches in one transaction; then, if ``recent`` is full, its
+        entries move to a run (and runs merge), each move a transaction of its own."""
         db = self.db
+        if self._recent is None:
+            self._recent = db.execute("SELECT count(*) FROM recent").fetchone()[0]
         db.execute("BEGIN IMMEDIATE")
         try:
             if generation is not None:
                 self.check(generation)
-            for tp, first, next_offset, entries, skipped in batches:
-                self._add(tp, first, next_offset, entries, skipped)
+            added = sum(self._add(*batch) for batch in batches)
         except BaseException:
             db.execute("ROLLBACK")
-            self._fields.clear()  # ids made in the rolled back transaction are gone
-            self._parts.clear()
+            self._forget()  # ids made in the rolled back transaction are gone
             raise
         db.execute("COMMIT")
+        self._recent += added
+        if self._recent >= self.recent_max:
+            self.compact()
 
-    def _add(self, tp, first, next_offset, entries, skipped) -> None:
+    @staticmethod
+    def _insert_sql(rows: int) -> str:
+        # ?1 the field, ?2 the partition, then (value, timestamp, offset) per entry: three
+        # parameters an entry, one statement (one call into SQLite) per ROWS_PER_INSERT.
+        values = ",".join(f"(?1,?{3 + 3 * i},?{4 + 3 * i},?2,?{5 + 3 * i})"
+                          for i in range(rows))
+        return f"INSERT INTO recent ({COLUMNS}) VALUES {values}"
+
+    def _add(self, tp, first, next_offset, entries, skipped) -> int:
         db = self.db
         part = self.part_id(tp)
-        rows = []
+        stored = db.execute("SELECT next FROM partitions WHERE id = ?", (part,)).fetchone()[0]
+        if stored is not None and first < stored:
+            raise IndexedTwice(f"{tp[0]}-{tp[1]}: a batch from offset {first}, but the index "
+                               f"has every record before {stored}")
+        added = 0
+        step = ROWS_PER_INSERT
         for name, group in entries.items():
-            if group:
-                field = self.field_id(name)
-                rows += [(field, v, ts, part, off) for v, ts, off in group]
-        rows.sort()  # in index order: each page of by_value is visited once per batch
-        lo = (db.execute("SELECT max(rowid) FROM entries").fetchone()[0] or 0) + 1
-        db.executemany('INSERT INTO entries (field, value, ts, part, "offset") '
-                       "VALUES (?, ?, ?, ?, ?)", rows)
-        if rows:
-            db.execute("INSERT INTO batches (part, first, next, lo, hi) VALUES (?, ?, ?, ?, ?)",
-                       (part, first, next_offset, lo, lo + len(rows) - 1))
+            if not group:
+                continue
+            field = self.field_id(name)
+            flat = [x for entry in sorted(group) for x in entry]
+            full = len(group) - len(group) % step
+            for at in range(0, full * 3, step * 3):
+                db.execute(self._insert_many, [field, part, *flat[at:at + step * 3]])
+            if full < len(group):
+                db.execute(self._insert_sql(len(group) - full), [field, part, *flat[full * 3:]])
+            added += len(group)
+        if added:
+            db.execute("INSERT INTO spans (run, part, lo, hi) VALUES (0, ?, ?, ?) "
+                       "ON CONFLICT (run, part) DO UPDATE SET lo = min(lo, excluded.lo), "
+                       "hi = max(hi, excluded.hi)", (part, first, next_offset - 1))
         db.execute("UPDATE partitions SET next = ? WHERE id = ?", (next_offset, part))
         if skipped:
             db.executemany(
                 "INSERT INTO skipped (field, reason, count) VALUES (?, ?, ?) "
                 "ON CONFLICT (field, reason) DO UPDATE SET count = count + excluded.count",
                 [(f, r, c) for (f, r), c in skipped.items()])
+        return added
+
+    def compact(self) -> None:
+        """Move ``recent``'s entries to a new run, then merge every level that has
+        ``fanin`` runs into one run of the next level (each step one transaction)."""
+        self._move("recent", 0, [0])
+        self._recent = 0
+        while True:
+            levels: dict[int, list[int]] = {}
+            for run, level in self.db.execute("SELECT id, level FROM runs ORDER BY id"):
+                levels.setdefault(level, []).append(run)
+            full = sorted(level for level, runs in levels.items() if len(runs) >= self.fanin)
+            if not full:
+                return
+            runs = levels[full[0]][:self.fanin]
+            select = " UNION ALL ".join(f"SELECT {COLUMNS} FROM run_{run}" for run in runs)
+            # Each table gives its entries in key order; SQLite merges them (no sort).
+            self._move(f"{select} ORDER BY 1, 2, 3, 4, 5", full[0] + 1, runs)
+
+    def _move(self, select: str, level: int, sources: list[int]) -> None:
+        """One transaction: a new run of ``level`` holding the entries of ``sources`` (runs;
+        0 is ``recent``), which are dropped (``recent`` emptied)."""
+        db = self.db
+        db.execute("BEGIN IMMEDIATE")
+        try:
+            run = db.execute("INSERT INTO runs (level, entries) VALUES (?, 0)",
+                             (level,)).lastrowid
+            db.execute(f"CREATE TABLE run_{run} {ENTRY_TABLE}")
+            if select == "recent":
+                select = f"SELECT {COLUMNS} FROM recent ORDER BY 1, 2, 3, 4, 5"
+            entries = db.execute(f"INSERT INTO run_{run} ({COLUMNS}) {select}").rowcount
+            marks = ",".join("?" * len(sources))
+            db.execute(f"INSERT INTO spans (run, part, lo, hi) SELECT ?, part, min(lo), max(hi) "
+                       f"FROM spans WHERE run IN ({marks}) GROUP BY part", (run, *sources))
+            db.execute(f"DELETE FROM spans WHERE run IN ({marks})", sources)
+            for source in sources:
+                if source:
+                    db.execute(f"DROP TABLE run_{source}")
+                else:
+                    db.execute("DELETE FROM recent")
+            db.execute(f"DELETE FROM runs WHERE id IN ({marks})", sources)
+            if entries:
+                db.execute("UPDATE runs SET entries = ? WHERE id = ?", (entries, run))
+            else:  # nothing to move (``recent`` emptied by retention): no empty run
+                db.execute(f"DROP TABLE run_{run}")
+                db.execute("DELETE FROM runs WHERE id = ?", (run,))
+                db.execute("DELETE FROM spans WHERE run = ?", (run,))
+            self._set_view()
+        except BaseException:
+            db.execute("ROLLBACK")
+            raise
+        db.execute("COMMIT")
+
+    def _set_view(self) -> None:
+        """``entries``: ``recent`` and every run (call inside the transaction changing them)."""
+        runs = [run for (run,) in self.db.execute("SELECT id FROM runs ORDER BY id")]
+        select = " UNION ALL ".join(f"SELECT {COLUMNS} FROM {table}"
+                                    for table in ["recent", *(f"run_{r}" for r in runs)])
+        self.db.execute("DROP VIEW IF EXISTS entries")
+        self.db.execute(f"CREATE VIEW entries AS {select}")
 
     def trim(self, starts: Mapping[tuple[str, int], int],
              generation: int | None = None) -> int:
@@ -212,31 +341,55 @@ class IndexStore:
         try:
             if generation is not None:
                 self.check(generation)
+            start_of = {}
             for (topic, partition), start in starts.items():
                 row = db.execute("SELECT id FROM partitions WHERE topic = ? AND partition = ?",
                                  (topic, partition)).fetchone()
-                if row is None:
+                if row is not None:
+                    start_of[row[0]] = start
+            touched = sorted({run for run, part, lo, _hi in db.execute(
+                "SELECT run, part, lo, hi FROM spans") if lo < start_of.get(part, -1)})
+            runs_changed = False
+            for run in touched:
+                table = f"run_{run}" if run else "recent"
+                spans = db.execute("SELECT part, lo, hi FROM spans WHERE run = ?",
+                                   (run,)).fetchall()
+                if run and all(hi < start_of.get(part, -1) for part, _lo, hi in spans):
+                    # Every entry of the run is below its partition's start: drop the table.
+                    dropped += db.execute("SELECT entries FROM runs WHERE id = ?",
+                                          (run,)).fetchone()[0]
+                    db.execute(f"DROP TABLE {table}")
+                    db.execute("DELETE FROM runs WHERE id = ?", (run,))
+                    db.execute("DELETE FROM spans WHERE run = ?", (run,))
+                    runs_changed = True
                     continue
-                part = row[0]
-                batches = db.execute("SELECT first, next, lo, hi FROM batches "
-                                     "WHERE part = ? AND first < ?", (part, start)).fetchall()
-                for first, next_offset, lo, hi in batches:
-                    # The rowid range finds the batch's entries; part and offset keep the
-                    # delete to them even where a rowid came back into use.
-                    dropped += db.execute(
-                        'DELETE FROM entries WHERE rowid BETWEEN ? AND ? AND part = ? '
-                        'AND "offset" < ?', (lo, hi, part, start)).rowcount
-                    if next_offset <= start:
-                        db.execute("DELETE FROM batches WHERE part = ? AND first = ?",
-                                   (part, first))
+                gone = 0
+                for part, lo, hi in spans:
+                    start = start_of.get(part, -1)
+                    if lo >= start:
+                        continue
+                    gone += db.execute(f'DELETE FROM {table} WHERE part = ? AND "offset" < ?',
+                                       (part, start)).rowcount
+                    if hi < start:
+                        db.execute("DELETE FROM spans WHERE run = ? AND part = ?", (run, part))
                     else:
-                        db.execute("UPDATE batches SET first = ? WHERE part = ? AND first = ?",
-                                   (start, part, first))
+                        db.execute("UPDATE spans SET lo = ? WHERE run = ? AND part = ?",
+                                   (start, run, part))
+                if run:
+                    db.execute("UPDATE runs SET entries = entries - ? WHERE id = ?", (gone, run))
+                elif self._recent is not None:
+                    self._recent -= gone
+                dropped += gone
+            if runs_changed:
+                self._set_view()
         except BaseException:
             db.execute("ROLLBACK")
+            self._recent = None
             raise
         db.execute("COMMIT")
         return dropped
+
+    # -- reading --------------------------------------------------------------------------
 
     def lookup(self, field: str, value: str, since: int | None = None, until: int | None = None,
                limit: int | None = None) -> list[Location]:
@@ -258,7 +411,8 @@ class IndexStore:
         return list(self.db.execute(sql, args))
 
     def entry_count(self) -> int:
-        return self.db.execute("SELECT count(*) FROM entries").fetchone()[0]
+        return (self.db.execute("SELECT count(*) FROM recent").fetchone()[0]
+                + self.db.execute("SELECT coalesce(sum(entries), 0) FROM runs").fetchone()[0])
 
     def skipped(self) -> dict[tuple[str, str], int]:
         return {(f, r): c for f, r, c in self.db.execute("SELECT field, reason, count FROM skipped")}

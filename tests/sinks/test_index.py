@@ -192,6 +192,8 @@ def test_kill_9_during_the_build_then_restart_no_entry_missing_or_duplicated(bro
     # Small batches: many transactions to be killed between.
     config = index_config(broker, tmp_path, "idx-crash")
     config["indexes"]["orders"]["consumer"] = {**CONSUMER, "max.poll.records": 100}
+    # A small recent table: entries move to runs and runs merge while the builder is killed.
+    config["indexes"]["orders"]["recent.entries"] = 3000
     service = Service(tmp_path, "sinks", config)
     db = tmp_path / "idx" / "orders.db"
     try:
@@ -213,7 +215,9 @@ def test_kill_9_during_the_build_then_restart_no_entry_missing_or_duplicated(bro
         "JOIN fields f ON f.id = e.field JOIN partitions p ON p.id = e.part "
         "ORDER BY 1, 2, 3").fetchall()
     skipped = store.skipped()
+    levels = {level for (level,) in store.db.execute("SELECT level FROM runs")}
     store.close()
+    assert 1 in levels  # entries moved to runs, and runs were merged
     by_field: dict[str, list] = {}
     for field, partition, offset, value in rows:
         by_field.setdefault(field, []).append((partition, offset, value))
@@ -333,12 +337,17 @@ def test_retention_removes_segments_their_entries_go_and_a_rebuild_gives_the_sam
         # Small batches, so that segments roll every few records and retention has whole
         # segments to delete.
         produce(broker.bootstrap, topic, range(n), **{"batch.num.messages": 10})
-        service = Service(tmp_path, "sinks", index_config(broker, tmp_path, topic))
+        # A small recent table: the entries retention drops are in runs (whole and in part).
+        service = Service(tmp_path, "sinks", index_config(broker, tmp_path, topic,
+                                                          **{"recent.entries": 1000}))
         db = tmp_path / "idx" / "orders.db"
         try:
             service.start()
             wait_for(lambda: indexed(db) == n, 120, "the index", service.log)
             assert index_contents(db) == expected_entries(range(n))
+            store = IndexStore(str(db), readonly=True)
+            assert store.db.execute("SELECT count(*) FROM runs").fetchone()[0] > 1
+            store.close()
             # Retention now keeps ~8 kB per partition: the older segments are deleted.
             (future,) = admin.incremental_alter_configs([ConfigResource(
                 ConfigResource.Type.TOPIC, topic, incremental_configs=[ConfigEntry(

@@ -96,12 +96,20 @@ def test_sources():
         Extractor({"f": "f"}, "avro")
 
 
-def test_the_store_commits_entries_with_offsets_in_one_transaction(tmp_path):
-    store = IndexStore(str(tmp_path / "i.db"))
+# The default layout (every entry of these tests in ``recent``), and one moving every few
+# entries to sorted runs merged two by two, so that queries, trims and rebuilds read and
+# change entries spread over ``recent`` and several runs of several levels.
+LAYOUTS = pytest.mark.parametrize("layout", [{}, {"recent_max": 3, "fanin": 2}],
+                                  ids=["recent", "runs"])
+
+
+@LAYOUTS
+def test_the_store_commits_entries_with_offsets_in_one_transaction(tmp_path, layout):
+    store = IndexStore(str(tmp_path / "i.db"), **layout)
     store.add(("t", 0), 0, 2, {"f": [("a", 10, 0), ("b", 20, 1)]}, {("f", MISSING): 2})
     store.add(("t", 1), 0, 1, {"f": [("a", 30, 0)]}, {})
-    with pytest.raises(sqlite3.IntegrityError):  # an entry indexed twice fails loudly...
-        store.add(("t", 0), 2, 3, {"g": [("x", 40, 2)], "f": [("c", 40, 2), ("a", 10, 0)]},
+    with pytest.raises(sqlite3.IntegrityError):  # records indexed twice fail loudly...
+        store.add(("t", 0), 1, 3, {"g": [("x", 40, 2)], "f": [("c", 40, 2), ("b", 20, 1)]},
                   {("f", MISSING): 1})
     # ...and nothing of its batch is kept: neither entries nor offsets nor counts (nor the
     # field it named first).
@@ -130,14 +138,17 @@ def test_the_store_commits_entries_with_offsets_in_one_transaction(tmp_path):
     reader.close()
 
 
-def test_trim_drops_the_entries_below_the_log_start_in_one_transaction(tmp_path):
-    store = IndexStore(str(tmp_path / "i.db"))
-    # Two partitions written in interleaved batches (their rowid ranges interleave too).
+@LAYOUTS
+def test_trim_drops_the_entries_below_the_log_start_in_one_transaction(tmp_path, layout):
+    store = IndexStore(str(tmp_path / "i.db"), **layout)
+    # Two partitions written in interleaved batches (in the runs layout, each run holds both).
     for first in range(0, 30, 10):
         for p in (0, 1):
             store.add(("t", p), first, first + 10,
                       {f: [(f"{p}-{o % 3}", 1000 + o, o) for o in range(first, first + 10)]
                        for f in ("a", "b")}, {})
+    levels = {level for (level,) in store.db.execute("SELECT level FROM runs")}
+    assert levels == ({1, 2} if layout else set())  # six runs of 20 entries, merged by 2
     def kept(p):
         return sorted({o for f in ("a", "b") for v in range(3)
                        for _ts, _t, part, o in store.lookup(f, f"{p}-{v}") if part == p})
@@ -163,7 +174,8 @@ def test_indexes_config_becomes_index_sinks_and_bad_input_is_named():
     assert sink.plugin == "index" and sink.topics == ["a", "b"]
     assert sink.group("index.orders") == "databus-index-orders"
     assert sink.config == {"index": "orders", "path": "/srv/idx/orders.db",
-                           "fields": {"user_id": "value.user_id"}, "format": "json"}
+                           "fields": {"user_id": "value.user_id"}, "format": "json",
+                           "recent.entries": 1_000_000}
     for bad, message in [
         ({"topics": ["a"], "fields": {}}, "at least one field"),
         ({"topics": ["a"], "fields": {"f": "header."}}, "needs a name after 'header'"),
