@@ -518,6 +518,11 @@ class BatchBuilder:
 
     _append_many_py = append_many  # the pure-Python loop, whichever append_many is bound
 
+    def append_one(self, timestamp: int, key: bytes | None, value: bytes | None,
+                   headers=()) -> bool:
+        """``append_many`` of one record (Producer.send's path): True if it was appended."""
+        return self.append_many(((timestamp, key, value, headers),)) == 1
+
     def build(self, last_offset_delta: int | None = None) -> bytes:
         """The finished batch.  ``last_offset_delta`` overrides the last record's (the
         compactor keeps a batch's original lastOffsetDelta when it drops trailing records)."""
