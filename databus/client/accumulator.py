@@ -24,6 +24,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from ..protocol import records as _records  # append_record: C or Python, chosen at import
 from ..protocol.records import BatchBuilder
 from ..protocol.types import TopicPartition
 from .backoff import ExponentialBackoff
@@ -202,12 +203,14 @@ class RecordAccumulator:
         is closed (full)."""
         tp = (topic, partition)
         batch = self._open.get(tp)
-        if batch is None or not batch.builder.append_one(timestamp, key, value, headers):
+        if batch is None or not _records.append_record(batch.builder, timestamp, key, value,
+                                                       headers):
             dq = self.batches.get(tp)
             if dq is None:
                 dq = self.batches[tp] = collections.deque()
             batch = self._new_batch(topic, partition, now_ms(), dq)
-            batch.builder.append_one(timestamp, key, value, headers)  # the first always fits
+            # the first record of a batch always fits
+            _records.append_record(batch.builder, timestamp, key, value, headers)
         size = batch.builder.uncompressed_size
         self.buffered_bytes += size - batch.accounted
         batch.accounted = size
