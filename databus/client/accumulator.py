@@ -194,29 +194,32 @@ class RecordAccumulator:
         value: bytes | None,
         headers: tuple[tuple[str, bytes | None], ...],
         now_ms: Callable[[], float],
-    ) -> ProducerBatch:
+    ) -> tuple[ProducerBatch, int]:
         """Producer.send's path, once per record: encode one record into its partition's open
-        batch (a new batch when there is none or it is full) with no sink and no segment; the
-        caller makes the record's handle on ``batch.result`` at index ``record_count - 1``.
+        batch (a new batch when there is none or it is full) with no sink and no segment.
+        Returns the batch and its record count: the caller makes the record's handle on
+        ``batch.result`` at index ``count - 1``.
         The caller has checked has_room().  ``now_ms`` (the clock, in ms) is read only when a
         batch is created.  The sender should look when the batch holds one record (new) or
         is closed (full)."""
         tp = (topic, partition)
         batch = self._open.get(tp)
-        if batch is None or not _records.append_record(batch.builder, timestamp, key, value,
-                                                       headers):
+        count = 0
+        if batch is not None:
+            count = _records.append_record(batch.builder, timestamp, key, value, headers)
+        if not count:
             dq = self.batches.get(tp)
             if dq is None:
                 dq = self.batches[tp] = collections.deque()
             batch = self._new_batch(topic, partition, now_ms(), dq)
             # the first record of a batch always fits
-            _records.append_record(batch.builder, timestamp, key, value, headers)
+            count = _records.append_record(batch.builder, timestamp, key, value, headers)
         size = batch.builder.uncompressed_size
         self.buffered_bytes += size - batch.accounted
         batch.accounted = size
         if size >= self.batch_size:
             self._close(batch)
-        return batch
+        return batch, count
 
     def append_many(
         self,

@@ -34,7 +34,7 @@ from .accumulator import BatchResult, DeliverySink, ProducerBatch, RecordAccumul
 from .cluster import Cluster
 from .config import ProducerConfig
 from .connection import OpenStream
-from .partitioners import PARTITIONERS, Partitioner
+from .partitioners import PARTITIONERS, DefaultPartitioner, Partitioner
 from .sender import Sender
 from .transactions import TransactionError, TransactionManager
 
@@ -223,6 +223,9 @@ class Producer:
             config if isinstance(config, ProducerConfig) else ProducerConfig.from_kafka(config or {})
         )
         self._partitioner = partitioner or PARTITIONERS[self.config.partitioner]()
+        # The default partitioner's sticky partitions, read by send() for keyless records
+        self._sticky = (self._partitioner.sticky
+                        if type(self._partitioner) is DefaultPartitioner else None)
         self._cluster = Cluster(bootstrap_servers, self.config, open_stream=open_stream)
         self._accumulator = RecordAccumulator(
             batch_size=self.config.batch_size,
@@ -325,12 +328,17 @@ class Producer:
             )
         # The clock is read only when waiting or starting a batch: not per record.
         now = None
-        partitions = self._cluster.partitions_for(topic)
+        partitions = self._cluster.partition_ids.get(topic)  # partitions_for(), inline
         if partitions is None:
             now = trio.current_time()  # max.block.ms counts from here (metadata + room)
             partitions = await self._cluster.wait_for_topic(topic, cfg.max_block_ms / 1000)
         if partition is None:
-            partition = partitions[self._partitioner(topic, key, value, len(partitions))]
+            index = -1
+            if key is None and self._sticky is not None:
+                index = self._sticky.get(topic, -1)  # the default partitioner's, no call
+            if not 0 <= index < len(partitions):
+                index = self._partitioner(topic, key, value, len(partitions))
+            partition = partitions[index]
         elif partition not in partitions:
             raise errors.UnknownTopicOrPartitionError(
                 f"partition {partition} of topic {topic!r} does not exist "
@@ -350,9 +358,8 @@ class Producer:
         if self._incomplete == 0:
             self._all_delivered = trio.Event()
         self._incomplete += 1
-        batch = acc.append_record(topic, partition, timestamp_ms, key, value, headers,
-                                  _now_ms if now is None else (lambda: now * 1000.0))
-        count = batch.builder.record_count
+        batch, count = acc.append_record(topic, partition, timestamp_ms, key, value, headers,
+                                         _now_ms if now is None else (lambda: now * 1000.0))
         future = DeliveryFuture(batch.result, count - 1, timestamp_ms)
         if count == 1 or batch.closed:
             # A new batch (its linger timer starts) or a full one: let the sender run now, so

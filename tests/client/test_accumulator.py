@@ -281,9 +281,11 @@ def test_append_record_fills_the_open_batch_and_leaves_no_segments():
     clock = []
     batches, counts = [], []
     for i in range(12):
-        batches.append(acc.append_record("t", 0, 1000 + i, None, b"x" * 100, (),
-                                         lambda: clock.append(1) or 7.0))
-        counts.append(batches[-1].record_count)
+        batch, count = acc.append_record("t", 0, 1000 + i, None, b"x" * 100, (),
+                                         lambda: clock.append(1) or 7.0)
+        batches.append(batch)
+        counts.append(count)
+        assert count == batch.record_count
     first, second = batches[0], batches[-1]
     assert first is not second and first.closed and not second.closed
     assert counts == [1, 2, 3, 4, 5, 6, 7, 8, 1, 2, 3, 4]  # the record's index + 1
@@ -295,7 +297,7 @@ def test_append_record_fills_the_open_batch_and_leaves_no_segments():
 
 def test_an_expired_open_batch_takes_no_more_records():
     acc, _ = make()
-    expiring = acc.append_record("t", 0, 1000, None, b"x", (), lambda: 0.0)
+    expiring, _ = acc.append_record("t", 0, 1000, None, b"x", (), lambda: 0.0)
     assert acc.expire(1000) == [expiring]
-    after = acc.append_record("t", 0, 1001, None, b"y", (), lambda: 1000.0)
+    after, _ = acc.append_record("t", 0, 1001, None, b"y", (), lambda: 1000.0)
     assert after is not expiring and expiring.record_count == 1
