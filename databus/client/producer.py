@@ -164,6 +164,9 @@ def _by_index(entry: tuple) -> int:
     return entry[0]
 
 
+_EMPTY_RECORD_BOUND = record_size_upper_bound(b"", b"")
+
+
 def _now_ms() -> float:
     """trio's clock in ms: the accumulator's clock, read when it starts a batch."""
     return trio.current_time() * 1000.0
@@ -318,10 +321,23 @@ class Producer:
             value = _as_payload(value, "value")
         if key is not None and type(key) is not bytes:
             key = _as_payload(key, "key")
-        headers = _normalize_headers(headers) if headers else ()
-        size = record_size_upper_bound(key, value, headers)
+        if headers:
+            headers = _normalize_headers(headers)
+            size = record_size_upper_bound(key, value, headers)
+        else:
+            # record_size_upper_bound without a call: the empty record's bound plus the
+            # payloads (a null one counts 4 bytes too many; the exact figure is made below
+            # before any record is refused)
+            headers = ()
+            size = _EMPTY_RECORD_BOUND
+            if value is not None:
+                size += len(value)
+            if key is not None:
+                size += len(key)
         cfg = self.config
-        if size > self._max_record_size:
+        if size > self._max_record_size and (
+                record_size_upper_bound(key, value, headers) > self._max_record_size):
+            size = record_size_upper_bound(key, value, headers)
             raise errors.MessageTooLargeError(
                 f"record of about {size} bytes exceeds max.request.size={cfg.max_request_size} "
                 f"or buffer.memory={cfg.buffer_memory}"
