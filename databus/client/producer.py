@@ -29,6 +29,7 @@ import trio
 
 from ..protocol.codecs import CODEC_BY_NAME
 from ..protocol.records import record_size_upper_bound
+from ..protocol.speedups import native as _native
 from . import errors
 from .accumulator import BatchResult, DeliverySink, ProducerBatch, RecordAccumulator
 from .cluster import Cluster
@@ -76,7 +77,22 @@ class ProducerStatistics:
     connections_opened: int
 
 
-class DeliveryFuture:
+class _RecordHandle:
+    """DeliveryFuture's fields; the C extension's RecordHandle is its faster twin (a C
+    constructor: send() makes one per record)."""
+
+    __slots__ = ("_batch", "_index", "timestamp")
+
+    def __init__(self, batch: BatchResult, index: int, timestamp: int = -1) -> None:
+        self._batch = batch
+        self._index = index
+        self.timestamp = timestamp
+
+
+_HandleBase: type = _RecordHandle if _native is None else _native.RecordHandle
+
+
+class DeliveryFuture(_HandleBase):
     """The outcome of one send: ``await fut.wait()``, or ``done()`` / ``result()`` /
     ``exception()`` / ``add_done_callback(cb)`` (cb(fut) runs once, when it completes, in the
     producer's task; it must not block).
@@ -86,12 +102,7 @@ class DeliveryFuture:
     made when asked (offset = the batch's base offset + index), and nothing is done for the
     record when its batch completes unless someone waits or asked for a callback."""
 
-    __slots__ = ("_batch", "_index", "timestamp")
-
-    def __init__(self, batch: BatchResult, index: int, timestamp: int = -1) -> None:
-        self._batch = batch
-        self._index = index
-        self.timestamp = timestamp
+    __slots__ = ()  # the fields are the base's: (batch, index, timestamp)
 
     @property
     def topic(self) -> str:

@@ -444,6 +444,7 @@ PURE_SUBSET = [
     "tests/protocol/test_records_varint.py",
     "tests/client/test_partitioners.py",
     "tests/client/test_accumulator.py",
+    "tests/client/test_delivery_future.py",
     "tests/client/test_fetcher.py",
     "tests/sidecar/test_session.py",
     "tests/sidecar/test_wire.py",
