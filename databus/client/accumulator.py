@@ -24,14 +24,16 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from ..protocol import records as _records  # append_record: C or Python, chosen at import
 from ..protocol.records import BatchBuilder
 from ..protocol.types import TopicPartition
 from .backoff import ExponentialBackoff
 
 
 class DeliverySink(Protocol):
-    """Who learns the outcome of records appended together: a DeliveryFuture (one record) or
-    the sidecar's per-partition group of an app's frame (many)."""
+    """Who learns the outcome of records appended together by ``append_many``: the sidecar's
+    per-partition group of an app's frame, the mirror's chunk (Producer.send's records
+    have no sink: their futures read the batch's BatchResult)."""
 
     def batch_done(
         self, start: int, count: int, first_offset: int, append_ms: int,
@@ -42,12 +44,38 @@ class DeliverySink(Protocol):
         LogAppendTime or -1 for CreateTime), or failed with ``error``."""
 
 
+class BatchResult:
+    """The outcome of one batch, shared by the futures of its records (Kafka's
+    ProduceRequestResult): ``send()`` makes no per-record entry in the batch, only a light
+    handle (producer.DeliveryFuture) that holds this and its record's index, and reads its
+    metadata from here when asked (offset = base_offset + index).  ``complete`` is called once;
+    ``event`` (anything with ``set()``: the producer's trio.Event, made only when someone
+    waits) and ``callbacks`` (``(index, future, callback)``, only when someone asked) are
+    told then.  A separate object, not the batch, so that kept futures do not keep the
+    batch's bytes alive."""
+
+    __slots__ = ("append_ms", "base_offset", "callbacks", "done", "error", "event",
+                 "partition", "topic")
+
+    def __init__(self, topic: str, partition: int) -> None:
+        self.topic = topic
+        self.partition = partition
+        self.base_offset = -1
+        self.append_ms = -1
+        self.error: BaseException | None = None
+        self.done = False
+        self.event: Any = None
+        self.callbacks: list[tuple[int, Any, Callable]] | None = None
+
+
 @dataclass(eq=False)
 class ProducerBatch:
     """Records for one partition, encoded as they arrive (records.BatchBuilder), sent and
     retried as one RecordBatch.  ``segments`` say whom to tell: ``(sink, start, count,
     index)`` is ``count`` records of ``sink``'s, its ``start``-th onwards, at this batch's
-    record ``index`` onwards — one entry per run of records, not per record."""
+    record ``index`` onwards — one entry per run of records, not per record.  Records
+    appended by ``append_record`` (Producer.send) have no segment: their futures read
+    ``result``."""
 
     topic: str
     partition: int
@@ -66,6 +94,10 @@ class ProducerBatch:
     order: int = 0  # creation order within the accumulator
     in_flight: bool = False
     last_error: BaseException | None = None  # why the last attempt failed, for the report
+    result: BatchResult = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.result = BatchResult(self.topic, self.partition)
 
     @property
     def tp(self) -> TopicPartition:
@@ -122,6 +154,9 @@ class RecordAccumulator:
         self.on_batch_complete = on_batch_complete
         self.codec = codec
         self.batches: dict[TopicPartition, collections.deque[ProducerBatch]] = {}
+        # The batch still open for appends of each partition (the last of its deque, not
+        # closed), so that a record joining it costs one dict lookup.
+        self._open: dict[TopicPartition, ProducerBatch] = {}
         self.max_in_flight = max_in_flight
         self.in_flight: dict[TopicPartition, int] = {}
         self.recovering: set[TopicPartition] = set()
@@ -150,6 +185,42 @@ class RecordAccumulator:
         self.append_many(topic, partition, ((timestamp, key, value, headers),), sink, now_ms)
         return self.batches[(topic, partition)][-1]
 
+    def append_record(
+        self,
+        topic: str,
+        partition: int,
+        timestamp: int,
+        key: bytes | None,
+        value: bytes | None,
+        headers: tuple[tuple[str, bytes | None], ...],
+        now_ms: Callable[[], float],
+    ) -> tuple[ProducerBatch, int]:
+        """Producer.send's path, once per record: encode one record into its partition's open
+        batch (a new batch when there is none or it is full) with no sink and no segment.
+        Returns the batch and its record count: the caller makes the record's handle on
+        ``batch.result`` at index ``count - 1``.
+        The caller has checked has_room().  ``now_ms`` (the clock, in ms) is read only when a
+        batch is created.  The sender should look when the batch holds one record (new) or
+        is closed (full)."""
+        tp = (topic, partition)
+        batch = self._open.get(tp)
+        count = 0
+        if batch is not None:
+            count = _records.append_record(batch.builder, timestamp, key, value, headers)
+        if not count:
+            dq = self.batches.get(tp)
+            if dq is None:
+                dq = self.batches[tp] = collections.deque()
+            batch = self._new_batch(topic, partition, now_ms(), dq)
+            # the first record of a batch always fits
+            count = _records.append_record(batch.builder, timestamp, key, value, headers)
+        size = batch.builder.uncompressed_size
+        self.buffered_bytes += size - batch.accounted
+        batch.accounted = size
+        if size >= self.batch_size:
+            self._close(batch)
+        return batch, count
+
     def append_many(
         self,
         topic: str,
@@ -173,7 +244,7 @@ class RecordAccumulator:
         dq = self.batches.get(tp)
         if dq is None:
             dq = self.batches[tp] = collections.deque()
-        batch = dq[-1] if dq and not dq[-1].closed else None
+        batch = self._open.get(tp)
         if end == 1 and batch is not None:
             # Producer.send's case, once per record: one record joining the open batch
             builder = batch.builder
@@ -226,6 +297,7 @@ class RecordAccumulator:
         self._created += 1
         batch.order = self._created
         dq.append(batch)
+        self._open[(topic, partition)] = batch
         return batch
 
     def _account(self, batch: ProducerBatch) -> None:
@@ -236,6 +308,9 @@ class RecordAccumulator:
     def _close(self, batch: ProducerBatch) -> None:
         if not batch.closed:
             batch.closed = True
+            tp = (batch.topic, batch.partition)
+            if self._open.get(tp) is batch:
+                del self._open[tp]
             if self.on_batch_complete is not None:
                 self.on_batch_complete(batch.topic, batch.partition)
 
@@ -368,7 +443,11 @@ class RecordAccumulator:
                 continue
             dq = self.batches[tp]
             while dq and dq[0].deadline_ms <= now_ms:
-                out.append(dq.popleft())
+                batch = dq.popleft()
+                if self._open.get(tp) is batch:
+                    del self._open[tp]  # no record may join a batch that is failing
+                batch.closed = True
+                out.append(batch)
             if not dq:
                 del self.batches[tp]
         return out
@@ -377,6 +456,7 @@ class RecordAccumulator:
         """Remove and return every queued batch (on close after a fatal error)."""
         out = [b for dq in self.batches.values() for b in dq]
         self.batches.clear()
+        self._open.clear()
         return out
 
     def next_expiry_ms(self) -> float | None:

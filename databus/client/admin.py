@@ -191,7 +191,7 @@ class Admin:
             {"topic_names": names, "topics": [{"name": n} for n in names], "timeout": self._timeout_ms},
         )
         for name in names:
-            self._cluster.topics.pop(name, None)
+            self._cluster.forget_topic(name)
             self._cluster.wanted_topics.discard(name)
         return {
             r.name: (errors.from_code(r.error_code, getattr(r, "error_message", None) or r.name)

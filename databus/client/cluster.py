@@ -62,7 +62,6 @@ class TopicMetadata:
     partitions: dict[int, PartitionMetadata] = field(default_factory=dict)
     is_internal: bool = False
     topic_id: Any = None
-    sorted_ids: list[int] | None = None  # cache for partitions_for
 
 
 @dataclass(frozen=True)
@@ -94,6 +93,9 @@ class Cluster:
         self.security = Security.from_config(config)
         self.brokers: dict[int, BrokerMetadata] = {}
         self.topics: dict[str, TopicMetadata] = {}
+        # Sorted partition ids of each usable topic (partitions_for), made once per metadata
+        # update: Producer.send reads it for every record.
+        self.partition_ids: dict[str, list[int]] = {}
         self.controller_id: int = -1
         self.cluster_id: str | None = None
         self.wanted_topics: set[str] = set()
@@ -287,6 +289,10 @@ class Cluster:
                 getattr(t, "topic_id", None),
             )
         self.topics = topics
+        self.partition_ids = {
+            name: sorted(meta.partitions) for name, meta in topics.items()
+            if not meta.error_code and meta.partitions
+        }
         self.metadata_version += 1
         event, self.metadata_updated = self.metadata_updated, trio.Event()
         event.set()
@@ -298,13 +304,12 @@ class Cluster:
 
     def partitions_for(self, topic: str) -> list[int] | None:
         """Sorted partition ids of ``topic`` if its metadata is known and usable, else None."""
-        meta = self.topics.get(topic)
-        if meta is None or meta.error_code or not meta.partitions:
-            return None
-        ids = meta.sorted_ids
-        if ids is None:
-            ids = meta.sorted_ids = sorted(meta.partitions)
-        return ids
+        return self.partition_ids.get(topic)
+
+    def forget_topic(self, topic: str) -> None:
+        """Drop a (deleted) topic's metadata until a refresh brings it back."""
+        self.topics.pop(topic, None)
+        self.partition_ids.pop(topic, None)
 
     def leader_for(self, topic: str, partition: int) -> int:
         """Leader broker id of a partition, or -1 when unknown / leaderless."""

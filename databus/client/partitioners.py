@@ -85,26 +85,28 @@ class DefaultPartitioner:
 
     def __init__(self, rng: random.Random | None = None) -> None:
         self._rng = rng or random.Random()
-        self._sticky: dict[str, int] = {}
+        # topic -> index of its current sticky partition.  Public for Producer.send's fast
+        # path: a keyless record whose topic has one in range goes there without a call.
+        self.sticky: dict[str, int] = {}
         self._completed: dict[str, int] = {}
 
     def __call__(self, topic: str, key: bytes | None, value: bytes | None, n: int) -> int:
         if key is not None:
             return murmur2_partition(key, n)
-        current = self._sticky.get(topic)
+        current = self.sticky.get(topic)
         if current is None or current >= n:
             current = self._rng.randrange(n)
             # KIP-480: after a batch completes, null keys move to a *different* partition.
             previous = self._completed.pop(topic, None)
             if n > 1 and previous == current:
                 current = (current + 1 + self._rng.randrange(n - 1)) % n
-            self._sticky[topic] = current
+            self.sticky[topic] = current
         return current
 
     def batch_completed(self, topic: str, partition: int) -> None:
         """Accumulator hook: the batch for ``partition`` is full/sent; move null keys on."""
-        if self._sticky.get(topic) == partition:
-            del self._sticky[topic]
+        if self.sticky.get(topic) == partition:
+            del self.sticky[topic]
             self._completed[topic] = partition
 
 

@@ -20,21 +20,22 @@ from __future__ import annotations
 import contextlib
 import logging
 import math
-import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from time import time as _wall_clock  # a record's CreateTime
 from typing import Any, NamedTuple
 
 import trio
 
 from ..protocol.codecs import CODEC_BY_NAME
 from ..protocol.records import record_size_upper_bound
+from ..protocol.speedups import native as _native
 from . import errors
-from .accumulator import DeliverySink, ProducerBatch, RecordAccumulator
+from .accumulator import BatchResult, DeliverySink, ProducerBatch, RecordAccumulator
 from .cluster import Cluster
 from .config import ProducerConfig
 from .connection import OpenStream
-from .partitioners import PARTITIONERS, Partitioner
+from .partitioners import PARTITIONERS, DefaultPartitioner, Partitioner
 from .sender import Sender
 from .transactions import TransactionError, TransactionManager
 
@@ -76,82 +77,105 @@ class ProducerStatistics:
     connections_opened: int
 
 
-class DeliveryFuture:
+class _RecordHandle:
+    """DeliveryFuture's fields; the C extension's RecordHandle is its faster twin (a C
+    constructor: send() makes one per record)."""
+
+    __slots__ = ("_batch", "_index", "timestamp")
+
+    def __init__(self, batch: BatchResult, index: int, timestamp: int = -1) -> None:
+        self._batch = batch
+        self._index = index
+        self.timestamp = timestamp
+
+
+_HandleBase: type = _RecordHandle if _native is None else _native.RecordHandle
+
+
+class DeliveryFuture(_HandleBase):
     """The outcome of one send: ``await fut.wait()``, or ``done()`` / ``result()`` /
     ``exception()`` / ``add_done_callback(cb)`` (cb(fut) runs once, when it completes, in the
-    producer's task; it must not block)."""
+    producer's task; it must not block).
 
-    __slots__ = (
-        "_callbacks", "_done", "_event", "_exception", "_result", "partition", "timestamp",
-        "topic",
-    )
+    A light handle, as Kafka's FutureRecordMetadata: its batch's shared outcome
+    (accumulator.BatchResult) and the record's index in the batch.  The RecordMetadata is
+    made when asked (offset = the batch's base offset + index), and nothing is done for the
+    record when its batch completes unless someone waits or asked for a callback."""
 
-    def __init__(self, topic: str, partition: int, timestamp: int = -1) -> None:
-        self.topic = topic
-        self.partition = partition
-        self.timestamp = timestamp
-        self._result: RecordMetadata | None = None
-        self._exception: BaseException | None = None
-        self._done = False
-        self._event: trio.Event | None = None
-        self._callbacks: list[Callable[[DeliveryFuture], Any]] | None = None
+    __slots__ = ()  # the fields are the base's: (batch, index, timestamp)
+
+    @property
+    def topic(self) -> str:
+        return self._batch.topic
+
+    @property
+    def partition(self) -> int:
+        return self._batch.partition
 
     def done(self) -> bool:
-        return self._done
+        return self._batch.done
 
     def result(self) -> RecordMetadata:
         """The RecordMetadata; raises the delivery error, or RuntimeError if not done yet."""
-        if not self._done:
+        batch = self._batch
+        if not batch.done:
             raise RuntimeError("delivery not complete yet; await wait() first")
-        if self._exception is not None:
-            raise self._exception
-        return self._result
+        if batch.error is not None:
+            raise batch.error
+        base = batch.base_offset
+        return RecordMetadata(
+            batch.topic, batch.partition, base + self._index if base >= 0 else -1,
+            self.timestamp if batch.append_ms < 0 else batch.append_ms,
+        )
 
     def exception(self) -> BaseException | None:
-        if not self._done:
+        if not self._batch.done:
             raise RuntimeError("delivery not complete yet; await wait() first")
-        return self._exception
+        return self._batch.error
 
     async def wait(self) -> RecordMetadata:
-        if not self._done:
-            if self._event is None:
-                self._event = trio.Event()
-            await self._event.wait()
+        batch = self._batch
+        if not batch.done:
+            if batch.event is None:
+                batch.event = trio.Event()
+            await batch.event.wait()
         return self.result()
 
     def add_done_callback(self, callback: Callable[[DeliveryFuture], Any]) -> None:
-        if self._done:
+        batch = self._batch
+        if batch.done:
             _run_callback(callback, self)
-        elif self._callbacks is None:
-            self._callbacks = [callback]
+        elif batch.callbacks is None:
+            batch.callbacks = [(self._index, self, callback)]
         else:
-            self._callbacks.append(callback)
-
-    def batch_done(
-        self, start: int, count: int, first_offset: int, append_ms: int,
-        error: BaseException | None,
-    ) -> None:
-        """The accumulator's DeliverySink: this future's one record is done."""
-        if error is not None:
-            self._set(None, error)
-        else:
-            timestamp = self.timestamp if append_ms < 0 else append_ms
-            self._set(RecordMetadata(self.topic, self.partition, first_offset, timestamp), None)
-
-    def _set(self, result: RecordMetadata | None, exception: BaseException | None) -> None:
-        if self._done:
-            return
-        self._result, self._exception, self._done = result, exception, True
-        if self._event is not None:
-            self._event.set()
-        if self._callbacks:
-            for cb in self._callbacks:
-                _run_callback(cb, self)
-            self._callbacks = None
+            batch.callbacks.append((self._index, self, callback))
 
     def __repr__(self) -> str:
-        state = "pending" if not self._done else (self._exception or self._result)
+        state = "pending" if not self._batch.done else (self._batch.error or self.result())
         return f"<DeliveryFuture {self.topic}-{self.partition} {state!r}>"
+
+
+def _complete_batch(result: BatchResult, base_offset: int, append_ms: int,
+                    error: BaseException | None) -> None:
+    """Its records' futures are done: wake the waiters, run the callbacks in record order."""
+    if result.done:
+        return
+    result.base_offset, result.append_ms, result.error = base_offset, append_ms, error
+    result.done = True
+    if result.event is not None:
+        result.event.set()
+    callbacks, result.callbacks = result.callbacks, None
+    if callbacks:
+        callbacks.sort(key=_by_index)  # stable: a record's own callbacks keep their order
+        for _, future, callback in callbacks:
+            _run_callback(callback, future)
+
+
+def _by_index(entry: tuple) -> int:
+    return entry[0]
+
+
+_EMPTY_RECORD_BOUND = record_size_upper_bound(b"", b"")
 
 
 def _now_ms() -> float:
@@ -213,6 +237,9 @@ class Producer:
             config if isinstance(config, ProducerConfig) else ProducerConfig.from_kafka(config or {})
         )
         self._partitioner = partitioner or PARTITIONERS[self.config.partitioner]()
+        # The default partitioner's sticky partitions, read by send() for keyless records
+        self._sticky = (self._partitioner.sticky
+                        if type(self._partitioner) is DefaultPartitioner else None)
         self._cluster = Cluster(bootstrap_servers, self.config, open_stream=open_stream)
         self._accumulator = RecordAccumulator(
             batch_size=self.config.batch_size,
@@ -232,6 +259,7 @@ class Producer:
         self._incomplete = 0
         self._closed = False
         self._started = False
+        self._open = False  # started and not closed: send()'s one check
         self._stack: contextlib.AsyncExitStack | None = None
         self._nursery: trio.Nursery | None = None
         self.delivered = 0
@@ -254,11 +282,11 @@ class Producer:
             self._nursery = nursery
             await nursery.start(self._sender.run)
             nursery.start_soon(self._refresh_metadata_periodically)
-            self._started = True
+            self._started = self._open = True
             try:
                 yield
             finally:
-                self._closed = True
+                self._closed, self._open = True, False
 
     async def __aexit__(self, exc_type, exc, tb) -> bool:
         try:
@@ -277,7 +305,7 @@ class Producer:
         if self._stack is not None:
             stack, self._stack = self._stack, None
             await stack.aclose()
-        self._closed = True
+        self._closed, self._open = True, False
 
     async def _refresh_metadata_periodically(self) -> None:
         interval = self.config.metadata_max_age_ms / 1000
@@ -298,27 +326,46 @@ class Producer:
         timestamp_ms: int | None = None,
     ) -> DeliveryFuture:
         """Queue one record and return its DeliveryFuture (see the module docstring)."""
-        self._check_open()
+        if not self._open or self._sender.fatal is not None:
+            self._check_open()
         if value is not None and type(value) is not bytes:
             value = _as_payload(value, "value")
         if key is not None and type(key) is not bytes:
             key = _as_payload(key, "key")
-        headers = _normalize_headers(headers) if headers else ()
-        size = record_size_upper_bound(key, value, headers)
+        if headers:
+            headers = _normalize_headers(headers)
+            size = record_size_upper_bound(key, value, headers)
+        else:
+            # record_size_upper_bound without a call: the empty record's bound plus the
+            # payloads (a null one counts 4 bytes too many; the exact figure is made below
+            # before any record is refused)
+            headers = ()
+            size = _EMPTY_RECORD_BOUND
+            if value is not None:
+                size += len(value)
+            if key is not None:
+                size += len(key)
         cfg = self.config
-        if size > self._max_record_size:
+        if size > self._max_record_size and (
+                record_size_upper_bound(key, value, headers) > self._max_record_size):
+            size = record_size_upper_bound(key, value, headers)
             raise errors.MessageTooLargeError(
                 f"record of about {size} bytes exceeds max.request.size={cfg.max_request_size} "
                 f"or buffer.memory={cfg.buffer_memory}"
             )
         # The clock is read only when waiting or starting a batch: not per record.
         now = None
-        partitions = self._cluster.partitions_for(topic)
+        partitions = self._cluster.partition_ids.get(topic)  # partitions_for(), inline
         if partitions is None:
             now = trio.current_time()  # max.block.ms counts from here (metadata + room)
             partitions = await self._cluster.wait_for_topic(topic, cfg.max_block_ms / 1000)
         if partition is None:
-            partition = partitions[self._partitioner(topic, key, value, len(partitions))]
+            index = -1
+            if key is None and self._sticky is not None:
+                index = self._sticky.get(topic, -1)  # the default partitioner's, no call
+            if not 0 <= index < len(partitions):
+                index = self._partitioner(topic, key, value, len(partitions))
+            partition = partitions[index]
         elif partition not in partitions:
             raise errors.UnknownTopicOrPartitionError(
                 f"partition {partition} of topic {topic!r} does not exist "
@@ -326,17 +373,27 @@ class Producer:
             )
         if self._txn is not None:
             await self._txn.add_partition((topic, partition))
-        if not self._accumulator.has_room(size):
+        acc = self._accumulator
+        if acc.buffered_bytes + size > acc.buffer_memory:  # has_room(), inline: once per record
             now = await self._wait_for_room(
                 size, trio.current_time() if now is None else now, topic
             )
         if timestamp_ms is None:
-            timestamp_ms = int(time.time() * 1000)
-        future = DeliveryFuture(topic, partition, timestamp_ms)
-        await self._queue(
-            topic, partition, ((timestamp_ms, key, value, headers),), future,
-            _now_ms if now is None else now * 1000.0,
-        )
+            timestamp_ms = int(_wall_clock() * 1000)
+        elif type(timestamp_ms) is not int:
+            raise TypeError(f"timestamp_ms must be an int (ms), not {type(timestamp_ms).__name__}")
+        if self._incomplete == 0:
+            self._all_delivered = trio.Event()
+        self._incomplete += 1
+        batch, count = acc.append_record(topic, partition, timestamp_ms, key, value, headers,
+                                         _now_ms if now is None else (lambda: now * 1000.0))
+        future = DeliveryFuture(batch.result, count - 1, timestamp_ms)
+        if count == 1 or batch.closed:
+            # A new batch (its linger timer starts) or a full one: let the sender run now, so
+            # a caller sending in a tight loop still gets its batches on the wire as they fill.
+            # Shielded: the record is queued, so the caller must not see a cancellation.
+            self._sender.wakeup()
+            await trio.lowlevel.cancel_shielded_checkpoint()
         return future
 
     async def send_batch(
@@ -378,7 +435,7 @@ class Producer:
         return self._partitioner
 
     def _check_open(self) -> None:
-        if self._closed or not self._started:
+        if not self._open:
             raise errors.ProducerClosedError(
                 "producer is closed" if self._closed else "use the producer inside `async with`"
             )
@@ -402,6 +459,7 @@ class Producer:
         self, batch: ProducerBatch, base_offset: int, append_ms: int, error: BaseException | None
     ) -> None:
         n = batch.record_count
+        _complete_batch(batch.result, base_offset, append_ms, error)
         for sink, start, count, index in batch.segments:
             first = base_offset + index if base_offset >= 0 else -1
             try:

@@ -21,6 +21,7 @@
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
+#include <structmember.h> /* PyMemberDef's T_OBJECT_EX: BatchBuilder's slots (append_record) */
 #include <stdint.h>
 #include <string.h>
 
@@ -699,6 +700,71 @@ write_headers(uint8_t *out, PyObject *headers)
     return out;
 }
 
+/* One record's encoding, sized before it is written: every field but the length prefix. */
+typedef struct {
+    const char *key, *value;
+    Py_ssize_t key_len, value_len; /* -1: null */
+    PyObject *headers;             /* NULL: none */
+    Py_ssize_t headers_size;
+    long long tsd, od;
+    Py_ssize_t body, record_size; /* body: after the length prefix; record: with it */
+} RecordPlan;
+
+/* Size the record (key, value: None or exact bytes; headers: None or a tuple/list of
+ * (str, bytes | None) pairs, as Python's `if headers` reads them).  1: planned; 0: not
+ * handled here (the Python loop takes the record). */
+static inline int
+plan_record(PyObject *key, PyObject *value, PyObject *headers, long long tsd, long long od,
+            RecordPlan *p)
+{
+    if (!payload(key, &p->key, &p->key_len) || !payload(value, &p->value, &p->value_len))
+        return 0;
+    p->headers = NULL;
+    p->headers_size = 1;
+    if (headers != Py_None) {
+        if (!PyTuple_CheckExact(headers) && !PyList_CheckExact(headers))
+            return 0; /* its truth test is Python code */
+        if (PySequence_Fast_GET_SIZE(headers) > 0) {
+            p->headers_size = headers_size(headers);
+            if (p->headers_size < 0)
+                return 0;
+            p->headers = headers;
+        }
+    }
+    p->tsd = tsd;
+    p->od = od;
+    p->body = 1 + zigzag_size(tsd) + zigzag_size(od) +
+              (p->key_len < 0 ? 1 : zigzag_size(p->key_len) + p->key_len) +
+              (p->value_len < 0 ? 1 : zigzag_size(p->value_len) + p->value_len) +
+              p->headers_size;
+    p->record_size = zigzag_size(p->body) + p->body;
+    return 1;
+}
+
+/* Write the planned record (record_size bytes) at out. */
+static inline void
+write_record(uint8_t *out, const RecordPlan *p)
+{
+    out = write_zigzag(out, p->body);
+    *out++ = 0; /* attributes */
+    out = write_zigzag(out, p->tsd);
+    out = write_zigzag(out, p->od);
+    out = write_zigzag(out, p->key_len);
+    if (p->key_len > 0) {
+        memcpy(out, p->key, p->key_len);
+        out += p->key_len;
+    }
+    out = write_zigzag(out, p->value_len);
+    if (p->value_len > 0) {
+        memcpy(out, p->value, p->value_len);
+        out += p->value_len;
+    }
+    if (p->headers != NULL)
+        write_headers(out, p->headers);
+    else
+        *out = 0;
+}
+
 PyDoc_STRVAR(encode_records_doc,
 "encode_records(records, start, batch_size, size, count, last_delta, base_ts, max_ts)\n"
 "    -> (stop, size, count, last_delta, base_ts, max_ts, chunk, handled)\n\n"
@@ -744,37 +810,13 @@ py_encode_records(PyObject *self, PyObject *args)
             if (__builtin_sub_overflow(timestamp, base_ts, &tsd))
                 break; /* no varlong for that delta: the record starts the next batch */
         }
-        const char *key, *value;
-        Py_ssize_t key_len, value_len, hsize = 1;
-        PyObject *headers = PyTuple_GET_ITEM(rec, 3);
-        if (!payload(PyTuple_GET_ITEM(rec, 1), &key, &key_len) ||
-            !payload(PyTuple_GET_ITEM(rec, 2), &value, &value_len)) {
+        RecordPlan plan;
+        if (!plan_record(PyTuple_GET_ITEM(rec, 1), PyTuple_GET_ITEM(rec, 2),
+                         PyTuple_GET_ITEM(rec, 3), tsd, od + 1, &plan)) {
             handled = 0;
             break;
         }
-        /* Python's `if headers`: None and empty sequences mean none; other types go to
-         * the Python loop (their truth test is Python code) */
-        int has_headers;
-        if (headers == Py_None)
-            has_headers = 0;
-        else if (PyTuple_CheckExact(headers) || PyList_CheckExact(headers))
-            has_headers = PySequence_Fast_GET_SIZE(headers) > 0;
-        else {
-            handled = 0;
-            break;
-        }
-        if (has_headers) {
-            hsize = headers_size(headers);
-            if (hsize == -1) {
-                handled = 0;
-                break;
-            }
-        }
-        long long next_od = od + 1;
-        Py_ssize_t body = 1 + zigzag_size(tsd) + zigzag_size(next_od) +
-                          (key_len < 0 ? 1 : zigzag_size(key_len) + key_len) +
-                          (value_len < 0 ? 1 : zigzag_size(value_len) + value_len) + hsize;
-        Py_ssize_t record_size = zigzag_size(body) + body;
+        Py_ssize_t record_size = plan.record_size;
         if (count) {
             if (size + record_size > batch_size)
                 break;
@@ -785,27 +827,9 @@ py_encode_records(PyObject *self, PyObject *args)
         }
         if (buffer_reserve(&buf, record_size) < 0)
             goto error;
-        uint8_t *out = buf.data + buf.len;
-        out = write_zigzag(out, body);
-        *out++ = 0;
-        out = write_zigzag(out, tsd);
-        out = write_zigzag(out, next_od);
-        out = write_zigzag(out, key_len);
-        if (key_len > 0) {
-            memcpy(out, key, key_len);
-            out += key_len;
-        }
-        out = write_zigzag(out, value_len);
-        if (value_len > 0) {
-            memcpy(out, value, value_len);
-            out += value_len;
-        }
-        if (has_headers)
-            out = write_headers(out, headers);
-        else
-            *out++ = 0;
+        write_record(buf.data + buf.len, &plan);
         buf.len += record_size;
-        od = next_od;
+        od += 1;
         size += record_size;
         count += 1;
         i += 1;
@@ -826,6 +850,240 @@ error:
     PyMem_Free(buf.data);
     return NULL;
 }
+
+/* ---- append_record: Producer.send's one record, straight into its batch ----------------- */
+
+/* The offsets of BatchBuilder's slots (configure_builder reads them from the class's member
+ * descriptors), so that a record joins the builder without a Python call or attribute
+ * lookup: the state is read and written in place, and the bytes are appended to a
+ * bytearray that the builder keeps as the last of its parts (its `_tail` slot), grown in
+ * place for every record. */
+static PyTypeObject *BuilderType;
+static PyObject *AppendFallback; /* records._append_record_py */
+enum { S_SIZE, S_COUNT, S_LAST_DELTA, S_BASE_TS, S_MAX_TS, S_BATCH_SIZE, S_PARTS, S_TAIL,
+       S_PAYLOAD, S_COUNT_OF_SLOTS };
+static const char *const slot_names[S_COUNT_OF_SLOTS] = {
+    "_size", "_count", "_last_delta", "_base_ts", "_max_ts", "batch_size", "_parts", "_tail",
+    "_payload"};
+static Py_ssize_t slot_offset[S_COUNT_OF_SLOTS];
+
+#define SLOT(obj, i) (*(PyObject **)((char *)(obj) + slot_offset[i]))
+
+/* A slot holding an exact int within int64: 1 (value in *out), 0 otherwise. */
+static inline int
+slot_ll(PyObject *obj, int i, long long *out)
+{
+    PyObject *v = SLOT(obj, i);
+    if (v == NULL || !PyLong_CheckExact(v))
+        return 0;
+    int overflow;
+    *out = PyLong_AsLongLongAndOverflow(v, &overflow);
+    return !overflow;
+}
+
+/* Replace a slot's value with a new int; -1 on a failed allocation. */
+static inline int
+set_slot_ll(PyObject *obj, int i, long long value)
+{
+    PyObject *v = PyLong_FromLongLong(value);
+    if (v == NULL)
+        return -1;
+    Py_XSETREF(SLOT(obj, i), v);
+    return 0;
+}
+
+PyDoc_STRVAR(append_record_doc,
+"append_record(builder, timestamp, key, value, headers) -> int\n\n"
+"records.append_record: encode one record into a BatchBuilder; its new record count, or 0\n"
+"when it does not fit (batch_size, or a timestamp delta beyond a varlong).  Inputs it does\n"
+"not handle (see encode_records) go to the Python twin, records._append_record_py.");
+
+static PyObject *
+py_append_record(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 5) {
+        PyErr_SetString(PyExc_TypeError, "append_record takes 5 arguments");
+        return NULL;
+    }
+    PyObject *builder = args[0], *ts_obj = args[1];
+    long long size, count, od, base_ts, max_ts, batch_size, timestamp, tsd = 0;
+    int overflow;
+    if (BuilderType == NULL || !Py_IS_TYPE(builder, BuilderType) || !PyLong_CheckExact(ts_obj))
+        goto fallback;
+    timestamp = PyLong_AsLongLongAndOverflow(ts_obj, &overflow);
+    if (overflow || !slot_ll(builder, S_SIZE, &size) || !slot_ll(builder, S_COUNT, &count) ||
+        !slot_ll(builder, S_LAST_DELTA, &od) || !slot_ll(builder, S_BASE_TS, &base_ts) ||
+        !slot_ll(builder, S_MAX_TS, &max_ts) || !slot_ll(builder, S_BATCH_SIZE, &batch_size))
+        goto fallback;
+    PyObject *parts = SLOT(builder, S_PARTS);
+    if (parts == NULL || !PyList_CheckExact(parts))
+        goto fallback;
+    if (count && __builtin_sub_overflow(timestamp, base_ts, &tsd))
+        return PyLong_FromLong(0); /* no varlong for that delta: it starts the next batch */
+    RecordPlan plan;
+    if (!plan_record(args[2], args[3], args[4], tsd, od + 1, &plan))
+        goto fallback;
+    if (count && size + plan.record_size > batch_size)
+        return PyLong_FromLong(0);
+    /* The bytearray this function grows: the builder's last part, else a new one.  Only
+     * one made here counts (a part appended by the Python loop may be the caller's). */
+    PyObject *tail = SLOT(builder, S_TAIL);
+    Py_ssize_t nparts = PyList_GET_SIZE(parts);
+    if (tail == NULL || nparts == 0 || PyList_GET_ITEM(parts, nparts - 1) != tail) {
+        tail = PyByteArray_FromStringAndSize(NULL, 0);
+        if (tail == NULL)
+            return NULL;
+        if (PyList_Append(parts, tail) < 0) {
+            Py_DECREF(tail);
+            return NULL;
+        }
+        Py_XSETREF(SLOT(builder, S_TAIL), tail); /* the slot takes our reference */
+    }
+    Py_ssize_t used = PyByteArray_GET_SIZE(tail);
+    if (PyByteArray_Resize(tail, used + plan.record_size) < 0)
+        return NULL;
+    write_record((uint8_t *)PyByteArray_AS_STRING(tail) + used, &plan);
+    if (count) {
+        if (timestamp > max_ts && set_slot_ll(builder, S_MAX_TS, timestamp) < 0)
+            return NULL;
+    } else if (set_slot_ll(builder, S_BASE_TS, timestamp) < 0 ||
+               set_slot_ll(builder, S_MAX_TS, timestamp) < 0) {
+        return NULL;
+    }
+    if (set_slot_ll(builder, S_SIZE, size + plan.record_size) < 0 ||
+        set_slot_ll(builder, S_COUNT, count + 1) < 0 ||
+        set_slot_ll(builder, S_LAST_DELTA, od + 1) < 0)
+        return NULL;
+    Py_XSETREF(SLOT(builder, S_PAYLOAD), Py_NewRef(Py_None));
+    return PyLong_FromLongLong(count + 1);
+fallback:
+    if (AppendFallback == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "append_record: configure_builder() not called");
+        return NULL;
+    }
+    return PyObject_Vectorcall(AppendFallback, args, nargs, NULL);
+}
+
+PyDoc_STRVAR(configure_builder_doc,
+"configure_builder(BatchBuilder, fallback): the class append_record writes into (its\n"
+"slots, found by name) and the Python function that takes the inputs it does not handle.");
+
+static PyObject *
+py_configure_builder(PyObject *self, PyObject *args)
+{
+    PyObject *cls, *fallback;
+    if (!PyArg_ParseTuple(args, "O!O", &PyType_Type, &cls, &fallback))
+        return NULL;
+    Py_ssize_t offsets[S_COUNT_OF_SLOTS];
+    for (int i = 0; i < S_COUNT_OF_SLOTS; i++) {
+        PyObject *descr = PyObject_GetAttrString(cls, slot_names[i]);
+        if (descr == NULL)
+            return NULL;
+        int ok = Py_IS_TYPE(descr, &PyMemberDescr_Type) &&
+                 ((PyMemberDescrObject *)descr)->d_member->type == T_OBJECT_EX;
+        if (ok)
+            offsets[i] = ((PyMemberDescrObject *)descr)->d_member->offset;
+        Py_DECREF(descr);
+        if (!ok) {
+            PyErr_Format(PyExc_TypeError, "%s.%s is not a __slots__ member", 
+                         ((PyTypeObject *)cls)->tp_name, slot_names[i]);
+            return NULL;
+        }
+    }
+    memcpy(slot_offset, offsets, sizeof offsets);
+    Py_XSETREF(BuilderType, (PyTypeObject *)Py_NewRef(cls));
+    Py_XSETREF(AppendFallback, Py_NewRef(fallback));
+    Py_RETURN_NONE;
+}
+
+/* ---- RecordHandle: the base of the producer's per-record future ------------------------ */
+
+/* client.producer.DeliveryFuture's fields (its batch's shared outcome, the record's index
+ * in the batch, its CreateTime) in a C struct: Producer.send makes one per record, and a C
+ * constructor costs a third of a Python __init__.  The methods are DeliveryFuture's, in
+ * Python; producer.py's _RecordHandle is the pure-Python twin of this base. */
+typedef struct {
+    PyObject_HEAD
+    PyObject *batch;
+    Py_ssize_t index;
+    PyObject *timestamp;
+} RecordHandle;
+
+static PyObject *
+handle_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
+{
+    PyObject *batch, *timestamp = NULL;
+    Py_ssize_t index;
+    if (kwds == NULL && PyTuple_GET_SIZE(args) == 3) { /* the producer's call: no parsing */
+        batch = PyTuple_GET_ITEM(args, 0);
+        PyObject *i = PyTuple_GET_ITEM(args, 1);
+        index = PyLong_AsSsize_t(i);
+        if (index == -1 && PyErr_Occurred())
+            return NULL;
+        timestamp = PyTuple_GET_ITEM(args, 2);
+    } else {
+        static char *names[] = {"batch", "index", "timestamp", NULL};
+        if (!PyArg_ParseTupleAndKeywords(args, kwds, "On|O:DeliveryFuture", names, &batch,
+                                         &index, &timestamp))
+            return NULL;
+    }
+    RecordHandle *self = (RecordHandle *)type->tp_alloc(type, 0);
+    if (self == NULL)
+        return NULL;
+    self->batch = Py_NewRef(batch);
+    self->index = index;
+    self->timestamp = timestamp ? Py_NewRef(timestamp) : PyLong_FromLong(-1);
+    if (self->timestamp == NULL) {
+        Py_DECREF(self);
+        return NULL;
+    }
+    return (PyObject *)self;
+}
+
+static int
+handle_traverse(RecordHandle *self, visitproc visit, void *arg)
+{
+    Py_VISIT(self->batch); /* (a Python subclass's type is visited by subtype_traverse) */
+    Py_VISIT(self->timestamp);
+    return 0;
+}
+
+static int
+handle_clear(RecordHandle *self)
+{
+    Py_CLEAR(self->batch);
+    Py_CLEAR(self->timestamp);
+    return 0;
+}
+
+static void
+handle_dealloc(RecordHandle *self)
+{
+    /* a static type: a Python subclass's subtype_dealloc releases its own type */
+    PyObject_GC_UnTrack(self);
+    handle_clear(self);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static PyMemberDef handle_members[] = {
+    {"_batch", T_OBJECT_EX, offsetof(RecordHandle, batch), READONLY, NULL},
+    {"_index", T_PYSSIZET, offsetof(RecordHandle, index), READONLY, NULL},
+    {"timestamp", T_OBJECT_EX, offsetof(RecordHandle, timestamp), 0, NULL},
+    {NULL},
+};
+
+static PyTypeObject RecordHandleType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "databus.protocol._speedups.RecordHandle",
+    .tp_basicsize = sizeof(RecordHandle),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE | Py_TPFLAGS_HAVE_GC,
+    .tp_doc = "RecordHandle(batch, index, timestamp=-1): DeliveryFuture's fields.",
+    .tp_new = handle_new,
+    .tp_traverse = (traverseproc)handle_traverse,
+    .tp_clear = (inquiry)handle_clear,
+    .tp_dealloc = (destructor)handle_dealloc,
+    .tp_members = handle_members,
+};
 
 /* ---- varints and murmur2 -------------------------------------------------------------- */
 
@@ -930,6 +1188,9 @@ static PyMethodDef methods[] = {
     {"decode_consumer", py_decode_consumer, METH_VARARGS, decode_consumer_doc},
     {"decode_columns", py_decode_columns, METH_VARARGS, decode_columns_doc},
     {"encode_records", py_encode_records, METH_VARARGS, encode_records_doc},
+    {"append_record", (PyCFunction)(void (*)(void))py_append_record, METH_FASTCALL,
+     append_record_doc},
+    {"configure_builder", py_configure_builder, METH_VARARGS, configure_builder_doc},
     {"encode_zigzag", py_encode_zigzag, METH_O, "varint.encode_zigzag"},
     {"decode_zigzag", py_decode_zigzag, METH_VARARGS, "varint.decode_zigzag"},
     {"murmur2", py_murmur2, METH_O, murmur2_doc},
@@ -945,5 +1206,14 @@ static struct PyModuleDef module = {
 PyMODINIT_FUNC
 PyInit__speedups(void)
 {
-    return PyModule_Create(&module);
+    if (PyType_Ready(&RecordHandleType) < 0)
+        return NULL;
+    PyObject *m = PyModule_Create(&module);
+    if (m == NULL)
+        return NULL;
+    if (PyModule_AddObjectRef(m, "RecordHandle", (PyObject *)&RecordHandleType) < 0) {
+        Py_DECREF(m);
+        return NULL;
+    }
+    return m;
 }

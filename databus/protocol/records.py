@@ -317,6 +317,7 @@ class BatchBuilder:
         "_parts",
         "_payload",
         "_size",
+        "_tail",
         "base_offset",
         "base_sequence",
         "batch_size",
@@ -362,7 +363,8 @@ class BatchBuilder:
         self.transactional = transactional
         self.control = control
         self.timestamp_type = timestamp_type
-        self._parts: list[bytes] = []
+        self._parts: list[bytes | bytearray] = []
+        self._tail: bytearray | None = None  # the C append_record's part, grown in place
         self._size = HEADER_SIZE
         self._count = 0
         self._last_delta = -1
@@ -1067,13 +1069,27 @@ def control_batch_type(buf, pos: int = 0) -> int:
     if not records:
         raise CorruptRecordError(f"control batch at byte {pos} has no record")
     return control_record_type(records[0].key)
+def _append_record_py(builder: BatchBuilder, timestamp: int, key: bytes | None,
+                      value: bytes | None, headers=()) -> int:
+    """Encode one record into ``builder`` (Producer.send's path, once per record): its new
+    record count, or 0 when the record does not fit (as ``append_many``, whose loop this is;
+    the C twin, bound as ``append_record`` with the extension, writes into the builder's
+    slots in place and hands inputs it does not handle to this function)."""
+    return builder._count if builder._append_many_py(((timestamp, key, value, headers),)) else 0
+
+
+append_record = _append_record_py
+
+
 def use_native(module) -> None:
     """Run the record kernels on ``module`` (the C extension, speedups.native) or on the
     pure-Python code (None).  Chosen once at import; tests call it to run both."""
-    global _native
+    global _native, append_record
     _native = module
     if module is not None:
         module.configure(Record, CorruptRecordError, VarintError)
+        module.configure_builder(BatchBuilder, _append_record_py)
+    append_record = _append_record_py if module is None else module.append_record
     # bound on the class: no per-call test of which implementation runs
     BatchBuilder.append_many = (  # type: ignore[method-assign]
         BatchBuilder._append_many_py if module is None else BatchBuilder._append_many_c

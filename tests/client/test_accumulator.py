@@ -274,3 +274,30 @@ def test_a_clock_given_for_now_is_read_only_when_a_batch_starts():
     assert [b.record_count for b in batches] == [3, 2]
     assert len(reads) == 2
     assert [b.created_ms for b in batches] == [1000.0, 2000.0]
+
+
+def test_append_record_fills_the_open_batch_and_leaves_no_segments():
+    acc, completed = make()
+    clock = []
+    batches, counts = [], []
+    for i in range(12):
+        batch, count = acc.append_record("t", 0, 1000 + i, None, b"x" * 100, (),
+                                         lambda: clock.append(1) or 7.0)
+        batches.append(batch)
+        counts.append(count)
+        assert count == batch.record_count
+    first, second = batches[0], batches[-1]
+    assert first is not second and first.closed and not second.closed
+    assert counts == [1, 2, 3, 4, 5, 6, 7, 8, 1, 2, 3, 4]  # the record's index + 1
+    assert not first.segments and first.result is not second.result
+    assert len(clock) == 2 and first.created_ms == 7.0  # the clock: once per batch
+    assert completed == [("t", 0)]
+    assert acc.buffered_bytes == first.size + second.size
+
+
+def test_an_expired_open_batch_takes_no_more_records():
+    acc, _ = make()
+    expiring, _ = acc.append_record("t", 0, 1000, None, b"x", (), lambda: 0.0)
+    assert acc.expire(1000) == [expiring]
+    after, _ = acc.append_record("t", 0, 1001, None, b"y", (), lambda: 1000.0)
+    assert after is not expiring and expiring.record_count == 1

@@ -144,3 +144,23 @@ async def test_a_failing_callback_does_not_stop_deliveries(mock_cluster, topic):
         await first.wait()
         second = await p.send(topic, b"b")
         assert (await second.wait()).offset >= 0
+
+
+async def test_futures_of_one_batch_share_its_outcome_and_call_back_in_record_order(
+        mock_cluster, topic):
+    """send() keeps no per-record state in the batch: each future reads the batch's outcome
+    (offset = base + its index) when asked, and callbacks added out of order still run in
+    record order, each future's own callbacks in the order they were added."""
+    calls = []
+    async with Producer(mock_cluster.bootstrap, {"linger.ms": 200}) as p:
+        futures = [await p.send(topic, b"v%d" % i, partition=0) for i in range(5)]
+        assert not any(f.done() for f in futures)
+        for i in (3, 0, 4, 1):
+            futures[i].add_done_callback(lambda f, i=i: calls.append((i, f.result().offset)))
+        futures[0].add_done_callback(lambda f: calls.append(("again", f.partition)))
+        await futures[2].wait()
+    offsets = [f.result().offset for f in futures]
+    assert offsets == list(range(offsets[0], offsets[0] + 5))
+    assert calls == [(0, offsets[0]), ("again", 0), (1, offsets[1]), (3, offsets[3]),
+                     (4, offsets[4])]
+    assert [(f.topic, f.partition) for f in futures] == [(topic, 0)] * 5

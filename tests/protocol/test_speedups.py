@@ -167,6 +167,91 @@ def test_append_many_stops_at_batch_size_in_both():
     assert c[1][0] == 148  # 100 B records with 1-2 byte deltas: 148 fill 16 KiB
 
 
+@needs_ext
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    steps=st.lists(st.one_of(record_st, st.lists(record_st, max_size=4), st.just("build")),
+                   min_size=1, max_size=30),
+    batch_size=st.integers(61, 3000),
+)
+def test_append_record_encodes_byte_identical_batches(steps, batch_size):
+    """Producer.send's path (append_record: one record written into the builder in place)
+    mixed with append_many runs on the same builder, as a batch fed by send() and by the
+    sidecar's send_batch() sees them, and builds between them (an append must drop the
+    built bytes): same counts, sizes and bytes in C and in Python."""
+    def encode():
+        builder = BatchBuilder(batch_size=batch_size)
+        answers = []
+        for step in steps:
+            try:
+                if step == "build":
+                    answers.append(builder.build())
+                elif isinstance(step, tuple):
+                    answers.append(records.append_record(builder, *step))
+                else:
+                    answers.append(("many", builder.append_many(step)))
+            except Exception as exc:  # noqa: BLE001 - the same error from both is the point
+                answers.append((type(exc), str(exc)))
+        try:
+            built = builder.build()
+        except struct.error as exc:  # a first timestamp beyond int64: both fail the header
+            built = ("struct.error", str(exc))
+        return (answers, builder.uncompressed_size, builder.record_count,
+                builder.last_offset_delta, builder.max_timestamp, built)
+
+    c, py = run_both(encode)
+    assert c == py
+
+
+@needs_ext
+def test_append_record_odd_inputs_take_the_python_path():
+    """What the C append_record leaves to Python keeps Python's behaviour exactly, and a
+    caller's bytearray among the parts is never written into."""
+    key = bytearray(b"k")
+    cases = [
+        [(1, key, b"v", ()), (2, None, b"w", ())],  # the caller's bytearray, then C's record
+        [(1, None, memoryview(b"v"), ())],
+        [(1, None, b"v", [("h", bytearray(b"x"))])],
+        [(1, None, b"v", ()), (2.5, None, b"v", ())],  # a float timestamp: does not fit
+        [(2.5, None, b"v", ())],  # ... first in its batch: Python's TypeError
+        [(1, None, b"v", ((b"not str", b"x"),))],
+        [(2**64, None, b"v", ())],  # beyond int64
+        [(1, None, b"v", ()), (-(2**63), None, b"v", ())],  # a delta beyond a varlong
+    ]
+    for case in cases:
+        def encode(case=case):
+            builder = BatchBuilder()
+            out = []
+            for rec in case:
+                try:
+                    out.append(records.append_record(builder, *rec))
+                except Exception as exc:  # noqa: BLE001
+                    out.append((type(exc), str(exc)))
+            return out, builder.build() if builder.record_count else None
+
+        c, py = run_both(encode)
+        assert c == py, case
+    assert key == bytearray(b"k")
+
+
+@needs_ext
+def test_append_record_fills_a_batch_as_append_many_does():
+    run = [(1700000000000 + i, None, bytes(100), ()) for i in range(400)]
+
+    def one_by_one():
+        builder = BatchBuilder(batch_size=16384)
+        counts = [records.append_record(builder, *rec) for rec in run[:150]]
+        return counts, builder.build()
+
+    c, py = run_both(one_by_one)
+    assert c == py
+    counts, built = c[1]
+    assert counts == list(range(1, 149)) + [0, 0]  # 148 fill 16 KiB, as in append_many
+    whole = BatchBuilder(batch_size=16384)
+    whole.append_many(run)
+    assert built == whole.build()
+
+
 # -- decode ---------------------------------------------------------------------------------
 
 decode_record_st = st.tuples(
@@ -359,6 +444,7 @@ PURE_SUBSET = [
     "tests/protocol/test_records_varint.py",
     "tests/client/test_partitioners.py",
     "tests/client/test_accumulator.py",
+    "tests/client/test_delivery_future.py",
     "tests/client/test_fetcher.py",
     "tests/sidecar/test_session.py",
     "tests/sidecar/test_wire.py",
