@@ -3,7 +3,8 @@
 SaslAuthenticationFailedError with the broker's message instead of retrying it like a network
 error until max.block.ms; the CLI tools exit 1 naming it; a producer picks up a password
 fixed on the broker while it runs; a sidecar with a wrong password fails an app's sends with
-the error and keeps serving."""
+the error and keeps serving; the broker answers a refused login before it closes the
+connection, after connection.failed.authentication.delay.ms as Kafka's."""
 
 from __future__ import annotations
 
@@ -12,6 +13,12 @@ import trio
 
 from databus import Client
 from databus.client import Admin, Consumer, Producer, ShareConsumer, errors
+from databus.protocol.errors import ErrorCode
+from databus.protocol.sasl import make_credential
+from databus.storage.credentials import CredentialStore
+from tests.broker.test_api_versions import make
+from tests.broker.wire import WireClient
+from tests.helpers.broker import BrokerProcess
 from tests.sidecar.harness import running_sidecar, short_tmpdir, sidecar_config
 from tests.sidecar.test_sidecar_mock import fetch
 
@@ -120,3 +127,32 @@ async def test_sidecar_with_a_wrong_password_fails_sends_and_keeps_serving(secur
                                                    "/metrics")
     assert all(REFUSED in outcome for outcome in outcomes), outcomes
     assert health
+
+
+@pytest.fixture(scope="module")
+def slow_close_broker(tmp_path_factory):
+    """A SASL broker that closes a refused login's connection 2 s after the answer."""
+    root = tmp_path_factory.mktemp("slow-close")
+    CredentialStore(root / "data").upsert("ada", make_credential("SCRAM-SHA-256", "ada-9"))
+    options = {"listeners": "SASL_PLAINTEXT://127.0.0.1:0",
+               "connection.failed.authentication.delay.ms": CLOSE_DELAY_MS}
+    with BrokerProcess(root, options) as broker:
+        yield broker
+
+
+CLOSE_DELAY_MS = 2000
+
+
+def test_broker_answers_a_refused_login_then_closes_after_the_delay(slow_close_broker):
+    """Kafka's order (KIP-306): the refusal is sent at once, the close follows
+    connection.failed.authentication.delay.ms later, never together (a client that reads
+    an answer and the close in one go may drop the answer: kafka-python 3.0 does)."""
+    with WireClient(slow_close_broker.bootstrap_for("SASL_PLAINTEXT")) as client:
+        assert client.request(make(17, 1, mechanism="PLAIN")).error_code == ErrorCode.none
+        refused = client.request(make(36, 2, auth_bytes=b"\0ada\0wrong"))
+        assert refused.error_code == ErrorCode.sasl_authentication_failed
+        assert "invalid credentials" in refused.error_message
+        client.sock.settimeout(CLOSE_DELAY_MS / 1000 / 4)
+        assert not client.is_closed_by_peer()  # still open: the close waits
+        client.sock.settimeout(30)
+        assert client.is_closed_by_peer()  # then it comes
