@@ -247,7 +247,7 @@ class Cluster:
 
     def _authenticated(self, conn: BrokerConnection) -> None:
         if self._auth_logged is not None:
-            log.warning("%s: authenticated again after: %s", conn, self._auth_error)
+            log.info("%s: logged in (after the refusal logged before)", conn)
         self._auth_error, self._auth_error_until, self._auth_logged = None, 0.0, None
 
     async def disconnect(self, node_id: int) -> None:
