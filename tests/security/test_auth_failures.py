@@ -1,15 +1,22 @@
 """A refused login reaches the caller at once, as Kafka's clients report it
 (AuthenticationException): our producer, consumer, share consumer and admin raise
 SaslAuthenticationFailedError with the broker's message instead of retrying it like a network
-error until max.block.ms; the CLI tools exit 1 naming it; a producer picks up a password
+error until max.block.ms; the CLI tools exit 1 naming it, ``databus up`` says so after
+start-up; a producer picks up a password
 fixed on the broker while it runs; a sidecar with a wrong password fails an app's sends with
 the error and keeps serving; the broker answers a refused login before it closes the
 connection, after connection.failed.authentication.delay.ms as Kafka's."""
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+import time
+
 import pytest
 import trio
+import yaml
 
 from databus import Client
 from databus.client import Admin, Consumer, Producer, ShareConsumer, errors
@@ -156,3 +163,31 @@ def test_broker_answers_a_refused_login_then_closes_after_the_delay(slow_close_b
         assert not client.is_closed_by_peer()  # still open: the close waits
         client.sock.settimeout(30)
         assert client.is_closed_by_peer()  # then it comes
+
+
+def test_databus_up_says_an_upstream_refused_the_login(secured, tmp_path):
+    with short_tmpdir() as sock_dir:
+        config = tmp_path / "sidecar.yaml"
+        config.write_text(yaml.safe_dump({
+            "sidecar": {"socket": os.path.join(sock_dir, "up.sock"), "metrics_listen": None},
+            "clusters": {"main": {"bootstrap.servers":
+                                  secured.broker.bootstrap_for("SASL_PLAINTEXT"),
+                                  **wrong(secured)}},
+        }))
+        log_path = tmp_path / "up.log"
+        with open(log_path, "wb") as log:
+            process = subprocess.Popen(
+                [sys.executable, "-m", "databus.cli", "up", "-c", str(config)],
+                stdout=log, stderr=subprocess.STDOUT, cwd=tmp_path)
+        try:
+            line = "databus up: upstream main: authentication failed (SASL_AUTHENTICATION_FAILED"
+            deadline = time.monotonic() + GUARD
+            while line not in (text := log_path.read_text()) and time.monotonic() < deadline:
+                assert process.poll() is None, text
+                time.sleep(0.1)
+            assert line in text, text
+            assert REFUSED in text
+            assert process.poll() is None, text  # still running: sends fail, it serves on
+        finally:
+            process.terminate()
+            process.wait(timeout=30)
