@@ -109,6 +109,13 @@ class BrokerConfig(BaseModel):
         description="Largest request frame accepted on a SASL listener before the login; a "
         "bigger size prefix closes the connection.",
     )
+    connection_failed_authentication_delay_ms: int = Field(
+        100, alias="connection.failed.authentication.delay.ms", ge=0,
+        description="After a refused SASL login the broker answers at once and closes the "
+        "connection this long after (Kafka's KIP-306): slows down password guessing, and "
+        "lets a client read the refusal before the close (a client that reads the answer "
+        "and the close together may drop the answer).  0: close right after the answer.",
+    )
     connections_max_reauth_ms: int = Field(
         0, alias="connections.max.reauth.ms", ge=0,
         description="KIP-368: the lifetime of a SASL login; a client that does not log in "

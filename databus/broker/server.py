@@ -18,7 +18,8 @@ SSL or SASL_SSL listener the TLS handshake happens in the connection's task (bou
 has a ``Session`` (api.py): on a SASL listener nothing but ApiVersions, SaslHandshake and
 SaslAuthenticate is answered until the login succeeds; any other request closes the
 connection, as Kafka does.  A handler that marks the session ``close_after_response`` (a
-failed login) gets its answer written, then the connection is closed.
+failed login) gets its answer written at once, and the connection is closed
+``connection.failed.authentication.delay.ms`` later (Kafka's KIP-306).
 
 Shutdown (``Server.stop``): stop accepting, stop reading new requests, let every connection
 write the answers it owes (bounded by ``drain_timeout``), then close.
@@ -179,7 +180,13 @@ class _Connection:
                         await send.send(item)
                     self._send_scope = None
                 if self.session.close_after_response:
-                    return  # the writer sends what is queued, then the connection closes
+                    # A refused login: the writer sends the answer now; the connection
+                    # closes connection.failed.authentication.delay.ms later, as Kafka's
+                    # (KIP-306).  Besides slowing guessers, this keeps the answer and the
+                    # close apart: a client that reads them in one go may drop the answer
+                    # (kafka-python 3.0 reports "socket disconnected" instead).
+                    await trio.sleep(config.connection_failed_authentication_delay_ms / 1000)
+                    return
                 if self.session.authenticated:
                     frames.max_frame_bytes = config.socket_request_max_bytes
             if frames.pending_frame_size and not self._reserved:

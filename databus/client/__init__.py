@@ -22,7 +22,7 @@ from .config import (
     parse_overrides,
 )
 from .consumer import Consumer, ConsumerRecord, ConsumerStatistics
-from .errors import KafkaError
+from .errors import AuthenticationError, KafkaError
 from .offsets import EARLIEST, LATEST, list_offsets
 from .producer import DeliveryFuture, Producer, ProducerStatistics, RecordMetadata
 from .reader import RecordReader
@@ -42,6 +42,7 @@ __all__ = [
     "ConsumerConfig",
     "ConsumerStatistics",
     "DeliveryFuture",
+    "AuthenticationError",
     "KafkaError",
     "Producer",
     "ProducerConfig",

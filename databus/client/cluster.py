@@ -6,6 +6,11 @@ per consecutive failure up to ``reconnect.backoff.max.ms``, as Kafka's clients d
 metadata (brokers, topics, partition leaders).  Producer, consumer and admin each own one
 Cluster and run it inside their nursery.
 
+A refused login (or TLS handshake) is an AuthenticationError: ``connection`` and
+``any_connection`` raise it as itself, and go on raising it at once while the reconnect
+backoff after it lasts (``authentication_error()``); it is logged once per change, and the
+next connect after the backoff tries again, so credentials fixed on the broker are picked up.
+
 Metadata refreshes are coalesced: callers that ask for a refresh while one is running wait
 for it instead of sending another.  A refresh asks for the union of the topics anyone has
 asked about, so the cache stays complete.
@@ -111,6 +116,15 @@ class Cluster:
         # node id -> (consecutive failed connects, trio time before which not to try again)
         self._connect_failures: dict[int, tuple[int, float]] = {}
         self._extra_addresses: dict[int, tuple[str, int]] = {}
+        # The latest refused login or TLS handshake (errors.AuthenticationError) and the
+        # trio time until which it stands (the reconnect backoff that followed it); cleared
+        # by a connection that logs in.  See authentication_error().
+        self._auth_error: errors.AuthenticationError | None = None
+        self._auth_error_until = 0.0
+        self._auth_logged: tuple[type, str] | None = None
+        # Called (no arguments) when a connection's login is refused: wakes callers that
+        # wait for something else (Consumer.poll waits for records).
+        self.auth_listeners: list[Any] = []
         self.closed = False
         self.connections_opened = 0
 
@@ -176,6 +190,11 @@ class Cluster:
                 return conn
             failures, retry_at = self._connect_failures.get(node_id, (0, 0.0))
             if failures:
+                auth = self.authentication_error()
+                if auth is not None and trio.current_time() < retry_at:
+                    # As Kafka's clients: while the backoff after a refused login lasts,
+                    # a caller gets the refusal at once rather than a wait then the same.
+                    raise auth
                 await trio.sleep_until(retry_at)
             host, port = self._address(node_id)
             conn = BrokerConnection(
@@ -190,14 +209,48 @@ class Cluster:
             )
             try:
                 await conn.connect(self._nursery)
-            except errors.KafkaError:
+            except errors.KafkaError as exc:
                 wait = self._reconnect_backoff.backoff_ms(failures) / 1000
-                self._connect_failures[node_id] = (failures + 1, trio.current_time() + wait)
+                retry_at = trio.current_time() + wait
+                self._connect_failures[node_id] = (failures + 1, retry_at)
+                if isinstance(exc, errors.AuthenticationError):
+                    self._authentication_failed(exc, retry_at)
                 raise
             self._connect_failures.pop(node_id, None)
+            if self._auth_error is not None:
+                self._authenticated(conn)
             self._connections[node_id] = conn
             self.connections_opened += 1
             return conn
+
+    def authentication_error(self) -> errors.AuthenticationError | None:
+        """The refused login (or TLS handshake) callers should see now, as Java's clients
+        throw AuthenticationException: the latest one while the reconnect backoff after it
+        lasts, None after that (the next connect tries again) and once a login succeeds.
+        A new instance each time (it is raised in several tasks)."""
+        exc = self._auth_error
+        if exc is None or trio.current_time() >= self._auth_error_until:
+            return None
+        return type(exc)(str(exc))
+
+    def _authentication_failed(self, exc: errors.AuthenticationError, until: float) -> None:
+        self._auth_error = exc
+        self._auth_error_until = max(self._auth_error_until, until)
+        # Logged once per change, not per attempt: the client retries every
+        # reconnect.backoff.max.ms for as long as the credentials stay wrong.
+        key = (type(exc), str(exc).rsplit(">: ", 1)[-1])
+        if key != self._auth_logged:
+            self._auth_logged = key
+            log.error("%s; calls fail with %s until a login succeeds (the client retries "
+                      "every reconnect.backoff.max.ms=%d)", exc, type(exc).__name__,
+                      self.config.reconnect_backoff_max_ms)
+        for listener in list(self.auth_listeners):
+            listener()
+
+    def _authenticated(self, conn: BrokerConnection) -> None:
+        if self._auth_logged is not None:
+            log.info("%s: logged in (after the refusal logged before)", conn)
+        self._auth_error, self._auth_error_until, self._auth_logged = None, 0.0, None
 
     async def disconnect(self, node_id: int) -> None:
         """Close the connection to ``node_id`` (if any): requests still out on it fail, and
@@ -223,8 +276,11 @@ class Cluster:
                 return await self.connection(node)
             except errors.KafkaError as exc:
                 failures.append(exc)
-        # The last failure as the cause: a caller can tell refused credentials
-        # (SaslAuthenticationFailedError) from an unreachable cluster.
+        auth = [f for f in failures if isinstance(f, errors.AuthenticationError)]
+        if auth:
+            # Refused credentials are the caller's to fix, not a reachability problem to
+            # retry: raised as themselves (Java's AuthenticationException), at once.
+            raise auth[-1]
         raise errors.KafkaConnectionError(
             "no broker reachable: " + "; ".join(map(str, failures[-len(self.bootstrap) - 1 :]))
         ) from (failures[-1] if failures else None)

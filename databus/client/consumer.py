@@ -164,6 +164,10 @@ class Consumer:
                         await self._match_pattern()
                     await group.ensure_active()
                     self._fetcher.notify()
+                except errors.AuthenticationError as exc:
+                    # the cluster logged it and poll() raises it while it stands: retry
+                    log.debug("group %s: %s", group.group_id, exc)
+                    await trio.sleep(self.config.retry_backoff_ms / 1000)
                 except errors.KafkaError as exc:
                     log.error("group %s: %s", group.group_id, exc)
                     self._fetcher.errors.append(exc)
@@ -398,6 +402,11 @@ class Consumer:
         with trio.move_on_after(max(timeout, 0)):
             while True:
                 self._raise_errors()
+                # A refused login, raised at once as Java's consumer does; the background
+                # tasks keep reconnecting, so a fixed credential makes poll work again.
+                auth = self._cluster.authentication_error()
+                if auth is not None:
+                    raise auth
                 if self._group is not None and self._group.last_error is not None:
                     err = self._group.last_error
                     if not err.retriable and not isinstance(

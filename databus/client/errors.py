@@ -8,7 +8,8 @@ generated subclass of KafkaError with Kafka's upper-case name.
 
 Client-side failures that have no broker error code: BufferExhaustedError (``buffer.memory``
 stayed full for ``max.block.ms``), DeliveryTimeoutError (``delivery.timeout.ms`` expired),
-KafkaConnectionError (socket closed/refused), RequestTimedOutError (no answer within
+KafkaConnectionError (socket closed/refused), AuthenticationError (a refused login or TLS
+handshake: SaslAuthenticationFailedError, SslAuthenticationError), RequestTimedOutError (no answer within
 ``request.timeout.ms``), ConfigError (bad configuration key or value).
 """
 
@@ -37,13 +38,23 @@ def _class_name(code_name: str) -> str:
     return base if base.endswith(("Error", "Exception")) else base + "Error"
 
 
+class AuthenticationError(KafkaError):
+    """The broker refused who this client is (Java's AuthenticationException): a refused SASL
+    login (SaslAuthenticationFailedError, Kafka error 58) or a failed TLS handshake
+    (SslAuthenticationError).  Not retriable for a caller: retrying the same credentials
+    gets the same answer, so calls raise it at once; the client's background tasks still
+    reconnect (``reconnect.backoff.ms``), so a fixed credential is picked up."""
+
+    name = "AUTHENTICATION_FAILED"
+
+
 _BY_CODE: dict[int, type[KafkaError]] = {}
 
 
 def _define(code: ErrorCode) -> type[KafkaError]:
     cls = type(
         _class_name(code.name),
-        (KafkaError,),
+        (AuthenticationError if code is ErrorCode.sasl_authentication_failed else KafkaError,),
         {"code": int(code), "name": error_name(code), "retriable": bool(code.retriable),
          "__doc__": f"Kafka error {int(code)} {error_name(code)}."},
     )
@@ -105,6 +116,14 @@ class KafkaConnectionError(KafkaError):
     code = ErrorCode.network_exception
     name = "NETWORK_EXCEPTION"
     retriable = True
+
+
+class SslAuthenticationError(AuthenticationError):
+    """The TLS handshake failed on a certificate or protocol check (Java's
+    SslAuthenticationException): e.g. the broker's certificate is not trusted or does not
+    name the host, or the broker refused this client's certificate."""
+
+    name = "SSL_AUTHENTICATION_FAILED"
 
 
 class BufferExhaustedError(KafkaError):

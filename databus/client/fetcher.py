@@ -188,6 +188,8 @@ class Fetcher:
         self.data_ready = trio.Event()
         self._metadata_task = False
         self._isolation = 1 if config.isolation_level == "read_committed" else 0
+        # a refused login wakes pollers: they raise it (Consumer.getmany)
+        cluster.auth_listeners.append(self.notify)
 
     def wakeup(self) -> None:
         self._wakeup.set()

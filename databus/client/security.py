@@ -10,7 +10,8 @@ not).
 into a TLS one (handshake done), ``login`` runs SaslHandshake + SaslAuthenticate on a
 connection (the exchanges themselves are protocol/sasl.py's) and says how long the login
 lasts (KIP-368; the connection logs in again before then).  A refused login raises
-SaslAuthenticationFailedError with the broker's message; the password appears in no message
+SaslAuthenticationFailedError with the broker's message, a TLS handshake refused on a
+certificate or protocol check SslAuthenticationError (both AuthenticationError); the password appears in no message
 and no log.
 """
 
@@ -79,7 +80,13 @@ class Security:
         except trio.BrokenResourceError as exc:
             await trio.aclose_forcefully(stream)
             cause = exc.__cause__ or exc
-            raise errors.KafkaConnectionError(
+            # A certificate or protocol check that failed is an authentication failure
+            # (Java's SslAuthenticationException): the same handshake fails again.  A
+            # connection that just ended mid-handshake is a network error.
+            refused = (isinstance(cause, ssl.SSLError)
+                       and not isinstance(cause, (ssl.SSLEOFError, ssl.SSLZeroReturnError,
+                                                  ssl.SSLSyscallError)))
+            raise (errors.SslAuthenticationError if refused else errors.KafkaConnectionError)(
                 f"TLS handshake with {host} failed: {cause}") from None
         return tls
 

@@ -12,6 +12,7 @@ back for a retry after ``retry.backoff.ms`` (retriable errors, within ``retries`
 from __future__ import annotations
 
 import logging
+import math
 from collections.abc import Callable
 
 import trio
@@ -81,6 +82,7 @@ class Sender:
         self._next_ticket: dict[int, int] = {}
         self._turn: dict[int, int] = {}
         self._turn_events: dict[tuple[int, int], trio.Event] = {}
+        cluster.auth_listeners.append(self.wakeup)  # a refused login fails queued records
 
     def wakeup(self) -> None:
         self._wakeup.set()
@@ -105,14 +107,17 @@ class Sender:
     async def _run_once(self, nursery: trio.Nursery) -> None:
         now = self.now_ms()
         for batch in self.acc.expire(now):
-            if batch.base_sequence >= 0 and self.idempotence is not None:
-                # A sequenced batch is given up: later batches would leave a gap the broker
-                # refuses, so the producer starts over with a new id.
-                self.idempotence.reset()
             cause = batch.last_error
             if cause is None and self.cluster.leader_for(batch.topic, batch.partition) < 0:
                 cause = "the partition has no leader in the cluster's metadata"
-            self._finish(batch, -1, -1, self._timeout_error(batch, cause))
+            self._give_up(batch, self._timeout_error(batch, cause))
+        auth = self.cluster.authentication_error()
+        if auth is not None:
+            # A refused login: queued records fail with it now rather than at
+            # delivery.timeout.ms (what Kafka's producer reports); the cluster keeps
+            # reconnecting, so records sent after the credentials are fixed go out.
+            for batch in self.acc.expire(math.inf):
+                self._give_up(batch, auth)
         if self.fatal is not None:
             for batch in self.acc.abort_all():
                 self._finish(batch, -1, -1, self.fatal)
@@ -178,7 +183,10 @@ class Sender:
             self.idempotence = None
             return
         except errors.KafkaError as exc:
-            log.warning("InitProducerId failed (%s); retrying after backoff", exc)
+            # (a refused login is logged by the cluster, and fails the queued records above)
+            log.log(logging.DEBUG if isinstance(exc, errors.AuthenticationError)
+                    else logging.WARNING, "InitProducerId failed (%s); retrying after backoff",
+                    exc)
             await trio.sleep(self.config.retry_backoff_ms / 1000)
             return
         self.idempotence.set_producer_id(int(response.producer_id), int(response.producer_epoch))
@@ -327,6 +335,14 @@ class Sender:
                 self.batch_bytes_max = size
         self.acc.complete(batch)
         self.on_batch_done(batch, base_offset, append_ms, error)
+
+    def _give_up(self, batch: ProducerBatch, error: BaseException) -> None:
+        """Fail a queued batch that was never acknowledged."""
+        if batch.base_sequence >= 0 and self.idempotence is not None:
+            # A sequenced batch is given up: later batches would leave a gap the broker
+            # refuses, so the producer starts over with a new id.
+            self.idempotence.reset()
+        self._finish(batch, -1, -1, error)
 
     def _fail_everything(self, exc: BaseException) -> None:
         for batch in list(self.in_flight_batches) + self.acc.abort_all():

@@ -247,6 +247,7 @@ class ShareConsumer:
         self._cluster = Cluster(bootstrap_servers, self.config, allow_auto_create=False,
                                 open_stream=open_stream)
         self._member = ShareMember(self._cluster, self.config, self._wake_fetcher)
+        self._cluster.auth_listeners.append(self._notify)  # pollers raise a refused login
         self._callback = acknowledgement_commit_callback
         self._sessions: dict[int, ShareSession] = {}
         self._locks: dict[int, trio.Lock] = {}  # per broker: epoch order == write order
@@ -476,6 +477,10 @@ class ShareConsumer:
     def _raise_errors(self) -> None:
         if self._member.fatal is not None:
             raise self._member.fatal
+        # a refused login, at once (its heartbeats and fetches go on reconnecting)
+        auth = self._cluster.authentication_error()
+        if auth is not None:
+            raise auth
         if self._errors:
             error, self._errors = self._errors[0], []
             raise error

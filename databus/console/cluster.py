@@ -43,6 +43,10 @@ class ConsoleError(Exception):
     """A refusal or failure shown to the user as one line (bad input, the cluster said no)."""
 
 
+class AuthenticationFailed(ConsoleError):
+    """The cluster refused the console's own credentials (its settings, not a user's)."""
+
+
 class LoginRefused(ConsoleError):
     """The cluster refused a login's credentials; the message never says which part."""
 
@@ -50,14 +54,6 @@ class LoginRefused(ConsoleError):
         super().__init__("invalid username or password")
 
 
-def _refused_login(exc: BaseException | None) -> bool:
-    """Whether ``exc`` (or what caused it: a client reports a failed first connection as
-    'no broker reachable', caused by the broker's answer) is a refused SASL login."""
-    while exc is not None:
-        if isinstance(exc, errors.SaslAuthenticationFailedError):
-            return True
-        exc = exc.__cause__
-    return False
 
 
 @dataclass
@@ -148,7 +144,7 @@ class ClusterView:
             raise ConsoleError(f"logging in: no answer from {self.bootstrap} within "
                                f"{self.timeout:g}s") from None
         except KafkaError as exc:
-            if _refused_login(exc):
+            if isinstance(exc, errors.SaslAuthenticationFailedError):
                 raise LoginRefused() from None
             raise ConsoleError(f"logging in: {exc}") from None
 
@@ -164,6 +160,8 @@ class ClusterView:
         except trio.TooSlowError:
             raise ConsoleError(f"{what}: no answer from {self.bootstrap} within "
                                f"{self.timeout:g}s") from None
+        except errors.AuthenticationError as exc:
+            raise AuthenticationFailed(f"{what}: authentication failed: {exc}") from None
         except (KafkaError, GroupsToolError) as exc:
             raise ConsoleError(f"{what}: {exc}") from None
 
@@ -373,11 +371,19 @@ class ClusterView:
 
     async def sample_forever(self, interval: float, task_status=trio.TASK_STATUS_IGNORED):
         task_status.started()
+        last = None  # logged once per change, not every interval
         while True:
             try:
                 await self.sample_once()
+                if last is not None:
+                    log.info("sampling works again")
+                last = None
             except ConsoleError as exc:
-                log.warning("%s", exc)
+                if str(exc) != last:
+                    log.warning("%s%s", exc, "; pages show this until the console's "
+                                "credentials are fixed (sasl.username / sasl.password)"
+                                if isinstance(exc, AuthenticationFailed) else "")
+                last = str(exc)
             await trio.sleep(interval)
 
 

@@ -75,7 +75,10 @@ def _admin_settings(*overrides: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def retriable(error: BaseException) -> bool:
-    return isinstance(error, (kerrors.DeliveryTimeoutError, kerrors.RequestTimedOutError)) or (
+    # A refused login is not the record's fault: the partition waits (rewinds) until the
+    # credentials are fixed, rather than stopping as for a record the target refuses.
+    return isinstance(error, (kerrors.DeliveryTimeoutError, kerrors.RequestTimedOutError,
+                              kerrors.AuthenticationError)) or (
         isinstance(error, kerrors.KafkaError) and error.retriable
     )
 
@@ -96,8 +99,10 @@ class _Reachability:
 
     def failed(self, exc: BaseException) -> None:
         if self.known is not False:
-            log.warning("mirror %s: %s cluster %s unreachable, retrying with backoff: %s",
-                        self.mirror, self.role, self.cluster, exc)
+            log.warning("mirror %s: %s cluster %s %s, retrying with backoff: %s",
+                        self.mirror, self.role, self.cluster,
+                        "refused the login" if isinstance(exc, kerrors.AuthenticationError)
+                        else "unreachable", exc)
         self.known = False
         self.stats.reachable[self.role] = False
 

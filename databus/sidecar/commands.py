@@ -15,6 +15,8 @@ import sys
 
 log = logging.getLogger("databus.up")
 
+CHECK_LOGIN_S = 10  # how long the start-up login check of an upstream cluster may take
+
 
 def _common_arguments(parser) -> None:
     parser.add_argument(
@@ -190,6 +192,9 @@ async def _main(prog: str, path, config, with_broker: bool, overrides=None) -> i
                 started = True
                 _print_summary(config, path, addresses, broker_address, console_url,
                                more_listeners)
+                if not with_broker:
+                    for name, cluster in config.clusters.items():
+                        nursery.start_soon(_check_login, prog, name, cluster)
                 tune_for_service()  # start-up is done: freeze what it made
 
                 async for signum in signals:
@@ -295,6 +300,26 @@ def _print_summary(config, path, addresses, broker_address, console_url=None,
     out.print("[bold green]databus is up[/]")
     print_table([Column("what", style="bold"), Column("where")], rows, grid=True, to=out)
     out.print("Ctrl-C to stop.")
+
+
+async def _check_login(prog: str, name: str, cluster) -> None:
+    """Right after start-up, one connection to an upstream cluster: refused credentials are
+    said at once, in one plain line (the sidecar goes on: its sends fail with the error, and
+    its clients log in again, so credentials fixed on the cluster are picked up)."""
+    import trio
+
+    from databus.client import Admin, AuthenticationError, KafkaError
+
+    try:
+        with trio.move_on_after(CHECK_LOGIN_S):
+            async with Admin(cluster.bootstrap_servers, cluster.connection_settings()) as admin:
+                await admin.cluster.refresh_metadata()
+    except AuthenticationError as exc:
+        print(f"{prog}: upstream {name}: authentication failed ({exc}); sends to it fail "
+              f"until its credentials are fixed (clusters.{name}.sasl.* in the config, or "
+              "the user's password on the cluster)", file=sys.stderr)
+    except (KafkaError, ValueError) as exc:
+        log.warning("upstream %s: %s", name, exc)
 
 
 # --- databus plugins ------------------------------------------------------------------------

@@ -32,7 +32,7 @@ from typing import Any, NamedTuple
 
 import trio
 
-from databus.client import Admin, Consumer, KafkaError, Producer, errors
+from databus.client import Admin, AuthenticationError, Consumer, KafkaError, Producer, errors
 from databus.config import ConfigError
 from databus.protocol import sidecar_wire as wire
 from databus.protocol.api_keys import ApiKey
@@ -246,9 +246,13 @@ class Member:
         try:
             return await (consumer or self._source).poll(timeout)
         except KafkaError as exc:
-            if not exc.retriable:
+            # Refused credentials are waited out too: the client logs them once and logs
+            # in again until they are fixed on the cluster (or in the sidecar's config).
+            refused = isinstance(exc, AuthenticationError)
+            if not exc.retriable and not refused:
                 raise
-            log.warning("group %r: poll failed: %s", self.group, exc)
+            log.log(logging.DEBUG if refused else logging.WARNING,
+                    "group %r: poll failed: %s", self.group, exc)
             await trio.sleep(1.0)
             return []
 

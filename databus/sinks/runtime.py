@@ -27,7 +27,7 @@ from typing import Any
 
 import trio
 
-from databus.client import Consumer, KafkaError, Producer
+from databus.client import AuthenticationError, Consumer, KafkaError, Producer
 from databus.config import DatabusConfig, SinkConfig
 from databus.lanes.model import DEFAULT_TEMPLATE
 from databus.plugins import PluginError, PluginManager, make_sink
@@ -149,7 +149,13 @@ class SinkRunner:
                 self._poll_scope = scope
                 if self._stop.is_set():
                     break
-                batches = await consumer.getmany(timeout=POLL_TIMEOUT_S)
+                try:
+                    batches = await consumer.getmany(timeout=POLL_TIMEOUT_S)
+                except AuthenticationError:
+                    # Refused credentials (the client logs them once and keeps logging in
+                    # again): keep the sink and its partitions and poll again, rather than
+                    # restart it with a backoff that would delay the recovery.
+                    await trio.sleep(consumer.config.reconnect_backoff_max_ms / 1000)
             self._poll_scope = None
             async with self._lock:
                 if self._broken is not None:

@@ -157,7 +157,7 @@ async def _lines(stream):
 
 
 async def _produce(args, config, headers, reader: LineReader) -> int:
-    from databus.client import KafkaError, Producer
+    from databus.client import AuthenticationError, KafkaError, Producer
 
     failures = 0  # lines not sent or not delivered
     undelivered = 0  # of those sent
@@ -185,6 +185,8 @@ async def _produce(args, config, headers, reader: LineReader) -> int:
                 fut = await producer.send(args.topic, value, key=key,
                                           headers=line_headers + headers,
                                           partition=args.partition)
+            except AuthenticationError:
+                raise  # every other line would fail the same way: stop, as Kafka's tool does
             except KafkaError as exc:
                 failures += 1
                 print(f"databus produce: line {line_no} not sent: {exc}", file=sys.stderr)
