@@ -34,6 +34,11 @@ from typing import Any, NamedTuple
 
 import msgpack
 
+from .speedups import sidecar_native
+
+# A produce frame's body straight to message tuples, in C (None: the Python code decides)
+_parse_produce_c = sidecar_native.parse_produce if sidecar_native is not None else None
+
 # Where apps find the sidecar: $DATABUS_SOCKET, else this path (sidecar.yaml's default too).
 DEFAULT_SOCKET = "/tmp/databus/databus.sock"
 SOCKET_ENV = "DATABUS_SOCKET"
@@ -380,10 +385,14 @@ class FrameDecoder:
     against ``max_frame_bytes`` before the body is buffered, so a hostile 4 GiB prefix
     costs nothing.  Any violation raises WireError; the decoder is then unusable (the
     connection must be closed).
+
+    ``decode`` turns a frame's body into what ``next_frame`` returns: ``decode_body`` (a
+    map), or ``decode_body_or_produce`` (the sidecar's, once an app said hello).
     """
 
     def __init__(self, max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES) -> None:
         self.max_frame_bytes = max_frame_bytes
+        self.decode: Any = decode_body
         self.copied_bytes = 0  # bytes copied into the pending-frame buffer, ever
         self._pending = bytearray()  # the start of a frame cut by a read boundary
         self._need = 0  # the pending frame's whole length (prefix included); 0: unknown yet
@@ -431,7 +440,7 @@ class FrameDecoder:
             self._stash()
             return None
         self._pos = pos + 4 + size
-        return decode_body(data[pos + 4 : pos + 4 + size])
+        return self.decode(data[pos + 4 : pos + 4 + size])
 
     def feed(self, data: bytes) -> list[dict[str, Any]]:
         """``receive(data)``, then every frame complete so far."""
@@ -483,7 +492,7 @@ class FrameDecoder:
         # A new buffer for the next cut frame: the frame decoded here may hold views of it.
         self._pending = bytearray()
         self._need = 0
-        return decode_body(memoryview(pending)[4:])
+        return self.decode(memoryview(pending)[4:])
 
 
 def decode_body(body: bytes | memoryview) -> dict[str, Any]:
@@ -501,6 +510,21 @@ def decode_body(body: bytes | memoryview) -> dict[str, Any]:
     kind = frame.get("type")
     if not isinstance(kind, str):
         raise WireError(ErrorCode.MALFORMED_FRAME, "a frame needs a string 'type'")
+    return frame
+
+
+def decode_body_or_produce(body: bytes | memoryview) -> dict[str, Any] | tuple[list, list]:
+    """``decode_body``, except that a produce frame comes back as ``parse_produce``'s
+    ``(messages, sizes)`` tuple instead of its map (the sidecar's hot path, once per frame).
+    The C extension reads the common shape straight into those tuples; any other body (and
+    every malformed one) is decoded and checked here, so the errors are this module's."""
+    if _parse_produce_c is not None:
+        parsed = _parse_produce_c(body)
+        if parsed is not None:
+            return parsed
+    frame = decode_body(body)
+    if frame["type"] == "produce":
+        return parse_produce(frame)
     return frame
 
 

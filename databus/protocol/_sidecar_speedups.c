@@ -1,0 +1,507 @@
+/* databus.protocol._sidecar_speedups: the sidecar wire format's per-message kernels in C.
+ *
+ * ``parse_produce(body)`` takes the body of one frame (msgpack, without its length prefix)
+ * and, when it is a produce frame of the shape the SDK sends, returns what
+ * ``sidecar_wire.parse_produce(decode_body(body))`` returns: (messages, sizes), message
+ * tuples in Message's field order and each one's payload size.  It reads the msgpack
+ * straight into those tuples: no frame dict, no message lists, one str object per run of
+ * messages for the same stream (an app sends runs of one stream; the router then compares
+ * streams by identity first).
+ *
+ * Anything else — another frame type, a map with other keys, a field of a type or value
+ * the protocol refuses, a msgpack form the shape does not use, invalid UTF-8, bytes after
+ * the map — returns None, and the caller decodes the frame in Python.  So every frame the
+ * protocol refuses is refused by the Python code, with its error code and message: the
+ * rules of what is malformed live only there, and the C code never has to agree with
+ * msgpack's own error messages.  tests/protocol/test_sidecar_speedups.py checks with
+ * hypothesis that whatever this returns equals the Python result, and that it returns
+ * None wherever the Python code raises (random and mutated bytes included).
+ *
+ * Every read is bounds-checked against the body's length: the body comes from an app.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <stdint.h>
+#include <string.h>
+
+typedef struct {
+    const unsigned char *p;
+    const unsigned char *end;
+} Reader;
+
+/* Status of a read: OK, NO (not the shape taken here: the Python code decides), or ERR (a
+ * Python exception is set: out of memory). */
+enum { OK = 0, NO = 1, ERR = -1 };
+
+static int
+need(Reader *r, Py_ssize_t n)
+{
+    return (r->end - r->p) >= n ? OK : NO;
+}
+
+static uint32_t
+be16(const unsigned char *p)
+{
+    return ((uint32_t)p[0] << 8) | p[1];
+}
+
+static uint32_t
+be32(const unsigned char *p)
+{
+    return ((uint32_t)p[0] << 24) | ((uint32_t)p[1] << 16) | ((uint32_t)p[2] << 8) | p[3];
+}
+
+static uint64_t
+be64(const unsigned char *p)
+{
+    return ((uint64_t)be32(p) << 32) | be32(p + 4);
+}
+
+/* An array header: its length. */
+static int
+read_array(Reader *r, Py_ssize_t *len)
+{
+    if (need(r, 1))
+        return NO;
+    unsigned char b = *r->p;
+    if (b >= 0x90 && b <= 0x9f) {
+        *len = b & 0x0f;
+        r->p += 1;
+    } else if (b == 0xdc) {
+        if (need(r, 3))
+            return NO;
+        *len = be16(r->p + 1);
+        r->p += 3;
+    } else if (b == 0xdd) {
+        if (need(r, 5))
+            return NO;
+        *len = be32(r->p + 1);
+        r->p += 5;
+    } else {
+        return NO;
+    }
+    return OK;
+}
+
+/* A str: where its UTF-8 bytes are and how many. */
+static int
+read_str(Reader *r, const unsigned char **s, Py_ssize_t *len)
+{
+    if (need(r, 1))
+        return NO;
+    unsigned char b = *r->p;
+    Py_ssize_t head, n;
+    if (b >= 0xa0 && b <= 0xbf) {
+        head = 1;
+        n = b & 0x1f;
+    } else if (b == 0xd9) {
+        if (need(r, 2))
+            return NO;
+        head = 2;
+        n = r->p[1];
+    } else if (b == 0xda) {
+        if (need(r, 3))
+            return NO;
+        head = 3;
+        n = be16(r->p + 1);
+    } else if (b == 0xdb) {
+        if (need(r, 5))
+            return NO;
+        head = 5;
+        n = be32(r->p + 1);
+    } else {
+        return NO;
+    }
+    if (need(r, head + n))
+        return NO;
+    *s = r->p + head;
+    *len = n;
+    r->p += head + n;
+    return OK;
+}
+
+/* A str as a new str object (NO for invalid UTF-8: msgpack refuses it, in Python). */
+static int
+read_str_object(Reader *r, PyObject **out)
+{
+    const unsigned char *s;
+    Py_ssize_t n;
+    if (read_str(r, &s, &n))
+        return NO;
+    *out = PyUnicode_DecodeUTF8((const char *)s, n, NULL);
+    if (*out == NULL) {
+        if (!PyErr_ExceptionMatches(PyExc_UnicodeDecodeError))
+            return ERR;
+        PyErr_Clear();
+        return NO;
+    }
+    return OK;
+}
+
+/* bin or nil as bytes or None (a new reference); *size gets its length (0 for nil). */
+static int
+read_bin_or_nil(Reader *r, PyObject **out, Py_ssize_t *size)
+{
+    if (need(r, 1))
+        return NO;
+    unsigned char b = *r->p;
+    Py_ssize_t head, n;
+    if (b == 0xc0) {
+        r->p += 1;
+        *out = Py_NewRef(Py_None);
+        *size = 0;
+        return OK;
+    }
+    if (b == 0xc4) {
+        if (need(r, 2))
+            return NO;
+        head = 2;
+        n = r->p[1];
+    } else if (b == 0xc5) {
+        if (need(r, 3))
+            return NO;
+        head = 3;
+        n = be16(r->p + 1);
+    } else if (b == 0xc6) {
+        if (need(r, 5))
+            return NO;
+        head = 5;
+        n = be32(r->p + 1);
+    } else {
+        return NO;
+    }
+    if (need(r, head + n))
+        return NO;
+    *out = PyBytes_FromStringAndSize((const char *)r->p + head, n);
+    if (*out == NULL)
+        return ERR;
+    r->p += head + n;
+    *size = n;
+    return OK;
+}
+
+static int
+is_nil(Reader *r)
+{
+    return r->p < r->end && *r->p == 0xc0;
+}
+
+/* An integer as a new int object; ``non_negative``: NO for a negative one. */
+static int
+read_int(Reader *r, PyObject **out, int non_negative)
+{
+    if (need(r, 1))
+        return NO;
+    unsigned char b = *r->p;
+    int64_t v;
+    if (b <= 0x7f) {
+        r->p += 1;
+        *out = PyLong_FromLong(b);
+        return *out ? OK : ERR;
+    }
+    if (b >= 0xe0) {
+        v = (int8_t)b;
+        r->p += 1;
+    } else {
+        switch (b) {
+        case 0xcc:
+            if (need(r, 2))
+                return NO;
+            v = r->p[1];
+            r->p += 2;
+            break;
+        case 0xcd:
+            if (need(r, 3))
+                return NO;
+            v = be16(r->p + 1);
+            r->p += 3;
+            break;
+        case 0xce:
+            if (need(r, 5))
+                return NO;
+            v = be32(r->p + 1);
+            r->p += 5;
+            break;
+        case 0xcf: {
+            if (need(r, 9))
+                return NO;
+            uint64_t u = be64(r->p + 1);
+            r->p += 9;
+            *out = PyLong_FromUnsignedLongLong(u);
+            return *out ? OK : ERR;
+        }
+        case 0xd0:
+            if (need(r, 2))
+                return NO;
+            v = (int8_t)r->p[1];
+            r->p += 2;
+            break;
+        case 0xd1:
+            if (need(r, 3))
+                return NO;
+            v = (int16_t)be16(r->p + 1);
+            r->p += 3;
+            break;
+        case 0xd2:
+            if (need(r, 5))
+                return NO;
+            v = (int32_t)be32(r->p + 1);
+            r->p += 5;
+            break;
+        case 0xd3:
+            if (need(r, 9))
+                return NO;
+            v = (int64_t)be64(r->p + 1);
+            r->p += 9;
+            break;
+        default:
+            return NO;
+        }
+    }
+    if (non_negative && v < 0)
+        return NO;
+    *out = PyLong_FromLongLong(v);
+    return *out ? OK : ERR;
+}
+
+/* headers: nil (None) or an array of [str, bin|nil] pairs (a list of 2-tuples). */
+static int
+read_headers(Reader *r, PyObject **out, Py_ssize_t *size)
+{
+    if (is_nil(r)) {
+        r->p += 1;
+        *out = Py_NewRef(Py_None);
+        return OK;
+    }
+    Py_ssize_t n;
+    if (read_array(r, &n))
+        return NO;
+    if (n > r->end - r->p) /* each pair takes bytes: a hostile count costs nothing */
+        return NO;
+    PyObject *list = PyList_New(n);
+    if (list == NULL)
+        return ERR;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        Py_ssize_t pair_len, data_len;
+        PyObject *name = NULL, *data = NULL;
+        int rc = read_array(r, &pair_len);
+        if (rc == OK && pair_len != 2)
+            rc = NO;
+        if (rc == OK)
+            rc = read_str_object(r, &name);
+        if (rc == OK) {
+            rc = read_bin_or_nil(r, &data, &data_len);
+            if (rc != OK)
+                Py_DECREF(name);
+        }
+        if (rc != OK) {
+            Py_DECREF(list);
+            return rc;
+        }
+        PyObject *pair = PyTuple_New(2);
+        if (pair == NULL) {
+            Py_DECREF(name);
+            Py_DECREF(data);
+            Py_DECREF(list);
+            return ERR;
+        }
+        *size += PyUnicode_GET_LENGTH(name) + data_len;
+        PyTuple_SET_ITEM(pair, 0, name);
+        PyTuple_SET_ITEM(pair, 1, data);
+        PyList_SET_ITEM(list, i, pair);
+    }
+    *out = list;
+    return OK;
+}
+
+/* One message array: a new 7-tuple; *size gets its payload size.  ``stream`` caches the
+ * last stream's str (and ``stream_bytes`` its UTF-8 bytes in the body). */
+static int
+read_message(Reader *r, PyObject **out, Py_ssize_t *size, PyObject **stream,
+             const unsigned char **stream_bytes, Py_ssize_t *stream_len)
+{
+    Py_ssize_t fields;
+    if (read_array(r, &fields) || fields < 3 || fields > 7)
+        return NO;
+    PyObject *item[7] = {NULL, NULL, NULL, NULL, NULL, NULL, NULL};
+    Py_ssize_t value_len = 0, key_len = 0, headers_size = 0;
+    int rc = read_int(r, &item[0], 1);
+    if (rc == OK) {
+        const unsigned char *s;
+        Py_ssize_t n;
+        rc = read_str(r, &s, &n);
+        if (rc == OK) {
+            if (*stream == NULL || n != *stream_len || memcmp(s, *stream_bytes, n) != 0) {
+                PyObject *decoded = PyUnicode_DecodeUTF8((const char *)s, n, NULL);
+                if (decoded == NULL) {
+                    rc = PyErr_ExceptionMatches(PyExc_UnicodeDecodeError) ? NO : ERR;
+                    if (rc == NO)
+                        PyErr_Clear();
+                } else {
+                    Py_XSETREF(*stream, decoded);
+                    *stream_bytes = s;
+                    *stream_len = n;
+                }
+            }
+            if (rc == OK)
+                item[1] = Py_NewRef(*stream);
+        }
+    }
+    if (rc == OK)
+        rc = read_bin_or_nil(r, &item[2], &value_len);
+    if (rc == OK && fields > 3)
+        rc = read_bin_or_nil(r, &item[3], &key_len);
+    if (rc == OK && fields > 4)
+        rc = read_headers(r, &item[4], &headers_size);
+    if (rc == OK && fields > 5) {
+        if (is_nil(r)) {
+            r->p += 1;
+        } else {
+            rc = read_int(r, &item[5], 1);
+        }
+    }
+    if (rc == OK && fields > 6) {
+        if (is_nil(r)) {
+            r->p += 1;
+        } else {
+            rc = read_int(r, &item[6], 0);
+        }
+    }
+    if (rc != OK) {
+        for (int i = 0; i < 7; i++)
+            Py_XDECREF(item[i]);
+        return rc;
+    }
+    PyObject *tuple = PyTuple_New(7);
+    if (tuple == NULL) {
+        for (int i = 0; i < 7; i++)
+            Py_XDECREF(item[i]);
+        return ERR;
+    }
+    int has_container = item[4] != NULL && item[4] != Py_None;
+    for (int i = 0; i < 7; i++)
+        PyTuple_SET_ITEM(tuple, i, item[i] ? item[i] : Py_NewRef(Py_None));
+    /* Only ints, str, bytes and None inside: it cannot be part of a cycle, so the
+     * collector need not walk it (frames of thousands of messages would make it). */
+    if (!has_container)
+        PyObject_GC_UnTrack(tuple);
+    *out = tuple;
+    *size = value_len + key_len + headers_size;
+    return OK;
+}
+
+/* Is the str at the reader ``text``? (advances past it when it is) */
+static int
+str_is(Reader *r, const char *text)
+{
+    Reader probe = *r;
+    const unsigned char *s;
+    Py_ssize_t n;
+    size_t len = strlen(text);
+    if (read_str(&probe, &s, &n) || (size_t)n != len || memcmp(s, text, len) != 0)
+        return 0;
+    *r = probe;
+    return 1;
+}
+
+static int
+parse_messages(Reader *r, PyObject **messages_out, PyObject **sizes_out)
+{
+    Py_ssize_t count;
+    if (read_array(r, &count))
+        return NO;
+    if (count > r->end - r->p) /* each message takes bytes: a hostile count costs nothing */
+        return NO;
+    PyObject *messages = PyList_New(count);
+    PyObject *sizes = PyList_New(count);
+    PyObject *stream = NULL;
+    const unsigned char *stream_bytes = NULL;
+    Py_ssize_t stream_len = 0;
+    int rc = (messages && sizes) ? OK : ERR;
+    for (Py_ssize_t i = 0; rc == OK && i < count; i++) {
+        PyObject *message, *size_obj;
+        Py_ssize_t size;
+        rc = read_message(r, &message, &size, &stream, &stream_bytes, &stream_len);
+        if (rc != OK)
+            break;
+        PyList_SET_ITEM(messages, i, message);
+        size_obj = PyLong_FromSsize_t(size);
+        if (size_obj == NULL) {
+            rc = ERR;
+            break;
+        }
+        PyList_SET_ITEM(sizes, i, size_obj);
+    }
+    Py_XDECREF(stream);
+    if (rc != OK) {
+        Py_XDECREF(messages);
+        Py_XDECREF(sizes);
+        return rc;
+    }
+    *messages_out = messages;
+    *sizes_out = sizes;
+    return OK;
+}
+
+PyDoc_STRVAR(parse_produce_doc,
+"parse_produce(body) -> (messages, sizes) or None\n\n"
+"A produce frame's body read straight into sidecar_wire.parse_produce's result; None for\n"
+"any body not of that shape (the caller decodes it in Python, which also refuses what is\n"
+"malformed).");
+
+static PyObject *
+py_parse_produce(PyObject *self, PyObject *arg)
+{
+    Py_buffer view;
+    if (PyObject_GetBuffer(arg, &view, PyBUF_SIMPLE) < 0)
+        return NULL;
+    Reader r = {(const unsigned char *)view.buf, (const unsigned char *)view.buf + view.len};
+    PyObject *messages = NULL, *sizes = NULL, *result = NULL;
+    int rc = NO;
+    /* A map of exactly {"type": "produce", "messages": [...]}, in either order (a map with
+     * other or repeated keys is the Python code's to read). */
+    if (r.p < r.end && *r.p == 0x82) {
+        r.p += 1;
+        int seen_type = 0;
+        rc = OK;
+        for (int k = 0; k < 2 && rc == OK; k++) {
+            if (!seen_type && str_is(&r, "type")) {
+                seen_type = 1;
+                rc = str_is(&r, "produce") ? OK : NO;
+            } else if (messages == NULL && str_is(&r, "messages")) {
+                rc = parse_messages(&r, &messages, &sizes);
+            } else {
+                rc = NO;
+            }
+        }
+        if (rc == OK && (!seen_type || messages == NULL || r.p != r.end))
+            rc = NO; /* bytes after the map: msgpack's ExtraData, in Python */
+    }
+    PyBuffer_Release(&view);
+    if (rc == OK)
+        result = PyTuple_Pack(2, messages, sizes);
+    Py_XDECREF(messages);
+    Py_XDECREF(sizes);
+    if (rc == ERR)
+        return NULL;
+    if (rc == NO)
+        Py_RETURN_NONE;
+    return result;
+}
+
+static PyMethodDef methods[] = {
+    {"parse_produce", py_parse_produce, METH_O, parse_produce_doc},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module = {
+    PyModuleDef_HEAD_INIT, "databus.protocol._sidecar_speedups",
+    "The sidecar wire format's per-message kernels in C (pure-Python twins in sidecar_wire.py).",
+    -1, methods, NULL, NULL, NULL, NULL,
+};
+
+PyMODINIT_FUNC
+PyInit__sidecar_speedups(void)
+{
+    return PyModule_Create(&module);
+}
