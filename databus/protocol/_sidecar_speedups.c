@@ -489,8 +489,355 @@ py_parse_produce(PyObject *self, PyObject *arg)
     return result;
 }
 
+
+/* ---- encoding: the SDK's produce frames ------------------------------------------------ */
+
+typedef struct {
+    char *buf;
+    Py_ssize_t len, cap;
+} Out;
+
+static int
+grow(Out *o, Py_ssize_t n)
+{
+    if (o->len + n <= o->cap)
+        return OK;
+    Py_ssize_t cap = o->cap ? o->cap : 65536;
+    while (cap < o->len + n) {
+        if (cap > PY_SSIZE_T_MAX / 2) {
+            PyErr_NoMemory();
+            return ERR;
+        }
+        cap *= 2;
+    }
+    char *buf = PyMem_Realloc(o->buf, cap);
+    if (buf == NULL) {
+        PyErr_NoMemory();
+        return ERR;
+    }
+    o->buf = buf;
+    o->cap = cap;
+    return OK;
+}
+
+static void
+put(Out *o, const void *data, Py_ssize_t n)
+{
+    memcpy(o->buf + o->len, data, n);
+    o->len += n;
+}
+
+static void
+put_byte(Out *o, unsigned char b)
+{
+    o->buf[o->len++] = (char)b;
+}
+
+static void
+put_be16(Out *o, uint32_t v)
+{
+    put_byte(o, (unsigned char)(v >> 8));
+    put_byte(o, (unsigned char)v);
+}
+
+static void
+put_be32(Out *o, uint32_t v)
+{
+    put_be16(o, v >> 16);
+    put_be16(o, v & 0xffff);
+}
+
+static void
+put_be64(Out *o, uint64_t v)
+{
+    put_be32(o, (uint32_t)(v >> 32));
+    put_be32(o, (uint32_t)v);
+}
+
+/* A length header of a str/bin/array in msgpack's smallest form, as msgpack-python's
+ * Packer writes it (``fix``: the fix form's first byte and its limit, 0 if none). */
+static int
+put_header(Out *o, Py_ssize_t n, unsigned char fix, Py_ssize_t fix_limit, unsigned char b8,
+           unsigned char b16, unsigned char b32)
+{
+    if (grow(o, 5))
+        return ERR;
+    if (n < fix_limit)
+        put_byte(o, fix | (unsigned char)n);
+    else if (b8 && n < 256) {
+        put_byte(o, b8);
+        put_byte(o, (unsigned char)n);
+    } else if (n < 65536) {
+        put_byte(o, b16);
+        put_be16(o, (uint32_t)n);
+    } else if ((uint64_t)n <= 0xffffffffu) {
+        put_byte(o, b32);
+        put_be32(o, (uint32_t)n);
+    } else {
+        return NO;
+    }
+    return OK;
+}
+
+static int
+put_int(Out *o, PyObject *obj)
+{
+    int overflow;
+    long long v = PyLong_AsLongLongAndOverflow(obj, &overflow);
+    if (v == -1 && PyErr_Occurred())
+        return ERR;
+    if (grow(o, 9))
+        return ERR;
+    if (overflow > 0) {
+        unsigned long long u = PyLong_AsUnsignedLongLong(obj);
+        if (u == (unsigned long long)-1 && PyErr_Occurred()) {
+            if (!PyErr_ExceptionMatches(PyExc_OverflowError))
+                return ERR;
+            PyErr_Clear();
+            return NO; /* beyond 64 bits: msgpack's own error, in Python */
+        }
+        put_byte(o, 0xcf);
+        put_be64(o, u);
+    } else if (overflow < 0) {
+        return NO;
+    } else if (v >= 0) {
+        if (v < 128)
+            put_byte(o, (unsigned char)v);
+        else if (v < 256) {
+            put_byte(o, 0xcc);
+            put_byte(o, (unsigned char)v);
+        } else if (v < 65536) {
+            put_byte(o, 0xcd);
+            put_be16(o, (uint32_t)v);
+        } else if (v <= 0xffffffffLL) {
+            put_byte(o, 0xce);
+            put_be32(o, (uint32_t)v);
+        } else {
+            put_byte(o, 0xcf);
+            put_be64(o, (uint64_t)v);
+        }
+    } else {
+        if (v >= -32)
+            put_byte(o, (unsigned char)(int8_t)v);
+        else if (v >= -128) {
+            put_byte(o, 0xd0);
+            put_byte(o, (unsigned char)(int8_t)v);
+        } else if (v >= -32768) {
+            put_byte(o, 0xd1);
+            put_be16(o, (uint16_t)(int16_t)v);
+        } else if (v >= INT32_MIN) {
+            put_byte(o, 0xd2);
+            put_be32(o, (uint32_t)(int32_t)v);
+        } else {
+            put_byte(o, 0xd3);
+            put_be64(o, (uint64_t)v);
+        }
+    }
+    return OK;
+}
+
+static int
+put_str(Out *o, PyObject *obj)
+{
+    Py_ssize_t n;
+    const char *s = PyUnicode_AsUTF8AndSize(obj, &n);
+    if (s == NULL) {
+        if (!PyErr_ExceptionMatches(PyExc_UnicodeEncodeError))
+            return ERR;
+        PyErr_Clear();
+        return NO; /* a lone surrogate: msgpack's own error, in Python */
+    }
+    int rc = put_header(o, n, 0xa0, 32, 0xd9, 0xda, 0xdb);
+    if (rc)
+        return rc;
+    if (grow(o, n))
+        return ERR;
+    put(o, s, n);
+    return OK;
+}
+
+static int
+put_bin(Out *o, PyObject *obj)
+{
+    Py_ssize_t n = PyBytes_GET_SIZE(obj);
+    int rc = put_header(o, n, 0, 0, 0xc4, 0xc5, 0xc6);
+    if (rc)
+        return rc;
+    if (grow(o, n))
+        return ERR;
+    put(o, PyBytes_AS_STRING(obj), n);
+    return OK;
+}
+
+/* The types a queued message holds (ints, str, bytes, None, tuples and lists of them);
+ * any other is NO: the frames are then packed by msgpack, in Python. */
+static int
+put_object(Out *o, PyObject *obj, int depth)
+{
+    if (obj == Py_None) {
+        if (grow(o, 1))
+            return ERR;
+        put_byte(o, 0xc0);
+        return OK;
+    }
+    if (PyBytes_CheckExact(obj))
+        return put_bin(o, obj);
+    if (PyUnicode_CheckExact(obj))
+        return put_str(o, obj);
+    if (PyLong_CheckExact(obj))
+        return put_int(o, obj);
+    if ((PyTuple_CheckExact(obj) || PyList_CheckExact(obj)) && depth < 3) {
+        Py_ssize_t n = PySequence_Fast_GET_SIZE(obj);
+        int rc = put_header(o, n, 0x90, 16, 0, 0xdc, 0xdd);
+        if (rc)
+            return rc;
+        PyObject **items = PySequence_Fast_ITEMS(obj);
+        for (Py_ssize_t i = 0; i < n; i++) {
+            rc = put_object(o, items[i], depth + 1);
+            if (rc)
+                return rc;
+        }
+        return OK;
+    }
+    return NO;
+}
+
+static Py_ssize_t
+py_len(PyObject *obj)
+{
+    if (PyBytes_CheckExact(obj))
+        return PyBytes_GET_SIZE(obj);
+    if (PyUnicode_CheckExact(obj))
+        return PyUnicode_GET_LENGTH(obj);
+    return -1;
+}
+
+/* sidecar_wire.message_estimate(item), or -1 when the item is not of the shapes it
+ * reads (the caller packs in Python then). */
+static Py_ssize_t
+estimate(PyObject *item, Py_ssize_t overhead)
+{
+    if (!PyTuple_CheckExact(item) && !PyList_CheckExact(item))
+        return -1;
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(item);
+    PyObject **f = PySequence_Fast_ITEMS(item);
+    if (n < 3)
+        return -1;
+    Py_ssize_t size = overhead, len;
+    if ((len = py_len(f[1])) < 0)
+        return -1;
+    size += len;
+    for (int i = 2; i < 4 && i < n; i++) {
+        if (f[i] == Py_None)
+            continue;
+        if (!PyBytes_CheckExact(f[i]))
+            return -1;
+        size += PyBytes_GET_SIZE(f[i]);
+    }
+    if (n > 4 && f[4] != Py_None) {
+        PyObject *headers = f[4];
+        if (!PyList_CheckExact(headers) && !PyTuple_CheckExact(headers))
+            return -1;
+        Py_ssize_t count = PySequence_Fast_GET_SIZE(headers);
+        for (Py_ssize_t i = 0; i < count; i++) {
+            PyObject *pair = PySequence_Fast_ITEMS(headers)[i];
+            if ((!PyList_CheckExact(pair) && !PyTuple_CheckExact(pair)) ||
+                PySequence_Fast_GET_SIZE(pair) != 2)
+                return -1;
+            PyObject *name = PySequence_Fast_ITEMS(pair)[0];
+            PyObject *value = PySequence_Fast_ITEMS(pair)[1];
+            if ((len = py_len(name)) < 0)
+                return -1;
+            size += len + 8;
+            if (value != Py_None) {
+                if ((len = py_len(value)) < 0)
+                    return -1;
+                size += len;
+            }
+        }
+    }
+    return size;
+}
+
+/* One produce frame of items[first:end]: prefix, {"type": "produce", "messages": [...]}. */
+static int
+put_frame(Out *o, PyObject **items, Py_ssize_t first, Py_ssize_t end)
+{
+    static const char head[] = "\x82\xa4type\xa7produce\xa8messages";
+    Py_ssize_t start = o->len;
+    if (grow(o, 4 + sizeof(head) - 1))
+        return ERR;
+    o->len += 4; /* the length prefix, written below */
+    put(o, head, sizeof(head) - 1);
+    int rc = put_header(o, end - first, 0x90, 16, 0, 0xdc, 0xdd);
+    for (Py_ssize_t i = first; rc == OK && i < end; i++)
+        rc = put_object(o, items[i], 0);
+    if (rc)
+        return rc;
+    uint64_t body = (uint64_t)(o->len - start - 4);
+    if (body > 0xffffffffu)
+        return NO;
+    unsigned char *p = (unsigned char *)o->buf + start;
+    p[0] = (unsigned char)(body >> 24);
+    p[1] = (unsigned char)(body >> 16);
+    p[2] = (unsigned char)(body >> 8);
+    p[3] = (unsigned char)body;
+    return OK;
+}
+
+PyDoc_STRVAR(encode_produce_doc,
+"encode_produce(queue, start, end, max_messages, limit, overhead) -> bytes or None\n\n"
+"sidecar_wire.encode_produce's twin: queue[start:end] (message tuples) as produce frames\n"
+"of at most max_messages each and, when limit >= 0, cut before a message whose estimate\n"
+"would take the frame's past limit.  None when an item holds what this does not pack\n"
+"(the caller packs in Python then).");
+
+static PyObject *
+py_encode_produce(PyObject *self, PyObject *args)
+{
+    PyObject *queue;
+    Py_ssize_t start, end, max_messages, limit, overhead;
+    if (!PyArg_ParseTuple(args, "O!nnnnn", &PyList_Type, &queue, &start, &end, &max_messages,
+                          &limit, &overhead))
+        return NULL;
+    if (start < 0 || end > PyList_GET_SIZE(queue) || max_messages < 1) {
+        PyErr_SetString(PyExc_ValueError, "encode_produce: bad range or max_messages");
+        return NULL;
+    }
+    PyObject **items = PySequence_Fast_ITEMS(queue);
+    Out o = {NULL, 0, 0};
+    int rc = OK;
+    Py_ssize_t first = start, size = 0;
+    for (Py_ssize_t i = start; rc == OK && i < end; i++) {
+        Py_ssize_t item_size = 0;
+        if (limit >= 0) {
+            item_size = estimate(items[i], overhead);
+            if (item_size < 0) {
+                rc = NO;
+                break;
+            }
+        }
+        if (i > first && ((limit >= 0 && size + item_size > limit) || i - first >= max_messages)) {
+            rc = put_frame(&o, items, first, i);
+            first = i;
+            size = 0;
+        }
+        size += item_size;
+    }
+    if (rc == OK && first < end)
+        rc = put_frame(&o, items, first, end);
+    PyObject *result = NULL;
+    if (rc == OK)
+        result = PyBytes_FromStringAndSize(o.buf ? o.buf : "", o.len);
+    PyMem_Free(o.buf);
+    if (rc == NO)
+        Py_RETURN_NONE;
+    return result;
+}
+
 static PyMethodDef methods[] = {
     {"parse_produce", py_parse_produce, METH_O, parse_produce_doc},
+    {"encode_produce", py_encode_produce, METH_VARARGS, encode_produce_doc},
     {NULL, NULL, 0, NULL},
 };
 

@@ -199,3 +199,56 @@ def test_this_process_runs_what_the_environment_says():
     """Also run on the pure-Python code (test_speedups.py's subset)."""
     expected = speedups.load_native(name="_sidecar_speedups")
     assert (wire._parse_produce_c is None) == (expected is None)
+
+
+# -- the SDK's produce frames -----------------------------------------------------------------
+
+queued_message = st.one_of(
+    # the forms send() queues: [id, stream, value(, key)] and the full seven fields
+    st.tuples(st.integers(1, 2**64 - 1), st.text(max_size=6), payload),
+    st.tuples(st.integers(1, 2**64 - 1), st.text(max_size=6), payload, payload),
+    st.tuples(st.integers(1, 2**64 - 1), st.text(max_size=6), payload, payload,
+              st.one_of(st.none(), st.lists(header, max_size=3)),
+              st.one_of(st.none(), st.integers(0, 2**31)),
+              st.one_of(st.none(), st.integers(-(2**63), 2**64 - 1))),
+    # what the C encoder leaves to msgpack: a bool, a float, an int beyond 64 bits
+    st.tuples(st.integers(1, 9), st.text(max_size=2), payload, payload, st.none(), st.none(),
+              st.one_of(st.booleans(), st.floats(allow_nan=False), st.just(2**64))),
+)
+
+
+def encode_both(queue, start, end, max_messages, limit, monkeypatch):
+    outcomes = []
+    for impl in (_sidecar_speedups.encode_produce, None):
+        monkeypatch.setattr(wire, "_encode_produce_c", impl)
+        out = bytearray(b"before")
+        try:
+            n = wire.append_produce(out, queue, start, end, max_messages, limit)
+            outcomes.append((n, bytes(out)))
+        except Exception as exc:  # noqa: BLE001 - the comparison is the point
+            outcomes.append((type(exc), str(exc), bytes(out)))
+    return outcomes
+
+
+@needs_ext
+@settings(max_examples=250, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(queue=st.lists(queued_message, max_size=25), max_messages=st.integers(1, 8),
+       limit=st.one_of(st.just(-1), st.integers(0, 400)), data=st.data())
+def test_produce_frames_are_byte_identical(queue, max_messages, limit, data):
+    start = data.draw(st.integers(0, len(queue)))
+    end = data.draw(st.integers(start, len(queue)))
+    with pytest.MonkeyPatch.context() as monkeypatch:
+        c, py = encode_both(queue, start, end, max_messages, limit, monkeypatch)
+    assert c == py
+    if not isinstance(c[0], type):  # and they decode to the messages, in order
+        frames = wire.FrameDecoder().feed(c[1][len(b"before"):])
+        assert [m for f in frames for m in f["messages"]] == (
+            msgpack.unpackb(_pack(queue[start:end])))
+
+
+@needs_ext
+def test_the_sdk_queue_is_encoded_in_c(monkeypatch):
+    """send()'s tuples (str, bytes, ints) never take the msgpack path."""
+    queue = [(1, "s", b"v"), (2, "s", None, b"k"), (3, "s", b"v", None, [["h", b"x"]], 1, 5)]
+    assert _sidecar_speedups.encode_produce(queue, 0, 3, 2, -1, wire.MESSAGE_OVERHEAD) == (
+        wire.encode_frame(wire.produce(queue[:2])) + wire.encode_frame(wire.produce(queue[2:])))
