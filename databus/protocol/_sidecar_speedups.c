@@ -23,6 +23,7 @@
 #include <Python.h>
 #include <stdint.h>
 #include <string.h>
+#include <structmember.h>
 
 typedef struct {
     const unsigned char *p;
@@ -835,6 +836,293 @@ py_encode_produce(PyObject *self, PyObject *args)
     return result;
 }
 
+/* ---- the SDK's outbox ------------------------------------------------------------------ */
+
+/* What databus/sdk/outbox.py's PyOutbox does under its lock, done here in single calls:
+ * the interpreter runs no other thread during a call of a C function that runs no Python
+ * code and does not release the GIL, so each method is atomic without a lock (the lock was
+ * a third of send()'s cost).  Allocations that may start the collector (which may run
+ * Python code: finalizers) come first in each method, before any state changes. */
+
+typedef struct {
+    PyObject_HEAD
+    PyObject *queue;   /* message tuples and markers, in order */
+    PyObject *futures; /* message id -> its future */
+    long long last_id;
+    Py_ssize_t buffered;
+    Py_ssize_t unencoded;
+    Py_ssize_t max_messages;
+    char armed;
+    char refusing;
+} Outbox;
+
+enum { QUEUED = 0, WAKE = 1, YIELD = 2, REFUSED = 3 };
+
+static int
+outbox_init(Outbox *self, PyObject *args, PyObject *kwargs)
+{
+    static char *names[] = {"max_messages", NULL};
+    Py_ssize_t max_messages;
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "n", names, &max_messages))
+        return -1;
+    if (max_messages < 1) {
+        PyErr_SetString(PyExc_ValueError, "max_messages must be positive");
+        return -1;
+    }
+    PyObject *queue = PyList_New(0), *futures = PyDict_New();
+    if (queue == NULL || futures == NULL) {
+        Py_XDECREF(queue);
+        Py_XDECREF(futures);
+        return -1;
+    }
+    Py_XSETREF(self->queue, queue);
+    Py_XSETREF(self->futures, futures);
+    self->max_messages = max_messages;
+    self->last_id = 0;
+    self->buffered = self->unencoded = 0;
+    self->armed = self->refusing = 0;
+    return 0;
+}
+
+static int
+outbox_traverse(Outbox *self, visitproc visit, void *arg)
+{
+    Py_VISIT(self->queue);
+    Py_VISIT(self->futures);
+    return 0;
+}
+
+static int
+outbox_clear(Outbox *self)
+{
+    Py_CLEAR(self->queue);
+    Py_CLEAR(self->futures);
+    return 0;
+}
+
+static void
+outbox_dealloc(Outbox *self)
+{
+    PyObject_GC_UnTrack(self);
+    outbox_clear(self);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static int
+outbox_ready(Outbox *self)
+{
+    if (self->queue == NULL || self->futures == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "Outbox not initialised");
+        return -1;
+    }
+    return 0;
+}
+
+/* add(size, future, fields) -> QUEUED, WAKE, YIELD or REFUSED */
+static PyObject *
+outbox_add(Outbox *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 3 || !PyTuple_CheckExact(args[2])) {
+        PyErr_SetString(PyExc_TypeError, "add(size, future, fields: tuple)");
+        return NULL;
+    }
+    if (outbox_ready(self))
+        return NULL;
+    Py_ssize_t size = PyLong_AsSsize_t(args[0]);
+    if (size == -1 && PyErr_Occurred())
+        return NULL;
+    PyObject *fields = args[2];
+    Py_ssize_t n = PyTuple_GET_SIZE(fields);
+    PyObject *item = PyTuple_New(n + 1); /* first: it may start the collector */
+    if (item == NULL)
+        return NULL;
+    if (self->refusing) {
+        Py_DECREF(item);
+        return PyLong_FromLong(REFUSED);
+    }
+    PyObject *id = PyLong_FromLongLong(self->last_id + 1);
+    if (id == NULL) {
+        Py_DECREF(item);
+        return NULL;
+    }
+    PyTuple_SET_ITEM(item, 0, id);
+    for (Py_ssize_t i = 0; i < n; i++)
+        PyTuple_SET_ITEM(item, i + 1, Py_NewRef(PyTuple_GET_ITEM(fields, i)));
+    if (PyDict_SetItem(self->futures, id, args[1]) < 0) {
+        Py_DECREF(item);
+        return NULL;
+    }
+    if (PyList_Append(self->queue, item) < 0) {
+        PyDict_DelItem(self->futures, id);
+        Py_DECREF(item);
+        return NULL;
+    }
+    Py_DECREF(item);
+    self->last_id += 1;
+    self->buffered += size;
+    self->unencoded += size;
+    if (self->armed)
+        return PyLong_FromLong(PyList_GET_SIZE(self->queue) % self->max_messages ? QUEUED : YIELD);
+    self->armed = 1;
+    return PyLong_FromLong(WAKE);
+}
+
+static PyObject *
+outbox_next_id(Outbox *self, PyObject *unused)
+{
+    self->last_id += 1;
+    return PyLong_FromLongLong(self->last_id);
+}
+
+static PyObject *
+outbox_add_marker(Outbox *self, PyObject *marker)
+{
+    if (outbox_ready(self) || PyList_Append(self->queue, marker) < 0)
+        return NULL;
+    int wake = !self->armed;
+    self->armed = 1;
+    return PyBool_FromLong(wake);
+}
+
+static PyObject *
+outbox_arm(Outbox *self, PyObject *unused)
+{
+    int wake = !self->armed;
+    self->armed = 1;
+    return PyBool_FromLong(wake);
+}
+
+static PyObject *
+outbox_take(Outbox *self, PyObject *unused)
+{
+    if (outbox_ready(self))
+        return NULL;
+    PyObject *fresh = PyList_New(0);
+    PyObject *unencoded = PyLong_FromSsize_t(self->unencoded);
+    PyObject *result = (fresh && unencoded) ? PyTuple_Pack(2, self->queue, unencoded) : NULL;
+    Py_XDECREF(unencoded);
+    if (result == NULL) {
+        Py_XDECREF(fresh);
+        return NULL;
+    }
+    Py_SETREF(self->queue, fresh);
+    self->unencoded = 0;
+    self->armed = 0;
+    return result;
+}
+
+static PyObject *
+outbox_release(Outbox *self, PyObject *arg)
+{
+    Py_ssize_t n = PyLong_AsSsize_t(arg);
+    if (n == -1 && PyErr_Occurred())
+        return NULL;
+    self->buffered -= n;
+    Py_RETURN_NONE;
+}
+
+static PyObject *
+outbox_fail(Outbox *self, PyObject *unused)
+{
+    if (outbox_ready(self))
+        return NULL;
+    PyObject *queue = PyList_New(0), *futures = PyDict_New();
+    if (queue == NULL || futures == NULL) {
+        Py_XDECREF(queue);
+        Py_XDECREF(futures);
+        return NULL;
+    }
+    PyObject *old = self->futures;
+    self->futures = futures;
+    Py_SETREF(self->queue, queue);
+    self->refusing = 1;
+    self->unencoded = self->buffered = 0;
+    self->armed = 0;
+    return old;
+}
+
+static PyObject *
+outbox_get_refusing(Outbox *self, void *closure)
+{
+    return PyBool_FromLong(self->refusing);
+}
+
+static int
+outbox_set_refusing(Outbox *self, PyObject *value, void *closure)
+{
+    int truth = value ? PyObject_IsTrue(value) : -1;
+    if (truth < 0) {
+        if (!PyErr_Occurred())
+            PyErr_SetString(PyExc_TypeError, "cannot delete refusing");
+        return -1;
+    }
+    self->refusing = (char)truth;
+    return 0;
+}
+
+static PyObject *
+outbox_get_armed(Outbox *self, void *closure)
+{
+    return PyBool_FromLong(self->armed);
+}
+
+static PyObject *
+outbox_get_futures(Outbox *self, void *closure)
+{
+    if (outbox_ready(self))
+        return NULL;
+    return Py_NewRef(self->futures);
+}
+
+static PyGetSetDef outbox_getset[] = {
+    {"refusing", (getter)outbox_get_refusing, (setter)outbox_set_refusing,
+     "add() refuses (the client is closed or failed)", NULL},
+    {"armed", (getter)outbox_get_armed, NULL, "a wake-up is in flight to the I/O thread", NULL},
+    {"futures", (getter)outbox_get_futures, NULL, "message id -> future, not answered yet",
+     NULL},
+    {NULL},
+};
+
+static PyMemberDef outbox_members[] = {
+    {"buffered", T_PYSSIZET, offsetof(Outbox, buffered), READONLY,
+     "payload bytes queued or not yet written"},
+    {"unencoded", T_PYSSIZET, offsetof(Outbox, unencoded), READONLY,
+     "payload bytes of the queued messages"},
+    {"last_id", T_LONGLONG, offsetof(Outbox, last_id), READONLY, "the last id given out"},
+    {"max_messages", T_PYSSIZET, offsetof(Outbox, max_messages), READONLY, NULL},
+    {NULL},
+};
+
+static PyMethodDef outbox_methods[] = {
+    {"add", (PyCFunction)(void (*)(void))outbox_add, METH_FASTCALL,
+     "add(size, future, fields): queue message (id, *fields); QUEUED, WAKE, YIELD or REFUSED"},
+    {"next_id", (PyCFunction)outbox_next_id, METH_NOARGS, "a new id (flushes, subscriptions)"},
+    {"add_marker", (PyCFunction)outbox_add_marker, METH_O,
+     "queue a marker; True if the I/O thread must be woken"},
+    {"arm", (PyCFunction)outbox_arm, METH_NOARGS, "True if the I/O thread must be woken"},
+    {"take", (PyCFunction)outbox_take, METH_NOARGS, "(queue, unencoded bytes), emptied"},
+    {"release", (PyCFunction)outbox_release, METH_O, "n payload bytes left the process"},
+    {"fail", (PyCFunction)outbox_fail, METH_NOARGS,
+     "refuse from now on, drop what is queued; returns the futures not answered"},
+    {NULL},
+};
+
+static PyTypeObject OutboxType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "databus.protocol._sidecar_speedups.Outbox",
+    .tp_basicsize = sizeof(Outbox),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC,
+    .tp_doc = "The SDK's queue of messages and markers (databus/sdk/outbox.py's PyOutbox).",
+    .tp_new = PyType_GenericNew,
+    .tp_init = (initproc)outbox_init,
+    .tp_traverse = (traverseproc)outbox_traverse,
+    .tp_clear = (inquiry)outbox_clear,
+    .tp_dealloc = (destructor)outbox_dealloc,
+    .tp_methods = outbox_methods,
+    .tp_members = outbox_members,
+    .tp_getset = outbox_getset,
+};
+
 static PyMethodDef methods[] = {
     {"parse_produce", py_parse_produce, METH_O, parse_produce_doc},
     {"encode_produce", py_encode_produce, METH_VARARGS, encode_produce_doc},
@@ -850,5 +1138,14 @@ static struct PyModuleDef module = {
 PyMODINIT_FUNC
 PyInit__sidecar_speedups(void)
 {
-    return PyModule_Create(&module);
+    if (PyType_Ready(&OutboxType) < 0)
+        return NULL;
+    PyObject *m = PyModule_Create(&module);
+    if (m == NULL)
+        return NULL;
+    if (PyModule_AddObjectRef(m, "Outbox", (PyObject *)&OutboxType) < 0) {
+        Py_DECREF(m);
+        return NULL;
+    }
+    return m;
 }
