@@ -24,6 +24,7 @@
 #include <stdint.h>
 #include <string.h>
 #include <structmember.h>
+#include <descrobject.h>
 
 typedef struct {
     const unsigned char *p;
@@ -848,6 +849,9 @@ typedef struct {
     PyObject_HEAD
     PyObject *queue;   /* message tuples and markers, in order */
     PyObject *futures; /* message id -> its future */
+    PyObject *future_type; /* the futures add() makes: a class with FUTURE_SLOTS */
+    PyObject *client;      /* each future's _client */
+    Py_ssize_t slot[6];    /* FUTURE_SLOTS' offsets in a future */
     long long last_id;
     Py_ssize_t buffered;
     Py_ssize_t unencoded;
@@ -858,17 +862,41 @@ typedef struct {
 
 enum { QUEUED = 0, WAKE = 1, YIELD = 2, REFUSED = 3 };
 
+/* A future is made as DeliveryFuture.__init__ makes it, without running it (a Python
+ * __init__ was a sixth of send()'s cost): allocated, then these slots stored. */
+static const char *FUTURE_SLOTS[6] = {"_client", "delay_id", "_done", "_report", "_exc",
+                                      "_callbacks"};
+
 static int
 outbox_init(Outbox *self, PyObject *args, PyObject *kwargs)
 {
-    static char *names[] = {"max_messages", NULL};
+    static char *names[] = {"max_messages", "future_type", "client", NULL};
     Py_ssize_t max_messages;
-    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "n", names, &max_messages))
+    PyObject *future_type, *client;
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "nO!O", names, &max_messages,
+                                     &PyType_Type, &future_type, &client))
         return -1;
     if (max_messages < 1) {
         PyErr_SetString(PyExc_ValueError, "max_messages must be positive");
         return -1;
     }
+    for (int i = 0; i < 6; i++) {
+        PyObject *d = PyObject_GetAttrString(future_type, FUTURE_SLOTS[i]);
+        if (d == NULL)
+            return -1;
+        int ok = Py_IS_TYPE(d, &PyMemberDescr_Type) &&
+                 ((PyMemberDescrObject *)d)->d_member->type == T_OBJECT_EX;
+        if (ok)
+            self->slot[i] = ((PyMemberDescrObject *)d)->d_member->offset;
+        Py_DECREF(d);
+        if (!ok) {
+            PyErr_Format(PyExc_TypeError, "future_type.%s must be a __slots__ member",
+                         FUTURE_SLOTS[i]);
+            return -1;
+        }
+    }
+    Py_XSETREF(self->future_type, Py_NewRef(future_type));
+    Py_XSETREF(self->client, Py_NewRef(client));
     PyObject *queue = PyList_New(0), *futures = PyDict_New();
     if (queue == NULL || futures == NULL) {
         Py_XDECREF(queue);
@@ -889,6 +917,8 @@ outbox_traverse(Outbox *self, visitproc visit, void *arg)
 {
     Py_VISIT(self->queue);
     Py_VISIT(self->futures);
+    Py_VISIT(self->future_type);
+    Py_VISIT(self->client);
     return 0;
 }
 
@@ -897,6 +927,8 @@ outbox_clear(Outbox *self)
 {
     Py_CLEAR(self->queue);
     Py_CLEAR(self->futures);
+    Py_CLEAR(self->future_type);
+    Py_CLEAR(self->client);
     return 0;
 }
 
@@ -911,19 +943,32 @@ outbox_dealloc(Outbox *self)
 static int
 outbox_ready(Outbox *self)
 {
-    if (self->queue == NULL || self->futures == NULL) {
+    if (self->queue == NULL || self->futures == NULL || self->future_type == NULL) {
         PyErr_SetString(PyExc_RuntimeError, "Outbox not initialised");
         return -1;
     }
     return 0;
 }
 
-/* add(size, future, fields) -> QUEUED, WAKE, YIELD or REFUSED */
+static PyObject *
+new_future(Outbox *self)
+{
+    PyTypeObject *type = (PyTypeObject *)self->future_type;
+    PyObject *future = type->tp_alloc(type, 0);
+    if (future == NULL)
+        return NULL;
+    PyObject *values[6] = {self->client, Py_None, Py_False, Py_None, Py_None, Py_None};
+    for (int i = 0; i < 6; i++)
+        *(PyObject **)((char *)future + self->slot[i]) = Py_NewRef(values[i]);
+    return future;
+}
+
+/* add(size, fields) -> (QUEUED, WAKE, YIELD or REFUSED; the message's future or None) */
 static PyObject *
 outbox_add(Outbox *self, PyObject *const *args, Py_ssize_t nargs)
 {
-    if (nargs != 3 || !PyTuple_CheckExact(args[2])) {
-        PyErr_SetString(PyExc_TypeError, "add(size, future, fields: tuple)");
+    if (nargs != 2 || !PyTuple_CheckExact(args[1])) {
+        PyErr_SetString(PyExc_TypeError, "add(size, fields: tuple)");
         return NULL;
     }
     if (outbox_ready(self))
@@ -931,40 +976,56 @@ outbox_add(Outbox *self, PyObject *const *args, Py_ssize_t nargs)
     Py_ssize_t size = PyLong_AsSsize_t(args[0]);
     if (size == -1 && PyErr_Occurred())
         return NULL;
-    PyObject *fields = args[2];
+    PyObject *fields = args[1];
     Py_ssize_t n = PyTuple_GET_SIZE(fields);
-    PyObject *item = PyTuple_New(n + 1); /* first: it may start the collector */
-    if (item == NULL)
+    /* The allocations first: they may start the collector. */
+    PyObject *item = PyTuple_New(n + 1);
+    PyObject *future = item ? new_future(self) : NULL;
+    PyObject *result = future ? PyTuple_New(2) : NULL;
+    if (result == NULL) {
+        Py_XDECREF(item);
+        Py_XDECREF(future);
         return NULL;
+    }
+    int then;
     if (self->refusing) {
         Py_DECREF(item);
-        return PyLong_FromLong(REFUSED);
-    }
-    PyObject *id = PyLong_FromLongLong(self->last_id + 1);
-    if (id == NULL) {
+        Py_DECREF(future);
+        future = Py_NewRef(Py_None);
+        then = REFUSED;
+    } else {
+        PyObject *id = PyLong_FromLongLong(self->last_id + 1);
+        if (id == NULL)
+            goto error;
+        PyTuple_SET_ITEM(item, 0, id);
+        for (Py_ssize_t i = 0; i < n; i++)
+            PyTuple_SET_ITEM(item, i + 1, Py_NewRef(PyTuple_GET_ITEM(fields, i)));
+        if (PyDict_SetItem(self->futures, id, future) < 0)
+            goto error;
+        if (PyList_Append(self->queue, item) < 0) {
+            PyDict_DelItem(self->futures, id);
+            goto error;
+        }
         Py_DECREF(item);
-        return NULL;
+        self->last_id += 1;
+        self->buffered += size;
+        self->unencoded += size;
+        if (self->armed) {
+            then = PyList_GET_SIZE(self->queue) % self->max_messages ? QUEUED : YIELD;
+        } else {
+            self->armed = 1;
+            then = WAKE;
+        }
     }
-    PyTuple_SET_ITEM(item, 0, id);
-    for (Py_ssize_t i = 0; i < n; i++)
-        PyTuple_SET_ITEM(item, i + 1, Py_NewRef(PyTuple_GET_ITEM(fields, i)));
-    if (PyDict_SetItem(self->futures, id, args[1]) < 0) {
-        Py_DECREF(item);
-        return NULL;
-    }
-    if (PyList_Append(self->queue, item) < 0) {
-        PyDict_DelItem(self->futures, id);
-        Py_DECREF(item);
-        return NULL;
-    }
+    PyObject *code = PyLong_FromLong(then); /* small ints: never allocated */
+    PyTuple_SET_ITEM(result, 0, code);
+    PyTuple_SET_ITEM(result, 1, future);
+    return result;
+error:
     Py_DECREF(item);
-    self->last_id += 1;
-    self->buffered += size;
-    self->unencoded += size;
-    if (self->armed)
-        return PyLong_FromLong(PyList_GET_SIZE(self->queue) % self->max_messages ? QUEUED : YIELD);
-    self->armed = 1;
-    return PyLong_FromLong(WAKE);
+    Py_DECREF(future);
+    Py_DECREF(result);
+    return NULL;
 }
 
 static PyObject *
@@ -1095,7 +1156,8 @@ static PyMemberDef outbox_members[] = {
 
 static PyMethodDef outbox_methods[] = {
     {"add", (PyCFunction)(void (*)(void))outbox_add, METH_FASTCALL,
-     "add(size, future, fields): queue message (id, *fields); QUEUED, WAKE, YIELD or REFUSED"},
+     "add(size, fields): queue message (id, *fields) with a new future; (QUEUED, WAKE, YIELD "
+     "or REFUSED, the future)"},
     {"next_id", (PyCFunction)outbox_next_id, METH_NOARGS, "a new id (flushes, subscriptions)"},
     {"add_marker", (PyCFunction)outbox_add_marker, METH_O,
      "queue a marker; True if the I/O thread must be woken"},

@@ -103,7 +103,8 @@ class DeliveryFuture:
     """The outcome of one ``send``: ``result(timeout)`` returns the Delivery or raises."""
 
     # A resolved future keeps the raw report and its index in it (-1: a single report)
-    # and builds the Delivery on first use: resolving costs two stores per message.
+    # and builds the Delivery on first use: resolving costs two stores per message.  The
+    # C outbox makes futures as __init__ does, storing the slots it stores (outbox.py).
     __slots__ = ("_client", "_done", "_report", "_index", "_exc", "_callbacks", "delay_id")
 
     def __init__(self, client: Client) -> None:
@@ -311,7 +312,7 @@ class Client:
         # ids, the queue of message tuples and markers (("flush", id), ("frame", frame),
         # ("checks", groups)), the futures waiting for reports and the bytes buffered: one
         # atomic step per call, without _lock (outbox.py)
-        self._outbox = Outbox(MAX_MESSAGES_PER_FRAME)
+        self._outbox = Outbox(MAX_MESSAGES_PER_FRAME, DeliveryFuture, self)
         self._delivered = self._failed = 0  # messages answered, by outcome (I/O thread)
         self._flush_waits: dict[int, threading.Event] = {}
         self._max_buffer = max_buffer_bytes
@@ -484,10 +485,9 @@ class Client:
                     f"{outbox.buffered} bytes wait for the sidecar to read them "
                     f"(max_buffer_bytes={self._max_buffer})",
                 )
-        future = DeliveryFuture(self)
-        if delay_id is not None:
+        then, future = outbox.add(size, item)
+        if delay_id is not None and future is not None:
             future.delay_id = delay_id
-        then = outbox.add(size, future, item)
         if then:
             if then == YIELD:
                 # A frame's worth waits: let the I/O thread have the interpreter now rather

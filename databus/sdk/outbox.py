@@ -25,12 +25,15 @@ REFUSED = 3  # the client is closed or failed: nothing was queued
 
 class PyOutbox:
     """See the module docstring; ``max_messages``: the queue length at which add() says
-    YIELD (a produce frame's worth)."""
+    YIELD (a produce frame's worth); add() makes each message's future as
+    ``future_type(client)``."""
 
-    def __init__(self, max_messages: int) -> None:
+    def __init__(self, max_messages: int, future_type: type, client: Any) -> None:
         if max_messages < 1:
             raise ValueError("max_messages must be positive")
         self._lock = threading.Lock()
+        self._future_type = future_type
+        self._client = client
         self.max_messages = max_messages
         self.queue: list = []  # message tuples and markers, in order
         self.futures: dict[int, Any] = {}  # message id -> its future
@@ -40,13 +43,15 @@ class PyOutbox:
         self.armed = False  # a wake-up is in flight to the I/O thread
         self.refusing = False  # the client is closed or failed
 
-    def add(self, size: int, future: Any, fields: tuple) -> int:
-        """Queue message ``(id, *fields)`` with a new id, ``size`` payload bytes."""
+    def add(self, size: int, fields: tuple) -> tuple[int, Any]:
+        """Queue message ``(id, *fields)`` with a new id, ``size`` payload bytes; returns
+        (what to do next, its future), (REFUSED, None) when nothing was queued."""
+        future = self._future_type(self._client)
         lock = self._lock
         lock.acquire()  # not ``with``: cheaper, on every send
         try:
             if self.refusing:
-                return REFUSED
+                return REFUSED, None
             self.last_id = id_ = self.last_id + 1
             self.futures[id_] = future
             queue = self.queue
@@ -54,9 +59,9 @@ class PyOutbox:
             self.buffered += size
             self.unencoded += size
             if self.armed:
-                return QUEUED if len(queue) % self.max_messages else YIELD
+                return (QUEUED if len(queue) % self.max_messages else YIELD), future
             self.armed = True
-            return WAKE
+            return WAKE, future
         finally:
             lock.release()
 
