@@ -56,4 +56,5 @@ lint: install-test
 	$(BIN)/mypy
 
 clean:
-	rm -rf $(VENV) .pytest_cache build *.egg-info databus/protocol/_speedups.*.so
+	rm -rf $(VENV) .pytest_cache build *.egg-info databus/protocol/_speedups.*.so \
+		databus/protocol/_sidecar_speedups.*.so
