@@ -15,7 +15,8 @@ $(BIN)/python:
 
 # The stamp files make re-runs instant; a change to the packaging or to the C extension's
 # source re-installs (an editable install builds the extension once, in place).
-BUILD_INPUTS := pyproject.toml setup.py databus/protocol/_speedups.c
+BUILD_INPUTS := pyproject.toml setup.py databus/protocol/_speedups.c \
+	databus/protocol/_sidecar_speedups.c
 
 $(VENV)/.installed: $(BUILD_INPUTS) | $(BIN)/python
 	$(BIN)/python -m pip install --quiet -e .
@@ -55,4 +56,5 @@ lint: install-test
 	$(BIN)/mypy
 
 clean:
-	rm -rf $(VENV) .pytest_cache build *.egg-info databus/protocol/_speedups.*.so
+	rm -rf $(VENV) .pytest_cache build *.egg-info databus/protocol/_speedups.*.so \
+		databus/protocol/_sidecar_speedups.*.so

@@ -1,13 +1,14 @@
-"""Package list and the optional C extension (everything else is in pyproject.toml).
+"""Package list and the optional C extensions (everything else is in pyproject.toml).
 
 ``plugins/`` and ``spark_sink/`` are installed as ``databus_plugins`` and ``databus_spark``
 (see [tool.setuptools.package-dir]); setuptools' declarative ``packages.find`` cannot rename
 directories, so the list is computed here.
 
-``databus.protocol._speedups`` is the record format's per-record kernels in C.  It is
-optional, as msgpack's and aiokafka's extensions are: when it cannot be built (no C
-compiler, no Python headers) the install still succeeds and the pure-Python code runs
-(databus/protocol/speedups.py chooses).  DATABUS_NO_EXTENSION=1 skips the build.
+``databus.protocol._speedups`` is the record format's per-record kernels in C, and
+``databus.protocol._sidecar_speedups`` the sidecar wire format's (a produce frame read
+straight into message tuples).  They are optional, as msgpack's and aiokafka's extensions
+are: when one cannot be built (no C compiler, no Python headers) the install still succeeds
+and the pure-Python code runs (databus/protocol/speedups.py chooses).  DATABUS_NO_EXTENSION=1 skips the builds.
 """
 
 import os
@@ -53,10 +54,13 @@ class OptionalBuildExt(build_ext):
 
 extensions = []
 if not os.environ.get("DATABUS_NO_EXTENSION"):
-    extensions.append(Extension(
-        "databus.protocol._speedups",
-        ["databus/protocol/_speedups.c"],
-        extra_compile_args=["-O2", "-std=c11", "-Wall", "-Wno-unused-parameter"],
-    ))
+    extensions += [
+        Extension(
+            f"databus.protocol.{name}",
+            [f"databus/protocol/{name}.c"],
+            extra_compile_args=["-O2", "-std=c11", "-Wall", "-Wno-unused-parameter"],
+        )
+        for name in ("_speedups", "_sidecar_speedups")
+    ]
 
 setup(packages=packages, ext_modules=extensions, cmdclass={"build_ext": OptionalBuildExt})

@@ -34,6 +34,13 @@ from typing import Any, NamedTuple
 
 import msgpack
 
+from .speedups import sidecar_native
+
+# A produce frame's body straight to message tuples, and message tuples straight to produce
+# frames, in C (None: the Python code here)
+_parse_produce_c = sidecar_native.parse_produce if sidecar_native is not None else None
+_encode_produce_c = sidecar_native.encode_produce if sidecar_native is not None else None
+
 # Where apps find the sidecar: $DATABUS_SOCKET, else this path (sidecar.yaml's default too).
 DEFAULT_SOCKET = "/tmp/databus/databus.sock"
 SOCKET_ENV = "DATABUS_SOCKET"
@@ -156,6 +163,51 @@ def append_frame(out: bytearray, frame: dict[str, Any]) -> int:
     out += _prefix(len(body))
     out += body
     return 4 + len(body)
+
+
+# msgpack's framing around one message in a produce frame: the frame's map and type, the
+# message's array, its id and the lengths of its fields (generous: a bound, not an estimate).
+MESSAGE_OVERHEAD = 64
+
+
+def message_estimate(item: tuple) -> int:
+    """A queued message's bytes on the wire (``message_array`` form), near enough to cut
+    frames under max_frame_bytes: an upper bound for any stream name in ASCII."""
+    size = MESSAGE_OVERHEAD + len(item[1]) + (len(item[2]) if item[2] else 0)
+    if len(item) > 3:
+        size += len(item[3]) if item[3] else 0
+        if len(item) > 4 and item[4]:
+            size += sum(len(k) + (len(v) if v else 0) + 8 for k, v in item[4])
+    return size
+
+
+def append_produce(out: bytearray, queue: list, start: int, end: int, max_messages: int,
+                   limit: int = -1) -> int:
+    """Append ``queue[start:end]`` (message arrays, as tuples or lists) to ``out`` as
+    produce frames of at most ``max_messages`` each; with ``limit`` >= 0 a frame is also
+    cut before a message whose ``message_estimate`` would take the frame's past ``limit``.
+    Returns the bytes appended.  (The SDK's encoder: the C extension writes the same bytes
+    without a msgpack call; anything it does not pack, it leaves to this code.)"""
+    if _encode_produce_c is not None:
+        data = _encode_produce_c(queue, start, end, max_messages, limit, MESSAGE_OVERHEAD)
+        if data is not None:
+            out += data
+            return len(data)
+    written = 0
+    if limit >= 0:
+        first, size = start, 0
+        for i in range(start, end):
+            item_size = message_estimate(queue[i])
+            if i > first and (size + item_size > limit or i - first >= max_messages):
+                written += append_frame(out, produce(queue[first:i]))
+                first, size = i, 0
+            size += item_size
+        if first < end:
+            written += append_frame(out, produce(queue[first:end]))
+        return written
+    for first in range(start, end, max_messages):
+        written += append_frame(out, produce(queue[first : min(end, first + max_messages)]))
+    return written
 
 
 def encode_reports(items: list[list[Any]]) -> bytes:
@@ -380,10 +432,14 @@ class FrameDecoder:
     against ``max_frame_bytes`` before the body is buffered, so a hostile 4 GiB prefix
     costs nothing.  Any violation raises WireError; the decoder is then unusable (the
     connection must be closed).
+
+    ``decode`` turns a frame's body into what ``next_frame`` returns: ``decode_body`` (a
+    map), or ``decode_body_or_produce`` (the sidecar's, once an app said hello).
     """
 
     def __init__(self, max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES) -> None:
         self.max_frame_bytes = max_frame_bytes
+        self.decode: Any = decode_body
         self.copied_bytes = 0  # bytes copied into the pending-frame buffer, ever
         self._pending = bytearray()  # the start of a frame cut by a read boundary
         self._need = 0  # the pending frame's whole length (prefix included); 0: unknown yet
@@ -431,7 +487,7 @@ class FrameDecoder:
             self._stash()
             return None
         self._pos = pos + 4 + size
-        return decode_body(data[pos + 4 : pos + 4 + size])
+        return self.decode(data[pos + 4 : pos + 4 + size])
 
     def feed(self, data: bytes) -> list[dict[str, Any]]:
         """``receive(data)``, then every frame complete so far."""
@@ -483,7 +539,7 @@ class FrameDecoder:
         # A new buffer for the next cut frame: the frame decoded here may hold views of it.
         self._pending = bytearray()
         self._need = 0
-        return decode_body(memoryview(pending)[4:])
+        return self.decode(memoryview(pending)[4:])
 
 
 def decode_body(body: bytes | memoryview) -> dict[str, Any]:
@@ -501,6 +557,21 @@ def decode_body(body: bytes | memoryview) -> dict[str, Any]:
     kind = frame.get("type")
     if not isinstance(kind, str):
         raise WireError(ErrorCode.MALFORMED_FRAME, "a frame needs a string 'type'")
+    return frame
+
+
+def decode_body_or_produce(body: bytes | memoryview) -> dict[str, Any] | tuple[list, list]:
+    """``decode_body``, except that a produce frame comes back as ``parse_produce``'s
+    ``(messages, sizes)`` tuple instead of its map (the sidecar's hot path, once per frame).
+    The C extension reads the common shape straight into those tuples; any other body (and
+    every malformed one) is decoded and checked here, so the errors are this module's."""
+    if _parse_produce_c is not None:
+        parsed = _parse_produce_c(body)
+        if parsed is not None:
+            return parsed
+    frame = decode_body(body)
+    if frame["type"] == "produce":
+        return parse_produce(frame)
     return frame
 
 

@@ -7,30 +7,36 @@ for the producer's batches, zigzag varints and murmur2.  The pure-Python code be
 (records.py, varint.py, client/partitioners.py) stays the reference and the fallback, and
 the tests check that both give the same bytes, objects and errors.
 
+``databus.protocol._sidecar_speedups`` (C too, built beside it) reads a produce frame of the
+sidecar wire format straight into message tuples (sidecar_wire.py's ``parse_produce_body``);
+the pure-Python twin there is msgpack's decode plus ``parse_produce``.
+
 ``DATABUS_PURE_PYTHON=1`` (any value but empty or ``0``) forces the pure-Python code, read
-once at import; so does an extension that failed to build or import.
+once at import, for both; so does an extension that failed to build or import.
 """
 
 from __future__ import annotations
 
+import importlib
 import os
 from types import ModuleType
 
 ENV_VAR = "DATABUS_PURE_PYTHON"
 
 
-def load_native(environ=os.environ) -> ModuleType | None:
-    """The C extension module, or None when the pure-Python code must run."""
+def load_native(environ=os.environ, name: str = "_speedups") -> ModuleType | None:
+    """The C extension module ``name`` (of this package), or None when the pure-Python
+    code must run."""
     if environ.get(ENV_VAR, "") not in ("", "0"):
         return None
     try:
-        from . import _speedups  # type: ignore[attr-defined]
+        return importlib.import_module(f"{__package__}.{name}")
     except ImportError:
         return None
-    return _speedups
 
 
 native: ModuleType | None = load_native()
+sidecar_native: ModuleType | None = load_native(name="_sidecar_speedups")
 
 
 def implementation() -> str:

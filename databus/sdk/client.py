@@ -54,6 +54,7 @@ from .errors import (
     SubscriptionError,
     error_for,
 )
+from .outbox import WAKE, YIELD, Outbox
 
 log = logging.getLogger("databus.sdk")
 TOKEN_ENV = wire.TOKEN_ENV
@@ -63,9 +64,8 @@ LANE_HEADER = "databus-lane"
 # Messages per produce frame: big enough to amortise framing, small enough to keep the
 # sidecar's frames and the first report's latency short.
 MAX_MESSAGES_PER_FRAME = 2048
-# msgpack's framing around one message: the frame's map and type, the message's array, its
-# id and the lengths of its fields (generous: a bound, not an estimate).
-FRAME_OVERHEAD = 64
+# msgpack's framing around one message (see sidecar_wire.message_estimate)
+FRAME_OVERHEAD = wire.MESSAGE_OVERHEAD
 # After losing the sidecar, reconnect attempts back off from 50 ms to 1 s.
 RECONNECT_BACKOFF_MIN = 0.05
 RECONNECT_BACKOFF_MAX = 1.0
@@ -103,7 +103,8 @@ class DeliveryFuture:
     """The outcome of one ``send``: ``result(timeout)`` returns the Delivery or raises."""
 
     # A resolved future keeps the raw report and its index in it (-1: a single report)
-    # and builds the Delivery on first use: resolving costs two stores per message.
+    # and builds the Delivery on first use: resolving costs two stores per message.  The
+    # C outbox makes futures as __init__ does, storing the slots it stores (outbox.py).
     __slots__ = ("_client", "_done", "_report", "_index", "_exc", "_callbacks", "delay_id")
 
     def __init__(self, client: Client) -> None:
@@ -167,16 +168,6 @@ class DeliveryFuture:
                 fn(self)
             except Exception:
                 log.exception("delivery callback failed")
-
-
-def _message_bytes(item: tuple) -> int:
-    """A queued message's bytes on the wire, near enough to cut frames under the limit."""
-    size = FRAME_OVERHEAD + len(item[1]) + (len(item[2]) if item[2] else 0)
-    if len(item) > 3:
-        size += len(item[3]) if item[3] else 0
-        if len(item) > 4 and item[4]:
-            size += sum(len(k) + (len(v) if v else 0) + 8 for k, v in item[4])
-    return size
 
 
 def _delivery(report: list, index: int) -> Delivery:
@@ -318,16 +309,14 @@ class Client:
         self._done_cond = threading.Condition(self._lock)
         self._space = threading.Condition(threading.Lock())
         self._waiters = 0
-        self._last_id = 0  # ids of messages and flushes, from 1 (under _lock)
-        self._queue: list = []  # message tuples and ("flush", id) markers, in order
-        self._unencoded = 0  # payload bytes of the messages in _queue
+        # ids, the queue of message tuples and markers (("flush", id), ("frame", frame),
+        # ("checks", groups)), the futures waiting for reports and the bytes buffered: one
+        # atomic step per call, without _lock (outbox.py)
+        self._outbox = Outbox(MAX_MESSAGES_PER_FRAME, DeliveryFuture, self)
         self._delivered = self._failed = 0  # messages answered, by outcome (I/O thread)
-        self._futures: dict[int, DeliveryFuture] = {}
         self._flush_waits: dict[int, threading.Event] = {}
-        self._buffered = 0  # payload bytes queued here or in _out, not yet on the socket
         self._max_buffer = max_buffer_bytes
-        self._armed = False  # a wake-up byte is in flight to the I/O thread
-        self._closed = False
+        self._closed = False  # (under _lock, as _failure; the outbox refuses while either)
         self._failure: DatabusError | None = None
         self._flushed_ok: set[int] = set()
         self._address = address
@@ -458,6 +447,62 @@ class Client:
         aware datetime) or ``delay`` (seconds) make it a delayed message (docs/delayed.md):
         it reaches its topic at that time, the Delivery names where it waits, and
         ``future.delay_id`` cancels it (``cancel_delayed``)."""
+        if (type(value) is bytes and headers is None and partition is None
+                and timestamp is None and lane is None and tag is None and deliver_at is None
+                and delay is None and type(stream) is str):
+            # The common case in one test: only a key left to look at.
+            if key is None:
+                item: tuple = (stream, value)
+                size = 24 + len(value)
+            elif type(key) is bytes:
+                item = (stream, value, key)
+                size = 24 + len(value) + len(key)
+            else:
+                key = _as_bytes(key, "key")
+                item = (stream, value, key)
+                size = 24 + len(value) + (len(key) if key else 0)
+            delay_id = None
+        else:
+            item, size, delay_id = self._prepare(stream, value, key, headers, partition,
+                                                 timestamp, lane, tag, deliver_at, delay)
+        if size + len(stream) + FRAME_OVERHEAD > self.max_frame_bytes:
+            # Sent, it would make the sidecar refuse the whole frame (FRAME_TOO_LARGE) and
+            # close the connection, failing every message around it: refuse this one here.
+            future = DeliveryFuture(self)
+            future._set(None, MessageTooLargeError(
+                wire.ErrorCode.MESSAGE_TOO_LARGE,
+                f"message of {size} bytes for stream {stream!r} is over the sidecar's "
+                f"max_frame_bytes={self.max_frame_bytes}; not sent",
+            ))
+            return future
+        outbox = self._outbox
+        if outbox.buffered + size > self._max_buffer:
+            if block:
+                self._wait_for_space(size)
+            elif outbox.buffered > 0:
+                raise BufferExhaustedError(
+                    wire.ErrorCode.BUFFER_EXHAUSTED,
+                    f"{outbox.buffered} bytes wait for the sidecar to read them "
+                    f"(max_buffer_bytes={self._max_buffer})",
+                )
+        then, future = outbox.add(size, item)
+        if delay_id is not None and future is not None:
+            future.delay_id = delay_id
+        if then:
+            if then == YIELD:
+                # A frame's worth waits: let the I/O thread have the interpreter now rather
+                # than after the 5 ms switch interval, so frames leave as they fill.
+                time.sleep(0)
+            elif then == WAKE:
+                self._wake()
+            else:  # REFUSED
+                raise self._failure or SidecarUnavailableError("the client is closed")
+        return future
+
+    def _prepare(self, stream, value, key, headers, partition, timestamp, lane, tag,
+                 deliver_at, delay) -> tuple[tuple, int, str | None]:
+        """send()'s arguments beyond the common case, checked and converted: (the message
+        array without its id, its payload size, a delayed message's id or None)."""
         if lane is not None:
             headers = with_lane(headers, lane, self.lane_header)
         if tag is not None:
@@ -475,61 +520,14 @@ class Client:
         if type(stream) is not str:
             raise TypeError("stream must be a str")
         size = 24 + (len(value) if value else 0) + (len(key) if key else 0)
-        simple = headers is None and partition is None and timestamp is None
-        if not simple:
-            hdrs = _headers(headers) if headers is not None else None
-            if partition is not None and (type(partition) is not int or partition < 0):
-                raise ValueError("partition must be a non-negative int or None")
-            if hdrs:
-                size += sum(len(k) + (len(v) if v else 0) for k, v in hdrs)
-        if size + len(stream) + FRAME_OVERHEAD > self.max_frame_bytes:
-            # Sent, it would make the sidecar refuse the whole frame (FRAME_TOO_LARGE) and
-            # close the connection, failing every message around it: refuse this one here.
-            future = DeliveryFuture(self)
-            future._set(None, MessageTooLargeError(
-                wire.ErrorCode.MESSAGE_TOO_LARGE,
-                f"message of {size} bytes for stream {stream!r} is over the sidecar's "
-                f"max_frame_bytes={self.max_frame_bytes}; not sent",
-            ))
-            return future
-        if self._buffered + size > self._max_buffer:
-            if block:
-                self._wait_for_space(size)
-            elif self._buffered > 0:
-                raise BufferExhaustedError(
-                    wire.ErrorCode.BUFFER_EXHAUSTED,
-                    f"{self._buffered} bytes wait for the sidecar to read them "
-                    f"(max_buffer_bytes={self._max_buffer})",
-                )
-        future = DeliveryFuture(self)
-        future.delay_id = delay_id
-        with self._lock:
-            if self._closed or self._failure is not None:
-                raise self._failure or SidecarUnavailableError("the client is closed")
-            self._last_id = id_ = self._last_id + 1
-            self._futures[id_] = future
-            if simple:
-                self._queue.append(
-                    (id_, stream, value) if key is None else (id_, stream, value, key)
-                )
-            else:
-                self._queue.append((id_, stream, value, key, hdrs, partition, timestamp))
-            self._buffered += size
-            self._unencoded += size
-            if self._armed:
-                if len(self._queue) % MAX_MESSAGES_PER_FRAME:
-                    return future
-                yield_gil = True
-            else:
-                self._armed = True
-                yield_gil = False
-        if yield_gil:
-            # A frame's worth waits: let the I/O thread have the interpreter now rather
-            # than after the 5 ms switch interval, so frames leave as they fill.
-            time.sleep(0)
-        else:
-            self._wake()
-        return future
+        if headers is None and partition is None and timestamp is None:
+            return ((stream, value) if key is None else (stream, value, key)), size, delay_id
+        hdrs = _headers(headers) if headers is not None else None
+        if partition is not None and (type(partition) is not int or partition < 0):
+            raise ValueError("partition must be a non-negative int or None")
+        if hdrs:
+            size += sum(len(k) + (len(v) if v else 0) for k, v in hdrs)
+        return (stream, value, key, hdrs, partition, timestamp), size, delay_id
 
     def subscribe(
         self,
@@ -559,7 +557,7 @@ class Client:
         with self._lock:
             if self._closed or self._failure is not None:
                 raise self._failure or SidecarUnavailableError("the client is closed")
-            self._last_id = sub_id = self._last_id + 1
+            sub_id = self._outbox.next_id()
             sub = Subscription(self, sub_id, stream, group, list(tags) if tags else None,
                                max_in_flight, fetch_max_wait_ms, fetch_min_bytes)
             self._subs[sub_id] = sub
@@ -569,11 +567,8 @@ class Client:
 
     def _poke(self) -> None:
         """Have the I/O thread look at the subscriptions (acks, nacks, polls to send)."""
-        with self._lock:
-            if self._armed:
-                return
-            self._armed = True
-        self._wake()
+        if self._outbox.arm():
+            self._wake()
 
     def _subscription_closed(self, sub: Subscription, tell_sidecar: bool = True) -> None:
         """Its last acks and nacks, then unsubscribe, go out in order with what is queued
@@ -582,7 +577,8 @@ class Client:
             self._subs.pop(sub.id, None)
             if tell_sidecar and sub._epoch == self._epoch:
                 frames = [*sub._settlement_frames(), wire.unsubscribe(sub.id)]
-                self._queue += [("frame", frame) for frame in frames]
+                for frame in frames:
+                    self._outbox.add_marker(("frame", frame))
         self._poke()
     def cancel_delayed(self, stream: str, delay_id: str) -> DeliveryFuture:
         """Cancel the delayed message ``delay_id`` sent to ``stream`` (its ``delay_id``):
@@ -603,10 +599,7 @@ class Client:
         if check is not None:
             new = group not in self._checks
             self._checks[group] = (check, stream)
-            if new:
-                with self._lock:
-                    self._queue.append(("checks", [group]))
-                    self._armed = True
+            if new and self._outbox.add_marker(("checks", [group])):
                 self._wake()
         return Transaction(self, stream, group)
 
@@ -636,11 +629,9 @@ class Client:
                 raise self._failure
             if self._closed:
                 return
-            self._last_id = id_ = self._last_id + 1
+            id_ = self._outbox.next_id()
             self._flush_waits[id_] = event
-            self._queue.append(("flush", id_))
-            wake = not self._armed
-            self._armed = True
+            wake = self._outbox.add_marker(("flush", id_))
         if wake:
             self._wake()
         if not event.wait(timeout):
@@ -668,6 +659,7 @@ class Client:
         finally:
             with self._lock:
                 self._closed = True
+                self._outbox.refusing = True
             self._wake()
             self._thread.join(5)
             self._fail_all(SidecarUnavailableError("the client was closed"))
@@ -684,10 +676,10 @@ class Client:
         """A snapshot: ``pending_reports``, ``delivered``, ``failed``, ``buffered_bytes``
         (see ClientStatistics)."""
         return ClientStatistics(
-            pending_reports=len(self._futures),
+            pending_reports=len(self._outbox.futures),
             delivered=self._delivered,
             failed=self._failed,
-            buffered_bytes=self._buffered,
+            buffered_bytes=self._outbox.buffered,
         )
 
     # --- waiting ----------------------------------------------------------------------------
@@ -713,15 +705,16 @@ class Client:
 
     def _wait_for_space(self, size: int) -> None:
         deadline = time.monotonic() + self.max_block_ms / 1000
+        outbox = self._outbox
         with self._space:
-            while self._buffered + size > self._max_buffer and self._buffered > 0:
+            while outbox.buffered + size > self._max_buffer and outbox.buffered > 0:
                 if self._failure is not None:
                     raise self._failure
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
                     raise BufferExhaustedError(
                         wire.ErrorCode.BUFFER_EXHAUSTED,
-                        f"{self._buffered} bytes waiting for the sidecar to read them stayed "
+                        f"{outbox.buffered} bytes waiting for the sidecar to read them stayed "
                         f"above max_buffer_bytes={self._max_buffer} for "
                         f"max_block_ms={self.max_block_ms}",
                     )
@@ -762,6 +755,7 @@ class Client:
                 continue
             with self._lock:
                 self._failure = None
+                self._outbox.refusing = self._closed
                 self.reconnects += 1
             log.info("reconnected to the sidecar (%s)", self.server)
             return True
@@ -790,11 +784,8 @@ class Client:
                             pass
                     elif not self._read():
                         return None
-                with self._lock:
-                    queue, self._queue = self._queue, []
-                    payload, self._unencoded = self._unencoded, 0
-                    self._armed = False
-                    closed = self._closed
+                queue, payload = self._outbox.take()
+                closed = self._closed
                 if queue:
                     position = self._encode(queue, out, position, payload)
                     # The queue's bytes count against max_buffer_bytes until its last
@@ -860,30 +851,16 @@ class Client:
     def _append_produce(self, out: bytearray, queue: list, start: int, end: int,
                         position: int, by_size: bool = False) -> int:
         # The queued tuples are already message arrays (send() builds them in that shape).
-        if by_size:
-            limit = self.max_frame_bytes - FRAME_OVERHEAD
-            first, size = start, 0
-            for i in range(start, end):
-                item_size = _message_bytes(queue[i])
-                if i > first and (size + item_size > limit or i - first >= MAX_MESSAGES_PER_FRAME):
-                    position += wire.append_frame(out, wire.produce(queue[first:i]))
-                    first, size = i, 0
-                size += item_size
-            if first < end:
-                position += wire.append_frame(out, wire.produce(queue[first:end]))
-            return position
-        for first in range(start, end, MAX_MESSAGES_PER_FRAME):
-            messages = queue[first : min(end, first + MAX_MESSAGES_PER_FRAME)]
-            position += wire.append_frame(out, wire.produce(messages))
-        return position
+        limit = self.max_frame_bytes - FRAME_OVERHEAD if by_size else -1
+        return position + wire.append_produce(out, queue, start, end, MAX_MESSAGES_PER_FRAME,
+                                              limit)
 
     def _release_written(self, marks: collections.deque, sent: int) -> None:
         released = 0
         while marks and marks[0][0] <= sent:
             released += marks.popleft()[1]
         if released:
-            with self._lock:  # the lock send() counts under
-                self._buffered -= released
+            self._outbox.release(released)
             with self._space:
                 self._space.notify_all()
 
@@ -948,7 +925,7 @@ class Client:
         """Resolve the futures that ``items`` (single or group reports) answer; returns
         those with callbacks to run.  No lock: sends go on meanwhile (see
         DeliveryFuture._run_callbacks for why callbacks are neither lost nor run twice)."""
-        pop = self._futures.pop
+        pop = self._outbox.futures.pop
         with_callbacks = []
         for item in items:
             ids = item[0]
@@ -982,17 +959,13 @@ class Client:
         with self._lock:
             if self._failure is None and not self._closed:
                 self._failure = exc
-            futures, self._futures = self._futures, {}
+            # What was queued is answered (failed) here, so it must never go out later on a
+            # new connection; nothing is buffered for the old one any more.  A wake-up that
+            # was in flight went to the lost connection's loop: the outbox is disarmed, so
+            # the first send on a new one wakes the I/O thread again.
+            futures = self._outbox.fail()
             flushes, self._flush_waits = self._flush_waits, {}
             self._failed += len(futures)
-            # What was queued is answered (failed) here, so it must never go out later on a
-            # new connection; nothing is buffered for the old one any more.
-            self._queue = []
-            self._unencoded = 0
-            self._buffered = 0
-            # A wake-up that was in flight went to the lost connection's loop: the first
-            # send on a new one must wake the I/O thread again.
-            self._armed = False
         for future in futures.values():
             if not future._done:
                 future._set(None, exc)

@@ -206,12 +206,14 @@ class Session:
             if self._authorize is not None:
                 self.access = self._authorize(frame.get("token"))
             self.state = State.OPEN
+            # From here on a produce frame comes out of the decoder parsed, as a tuple.
+            self._decoder.decode = wire.decode_body_or_produce
             self._queue_frame(self._hello_reply(self.version))
             return Hello(self.version, frame.get("client"),
                          getattr(self.access, "app", None))
+        if type(frame) is tuple:  # a produce frame's (messages, sizes)
+            return Produce(*frame)
         kind = frame["type"]
-        if kind == "produce":
-            return Produce(*wire.parse_produce(frame))
         if kind == "flush":
             return Flush(wire.frame_int(frame, "id"))
         if kind == "ping":

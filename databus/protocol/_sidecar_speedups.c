@@ -1,0 +1,1213 @@
+/* databus.protocol._sidecar_speedups: the sidecar wire format's per-message kernels in C.
+ *
+ * ``parse_produce(body)`` takes the body of one frame (msgpack, without its length prefix)
+ * and, when it is a produce frame of the shape the SDK sends, returns what
+ * ``sidecar_wire.parse_produce(decode_body(body))`` returns: (messages, sizes), message
+ * tuples in Message's field order and each one's payload size.  It reads the msgpack
+ * straight into those tuples: no frame dict, no message lists, one str object per run of
+ * messages for the same stream (an app sends runs of one stream; the router then compares
+ * streams by identity first).
+ *
+ * Anything else — another frame type, a map with other keys, a field of a type or value
+ * the protocol refuses, a msgpack form the shape does not use, invalid UTF-8, bytes after
+ * the map — returns None, and the caller decodes the frame in Python.  So every frame the
+ * protocol refuses is refused by the Python code, with its error code and message: the
+ * rules of what is malformed live only there, and the C code never has to agree with
+ * msgpack's own error messages.  tests/protocol/test_sidecar_speedups.py checks with
+ * hypothesis that whatever this returns equals the Python result, and that it returns
+ * None wherever the Python code raises (random and mutated bytes included).
+ *
+ * Every read is bounds-checked against the body's length: the body comes from an app.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <stdint.h>
+#include <string.h>
+#include <structmember.h>
+#include <descrobject.h>
+
+typedef struct {
+    const unsigned char *p;
+    const unsigned char *end;
+} Reader;
+
+/* Status of a read: OK, NO (not the shape taken here: the Python code decides), or ERR (a
+ * Python exception is set: out of memory). */
+enum { OK = 0, NO = 1, ERR = -1 };
+
+static int
+need(Reader *r, Py_ssize_t n)
+{
+    return (r->end - r->p) >= n ? OK : NO;
+}
+
+static uint32_t
+be16(const unsigned char *p)
+{
+    return ((uint32_t)p[0] << 8) | p[1];
+}
+
+static uint32_t
+be32(const unsigned char *p)
+{
+    return ((uint32_t)p[0] << 24) | ((uint32_t)p[1] << 16) | ((uint32_t)p[2] << 8) | p[3];
+}
+
+static uint64_t
+be64(const unsigned char *p)
+{
+    return ((uint64_t)be32(p) << 32) | be32(p + 4);
+}
+
+/* An array header: its length. */
+static int
+read_array(Reader *r, Py_ssize_t *len)
+{
+    if (need(r, 1))
+        return NO;
+    unsigned char b = *r->p;
+    if (b >= 0x90 && b <= 0x9f) {
+        *len = b & 0x0f;
+        r->p += 1;
+    } else if (b == 0xdc) {
+        if (need(r, 3))
+            return NO;
+        *len = be16(r->p + 1);
+        r->p += 3;
+    } else if (b == 0xdd) {
+        if (need(r, 5))
+            return NO;
+        *len = be32(r->p + 1);
+        r->p += 5;
+    } else {
+        return NO;
+    }
+    return OK;
+}
+
+/* A str: where its UTF-8 bytes are and how many. */
+static int
+read_str(Reader *r, const unsigned char **s, Py_ssize_t *len)
+{
+    if (need(r, 1))
+        return NO;
+    unsigned char b = *r->p;
+    Py_ssize_t head, n;
+    if (b >= 0xa0 && b <= 0xbf) {
+        head = 1;
+        n = b & 0x1f;
+    } else if (b == 0xd9) {
+        if (need(r, 2))
+            return NO;
+        head = 2;
+        n = r->p[1];
+    } else if (b == 0xda) {
+        if (need(r, 3))
+            return NO;
+        head = 3;
+        n = be16(r->p + 1);
+    } else if (b == 0xdb) {
+        if (need(r, 5))
+            return NO;
+        head = 5;
+        n = be32(r->p + 1);
+    } else {
+        return NO;
+    }
+    if (need(r, head + n))
+        return NO;
+    *s = r->p + head;
+    *len = n;
+    r->p += head + n;
+    return OK;
+}
+
+/* A str as a new str object (NO for invalid UTF-8: msgpack refuses it, in Python). */
+static int
+read_str_object(Reader *r, PyObject **out)
+{
+    const unsigned char *s;
+    Py_ssize_t n;
+    if (read_str(r, &s, &n))
+        return NO;
+    *out = PyUnicode_DecodeUTF8((const char *)s, n, NULL);
+    if (*out == NULL) {
+        if (!PyErr_ExceptionMatches(PyExc_UnicodeDecodeError))
+            return ERR;
+        PyErr_Clear();
+        return NO;
+    }
+    return OK;
+}
+
+/* bin or nil as bytes or None (a new reference); *size gets its length (0 for nil). */
+static int
+read_bin_or_nil(Reader *r, PyObject **out, Py_ssize_t *size)
+{
+    if (need(r, 1))
+        return NO;
+    unsigned char b = *r->p;
+    Py_ssize_t head, n;
+    if (b == 0xc0) {
+        r->p += 1;
+        *out = Py_NewRef(Py_None);
+        *size = 0;
+        return OK;
+    }
+    if (b == 0xc4) {
+        if (need(r, 2))
+            return NO;
+        head = 2;
+        n = r->p[1];
+    } else if (b == 0xc5) {
+        if (need(r, 3))
+            return NO;
+        head = 3;
+        n = be16(r->p + 1);
+    } else if (b == 0xc6) {
+        if (need(r, 5))
+            return NO;
+        head = 5;
+        n = be32(r->p + 1);
+    } else {
+        return NO;
+    }
+    if (need(r, head + n))
+        return NO;
+    *out = PyBytes_FromStringAndSize((const char *)r->p + head, n);
+    if (*out == NULL)
+        return ERR;
+    r->p += head + n;
+    *size = n;
+    return OK;
+}
+
+static int
+is_nil(Reader *r)
+{
+    return r->p < r->end && *r->p == 0xc0;
+}
+
+/* An integer as a new int object; ``non_negative``: NO for a negative one. */
+static int
+read_int(Reader *r, PyObject **out, int non_negative)
+{
+    if (need(r, 1))
+        return NO;
+    unsigned char b = *r->p;
+    int64_t v;
+    if (b <= 0x7f) {
+        r->p += 1;
+        *out = PyLong_FromLong(b);
+        return *out ? OK : ERR;
+    }
+    if (b >= 0xe0) {
+        v = (int8_t)b;
+        r->p += 1;
+    } else {
+        switch (b) {
+        case 0xcc:
+            if (need(r, 2))
+                return NO;
+            v = r->p[1];
+            r->p += 2;
+            break;
+        case 0xcd:
+            if (need(r, 3))
+                return NO;
+            v = be16(r->p + 1);
+            r->p += 3;
+            break;
+        case 0xce:
+            if (need(r, 5))
+                return NO;
+            v = be32(r->p + 1);
+            r->p += 5;
+            break;
+        case 0xcf: {
+            if (need(r, 9))
+                return NO;
+            uint64_t u = be64(r->p + 1);
+            r->p += 9;
+            *out = PyLong_FromUnsignedLongLong(u);
+            return *out ? OK : ERR;
+        }
+        case 0xd0:
+            if (need(r, 2))
+                return NO;
+            v = (int8_t)r->p[1];
+            r->p += 2;
+            break;
+        case 0xd1:
+            if (need(r, 3))
+                return NO;
+            v = (int16_t)be16(r->p + 1);
+            r->p += 3;
+            break;
+        case 0xd2:
+            if (need(r, 5))
+                return NO;
+            v = (int32_t)be32(r->p + 1);
+            r->p += 5;
+            break;
+        case 0xd3:
+            if (need(r, 9))
+                return NO;
+            v = (int64_t)be64(r->p + 1);
+            r->p += 9;
+            break;
+        default:
+            return NO;
+        }
+    }
+    if (non_negative && v < 0)
+        return NO;
+    *out = PyLong_FromLongLong(v);
+    return *out ? OK : ERR;
+}
+
+/* headers: nil (None) or an array of [str, bin|nil] pairs (a list of 2-tuples). */
+static int
+read_headers(Reader *r, PyObject **out, Py_ssize_t *size)
+{
+    if (is_nil(r)) {
+        r->p += 1;
+        *out = Py_NewRef(Py_None);
+        return OK;
+    }
+    Py_ssize_t n;
+    if (read_array(r, &n))
+        return NO;
+    if (n > r->end - r->p) /* each pair takes bytes: a hostile count costs nothing */
+        return NO;
+    PyObject *list = PyList_New(n);
+    if (list == NULL)
+        return ERR;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        Py_ssize_t pair_len, data_len;
+        PyObject *name = NULL, *data = NULL;
+        int rc = read_array(r, &pair_len);
+        if (rc == OK && pair_len != 2)
+            rc = NO;
+        if (rc == OK)
+            rc = read_str_object(r, &name);
+        if (rc == OK) {
+            rc = read_bin_or_nil(r, &data, &data_len);
+            if (rc != OK)
+                Py_DECREF(name);
+        }
+        if (rc != OK) {
+            Py_DECREF(list);
+            return rc;
+        }
+        PyObject *pair = PyTuple_New(2);
+        if (pair == NULL) {
+            Py_DECREF(name);
+            Py_DECREF(data);
+            Py_DECREF(list);
+            return ERR;
+        }
+        *size += PyUnicode_GET_LENGTH(name) + data_len;
+        PyTuple_SET_ITEM(pair, 0, name);
+        PyTuple_SET_ITEM(pair, 1, data);
+        PyList_SET_ITEM(list, i, pair);
+    }
+    *out = list;
+    return OK;
+}
+
+/* One message array: a new 7-tuple; *size gets its payload size.  ``stream`` caches the
+ * last stream's str (and ``stream_bytes`` its UTF-8 bytes in the body). */
+static int
+read_message(Reader *r, PyObject **out, Py_ssize_t *size, PyObject **stream,
+             const unsigned char **stream_bytes, Py_ssize_t *stream_len)
+{
+    Py_ssize_t fields;
+    if (read_array(r, &fields) || fields < 3 || fields > 7)
+        return NO;
+    PyObject *item[7] = {NULL, NULL, NULL, NULL, NULL, NULL, NULL};
+    Py_ssize_t value_len = 0, key_len = 0, headers_size = 0;
+    int rc = read_int(r, &item[0], 1);
+    if (rc == OK) {
+        const unsigned char *s;
+        Py_ssize_t n;
+        rc = read_str(r, &s, &n);
+        if (rc == OK) {
+            if (*stream == NULL || n != *stream_len || memcmp(s, *stream_bytes, n) != 0) {
+                PyObject *decoded = PyUnicode_DecodeUTF8((const char *)s, n, NULL);
+                if (decoded == NULL) {
+                    rc = PyErr_ExceptionMatches(PyExc_UnicodeDecodeError) ? NO : ERR;
+                    if (rc == NO)
+                        PyErr_Clear();
+                } else {
+                    Py_XSETREF(*stream, decoded);
+                    *stream_bytes = s;
+                    *stream_len = n;
+                }
+            }
+            if (rc == OK)
+                item[1] = Py_NewRef(*stream);
+        }
+    }
+    if (rc == OK)
+        rc = read_bin_or_nil(r, &item[2], &value_len);
+    if (rc == OK && fields > 3)
+        rc = read_bin_or_nil(r, &item[3], &key_len);
+    if (rc == OK && fields > 4)
+        rc = read_headers(r, &item[4], &headers_size);
+    if (rc == OK && fields > 5) {
+        if (is_nil(r)) {
+            r->p += 1;
+        } else {
+            rc = read_int(r, &item[5], 1);
+        }
+    }
+    if (rc == OK && fields > 6) {
+        if (is_nil(r)) {
+            r->p += 1;
+        } else {
+            rc = read_int(r, &item[6], 0);
+        }
+    }
+    if (rc != OK) {
+        for (int i = 0; i < 7; i++)
+            Py_XDECREF(item[i]);
+        return rc;
+    }
+    PyObject *tuple = PyTuple_New(7);
+    if (tuple == NULL) {
+        for (int i = 0; i < 7; i++)
+            Py_XDECREF(item[i]);
+        return ERR;
+    }
+    int has_container = item[4] != NULL && item[4] != Py_None;
+    for (int i = 0; i < 7; i++)
+        PyTuple_SET_ITEM(tuple, i, item[i] ? item[i] : Py_NewRef(Py_None));
+    /* Only ints, str, bytes and None inside: it cannot be part of a cycle, so the
+     * collector need not walk it (frames of thousands of messages would make it). */
+    if (!has_container)
+        PyObject_GC_UnTrack(tuple);
+    *out = tuple;
+    *size = value_len + key_len + headers_size;
+    return OK;
+}
+
+/* Is the str at the reader ``text``? (advances past it when it is) */
+static int
+str_is(Reader *r, const char *text)
+{
+    Reader probe = *r;
+    const unsigned char *s;
+    Py_ssize_t n;
+    size_t len = strlen(text);
+    if (read_str(&probe, &s, &n) || (size_t)n != len || memcmp(s, text, len) != 0)
+        return 0;
+    *r = probe;
+    return 1;
+}
+
+static int
+parse_messages(Reader *r, PyObject **messages_out, PyObject **sizes_out)
+{
+    Py_ssize_t count;
+    if (read_array(r, &count))
+        return NO;
+    if (count > r->end - r->p) /* each message takes bytes: a hostile count costs nothing */
+        return NO;
+    PyObject *messages = PyList_New(count);
+    PyObject *sizes = PyList_New(count);
+    PyObject *stream = NULL;
+    const unsigned char *stream_bytes = NULL;
+    Py_ssize_t stream_len = 0;
+    int rc = (messages && sizes) ? OK : ERR;
+    for (Py_ssize_t i = 0; rc == OK && i < count; i++) {
+        PyObject *message, *size_obj;
+        Py_ssize_t size;
+        rc = read_message(r, &message, &size, &stream, &stream_bytes, &stream_len);
+        if (rc != OK)
+            break;
+        PyList_SET_ITEM(messages, i, message);
+        size_obj = PyLong_FromSsize_t(size);
+        if (size_obj == NULL) {
+            rc = ERR;
+            break;
+        }
+        PyList_SET_ITEM(sizes, i, size_obj);
+    }
+    Py_XDECREF(stream);
+    if (rc != OK) {
+        Py_XDECREF(messages);
+        Py_XDECREF(sizes);
+        return rc;
+    }
+    *messages_out = messages;
+    *sizes_out = sizes;
+    return OK;
+}
+
+PyDoc_STRVAR(parse_produce_doc,
+"parse_produce(body) -> (messages, sizes) or None\n\n"
+"A produce frame's body read straight into sidecar_wire.parse_produce's result; None for\n"
+"any body not of that shape (the caller decodes it in Python, which also refuses what is\n"
+"malformed).");
+
+static PyObject *
+py_parse_produce(PyObject *self, PyObject *arg)
+{
+    Py_buffer view;
+    if (PyObject_GetBuffer(arg, &view, PyBUF_SIMPLE) < 0)
+        return NULL;
+    Reader r = {(const unsigned char *)view.buf, (const unsigned char *)view.buf + view.len};
+    PyObject *messages = NULL, *sizes = NULL, *result = NULL;
+    int rc = NO;
+    /* A map of exactly {"type": "produce", "messages": [...]}, in either order (a map with
+     * other or repeated keys is the Python code's to read). */
+    if (r.p < r.end && *r.p == 0x82) {
+        r.p += 1;
+        int seen_type = 0;
+        rc = OK;
+        for (int k = 0; k < 2 && rc == OK; k++) {
+            if (!seen_type && str_is(&r, "type")) {
+                seen_type = 1;
+                rc = str_is(&r, "produce") ? OK : NO;
+            } else if (messages == NULL && str_is(&r, "messages")) {
+                rc = parse_messages(&r, &messages, &sizes);
+            } else {
+                rc = NO;
+            }
+        }
+        if (rc == OK && (!seen_type || messages == NULL || r.p != r.end))
+            rc = NO; /* bytes after the map: msgpack's ExtraData, in Python */
+    }
+    PyBuffer_Release(&view);
+    if (rc == OK)
+        result = PyTuple_Pack(2, messages, sizes);
+    Py_XDECREF(messages);
+    Py_XDECREF(sizes);
+    if (rc == ERR)
+        return NULL;
+    if (rc == NO)
+        Py_RETURN_NONE;
+    return result;
+}
+
+
+/* ---- encoding: the SDK's produce frames ------------------------------------------------ */
+
+typedef struct {
+    char *buf;
+    Py_ssize_t len, cap;
+} Out;
+
+static int
+grow(Out *o, Py_ssize_t n)
+{
+    if (o->len + n <= o->cap)
+        return OK;
+    Py_ssize_t cap = o->cap ? o->cap : 65536;
+    while (cap < o->len + n) {
+        if (cap > PY_SSIZE_T_MAX / 2) {
+            PyErr_NoMemory();
+            return ERR;
+        }
+        cap *= 2;
+    }
+    char *buf = PyMem_Realloc(o->buf, cap);
+    if (buf == NULL) {
+        PyErr_NoMemory();
+        return ERR;
+    }
+    o->buf = buf;
+    o->cap = cap;
+    return OK;
+}
+
+static void
+put(Out *o, const void *data, Py_ssize_t n)
+{
+    memcpy(o->buf + o->len, data, n);
+    o->len += n;
+}
+
+static void
+put_byte(Out *o, unsigned char b)
+{
+    o->buf[o->len++] = (char)b;
+}
+
+static void
+put_be16(Out *o, uint32_t v)
+{
+    put_byte(o, (unsigned char)(v >> 8));
+    put_byte(o, (unsigned char)v);
+}
+
+static void
+put_be32(Out *o, uint32_t v)
+{
+    put_be16(o, v >> 16);
+    put_be16(o, v & 0xffff);
+}
+
+static void
+put_be64(Out *o, uint64_t v)
+{
+    put_be32(o, (uint32_t)(v >> 32));
+    put_be32(o, (uint32_t)v);
+}
+
+/* A length header of a str/bin/array in msgpack's smallest form, as msgpack-python's
+ * Packer writes it (``fix``: the fix form's first byte and its limit, 0 if none). */
+static int
+put_header(Out *o, Py_ssize_t n, unsigned char fix, Py_ssize_t fix_limit, unsigned char b8,
+           unsigned char b16, unsigned char b32)
+{
+    if (grow(o, 5))
+        return ERR;
+    if (n < fix_limit)
+        put_byte(o, fix | (unsigned char)n);
+    else if (b8 && n < 256) {
+        put_byte(o, b8);
+        put_byte(o, (unsigned char)n);
+    } else if (n < 65536) {
+        put_byte(o, b16);
+        put_be16(o, (uint32_t)n);
+    } else if ((uint64_t)n <= 0xffffffffu) {
+        put_byte(o, b32);
+        put_be32(o, (uint32_t)n);
+    } else {
+        return NO;
+    }
+    return OK;
+}
+
+static int
+put_int(Out *o, PyObject *obj)
+{
+    int overflow;
+    long long v = PyLong_AsLongLongAndOverflow(obj, &overflow);
+    if (v == -1 && PyErr_Occurred())
+        return ERR;
+    if (grow(o, 9))
+        return ERR;
+    if (overflow > 0) {
+        unsigned long long u = PyLong_AsUnsignedLongLong(obj);
+        if (u == (unsigned long long)-1 && PyErr_Occurred()) {
+            if (!PyErr_ExceptionMatches(PyExc_OverflowError))
+                return ERR;
+            PyErr_Clear();
+            return NO; /* beyond 64 bits: msgpack's own error, in Python */
+        }
+        put_byte(o, 0xcf);
+        put_be64(o, u);
+    } else if (overflow < 0) {
+        return NO;
+    } else if (v >= 0) {
+        if (v < 128)
+            put_byte(o, (unsigned char)v);
+        else if (v < 256) {
+            put_byte(o, 0xcc);
+            put_byte(o, (unsigned char)v);
+        } else if (v < 65536) {
+            put_byte(o, 0xcd);
+            put_be16(o, (uint32_t)v);
+        } else if (v <= 0xffffffffLL) {
+            put_byte(o, 0xce);
+            put_be32(o, (uint32_t)v);
+        } else {
+            put_byte(o, 0xcf);
+            put_be64(o, (uint64_t)v);
+        }
+    } else {
+        if (v >= -32)
+            put_byte(o, (unsigned char)(int8_t)v);
+        else if (v >= -128) {
+            put_byte(o, 0xd0);
+            put_byte(o, (unsigned char)(int8_t)v);
+        } else if (v >= -32768) {
+            put_byte(o, 0xd1);
+            put_be16(o, (uint16_t)(int16_t)v);
+        } else if (v >= INT32_MIN) {
+            put_byte(o, 0xd2);
+            put_be32(o, (uint32_t)(int32_t)v);
+        } else {
+            put_byte(o, 0xd3);
+            put_be64(o, (uint64_t)v);
+        }
+    }
+    return OK;
+}
+
+static int
+put_str(Out *o, PyObject *obj)
+{
+    Py_ssize_t n;
+    const char *s = PyUnicode_AsUTF8AndSize(obj, &n);
+    if (s == NULL) {
+        if (!PyErr_ExceptionMatches(PyExc_UnicodeEncodeError))
+            return ERR;
+        PyErr_Clear();
+        return NO; /* a lone surrogate: msgpack's own error, in Python */
+    }
+    int rc = put_header(o, n, 0xa0, 32, 0xd9, 0xda, 0xdb);
+    if (rc)
+        return rc;
+    if (grow(o, n))
+        return ERR;
+    put(o, s, n);
+    return OK;
+}
+
+static int
+put_bin(Out *o, PyObject *obj)
+{
+    Py_ssize_t n = PyBytes_GET_SIZE(obj);
+    int rc = put_header(o, n, 0, 0, 0xc4, 0xc5, 0xc6);
+    if (rc)
+        return rc;
+    if (grow(o, n))
+        return ERR;
+    put(o, PyBytes_AS_STRING(obj), n);
+    return OK;
+}
+
+/* The types a queued message holds (ints, str, bytes, None, tuples and lists of them);
+ * any other is NO: the frames are then packed by msgpack, in Python. */
+static int
+put_object(Out *o, PyObject *obj, int depth)
+{
+    if (obj == Py_None) {
+        if (grow(o, 1))
+            return ERR;
+        put_byte(o, 0xc0);
+        return OK;
+    }
+    if (PyBytes_CheckExact(obj))
+        return put_bin(o, obj);
+    if (PyUnicode_CheckExact(obj))
+        return put_str(o, obj);
+    if (PyLong_CheckExact(obj))
+        return put_int(o, obj);
+    if ((PyTuple_CheckExact(obj) || PyList_CheckExact(obj)) && depth < 3) {
+        Py_ssize_t n = PySequence_Fast_GET_SIZE(obj);
+        int rc = put_header(o, n, 0x90, 16, 0, 0xdc, 0xdd);
+        if (rc)
+            return rc;
+        PyObject **items = PySequence_Fast_ITEMS(obj);
+        for (Py_ssize_t i = 0; i < n; i++) {
+            rc = put_object(o, items[i], depth + 1);
+            if (rc)
+                return rc;
+        }
+        return OK;
+    }
+    return NO;
+}
+
+static Py_ssize_t
+py_len(PyObject *obj)
+{
+    if (PyBytes_CheckExact(obj))
+        return PyBytes_GET_SIZE(obj);
+    if (PyUnicode_CheckExact(obj))
+        return PyUnicode_GET_LENGTH(obj);
+    return -1;
+}
+
+/* sidecar_wire.message_estimate(item), or -1 when the item is not of the shapes it
+ * reads (the caller packs in Python then). */
+static Py_ssize_t
+estimate(PyObject *item, Py_ssize_t overhead)
+{
+    if (!PyTuple_CheckExact(item) && !PyList_CheckExact(item))
+        return -1;
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(item);
+    PyObject **f = PySequence_Fast_ITEMS(item);
+    if (n < 3)
+        return -1;
+    Py_ssize_t size = overhead, len;
+    if ((len = py_len(f[1])) < 0)
+        return -1;
+    size += len;
+    for (int i = 2; i < 4 && i < n; i++) {
+        if (f[i] == Py_None)
+            continue;
+        if (!PyBytes_CheckExact(f[i]))
+            return -1;
+        size += PyBytes_GET_SIZE(f[i]);
+    }
+    if (n > 4 && f[4] != Py_None) {
+        PyObject *headers = f[4];
+        if (!PyList_CheckExact(headers) && !PyTuple_CheckExact(headers))
+            return -1;
+        Py_ssize_t count = PySequence_Fast_GET_SIZE(headers);
+        for (Py_ssize_t i = 0; i < count; i++) {
+            PyObject *pair = PySequence_Fast_ITEMS(headers)[i];
+            if ((!PyList_CheckExact(pair) && !PyTuple_CheckExact(pair)) ||
+                PySequence_Fast_GET_SIZE(pair) != 2)
+                return -1;
+            PyObject *name = PySequence_Fast_ITEMS(pair)[0];
+            PyObject *value = PySequence_Fast_ITEMS(pair)[1];
+            if ((len = py_len(name)) < 0)
+                return -1;
+            size += len + 8;
+            if (value != Py_None) {
+                if ((len = py_len(value)) < 0)
+                    return -1;
+                size += len;
+            }
+        }
+    }
+    return size;
+}
+
+/* One produce frame of items[first:end]: prefix, {"type": "produce", "messages": [...]}. */
+static int
+put_frame(Out *o, PyObject **items, Py_ssize_t first, Py_ssize_t end)
+{
+    static const char head[] = "\x82\xa4type\xa7produce\xa8messages";
+    Py_ssize_t start = o->len;
+    if (grow(o, 4 + sizeof(head) - 1))
+        return ERR;
+    o->len += 4; /* the length prefix, written below */
+    put(o, head, sizeof(head) - 1);
+    int rc = put_header(o, end - first, 0x90, 16, 0, 0xdc, 0xdd);
+    for (Py_ssize_t i = first; rc == OK && i < end; i++)
+        rc = put_object(o, items[i], 0);
+    if (rc)
+        return rc;
+    uint64_t body = (uint64_t)(o->len - start - 4);
+    if (body > 0xffffffffu)
+        return NO;
+    unsigned char *p = (unsigned char *)o->buf + start;
+    p[0] = (unsigned char)(body >> 24);
+    p[1] = (unsigned char)(body >> 16);
+    p[2] = (unsigned char)(body >> 8);
+    p[3] = (unsigned char)body;
+    return OK;
+}
+
+PyDoc_STRVAR(encode_produce_doc,
+"encode_produce(queue, start, end, max_messages, limit, overhead) -> bytes or None\n\n"
+"sidecar_wire.encode_produce's twin: queue[start:end] (message tuples) as produce frames\n"
+"of at most max_messages each and, when limit >= 0, cut before a message whose estimate\n"
+"would take the frame's past limit.  None when an item holds what this does not pack\n"
+"(the caller packs in Python then).");
+
+static PyObject *
+py_encode_produce(PyObject *self, PyObject *args)
+{
+    PyObject *queue;
+    Py_ssize_t start, end, max_messages, limit, overhead;
+    if (!PyArg_ParseTuple(args, "O!nnnnn", &PyList_Type, &queue, &start, &end, &max_messages,
+                          &limit, &overhead))
+        return NULL;
+    if (start < 0 || end > PyList_GET_SIZE(queue) || max_messages < 1) {
+        PyErr_SetString(PyExc_ValueError, "encode_produce: bad range or max_messages");
+        return NULL;
+    }
+    PyObject **items = PySequence_Fast_ITEMS(queue);
+    Out o = {NULL, 0, 0};
+    int rc = OK;
+    Py_ssize_t first = start, size = 0;
+    for (Py_ssize_t i = start; rc == OK && i < end; i++) {
+        Py_ssize_t item_size = 0;
+        if (limit >= 0) {
+            item_size = estimate(items[i], overhead);
+            if (item_size < 0) {
+                rc = NO;
+                break;
+            }
+        }
+        if (i > first && ((limit >= 0 && size + item_size > limit) || i - first >= max_messages)) {
+            rc = put_frame(&o, items, first, i);
+            first = i;
+            size = 0;
+        }
+        size += item_size;
+    }
+    if (rc == OK && first < end)
+        rc = put_frame(&o, items, first, end);
+    PyObject *result = NULL;
+    if (rc == OK)
+        result = PyBytes_FromStringAndSize(o.buf ? o.buf : "", o.len);
+    PyMem_Free(o.buf);
+    if (rc == NO)
+        Py_RETURN_NONE;
+    return result;
+}
+
+/* ---- the SDK's outbox ------------------------------------------------------------------ */
+
+/* What databus/sdk/outbox.py's PyOutbox does under its lock, done here in single calls:
+ * the interpreter runs no other thread during a call of a C function that runs no Python
+ * code and does not release the GIL, so each method is atomic without a lock (the lock was
+ * a third of send()'s cost).  Allocations that may start the collector (which may run
+ * Python code: finalizers) come first in each method, before any state changes. */
+
+typedef struct {
+    PyObject_HEAD
+    PyObject *queue;   /* message tuples and markers, in order */
+    PyObject *futures; /* message id -> its future */
+    PyObject *future_type; /* the futures add() makes: a class with FUTURE_SLOTS */
+    PyObject *client;      /* each future's _client */
+    Py_ssize_t slot[6];    /* FUTURE_SLOTS' offsets in a future */
+    long long last_id;
+    Py_ssize_t buffered;
+    Py_ssize_t unencoded;
+    Py_ssize_t max_messages;
+    char armed;
+    char refusing;
+} Outbox;
+
+enum { QUEUED = 0, WAKE = 1, YIELD = 2, REFUSED = 3 };
+
+/* A future is made as DeliveryFuture.__init__ makes it, without running it (a Python
+ * __init__ was a sixth of send()'s cost): allocated, then these slots stored. */
+static const char *FUTURE_SLOTS[6] = {"_client", "delay_id", "_done", "_report", "_exc",
+                                      "_callbacks"};
+
+static int
+outbox_init(Outbox *self, PyObject *args, PyObject *kwargs)
+{
+    static char *names[] = {"max_messages", "future_type", "client", NULL};
+    Py_ssize_t max_messages;
+    PyObject *future_type, *client;
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "nO!O", names, &max_messages,
+                                     &PyType_Type, &future_type, &client))
+        return -1;
+    if (max_messages < 1) {
+        PyErr_SetString(PyExc_ValueError, "max_messages must be positive");
+        return -1;
+    }
+    for (int i = 0; i < 6; i++) {
+        PyObject *d = PyObject_GetAttrString(future_type, FUTURE_SLOTS[i]);
+        if (d == NULL)
+            return -1;
+        int ok = Py_IS_TYPE(d, &PyMemberDescr_Type) &&
+                 ((PyMemberDescrObject *)d)->d_member->type == T_OBJECT_EX;
+        if (ok)
+            self->slot[i] = ((PyMemberDescrObject *)d)->d_member->offset;
+        Py_DECREF(d);
+        if (!ok) {
+            PyErr_Format(PyExc_TypeError, "future_type.%s must be a __slots__ member",
+                         FUTURE_SLOTS[i]);
+            return -1;
+        }
+    }
+    Py_XSETREF(self->future_type, Py_NewRef(future_type));
+    Py_XSETREF(self->client, Py_NewRef(client));
+    PyObject *queue = PyList_New(0), *futures = PyDict_New();
+    if (queue == NULL || futures == NULL) {
+        Py_XDECREF(queue);
+        Py_XDECREF(futures);
+        return -1;
+    }
+    Py_XSETREF(self->queue, queue);
+    Py_XSETREF(self->futures, futures);
+    self->max_messages = max_messages;
+    self->last_id = 0;
+    self->buffered = self->unencoded = 0;
+    self->armed = self->refusing = 0;
+    return 0;
+}
+
+static int
+outbox_traverse(Outbox *self, visitproc visit, void *arg)
+{
+    Py_VISIT(self->queue);
+    Py_VISIT(self->futures);
+    Py_VISIT(self->future_type);
+    Py_VISIT(self->client);
+    return 0;
+}
+
+static int
+outbox_clear(Outbox *self)
+{
+    Py_CLEAR(self->queue);
+    Py_CLEAR(self->futures);
+    Py_CLEAR(self->future_type);
+    Py_CLEAR(self->client);
+    return 0;
+}
+
+static void
+outbox_dealloc(Outbox *self)
+{
+    PyObject_GC_UnTrack(self);
+    outbox_clear(self);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static int
+outbox_ready(Outbox *self)
+{
+    if (self->queue == NULL || self->futures == NULL || self->future_type == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "Outbox not initialised");
+        return -1;
+    }
+    return 0;
+}
+
+static PyObject *
+new_future(Outbox *self)
+{
+    PyTypeObject *type = (PyTypeObject *)self->future_type;
+    PyObject *future = type->tp_alloc(type, 0);
+    if (future == NULL)
+        return NULL;
+    PyObject *values[6] = {self->client, Py_None, Py_False, Py_None, Py_None, Py_None};
+    for (int i = 0; i < 6; i++)
+        *(PyObject **)((char *)future + self->slot[i]) = Py_NewRef(values[i]);
+    return future;
+}
+
+/* add(size, fields) -> (QUEUED, WAKE, YIELD or REFUSED; the message's future or None) */
+static PyObject *
+outbox_add(Outbox *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 2 || !PyTuple_CheckExact(args[1])) {
+        PyErr_SetString(PyExc_TypeError, "add(size, fields: tuple)");
+        return NULL;
+    }
+    if (outbox_ready(self))
+        return NULL;
+    Py_ssize_t size = PyLong_AsSsize_t(args[0]);
+    if (size == -1 && PyErr_Occurred())
+        return NULL;
+    PyObject *fields = args[1];
+    Py_ssize_t n = PyTuple_GET_SIZE(fields);
+    /* The allocations first: they may start the collector. */
+    PyObject *item = PyTuple_New(n + 1);
+    PyObject *future = item ? new_future(self) : NULL;
+    PyObject *result = future ? PyTuple_New(2) : NULL;
+    if (result == NULL) {
+        Py_XDECREF(item);
+        Py_XDECREF(future);
+        return NULL;
+    }
+    int then;
+    if (self->refusing) {
+        Py_DECREF(item);
+        Py_DECREF(future);
+        future = Py_NewRef(Py_None);
+        then = REFUSED;
+    } else {
+        PyObject *id = PyLong_FromLongLong(self->last_id + 1);
+        if (id == NULL)
+            goto error;
+        PyTuple_SET_ITEM(item, 0, id);
+        for (Py_ssize_t i = 0; i < n; i++)
+            PyTuple_SET_ITEM(item, i + 1, Py_NewRef(PyTuple_GET_ITEM(fields, i)));
+        if (PyDict_SetItem(self->futures, id, future) < 0)
+            goto error;
+        if (PyList_Append(self->queue, item) < 0) {
+            PyDict_DelItem(self->futures, id);
+            goto error;
+        }
+        Py_DECREF(item);
+        self->last_id += 1;
+        self->buffered += size;
+        self->unencoded += size;
+        if (self->armed) {
+            then = PyList_GET_SIZE(self->queue) % self->max_messages ? QUEUED : YIELD;
+        } else {
+            self->armed = 1;
+            then = WAKE;
+        }
+    }
+    PyObject *code = PyLong_FromLong(then); /* small ints: never allocated */
+    PyTuple_SET_ITEM(result, 0, code);
+    PyTuple_SET_ITEM(result, 1, future);
+    return result;
+error:
+    Py_DECREF(item);
+    Py_DECREF(future);
+    Py_DECREF(result);
+    return NULL;
+}
+
+static PyObject *
+outbox_next_id(Outbox *self, PyObject *unused)
+{
+    self->last_id += 1;
+    return PyLong_FromLongLong(self->last_id);
+}
+
+static PyObject *
+outbox_add_marker(Outbox *self, PyObject *marker)
+{
+    if (outbox_ready(self) || PyList_Append(self->queue, marker) < 0)
+        return NULL;
+    int wake = !self->armed;
+    self->armed = 1;
+    return PyBool_FromLong(wake);
+}
+
+static PyObject *
+outbox_arm(Outbox *self, PyObject *unused)
+{
+    int wake = !self->armed;
+    self->armed = 1;
+    return PyBool_FromLong(wake);
+}
+
+static PyObject *
+outbox_take(Outbox *self, PyObject *unused)
+{
+    if (outbox_ready(self))
+        return NULL;
+    PyObject *fresh = PyList_New(0);
+    PyObject *unencoded = PyLong_FromSsize_t(self->unencoded);
+    PyObject *result = (fresh && unencoded) ? PyTuple_Pack(2, self->queue, unencoded) : NULL;
+    Py_XDECREF(unencoded);
+    if (result == NULL) {
+        Py_XDECREF(fresh);
+        return NULL;
+    }
+    Py_SETREF(self->queue, fresh);
+    self->unencoded = 0;
+    self->armed = 0;
+    return result;
+}
+
+static PyObject *
+outbox_release(Outbox *self, PyObject *arg)
+{
+    Py_ssize_t n = PyLong_AsSsize_t(arg);
+    if (n == -1 && PyErr_Occurred())
+        return NULL;
+    self->buffered -= n;
+    Py_RETURN_NONE;
+}
+
+static PyObject *
+outbox_fail(Outbox *self, PyObject *unused)
+{
+    if (outbox_ready(self))
+        return NULL;
+    PyObject *queue = PyList_New(0), *futures = PyDict_New();
+    if (queue == NULL || futures == NULL) {
+        Py_XDECREF(queue);
+        Py_XDECREF(futures);
+        return NULL;
+    }
+    PyObject *old = self->futures;
+    self->futures = futures;
+    Py_SETREF(self->queue, queue);
+    self->refusing = 1;
+    self->unencoded = self->buffered = 0;
+    self->armed = 0;
+    return old;
+}
+
+static PyObject *
+outbox_get_refusing(Outbox *self, void *closure)
+{
+    return PyBool_FromLong(self->refusing);
+}
+
+static int
+outbox_set_refusing(Outbox *self, PyObject *value, void *closure)
+{
+    int truth = value ? PyObject_IsTrue(value) : -1;
+    if (truth < 0) {
+        if (!PyErr_Occurred())
+            PyErr_SetString(PyExc_TypeError, "cannot delete refusing");
+        return -1;
+    }
+    self->refusing = (char)truth;
+    return 0;
+}
+
+static PyObject *
+outbox_get_armed(Outbox *self, void *closure)
+{
+    return PyBool_FromLong(self->armed);
+}
+
+static PyObject *
+outbox_get_futures(Outbox *self, void *closure)
+{
+    if (outbox_ready(self))
+        return NULL;
+    return Py_NewRef(self->futures);
+}
+
+static PyGetSetDef outbox_getset[] = {
+    {"refusing", (getter)outbox_get_refusing, (setter)outbox_set_refusing,
+     "add() refuses (the client is closed or failed)", NULL},
+    {"armed", (getter)outbox_get_armed, NULL, "a wake-up is in flight to the I/O thread", NULL},
+    {"futures", (getter)outbox_get_futures, NULL, "message id -> future, not answered yet",
+     NULL},
+    {NULL},
+};
+
+static PyMemberDef outbox_members[] = {
+    {"buffered", T_PYSSIZET, offsetof(Outbox, buffered), READONLY,
+     "payload bytes queued or not yet written"},
+    {"unencoded", T_PYSSIZET, offsetof(Outbox, unencoded), READONLY,
+     "payload bytes of the queued messages"},
+    {"last_id", T_LONGLONG, offsetof(Outbox, last_id), READONLY, "the last id given out"},
+    {"max_messages", T_PYSSIZET, offsetof(Outbox, max_messages), READONLY, NULL},
+    {NULL},
+};
+
+static PyMethodDef outbox_methods[] = {
+    {"add", (PyCFunction)(void (*)(void))outbox_add, METH_FASTCALL,
+     "add(size, fields): queue message (id, *fields) with a new future; (QUEUED, WAKE, YIELD "
+     "or REFUSED, the future)"},
+    {"next_id", (PyCFunction)outbox_next_id, METH_NOARGS, "a new id (flushes, subscriptions)"},
+    {"add_marker", (PyCFunction)outbox_add_marker, METH_O,
+     "queue a marker; True if the I/O thread must be woken"},
+    {"arm", (PyCFunction)outbox_arm, METH_NOARGS, "True if the I/O thread must be woken"},
+    {"take", (PyCFunction)outbox_take, METH_NOARGS, "(queue, unencoded bytes), emptied"},
+    {"release", (PyCFunction)outbox_release, METH_O, "n payload bytes left the process"},
+    {"fail", (PyCFunction)outbox_fail, METH_NOARGS,
+     "refuse from now on, drop what is queued; returns the futures not answered"},
+    {NULL},
+};
+
+static PyTypeObject OutboxType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "databus.protocol._sidecar_speedups.Outbox",
+    .tp_basicsize = sizeof(Outbox),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC,
+    .tp_doc = "The SDK's queue of messages and markers (databus/sdk/outbox.py's PyOutbox).",
+    .tp_new = PyType_GenericNew,
+    .tp_init = (initproc)outbox_init,
+    .tp_traverse = (traverseproc)outbox_traverse,
+    .tp_clear = (inquiry)outbox_clear,
+    .tp_dealloc = (destructor)outbox_dealloc,
+    .tp_methods = outbox_methods,
+    .tp_members = outbox_members,
+    .tp_getset = outbox_getset,
+};
+
+static PyMethodDef methods[] = {
+    {"parse_produce", py_parse_produce, METH_O, parse_produce_doc},
+    {"encode_produce", py_encode_produce, METH_VARARGS, encode_produce_doc},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module = {
+    PyModuleDef_HEAD_INIT, "databus.protocol._sidecar_speedups",
+    "The sidecar wire format's per-message kernels in C (pure-Python twins in sidecar_wire.py).",
+    -1, methods, NULL, NULL, NULL, NULL,
+};
+
+PyMODINIT_FUNC
+PyInit__sidecar_speedups(void)
+{
+    if (PyType_Ready(&OutboxType) < 0)
+        return NULL;
+    PyObject *m = PyModule_Create(&module);
+    if (m == NULL)
+        return NULL;
+    if (PyModule_AddObjectRef(m, "Outbox", (PyObject *)&OutboxType) < 0) {
+        Py_DECREF(m);
+        return NULL;
+    }
+    return m;
+}

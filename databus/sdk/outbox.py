@@ -1,0 +1,113 @@
+"""The Client's outbox: message ids, the queue the I/O thread encodes, the futures waiting
+for reports, and the byte counts of backpressure, shared by the sending threads and the I/O
+thread.
+
+Each method is one atomic step.  ``PyOutbox`` (below) makes them so with a lock; the C
+extension's ``Outbox`` (databus/protocol/_sidecar_speedups.c) has the same methods and needs
+no lock: a C call that runs no Python code holds the interpreter throughout.  The lock was a
+third of ``send()``'s own cost.  ``DATABUS_PURE_PYTHON=1`` selects PyOutbox (speedups.py);
+tests/protocol/test_sidecar_speedups.py runs both through the same operations.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+from databus.protocol.speedups import sidecar_native
+
+# What add() says to do next.
+QUEUED = 0  # nothing: the I/O thread knows there is work
+WAKE = 1  # wake the I/O thread
+YIELD = 2  # a frame's worth is queued: let the I/O thread have the interpreter now
+REFUSED = 3  # the client is closed or failed: nothing was queued
+
+
+class PyOutbox:
+    """See the module docstring; ``max_messages``: the queue length at which add() says
+    YIELD (a produce frame's worth); add() makes each message's future as
+    ``future_type(client)``."""
+
+    def __init__(self, max_messages: int, future_type: type, client: Any) -> None:
+        if max_messages < 1:
+            raise ValueError("max_messages must be positive")
+        self._lock = threading.Lock()
+        self._future_type = future_type
+        self._client = client
+        self.max_messages = max_messages
+        self.queue: list = []  # message tuples and markers, in order
+        self.futures: dict[int, Any] = {}  # message id -> its future
+        self.last_id = 0  # ids of messages, flushes and subscriptions, from 1
+        self.buffered = 0  # payload bytes queued or not yet on the socket
+        self.unencoded = 0  # payload bytes of the messages in the queue
+        self.armed = False  # a wake-up is in flight to the I/O thread
+        self.refusing = False  # the client is closed or failed
+
+    def add(self, size: int, fields: tuple) -> tuple[int, Any]:
+        """Queue message ``(id, *fields)`` with a new id, ``size`` payload bytes; returns
+        (what to do next, its future), (REFUSED, None) when nothing was queued."""
+        future = self._future_type(self._client)
+        lock = self._lock
+        lock.acquire()  # not ``with``: cheaper, on every send
+        try:
+            if self.refusing:
+                return REFUSED, None
+            self.last_id = id_ = self.last_id + 1
+            self.futures[id_] = future
+            queue = self.queue
+            queue.append((id_, *fields))
+            self.buffered += size
+            self.unencoded += size
+            if self.armed:
+                return (QUEUED if len(queue) % self.max_messages else YIELD), future
+            self.armed = True
+            return WAKE, future
+        finally:
+            lock.release()
+
+    def next_id(self) -> int:
+        with self._lock:
+            self.last_id += 1
+            return self.last_id
+
+    def add_marker(self, marker: Any) -> bool:
+        """Queue a marker (a flush, a frame); True if the I/O thread must be woken."""
+        with self._lock:
+            self.queue.append(marker)
+            wake = not self.armed
+            self.armed = True
+            return wake
+
+    def arm(self) -> bool:
+        """True if the I/O thread must be woken (no wake-up is in flight yet)."""
+        with self._lock:
+            wake = not self.armed
+            self.armed = True
+            return wake
+
+    def take(self) -> tuple[list, int]:
+        """(the queue, its payload bytes), leaving both empty; the I/O thread is awake."""
+        with self._lock:
+            queue, self.queue = self.queue, []
+            unencoded, self.unencoded = self.unencoded, 0
+            self.armed = False
+            return queue, unencoded
+
+    def release(self, n: int) -> None:
+        """``n`` payload bytes are on the socket."""
+        with self._lock:
+            self.buffered -= n
+
+    def fail(self) -> dict[int, Any]:
+        """Refuse from now on and drop what is queued (it is answered as failed, so it must
+        never go out later); returns the futures not answered yet."""
+        with self._lock:
+            futures, self.futures = self.futures, {}
+            self.queue = []
+            self.refusing = True
+            self.unencoded = self.buffered = 0
+            self.armed = False
+            return futures
+
+
+Outbox = sidecar_native.Outbox if sidecar_native is not None else PyOutbox
