@@ -22,7 +22,6 @@ Timeouts of poll/getmany/commit are in seconds (trio's convention).
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -38,6 +37,7 @@ from .config import ConsumerConfig
 from .connection import OpenStream
 from .fetcher import ConsumerRecord, Fetcher
 from .group import GroupMember, call_listener
+from .lifecycle import ClientLifecycle
 from .offsets import EARLIEST, LATEST, list_offsets
 from .subscription import SubscriptionState
 
@@ -57,7 +57,7 @@ class ConsumerStatistics:
     generation_id: int | None
 
 
-class Consumer:
+class Consumer(ClientLifecycle):
     """Trio-native Kafka consumer; use as ``async with Consumer(bootstrap, config) as c``.
 
     ``open_stream(host, port)`` replaces the TCP connect (see connection.OpenStream)."""
@@ -89,67 +89,34 @@ class Consumer:
             )
         self._on_assigned = on_assigned
         self._on_revoked = on_revoked
-        self._stack: contextlib.AsyncExitStack | None = None
-        self._nursery: trio.Nursery | None = None
-        self._closed = False
         self._group_wakeup = trio.Event()
         self._last_committed: dict[TopicPartition, int] = {}
 
     # -- lifecycle -----------------------------------------------------------------------
 
-    async def __aenter__(self) -> Consumer:
-        self._stack = contextlib.AsyncExitStack()
-        await self._stack.enter_async_context(self._running())
-        return self
+    async def _start(self, nursery: trio.Nursery) -> None:
+        await nursery.start(self._fetcher.run)
+        if self._group is not None:
+            nursery.start_soon(self._group_task)
+            nursery.start_soon(self._group.heartbeat_loop)
+            if self.config.enable_auto_commit:
+                nursery.start_soon(self._auto_commit_loop)
+        nursery.start_soon(self._metadata_loop)
 
-    async def __aexit__(self, exc_type, exc, tb) -> bool:
-        await self.close(graceful=exc_type is None or not issubclass(exc_type, trio.Cancelled))
-        return False
-
-    @contextlib.asynccontextmanager
-    async def _running(self):
-        async with self._cluster.running() as nursery:
-            self._nursery = nursery
-            await nursery.start(self._fetcher.run)
-            if self._group is not None:
-                nursery.start_soon(self._group_task)
-                nursery.start_soon(self._group.heartbeat_loop)
-                if self.config.enable_auto_commit:
-                    nursery.start_soon(self._auto_commit_loop)
-            nursery.start_soon(self._metadata_loop)
-            yield
-
-    async def close(self, graceful: bool = True) -> None:
-        """Commit (with auto commit), leave the group, close connections."""
-        if self._closed:
+    async def _settle(self) -> None:
+        """close()'s graceful part: commit (with auto commit), leave the group."""
+        if self._group is None:
             return
-        self._closed = True
-        try:
-            if graceful and self._group is not None:
-                with trio.move_on_after(self.config.request_timeout_ms / 1000):
-                    if self.config.enable_auto_commit:
-                        try:
-                            await self._commit_positions()
-                        except errors.KafkaError as exc:
-                            log.warning("final auto commit failed: %s", exc)
-                    if self._subscriptions.uses_group_assignment:
-                        assigned = self._subscriptions.assigned()
-                        if assigned:
-                            await call_listener(self._on_revoked, list(assigned))
-                        await self._group.leave()
-        finally:
-            # Always, even when the graceful part was cancelled (a nursery's exception
-            # group is not "Cancelled" to __aexit__): an unclosed stack leaves the
-            # connections' nursery open and corrupts the caller's nursery nesting.
-            if self._stack is not None:
-                stack, self._stack = self._stack, None
-                await stack.aclose()
-
-    def _check_open(self) -> None:
-        if self._closed or self._stack is None:
-            raise errors.ConsumerClosedError(
-                "consumer is closed" if self._closed else "use the consumer inside `async with`"
-            )
+        if self.config.enable_auto_commit:
+            try:
+                await self._commit_positions()
+            except errors.KafkaError as exc:
+                log.warning("final auto commit failed: %s", exc)
+        if self._subscriptions.uses_group_assignment:
+            assigned = self._subscriptions.assigned()
+            if assigned:
+                await call_listener(self._on_revoked, list(assigned))
+            await self._group.leave()
 
     # -- background tasks ----------------------------------------------------------------
 

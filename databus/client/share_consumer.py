@@ -48,7 +48,6 @@ Timeouts of poll/commit are in seconds (trio's convention).
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import uuid
 from collections import deque
@@ -70,6 +69,7 @@ from .config import ShareConsumerConfig
 from .connection import OpenStream
 from .fetcher import ConsumerRecord
 from .group import _COORDINATOR_ERRORS, CoordinatorClient
+from .lifecycle import ClientLifecycle
 from .share import (
     FINAL_EPOCH,
     AcknowledgeType,
@@ -228,10 +228,12 @@ class _Chunk:
     index: int = 0
 
 
-class ShareConsumer:
+class ShareConsumer(ClientLifecycle):
     """Trio-native share consumer; use as ``async with ShareConsumer(bootstrap, config)``.
 
     ``open_stream(host, port)`` replaces the TCP connect (see connection.OpenStream)."""
+
+    _what = "share consumer"
 
     def __init__(
         self,
@@ -265,57 +267,27 @@ class ShareConsumer:
         self._wakeup = trio.Event()
         self._data_ready = trio.Event()
         self._metadata_task = False
-        self._stack: contextlib.AsyncExitStack | None = None
-        self._nursery: trio.Nursery | None = None
         self._fetch_nursery: trio.Nursery | None = None
-        self._closing = False
-        self._closed = False
 
     # -- lifecycle -----------------------------------------------------------------------
 
-    async def __aenter__(self) -> ShareConsumer:
-        self._stack = contextlib.AsyncExitStack()
-        await self._stack.enter_async_context(self._running())
-        return self
+    async def _start(self, nursery: trio.Nursery) -> None:
+        await nursery.start(self._fetch_loop)
+        nursery.start_soon(self._member.heartbeat_loop)
 
-    async def __aexit__(self, exc_type, exc, tb) -> bool:
-        await self.close(graceful=exc_type is None or not issubclass(exc_type, trio.Cancelled))
-        return False
-
-    @contextlib.asynccontextmanager
-    async def _running(self):
-        async with self._cluster.running() as nursery:
-            self._nursery = nursery
-            await nursery.start(self._fetch_loop)
-            nursery.start_soon(self._member.heartbeat_loop)
-            yield
-
-    async def close(self, graceful: bool = True) -> None:
-        """Settle what is pending (implicit mode: accept the last poll's records), close the
-        share sessions (the broker releases every record still held), leave the group."""
-        if self._closed:
-            return
-        self._closed = self._closing = True
-        if graceful and self._stack is not None:
-            with trio.move_on_after(self.config.request_timeout_ms / 1000):
-                if not self._explicit:
-                    self._accept_delivered()
-                for node, session in list(self._sessions.items()):
-                    if session.is_open:
-                        try:
-                            await self._acknowledge(node, final=True)
-                        except errors.KafkaError as exc:
-                            log.warning("closing the share session on broker %s: %s", node, exc)
-                await self._member.leave()
-        if self._stack is not None:
-            stack, self._stack = self._stack, None
-            await stack.aclose()
-
-    def _check_open(self) -> None:
-        if self._closed or self._stack is None:
-            raise errors.ConsumerClosedError(
-                "share consumer is closed" if self._closed
-                else "use the share consumer inside `async with`")
+    async def _settle(self) -> None:
+        """close()'s graceful part: settle what is pending (implicit mode: accept the last
+        poll's records), close the share sessions (the broker releases every record still
+        held), leave the group."""
+        if not self._explicit:
+            self._accept_delivered()
+        for node, session in list(self._sessions.items()):
+            if session.is_open:
+                try:
+                    await self._acknowledge(node, final=True)
+                except errors.KafkaError as exc:
+                    log.warning("closing the share session on broker %s: %s", node, exc)
+        await self._member.leave()
 
     # -- subscription --------------------------------------------------------------------
 
@@ -529,7 +501,7 @@ class ShareConsumer:
         poll() calls this too, right after handing records out, so the next fetch is on
         the wire while the application works on them (prefetch); it asks only brokers it
         is connected to (``connected_only``: no connect delays a poll)."""
-        if self._closing:
+        if self._closed:
             return
         wanted = self._wanted_by_node()
         # brokers whose session still names partitions no longer assigned: tell them
@@ -657,7 +629,7 @@ class ShareConsumer:
         session = self._sessions.setdefault(node, ShareSession())
         flight = None
         async with self._locks.setdefault(node, trio.Lock()):
-            if self._closing or (wanted and self._member.member_epoch <= 0):
+            if self._closed or (wanted and self._member.member_epoch <= 0):
                 return None
             conn = await self._cluster.connection(node)
             added, forgotten = session.plan(wanted)

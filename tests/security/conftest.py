@@ -16,7 +16,8 @@ from databus.storage.credentials import CredentialStore
 from tests.helpers.broker import BrokerProcess
 from tests.helpers.tls import Pki, make_pki
 
-USERS = {"admin": "admin-secret-7Q", "bob": "bob-secret-9Z", "tx": "tx-secret-3K"}
+USERS = {"admin": "admin-secret-7Q", "bob": "bob-secret-9Z", "tx": "tx-secret-3K",
+         "sharer": "sharer-secret-5M"}
 LISTENERS = "PLAINTEXT://127.0.0.1:0,SSL://127.0.0.1:0,SASL_PLAINTEXT://127.0.0.1:0," \
             "SASL_SSL://127.0.0.1:0"
 CERT_PRINCIPAL = "User:CN=app,O=databus"
@@ -82,7 +83,7 @@ def secured(tmp_path_factory):
                      "--password-stdin", stdin=USERS["admin"] + "\n")
     assert result.returncode == 0, result.stderr
     store = CredentialStore(root / "data")
-    for user in ("bob", "tx"):
+    for user in ("bob", "tx", "sharer"):
         for mechanism in ("SCRAM-SHA-256", "SCRAM-SHA-512"):
             store.upsert(user, make_credential(mechanism, USERS[user]))
     options = {

@@ -38,6 +38,7 @@ from databus.protocol.errors import ErrorCode
 from databus.storage.acls import Operation, ResourceType
 
 from ..api import RequestContext, handles
+from ..authorizer import partition_errors
 from ..operations import NOT_REQUESTED, authorized_operations
 
 ZERO_UUID = uuid.UUID(int=0)
@@ -68,6 +69,13 @@ def _not_share_group(group_id: str) -> str:
 
 @handles(ApiKey.SHARE_GROUP_HEARTBEAT, 1, 1)
 async def share_group_heartbeat(ctx: RequestContext, request):
+    # Kafka: a subscription naming a topic the caller may not DESCRIBE is refused whole
+    # (a member must not learn, through its assignment, of topics it may not see)
+    unauthorized = sorted(t for t in set(request.subscribed_topic_names or ())
+                          if not ctx.allowed(Operation.DESCRIBE, ResourceType.TOPIC, t))
+    if unauthorized:
+        return _response(ctx, error_code=ErrorCode.topic_authorization_failed,
+                         error_message=f"Not authorized to access topics: {unauthorized}")
     service = shares_of(ctx)
     if service is None:
         return _response(ctx, error_code=ErrorCode.coordinator_load_in_progress)
@@ -153,15 +161,32 @@ def _ack_batches(partition) -> list[AckBatch]:
             for b in partition.acknowledgement_batches]
 
 
-def _apply_acks(service: ShareService, group_id: str, member_id: str,
-                topics) -> dict[tuple[uuid.UUID, int], ErrorCode]:
-    """(topic id, partition) -> acknowledge error, for every partition carrying batches."""
+def _refused(ctx: RequestContext, service: ShareService,
+             keys) -> dict[tuple[uuid.UUID, int], ErrorCode]:
+    """Kafka's READ on each TOPIC of a ShareFetch/ShareAcknowledge: {(topic id, partition):
+    TOPIC_AUTHORIZATION_FAILED} for those of ``keys`` the caller may not read (ids of no
+    topic are left to the UNKNOWN_TOPIC_ID answer)."""
+    names = service.topic_names_by_id()
+    by_name = {(names[t], p): (t, p) for t, p in keys if t in names}
+    return {by_name[key]: code
+            for key, code in partition_errors(ctx, by_name, Operation.READ).items()}
+
+
+def _apply_acks(service: ShareService, group_id: str, member_id: str, topics,
+                refused: dict) -> dict[tuple[uuid.UUID, int], ErrorCode]:
+    """(topic id, partition) -> acknowledge error, for every partition carrying batches;
+    those of ``refused`` get its error and are not applied."""
     results = {}
     for topic in topics:
         for partition in topic.partitions:
             batches = _ack_batches(partition)
-            if batches:
-                results[(topic.topic_id, partition.partition_index)] = service.acknowledge(
+            key = (topic.topic_id, partition.partition_index)
+            if not batches:
+                continue
+            if key in refused:
+                results[key] = refused[key]
+            else:
+                results[key] = service.acknowledge(
                     group_id, member_id, topic.topic_id, partition.partition_index, batches)
     return results
 
@@ -212,7 +237,11 @@ async def share_fetch(ctx: RequestContext, request):
             for index in forgotten.partitions:
                 session.partitions.discard((forgotten.topic_id, index))
 
-    acks = _apply_acks(service, group_id, member_id, request.topics)
+    named = {(t.topic_id, p.partition_index) for t in request.topics for p in t.partitions}
+    # checked on every request over the whole session: an ACL removed since the session
+    # opened stops its topic at once
+    refused = _refused(ctx, service, named | session.partitions)
+    acks = _apply_acks(service, group_id, member_id, request.topics, refused)
     # the write of the acknowledgements starts now; records are acquired meanwhile and the
     # answer waits for both (it must not confirm an acknowledgement before its fsync)
     pending = service.persist_soon() if acks else None
@@ -222,7 +251,6 @@ async def share_fetch(ctx: RequestContext, request):
         await _persist_acks(service, acks, pending)
         service.close_session(session)
     else:
-        wanted = {(t.topic_id, p.partition_index) for t in request.topics for p in t.partitions}
         created = service.created
         deadline = trio.current_time() + ms(request.max_wait) / 1000
         max_records = request.max_records if request.max_records > 0 else 500
@@ -230,9 +258,12 @@ async def share_fetch(ctx: RequestContext, request):
         while True:
             # records once acquired are answered at once, whatever min_bytes says: a second
             # pass would acquire more while the first ones wait in no response
-            results = service.acquire(session, max_records, max_bytes, wanted)
+            results = service.acquire(session, max_records, max_bytes, named, refused)
             got = any(r.acquired for r in results)
-            errors = any(r.error != ErrorCode.none for r in results)
+            # a refused partition stays refused: answering at once would make the client
+            # ask again at once; it waits for records from the others like an empty one
+            errors = any(r.error != ErrorCode.none and (r.topic_id, r.partition) not in refused
+                         for r in results)
             if got or errors or not session.partitions:
                 break
             if trio.current_time() >= deadline:
@@ -287,7 +318,9 @@ async def share_acknowledge(ctx: RequestContext, request):
                                       may_open=False)
     except SessionError as exc:
         return top_error(exc.code, str(exc))
-    acks = _apply_acks(service, group_id, member_id, request.topics)
+    named = {(t.topic_id, p.partition_index) for t in request.topics for p in t.partitions}
+    acks = _apply_acks(service, group_id, member_id, request.topics,
+                       _refused(ctx, service, named))
     await _persist_acks(service, acks)
     if request.share_session_epoch == FINAL_EPOCH:
         service.close_session(session)

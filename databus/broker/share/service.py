@@ -551,16 +551,24 @@ class ShareService:
     # -- fetching ---------------------------------------------------------------------------
 
     def acquire(self, session: ShareSession, max_records: int, max_bytes: int,
-                wanted: set[tuple[uuid.UUID, int]]) -> list[PartitionFetch]:
+                wanted: set[tuple[uuid.UUID, int]],
+                refused: dict[tuple[uuid.UUID, int], ErrorCode] | None = None,
+                ) -> list[PartitionFetch]:
         """One pass over the session's partitions: acquire what is available now.
 
-        Partitions in ``wanted`` (named by the request) are answered even when empty."""
+        Partitions in ``wanted`` (named by the request) are answered even when empty;
+        those in ``refused`` (the caller may not read them) are answered with their error,
+        nothing acquired."""
         names = self.topic_names_by_id()
         now = self.clock()
         results = []
         budget = max_bytes
         for topic_id, partition in sorted(session.partitions, key=lambda k: (str(k[0]), k[1])):
             result = PartitionFetch(topic_id, partition)
+            if refused and (topic_id, partition) in refused:
+                result.error = refused[(topic_id, partition)]
+                results.append(result)
+                continue
             topic = names.get(topic_id)
             info = self.broker.topic(topic) if topic else None
             if info is None or not 0 <= partition < info.partitions:
