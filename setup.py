@@ -25,31 +25,40 @@ for directory, name in RENAMED.items():
 
 
 class OptionalBuildExt(build_ext):
-    """build_ext that reports a failed compile and goes on without the extension."""
+    """build_ext that reports a failed compile and goes on without that extension (each
+    module is optional on its own: the other still builds and is used)."""
 
-    failed = False
+    def initialize_options(self):
+        super().initialize_options()
+        self.failed: set[str] = set()
 
     def run(self):
         try:
             super().run()
-        except Exception as exc:  # noqa: BLE001 - any failure means: no extension
-            self._skip(exc)
+        except Exception as exc:  # noqa: BLE001 - any failure means: no extensions
+            for ext in self.extensions:
+                self._skip(ext.name, exc)
 
     def build_extension(self, ext):
         try:
             super().build_extension(ext)
         except Exception as exc:  # noqa: BLE001
-            self._skip(exc)
+            self._skip(ext.name, exc)
 
     def copy_extensions_to_source(self):
-        if not self.failed:  # an editable install copies the built module: none to copy
+        # an editable install copies the built modules: only those that were built
+        every, self.extensions = self.extensions, [
+            e for e in self.extensions if e.name not in self.failed]
+        try:
             super().copy_extensions_to_source()
+        finally:
+            self.extensions = every
 
-    def _skip(self, exc):
-        if not self.failed:
-            self.failed = True
-            print(f"WARNING: the C extension was not built ({exc}); databus runs its "
-                  "pure-Python code, which is slower", file=sys.stderr)
+    def _skip(self, name, exc):
+        if name not in self.failed:
+            self.failed.add(name)
+            print(f"WARNING: the C extension {name} was not built ({exc}); databus runs "
+                  "its pure-Python code there, which is slower", file=sys.stderr)
 
 
 extensions = []
