@@ -46,6 +46,10 @@ from databus.protocol.sidecar_wire import (
 BASE_MS = 250
 LEVELS = 20
 FINAL_WINDOW_MS = 2000
+# The wheel runs this far ahead of the due times: a record becomes ready with at least
+# LEAD_MS to go (not anything from 0 up), so the service's own lag at a step (a burst of
+# ready records, a fetch behind, a busy machine) is spent before the due time, not after.
+LEAD_MS = 1000
 TOPIC_PREFIX = "databus-delay-"
 CANCEL_TOPIC = "databus-delay-cancel"
 OUR_HEADERS = frozenset({DELAY_DUE_HEADER, DELAY_ID_HEADER, DELAY_TARGET_HEADER,
@@ -72,11 +76,13 @@ def level_of_topic(topic: str) -> int | None:
 
 
 def level_for(remaining_ms: int) -> int | None:
-    """The level for a message ``remaining_ms`` from due; None below the lowest span (it
-    is delivered from memory at its time)."""
-    if remaining_ms < BASE_MS:
+    """The level for a message ``remaining_ms`` from due: the one whose span ``D`` has
+    ``D <= remaining_ms - LEAD_MS < 2 * D``; None below the lowest span (it waits in
+    memory)."""
+    ahead = remaining_ms - LEAD_MS
+    if ahead < BASE_MS:
         return None
-    return min((remaining_ms // BASE_MS).bit_length() - 1, LEVELS - 1)
+    return min((ahead // BASE_MS).bit_length() - 1, LEVELS - 1)
 
 
 class DelayHeaderError(ValueError):
@@ -230,7 +236,8 @@ class Scheduler:
                     actions.append(Action(tp, record.offset, None, None))
                     continue
                 remaining = delayed.due_ms - now_ms
-                level = None if remaining < FINAL_WINDOW_MS else level_for(remaining)
+                level = (None if remaining < LEAD_MS + FINAL_WINDOW_MS
+                         else level_for(remaining))
                 if level is None:
                     held.in_final[record.offset] = delayed.due_ms
                     heapq.heappush(self.final, (delayed.due_ms, tp, record.offset, delayed))
