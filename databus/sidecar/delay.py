@@ -80,7 +80,8 @@ class DelayService(BackgroundService):
                 self.scheduler.add(tp, records)
                 if self.scheduler.full(tp):
                     consumer.pause(tp)
-            await self._act(self.scheduler.take_ready(now_ms(), self.cancelled), producer)
+            now = now_ms()
+            await self._act(self.scheduler.take_ready(now, self.cancelled), producer, now)
             paused = [tp for tp in consumer.paused() if not self.scheduler.full(tp)]
             if paused:
                 consumer.resume(*paused)
@@ -88,7 +89,7 @@ class DelayService(BackgroundService):
                 await self._commit(consumer, producer, flush=False)
                 last_commit = trio.current_time()
 
-    async def _act(self, actions: list[Action], producer: Producer) -> None:
+    async def _act(self, actions: list[Action], producer: Producer, decided_ms: int) -> None:
         for action in actions:
             delayed = action.delayed
             if delayed is None:
@@ -104,8 +105,12 @@ class DelayService(BackgroundService):
                                                  delayed.partition)
                     self.delivered += 1
                 else:
+                    # stamped with the time the level was chosen for, not the (later) time
+                    # of this send: its readiness counts from its timestamp, and in a burst
+                    # the last send of a step comes well after the decision
                     future = await producer.send(LEVEL_TOPICS[action.level], delayed.value,
-                                                 delayed.key, delayed.stored_headers())
+                                                 delayed.key, delayed.stored_headers(),
+                                                 timestamp_ms=decided_ms)
                     self.forwarded += 1
             except KafkaError as exc:
                 # a target that is gone or a partition it never had: nothing will change
