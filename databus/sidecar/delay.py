@@ -9,10 +9,11 @@ consumer group does: it works the same against the built-in broker and any Kafka
 Loop: fetch from the assigned level partitions (a partition holding ``max_held`` records is
 paused: memory stays bounded however many messages wait), sleep until the earliest ready
 record (one deadline per partition), forward or deliver what is ready through one
-idempotent producer (acks=all), and every ``commit.interval.ms`` flush the producer and
-commit, per partition, the offset below the first record not yet handed on and
-acknowledged.  Before a rebalance takes partitions away, the same flush and commit run for
-them, and their held records are dropped (the next owner reads them from the commit).
+idempotent producer (acks=all), and every ``COMMIT_INTERVAL_S`` commit, per partition, the
+offset below the first record not yet handed on and acknowledged (without waiting for the
+writes in flight: the loop must not stop).  Before a rebalance takes partitions away, the
+producer is flushed and their offsets committed, and their held records are dropped (the
+next owner reads them from the commit).
 
 Cancels: a second consumer (no group) reads the whole compacted ``databus-delay-cancel``
 topic; a cancelled id is skipped at every step.  Cancels older than ``cancel.retention.ms``
