@@ -31,6 +31,10 @@ def add_arguments(parser) -> None:
     parser.add_argument("--max-delay", type=float, default=60.0,
                         help="delays are uniform in [0, this] seconds")
     parser.add_argument("--members", type=int, default=2, help="delay-service processes")
+    parser.add_argument("--partitions", type=int, default=None,
+                        help="create the delay topics with this many partitions (default: "
+                             "the service creates them with the broker's default, 1 here, so "
+                             "each level topic, and all of its work, is one member's)")
     parser.add_argument("--kill-after", type=float, default=None,
                         help="SIGKILL one member this many seconds after the start")
     parser.add_argument("--session-timeout-ms", type=int, default=6000,
@@ -113,6 +117,11 @@ def run(args) -> int:
 
     with broker_for(args) as (bootstrap, _cpu):
         create_topic(bootstrap, TARGET, 1)
+        if args.partitions:
+            from databus.sidecar.delay_core import LEVEL_TOPICS
+
+            for topic in LEVEL_TOPICS:
+                create_topic(bootstrap, topic, args.partitions)
         context = multiprocessing.get_context("spawn")
         members = [context.Process(target=_member, args=(bootstrap, args.session_timeout_ms),
                                    daemon=True) for _ in range(args.members)]
@@ -142,7 +151,9 @@ def run(args) -> int:
 
         delivered = result.get("seen", 0)
         print(f"{args.messages} delayed messages, delays uniform in [0, {args.max_delay}] s, "
-              f"{args.members} delay-service processes; written in {written_s:.1f} s"
+              f"{args.members} delay-service processes"
+              + (f", {args.partitions} partitions per delay topic" if args.partitions else "")
+              + f"; written in {written_s:.1f} s"
               + (f"; {killed}" if killed else ""))
         print_table(
             ["messages", "delivered", "missing", "duplicates", "early", "p50 ms", "p99 ms",

@@ -9,10 +9,11 @@ consumer group does: it works the same against the built-in broker and any Kafka
 Loop: fetch from the assigned level partitions (a partition holding ``max_held`` records is
 paused: memory stays bounded however many messages wait), sleep until the earliest ready
 record (one deadline per partition), forward or deliver what is ready through one
-idempotent producer (acks=all), and every ``commit.interval.ms`` flush the producer and
-commit, per partition, the offset below the first record not yet handed on and
-acknowledged.  Before a rebalance takes partitions away, the same flush and commit run for
-them, and their held records are dropped (the next owner reads them from the commit).
+idempotent producer (acks=all), and every ``COMMIT_INTERVAL_S`` commit, per partition, the
+offset below the first record not yet handed on and acknowledged (without waiting for the
+writes in flight: the loop must not stop).  Before a rebalance takes partitions away, the
+producer is flushed and their offsets committed, and their held records are dropped (the
+next owner reads them from the commit).
 
 Cancels: a second consumer (no group) reads the whole compacted ``databus-delay-cancel``
 topic; a cancelled id is skipped at every step.  Cancels older than ``cancel.retention.ms``
@@ -80,15 +81,16 @@ class DelayService(BackgroundService):
                 self.scheduler.add(tp, records)
                 if self.scheduler.full(tp):
                     consumer.pause(tp)
-            await self._act(self.scheduler.take_ready(now_ms(), self.cancelled), producer)
+            now = now_ms()
+            await self._act(self.scheduler.take_ready(now, self.cancelled), producer, now)
             paused = [tp for tp in consumer.paused() if not self.scheduler.full(tp)]
             if paused:
                 consumer.resume(*paused)
             if trio.current_time() - last_commit >= COMMIT_INTERVAL_S:
-                await self._commit(consumer, producer)
+                await self._commit(consumer, producer, flush=False)
                 last_commit = trio.current_time()
 
-    async def _act(self, actions: list[Action], producer: Producer) -> None:
+    async def _act(self, actions: list[Action], producer: Producer, decided_ms: int) -> None:
         for action in actions:
             delayed = action.delayed
             if delayed is None:
@@ -104,8 +106,12 @@ class DelayService(BackgroundService):
                                                  delayed.partition)
                     self.delivered += 1
                 else:
+                    # stamped with the time the level was chosen for, not the (later) time
+                    # of this send: its readiness counts from its timestamp, and in a burst
+                    # the last send of a step comes well after the decision
                     future = await producer.send(LEVEL_TOPICS[action.level], delayed.value,
-                                                 delayed.key, delayed.stored_headers())
+                                                 delayed.key, delayed.stored_headers(),
+                                                 timestamp_ms=decided_ms)
                     self.forwarded += 1
             except KafkaError as exc:
                 # a target that is gone or a partition it never had: nothing will change
@@ -116,8 +122,11 @@ class DelayService(BackgroundService):
             self._inflight.setdefault(action.tp, []).append((action.offset, future))
 
     async def _commit(self, consumer: Consumer, producer: Producer,
-                      only: Iterable[TopicPartition] | None = None) -> None:
-        if any(self._inflight.values()):
+                      only: Iterable[TopicPartition] | None = None, *,
+                      flush: bool = True) -> None:
+        # flush=False (the loop's periodic commit) commits what is acknowledged so far
+        # without waiting: a flush there stopped the loop for up to 1.7 s in a burst
+        if flush and any(self._inflight.values()):
             await producer.flush()
         unfinished: dict[TopicPartition, int] = {}
         for tp, entries in self._inflight.items():

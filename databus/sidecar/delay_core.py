@@ -3,17 +3,21 @@ may be committed.  No I/O; the trio shell is delay.py.
 
 Storage is a timing wheel made of topics (time buckets): level ``i`` is the topic
 ``databus-delay-<span>`` with span ``D_i = 250 ms * 2**i`` (i = 0..LEVELS-1: 250 ms .. about
-36 hours).  A message with ``r`` ms to go is written to the highest level whose span is at
-most ``r``, so ``D_i <= r < 2 * D_i`` (or anything above the top span, in the top level).
+36 hours).  The wheel runs ``LEAD_MS`` (1 s) ahead of the due times: a message with ``r`` ms
+to go is written to the highest level whose span is at most ``r - LEAD_MS``, so
+``D_i <= r - LEAD_MS < 2 * D_i`` (or anything above the top span, in the top level).
 Every record of level ``i`` is *ready* ``D_i`` after it was written (its record timestamp):
 records are written in time order, so a partition's records become ready in offset order and
 only the head of each partition needs watching — one deadline per partition, never one
-timer per message.  A ready record has ``r' < D_i`` to go and is written down to a lower
-level, until less than ``FINAL_WINDOW_MS`` (2 s) remains: then it waits in memory
-(``Scheduler.final``: only messages due within 2 s, so memory follows the delivery rate, not
-the number pending) and is delivered to its topic at its time.  A message thus passes each
-level at most once (the top level once per 36 h); the window saves the hops through the
-three lowest levels, which are only used for messages sent with less than 2 s to go.
+timer per message.  A ready record has ``LEAD_MS <= r' < D_i + LEAD_MS`` to go and is
+written down to a lower level, until less than ``LEAD_MS + FINAL_WINDOW_MS`` (3 s) remains:
+then it waits in memory (``Scheduler.final``: only messages due within 3 s, so memory
+follows the delivery rate, not the number pending) and is delivered to its topic at its
+time.  A message thus passes each level at most once (the top level once per 36 h); the
+window saves the hops through the three lowest levels, which are only used for messages
+sent with less than 3 s to go.  The lead is the service's allowance for its own lag: a
+step taken up to ``LEAD_MS`` late still puts the message in memory before its time (without
+it a record could be ready with 0 ms to go, and any lag made it late).
 
 Committed offsets never pass a record that is not yet written elsewhere (forwarded down or
 delivered): ``Scheduler.safe_offsets`` is the lowest offset still held per partition.  A
@@ -46,6 +50,10 @@ from databus.protocol.sidecar_wire import (
 BASE_MS = 250
 LEVELS = 20
 FINAL_WINDOW_MS = 2000
+# The wheel runs this far ahead of the due times: a record becomes ready with at least
+# LEAD_MS to go (not anything from 0 up), so the service's own lag at a step (a burst of
+# ready records, a fetch behind, a busy machine) is spent before the due time, not after.
+LEAD_MS = 1000
 TOPIC_PREFIX = "databus-delay-"
 CANCEL_TOPIC = "databus-delay-cancel"
 OUR_HEADERS = frozenset({DELAY_DUE_HEADER, DELAY_ID_HEADER, DELAY_TARGET_HEADER,
@@ -72,11 +80,13 @@ def level_of_topic(topic: str) -> int | None:
 
 
 def level_for(remaining_ms: int) -> int | None:
-    """The level for a message ``remaining_ms`` from due; None below the lowest span (it
-    is delivered from memory at its time)."""
-    if remaining_ms < BASE_MS:
+    """The level for a message ``remaining_ms`` from due: the one whose span ``D`` has
+    ``D <= remaining_ms - LEAD_MS < 2 * D``; None below the lowest span (it waits in
+    memory)."""
+    ahead = remaining_ms - LEAD_MS
+    if ahead < BASE_MS:
         return None
-    return min((remaining_ms // BASE_MS).bit_length() - 1, LEVELS - 1)
+    return min((ahead // BASE_MS).bit_length() - 1, LEVELS - 1)
 
 
 class DelayHeaderError(ValueError):
@@ -230,7 +240,8 @@ class Scheduler:
                     actions.append(Action(tp, record.offset, None, None))
                     continue
                 remaining = delayed.due_ms - now_ms
-                level = None if remaining < FINAL_WINDOW_MS else level_for(remaining)
+                level = (None if remaining < LEAD_MS + FINAL_WINDOW_MS
+                         else level_for(remaining))
                 if level is None:
                     held.in_final[record.offset] = delayed.due_ms
                     heapq.heappush(self.final, (delayed.due_ms, tp, record.offset, delayed))

@@ -355,7 +355,8 @@ def _delay(topic, key, value, headers, partition, now_ms: int):
         return topic, key, value, app_headers, partition  # due already: deliver now
     delayed = Delayed(topic, due, delay_id.decode(errors="replace"), partition, key, value,
                       tuple(app_headers))
-    level = level_for(remaining) or 0  # under 250 ms: the lowest level (late by < 250 ms)
+    # under LEAD_MS + 250 ms: the lowest level, ready 250 ms on (late only if due sooner)
+    level = level_for(remaining) or 0
     return LEVEL_TOPICS[level], key, value, delayed.stored_headers(), None
 
 

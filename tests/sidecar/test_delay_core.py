@@ -9,6 +9,7 @@ import pytest
 
 from databus.sidecar.delay_core import (
     BASE_MS,
+    LEAD_MS,
     LEVEL_TOPICS,
     LEVELS,
     Delayed,
@@ -26,12 +27,13 @@ Rec = namedtuple("Rec", "offset timestamp key value headers")
 def test_levels_are_time_buckets_of_doubling_spans():
     assert LEVEL_TOPICS[:4] == ("databus-delay-250ms", "databus-delay-500ms",
                                 "databus-delay-1s", "databus-delay-2s")
-    assert level_for(BASE_MS - 1) is None  # waits in memory
-    for remaining in (250, 499, 500, 999, 1000, 59_999, 3_600_000):
-        level = level_for(remaining)
+    assert level_for(LEAD_MS + BASE_MS - 1) is None  # waits in memory
+    assert level_for(LEAD_MS + BASE_MS) == 0
+    for ahead in (250, 499, 500, 999, 1000, 59_999, 3_600_000):
+        level = level_for(LEAD_MS + ahead)
         # a level's records are ready one span after they are written, with less than one
-        # span to go: each message passes each level at most once
-        assert span_ms(level) <= remaining < 2 * span_ms(level)
+        # span (and at least LEAD_MS) to go: each message passes each level at most once
+        assert span_ms(level) <= ahead < 2 * span_ms(level)
     assert level_for(10**12) == LEVELS - 1  # beyond the top span: the top level, again
 
 
@@ -101,3 +103,38 @@ def test_a_full_partition_asks_to_pause_and_revoked_partitions_are_forgotten():
     assert scheduler.full((topic, 0))
     scheduler.revoke([(topic, 0)])
     assert scheduler.partitions == {} and scheduler.next_deadline() is None
+
+
+def test_every_step_leaves_the_lead_for_the_services_lag():
+    """Each message, stepped down the wheel by a service that acts on every ready record
+    up to LEAD_MS - 1 late (a burst, a busy machine), reaches memory before its due time,
+    visits each level at most once and is delivered at its time, never before: the lag is
+    spent from the lead, not from the message's time (before the lead, a record was ready
+    with 0 to D to go, so any lag at the last step made the message late)."""
+    lag = LEAD_MS - 1
+    t0 = 10_000_000
+    for remaining in range(LEAD_MS + BASE_MS, 70_000, 37):
+        due = t0 + remaining
+        scheduler = Scheduler()
+        scheduler.assign([(topic, 0) for topic in LEVEL_TOPICS])
+        level, written, offset = level_for(remaining), t0, 0
+        levels = [level]
+        while True:
+            tp = (LEVEL_TOPICS[level], 0)
+            scheduler.add(tp, [stored(offset, written, due)])
+            now = written + span_ms(level) + lag
+            assert scheduler.next_deadline() == now - lag
+            actions = scheduler.take_ready(now, {})
+            if not actions:  # in memory: held under the commit, delivered at its time
+                assert now < due, (remaining, levels)
+                assert scheduler.next_deadline() == due
+                assert scheduler.safe_offsets({})[tp] == offset
+                assert scheduler.take_ready(due - 1, {}) == []
+                (deliver,) = scheduler.take_ready(due, {})
+                assert (deliver.level, deliver.delayed.due_ms) == (None, due)
+                break
+            (forward,) = actions
+            assert forward.level is not None, ("delivered late", remaining, levels)
+            assert forward.level < level, (remaining, levels)  # down, never the same level
+            level, written, offset = forward.level, now, offset + 1
+            levels.append(level)
