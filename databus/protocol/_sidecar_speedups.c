@@ -761,16 +761,21 @@ estimate(PyObject *item, Py_ssize_t overhead)
     return size;
 }
 
-/* One produce frame of items[first:end]: prefix, {"type": "produce", "messages": [...]}. */
+/* The start of a produce frame's map, {"type": "produce", "messages": ...}, and of a
+ * reports frame's, {"type": "reports", "reports": ...}, as msgpack packs these dicts. */
+static const char PRODUCE_HEAD[] = "\x82\xa4type\xa7produce\xa8messages";
+static const char REPORTS_HEAD[] = "\x82\xa4type\xa7reports\xa7reports";
+
+/* One frame of items[first:end]: prefix, the map's start ``head``, the array of items. */
 static int
-put_frame(Out *o, PyObject **items, Py_ssize_t first, Py_ssize_t end)
+put_frame(Out *o, const char *head, Py_ssize_t head_len, PyObject **items, Py_ssize_t first,
+          Py_ssize_t end)
 {
-    static const char head[] = "\x82\xa4type\xa7produce\xa8messages";
     Py_ssize_t start = o->len;
-    if (grow(o, 4 + sizeof(head) - 1))
+    if (grow(o, 4 + head_len))
         return ERR;
     o->len += 4; /* the length prefix, written below */
-    put(o, head, sizeof(head) - 1);
+    put(o, head, head_len);
     int rc = put_header(o, end - first, 0x90, 16, 0, 0xdc, 0xdd);
     for (Py_ssize_t i = first; rc == OK && i < end; i++)
         rc = put_object(o, items[i], 0);
@@ -820,17 +825,41 @@ py_encode_produce(PyObject *self, PyObject *args)
             }
         }
         if (i > first && ((limit >= 0 && size + item_size > limit) || i - first >= max_messages)) {
-            rc = put_frame(&o, items, first, i);
+            rc = put_frame(&o, PRODUCE_HEAD, sizeof(PRODUCE_HEAD) - 1, items, first, i);
             first = i;
             size = 0;
         }
         size += item_size;
     }
     if (rc == OK && first < end)
-        rc = put_frame(&o, items, first, end);
+        rc = put_frame(&o, PRODUCE_HEAD, sizeof(PRODUCE_HEAD) - 1, items, first, end);
     PyObject *result = NULL;
     if (rc == OK)
         result = PyBytes_FromStringAndSize(o.buf ? o.buf : "", o.len);
+    PyMem_Free(o.buf);
+    if (rc == NO)
+        Py_RETURN_NONE;
+    return result;
+}
+
+PyDoc_STRVAR(encode_reports_doc,
+"encode_reports(items) -> bytes or None\n\n"
+"sidecar_wire.encode_reports' twin: one reports frame answering items (a list of single\n"
+"or group report items), the same bytes msgpack writes.  None when an item holds what this\n"
+"does not pack (the caller packs in Python then, and msgpack raises its own errors).");
+
+static PyObject *
+py_encode_reports(PyObject *self, PyObject *items)
+{
+    if (!PyList_CheckExact(items))
+        Py_RETURN_NONE;
+    Out o = {NULL, 0, 0};
+    /* items is only read here: put_object runs no Python code, so it cannot change */
+    int rc = put_frame(&o, REPORTS_HEAD, sizeof(REPORTS_HEAD) - 1, PySequence_Fast_ITEMS(items),
+                       0, PyList_GET_SIZE(items));
+    PyObject *result = NULL;
+    if (rc == OK)
+        result = PyBytes_FromStringAndSize(o.buf, o.len);
     PyMem_Free(o.buf);
     if (rc == NO)
         Py_RETURN_NONE;
@@ -1188,6 +1217,7 @@ static PyTypeObject OutboxType = {
 static PyMethodDef methods[] = {
     {"parse_produce", py_parse_produce, METH_O, parse_produce_doc},
     {"encode_produce", py_encode_produce, METH_VARARGS, encode_produce_doc},
+    {"encode_reports", py_encode_reports, METH_O, encode_reports_doc},
     {NULL, NULL, 0, NULL},
 };
 

@@ -206,6 +206,7 @@ def test_this_process_runs_what_the_environment_says():
     expected = speedups.load_native(name="_sidecar_speedups")
     assert (wire._parse_produce_c is None) == (expected is None)
     assert (wire._encode_produce_c is None) == (expected is None)
+    assert (wire._encode_reports_c is None) == (expected is None)
     assert (outbox.Outbox is PyOutbox) == (expected is None)
 
 
@@ -260,6 +261,61 @@ def test_the_sdk_queue_is_encoded_in_c(monkeypatch):
     queue = [(1, "s", b"v"), (2, "s", None, b"k"), (3, "s", b"v", None, [["h", b"x"]], 1, 5)]
     assert _sidecar_speedups.encode_produce(queue, 0, 3, 2, -1, wire.MESSAGE_OVERHEAD) == (
         wire.encode_frame(wire.produce(queue[:2])) + wire.encode_frame(wire.produce(queue[2:])))
+
+
+# -- the sidecar's reports frames -------------------------------------------------------------
+
+msg_id = st.integers(1, 2**64 - 1)
+offset = st.one_of(st.just(-1), st.integers(0, 2**63 - 1))
+timestamp = st.integers(-(2**63), 2**63 - 1)
+report_item = st.one_of(
+    # the forms the sidecar sends: single, group (one timestamp or one per id), errors
+    st.builds(wire.report_ok, msg_id, st.text(max_size=40), st.integers(0, 2**31 - 1), offset,
+              timestamp),
+    st.builds(wire.report_error, msg_id, st.sampled_from(list(wire.ErrorCode)), st.text()),
+    st.lists(msg_id, max_size=20).flatmap(lambda ids: st.builds(
+        wire.report_group_ok, st.just(ids), st.text(max_size=300), st.integers(0, 2**31 - 1),
+        offset, st.one_of(timestamp, st.lists(timestamp, min_size=len(ids),
+                                              max_size=len(ids))))),
+    st.builds(wire.report_group_error, st.lists(msg_id, max_size=20),
+              st.sampled_from(list(wire.ErrorCode)), st.text()),
+    # what the C encoder leaves to msgpack: a float, a bool, an int beyond 64 bits, a dict
+    st.tuples(msg_id, st.one_of(st.floats(allow_nan=False), st.booleans(), st.just(2**64),
+                                st.just(-(2**63) - 1), st.just({"a": 1}))).map(list),
+)
+
+
+def encode_reports_both(items, monkeypatch):
+    outcomes = []
+    for impl in (_sidecar_speedups.encode_reports, None):
+        monkeypatch.setattr(wire, "_encode_reports_c", impl)
+        try:
+            outcomes.append(wire.encode_reports(items))
+        except Exception as exc:  # noqa: BLE001 - the comparison is the point
+            outcomes.append((type(exc), str(exc)))
+    return outcomes
+
+
+@needs_ext
+@settings(max_examples=250, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(report_item, max_size=12))
+def test_reports_frames_are_byte_identical(items):
+    with pytest.MonkeyPatch.context() as monkeypatch:
+        c, py = encode_reports_both(items, monkeypatch)
+    assert c == py
+
+
+@needs_ext
+def test_the_sidecars_reports_are_encoded_in_c():
+    """What the session queues (ints, str, lists of them) never takes the msgpack path, big
+    groups included (array 16 and 32 headers); the rest is left to it."""
+    items = [wire.report_ok(1, "t", 0, 5, 7),
+             wire.report_group_ok(list(range(2, 70_000)), "x" * 40, 3, 10, 2**40),
+             wire.report_group_error([9, 2**64 - 1], wire.ErrorCode.MALFORMED_FRAME, "bad é")]
+    for shape in ([], items[:1], items):
+        assert _sidecar_speedups.encode_reports(shape) == wire.encode_frame(wire.reports(shape))
+    assert _sidecar_speedups.encode_reports([[1, 0.5]]) is None
+    assert _sidecar_speedups.encode_reports(([1, 0, "t", 0, 5, 7],)) is None  # not a list
 
 
 # -- the SDK's outbox -----------------------------------------------------------------------
