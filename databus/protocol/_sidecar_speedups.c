@@ -761,16 +761,21 @@ estimate(PyObject *item, Py_ssize_t overhead)
     return size;
 }
 
-/* One produce frame of items[first:end]: prefix, {"type": "produce", "messages": [...]}. */
+/* The start of a produce frame's map, {"type": "produce", "messages": ...}, and of a
+ * reports frame's, {"type": "reports", "reports": ...}, as msgpack packs these dicts. */
+static const char PRODUCE_HEAD[] = "\x82\xa4type\xa7produce\xa8messages";
+static const char REPORTS_HEAD[] = "\x82\xa4type\xa7reports\xa7reports";
+
+/* One frame of items[first:end]: prefix, the map's start ``head``, the array of items. */
 static int
-put_frame(Out *o, PyObject **items, Py_ssize_t first, Py_ssize_t end)
+put_frame(Out *o, const char *head, Py_ssize_t head_len, PyObject **items, Py_ssize_t first,
+          Py_ssize_t end)
 {
-    static const char head[] = "\x82\xa4type\xa7produce\xa8messages";
     Py_ssize_t start = o->len;
-    if (grow(o, 4 + sizeof(head) - 1))
+    if (grow(o, 4 + head_len))
         return ERR;
     o->len += 4; /* the length prefix, written below */
-    put(o, head, sizeof(head) - 1);
+    put(o, head, head_len);
     int rc = put_header(o, end - first, 0x90, 16, 0, 0xdc, 0xdd);
     for (Py_ssize_t i = first; rc == OK && i < end; i++)
         rc = put_object(o, items[i], 0);
@@ -820,17 +825,41 @@ py_encode_produce(PyObject *self, PyObject *args)
             }
         }
         if (i > first && ((limit >= 0 && size + item_size > limit) || i - first >= max_messages)) {
-            rc = put_frame(&o, items, first, i);
+            rc = put_frame(&o, PRODUCE_HEAD, sizeof(PRODUCE_HEAD) - 1, items, first, i);
             first = i;
             size = 0;
         }
         size += item_size;
     }
     if (rc == OK && first < end)
-        rc = put_frame(&o, items, first, end);
+        rc = put_frame(&o, PRODUCE_HEAD, sizeof(PRODUCE_HEAD) - 1, items, first, end);
     PyObject *result = NULL;
     if (rc == OK)
         result = PyBytes_FromStringAndSize(o.buf ? o.buf : "", o.len);
+    PyMem_Free(o.buf);
+    if (rc == NO)
+        Py_RETURN_NONE;
+    return result;
+}
+
+PyDoc_STRVAR(encode_reports_doc,
+"encode_reports(items) -> bytes or None\n\n"
+"sidecar_wire.encode_reports' twin: one reports frame answering items (a list of single\n"
+"or group report items), the same bytes msgpack writes.  None when an item holds what this\n"
+"does not pack (the caller packs in Python then, and msgpack raises its own errors).");
+
+static PyObject *
+py_encode_reports(PyObject *self, PyObject *items)
+{
+    if (!PyList_CheckExact(items))
+        Py_RETURN_NONE;
+    Out o = {NULL, 0, 0};
+    /* items is only read here: put_object runs no Python code, so it cannot change */
+    int rc = put_frame(&o, REPORTS_HEAD, sizeof(REPORTS_HEAD) - 1, PySequence_Fast_ITEMS(items),
+                       0, PyList_GET_SIZE(items));
+    PyObject *result = NULL;
+    if (rc == OK)
+        result = PyBytes_FromStringAndSize(o.buf, o.len);
     PyMem_Free(o.buf);
     if (rc == NO)
         Py_RETURN_NONE;
@@ -851,7 +880,7 @@ typedef struct {
     PyObject *futures; /* message id -> its future */
     PyObject *future_type; /* the futures add() makes: a class with FUTURE_SLOTS */
     PyObject *client;      /* each future's _client */
-    Py_ssize_t slot[6];    /* FUTURE_SLOTS' offsets in a future */
+    Py_ssize_t slot[7];    /* FUTURE_SLOTS' offsets in a future */
     long long last_id;
     Py_ssize_t buffered;
     Py_ssize_t unencoded;
@@ -863,9 +892,11 @@ typedef struct {
 enum { QUEUED = 0, WAKE = 1, YIELD = 2, REFUSED = 3 };
 
 /* A future is made as DeliveryFuture.__init__ makes it, without running it (a Python
- * __init__ was a sixth of send()'s cost): allocated, then these slots stored. */
-static const char *FUTURE_SLOTS[6] = {"_client", "delay_id", "_done", "_report", "_exc",
-                                      "_callbacks"};
+ * __init__ was a sixth of send()'s cost): allocated, then the first six slots stored.
+ * resolve() stores _report, _index and _done as Client._resolve does. */
+static const char *FUTURE_SLOTS[7] = {"_client", "delay_id", "_done", "_report", "_exc",
+                                      "_callbacks", "_index"};
+enum { S_DONE = 2, S_REPORT = 3, S_CALLBACKS = 5, S_INDEX = 6 };
 
 static int
 outbox_init(Outbox *self, PyObject *args, PyObject *kwargs)
@@ -880,7 +911,7 @@ outbox_init(Outbox *self, PyObject *args, PyObject *kwargs)
         PyErr_SetString(PyExc_ValueError, "max_messages must be positive");
         return -1;
     }
-    for (int i = 0; i < 6; i++) {
+    for (int i = 0; i < 7; i++) {
         PyObject *d = PyObject_GetAttrString(future_type, FUTURE_SLOTS[i]);
         if (d == NULL)
             return -1;
@@ -1154,6 +1185,110 @@ static PyMemberDef outbox_members[] = {
     {NULL},
 };
 
+/* Store ``value`` (a new reference) in a future's slot, dropping the old value (None, False
+ * or unset for a future still waiting: no Python code runs). */
+static void
+set_slot(PyObject *future, Py_ssize_t offset, PyObject *value)
+{
+    PyObject **p = (PyObject **)((char *)future + offset);
+    PyObject *old = *p;
+    *p = value;
+    Py_XDECREF(old);
+}
+
+/* The message ids of a delivered report item (exact ints: hashing and comparing them runs
+ * no Python code), or 0 when the item is not of the form resolve() answers. */
+static int
+delivered_ids(PyObject *item, PyObject ***ids, Py_ssize_t *count, Py_ssize_t *index)
+{
+    if (!PyList_CheckExact(item) || PyList_GET_SIZE(item) < 2)
+        return 0;
+    PyObject *code = PyList_GET_ITEM(item, 1);
+    int overflow;
+    if (!PyLong_CheckExact(code) || PyLong_AsLongAndOverflow(code, &overflow) != 0 || overflow)
+        return 0;
+    PyObject **first = &PyList_GET_ITEM(item, 0);
+    if (PyLong_CheckExact(*first)) {
+        *ids = first;
+        *count = 1;
+        *index = -1;
+        return 1;
+    }
+    if (!PyList_CheckExact(*first))
+        return 0;
+    *ids = PySequence_Fast_ITEMS(*first);
+    *count = PyList_GET_SIZE(*first);
+    for (Py_ssize_t i = 0; i < *count; i++)
+        if (!PyLong_CheckExact((*ids)[i]))
+            return 0;
+    *index = 0;
+    return 1;
+}
+
+/* resolve(items, start, with_callbacks) -> (next, delivered): Client._resolve's loop for
+ * the delivered report items from items[start] on (the futures their ids name popped,
+ * _report, _index and _done stored, those with callbacks appended to with_callbacks),
+ * stopping at the first item of another form (an error, anything malformed): items[next],
+ * which the Python code answers, errors included.  ``delivered``: the messages the items
+ * done here answered. */
+static PyObject *
+outbox_resolve(Outbox *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 3 || !PyList_CheckExact(args[0]) || !PyLong_CheckExact(args[1]) ||
+        !PyList_CheckExact(args[2])) {
+        PyErr_SetString(PyExc_TypeError, "resolve(items: list, start: int, with_callbacks: list)");
+        return NULL;
+    }
+    if (outbox_ready(self))
+        return NULL;
+    PyObject *items = args[0], *with_callbacks = args[2];
+    Py_ssize_t i = PyLong_AsSsize_t(args[1]), delivered = 0;
+    if (i == -1 && PyErr_Occurred())
+        return NULL;
+    if (i < 0)
+        i = 0;
+    for (; i < PyList_GET_SIZE(items); i++) {
+        PyObject *item = PyList_GET_ITEM(items, i), **ids;
+        Py_ssize_t count, index;
+        if (!delivered_ids(item, &ids, &count, &index))
+            break;
+        delivered += count;
+        for (Py_ssize_t k = 0; k < count; k++, index++) {
+            PyObject *future = PyDict_GetItemWithError(self->futures, ids[k]);
+            if (future == NULL) {
+                if (PyErr_Occurred())
+                    return NULL;
+                continue;
+            }
+            /* add() made every future here; anything else would not have these slots */
+            if (Py_TYPE(future) != (PyTypeObject *)self->future_type) {
+                PyErr_SetString(PyExc_TypeError, "Outbox.futures holds a foreign object");
+                return NULL;
+            }
+            PyObject *index_obj = PyLong_FromSsize_t(index);
+            if (index_obj == NULL)
+                return NULL;
+            Py_INCREF(future);
+            if (PyDict_DelItem(self->futures, ids[k]) < 0) {
+                Py_DECREF(future);
+                Py_DECREF(index_obj);
+                return NULL;
+            }
+            set_slot(future, self->slot[S_REPORT], Py_NewRef(item));
+            set_slot(future, self->slot[S_INDEX], index_obj);
+            set_slot(future, self->slot[S_DONE], Py_NewRef(Py_True));
+            PyObject *callbacks = *(PyObject **)((char *)future + self->slot[S_CALLBACKS]);
+            int rc = 0;
+            if (callbacks != NULL && callbacks != Py_None)
+                rc = PyList_Append(with_callbacks, future);
+            Py_DECREF(future);
+            if (rc < 0)
+                return NULL;
+        }
+    }
+    return Py_BuildValue("(nn)", i, delivered);
+}
+
 static PyMethodDef outbox_methods[] = {
     {"add", (PyCFunction)(void (*)(void))outbox_add, METH_FASTCALL,
      "add(size, fields): queue message (id, *fields) with a new future; (QUEUED, WAKE, YIELD "
@@ -1164,6 +1299,9 @@ static PyMethodDef outbox_methods[] = {
     {"arm", (PyCFunction)outbox_arm, METH_NOARGS, "True if the I/O thread must be woken"},
     {"take", (PyCFunction)outbox_take, METH_NOARGS, "(queue, unencoded bytes), emptied"},
     {"release", (PyCFunction)outbox_release, METH_O, "n payload bytes left the process"},
+    {"resolve", (PyCFunction)(void (*)(void))outbox_resolve, METH_FASTCALL,
+     "resolve(items, start, with_callbacks) -> (next, delivered): the delivered report items "
+     "from items[start] on, up to the first of another form"},
     {"fail", (PyCFunction)outbox_fail, METH_NOARGS,
      "refuse from now on, drop what is queued; returns the futures not answered"},
     {NULL},
@@ -1188,6 +1326,7 @@ static PyTypeObject OutboxType = {
 static PyMethodDef methods[] = {
     {"parse_produce", py_parse_produce, METH_O, parse_produce_doc},
     {"encode_produce", py_encode_produce, METH_VARARGS, encode_produce_doc},
+    {"encode_reports", py_encode_reports, METH_O, encode_reports_doc},
     {NULL, NULL, 0, NULL},
 };
 

@@ -36,10 +36,11 @@ import msgpack
 
 from .speedups import sidecar_native
 
-# A produce frame's body straight to message tuples, and message tuples straight to produce
-# frames, in C (None: the Python code here)
+# A produce frame's body straight to message tuples, message tuples straight to produce
+# frames, and report items straight to a reports frame, in C (None: the Python code here)
 _parse_produce_c = sidecar_native.parse_produce if sidecar_native is not None else None
 _encode_produce_c = sidecar_native.encode_produce if sidecar_native is not None else None
+_encode_reports_c = sidecar_native.encode_reports if sidecar_native is not None else None
 
 # Where apps find the sidecar: $DATABUS_SOCKET, else this path (sidecar.yaml's default too).
 DEFAULT_SOCKET = "/tmp/databus/databus.sock"
@@ -211,7 +212,13 @@ def append_produce(out: bytearray, queue: list, start: int, end: int, max_messag
 
 
 def encode_reports(items: list[list[Any]]) -> bytes:
-    """A reports frame answering ``items`` (single or group report items)."""
+    """A reports frame answering ``items`` (single or group report items).  (The sidecar's
+    encoder: the C extension writes the same bytes without a msgpack call; anything it does
+    not pack, it leaves to this code.)"""
+    if _encode_reports_c is not None:
+        data = _encode_reports_c(items)
+        if data is not None:
+            return data
     return encode_frame({"type": "reports", "reports": items})
 
 

@@ -7,9 +7,12 @@ for the producer's batches, zigzag varints and murmur2.  The pure-Python code be
 (records.py, varint.py, client/partitioners.py) stays the reference and the fallback, and
 the tests check that both give the same bytes, objects and errors.
 
-``databus.protocol._sidecar_speedups`` (C too, built beside it) reads a produce frame of the
-sidecar wire format straight into message tuples (sidecar_wire.py's ``parse_produce_body``);
-the pure-Python twin there is msgpack's decode plus ``parse_produce``.
+``databus.protocol._sidecar_speedups`` (C too, built beside it) does the sidecar wire
+format's per-message work: a produce frame read straight into message tuples (the
+pure-Python twin is msgpack's decode plus ``sidecar_wire.parse_produce``), the SDK's produce
+frames and the sidecar's reports frames written (``append_produce``, ``encode_reports``),
+and the SDK's outbox, which also resolves the futures of delivered reports
+(databus/sdk/outbox.py, ``Client._resolve``).
 
 ``DATABUS_PURE_PYTHON=1`` (any value but empty or ``0``) forces the pure-Python code, read
 once at import, for both; so does an extension that failed to build or import.

@@ -924,36 +924,53 @@ class Client:
     def _resolve(self, items: list) -> list[DeliveryFuture]:
         """Resolve the futures that ``items`` (single or group reports) answer; returns
         those with callbacks to run.  No lock: sends go on meanwhile (see
-        DeliveryFuture._run_callbacks for why callbacks are neither lost nor run twice)."""
+        DeliveryFuture._run_callbacks for why callbacks are neither lost nor run twice).
+        The C outbox resolves the runs of delivered items (``Outbox.resolve``); the items
+        it leaves (errors, anything malformed) are answered here, one at a time, as the
+        Python outbox's all are, so both give the same futures and the same errors."""
+        with_callbacks: list[DeliveryFuture] = []
         pop = self._outbox.futures.pop
-        with_callbacks = []
-        for item in items:
-            ids = item[0]
-            if type(ids) is not list:  # one message
-                ids, index = (ids,), -1
-            else:
-                index = 0
-            if item[1] == 0:
-                self._delivered += len(ids)
-                for id_ in ids:
-                    future = pop(id_, None)
-                    if future is not None:
-                        future._report = item
-                        future._index = index
-                        future._done = True
-                        if future._callbacks is not None:
-                            with_callbacks.append(future)
-                    index += 1
-            else:
-                self._failed += len(ids)
-                for id_ in ids:
-                    future = pop(id_, None)
-                    if future is not None:
-                        future._exc = error_for(item[1], str(item[2]))
-                        future._done = True
-                        if future._callbacks is not None:
-                            with_callbacks.append(future)
+        resolve_c = getattr(self._outbox, "resolve", None)
+        if resolve_c is None or type(items) is not list:
+            for item in items:
+                self._resolve_item(item, pop, with_callbacks)
+            return with_callbacks
+        i, n = 0, len(items)
+        while i < n:
+            i, delivered = resolve_c(items, i, with_callbacks)
+            self._delivered += delivered
+            if i < n:
+                self._resolve_item(items[i], pop, with_callbacks)
+                i += 1
         return with_callbacks
+
+    def _resolve_item(self, item: list, pop: Callable, with_callbacks: list) -> None:
+        """Resolve the futures one report item answers (``_resolve``)."""
+        ids = item[0]
+        if type(ids) is not list:  # one message
+            ids, index = (ids,), -1
+        else:
+            index = 0
+        if item[1] == 0:
+            self._delivered += len(ids)
+            for id_ in ids:
+                future = pop(id_, None)
+                if future is not None:
+                    future._report = item
+                    future._index = index
+                    future._done = True
+                    if future._callbacks is not None:
+                        with_callbacks.append(future)
+                index += 1
+        else:
+            self._failed += len(ids)
+            for id_ in ids:
+                future = pop(id_, None)
+                if future is not None:
+                    future._exc = error_for(item[1], str(item[2]))
+                    future._done = True
+                    if future._callbacks is not None:
+                        with_callbacks.append(future)
 
     def _fail_all(self, exc: DatabusError) -> None:
         with self._lock:

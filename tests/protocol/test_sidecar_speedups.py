@@ -13,6 +13,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import threading
 
 import msgpack
 import pytest
@@ -206,6 +207,7 @@ def test_this_process_runs_what_the_environment_says():
     expected = speedups.load_native(name="_sidecar_speedups")
     assert (wire._parse_produce_c is None) == (expected is None)
     assert (wire._encode_produce_c is None) == (expected is None)
+    assert (wire._encode_reports_c is None) == (expected is None)
     assert (outbox.Outbox is PyOutbox) == (expected is None)
 
 
@@ -260,6 +262,61 @@ def test_the_sdk_queue_is_encoded_in_c(monkeypatch):
     queue = [(1, "s", b"v"), (2, "s", None, b"k"), (3, "s", b"v", None, [["h", b"x"]], 1, 5)]
     assert _sidecar_speedups.encode_produce(queue, 0, 3, 2, -1, wire.MESSAGE_OVERHEAD) == (
         wire.encode_frame(wire.produce(queue[:2])) + wire.encode_frame(wire.produce(queue[2:])))
+
+
+# -- the sidecar's reports frames -------------------------------------------------------------
+
+msg_id = st.integers(1, 2**64 - 1)
+offset = st.one_of(st.just(-1), st.integers(0, 2**63 - 1))
+timestamp = st.integers(-(2**63), 2**63 - 1)
+report_item = st.one_of(
+    # the forms the sidecar sends: single, group (one timestamp or one per id), errors
+    st.builds(wire.report_ok, msg_id, st.text(max_size=40), st.integers(0, 2**31 - 1), offset,
+              timestamp),
+    st.builds(wire.report_error, msg_id, st.sampled_from(list(wire.ErrorCode)), st.text()),
+    st.lists(msg_id, max_size=20).flatmap(lambda ids: st.builds(
+        wire.report_group_ok, st.just(ids), st.text(max_size=300), st.integers(0, 2**31 - 1),
+        offset, st.one_of(timestamp, st.lists(timestamp, min_size=len(ids),
+                                              max_size=len(ids))))),
+    st.builds(wire.report_group_error, st.lists(msg_id, max_size=20),
+              st.sampled_from(list(wire.ErrorCode)), st.text()),
+    # what the C encoder leaves to msgpack: a float, a bool, an int beyond 64 bits, a dict
+    st.tuples(msg_id, st.one_of(st.floats(allow_nan=False), st.booleans(), st.just(2**64),
+                                st.just(-(2**63) - 1), st.just({"a": 1}))).map(list),
+)
+
+
+def encode_reports_both(items, monkeypatch):
+    outcomes = []
+    for impl in (_sidecar_speedups.encode_reports, None):
+        monkeypatch.setattr(wire, "_encode_reports_c", impl)
+        try:
+            outcomes.append(wire.encode_reports(items))
+        except Exception as exc:  # noqa: BLE001 - the comparison is the point
+            outcomes.append((type(exc), str(exc)))
+    return outcomes
+
+
+@needs_ext
+@settings(max_examples=250, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(report_item, max_size=12))
+def test_reports_frames_are_byte_identical(items):
+    with pytest.MonkeyPatch.context() as monkeypatch:
+        c, py = encode_reports_both(items, monkeypatch)
+    assert c == py
+
+
+@needs_ext
+def test_the_sidecars_reports_are_encoded_in_c():
+    """What the session queues (ints, str, lists of them) never takes the msgpack path, big
+    groups included (array 16 and 32 headers); the rest is left to it."""
+    items = [wire.report_ok(1, "t", 0, 5, 7),
+             wire.report_group_ok(list(range(2, 70_000)), "x" * 40, 3, 10, 2**40),
+             wire.report_group_error([9, 2**64 - 1], wire.ErrorCode.MALFORMED_FRAME, "bad é")]
+    for shape in ([], items[:1], items):
+        assert _sidecar_speedups.encode_reports(shape) == wire.encode_frame(wire.reports(shape))
+    assert _sidecar_speedups.encode_reports([[1, 0.5]]) is None
+    assert _sidecar_speedups.encode_reports(([1, 0, "t", 0, 5, 7],)) is None  # not a list
 
 
 # -- the SDK's outbox -----------------------------------------------------------------------
@@ -374,3 +431,114 @@ def test_a_process_without_the_extension_runs_the_python_twins():
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
                          check=True).stdout
     assert out.strip() == "([(1, 's', b'v', None, None, None, None)], [1])"
+
+
+# -- the SDK's report resolution --------------------------------------------------------------
+
+N_SENT = 12  # messages 1..12 wait for reports; ids beyond (and 0) name none
+
+sent_id = st.integers(0, N_SENT + 2)
+good_report = st.one_of(
+    st.builds(wire.report_ok, sent_id, st.just("t"), st.integers(0, 3), offset, timestamp),
+    st.builds(wire.report_error, sent_id, st.sampled_from([1, 6, 1001, 1005, 4242]), st.text()),
+    st.lists(sent_id, max_size=6).flatmap(lambda ids: st.builds(
+        wire.report_group_ok, st.just(ids), st.just("t"), st.integers(0, 3), offset,
+        st.one_of(timestamp, st.lists(timestamp, min_size=len(ids), max_size=len(ids))))),
+    st.builds(wire.report_group_error, st.lists(sent_id, max_size=6),
+              st.sampled_from([1, 6, 1001, 1005]), st.text(max_size=5)),
+)
+odd = st.one_of(st.none(), st.booleans(), st.floats(allow_nan=False), st.text(max_size=2),
+                st.binary(max_size=2), st.lists(st.integers(0, 3), max_size=2),
+                st.just({"a": 1}), st.just(2**64))
+hostile_report = st.one_of(
+    st.lists(st.one_of(sent_id, odd), max_size=7),  # anything in any place, short items too
+    st.tuples(st.lists(st.one_of(sent_id, odd), max_size=4), st.one_of(st.just(0), odd),
+              st.just("t"), st.just(0), st.just(5), st.just(9)).map(list),
+    odd,
+)
+
+
+def resolve_outcome(outbox_type, frame):
+    """A Client's state after its I/O thread met reports frame ``frame``: what it
+    raised, its counters, every future's state, the callbacks run (the Client is made
+    without a connection: only what _on_frame reads is set)."""
+    from databus.sdk.client import Client, DeliveryFuture
+
+    client = Client.__new__(Client)
+    client._outbox = outbox_type(100, DeliveryFuture, client)
+    client._delivered = client._failed = client._waiters = 0
+    client._lock = threading.Lock()
+    ran = []
+    futures = [client._outbox.add(1, ("s", b"v"))[1] for _ in range(N_SENT)]
+    for n, future in enumerate(futures):
+        if n % 3 == 0:
+            future.add_done_callback(lambda f, n=n: ran.append(n))
+    try:
+        client._on_frame(frame)
+        raised = None
+    except Exception as exc:  # noqa: BLE001 - the comparison is the point
+        raised = (type(exc), str(exc))
+
+    def state(f):
+        if not f.done():
+            return "waiting"
+        try:  # a malformed delivered item fails here, when its Delivery is built
+            return f.result()
+        except Exception as exc:  # noqa: BLE001 - the comparison is the point
+            return (type(exc), str(exc))
+
+    return (raised, client._delivered, client._failed, [state(f) for f in futures], ran,
+            sorted(client._outbox.futures))
+
+
+def check_resolve(frame):
+    c = resolve_outcome(_sidecar_speedups.Outbox, frame)
+    py = resolve_outcome(PyOutbox, frame)
+    assert c == py
+
+
+@needs_ext
+@settings(max_examples=250, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.one_of(st.lists(good_report, max_size=8),
+                 st.lists(st.one_of(good_report, hostile_report), max_size=8), odd))
+def test_both_outboxes_resolve_the_same_futures_the_same_way(items):
+    check_resolve(wire.reports(items))
+
+
+@needs_ext
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(good_report, min_size=1, max_size=6), st.data())
+def test_truncated_and_mutated_reports_frames_give_the_same_errors(items, data):
+    """Bytes as the socket gives them: cut short or with a byte changed, then decoded (the
+    decoder is the same code in both modes) and resolved."""
+    frame = bytearray(wire.encode_reports(items))
+    if data.draw(st.booleans()):
+        at = data.draw(st.integers(4, len(frame) - 1))
+        frame[at] = data.draw(st.integers(0, 255))
+    else:
+        frame = frame[: data.draw(st.integers(0, len(frame)))]
+    try:
+        frames = wire.FrameDecoder().feed(bytes(frame))
+    except WireError:
+        return
+    for f in frames:
+        if f.get("type") == "reports":
+            check_resolve(f)
+
+
+@needs_ext
+def test_the_c_outbox_resolves_delivered_runs_and_leaves_the_rest():
+    from databus.sdk.client import DeliveryFuture
+
+    box = _sidecar_speedups.Outbox(100, DeliveryFuture, None)
+    futures = [box.add(1, ("s", b"v"))[1] for _ in range(4)]
+    items = [[[1, 2], 0, "t", 0, 10, 5], [3, 0, "t", 1, 7, 6], [4, 6, "no"], [4, 0, "t", 0, 1, 1]]
+    callbacks: list = []
+    assert box.resolve(items, 0, callbacks) == (2, 3)  # stops at the error item
+    assert [f._done for f in futures] == [True, True, True, False]
+    assert [(f._report, f._index) for f in futures[:3]] == [
+        (items[0], 0), (items[0], 1), (items[1], -1)]
+    assert box.resolve(items, 3, callbacks) == (4, 1)
+    assert callbacks == [] and box.futures == {}
+    with pytest.raises(TypeError):
+        box.resolve((), 0, callbacks)
