@@ -197,13 +197,19 @@ def test_kill_9_during_the_build_then_restart_no_entry_missing_or_duplicated(bro
     service = Service(tmp_path, "sinks", config)
     db = tmp_path / "idx" / "orders.db"
     try:
+        killed_mid_build = 0
         for _kill in range(3):
             before = indexed(db)
+            if before == N:
+                break
             service.start()
             wait_for(lambda before=before: indexed(db) >= before + 1000, 120,
                      "build progress", service.log)
-            assert indexed(db) < N
+            # The builder may finish between the look and the kill when this process is
+            # starved of CPU: such a kill proves nothing, but does no harm either.
+            killed_mid_build += indexed(db) < N
             service.kill9()
+        assert killed_mid_build >= 1
         service.start()
         wait_for(lambda: indexed(db) == N, 120, "the whole index", service.log)
         assert service.stop() == 0
