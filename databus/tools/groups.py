@@ -43,7 +43,13 @@ import time
 from dataclasses import dataclass, field
 
 from databus.protocol.api_keys import ApiKey
-from databus.tools.options import DEFAULT_BOOTSTRAP, add_json, print_json
+from databus.tools.options import (
+    DEFAULT_BOOTSTRAP,
+    add_command_config,
+    add_json,
+    client_settings,
+    print_json,
+)
 from databus.tools.table import Column, console, print_table
 
 ACTIONS = ("list", "describe", "reset-offsets", "delete", "delete-offsets")
@@ -65,6 +71,8 @@ def _add_connection_options(parser, *, with_defaults: bool) -> None:
                              "is an alias")
     parser.add_argument("--timeout", type=float, default=default(30.0), metavar="SECONDS",
                         help="give up after this long (default 30)")
+    # a secured cluster's settings, as kafka-consumer-groups.sh --command-config takes them
+    add_command_config(parser, defaults=with_defaults)
 
 
 def add_arguments(parser) -> None:
@@ -255,7 +263,8 @@ async def _with_session(action, args) -> int:
 
     config = AdminConfig.from_kafka({"bootstrap.servers": args.bootstrap,
                                      "client.id": "databus-groups",
-                                     "request.timeout.ms": int(args.timeout * 1000)})
+                                     "request.timeout.ms": int(args.timeout * 1000),
+                                     **client_settings(args)})
     outcome: list = []
     with trio.fail_after(args.timeout):
         cluster = Cluster(args.bootstrap, config)

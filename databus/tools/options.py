@@ -10,6 +10,7 @@
 
 from __future__ import annotations
 
+import argparse
 import json
 import sys
 
@@ -67,14 +68,16 @@ def add_client_settings(parser, kind: str) -> None:
                         help=f"{kind} settings from a properties file (K=V per line)")
 
 
-def add_command_config(parser, whose: str = "admin client") -> None:
+def add_command_config(parser, whose: str = "admin client", *, defaults: bool = True) -> None:
     """-X K=V (alias --command-property) and --command-config FILE, as Kafka's admin tools
     take a secured cluster's settings (security.protocol, sasl.*, ssl.*); read them with
-    client_settings."""
+    client_settings.  ``defaults=False``: a parent parser for sub-commands that accept the
+    options again without overriding the top-level values when absent."""
     parser.add_argument("-X", "--command-property", dest="overrides", action="append",
-                        default=[], metavar="KEY=VALUE",
+                        default=[] if defaults else argparse.SUPPRESS, metavar="KEY=VALUE",
                         help=f"{whose} setting by Kafka's name (repeatable)")
     parser.add_argument("--command-config", dest="config_file", metavar="FILE",
+                        default=None if defaults else argparse.SUPPRESS,
                         help=f"{whose} settings from a properties file (K=V per line), "
                              "e.g. security.protocol, sasl.username, sasl.password")
 

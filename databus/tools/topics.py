@@ -27,7 +27,13 @@ from __future__ import annotations
 
 import sys
 
-from databus.tools.options import add_bootstrap, add_json, print_json
+from databus.tools.options import (
+    add_bootstrap,
+    add_command_config,
+    add_json,
+    client_settings,
+    print_json,
+)
 
 ACTIONS = ("create", "delete", "list", "describe", "alter", "delete-records")
 
@@ -62,8 +68,7 @@ def add_arguments(parser) -> None:
     add_json(parser)
     parser.add_argument("--timeout", type=float, default=30.0, metavar="SECONDS",
                         help="give up after this long (default 30), naming the address")
-    parser.add_argument("-X", "--command-property", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
-                        help="admin client setting by Kafka's name (repeatable)")
+    add_command_config(parser)
 
 
 def _usage_error(args) -> str | None:
@@ -121,8 +126,7 @@ def run(args) -> int:
     from databus.client import AdminConfig, KafkaError, parse_overrides
 
     try:
-        settings = {"request.timeout.ms": int(args.timeout * 1000),
-                    **parse_overrides(args.overrides)}
+        settings = {"request.timeout.ms": int(args.timeout * 1000), **client_settings(args)}
         config = AdminConfig.from_kafka(settings)
         topic_configs = parse_overrides(args.config)
     except KafkaError as exc:

@@ -204,3 +204,29 @@ def test_users_cli_online_and_no_secret_anywhere(bob_limited, admin_config, tmp_
         assert secret not in store
         assert secret not in secured.broker.log_text()
 
+
+
+def test_groups_cli_takes_the_command_config_of_a_secured_cluster(secured, admin_config):
+    # A group with a committed offset, made as the super user over SASL_SSL.
+    from confluent_kafka import Consumer, TopicPartition
+
+    confluent_produce(secured.broker.bootstrap_for("SASL_SSL"), "groups-cli-topic",
+                      [Msg(b"k", b"v")], **_conf(secured, "admin"))
+    consumer = Consumer({**secured.confluent("SASL_SSL", "SCRAM-SHA-256"),
+                         "group.id": "groups-cli-group", "enable.auto.commit": False})
+    try:
+        consumer.commit(offsets=[TopicPartition("groups-cli-topic", 0, 1)], asynchronous=False)
+    finally:
+        consumer.close()
+    # kafka-consumer-groups.sh's habit: the connection options after the action
+    described = databus("groups", "describe", "--group", "groups-cli-group", "--json",
+                        *admin_config)
+    assert described.returncode == 0, described.stderr
+    [group] = json.loads(described.stdout)["groups"]
+    assert group["group"] == "groups-cli-group"
+    assert [(o["topic"], o["partition"], o["current_offset"]) for o in group["offsets"]] \
+        == [("groups-cli-topic", 0, 1)]
+    # without the settings the SASL_SSL listener cannot be spoken to: a clear failure
+    bare = databus("groups", "describe", "--group", "groups-cli-group", "--timeout", "5",
+                   "--bootstrap-server", secured.broker.bootstrap_for("SASL_SSL"))
+    assert bare.returncode != 0 and bare.stderr.startswith("databus groups:"), bare.stderr
