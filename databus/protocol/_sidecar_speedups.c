@@ -85,6 +85,33 @@ read_array(Reader *r, Py_ssize_t *len)
     return OK;
 }
 
+/* The head and length of a str or bin with an 8-, 16- or 32-bit length: marker ``m8`` and
+   the two after it (msgpack's str 8/16/32 are 0xd9-0xdb, bin 8/16/32 0xc4-0xc6); NO for
+   another marker or a value that runs past the frame. */
+static int
+read_sized(Reader *r, unsigned char b, unsigned char m8, Py_ssize_t *head, Py_ssize_t *n)
+{
+    if (b == m8) {
+        if (need(r, 2))
+            return NO;
+        *head = 2;
+        *n = r->p[1];
+    } else if (b == m8 + 1) {
+        if (need(r, 3))
+            return NO;
+        *head = 3;
+        *n = be16(r->p + 1);
+    } else if (b == m8 + 2) {
+        if (need(r, 5))
+            return NO;
+        *head = 5;
+        *n = be32(r->p + 1);
+    } else {
+        return NO;
+    }
+    return need(r, *head + *n) ? NO : OK;
+}
+
 /* A str: where its UTF-8 bytes are and how many. */
 static int
 read_str(Reader *r, const unsigned char **s, Py_ssize_t *len)
@@ -96,26 +123,11 @@ read_str(Reader *r, const unsigned char **s, Py_ssize_t *len)
     if (b >= 0xa0 && b <= 0xbf) {
         head = 1;
         n = b & 0x1f;
-    } else if (b == 0xd9) {
-        if (need(r, 2))
+        if (need(r, head + n))
             return NO;
-        head = 2;
-        n = r->p[1];
-    } else if (b == 0xda) {
-        if (need(r, 3))
-            return NO;
-        head = 3;
-        n = be16(r->p + 1);
-    } else if (b == 0xdb) {
-        if (need(r, 5))
-            return NO;
-        head = 5;
-        n = be32(r->p + 1);
-    } else {
+    } else if (read_sized(r, b, 0xd9, &head, &n)) {  /* str 8/16/32 */
         return NO;
     }
-    if (need(r, head + n))
-        return NO;
     *s = r->p + head;
     *len = n;
     r->p += head + n;
@@ -154,25 +166,7 @@ read_bin_or_nil(Reader *r, PyObject **out, Py_ssize_t *size)
         *size = 0;
         return OK;
     }
-    if (b == 0xc4) {
-        if (need(r, 2))
-            return NO;
-        head = 2;
-        n = r->p[1];
-    } else if (b == 0xc5) {
-        if (need(r, 3))
-            return NO;
-        head = 3;
-        n = be16(r->p + 1);
-    } else if (b == 0xc6) {
-        if (need(r, 5))
-            return NO;
-        head = 5;
-        n = be32(r->p + 1);
-    } else {
-        return NO;
-    }
-    if (need(r, head + n))
+    if (read_sized(r, b, 0xc4, &head, &n))  /* bin 8/16/32 */
         return NO;
     *out = PyBytes_FromStringAndSize((const char *)r->p + head, n);
     if (*out == NULL)

@@ -38,7 +38,7 @@ from databus.storage.acls import (
     ResourceType,
     parse_enum,
 )
-from databus.tools.options import add_bootstrap, add_json, client_settings, print_json
+from databus.tools.options import add_bootstrap, add_json, client_settings, print_json, run_admin
 from databus.tools.users import add_security_client_arguments
 
 ACTIONS = ("add", "list", "remove")
@@ -299,12 +299,4 @@ def _online(args, wanted) -> int:
                     _print(args, sorted(found))
                 return 0
 
-    try:
-        return trio.run(main)
-    except KafkaError as exc:
-        print(f"databus acls: {exc}", file=sys.stderr)
-        return 1
-    except trio.TooSlowError:
-        print(f"databus acls: no answer from {args.bootstrap} within {args.timeout:g}s",
-              file=sys.stderr)
-        return 1
+    return run_admin("acls", main, args)

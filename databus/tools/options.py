@@ -104,3 +104,21 @@ def unescape(text: str) -> bytes:
     for escaped, char in (("\\t", "\t"), ("\\n", "\n"), ("\\r", "\r")):
         text = text.replace(escaped, char)
     return text.encode()
+
+
+def run_admin(tool: str, main, args) -> int:
+    """``trio.run(main)`` for an admin tool, its failures as one line on stderr (exit 1): a
+    Kafka error as the broker named it, no answer within ``args.timeout`` naming the address."""
+    import trio
+
+    from databus.client import KafkaError
+
+    try:
+        return trio.run(main)
+    except KafkaError as exc:
+        print(f"databus {tool}: {exc}", file=sys.stderr)
+        return 1
+    except trio.TooSlowError:
+        print(f"databus {tool}: no answer from {args.bootstrap} within {args.timeout:g}s",
+              file=sys.stderr)
+        return 1

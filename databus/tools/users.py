@@ -32,6 +32,7 @@ from databus.tools.options import (
     add_json,
     client_settings,
     print_json,
+    run_admin,
 )
 
 ACTIONS = ("add", "list", "delete")
@@ -186,12 +187,4 @@ def _online(args, mechanisms, password) -> int:
                     print(f"{verb} {mechanism} credential of user {args.name}")
                 return 0
 
-    try:
-        return trio.run(main)
-    except KafkaError as exc:
-        print(f"databus users: {exc}", file=sys.stderr)
-        return 1
-    except trio.TooSlowError:
-        print(f"databus users: no answer from {args.bootstrap} within {args.timeout:g}s",
-              file=sys.stderr)
-        return 1
+    return run_admin("users", main, args)

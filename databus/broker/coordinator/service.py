@@ -281,7 +281,28 @@ class GroupService:
         except OffsetsRecordError as exc:
             log.error("%s: skipping record at offset %d: %s", OFFSETS_TOPIC, record.offset, exc)
 
+    def _checked_entries(
+        self, entries: list[OffsetCommitEntry]
+    ) -> tuple[list[ErrorCode], list[tuple[int, OffsetCommitEntry]]]:
+        """Each entry's error (unknown partition, metadata too large) and the accepted ones
+        with their index: what every kind of offset commit checks first."""
+        errors: list[ErrorCode] = []
+        accepted: list[tuple[int, OffsetCommitEntry]] = []
+        for entry in entries:
+            info = self.broker.topic(entry.topic)
+            if info is None or not 0 <= entry.partition < info.partitions:
+                errors.append(ErrorCode.unknown_topic_or_partition)
+            elif entry.metadata is not None and len(entry.metadata.encode()) > (
+                self.metadata_max_bytes
+            ):
+                errors.append(ErrorCode.offset_metadata_too_large)
+            else:
+                errors.append(ErrorCode.none)
+                accepted.append((len(errors) - 1, entry))
+        return errors, accepted
+
     # -- transactional offset commits -------------------------------------------------------
+
 
     async def commit_txn_offsets(
         self, group_id: str, producer_id: int, producer_epoch: int, member_id: str,
@@ -300,19 +321,7 @@ class GroupService:
             error = self.coordinator.validate_offset_commit(group_id, member_id, generation_id)
             if error != ErrorCode.none:
                 return [error] * len(entries)
-        errors: list[ErrorCode] = []
-        accepted: list[tuple[int, OffsetCommitEntry]] = []
-        for entry in entries:
-            info = self.broker.topic(entry.topic)
-            if info is None or not 0 <= entry.partition < info.partitions:
-                errors.append(ErrorCode.unknown_topic_or_partition)
-            elif entry.metadata is not None and len(entry.metadata.encode()) > (
-                self.metadata_max_bytes
-            ):
-                errors.append(ErrorCode.offset_metadata_too_large)
-            else:
-                errors.append(ErrorCode.none)
-                accepted.append((len(errors) - 1, entry))
+        errors, accepted = self._checked_entries(entries)
         if not accepted:
             return errors
         now = self.clock()
@@ -551,20 +560,8 @@ class GroupService:
                                                             group_instance_id)
         if error != ErrorCode.none:
             return [error] * len(entries)
-        errors: list[ErrorCode] = []
-        accepted: list[tuple[int, OffsetCommitEntry]] = []
         now = self.clock()
-        for entry in entries:
-            info = self.broker.topic(entry.topic)
-            if info is None or not 0 <= entry.partition < info.partitions:
-                errors.append(ErrorCode.unknown_topic_or_partition)
-            elif entry.metadata is not None and len(entry.metadata.encode()) > (
-                self.metadata_max_bytes
-            ):
-                errors.append(ErrorCode.offset_metadata_too_large)
-            else:
-                errors.append(ErrorCode.none)
-                accepted.append((len(errors) - 1, entry))
+        errors, accepted = self._checked_entries(entries)
         if not accepted:
             return errors
         expire = now + retention_ms if retention_ms >= 0 else -1
