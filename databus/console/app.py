@@ -28,7 +28,7 @@ from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 from starlette.templating import Jinja2Templates
 
-from .cluster import RESET_TARGETS, ClusterView, ConsoleError, LoginRefused
+from .cluster import RESET_TARGETS, ClusterView, ConsoleError, LoginRefused, LoginThrottled
 from .sessions import COOKIE, Sessions
 from .view import chart, format_bytes, format_ms, show_bytes
 
@@ -275,11 +275,16 @@ def create_app(shared: ClusterView | None, *, read_only: bool = False, status=No
         form = await request.form()
         username, next_url = str(form.get("username") or ""), _local(form.get("next"))
         try:
-            token = await sessions.login(username, str(form.get("password") or ""))
+            token = await sessions.login(username, str(form.get("password") or ""),
+                                         request.client.host if request.client else None)
         except ConsoleError as exc:  # LoginRefused: "invalid username or password"
-            status_code = 401 if isinstance(exc, LoginRefused) else 503
-            return page(request, "login.html", status_code, error=str(exc),
-                        username=username, next=next_url)
+            status_code = (401 if isinstance(exc, LoginRefused)
+                           else 429 if isinstance(exc, LoginThrottled) else 503)
+            answer = page(request, "login.html", status_code, error=str(exc),
+                          username=username, next=next_url)
+            if isinstance(exc, LoginThrottled):
+                answer.headers["Retry-After"] = str(exc.retry_after)
+            return answer
         response = RedirectResponse(next_url, status_code=303)
         response.set_cookie(COOKIE, token, path="/", httponly=True, samesite="strict",
                             secure=request.url.scheme == "https")

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import math
 import time
 from dataclasses import dataclass, field
 from types import SimpleNamespace
@@ -52,6 +53,15 @@ class LoginRefused(ConsoleError):
 
     def __init__(self) -> None:
         super().__init__("invalid username or password")
+
+
+class LoginThrottled(ConsoleError):
+    """Too many refused logins lately from this address or for this user name: the cluster
+    is not asked until ``retry_after`` seconds have passed."""
+
+    def __init__(self, retry_after: float) -> None:
+        self.retry_after = max(1, math.ceil(retry_after))
+        super().__init__(f"too many failed logins: try again in {self.retry_after} s")
 
 
 

@@ -7,8 +7,9 @@ session, and every page and action the user asks for goes through it, so the clu
 decide what the user sees and may do.  The password stays in that view's settings, in this
 process's memory only, until the session ends (logout, idle expiry, the console stopping).
 
-SessionTable is the pure part (tokens, idle expiry); Sessions the trio shell that runs each
-session's view in the console's nursery.
+SessionTable and LoginThrottle are the pure parts (tokens and idle expiry; refused logins
+counted per address and per user name); Sessions the trio shell that runs each session's view
+in the console's nursery.
 """
 
 from __future__ import annotations
@@ -16,20 +17,27 @@ from __future__ import annotations
 import hashlib
 import hmac
 import logging
+import math
 import secrets
 import time
+from collections import deque
 from dataclasses import dataclass
 from typing import Any
 
 import trio
 
-from .cluster import ClusterView, ConsoleError, LoginRefused
+from .cluster import ClusterView, ConsoleError, LoginRefused, LoginThrottled
 
 log = logging.getLogger("databus.console")
 
 COOKIE = "databus_console_session"
 # The user's own credentials replace these (a configured login is not the user's).
 LOGIN_KEYS = ("sasl.username", "sasl.password")
+# Refused logins allowed within the window per user name and per client address; past them
+# the console answers 429 without asking the cluster (each try is a real SASL login there).
+# An address gets more: several people may share one (a NAT, a proxy).
+FAILED_LOGIN_LIMITS = {"user": 5, "address": 20}
+FAILED_LOGIN_WINDOW = 300.0
 
 
 @dataclass
@@ -86,6 +94,59 @@ class SessionTable:
         return [self._entries.pop(k) for k in gone]
 
 
+Key = tuple[str, str]  # (kind, value): ("user", "alice"), ("address", "10.0.0.7")
+
+
+class LoginThrottle:
+    """Refused logins per key in a sliding window, each kind of key with its own limit.
+
+    The user name counts so that many addresses cannot guess one user's password; the
+    address so that one client cannot guess many users'.  An accepted login clears its
+    keys.  A key is forgotten once its last failure leaves the window, so guessing many
+    names costs memory only for ``window`` seconds."""
+
+    def __init__(self, limits: dict[str, int] = FAILED_LOGIN_LIMITS,
+                 window: float = FAILED_LOGIN_WINDOW, clock=time.monotonic) -> None:
+        self.limits = limits
+        self.window = window
+        self._clock = clock
+        self._failures: dict[Key, deque[float]] = {}
+
+    def __len__(self) -> int:
+        return len(self._failures)
+
+    def retry_after(self, keys: tuple[Key, ...]) -> float:
+        """Seconds until a login for ``keys`` may ask the cluster again; 0: now."""
+        now = self._clock()
+        self._forget_before(now - self.window)
+        wait = 0.0
+        for key in keys:
+            times, limit = self._failures.get(key), self.limits[key[0]]
+            if times is not None and len(times) >= limit:
+                # Allowed again when the oldest failure that keeps it at the limit expires.
+                wait = max(wait, times[-limit] + self.window - now)
+        return wait
+
+    def failed(self, keys: tuple[Key, ...]) -> None:
+        now = self._clock()
+        for key in keys:
+            times = self._failures.setdefault(key, deque(maxlen=self.limits[key[0]]))
+            times.append(now)
+
+    def succeeded(self, keys: tuple[Key, ...]) -> None:
+        for key in keys:
+            self._failures.pop(key, None)
+
+    def _forget_before(self, oldest: float) -> None:
+        stale = [k for k, times in self._failures.items() if times[-1] < oldest]
+        for key in stale:
+            del self._failures[key]
+
+
+def login_keys(username: str, address: str | None) -> tuple[Key, ...]:
+    return (("user", username),) + ((("address", address),) if address else ())
+
+
 @dataclass
 class _Live:
     view: ClusterView
@@ -100,6 +161,7 @@ class Sessions:
         self.bootstrap = bootstrap
         self._settings = {k: v for k, v in settings.items() if k not in LOGIN_KEYS}
         self.table = SessionTable(idle_timeout)
+        self.throttle = LoginThrottle()
         self.sample_interval = sample_interval
         self._nursery: trio.Nursery | None = None
 
@@ -111,19 +173,29 @@ class Sessions:
             task_status.started()
             await trio.sleep_forever()
 
-    async def login(self, username: str, password: str) -> str:
+    async def login(self, username: str, password: str, address: str | None = None) -> str:
         """A new session's token; LoginRefused when the cluster refuses the credentials,
-        ConsoleError when it cannot be asked."""
+        LoginThrottled after too many refusals for this user name or from ``address`` (the
+        client's), ConsoleError when the cluster cannot be asked."""
+        keys = login_keys(username, address)
+        wait = self.throttle.retry_after(keys)
+        if wait > 0:
+            log.warning("console login of %r from %s throttled (%d s)", username, address,
+                        math.ceil(wait))
+            raise LoginThrottled(wait)
         if not username or not password:
+            self.throttle.failed(keys)
             raise LoginRefused()
         view = ClusterView(self.bootstrap, {**self._settings, "sasl.username": username,
                                             "sasl.password": password}, user=username)
         assert self._nursery is not None, "Sessions.serve() first"
         started = await self._nursery.start(self._run, view)
         if isinstance(started, LoginRefused):
-            log.warning("console login of %r refused by the cluster", username)
+            self.throttle.failed(keys)
+            log.warning("console login of %r from %s refused by the cluster", username, address)
         if isinstance(started, ConsoleError):
             raise started
+        self.throttle.succeeded(keys)
         log.info("console login of %r", username)
         return self.table.add(username, _Live(view, started))
 

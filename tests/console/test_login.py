@@ -6,17 +6,22 @@ listener and ACLs on, where admin is a super user and alice may use topic A only
 * ``--login``: chromium gets the login page, a wrong password is refused without saying
   which part was wrong, alice sees A and not B, her produce to B shows Kafka's
   authorization error, logout returns to the login page; the session cookie is HttpOnly and
-  SameSite=Strict; a read-only login console still refuses every action.
+  SameSite=Strict; a read-only login console still refuses every action;
+* refused logins are throttled per user name: past the limit the console answers 429 with
+  Retry-After and does not ask the cluster, while another user from the same address still
+  logs in.
 """
 
 from __future__ import annotations
 
 import urllib.error
+import urllib.parse
 import urllib.request
 
 import pytest
 
 from databus.client import SyncAdmin
+from databus.console.sessions import FAILED_LOGIN_LIMITS, FAILED_LOGIN_WINDOW
 from databus.protocol.sasl import make_credential
 from databus.storage.credentials import CredentialStore
 from tests.console.conftest import ConsoleProcess, databus, shoot
@@ -92,18 +97,28 @@ def consoles(secured, tmp_path_factory):
             process.close()
 
 
-def get(url: str, **headers) -> tuple[int, dict, str]:
-    """(status, headers, body) without following redirects."""
+def answer(request: urllib.request.Request) -> tuple[int, dict, str]:
+    """(status, headers, body) of ``request``, without following redirects."""
     class NoRedirect(urllib.request.HTTPRedirectHandler):
         def redirect_request(self, *args, **kwargs):
             return None
 
     opener = urllib.request.build_opener(NoRedirect)
     try:
-        with opener.open(urllib.request.Request(url, headers=headers), timeout=30) as answer:
-            return answer.status, dict(answer.headers), answer.read().decode()
+        with opener.open(request, timeout=30) as response:
+            return response.status, dict(response.headers), response.read().decode()
     except urllib.error.HTTPError as exc:
         return exc.code, dict(exc.headers), exc.read().decode()
+
+
+def get(url: str, **headers) -> tuple[int, dict, str]:
+    return answer(urllib.request.Request(url, headers=headers))
+
+
+def post_login(url: str, user: str, password: str) -> tuple[int, dict, str]:
+    """A login form posted as a script would."""
+    form = urllib.parse.urlencode({"username": user, "password": password}).encode()
+    return answer(urllib.request.Request(f"{url}/login", data=form))
 
 
 def test_configured_credentials_reach_the_secured_cluster(consoles, secured):
@@ -131,6 +146,24 @@ def test_without_a_session_every_page_asks_for_a_login(consoles):
     with pytest.raises(urllib.error.HTTPError) as refused:
         urllib.request.urlopen(request, timeout=30)
     assert refused.value.code == 403
+
+
+def test_refused_logins_are_throttled_per_user_without_asking_the_cluster(consoles):
+    console = consoles["login"]
+    guessed = "guessed-user"
+    for n in range(FAILED_LOGIN_LIMITS["user"]):
+        status, _, body = post_login(console.url, guessed, f"guess-{n}")
+        assert status == 401 and "invalid username or password" in body
+    status, headers, body = post_login(console.url, guessed, f"guess-{n + 1}")
+    assert status == 429 and "too many failed logins: try again in" in body
+    assert 0 < int(headers["retry-after"]) <= FAILED_LOGIN_WINDOW
+    log = console.log.read_text()
+    assert log.count(f"login of '{guessed}' from 127.0.0.1 refused by the cluster") == \
+        FAILED_LOGIN_LIMITS["user"]  # the sixth try never reached the cluster
+    assert f"login of '{guessed}' from 127.0.0.1 throttled" in log
+    # The address is not locked out by one user's guesses: alice logs in from it.
+    status, headers, _ = post_login(console.url, "alice", USERS["alice"])
+    assert status == 303 and "databus_console_session=" in headers["set-cookie"]
 
 
 def log_in(page, url: str, user: str, password: str) -> None:
