@@ -4,11 +4,21 @@
 Each runs on every sidecar that enables it as one consumer group per cluster: a group
 consumer of the service's topics, an idempotent producer for what it hands on, and a side
 task following a topic of its own (cancels, checks).  The subclass says what those are and
-writes the loop; the clients' lifetime and the orderly stop are written here once."""
+writes the loop; the clients' lifetime, the offset commits and the orderly stop are written
+here once.
+
+Commits: a record read is done when what it hands on is acknowledged.  The loop registers
+each write with ``_handed_on(tp, offset, future)`` (``offset``: the first record a replay
+must read again to make that write) and commits every so often with ``flush=False``: what
+is acknowledged so far, without waiting for the writes in flight (a flush there stopped the
+loop, and with it every other partition's work, for up to 1.7 s in a burst).  The stop and a
+revocation flush first: their commit is the last this member makes for those partitions."""
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterable
+from typing import Protocol
 
 import trio
 
@@ -16,20 +26,35 @@ from databus.client import Admin, Consumer, KafkaError, Producer
 
 log = logging.getLogger(__name__)
 
+TopicPartition = tuple[str, int]
+
+
+class PartitionCore(Protocol):
+    """The sans-I/O part of a service: what it holds of its assigned partitions."""
+
+    def assign(self, tps: Iterable[TopicPartition]) -> None: ...
+
+    def revoke(self, tps: Iterable[TopicPartition]) -> None: ...
+
+    def safe_offsets(self, unfinished: dict[TopicPartition, int]) -> dict[TopicPartition, int]:
+        """Per partition, the offset a commit may name, below every ``unfinished`` one."""
+        ...
+
 
 class BackgroundService:
-    """Subclasses set ``name``, ``topics`` and ``linger_ms``, write ``_loop`` (return once
-    ``self._stop`` is set), ``_commit``, ``_follow`` and the rebalance callbacks, and may
-    override ``_make_topics``."""
+    """Subclasses set ``name``, ``topics`` and ``linger_ms``, pass their ``core`` and write
+    ``_loop`` (return once ``self._stop`` is set; commit with ``flush=False``) and
+    ``_follow``, and may override ``_make_topics``."""
 
     name = "service"
     topics: tuple[str, ...] = ()
     linger_ms = 5
 
-    def __init__(self, cluster: str, bootstrap: str, *, group_id: str,
+    def __init__(self, cluster: str, bootstrap: str, core: PartitionCore, *, group_id: str,
                  consumer: dict | None = None, producer: dict | None = None) -> None:
         self.cluster = cluster
         self.bootstrap = bootstrap
+        self.core = core
         self.group_id = group_id
         self.consumer_settings = dict(consumer or {})
         self.producer_settings = dict(producer or {})
@@ -38,6 +63,11 @@ class BackgroundService:
         self._closing = False
         self._stop = trio.Event()
         self._done = trio.Event()
+        # per partition: (offset, future) of writes handed on and not yet acknowledged, and
+        # the lowest offset whose write failed (the commit stays below it: read again by
+        # the partition's next owner)
+        self._inflight: dict[TopicPartition, list] = {}
+        self._failed: dict[TopicPartition, int] = {}
 
     async def stop(self) -> None:
         self._stop.set()
@@ -94,14 +124,59 @@ class BackgroundService:
     async def _loop(self, consumer: Consumer, producer: Producer) -> None:
         raise NotImplementedError
 
-    async def _commit(self, consumer: Consumer, producer: Producer) -> None:
-        raise NotImplementedError
-
     async def _follow(self) -> None:
         raise NotImplementedError
 
-    async def _assigned(self, partitions) -> None:
-        raise NotImplementedError
+    # -- commits and rebalances ---------------------------------------------------------------
 
-    async def _revoked(self, partitions) -> None:
-        raise NotImplementedError
+    def _handed_on(self, tp: TopicPartition, offset: int, future) -> None:
+        """A write made for the records of ``tp`` from ``offset`` on (a DeliveryFuture)."""
+        self._inflight.setdefault(tp, []).append((offset, future))
+
+    def _unacknowledged(self) -> dict[TopicPartition, int]:
+        """Per partition, the lowest offset whose write is in flight or failed."""
+        unfinished: dict[TopicPartition, int] = {}
+        for tp, entries in self._inflight.items():
+            failed = [offset for offset, future in entries
+                      if future.done() and future.exception() is not None]
+            if failed:  # logged once: the entries leave the in-flight list here
+                log.error("%s-%d: %d write(s) of the %s failed; their records are read again "
+                          "by the partition's next owner", *tp, len(failed), self.name)
+                self._failed[tp] = min(failed + [self._failed.get(tp, failed[0])])
+            self._inflight[tp] = entries = [e for e in entries if not e[1].done()]
+            lows = [offset for offset, _future in entries]
+            if tp in self._failed:
+                lows.append(self._failed[tp])
+            if lows:
+                unfinished[tp] = min(lows)
+        return unfinished
+
+    async def _commit(self, consumer: Consumer, producer: Producer,
+                      only: Iterable[TopicPartition] | None = None, *,
+                      flush: bool = True) -> None:
+        """Commit, per partition (of ``only``, or all), the core's safe offset below every
+        write not acknowledged; ``flush`` waits for the writes in flight first."""
+        if flush and any(self._inflight.values()):
+            await producer.flush()
+        offsets = self.core.safe_offsets(self._unacknowledged())
+        if only is not None:
+            wanted = set(only)
+            offsets = {tp: o for tp, o in offsets.items() if tp in wanted}
+        if offsets:
+            try:
+                await consumer.commit(offsets)
+            except KafkaError as exc:
+                log.warning("%s: commit failed (%s); will retry", self.name, exc)
+
+    async def _assigned(self, partitions: list[TopicPartition]) -> None:
+        self.core.assign(partitions)
+
+    async def _revoked(self, partitions: list[TopicPartition]) -> None:
+        # the last commit of these partitions here (not when the consumer closes: the
+        # stop's commit in _run comes first); their next owner reads on from it
+        if not self._closing and self._consumer is not None and self._producer is not None:
+            await self._commit(self._consumer, self._producer, partitions)
+        self.core.revoke(partitions)
+        for tp in partitions:
+            self._inflight.pop(tp, None)
+            self._failed.pop(tp, None)

@@ -297,9 +297,11 @@ def _print_summary(config, path, addresses, broker_address, console_url=None,
             ("config", f"{os.path.abspath(path)}  (hot reload: edit it, or kill -HUP {os.getpid()})")
         )
     out = console(stderr=True)
-    out.print("[bold green]databus is up[/]")
-    print_table([Column("what", style="bold"), Column("where")], rows, grid=True, to=out)
-    out.print("Ctrl-C to stop.")
+    # one write: a script that waits for "databus is up" finds the lines under it as well
+    with out:
+        out.print("[bold green]databus is up[/]")
+        print_table([Column("what", style="bold"), Column("where")], rows, grid=True, to=out)
+        out.print("Ctrl-C to stop.")
 
 
 async def _check_login(prog: str, name: str, cluster) -> None:

@@ -24,14 +24,13 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Iterable
 
 import trio
 
 from databus.client import Admin, Consumer, KafkaError, Producer
 
 from .background import BackgroundService
-from .delay_core import CANCEL_TOPIC, LEVEL_TOPICS, Action, Scheduler, TopicPartition
+from .delay_core import CANCEL_TOPIC, LEVEL_TOPICS, Action, Scheduler
 
 log = logging.getLogger("databus.sidecar.delay")
 
@@ -52,15 +51,13 @@ class DelayService(BackgroundService):
     def __init__(self, cluster: str, bootstrap: str, *, group_id: str,
                  consumer: dict | None = None, producer: dict | None = None,
                  max_held: int = 1000) -> None:
-        super().__init__(cluster, bootstrap, group_id=group_id, consumer=consumer,
-                         producer=producer)
         self.scheduler = Scheduler(max_held)
+        super().__init__(cluster, bootstrap, self.scheduler, group_id=group_id,
+                         consumer=consumer, producer=producer)
         self.cancelled: dict[str, int] = {}  # id -> when it was cancelled (ms)
         self.delivered = 0
         self.forwarded = 0
         self.dropped = 0
-        # per partition: [offset, future] of records handed on and not yet acknowledged
-        self._inflight: dict[TopicPartition, list] = {}
 
     async def _make_topics(self, admin: Admin) -> None:
         await super()._make_topics(admin)
@@ -119,50 +116,7 @@ class DelayService(BackgroundService):
                           delayed.target, exc)
                 self.dropped += 1
                 continue
-            self._inflight.setdefault(action.tp, []).append((action.offset, future))
-
-    async def _commit(self, consumer: Consumer, producer: Producer,
-                      only: Iterable[TopicPartition] | None = None, *,
-                      flush: bool = True) -> None:
-        # flush=False (the loop's periodic commit) commits what is acknowledged so far
-        # without waiting: a flush there stopped the loop for up to 1.7 s in a burst
-        if flush and any(self._inflight.values()):
-            await producer.flush()
-        unfinished: dict[TopicPartition, int] = {}
-        for tp, entries in self._inflight.items():
-            pending = [offset for offset, future in entries if not future.done()]
-            failed = [offset for offset, future in entries
-                      if future.done() and future.exception() is not None]
-            if failed:
-                log.error("%s-%d: %d delayed messages failed to be written; they are read "
-                          "again after a restart", *tp, len(failed))
-            if pending or failed:
-                unfinished[tp] = min(pending + failed)
-                self._inflight[tp] = [(o, f) for o, f in entries if not f.done()
-                                      or f.exception() is not None]
-            else:
-                self._inflight[tp] = []
-        offsets = self.scheduler.safe_offsets(unfinished)
-        if only is not None:
-            wanted = set(only)
-            offsets = {tp: o for tp, o in offsets.items() if tp in wanted}
-        if offsets:
-            try:
-                await consumer.commit(offsets)
-            except KafkaError as exc:
-                log.warning("delay service: commit failed (%s); will retry", exc)
-
-    # -- rebalances and cancels -------------------------------------------------------------
-
-    async def _assigned(self, partitions: list[TopicPartition]) -> None:
-        self.scheduler.assign(partitions)
-
-    async def _revoked(self, partitions: list[TopicPartition]) -> None:
-        if not self._closing and self._consumer is not None and self._producer is not None:
-            await self._commit(self._consumer, self._producer, partitions)
-        self.scheduler.revoke(partitions)
-        for tp in partitions:
-            self._inflight.pop(tp, None)
+            self._handed_on(action.tp, action.offset, future)
 
     async def _follow(self) -> None:  # the cancel topic
         async with Consumer(self.bootstrap, {"auto.offset.reset": "earliest",

@@ -97,12 +97,14 @@ class OpenTxn:
 
 @dataclass(frozen=True)
 class Resolution:
-    """A transaction settled: deliver ``messages`` (commit) or not (rollback)."""
+    """A transaction settled: deliver ``messages`` (commit) or not (rollback).
+    ``first_offset``: its first record (where a replay must start to deliver it again)."""
 
     txn_id: str
     group: str
     commit: bool
     messages: tuple[HalfMessage, ...]
+    first_offset: int
 
 
 class HalfTracker:
@@ -140,7 +142,8 @@ class HalfTracker:
                 self._remember(txn_id, commit)
                 group = ours.get(TXN_GROUP_HEADER, b"").decode(errors="replace")
                 done.append(Resolution(txn_id, group, commit,
-                                       tuple(txn.messages) if txn else ()))
+                                       tuple(txn.messages) if txn else (),
+                                       txn.first_offset if txn else record.offset))
             elif TXN_HEADER in ours and TXN_TARGET_HEADER in ours:
                 txn_id = ours[TXN_HEADER].decode(errors="replace")
                 if txn_id in self._resolved:
@@ -181,8 +184,14 @@ class HalfTracker:
                 checks.append((txn_id, txn))
         return checks, rollbacks
 
-    def safe_offsets(self) -> dict[TopicPartition, int]:
+    def safe_offsets(self, unfinished: dict[TopicPartition, int]) -> dict[TopicPartition, int]:
+        """Per partition read, the offset a commit may name: below the first record of
+        every open transaction and every ``unfinished`` offset (the lowest per partition:
+        the start of a committed transaction whose writes are not acknowledged)."""
         out = {tp: o for tp, o in self.next_offsets.items() if o >= 0}
+        for tp, offset in unfinished.items():
+            if tp in out:
+                out[tp] = min(out[tp], offset)
         for txn in self.open.values():
             if txn.tp in out:
                 out[txn.tp] = min(out[txn.tp], txn.first_offset)

@@ -7,8 +7,10 @@ The trio shell around half_core (where the scheme is described).  In every sidec
   collects each open transaction's messages, writes them to their topics when the commit
   record comes (idempotent producer, acks=all) or drops them on rollback, sends check
   requests for transactions silent past ``check.ms`` and rolls back after ``max.checks``;
-  offsets are committed below the oldest open transaction, after the writes are
-  acknowledged, so a dead member's transactions are settled by the next one;
+  offsets are committed below the oldest open transaction and the oldest committed one
+  whose writes are not all acknowledged (the loop's periodic commit does not wait for the
+  writes in flight: background.py), so a dead member's transactions are settled by the
+  next one;
 - a reader (no group) of ``databus-txn-check`` from its end: a request for a producer group
   one of this sidecar's apps registered for (``Checkers``) goes to that app as a ``check``
   frame; the app answers with an end record.
@@ -71,12 +73,12 @@ class HalfService(BackgroundService):
     def __init__(self, cluster: str, bootstrap: str, checkers: Checkers, *, group_id: str,
                  check_ms: int, max_checks: int, consumer: dict | None = None,
                  producer: dict | None = None) -> None:
-        super().__init__(cluster, bootstrap, group_id=group_id, consumer=consumer,
-                         producer=producer)
+        self.tracker = HalfTracker()
+        super().__init__(cluster, bootstrap, self.tracker, group_id=group_id,
+                         consumer=consumer, producer=producer)
         self.checkers = checkers
         self.check_ms = check_ms
         self.max_checks = max_checks
-        self.tracker = HalfTracker()
         self.committed = self.rolled_back = self.checks_sent = 0
 
     async def _make_topics(self, admin: Admin) -> None:
@@ -92,26 +94,29 @@ class HalfService(BackgroundService):
                 for problem in problems:
                     log.warning("%s-%d %s", *tp, problem)
                 for resolution in resolutions:
-                    await self._settle(resolution, producer)
+                    await self._settle(tp, resolution, producer)
             if trio.current_time() - last_check >= check_every:
                 await self._check(producer)
                 last_check = trio.current_time()
             if trio.current_time() - last_commit >= COMMIT_INTERVAL_S:
-                await self._commit(consumer, producer)
+                await self._commit(consumer, producer, flush=False)
                 last_commit = trio.current_time()
 
-    async def _settle(self, resolution, producer: Producer) -> None:
+    async def _settle(self, tp, resolution, producer: Producer) -> None:
         if not resolution.commit:
             self.rolled_back += 1
             log.debug("transaction %s rolled back", resolution.txn_id)
             return
         for message in resolution.messages:
             try:
-                await producer.send(message.target, message.value, message.key,
-                                    message.headers, message.partition)
+                future = await producer.send(message.target, message.value, message.key,
+                                             message.headers, message.partition)
             except KafkaError as exc:
                 log.error("transaction %s: a message for %s not delivered: %s",
                           resolution.txn_id, message.target, exc)
+                continue
+            # until it is acknowledged, a replay must read the transaction from its start
+            self._handed_on(tp, resolution.first_offset, future)
         self.committed += 1
 
     async def _check(self, producer: Producer) -> None:
@@ -126,29 +131,6 @@ class HalfService(BackgroundService):
             # transaction's messages, so every member settles it the same way.
             await producer.send(HALF_TOPIC, ROLLBACK, None, end_headers(txn_id, txn.group),
                                 txn.tp[1])
-
-    async def _commit(self, consumer: Consumer, producer: Producer, only=None) -> None:
-        try:
-            await producer.flush()
-        except KafkaError as exc:
-            log.warning("half-message service: flush failed (%s); not committing", exc)
-            return
-        offsets = self.tracker.safe_offsets()
-        if only is not None:
-            offsets = {tp: o for tp, o in offsets.items() if tp in set(only)}
-        if offsets:
-            try:
-                await consumer.commit(offsets)
-            except KafkaError as exc:
-                log.warning("half-message service: commit failed (%s); will retry", exc)
-
-    async def _assigned(self, partitions) -> None:
-        self.tracker.assign(partitions)
-
-    async def _revoked(self, partitions) -> None:
-        if not self._closing and self._consumer is not None and self._producer is not None:
-            await self._commit(self._consumer, self._producer, partitions)
-        self.tracker.revoke(partitions)
 
     async def _follow(self) -> None:  # the check topic
         """Check requests for this sidecar's apps (from the end: older ones are answered

@@ -37,14 +37,25 @@ def test_an_end_record_settles_its_transaction_with_every_message():
     done, problems = t.add(TP, [half(0, "a", b"1", partition=2, app=[("h", b"v")]),
                                 half(1, "b", b"x"), half(2, "a", b"2")])
     assert done == [] and problems == []
-    assert t.safe_offsets() == {TP: 0}  # below the oldest open transaction
+    assert t.safe_offsets({}) == {TP: 0}  # below the oldest open transaction
     (settled,), _ = t.add(TP, [end(3, "a", COMMIT)])
     assert settled.commit and [m.value for m in settled.messages] == [b"1", b"2"]
     assert settled.messages[0] == HalfMessage("pay", 2, b"k", b"1", (("h", b"v"),))
-    assert t.safe_offsets() == {TP: 1}  # "b" is still open
+    assert t.safe_offsets({}) == {TP: 1}  # "b" is still open
     (settled,), _ = t.add(TP, [end(4, "b", ROLLBACK)])
     assert not settled.commit
-    assert t.safe_offsets() == {TP: 5}
+    assert t.safe_offsets({}) == {TP: 5}
+
+
+def test_a_committed_transaction_whose_writes_are_unacknowledged_holds_the_commit():
+    t = tracker()
+    (settled,), _ = t.add(TP, [half(3, "a", b"1"), half(4, "a", b"2"), end(5, "a", COMMIT)])
+    assert settled.first_offset == 3  # where a replay must start to deliver it again
+    # the shell passes, per partition, the first offset of what is not acknowledged
+    assert t.safe_offsets({TP: settled.first_offset}) == {TP: 3}
+    assert t.safe_offsets({("other", 0): 0}) == {TP: 6}  # only partitions read count
+    t.add(TP, [half(6, "b", b"x")])
+    assert t.safe_offsets({TP: 3}) == {TP: 3}  # the lower of the two
 
 
 def test_only_the_first_end_counts_and_late_messages_are_dropped():
@@ -72,4 +83,4 @@ def test_revoked_partitions_forget_their_transactions():
     t = tracker()
     t.add(TP, [half(0, "a", b"1")])
     t.revoke([TP])
-    assert t.open == {} and t.safe_offsets() == {}
+    assert t.open == {} and t.safe_offsets({}) == {}

@@ -87,3 +87,60 @@ async def test_commit_rollback_check_back_and_abandoned_transactions():
     assert by_value[b"committed-1"][0] == b"k"
     assert by_value[b"committed-2"][1] == [("h", b"v")]  # only the app's own headers
     assert service.rolled_back == 2 and service.committed == 2
+
+
+async def test_the_periodic_commit_waits_for_no_write_and_commits_only_what_is_acknowledged():
+    """The loop's commit does not flush the producer (a flush stopped the loop, and every
+    other partition's work, until the writes in flight were acknowledged): a settled
+    transaction whose write has not gone out holds its partition's commit at its first
+    message, while another partition's commit moves on; the stop flushes and commits it."""
+    from databus.client import Admin, Consumer, Producer
+    from databus.sidecar.half_core import COMMIT, HALF_TOPIC, end_headers, half_headers
+    from databus.sidecar.halfmsg import Checkers, HalfService
+
+    held, other = (HALF_TOPIC, 0), (HALF_TOPIC, 1)
+    with short_tmpdir() as tmp:
+        async with broker_process(os.path.join(tmp, "data"), **BROKER) as (bootstrap, _proc):
+            async with Admin(bootstrap) as admin:
+                await admin.create_topics({HALF_TOPIC: 2, "pay": 1})
+            # the service's writes linger until a flush: only a flush sends them
+            service = HalfService("main", bootstrap, Checkers(), group_id="txn-test",
+                                  check_ms=60_000, max_checks=1, producer={
+                                      "linger.ms": 600_000, "delivery.timeout.ms": 700_000})
+            async with trio.open_nursery() as nursery, \
+                    Producer(bootstrap, {"linger.ms": 0}) as app, \
+                    Consumer(bootstrap, {"group.id": "txn-test"}) as looker:
+
+                async def send(value, headers, partition):  # as an app's sidecar does
+                    await (await app.send(HALF_TOPIC, value, None, headers, partition)).wait()
+
+                async def committed(tp):
+                    return await looker.committed(tp)
+
+                async def wait_until(predicate):
+                    with trio.fail_after(60):
+                        while not await predicate():
+                            await trio.sleep(0.05)
+
+                await nursery.start(service.run)
+                await send(b"paid", half_headers("t1", "shop", "pay", None, ()), 0)
+                await send(COMMIT, end_headers("t1", "shop"), 0)
+
+                async def settled():
+                    return service.committed == 1
+                await wait_until(settled)
+                # a transaction on the other partition, read after "t1" was settled: its
+                # commit is one the loop made with t1's write still in the producer
+                await send(b"x", half_headers("t2", "shop", "pay", None, ()), 1)
+                await send(b"rollback", end_headers("t2", "shop"), 1)
+
+                async def other_committed():
+                    return await committed(other) == 2
+                await wait_until(other_committed)
+                assert await committed(held) == 0  # t1's first message: read again if lost
+                assert (await looker.end_offsets([("pay", 0)]))[("pay", 0)] == 0
+                await service.stop()
+                # the stop flushes: t1's message is written, and its partition committed
+                assert await committed(held) == 2
+                assert (await looker.end_offsets([("pay", 0)]))[("pay", 0)] == 1
+                assert service.committed == 1 and service.rolled_back == 1
