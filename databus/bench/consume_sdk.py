@@ -14,16 +14,16 @@ from __future__ import annotations
 import tempfile
 import time
 
-from .client_produce import print_ratios
-from .consume import consume_all
-from .produce import (
+from .common import (
     ProcessCpu,
     Result,
     add_bench_options,
     bench_topic,
     broker_for,
+    consume_all,
     fill_topic,
     librdkafka_missing,
+    print_ratios,
 )
 
 

@@ -19,7 +19,7 @@ import signal
 import threading
 import time
 
-from .produce import broker_for, create_topic
+from .common import broker_for, create_topic
 
 TARGET = "bench-delay-out"
 

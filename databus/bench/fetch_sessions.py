@@ -31,7 +31,7 @@ def add_arguments(parser) -> None:
 def run(args) -> int:
     from databus.tools.table import Column, print_table
 
-    from .produce import bench_topic, broker_for
+    from .common import bench_topic, broker_for
 
     with broker_for(args) as (bootstrap, _cpu), \
             bench_topic(bootstrap, f"bench-fetch-sessions-{time.time_ns()}", args.partitions,

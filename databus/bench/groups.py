@@ -66,7 +66,7 @@ class Row:
 def run(args) -> int:
     import trio
 
-    from databus.bench.produce import bench_topic, broker_for
+    from databus.bench.common import bench_topic, broker_for
     from databus.tools.table import Column, print_table
 
     broker_args = Namespace(

@@ -31,7 +31,7 @@ import random
 import tempfile
 import time
 
-from .produce import Result, broker_for, create_topic, print_results
+from .common import Result, broker_for, create_topic, print_results
 
 FULL = 10_000_000
 CHUNK = 100_000

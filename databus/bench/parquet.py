@@ -18,7 +18,7 @@ import json
 import tempfile
 import time
 
-from .produce import Result, broker_for, create_topic, print_results
+from .common import Result, broker_for, create_topic, print_results
 
 
 def add_arguments(parser) -> None:

@@ -24,7 +24,7 @@ import time
 from collections import Counter
 from dataclasses import dataclass
 
-from .produce import broker_for, create_topic, produce_records
+from .common import broker_for, create_topic, produce_records
 
 STATE_TOPIC = "__share_group_state"
 
@@ -161,7 +161,7 @@ def _our_share_worker(bootstrap: str, group: str, topic: str, records: int, max_
 
 
 def _classic_reader(bootstrap: str, topic: str, records: int, out: dict) -> None:
-    from .consume import consume_all
+    from .common import consume_all
 
     out["seconds"] = consume_all(bootstrap, topic, 1, records)
 

@@ -27,7 +27,7 @@ import tempfile
 import threading
 import time
 
-from .produce import ProcessCpu
+from .common import ProcessCpu
 
 
 def add_arguments(parser) -> None:

@@ -16,7 +16,7 @@ import sys
 import tempfile
 import time
 
-from .produce import broker_for, create_topic, produce_records
+from .common import broker_for, create_topic, produce_records
 
 
 def add_arguments(parser) -> None:
