@@ -23,13 +23,7 @@ from databus.protocol import sidecar_wire as wire
 from databus.protocol.api_keys import ApiKey
 from databus.sidecar.session import ProtocolError, Session
 from tests.helpers.broker import BrokerProcess
-
-
-def wait_for(predicate, what: str, timeout: float = 60) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        assert time.monotonic() < deadline, f"{what} within {timeout}s"
-        time.sleep(0.05)
+from tests.helpers.wait import wait_for
 
 
 class SidecarProcess:
