@@ -12,6 +12,7 @@ from databus.client import errors
 from databus.client.admin import Admin
 from databus.client.consumer import Consumer
 from databus.client.producer import Producer
+from databus.protocol.errors import ErrorCode
 from tests.broker.clients import (
     Msg,
     aiokafka_consume,
@@ -222,6 +223,27 @@ async def test_admin_topics_configs_partitions(broker, topic):
         assert await admin.delete_topics([topic]) == {topic: None}
         assert topic not in await admin.list_topics()
 
+
+
+async def test_admin_ensure_topics_creates_the_missing_ones_and_raises_other_errors(broker, topic):
+    async with Admin(broker.bootstrap) as admin:
+        assert await admin.ensure_topics({topic: 2}, configs={"retention.ms": "3600000"})
+        # an existing topic is left as it is (2 partitions, not 5); the new one is made
+        assert await admin.ensure_topics({topic: 5, topic + "-b": 1})
+        described = await admin.describe_topics([topic, topic + "-b"])
+        assert [len(described[t].partitions) for t in (topic, topic + "-b")] == [2, 1]
+        with pytest.raises(errors.for_code(ErrorCode.invalid_topic_exception)):
+            await admin.ensure_topics({"no spaces allowed": 1}, or_auto_create=True)
+
+
+async def test_admin_ensure_topics_leaves_them_to_a_cluster_without_create_topics(mock_cluster,
+                                                                                  topic):
+    """librdkafka's mock cluster has no CreateTopics: or_auto_create says so (False), and
+    without it the error is raised."""
+    async with Admin(mock_cluster.bootstrap) as admin:
+        assert await admin.ensure_topics({topic: 1}, or_auto_create=True) is False
+        with pytest.raises(errors.UnsupportedVersionError):
+            await admin.ensure_topics({topic: 1})
 
 async def test_admin_groups(broker, topic):
     await create(broker.bootstrap, topic, 2)
