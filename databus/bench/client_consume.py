@@ -24,8 +24,6 @@ def add_arguments(parser) -> None:
     add_bench_options(parser, records=500_000)
     parser.add_argument("--partitions", type=int, default=4)
     parser.add_argument("--compression", default="none", help="compression.type of the fill")
-    parser.add_argument("-o", "--broker-option", action="append", default=[],
-                        metavar="KEY=VALUE", help="option for the started broker")
     parser.add_argument("--clients", default=",".join(CLIENTS),
                         help=f"comma-separated subset of {','.join(CLIENTS)}")
     parser.add_argument("--rounds", type=int, default=1,

@@ -34,8 +34,6 @@ def add_arguments(parser) -> None:
                         help=f"comma-separated subset of {','.join(CLIENTS)}")
     parser.add_argument("--rounds", type=int, default=1,
                         help="repeat the set, clients alternating; each client's best round")
-    parser.add_argument("-o", "--broker-option", action="append", default=[],
-                        metavar="KEY=VALUE", help="option for the started broker")
 
 
 NAMES = {

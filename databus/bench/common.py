@@ -18,11 +18,25 @@ from dataclasses import dataclass
 INSTALL_HINT = "pip install 'databus[bench]'"
 
 
-def add_bench_options(parser, *, records: int) -> None:
-    """The options every broker bench shares: where, how much, --keep-topic, --json."""
+def add_bootstrap_option(parser) -> None:
+    """--bootstrap-server (Kafka's name; --bootstrap too): a running broker to measure."""
     parser.add_argument("--bootstrap-server", "--bootstrap", dest="bootstrap",
                         metavar="HOST:PORT",
                         help="a running broker (default: start one); --bootstrap is an alias")
+
+
+def add_broker_options(parser, *, defaults: tuple[str, ...] = ()) -> None:
+    """What ``broker_for(args)`` reads: --bootstrap-server, or -o KEY=VALUE options (after
+    ``defaults``) for the broker started here."""
+    add_bootstrap_option(parser)
+    parser.add_argument("-o", "--broker-option", action="append", default=list(defaults),
+                        metavar="KEY=VALUE", help="option for the started broker")
+
+
+def add_bench_options(parser, *, records: int, broker_defaults: tuple[str, ...] = ()) -> None:
+    """The options every broker bench shares: where (add_broker_options), how much,
+    --keep-topic, --json."""
+    add_broker_options(parser, defaults=broker_defaults)
     parser.add_argument("--num-records", "--records", dest="records", type=int,
                         default=records, help=f"records per run (default {records:,})")
     parser.add_argument("--record-size", type=int, default=100, help="value bytes per record")

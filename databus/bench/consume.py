@@ -38,8 +38,6 @@ def add_arguments(parser) -> None:
     parser.add_argument("--partitions", type=int, default=4, help="partitions of the topic")
     parser.add_argument("--compression", default="none", help="compression.type of the fill")
     parser.add_argument("--rounds", type=int, default=2, help="read the topic this many times")
-    parser.add_argument("-o", "--broker-option", action="append", default=[],
-                        metavar="KEY=VALUE", help="option for the started broker")
 
 
 def raw_fetch_all(bootstrap: str, topic: str, partitions: int, records: int) -> float:

@@ -28,15 +28,13 @@ from .common import (
 
 
 def add_arguments(parser) -> None:
-    add_bench_options(parser, records=1_000_000)
+    add_bench_options(parser, records=1_000_000,
+                      broker_defaults=("group.initial.rebalance.delay.ms=0",))
     parser.add_argument("--partitions", type=int, default=4)
     parser.add_argument("--window", type=int, default=5000,
                         help="the subscription's max_in_flight (default 5000)")
     parser.add_argument("--max-poll-records", type=int, default=5000,
                         help="the sidecar's max.poll.records for the stream (default 5000)")
-    parser.add_argument("-o", "--broker-option", action="append",
-                        default=["group.initial.rebalance.delay.ms=0"],
-                        metavar="KEY=VALUE", help="option for the started broker")
 
 
 def consume_sdk(bootstrap: str, topic: str, args) -> tuple[float, dict]:

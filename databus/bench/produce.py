@@ -55,8 +55,6 @@ def add_arguments(parser) -> None:
     parser.add_argument("--api", choices=("batch", "produce"), default="batch",
                         help="client call: produce_batch() of 10,000 records (default) or "
                         "one produce() per record (the Python call then caps the client)")
-    parser.add_argument("-o", "--broker-option", action="append", default=[],
-                        metavar="KEY=VALUE", help="option for the started broker")
 
 
 RAW_BATCH_RECORDS = 8_000
