@@ -12,7 +12,6 @@ import os
 import re
 import urllib.request
 
-import pytest
 import yaml
 
 from databus import Client
@@ -20,17 +19,10 @@ from tests.broker.clients import Msg, confluent_consume, confluent_produce
 from tests.broker.test_api_versions import make
 from tests.broker.wire import WireClient
 from tests.helpers.processes import start_up, stop
-from tests.sidecar.harness import short_tmpdir
 
 from .conftest import databus
 
 PASSWORD = "app-secret-5M"
-
-
-@pytest.fixture
-def sock_dir():
-    with short_tmpdir() as path:
-        yield path
 
 
 def _offline(*args, stdin=None):

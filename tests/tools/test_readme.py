@@ -17,10 +17,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
-
 from tests.helpers.processes import kafka_listener, start_up
-from tests.sidecar.harness import short_tmpdir
 
 ROOT = Path(__file__).resolve().parents[2]
 README = (ROOT / "README.md").read_text()
@@ -34,12 +31,6 @@ def quick_start_commands() -> list[str]:
     """The shell block of console-tool commands (the one that starts with databus)."""
     (block,) = [b for b in blocks("sh") if b.startswith(".venv/bin/databus")]
     return [line for line in block.splitlines() if line.strip()]
-
-
-@pytest.fixture
-def sock_dir():
-    with short_tmpdir() as path:
-        yield path
 
 
 def test_make_run_is_databus_up_with_sidecar_yaml():
