@@ -18,6 +18,28 @@ def broker(tmp_path_factory):
         yield running
 
 
+
+@pytest.fixture(scope="session")
+def mock_cluster():
+    """librdkafka's three-broker mock cluster (tests/helpers/mock_cluster.py), one per test
+    session and worker; tests use their own topic names."""
+    pytest.importorskip("confluent_kafka", reason="the mock cluster is librdkafka's")
+    from tests.helpers.mock_cluster import MockCluster
+
+    cluster = MockCluster()
+    yield cluster
+    cluster.close()
+
+@pytest.fixture
+def sock_dir():
+    """A short directory for Unix sockets (a path is limited to ~107 bytes: tmp_path is
+    too long), removed after the test."""
+    from tests.sidecar.harness import short_tmpdir
+
+    with short_tmpdir() as path:
+        yield path
+
+
 def pytest_collection_modifyitems(config, items):
     """Under ``pytest -n`` (xdist, ``--dist loadgroup``) keep each module on one worker, so
     module-scoped fixtures (a broker subprocess) start once, and every Spark test on one

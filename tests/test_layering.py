@@ -106,3 +106,43 @@ def test_pure_layers_do_not_load_trio_even_indirectly():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          check=True, cwd=ROOT)
     assert out.stdout.strip() == "[]"
+
+
+def _cycle(graph: dict[str, set[str]]) -> list[str] | None:
+    """One import cycle in ``graph`` (module -> modules it imports), or None."""
+    done: set[str] = set()
+
+    def visit(module: str, path: list[str]) -> list[str] | None:
+        if module in path:
+            return path[path.index(module):] + [module]
+        if module in done:
+            return None
+        for target in sorted(graph[module]):
+            found = visit(target, [*path, module])
+            if found:
+                return found
+        done.add(module)
+        return None
+
+    for module in sorted(graph):
+        found = visit(module, [])
+        if found:
+            return found
+    return None
+
+
+def test_bench_imports_go_one_way():
+    """The benches share their helpers through databus/bench/common.py, which imports no
+    bench: no bench imports one that imports it back, lazily (inside a function) or not."""
+    modules = {_module_name(p): p for p in SOURCES if _module_name(p).startswith("databus.bench.")}
+    graph = {}
+    for module, path in modules.items():
+        targets = set()
+        for target, names, _line, _ in _imports(path):
+            # ``from . import peers`` names a module; ``from .common import x`` a module's name
+            targets.update(f"{target}.{n}" for n in names if f"{target}.{n}" in modules)
+            if target in modules:
+                targets.add(target)
+        graph[module] = targets - {module}
+    assert not graph["databus.bench.common"], graph["databus.bench.common"]
+    assert _cycle(graph) is None, " -> ".join(_cycle(graph))

@@ -15,48 +15,19 @@ from __future__ import annotations
 
 import time
 
-from .client_produce import (
-    AIOKAFKA,
-    CLIENTS,
-    KAFKA_PYTHON,
-    LIBRDKAFKA,
-    OURS_C,
-    OURS_PURE,
-    client_rows,
-)
-from .consume import consume_all
-from .produce import add_bench_options, bench_topic, broker_for, fill_topic
+from . import peers
+from .common import add_bench_options, bench_topic, broker_for, consume_all, fill_topic
+from .peers import AIOKAFKA, CLIENTS, KAFKA_PYTHON, LIBRDKAFKA, OURS_C, OURS_PURE, client_rows
 
 
 def add_arguments(parser) -> None:
     add_bench_options(parser, records=500_000)
     parser.add_argument("--partitions", type=int, default=4)
     parser.add_argument("--compression", default="none", help="compression.type of the fill")
-    parser.add_argument("-o", "--broker-option", action="append", default=[],
-                        metavar="KEY=VALUE", help="option for the started broker")
     parser.add_argument("--clients", default=",".join(CLIENTS),
                         help=f"comma-separated subset of {','.join(CLIENTS)}")
     parser.add_argument("--rounds", type=int, default=1,
                         help="repeat the reads, clients alternating; each client's best round")
-
-
-async def consume_ours(bootstrap: str, topic: str, partitions: int, records: int) -> float:
-    import trio
-
-    from databus.client import Consumer
-
-    config = {"auto.offset.reset": "earliest", "fetch.max.bytes": 64 * 1024 * 1024,
-              "max.partition.fetch.bytes": 8 * 1024 * 1024, "max.poll.records": 100_000,
-              "fetch.max.wait.ms": 100}
-    async with Consumer(bootstrap, config) as consumer:
-        consumer.assign([(topic, p) for p in range(partitions)])
-        seen = 0
-        start = trio.current_time()
-        with trio.fail_after(600):
-            while seen < records:
-                got = await consumer.getmany(timeout=1.0)
-                seen += sum(len(v) for v in got.values())
-        return trio.current_time() - start
 
 
 NAMES = {
@@ -69,8 +40,6 @@ NAMES = {
 
 
 def run(args) -> int:
-    from . import peers
-
     with broker_for(args) as (bootstrap, _cpu), bench_topic(
             bootstrap, f"bench-client-consume-{time.time_ns()}", args.partitions,
             args.keep_topic) as topic:

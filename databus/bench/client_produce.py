@@ -16,22 +16,11 @@ unless --keep-topic.
 
 from __future__ import annotations
 
-import os
 import time
 
-from .produce import (
-    Result,
-    add_bench_options,
-    bench_topic,
-    broker_for,
-    librdkafka_missing,
-    print_skipped,
-    produce_records,
-)
-
-LIBRDKAFKA, AIOKAFKA, KAFKA_PYTHON = "librdkafka", "aiokafka", "kafka-python"
-OURS_C, OURS_PURE = "databus-c", "databus-pure"
-CLIENTS = (LIBRDKAFKA, OURS_C, AIOKAFKA, OURS_PURE, KAFKA_PYTHON)
+from . import peers
+from .common import add_bench_options, bench_topic, broker_for, produce_records
+from .peers import AIOKAFKA, CLIENTS, KAFKA_PYTHON, LIBRDKAFKA, OURS_C, OURS_PURE, client_rows
 
 
 def add_arguments(parser) -> None:
@@ -45,91 +34,6 @@ def add_arguments(parser) -> None:
                         help=f"comma-separated subset of {','.join(CLIENTS)}")
     parser.add_argument("--rounds", type=int, default=1,
                         help="repeat the set, clients alternating; each client's best round")
-    parser.add_argument("-o", "--broker-option", action="append", default=[],
-                        metavar="KEY=VALUE", help="option for the started broker")
-
-
-async def produce_ours(bootstrap: str, topic: str, records: int, record_size: int, config) -> float:
-    import trio
-
-    from databus.client import Producer
-
-    value = os.urandom(record_size)
-    failures = []
-    async with Producer(bootstrap, config) as producer:
-        start = trio.current_time()
-        send = producer.send
-        last = None
-        for _ in range(records):
-            last = await send(topic, value)
-        await producer.flush()
-        seconds = trio.current_time() - start
-        failures = producer.statistics().failed_records
-    if failures or last is None or last.exception() is not None:
-        raise RuntimeError(f"{failures} records failed")
-    return seconds
-
-
-def print_ratios(title: str, results: list[Result], baseline: Result | None, *,
-                 skipped: dict[str, str], as_json: bool = False,
-                 peer: Result | None = None) -> None:
-    """Rows with their rate over librdkafka's (``baseline``) and aiokafka's (``peer``);
-    either None when it was skipped."""
-    from databus.tools.table import Column, print_table
-
-    def ratio(r: Result, base: Result | None) -> float | None:
-        return None if base is None else r.records_per_s / base.records_per_s
-
-    def shown(value: float | None) -> str:
-        return "-" if value is None else f"{value:.2f}x"
-
-    if as_json:
-        from databus.tools.options import print_json
-
-        from .produce import results_document
-
-        doc = results_document(title, results, skipped)
-        for row, r in zip(doc["results"], results):
-            row["vs_librdkafka"] = ratio(r, baseline)
-            row["vs_aiokafka"] = ratio(r, peer)
-        print_json(doc)
-        return
-    print_table(
-        [Column("client"), *(Column(header, justify="right") for header in (
-            "records", "seconds", "records/s", "MB/s", "vs librdkafka", "vs aiokafka"))],
-        [(r.name, f"{r.records:,}", f"{r.seconds:.2f}", f"{r.records_per_s:,.0f}",
-          f"{r.mb_per_s:.1f}", shown(ratio(r, baseline)), shown(ratio(r, peer)))
-         for r in results],
-        title=title,
-    )
-    print_skipped(skipped)
-
-
-def client_rows(args, names: dict[str, str], runners: dict, title: str) -> int:
-    """Run the chosen clients ``--rounds`` times, alternating; print each one's best round.
-
-    ``names`` maps a client to its row name, ``runners`` to a function returning seconds."""
-    from .peers import extension_missing, peer_missing
-
-    chosen = [c for c in args.clients.split(",") if c]
-    unknown = sorted(set(chosen) - set(CLIENTS))
-    if unknown:
-        raise SystemExit(f"unknown --clients {','.join(unknown)} (known: {','.join(CLIENTS)})")
-    missing = {LIBRDKAFKA: librdkafka_missing(), AIOKAFKA: peer_missing(AIOKAFKA),
-               KAFKA_PYTHON: peer_missing(KAFKA_PYTHON), OURS_C: extension_missing()}
-    skipped = {names[c]: missing[c] for c in chosen if missing.get(c)}
-    best: dict[str, float] = {}
-    for _ in range(args.rounds):
-        for client in chosen:
-            if not missing.get(client):
-                seconds = runners[client]()
-                best[client] = min(seconds, best.get(client, seconds))
-    results = {c: Result(names[c], args.records, s, args.record_size) for c, s in best.items()}
-    rounds = f", best of {args.rounds} rounds" if args.rounds > 1 else ""
-    print_ratios(title + rounds, [results[c] for c in chosen if c in results],
-                 results.get(LIBRDKAFKA), skipped=skipped, as_json=args.json,
-                 peer=results.get(AIOKAFKA))
-    return 0
 
 
 NAMES = {
@@ -142,8 +46,6 @@ NAMES = {
 
 
 def run(args) -> int:
-    from . import peers
-
     kafka_config = {"linger.ms": args.linger_ms, "batch.size": args.batch_size,
                     "acks": args.acks, "compression.type": args.compression}
     settings = {"acks": args.acks, "linger_ms": args.linger_ms, "batch_size": args.batch_size,

@@ -19,57 +19,25 @@ from __future__ import annotations
 
 import time
 
-from .produce import (
-    ProcessCpu,
+from .common import (
     Result,
     add_bench_options,
     bench_topic,
     broker_for,
+    consume_all,
     fill_topic,
     librdkafka_missing,
     print_results,
 )
+from .perf_test import add_consumer_perf_options, run_consumer_perf
 
 
 def add_arguments(parser) -> None:
-    from .perf_test import add_consumer_perf_options
-
     add_bench_options(parser, records=2_000_000)
     add_consumer_perf_options(parser)
     parser.add_argument("--partitions", type=int, default=4, help="partitions of the topic")
     parser.add_argument("--compression", default="none", help="compression.type of the fill")
     parser.add_argument("--rounds", type=int, default=2, help="read the topic this many times")
-    parser.add_argument("-o", "--broker-option", action="append", default=[],
-                        metavar="KEY=VALUE", help="option for the started broker")
-
-
-def consume_all(bootstrap: str, topic: str, partitions: int, records: int) -> float:
-    """Read ``records`` records from the start of every partition; the seconds it took."""
-    from confluent_kafka import Consumer, TopicPartition
-
-    consumer = Consumer({
-        "bootstrap.servers": bootstrap, "group.id": f"bench-{time.time_ns()}",
-        "enable.auto.commit": False, "enable.partition.eof": False,
-        "fetch.max.bytes": 64 * 1024 * 1024, "max.partition.fetch.bytes": 8 * 1024 * 1024,
-        "queued.max.messages.kbytes": 1024 * 1024, "fetch.wait.max.ms": 100,
-        # librdkafka's default (1000 ms) idles the fetcher for a second whenever its
-        # prefetch queue is above queued.min.messages: the consumer, not the broker, waits
-        "fetch.queue.backoff.ms": 5,
-    })
-    try:
-        consumer.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
-        seen = 0
-        start = time.perf_counter()
-        deadline = start + 600
-        consume = consumer.consume
-        while seen < records:
-            batch = consume(num_messages=10_000, timeout=0.1)
-            seen += len(batch)
-            if time.perf_counter() > deadline:
-                raise RuntimeError(f"only {seen} of {records} records arrived in 600 s")
-        return time.perf_counter() - start
-    finally:
-        consumer.close()
 
 
 def raw_fetch_all(bootstrap: str, topic: str, partitions: int, records: int) -> float:
@@ -122,8 +90,6 @@ def raw_fetch_all(bootstrap: str, topic: str, partitions: int, records: int) -> 
 
 def run(args) -> int:
     if args.messages is not None:
-        from .perf_test import run_consumer_perf
-
         return run_consumer_perf(args)
     results = []
     skipped: dict[str, str] = {}
@@ -156,4 +122,4 @@ def run(args) -> int:
     return 0
 
 
-__all__ = ["ProcessCpu", "add_arguments", "consume_all", "raw_fetch_all", "run"]
+__all__ = ["add_arguments", "raw_fetch_all", "run"]

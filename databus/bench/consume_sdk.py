@@ -14,29 +14,27 @@ from __future__ import annotations
 import tempfile
 import time
 
-from .client_produce import print_ratios
-from .consume import consume_all
-from .produce import (
+from .common import (
     ProcessCpu,
     Result,
     add_bench_options,
     bench_topic,
     broker_for,
+    consume_all,
     fill_topic,
     librdkafka_missing,
+    print_ratios,
 )
 
 
 def add_arguments(parser) -> None:
-    add_bench_options(parser, records=1_000_000)
+    add_bench_options(parser, records=1_000_000,
+                      broker_defaults=("group.initial.rebalance.delay.ms=0",))
     parser.add_argument("--partitions", type=int, default=4)
     parser.add_argument("--window", type=int, default=5000,
                         help="the subscription's max_in_flight (default 5000)")
     parser.add_argument("--max-poll-records", type=int, default=5000,
                         help="the sidecar's max.poll.records for the stream (default 5000)")
-    parser.add_argument("-o", "--broker-option", action="append",
-                        default=["group.initial.rebalance.delay.ms=0"],
-                        metavar="KEY=VALUE", help="option for the started broker")
 
 
 def consume_sdk(bootstrap: str, topic: str, args) -> tuple[float, dict]:

@@ -19,14 +19,13 @@ import signal
 import threading
 import time
 
-from .produce import broker_for, create_topic
+from .common import add_broker_options, broker_for, create_topic
 
 TARGET = "bench-delay-out"
 
 
 def add_arguments(parser) -> None:
-    parser.add_argument("--bootstrap-server", "--bootstrap", dest="bootstrap",
-                        help="HOST:PORT of a running broker (default: start one)")
+    add_broker_options(parser)
     parser.add_argument("--messages", type=int, default=100_000, help="delayed messages")
     parser.add_argument("--max-delay", type=float, default=60.0,
                         help="delays are uniform in [0, this] seconds")
@@ -43,8 +42,6 @@ def add_arguments(parser) -> None:
     parser.add_argument("--warmup", type=float, default=8.0,
                         help="seconds the members get to start and join their group before "
                              "the messages are written")
-    parser.add_argument("-o", "--broker-option", action="append", default=[],
-                        metavar="KEY=VALUE", help="option for the started broker")
 
 
 def _member(bootstrap: str, session_timeout_ms: int) -> None:

@@ -16,22 +16,20 @@ import struct
 import sys
 import time
 
+from .common import add_broker_options
+
 
 def add_arguments(parser) -> None:
-    parser.add_argument("--bootstrap-server", "--bootstrap", dest="bootstrap",
-                        metavar="HOST:PORT",
-                        help="a running broker (default: start one); --bootstrap is an alias")
+    add_broker_options(parser)
     parser.add_argument("--partitions", type=int, default=1000, help="partitions fetched")
     parser.add_argument("--fetches", type=int, default=300, help="fetches timed per mode")
     parser.add_argument("--keep-topic", action="store_true", help="keep the bench topic")
-    parser.add_argument("-o", "--broker-option", action="append", default=[],
-                        metavar="KEY=VALUE", help="option for the started broker")
 
 
 def run(args) -> int:
     from databus.tools.table import Column, print_table
 
-    from .produce import bench_topic, broker_for
+    from .common import bench_topic, broker_for
 
     with broker_for(args) as (bootstrap, _cpu), \
             bench_topic(bootstrap, f"bench-fetch-sessions-{time.time_ns()}", args.partitions,

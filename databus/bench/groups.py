@@ -23,13 +23,13 @@ from dataclasses import dataclass
 from databus.protocol.api_keys import ApiKey
 from databus.protocol.errors import ErrorCode
 
+from .common import add_broker_options
+
 TOPIC = "bench-groups"
 
 
 def add_arguments(parser) -> None:
-    parser.add_argument("--bootstrap-server", "--bootstrap", dest="bootstrap",
-                        metavar="HOST:PORT",
-                        help="a running broker (default: start one); --bootstrap is an alias")
+    add_broker_options(parser)
     parser.add_argument("--keep-topic", action="store_true",
                         help="keep the topic the bench created (default: delete it)")
     parser.add_argument("--json", action="store_true",
@@ -40,8 +40,6 @@ def add_arguments(parser) -> None:
     parser.add_argument("--groups", type=int, default=300, help="one-member groups to form")
     parser.add_argument("--members", type=int, default=50, help="members of the rebalanced group")
     parser.add_argument("--rebalances", type=int, default=20, help="rebalances to time")
-    parser.add_argument("-o", "--broker-option", action="append", default=[],
-                        metavar="KEY=VALUE", help="option for the started broker")
 
 
 @dataclass
@@ -66,7 +64,7 @@ class Row:
 def run(args) -> int:
     import trio
 
-    from databus.bench.produce import bench_topic, broker_for
+    from databus.bench.common import bench_topic, broker_for
     from databus.tools.table import Column, print_table
 
     broker_args = Namespace(

@@ -31,15 +31,14 @@ import random
 import tempfile
 import time
 
-from .produce import Result, broker_for, create_topic, print_results
+from .common import Result, add_broker_options, broker_for, create_topic, print_results
 
 FULL = 10_000_000
 CHUNK = 100_000
 
 
 def add_arguments(parser) -> None:
-    parser.add_argument("--bootstrap-server", "--bootstrap", dest="bootstrap",
-                        help="HOST:PORT of a running broker (default: start one)")
+    add_broker_options(parser)
     parser.add_argument("--records", type=int, default=1_000_000, help="records to index "
                         "(default 1,000,000)")
     parser.add_argument("--full", action="store_true",
@@ -54,8 +53,6 @@ def add_arguments(parser) -> None:
     parser.add_argument("--limit", type=int, default=10, help="messages per user_id query")
     parser.add_argument("--skip-alone", action="store_true",
                         help="leave out the 'index sink alone' row")
-    parser.add_argument("-o", "--broker-option", action="append", default=[],
-                        metavar="KEY=VALUE", help="option for the started broker")
 
 
 def value(i: int, users: int, size: int) -> bytes:

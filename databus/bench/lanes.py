@@ -25,7 +25,7 @@ def run(args) -> int:
     from databus.sidecar.router import RoutedMessage
     from databus.tools.table import Column, print_table
 
-    from .records import _best
+    from .common import best_seconds
 
     settings = LanesConfig()
     service = LaneService("127.0.0.1:9", settings)  # never started: the state is set here
@@ -42,7 +42,7 @@ def run(args) -> int:
         for _ in range(n):
             RoutedMessage("orders", "orders", None, b"v", (), None)
 
-    base = _best(baseline, args.rounds)
+    base = best_seconds(baseline, args.rounds)
     rows.append(("(making the message object only)", f"{base / n * 1e9:.0f}", "-"))
     for label, headers in (
         ("other headers, no lane", [("trace-id", b"1"), ("source", b"web")]),
@@ -53,7 +53,7 @@ def run(args) -> int:
             for _ in range(n):
                 route(RoutedMessage("orders", "orders", None, b"v", headers, None))
 
-        total = _best(one_round, args.rounds)
+        total = best_seconds(one_round, args.rounds)
         rows.append((label, f"{total / n * 1e9:.0f}", f"{n / total:,.0f}"))
     print_table([Column("message"), Column("ns/message", "right"),
                  Column("messages/s", "right")], rows,

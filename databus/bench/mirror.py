@@ -36,7 +36,7 @@ def run(args) -> int:
     from databus.broker.process import BrokerProcess
     from databus.tools.table import Column, print_table
 
-    from .produce import create_topic, produce_records
+    from .common import create_topic, produce_records
 
     with tempfile.TemporaryDirectory(prefix="databus-bench-mirror-") as root, \
             BrokerProcess(os.path.join(root, "a")) as a, \

@@ -18,20 +18,17 @@ import json
 import tempfile
 import time
 
-from .produce import Result, broker_for, create_topic, print_results
+from .common import Result, add_broker_options, broker_for, create_topic, print_results
 
 
 def add_arguments(parser) -> None:
-    parser.add_argument("--bootstrap-server", "--bootstrap", dest="bootstrap",
-                        help="HOST:PORT of a running broker (default: start one)")
+    add_broker_options(parser)
     parser.add_argument("--records", type=int, default=1_000_000, help="records to export")
     parser.add_argument("--record-size", type=int, default=100, help="JSON bytes per record")
     parser.add_argument("--partitions", type=int, default=4, help="partitions of the topic")
     parser.add_argument("--flush-size", type=int, default=100_000, help="flush.size (records "
                         "per file)")
     parser.add_argument("--codec", default="snappy", help="parquet.codec")
-    parser.add_argument("-o", "--broker-option", action="append", default=[],
-                        metavar="KEY=VALUE", help="option for the started broker")
 
 
 def json_values(records: int, size: int) -> list[bytes]:

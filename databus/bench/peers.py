@@ -8,7 +8,8 @@ as skipped with the command that installs it.
 
 Our client runs twice, in child processes: once with the C extension (when it is built)
 and once with ``DATABUS_PURE_PYTHON=1``, because which implementation runs is chosen when
-databus is imported (databus/protocol/speedups.py).
+databus is imported (databus/protocol/speedups.py).  ``client_rows`` runs the chosen clients
+and prints the table both benches print.
 """
 
 from __future__ import annotations
@@ -20,6 +21,12 @@ import multiprocessing
 import os
 import time
 from concurrent.futures import ProcessPoolExecutor
+
+from .common import Result, librdkafka_missing, print_ratios, produce_ours
+
+LIBRDKAFKA, AIOKAFKA, KAFKA_PYTHON = "librdkafka", "aiokafka", "kafka-python"
+OURS_C, OURS_PURE = "databus-c", "databus-pure"
+CLIENTS = (LIBRDKAFKA, OURS_C, AIOKAFKA, OURS_PURE, KAFKA_PYTHON)
 
 PEER_PACKAGES = {"aiokafka": "aiokafka", "kafka-python": "kafka"}
 
@@ -74,8 +81,6 @@ def ours_produce(bootstrap, topic, records, record_size, kafka_config) -> tuple[
     from databus.client import ProducerConfig
     from databus.protocol.speedups import implementation
 
-    from .client_produce import produce_ours
-
     config = ProducerConfig.from_kafka(kafka_config)
     return trio.run(produce_ours, bootstrap, topic, records, record_size, config), implementation()
 
@@ -85,9 +90,51 @@ def ours_consume(bootstrap, topic, partitions, records) -> tuple[float, str]:
 
     from databus.protocol.speedups import implementation
 
-    from .client_consume import consume_ours
-
     return trio.run(consume_ours, bootstrap, topic, partitions, records), implementation()
+
+
+async def consume_ours(bootstrap: str, topic: str, partitions: int, records: int) -> float:
+    import trio
+
+    from databus.client import Consumer
+
+    config = {"auto.offset.reset": "earliest", "fetch.max.bytes": 64 * 1024 * 1024,
+              "max.partition.fetch.bytes": 8 * 1024 * 1024, "max.poll.records": 100_000,
+              "fetch.max.wait.ms": 100}
+    async with Consumer(bootstrap, config) as consumer:
+        consumer.assign([(topic, p) for p in range(partitions)])
+        seen = 0
+        start = trio.current_time()
+        with trio.fail_after(600):
+            while seen < records:
+                got = await consumer.getmany(timeout=1.0)
+                seen += sum(len(v) for v in got.values())
+        return trio.current_time() - start
+
+
+def client_rows(args, names: dict[str, str], runners: dict, title: str) -> int:
+    """Run the chosen clients ``--rounds`` times, alternating; print each one's best round.
+
+    ``names`` maps a client to its row name, ``runners`` to a function returning seconds."""
+    chosen = [c for c in args.clients.split(",") if c]
+    unknown = sorted(set(chosen) - set(CLIENTS))
+    if unknown:
+        raise SystemExit(f"unknown --clients {','.join(unknown)} (known: {','.join(CLIENTS)})")
+    missing = {LIBRDKAFKA: librdkafka_missing(), AIOKAFKA: peer_missing(AIOKAFKA),
+               KAFKA_PYTHON: peer_missing(KAFKA_PYTHON), OURS_C: extension_missing()}
+    skipped = {names[c]: missing[c] for c in chosen if missing.get(c)}
+    best: dict[str, float] = {}
+    for _ in range(args.rounds):
+        for client in chosen:
+            if not missing.get(client):
+                seconds = runners[client]()
+                best[client] = min(seconds, best.get(client, seconds))
+    results = {c: Result(names[c], args.records, s, args.record_size) for c, s in best.items()}
+    rounds = f", best of {args.rounds} rounds" if args.rounds > 1 else ""
+    print_ratios(title + rounds, [results[c] for c in chosen if c in results],
+                 results.get(LIBRDKAFKA), skipped=skipped, as_json=args.json,
+                 peer=results.get(AIOKAFKA))
+    return 0
 
 
 # -- aiokafka -------------------------------------------------------------------------------

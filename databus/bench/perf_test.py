@@ -34,6 +34,8 @@ import sys
 import time
 from dataclasses import dataclass, field
 
+from .common import bench_topic, broker_for, fill_topic, with_admin
+
 MB = 1024 * 1024
 REPORT_INTERVAL_S = 5.0  # kafka-producer-perf-test's progress line period
 
@@ -174,14 +176,12 @@ def payload(size: int) -> bytes:
 def perf_topic(bootstrap: str, topic: str | None, partitions: int, keep: bool, prefix: str):
     """The run's topic: the named one if it exists (never deleted), else a new one (named or
     not) deleted after the run unless ``keep``.  Yields (name, created)."""
-    from .produce import _admin, bench_topic
-
     if topic is not None:
         async def exists(admin):
             found = await admin.describe_topics([topic])
             return not isinstance(found[topic], Exception)
 
-        if _admin(bootstrap, exists):
+        if with_admin(bootstrap, exists):
             yield topic, False
             return
     with bench_topic(bootstrap, topic or f"{prefix}-{time.time_ns()}", partitions,
@@ -193,8 +193,6 @@ def perf_topic(bootstrap: str, topic: str | None, partitions: int, keep: bool, p
 def perf_broker(args, settings: dict[str, str]):
     """bootstrap.servers from the props, else --bootstrap-server, else a broker of ours."""
     from argparse import Namespace
-
-    from .produce import broker_for
 
     given = settings.pop("bootstrap.servers", None) or args.bootstrap
     with broker_for(Namespace(bootstrap=given, broker_option=args.broker_option)) as (b, _cpu):
@@ -314,8 +312,6 @@ def run_consumer_perf(args) -> int:
     import trio
 
     from databus.client import ConsumerConfig, KafkaError
-
-    from .produce import fill_topic
 
     try:
         settings = _settings(args, [])

@@ -11,9 +11,10 @@ garbage collector paused, as timeit does, to filter out noise from other process
 
 from __future__ import annotations
 
-import gc
 import os
 import time
+
+from .common import best_seconds
 
 
 def add_arguments(parser) -> None:
@@ -38,11 +39,11 @@ def run(args) -> int:
     rows = []
     for name in args.codecs.split(","):
         codec = CODEC_BY_NAME[name.strip()]
-        encode_s = _best(
+        encode_s = best_seconds(
             lambda c=codec: _encode(values, timestamp, c, args.batch_size), args.rounds
         )
         batches = _encode(values, timestamp, codec, args.batch_size)
-        decode_s = _best(lambda b=batches: _decode(b), args.rounds)
+        decode_s = best_seconds(lambda b=batches: _decode(b), args.rounds)
         assert _decode(batches) == len(values)
         n = len(values)
         rows.append((
@@ -87,16 +88,3 @@ def _value(i: int, size: int) -> bytes:
     pad = os.urandom(size).hex().encode()
     return (head + pad)[: size - 2] + b'"}'
 
-
-def _best(fn, rounds: int) -> float:
-    best = float("inf")
-    gc.collect()
-    gc.disable()
-    try:
-        for _ in range(rounds):
-            start = time.perf_counter()
-            fn()
-            best = min(best, time.perf_counter() - start)
-    finally:
-        gc.enable()
-    return best

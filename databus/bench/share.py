@@ -24,14 +24,13 @@ import time
 from collections import Counter
 from dataclasses import dataclass
 
-from .produce import broker_for, create_topic, produce_records
+from .common import add_broker_options, broker_for, create_topic, produce_records
 
 STATE_TOPIC = "__share_group_state"
 
 
 def add_arguments(parser) -> None:
-    parser.add_argument("--bootstrap-server", "--bootstrap", dest="bootstrap",
-                        help="HOST:PORT of a running broker (default: start one)")
+    add_broker_options(parser)
     parser.add_argument("--records", type=int, default=200_000, help="records to deliver")
     parser.add_argument("--record-size", type=int, default=100, help="value bytes per record")
     parser.add_argument("--consumers", type=int, default=3, help="share consumers")
@@ -45,8 +44,6 @@ def add_arguments(parser) -> None:
                         default="both",
                         help="whose ShareConsumer: confluent-kafka's (librdkafka), databus's "
                              "own trio client, or both, one group after the other")
-    parser.add_argument("-o", "--broker-option", action="append", default=[],
-                        metavar="KEY=VALUE", help="option for the started broker")
 
 
 def _state_records(bootstrap: str) -> int:
@@ -161,7 +158,7 @@ def _our_share_worker(bootstrap: str, group: str, topic: str, records: int, max_
 
 
 def _classic_reader(bootstrap: str, topic: str, records: int, out: dict) -> None:
-    from .consume import consume_all
+    from .common import consume_all
 
     out["seconds"] = consume_all(bootstrap, topic, 1, records)
 

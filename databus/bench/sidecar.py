@@ -27,12 +27,11 @@ import tempfile
 import threading
 import time
 
-from .produce import ProcessCpu
+from .common import ProcessCpu, add_bootstrap_option
 
 
 def add_arguments(parser) -> None:
-    parser.add_argument("--bootstrap-server", "--bootstrap", dest="bootstrap",
-                        help="HOST:PORT of a running broker (default: start one)")
+    add_bootstrap_option(parser)
     parser.add_argument("--messages", type=int, default=300_000, help="throughput run size")
     parser.add_argument("--size", type=int, default=100, help="value bytes per message")
     parser.add_argument(

@@ -16,20 +16,17 @@ import sys
 import tempfile
 import time
 
-from .produce import broker_for, create_topic, produce_records
+from .common import add_broker_options, broker_for, create_topic, produce_records
 
 
 def add_arguments(parser) -> None:
-    parser.add_argument("--bootstrap-server", "--bootstrap", dest="bootstrap",
-                        help="HOST:PORT of a running broker (default: start one)")
+    add_broker_options(parser)
     parser.add_argument("--records", type=int, default=2_000_000, help="records to read")
     parser.add_argument("--record-size", type=int, default=100, help="value bytes per record")
     parser.add_argument("--partitions", type=int, default=4, help="partitions of the topic")
     parser.add_argument("--compression", default="none", help="compression.type of the fill")
     parser.add_argument("--rounds", type=int, default=3, help="timed reads of each kind")
     parser.add_argument("--master", default="local[2]", help="Spark master (default: local[2])")
-    parser.add_argument("-o", "--broker-option", action="append", default=[],
-                        metavar="KEY=VALUE", help="option for the started broker")
 
 
 def _session(master: str):

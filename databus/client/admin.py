@@ -15,6 +15,7 @@ not hide what happened to the others; whole-request failures raise.
 from __future__ import annotations
 
 import contextlib
+import logging
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -28,6 +29,8 @@ from .cluster import Cluster, PartitionMetadata
 from .config import AdminConfig
 from .connection import OpenStream
 from .offsets import EARLIEST, LATEST, list_offsets
+
+log = logging.getLogger(__name__)
 
 RESOURCE_TOPIC = 2
 RESOURCE_BROKER = 4
@@ -182,6 +185,28 @@ class Admin:
         }
         await self._cluster.refresh_metadata([n for n, e in out.items() if e is None] or (), allow_auto_create=False)
         return out
+
+    async def ensure_topics(self, topics: Mapping[str, int], *,
+                            configs: Mapping[str, str] | None = None,
+                            or_auto_create: bool = False) -> bool:
+        """Create those of ``{name: partitions}`` that do not exist yet (an existing one is
+        left as it is); any other per-topic error is raised.  With ``or_auto_create``, a
+        cluster that cannot create topics through the admin API (no CreateTopics, or no
+        controller named, as in librdkafka's mock cluster: REQUEST_TIMED_OUT,
+        UNSUPPORTED_VERSION) is logged and left to create them on first use
+        (auto.create.topics.enable); False then, else True."""
+        try:
+            created = await self.create_topics(topics, configs=configs)
+        except (errors.RequestTimedOutError, errors.UnsupportedVersionError) as exc:
+            if not or_auto_create:
+                raise
+            log.warning("could not create %s (%s); relying on auto-creation",
+                        ", ".join(topics), exc)
+            return False
+        for error in created.values():
+            if error is not None and not isinstance(error, errors.TopicAlreadyExistsError):
+                raise error
+        return True
 
     async def delete_topics(self, topics: Iterable[str]) -> dict[str, errors.KafkaError | None]:
         names = list(topics)

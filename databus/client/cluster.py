@@ -22,7 +22,7 @@ import contextlib
 import itertools
 import logging
 import random
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -75,6 +75,35 @@ class BrokerMetadata:
     host: str
     port: int
     rack: str | None = None
+
+
+
+class BackgroundRefresh:
+    """A metadata refresh asked for from synchronous code (a fetcher that met a partition
+    without a leader, or a failed fetch): it runs in ``nursery`` after ``backoff``
+    seconds, at most one at a time, for ``topics()`` (the cluster's known topics when
+    that is empty), and calls ``then()`` when it ends.  A failed refresh is logged at
+    DEBUG only: ``then()`` wakes the caller, whose next look asks again."""
+
+    def __init__(self, cluster: Cluster, backoff: float, then: Callable[[], None],
+                 topics: Callable[[], Iterable[str]] = tuple) -> None:
+        self.cluster, self.backoff, self.then, self.topics = cluster, backoff, then, topics
+        self.running = False
+
+    def start(self, nursery: trio.Nursery) -> None:
+        if not self.running:
+            self.running = True
+            nursery.start_soon(self._refresh)
+
+    async def _refresh(self) -> None:
+        try:
+            await trio.sleep(self.backoff)
+            await self.cluster.refresh_metadata(self.topics(), allow_auto_create=False)
+        except errors.KafkaError as exc:
+            log.debug("metadata refresh failed: %s", exc)
+        finally:
+            self.running = False
+            self.then()
 
 
 class Cluster:

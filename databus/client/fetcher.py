@@ -38,7 +38,7 @@ from ..protocol.records import (
 )
 from ..protocol.types import TopicPartition
 from . import errors
-from .cluster import Cluster
+from .cluster import BackgroundRefresh, Cluster
 from .config import ConsumerConfig
 from .subscription import SubscriptionState
 
@@ -186,7 +186,7 @@ class Fetcher:
         self.errors: list[BaseException] = []  # raised to the caller of the next poll
         self._wakeup = trio.Event()
         self.data_ready = trio.Event()
-        self._metadata_task = False
+        self._metadata = BackgroundRefresh(cluster, config.retry_backoff_ms / 1000, self.wakeup)
         self._isolation = 1 if config.isolation_level == "read_committed" else 0
         # a refused login wakes pollers: they raise it (Consumer.getmany)
         cluster.auth_listeners.append(self.notify)
@@ -231,21 +231,7 @@ class Fetcher:
             nursery.start_soon(self._fetch, node, tps)
 
     def _refresh_metadata(self) -> None:
-        if self._metadata_task:
-            return
-        self._metadata_task = True
-
-        async def refresh() -> None:
-            try:
-                await trio.sleep(self.config.retry_backoff_ms / 1000)
-                await self.cluster.refresh_metadata(allow_auto_create=False)
-            except errors.KafkaError as exc:
-                log.debug("metadata refresh failed: %s", exc)
-            finally:
-                self._metadata_task = False
-                self.wakeup()
-
-        self._nursery.start_soon(refresh)
+        self._metadata.start(self._nursery)
 
     async def _fetch(self, node: int, tps: list[TopicPartition]) -> None:
         try:

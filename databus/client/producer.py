@@ -28,7 +28,7 @@ from typing import Any, NamedTuple
 import trio
 
 from ..protocol.codecs import CODEC_BY_NAME
-from ..protocol.records import record_size_upper_bound
+from ..protocol.records import as_bytes, record_size_upper_bound
 from ..protocol.speedups import native as _native
 from . import errors
 from .accumulator import BatchResult, DeliverySink, ProducerBatch, RecordAccumulator
@@ -212,14 +212,6 @@ def _normalize_headers(headers) -> tuple[tuple[str, bytes | None], ...]:
     return tuple(out)
 
 
-def _as_payload(data: Any, what: str) -> bytes | None:
-    if data is None or type(data) is bytes:
-        return data
-    if isinstance(data, (bytearray, memoryview)):
-        return bytes(data)
-    raise TypeError(f"record {what} must be bytes or None, got {type(data).__name__}")
-
-
 class Producer:
     """Trio-native Kafka producer; use as ``async with Producer(bootstrap, config) as p``.
 
@@ -329,9 +321,9 @@ class Producer:
         if not self._open or self._sender.fatal is not None:
             self._check_open()
         if value is not None and type(value) is not bytes:
-            value = _as_payload(value, "value")
+            value = as_bytes(value, "value")
         if key is not None and type(key) is not bytes:
-            key = _as_payload(key, "key")
+            key = as_bytes(key, "key")
         if headers:
             headers = _normalize_headers(headers)
             size = record_size_upper_bound(key, value, headers)

@@ -64,7 +64,7 @@ from ..protocol.records import CorruptRecordError
 from ..protocol.types import TopicPartition
 from . import errors
 from .backoff import ExponentialBackoff
-from .cluster import Cluster
+from .cluster import BackgroundRefresh, Cluster
 from .config import ShareConsumerConfig
 from .connection import OpenStream
 from .fetcher import ConsumerRecord
@@ -266,7 +266,8 @@ class ShareConsumer(ClientLifecycle):
         self._errors: list[errors.KafkaError] = []
         self._wakeup = trio.Event()
         self._data_ready = trio.Event()
-        self._metadata_task = False
+        self._metadata = BackgroundRefresh(self._cluster, self.config.retry_backoff_ms / 1000,
+                                           self._wake_fetcher, lambda: self._member.topics)
         self._fetch_nursery: trio.Nursery | None = None
 
     # -- lifecycle -----------------------------------------------------------------------
@@ -539,21 +540,8 @@ class ShareConsumer(ClientLifecycle):
             self._wake_fetcher()
 
     def _refresh_metadata(self) -> None:
-        if self._metadata_task or self._nursery is None:
-            return
-        self._metadata_task = True
-
-        async def refresh() -> None:
-            try:
-                await trio.sleep(self.config.retry_backoff_ms / 1000)
-                await self._cluster.refresh_metadata(self._member.topics, allow_auto_create=False)
-            except errors.KafkaError as exc:
-                log.debug("metadata refresh failed: %s", exc)
-            finally:
-                self._metadata_task = False
-                self._wake_fetcher()
-
-        self._nursery.start_soon(refresh)
+        if self._nursery is not None:
+            self._metadata.start(self._nursery)
 
     def _held(self, node: int) -> tuple[bool, bool]:
         """(records handed out and not settled, acknowledgements not sent) for ``node``."""

@@ -40,34 +40,19 @@ def default_owner() -> str:
 
 
 async def ensure_registry_topic(admin: Admin, topic: str) -> None:
-    """Create the registry topic (compacted, one partition) unless it exists."""
-    try:
-        created = await admin.create_topics({topic: 1}, configs={"cleanup.policy": "compact"})
-    except (errors.RequestTimedOutError, errors.UnsupportedVersionError) as exc:
-        # A cluster without CreateTopics (librdkafka's mock) creates it on first use.
-        log.warning("could not create %s (%s); relying on auto-creation", topic, exc)
-        return
-    error = created.get(topic)
-    if error is not None and not isinstance(error, errors.TopicAlreadyExistsError):
-        raise error
+    """Create the registry topic (compacted, one partition) unless it exists; a cluster
+    without CreateTopics (librdkafka's mock) creates it on first use."""
+    await admin.ensure_topics({topic: 1}, configs={"cleanup.policy": "compact"},
+                              or_auto_create=True)
 
 
 async def ensure_lane_topics(admin: Admin, topics: list[str], lane: model.Lane) -> bool:
     """Create ``topics`` of ``lane`` (its partitions, its retention) unless they exist.
-    False: the cluster cannot create topics, it will make them on first use."""
-    try:
-        created = await admin.create_topics(
-            {t: lane.partitions for t in topics},
-            configs={"retention.ms": str(lane.retention_ms)})
-    except (errors.RequestTimedOutError, errors.UnsupportedVersionError) as exc:
-        # As for the registry: a cluster without CreateTopics makes them on first use,
-        # with its own partition count and retention.
-        log.warning("could not create %s (%s); relying on auto-creation", ", ".join(topics), exc)
-        return False
-    for error in created.values():
-        if error is not None and not isinstance(error, errors.TopicAlreadyExistsError):
-            raise error
-    return True
+    False: the cluster cannot create topics, it will make them on first use (with its own
+    partition count and retention)."""
+    return await admin.ensure_topics({t: lane.partitions for t in topics},
+                                     configs={"retention.ms": str(lane.retention_ms)},
+                                     or_auto_create=True)
 
 
 async def lane_topics(admin: Admin, template: str, lane: str) -> list[str]:

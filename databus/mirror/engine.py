@@ -213,7 +213,9 @@ class MirrorEngine:
     async def _load_progress(self) -> None:
         """Create the offset-syncs topic if missing and read this mirror's syncs from it."""
         topic = self.mirror.offset_syncs_topic
-        await ensure_offset_syncs_topic(self.target_admin, topic)
+        # compacted, one partition; a cluster without CreateTopics makes it on first use
+        await self.target_admin.ensure_topics({topic: 1}, configs={"cleanup.policy": "compact"},
+                                              or_auto_create=True)
         self.syncs = await read_offset_syncs(
             self.target.bootstrap_servers, topic, self.name, self.admin_config
         )
@@ -584,20 +586,6 @@ class MirrorEngine:
 
 
 # -- helpers shared with `databus mirror` ------------------------------------------------------
-
-
-async def ensure_offset_syncs_topic(admin: Admin, topic: str) -> None:
-    try:
-        created = await admin.create_topics({topic: 1}, configs={"cleanup.policy": "compact"})
-    except (kerrors.RequestTimedOutError, kerrors.UnsupportedVersionError) as exc:
-        # A cluster without CreateTopics (librdkafka's mock: no controller) creates the
-        # topic on the first progress write instead (auto.create.topics.enable).
-        log.warning("could not create %s (%s); relying on the cluster to create it on "
-                    "first use", topic, exc)
-        return
-    error = created.get(topic)
-    if error is not None and not isinstance(error, kerrors.TopicAlreadyExistsError):
-        raise error
 
 
 async def read_offset_syncs(bootstrap: str, topic: str, mirror: str,

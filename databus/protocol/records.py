@@ -256,7 +256,9 @@ class Record(NamedTuple):
 _tuple_new = tuple.__new__
 
 
-def _as_bytes(data, what: str):
+def as_bytes(data, what: str):
+    """A record's key, value or header value as bytes (or None); a TypeError names what is
+    wrong with anything else.  The producer checks with it too, at send()."""
     if data is None or type(data) is bytes:
         return data
     if isinstance(data, (bytearray, memoryview)):
@@ -275,7 +277,7 @@ def _encode_headers(headers) -> bytes:
         if hvalue is None:
             parts.append(_NULL)
         else:
-            hvalue = _as_bytes(hvalue, "header value")
+            hvalue = as_bytes(hvalue, "header value")
             parts.append(encode_zigzag(len(hvalue)))
             parts.append(hvalue)
     return b"".join(parts)
@@ -415,9 +417,9 @@ class BatchBuilder:
         if type(timestamp) is not int:
             raise TypeError(f"record timestamp must be an int (ms), not {type(timestamp).__name__}")
         if key is not None and type(key) is not bytes:
-            key = _as_bytes(key, "key")
+            key = as_bytes(key, "key")
         if value is not None and type(value) is not bytes:
-            value = _as_bytes(value, "value")
+            value = as_bytes(value, "value")
         record = ((timestamp, key, value, headers),)
         if offset_delta is None:
             return self.append_many(record) == 1

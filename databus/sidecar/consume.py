@@ -363,10 +363,7 @@ async def _create_topics(admin: Admin, like: str, names: list[str]) -> None:
     await admin.cluster.refresh_metadata([like])
     found = admin.cluster.partitions_for(like)
     partitions = len(found) if found else -1  # not there yet: the broker's num.partitions
-    result = await admin.create_topics({name: partitions for name in names})
-    for error in result.values():
-        if error is not None and not isinstance(error, errors.TopicAlreadyExistsError):
-            raise error
+    await admin.ensure_topics({name: partitions for name in names})
 
 
 class _Ref(NamedTuple):

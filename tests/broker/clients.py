@@ -15,6 +15,8 @@ import time
 from collections.abc import Sequence
 from typing import NamedTuple
 
+from tests.helpers.wait import wait_for
+
 CODECS = ("none", "gzip", "snappy", "lz4", "zstd")
 
 
@@ -114,10 +116,11 @@ def confluent_produce(bootstrap: str, topic: str, messages: Sequence[Msg], **con
     return results
 
 
-def confluent_consume(bootstrap: str, topic: str, count: int, partitions: Sequence[int] = (0,),
-                      *, offset: int = -2, timeout: float = 60, **conf) -> list[Got]:
-    """Assign ``partitions`` at ``offset`` (-2 earliest) and read ``count`` messages;
-    fails if librdkafka logged a protocol error meanwhile."""
+def confluent_consume(bootstrap: str, topic: str, count: int,
+                      partitions: Sequence[int] | None = (0,), *, offset: int = -2,
+                      timeout: float = 60, **conf) -> list[Got]:
+    """Assign ``partitions`` (None: all of the topic's) at ``offset`` (-2 earliest) and read
+    ``count`` messages; fails if librdkafka logged a protocol error meanwhile."""
     from confluent_kafka import Consumer, TopicPartition
 
     rdlog = LibrdkafkaLog()
@@ -126,6 +129,8 @@ def confluent_consume(bootstrap: str, topic: str, count: int, partitions: Sequen
     config.update(conf)
     consumer = Consumer(config)
     try:
+        if partitions is None:
+            partitions = sorted(consumer.list_topics(topic, timeout=10).topics[topic].partitions)
         consumer.assign([TopicPartition(topic, p, offset) for p in partitions])
         got: list[Got] = []
         deadline = time.monotonic() + timeout
@@ -162,15 +167,20 @@ def kafka_python_produce(bootstrap: str, topic: str, messages: Sequence[Msg], **
 
 
 def kafka_python_consume(bootstrap: str, topic: str, count: int,
-                         partitions: Sequence[int] = (0,), timeout: float = 60,
+                         partitions: Sequence[int] | None = (0,), timeout: float = 60,
                          offset: int | None = None, **conf) -> list[Got]:
-    """From the beginning, or from ``offset`` (auto_offset_reset=earliest if out of range);
-    ``conf``: more KafkaConsumer settings (security_protocol, ...)."""
+    """``partitions`` (None: all of the topic's) from the beginning, or from ``offset``
+    (auto_offset_reset=earliest if out of range); ``conf``: more KafkaConsumer settings
+    (security_protocol, ...)."""
     from kafka import KafkaConsumer, TopicPartition
 
     consumer = KafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False,
                              auto_offset_reset="earliest", group_id=None, **conf)
     try:
+        if partitions is None:
+            partitions = sorted(wait_for(lambda: consumer.partitions_for_topic(topic),
+                                         f"topic {topic}'s partitions", timeout=10,
+                                         interval=0.2))
         tps = [TopicPartition(topic, p) for p in partitions]
         consumer.assign(tps)
         if offset is None:
@@ -215,9 +225,10 @@ def aiokafka_produce(bootstrap: str, topic: str, messages: Sequence[Msg], **conf
 
 
 def aiokafka_consume(bootstrap: str, topic: str, count: int,
-                     partitions: Sequence[int] = (0,), timeout: float = 60,
+                     partitions: Sequence[int] | None = (0,), timeout: float = 60,
                      offset: int | None = None) -> list[Got]:
-    """From the beginning, or from ``offset`` (auto_offset_reset=earliest if out of range)."""
+    """``partitions`` (None: all of the topic's) from the beginning, or from ``offset``
+    (auto_offset_reset=earliest if out of range)."""
     from aiokafka import AIOKafkaConsumer, TopicPartition
 
     async def main():
@@ -225,7 +236,15 @@ def aiokafka_consume(bootstrap: str, topic: str, count: int,
                                     auto_offset_reset="earliest", group_id=None)
         await consumer.start()
         try:
-            tps = [TopicPartition(topic, p) for p in partitions]
+            parts = partitions
+            for _ in range(50):  # aiokafka learns of a topic only from a metadata refresh
+                if parts is not None:
+                    break
+                parts = consumer.partitions_for_topic(topic) or None
+                if parts is None:
+                    await consumer._client.force_metadata_update()
+                    await asyncio.sleep(0.2)
+            tps = [TopicPartition(topic, p) for p in sorted(parts)]
             consumer.assign(tps)
             if offset is None:
                 await consumer.seek_to_beginning(*tps)

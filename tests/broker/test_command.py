@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -14,6 +13,7 @@ import pytest
 
 from databus.broker.config import BrokerConfig, BrokerConfigError
 from tests.helpers.broker import BrokerProcess
+from tests.helpers.ports import taken_port
 
 from .clients import Msg, confluent_consume, confluent_produce
 
@@ -102,10 +102,7 @@ def run_broker(*args, **kw):
 
 
 def test_port_in_use_is_one_line_exit_1_and_nothing_written(tmp_path):
-    taken = socket.socket()
-    taken.bind(("127.0.0.1", 0))
-    taken.listen()
-    port = taken.getsockname()[1]
+    taken, port = taken_port()
     data = tmp_path / "data"
     try:
         result = run_broker("--data-dir", str(data), "--listen", f"127.0.0.1:{port}")

@@ -3,6 +3,8 @@ ways with confluent-kafka, kafka-python and aiokafka, byte-identical; admin; tim
 
 from __future__ import annotations
 
+from functools import partial
+
 import pytest
 import trio
 
@@ -10,29 +12,30 @@ from databus.client import errors
 from databus.client.admin import Admin
 from databus.client.consumer import Consumer
 from databus.client.producer import Producer
-
-from .kafka_clients import (
+from databus.protocol.errors import ErrorCode
+from tests.broker.clients import (
+    Msg,
+    aiokafka_consume,
     aiokafka_produce,
-    aiokafka_read,
+    confluent_consume,
     confluent_produce,
-    confluent_read,
+    kafka_python_consume,
     kafka_python_produce,
-    kafka_python_read,
 )
 
-READERS = {"confluent": confluent_read, "kafka-python": kafka_python_read, "aiokafka": aiokafka_read}
-WRITERS = {"confluent": confluent_produce, "kafka-python": kafka_python_produce,
-           "aiokafka": aiokafka_produce}
+READERS = {"confluent": confluent_consume, "kafka-python": kafka_python_consume,
+           "aiokafka": aiokafka_consume}
+WRITERS = {"confluent": confluent_produce, "kafka-python": partial(kafka_python_produce, acks="all"),
+           "aiokafka": partial(aiokafka_produce, acks="all")}
 
 
 def sample(n: int, partitions: int = 3, null_header: bool = True):
     flag = None if null_header else b""
     return [
-        (b"key-%d" % i if i % 5 else None,
-         b"value-%d-" % i + bytes(range(256))[: i % 40] if i != 4 else None,
-         (("trace-id", b"%08d" % i), ("flag", flag)) if i % 2 else (),
-         1_690_000_000_000 + i * 7,
-         i % partitions)
+        Msg(b"key-%d" % i if i % 5 else None,
+            b"value-%d-" % i + bytes(range(256))[: i % 40] if i != 4 else None,
+            (("trace-id", b"%08d" % i), ("flag", flag)) if i % 2 else (),
+            partition=i % partitions, timestamp=1_690_000_000_000 + i * 7)
         for i in range(n)
     ]
 
@@ -49,15 +52,17 @@ async def test_they_read_what_we_write(broker, topic, reader, codec):
     await create(broker.bootstrap, topic)
     records = sample(60)
     async with Producer(broker.bootstrap, {"compression.type": codec}) as p:
-        futures = [await p.send(topic, v, key=k, headers=h, timestamp_ms=ts, partition=part)
-                   for k, v, h, ts, part in records]
+        futures = [await p.send(topic, m.value, key=m.key, headers=m.headers,
+                                timestamp_ms=m.timestamp, partition=m.partition)
+                   for m in records]
     reports = [f.result() for f in futures]
-    seen = await trio.to_thread.run_sync(READERS[reader], broker.bootstrap, topic, len(records))
-    got = {(part, off): (k, v, h, ts) for part, off, k, v, h, ts in seen}
+    seen = await trio.to_thread.run_sync(READERS[reader], broker.bootstrap, topic, len(records),
+                                         None)
+    got = {(g.partition, g.offset): (g.key, g.value, g.headers, g.timestamp) for g in seen}
     assert len(got) == len(records)
-    for report, (k, v, h, ts, part) in zip(reports, records):
-        assert report.partition == part
-        assert got[(report.partition, report.offset)] == (k, v, tuple(h), ts)
+    for report, m in zip(reports, records):
+        assert report.partition == m.partition
+        assert got[(report.partition, report.offset)] == (m.key, m.value, m.headers, m.timestamp)
 
 
 class CollectingSink:
@@ -95,8 +100,8 @@ async def test_send_batch_reports_segments_that_map_to_the_written_offsets(broke
         for start, count, first_offset, _ in sink.segments:
             for i in range(count):
                 offsets[first_offset + i] = call[start + i]
-    seen = await trio.to_thread.run_sync(confluent_read, broker.bootstrap, topic, 301)
-    by_offset = {off: (k, v, ts) for _, off, k, v, _, ts in seen}
+    seen = await trio.to_thread.run_sync(confluent_consume, broker.bootstrap, topic, 301, None)
+    by_offset = {g.offset: (g.key, g.value, g.timestamp) for g in seen}
     assert by_offset[single.result().offset] == (b"s", b"single", single.result().timestamp)
     assert single.result().offset == 150  # between the two calls, as queued
     for offset, (ts, k, v, _) in offsets.items():
@@ -130,7 +135,7 @@ async def test_we_read_what_they_write(broker, topic, writer):
     assert len(got) == len(records)
     for part in range(3):
         mine = [(r.key, r.value, r.headers, r.timestamp) for r in got if r.partition == part]
-        sent = [(k, v, tuple(h), ts) for k, v, h, ts, p in records if p == part]
+        sent = [(m.key, m.value, m.headers, m.timestamp) for m in records if m.partition == part]
         assert mine == sent  # in order, byte-identical
         offsets = [r.offset for r in got if r.partition == part]
         assert offsets == list(range(len(sent)))
@@ -218,6 +223,27 @@ async def test_admin_topics_configs_partitions(broker, topic):
         assert await admin.delete_topics([topic]) == {topic: None}
         assert topic not in await admin.list_topics()
 
+
+
+async def test_admin_ensure_topics_creates_the_missing_ones_and_raises_other_errors(broker, topic):
+    async with Admin(broker.bootstrap) as admin:
+        assert await admin.ensure_topics({topic: 2}, configs={"retention.ms": "3600000"})
+        # an existing topic is left as it is (2 partitions, not 5); the new one is made
+        assert await admin.ensure_topics({topic: 5, topic + "-b": 1})
+        described = await admin.describe_topics([topic, topic + "-b"])
+        assert [len(described[t].partitions) for t in (topic, topic + "-b")] == [2, 1]
+        with pytest.raises(errors.for_code(ErrorCode.invalid_topic_exception)):
+            await admin.ensure_topics({"no spaces allowed": 1}, or_auto_create=True)
+
+
+async def test_admin_ensure_topics_leaves_them_to_a_cluster_without_create_topics(mock_cluster,
+                                                                                  topic):
+    """librdkafka's mock cluster has no CreateTopics: or_auto_create says so (False), and
+    without it the error is raised."""
+    async with Admin(mock_cluster.bootstrap) as admin:
+        assert await admin.ensure_topics({topic: 1}, or_auto_create=True) is False
+        with pytest.raises(errors.UnsupportedVersionError):
+            await admin.ensure_topics({topic: 1})
 
 async def test_admin_groups(broker, topic):
     await create(broker.bootstrap, topic, 2)

@@ -11,8 +11,7 @@ import trio
 from databus.client import ConsumerStatistics, TopicPartition, errors
 from databus.client.consumer import Consumer
 from databus.client.producer import Producer
-
-from .kafka_clients import confluent_produce
+from tests.broker.clients import Msg, confluent_produce
 
 CODECS = ["none", "gzip", "snappy", "lz4", "zstd"]
 
@@ -35,8 +34,9 @@ async def produce(bootstrap, topic, n, **config):
 @pytest.mark.parametrize("codec", CODECS)
 async def test_reads_what_confluent_wrote_with_every_codec(mock_cluster, topic, codec):
     records = [
-        (b"k%d" % i if i % 4 else None, b"value %d" % i if i != 3 else None,
-         (("h", b"%d" % i), ("n", None)) if i % 2 else (), 1_650_000_000_000 + i, i % 4)
+        Msg(b"k%d" % i if i % 4 else None, b"value %d" % i if i != 3 else None,
+            (("h", b"%d" % i), ("n", None)) if i % 2 else (), partition=i % 4,
+            timestamp=1_650_000_000_000 + i)
         for i in range(200)
     ]
     reports = await trio.to_thread.run_sync(
@@ -47,9 +47,10 @@ async def test_reads_what_confluent_wrote_with_every_codec(mock_cluster, topic, 
         got = await drain(c, len(records))
     assert len(got) == len(records)
     by_key = {(r.partition, r.offset): r for r in got}
-    for (_err, part, off, _key), (k, v, h, ts, _p) in zip(reports, records):
+    for (part, off), m in zip(reports, records):
         r = by_key[(part, off)]
-        assert (r.key, r.value, r.headers, r.timestamp, r.timestamp_type) == (k, v, h, ts, 0)
+        assert (r.key, r.value, r.headers, r.timestamp, r.timestamp_type) == (
+            m.key, m.value, m.headers, m.timestamp, 0)
 
 
 async def test_manual_assignment_seek_and_offsets(mock_cluster, topic):

@@ -15,9 +15,8 @@ import trio
 from databus.client import errors
 from databus.client.admin import Admin
 from databus.client.producer import Producer
+from tests.broker.clients import confluent_consume
 from tests.helpers.broker import BrokerProcess
-
-from .kafka_clients import confluent_read
 
 
 @pytest.fixture
@@ -39,8 +38,8 @@ async def create(bootstrap, topic, partitions):
 
 def values_by_partition(records):
     out: dict[int, list[bytes]] = {}
-    for part, _off, _k, value, _h, _ts in sorted(records, key=lambda r: (r[0], r[1])):
-        out.setdefault(part, []).append(value)
+    for got in sorted(records, key=lambda r: (r.partition, r.offset)):
+        out.setdefault(got.partition, []).append(got.value)
     return out
 
 
@@ -63,7 +62,7 @@ async def test_kill9_and_restart_mid_stream_delivers_exactly_once(own_broker, to
         stats = p.statistics()
     assert stats.connections_opened >= 3  # bootstrap, broker 1, and broker 1 again
     assert all(f.exception() is None for f in futures)
-    seen = await trio.to_thread.run_sync(confluent_read, own_broker.bootstrap, topic, total)
+    seen = await trio.to_thread.run_sync(confluent_consume, own_broker.bootstrap, topic, total, None)
     by_part = values_by_partition(seen)
     for part in (0, 1):
         expected = [b"%06d" % i for i in range(part, total, 2)]
@@ -88,7 +87,7 @@ async def test_sigstop_then_sigcont_delivers_everything_queued_in_order(own_brok
             os.kill(own_broker.pid, signal.SIGCONT)
         await p.flush()
     assert all(f.exception() is None for f in futures)
-    seen = await trio.to_thread.run_sync(confluent_read, own_broker.bootstrap, topic, 401)
+    seen = await trio.to_thread.run_sync(confluent_consume, own_broker.bootstrap, topic, 401, None)
     by_part = values_by_partition(seen)
     assert by_part[0] == [b"warm-up"] + [b"%04d" % i for i in range(0, 400, 2)]
     assert by_part[1] == [b"%04d" % i for i in range(1, 400, 2)]
@@ -162,8 +161,8 @@ async def test_producer_recovers_when_its_topic_is_deleted_and_comes_back(own_br
         stats = p.statistics()
     assert all(f.exception() is None for f in before + after)
     assert stats.retries >= 1  # the first attempt met the deleted topic
-    seen = await trio.to_thread.run_sync(confluent_read, own_broker.bootstrap, topic, 5)
-    assert [v for _p, _o, _k, v, _h, _ts in seen] == [b"after"] * 5
+    seen = await trio.to_thread.run_sync(confluent_consume, own_broker.bootstrap, topic, 5, None)
+    assert [g.value for g in seen] == [b"after"] * 5
 
 
 async def test_a_partition_that_disappears_ends_in_a_delivery_timeout(own_broker, topic):

@@ -7,8 +7,7 @@ import trio
 
 from databus.client import errors
 from databus.client.producer import Producer, RecordMetadata
-
-from .kafka_clients import confluent_produce, confluent_read
+from tests.broker.clients import Msg, confluent_consume, confluent_produce
 
 CODECS = ["none", "gzip", "snappy", "lz4", "zstd"]
 
@@ -44,8 +43,9 @@ async def test_every_codec_is_read_byte_identical_by_confluent(mock_cluster, top
     reports = [f.result() for f in futures]
     assert all(isinstance(r, RecordMetadata) and r.offset >= 0 for r in reports)
     assert len({(r.partition, r.offset) for r in reports}) == len(records)
-    seen = await trio.to_thread.run_sync(confluent_read, mock_cluster.bootstrap, topic, len(records))
-    by_position = {(part, off): (k, v, h, ts) for part, off, k, v, h, ts in seen}
+    seen = await trio.to_thread.run_sync(confluent_consume, mock_cluster.bootstrap, topic,
+                                         len(records), None)
+    by_position = {(g.partition, g.offset): (g.key, g.value, g.headers, g.timestamp) for g in seen}
     assert len(by_position) == len(records)
     for report, (k, v, h, ts) in zip(reports, records):
         got = by_position[(report.partition, report.offset)]
@@ -58,11 +58,11 @@ async def test_keyed_records_land_where_confluent_murmur2_random_puts_them(mock_
     theirs = await trio.to_thread.run_sync(
         lambda: confluent_produce(
             mock_cluster.bootstrap, topic + "-c",
-            [(k, b"v", (), None, None) for k in keys],
+            [Msg(k, b"v") for k in keys],
             partitioner="murmur2_random",
         )
     )
-    their_partition = {key: part for _err, part, _off, key in theirs}
+    their_partition = {key: part for key, (part, _off) in zip(keys, theirs)}
     async with Producer(mock_cluster.bootstrap) as p:
         futures = [await p.send(topic, b"v", key=k) for k in keys]
     ours = {k: f.result().partition for k, f in zip(keys, futures)}
@@ -120,7 +120,7 @@ async def test_acks_zero_reports_without_offsets(mock_cluster, topic):
     async with Producer(mock_cluster.bootstrap, {"acks": 0}) as p:
         futures = [await p.send(topic, b"fire-and-forget") for _ in range(10)]
     assert all(f.result().offset == -1 for f in futures)
-    seen = await trio.to_thread.run_sync(confluent_read, mock_cluster.bootstrap, topic, 10)
+    seen = await trio.to_thread.run_sync(confluent_consume, mock_cluster.bootstrap, topic, 10, None)
     assert len(seen) == 10
 
 

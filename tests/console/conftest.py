@@ -12,10 +12,11 @@ import os
 import re
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
+
+from tests.helpers.processes import wait_for_log
 
 CHROMIUM = "/usr/bin/chromium"
 # Without the background-networking flags chromium phones home at start; this closed
@@ -83,16 +84,13 @@ class ConsoleProcess:
         self.url = ""
 
     def wait(self) -> ConsoleProcess:
-        deadline = time.monotonic() + 30
-        while not self.url:
-            match = re.search(r"databus console on (http://\S+)", self.log.read_text())
-            if match:
-                self.url = match.group(1)
-            elif self.proc.poll() is not None or time.monotonic() > deadline:
-                self.close()
-                raise RuntimeError(f"databus console did not start:\n{self.log.read_text()}")
-            else:
-                time.sleep(0.05)
+        try:
+            text = wait_for_log(self.proc, self.log, "databus console on ",
+                                "databus console started", timeout=30)
+        except AssertionError:
+            self.close()
+            raise
+        self.url = re.search(r"databus console on (http://\S+)", text).group(1)
         return self
 
     def close(self) -> None:

@@ -12,7 +12,6 @@ import signal
 import subprocess
 import sys
 import threading
-import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -90,15 +89,6 @@ class ConsumerProcess:
 
     def __exit__(self, *exc) -> None:
         self.close()
-
-
-def wait_until(predicate, timeout: float, what: str, describe=lambda: "") -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return
-        time.sleep(0.05)
-    raise AssertionError(f"timed out after {timeout}s waiting for {what}. {describe()}")
 
 
 def create_topic(bootstrap: str, topic: str, partitions: int) -> None:

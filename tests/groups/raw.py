@@ -12,6 +12,7 @@ import itertools
 import socket
 import struct
 
+from databus.protocol.api_keys import ApiKey
 from databus.protocol.entities import build_request
 from databus.protocol.framing import decode_response, encode_request
 
@@ -64,3 +65,13 @@ def assignment(topic: str, partitions: list[int]) -> bytes:
     out = struct.pack(">hi", 0, 1) + struct.pack(">h", len(topic)) + topic.encode()
     out += struct.pack(">i", len(partitions)) + b"".join(struct.pack(">i", p) for p in partitions)
     return out + struct.pack(">i", -1)
+
+
+def share_start_offset(bootstrap: str, group: str, topic: str) -> int:
+    """The share group's start offset of ``topic``'s partition 0 (DescribeShareGroupOffsets:
+    every record below it is settled for good)."""
+    with RawClient(bootstrap) as client:
+        response = client.call(ApiKey.DESCRIBE_SHARE_GROUP_OFFSETS, 1, {
+            "groups": [{"group_id": group, "topics": [{"topic_name": topic,
+                                                       "partitions": [0]}]}]})
+    return response.groups[0].topics[0].partitions[0].start_offset

@@ -15,9 +15,10 @@ import confluent_kafka
 import pytest
 
 from databus.protocol.errors import ErrorCode
-from tests.groups.harness import ConsumerProcess, create_topic, produce, wait_until
+from tests.groups.harness import ConsumerProcess, create_topic, produce
 from tests.groups.raw import RawClient, subscription
 from tests.helpers.broker import BrokerProcess
+from tests.helpers.wait import wait_for
 
 SESSION_MS = 6000  # group.min.session.timeout.ms, Kafka's default floor
 BROKER_OPTIONS = {"group.initial.rebalance.delay.ms": 300}
@@ -56,29 +57,30 @@ def test_three_consumers_on_six_partitions_survive_close_and_kill9(tmp_path):
             for _ in range(3)
         ]
         closing, killed, survivor = consumers
-        wait_until(owns_exactly(consumers, set(range(6))), 60, "3 members sharing 6 partitions",
-                   describe_all(consumers))
-        wait_until(lambda: consumed(consumers) >= set(first), 30, "the first 300 records",
-                   describe_all(consumers))
+        wait_for(owns_exactly(consumers, set(range(6))), "3 members sharing 6 partitions",
+                 timeout=60, log=describe_all(consumers))
+        wait_for(lambda: consumed(consumers) >= set(first), "the first 300 records", timeout=30,
+                 log=describe_all(consumers))
 
         # A clean close sends LeaveGroup: its partitions move to the others at once (well
         # before the session timeout could have expired the member).
         assert closing.terminate() == 0
-        wait_until(owns_exactly([killed, survivor], set(range(6))), SESSION_MS / 1000 - 1,
-                   "the closed member's partitions to move", describe_all(consumers))
+        wait_for(owns_exactly([killed, survivor], set(range(6))),
+                 "the closed member's partitions to move", timeout=SESSION_MS / 1000 - 1,
+                 log=describe_all(consumers))
         second = [f"b{i}" for i in range(300)]
         produce(broker.bootstrap, topic, second, 6)
-        wait_until(lambda: consumed(consumers) >= set(first + second), 30, "the second batch",
-                   describe_all(consumers))
+        wait_for(lambda: consumed(consumers) >= set(first + second), "the second batch", timeout=30,
+                 log=describe_all(consumers))
 
         # kill -9: no LeaveGroup; the coordinator notices after the session timeout.
         killed.kill9()
         third = [f"c{i}" for i in range(300)]
         produce(broker.bootstrap, topic, third, 6)
-        wait_until(lambda: survivor.current_assignment() == list(range(6)), 40,
-                   "the survivor to own every partition", describe_all(consumers))
-        wait_until(lambda: consumed(consumers) >= set(first + second + third), 30,
-                   "every record, at least once", describe_all(consumers))
+        wait_for(lambda: survivor.current_assignment() == list(range(6)),
+                 "the survivor to own every partition", timeout=40, log=describe_all(consumers))
+        wait_for(lambda: consumed(consumers) >= set(first + second + third),
+                 "every record, at least once", timeout=30, log=describe_all(consumers))
 
 
 @pytest.mark.parametrize("assignor", ["range", "roundrobin"])
@@ -92,15 +94,15 @@ def test_mixed_clients_share_one_group(tmp_path, assignor):
                                                 assignor=assignor, session_ms=SESSION_MS))
             for client in ("confluent", "kafka-python", "aiokafka")
         ]
-        wait_until(owns_exactly(consumers, set(range(6))), 60,
-                   "three clients sharing the partitions", describe_all(consumers))
+        wait_for(owns_exactly(consumers, set(range(6))), "three clients sharing the partitions",
+                 timeout=60, log=describe_all(consumers))
         # Produced once the group is stable: records read by a member that then loses the
         # partition in a join would be read again (at least once), and that is not what
         # this test is about.
         values = [f"m{i}" for i in range(600)]
         produce(broker.bootstrap, topic, values, 6)
-        wait_until(lambda: consumed(consumers) >= set(values), 30, "every record",
-                   describe_all(consumers))
+        wait_for(lambda: consumed(consumers) >= set(values), "every record", timeout=30,
+                 log=describe_all(consumers))
         # Each record went to the member owning its partition: no duplicates in a stable
         # group with commits after processing.
         seen = [r for c in consumers for r in c.records]
@@ -181,10 +183,10 @@ def test_group_recovers_when_leader_dies_during_completing_rebalance(tmp_path):
             assert response.leader == first.member_id
             assert len(response.members) == 2, "the follower did not join within the delay"
             leader.close()  # dies: no SyncGroup, no heartbeat, no LeaveGroup
-            wait_until(lambda: follower.current_assignment() == [0, 1], 40,
-                       "the follower to take over", follower.describe)
-            wait_until(lambda: follower.values() >= set(values), 30, "every record",
-                       follower.describe)
+            wait_for(lambda: follower.current_assignment() == [0, 1], "the follower to take over",
+                     timeout=40, log=follower.describe)
+            wait_for(lambda: follower.values() >= set(values), "every record", timeout=30,
+                     log=follower.describe)
 
 
 def test_adding_partitions_rebalances_the_group(tmp_path):
@@ -202,16 +204,16 @@ def test_adding_partitions_rebalances_the_group(tmp_path):
                                                 session_ms=SESSION_MS))
             for _ in range(2)
         ]
-        wait_until(owns_exactly(consumers, {0, 1}), 60, "two members on two partitions",
-                   describe_all(consumers))
+        wait_for(owns_exactly(consumers, {0, 1}), "two members on two partitions", timeout=60,
+                 log=describe_all(consumers))
         admin = confluent_kafka.admin.AdminClient({"bootstrap.servers": broker.bootstrap})
         admin.create_partitions([confluent_kafka.admin.NewPartitions(topic, 4)])[topic].result(15)
-        wait_until(owns_exactly(consumers, {0, 1, 2, 3}), 30, "the new partitions to be owned",
-                   describe_all(consumers))
+        wait_for(owns_exactly(consumers, {0, 1, 2, 3}), "the new partitions to be owned",
+                 timeout=30, log=describe_all(consumers))
         values = [f"g{i}" for i in range(40)]
         produce(broker.bootstrap, topic, values, 4)
-        wait_until(lambda: consumed(consumers) >= set(values), 30, "every record",
-                   describe_all(consumers))
+        wait_for(lambda: consumed(consumers) >= set(values), "every record", timeout=30,
+                 log=describe_all(consumers))
 
 
 def test_running_group_carries_on_across_a_broker_kill9(tmp_path):
@@ -228,14 +230,14 @@ def test_running_group_carries_on_across_a_broker_kill9(tmp_path):
                                                 session_ms=SESSION_MS))
             for _ in range(2)
         ]
-        wait_until(owns_exactly(consumers, set(range(4))), 60, "two members on 4 partitions",
-                   describe_all(consumers))
-        wait_until(lambda: consumed(consumers) >= set(before), 30, "the first records",
-                   describe_all(consumers))
+        wait_for(owns_exactly(consumers, set(range(4))), "two members on 4 partitions", timeout=60,
+                 log=describe_all(consumers))
+        wait_for(lambda: consumed(consumers) >= set(before), "the first records", timeout=30,
+                 log=describe_all(consumers))
         broker.restart()  # kill -9, then start on the same port and data
         after = [f"q{i}" for i in range(100)]
         produce(broker.bootstrap, topic, after, 4)
-        wait_until(lambda: consumed(consumers) >= set(before + after), 60,
-                   "the records produced after the restart", describe_all(consumers))
-        wait_until(owns_exactly(consumers, set(range(4))), 30, "one owner per partition",
-                   describe_all(consumers))
+        wait_for(lambda: consumed(consumers) >= set(before + after),
+                 "the records produced after the restart", timeout=60, log=describe_all(consumers))
+        wait_for(owns_exactly(consumers, set(range(4))), "one owner per partition", timeout=30,
+                 log=describe_all(consumers))

@@ -1,7 +1,5 @@
 import pytest
 
-from tests.sidecar.harness import short_tmpdir
-
 
 @pytest.fixture(scope="package")
 def lane_broker(tmp_path_factory):
@@ -12,9 +10,3 @@ def lane_broker(tmp_path_factory):
     with BrokerProcess(tmp_path_factory.mktemp("broker"),
                        options={"group.initial.rebalance.delay.ms": 0}) as running:
         yield running
-
-
-@pytest.fixture
-def sock_dir():
-    with short_tmpdir() as path:
-        yield path

@@ -16,6 +16,7 @@ from databus.client import Admin
 from databus.config import parse_config
 from databus.lanes import LaneConsumer, model
 from databus.lanes.registry import RegistryWriter, ensure_registry_topic, now_ms, read_registry
+from tests.helpers.wait import wait_until
 from tests.sidecar.harness import consume_all, running_sidecar, sidecar_config
 
 DEADLINE = 30.0  # generous: how long a test waits for something that must happen
@@ -56,14 +57,6 @@ async def values(consumer, wanted, extra_wait=0.3):
         while True:
             seen += [r.value for r in await consumer.poll(0.1)]
     return seen
-
-
-async def wait_until(predicate, what):
-    with trio.move_on_after(DEADLINE):
-        while not await predicate():
-            await trio.sleep(0.05)
-        return
-    pytest.fail(f"not within {DEADLINE}s: {what}")
 
 
 def consumer_config(registry, group, **lane_settings):
@@ -117,19 +110,15 @@ async def test_main_consumers_take_orphan_lanes_until_a_lane_consumer_runs(
             assert sorted(await values(main, [b"m1", b"c1"], 0)) == [b"c1", b"m1"]
             async with LaneConsumer(bootstrap, ["t2"],
                                     consumer_config(registry, "t2-c", lane="c")) as lane_c:
-                await wait_until(lambda: _async("t2.lane.c" not in main.subscription()),
-                                 "the main consumer gives lane c back")
+                await wait_until(lambda: "t2.lane.c" not in main.subscription(),
+                                 "the main consumer gives lane c back", timeout=DEADLINE)
                 await send(sidecar, "t2", b"c2", lane="c")
                 await send(sidecar, "t2", b"m2")
                 assert b"c2" in await values(lane_c, [b"c2"], 0)
                 assert b"c2" not in await values(main, [b"m2"])
             # the lane consumer left: the main lane takes lane c over again
-            await wait_until(lambda: _async("t2.lane.c" in main.subscription()),
-                             "the main consumer takes lane c over again")
-
-
-async def _async(value):
-    return value
+            await wait_until(lambda: "t2.lane.c" in main.subscription(),
+                             "the main consumer takes lane c over again", timeout=DEADLINE)
 
 
 async def test_an_expired_lane_is_gone_and_later_sends_follow_the_policy(
@@ -144,7 +133,7 @@ async def test_an_expired_lane_is_gone_and_later_sends_follow_the_policy(
             return ("t3.lane.short" not in await admin.list_topics()
                     and "short" not in (await read_registry(bootstrap, registry)).lanes)
 
-        await wait_until(gone, "the expired lane and its topic are deleted")
+        await wait_until(gone, "the expired lane and its topic are deleted", timeout=DEADLINE)
         delivery = await send(sidecar, "t3", b"s2", lane="short")
         assert delivery.topic == "t3"  # lanes.unknown: main, the header kept
         [(_, _, _, value, headers)] = consume_all(bootstrap, "t3", 1)
@@ -164,10 +153,9 @@ async def test_an_expired_lane_is_gone_and_later_sends_follow_the_policy(
         assert await sidecar.apply(parse_config(data))
         await send(sidecar, "t3", b"s4")  # the stream's route (default_route) is made again
 
-        async def moved():
-            return [s.settings.registry_topic for s in services()] == ["lanes-t3-moved"]
-
-        await wait_until(moved, "the old registry follower stops")
+        await wait_until(
+            lambda: [s.settings.registry_topic for s in services()] == ["lanes-t3-moved"],
+            "the old registry follower stops", timeout=DEADLINE)
     for outcome in ("routed", "fallback", "rejected"):
         assert (f'databus_sidecar_lane_messages_total{{lane="short",outcome="{outcome}",'
                 f'stream="t3"}} 1.0') in metrics
@@ -209,7 +197,8 @@ async def test_the_lane_header_arrives_intact_after_a_mirror_hop(lane_broker, so
                 async def mirrored():
                     return "A.t6.lane.x" in await admin_b.list_topics()
 
-                await wait_until(mirrored, "the mirror creates A.t6.lane.x on B")
+                await wait_until(mirrored, "the mirror creates A.t6.lane.x on B",
+                                 timeout=DEADLINE)
             got = await trio.to_thread.run_sync(consume_all, b.bootstrap, "A.t6.lane.x", 1)
     [(_, _, _, value, headers)] = got
     assert value == b"x1" and ("databus-lane", b"x") in headers

@@ -7,7 +7,6 @@ import json
 import os
 import subprocess
 import sys
-import time
 
 import trio
 import yaml
@@ -17,16 +16,10 @@ from databus.client import SyncAdmin, SyncProducer
 from databus.lanes import model
 from databus.lanes.registry import RegistryWriter, now_ms, read_registry
 from databus.sdk import Client
+from tests.helpers.wait import wait_for
 from tests.sidecar.harness import consume_all
 
 DEADLINE = 30.0
-
-
-def wait_for(predicate, what: str) -> None:
-    deadline = time.monotonic() + DEADLINE
-    while not predicate():
-        assert time.monotonic() < deadline, f"{what} within {DEADLINE}s"
-        time.sleep(0.05)
 
 
 def registry(bootstrap, topic):
@@ -61,18 +54,20 @@ def test_two_sidecars_agree_on_the_registry_and_one_cleans_an_expired_lane_up(
             sockets.append(socket_path)
             configs.append(config)
         for log in logs:
-            wait_for(lambda log=log: "databus is up" in log.read_text(), f"{log.name} up")
+            wait_for(lambda log=log: "databus is up" in log.read_text(), f"{log.name} up",
+                     timeout=DEADLINE)
         # the lane is made through the command, with the first sidecar's file
         assert databus(["lanes", "create", "x", "--ttl", "1h", "-c", str(configs[0])]) == 0
         for socket_path in sockets:  # both route it (each as soon as it has read it)
             with Client(socket_path) as client:
                 wait_for(lambda c=client: c.send("t4", b"v", lane="x").result(30).topic
-                         == "t4.lane.x", f"{socket_path} routes lane x")
+                         == "t4.lane.x", f"{socket_path} routes lane x", timeout=DEADLINE)
         # shortened to expire now: exactly one of the two sidecars cleans it up
         assert databus(["lanes", "extend", "x", "--ttl", "1ms", "-c", str(configs[0])]) == 0
         with SyncAdmin(bootstrap) as admin:
             wait_for(lambda: "t4.lane.x" not in admin.list_topics()
-                     and "x" not in registry(bootstrap, reg).lanes, "lane x cleaned up")
+                     and "x" not in registry(bootstrap, reg).lanes, "lane x cleaned up",
+                     timeout=DEADLINE)
     finally:
         for process in processes:
             process.terminate()

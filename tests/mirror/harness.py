@@ -8,12 +8,14 @@ import signal
 import subprocess
 import sys
 import time
+import urllib.request
 from pathlib import Path
 
 import yaml
 
 from databus.broker.process import _child_env
 from databus.mirror import provenance
+from tests.helpers.wait import wait_for
 
 
 def mirror_config(path: Path, clusters: dict, mirrors: list[dict]) -> Path:
@@ -65,6 +67,14 @@ class MirrorProcess:
 
     def log_text(self) -> str:
         return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
+
+    def metrics(self) -> str:
+        """Its /metrics page (``metrics_listen`` set in its config), once it serves it."""
+        wait_for(lambda: "metrics on http://" in self.log_text(), "the mirror's metrics",
+                 timeout=30, log=self.log_text)
+        url = self.log_text().split("metrics on ", 1)[1].split()[0]
+        with urllib.request.urlopen(url, timeout=10) as response:
+            return response.read().decode()
 
     def __enter__(self) -> MirrorProcess:
         return self.start()

@@ -12,6 +12,7 @@ import confluent_kafka
 import pytest
 
 from databus.broker.process import BrokerProcess, _child_env
+from tests.helpers.wait import wait_for
 
 from .harness import MirrorProcess, fast, mirror_config, produce, read_all, source_of
 
@@ -107,11 +108,12 @@ def test_kill9_of_the_mirror_loses_nothing_and_duplicates_stay_bounded(regions, 
         for kill in range(5):
             mirror.start()
             # kill it while it copies: once B has grown since the last kill
-            deadline = time.monotonic() + 60
-            while (now := sum(b_counts(b, "A.stream").values())) <= copied:
-                assert time.monotonic() < deadline, mirror.log_text()
-                time.sleep(0.05)
-            copied = now
+            def grown(before=copied):
+                now = sum(b_counts(b, "A.stream").values())
+                return now if now > before else None
+
+            copied = wait_for(grown, "B to grow since the last kill", interval=0.05,
+                              log=mirror.log_text)
             time.sleep(0.1 * kill)
             mirror.kill9()
         stream.join(120)
@@ -263,10 +265,7 @@ def test_a_record_the_target_refuses_stops_its_partition_and_nothing_is_skipped(
     config.write_text(config.read_text().replace("metrics_listen: null",
                                                  "metrics_listen: 127.0.0.1:0"))
     with MirrorProcess(config) as mirror:
-        deadline = time.monotonic() + 60
-        while "STOPPED" not in mirror.log_text():
-            assert time.monotonic() < deadline, mirror.log_text()
-            time.sleep(0.1)
+        wait_for(lambda: "STOPPED" in mirror.log_text(), "the mirror stopped", log=mirror.log_text)
         url = mirror.log_text().split("metrics on http://", 1)[1].split("/metrics")[0]
         status = subprocess.run(
             [sys.executable, "-m", "databus.cli", "mirror", "status", "-c", str(config),

@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import subprocess
 import sys
-import time
-import urllib.request
 
 import confluent_kafka
 import confluent_kafka.admin
@@ -91,20 +89,11 @@ def test_a_to_b_copies_every_record_in_place_and_follows_new_topics_and_partitio
         assert any(line.split()[:2] == ["a2b", "late"] for line in lines)
         assert "late-excluded" not in status.stdout
 
-        metrics = _metrics(mirror)
+        metrics = mirror.metrics()
         assert 'databus_mirror_records_total{mirror="a2b",partition="3",source="A",target="B",topic="orders"} 1.0' in metrics
         assert "databus_mirror_replication_latency_seconds_bucket" in metrics
     assert "Traceback" not in mirror.log_text(), mirror.log_text()
 
-
-def _metrics(mirror: MirrorProcess) -> str:
-    deadline = time.monotonic() + 30
-    while "metrics on http://" not in mirror.log_text():
-        assert time.monotonic() < deadline, mirror.log_text()
-        time.sleep(0.1)
-    url = mirror.log_text().split("metrics on ", 1)[1].split()[0]
-    with urllib.request.urlopen(url, timeout=10) as response:
-        return response.read().decode()
 
 
 def test_active_active_with_identical_names_does_not_loop(regions, tmp_path):

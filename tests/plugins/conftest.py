@@ -1,5 +1,5 @@
-"""Fixtures for plugin tests: the example third-party plugin installed into the venv, and the
-sidecar harness shared with tests/sidecar."""
+"""Fixtures for plugin tests: the example third-party plugin installed into the venv (the
+mock cluster and ``sock_dir`` are tests/conftest.py's, as for tests/sidecar)."""
 
 from __future__ import annotations
 
@@ -10,9 +10,6 @@ import sys
 from pathlib import Path
 
 import pytest
-
-# The sidecar harness's fixtures, shared rather than written again.
-from tests.sidecar.conftest import mock_cluster, sock_dir  # noqa: F401
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "docs" / "examples"
 

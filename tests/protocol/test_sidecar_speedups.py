@@ -10,9 +10,6 @@ code must never crash on them, nor accept what Python refuses).  ``decode_body_o
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 import threading
 
 import msgpack
@@ -25,6 +22,7 @@ from databus.protocol import speedups
 from databus.protocol.sidecar_wire import WireError
 from databus.sdk import outbox
 from databus.sdk.outbox import WAKE, PyOutbox
+from tests.helpers.blocked_import import python_without
 
 try:
     from databus.protocol import _sidecar_speedups
@@ -414,22 +412,14 @@ def test_the_c_outbox_refuses_bad_calls_and_is_collected():
 def test_a_process_without_the_extension_runs_the_python_twins():
     """As a machine without a C compiler meets it: the module cannot be imported (blocked
     here by a meta-path finder), and the wire format and the outbox run in Python."""
-    code = (
-        "import sys\n"
-        "class Block:\n"
-        "    def find_spec(self, name, path=None, target=None):\n"
-        "        if name == 'databus.protocol._sidecar_speedups': raise ImportError('blocked')\n"
-        "sys.meta_path.insert(0, Block())\n"
+    out = python_without("databus.protocol._sidecar_speedups", (
         "from databus.protocol import sidecar_wire as wire\n"
         "from databus.sdk.outbox import Outbox, PyOutbox\n"
         "assert Outbox is PyOutbox and wire._parse_produce_c is None\n"
         "out = bytearray()\n"
         "wire.append_produce(out, [(1, 's', b'v')], 0, 1, 10)\n"
         "print(wire.decode_body_or_produce(bytes(out[4:])))\n"
-    )
-    env = {k: v for k, v in os.environ.items() if k != "DATABUS_PURE_PYTHON"}
-    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
-                         check=True).stdout
+    ))
     assert out.strip() == "([(1, 's', b'v', None, None, None, None)], [1])"
 
 

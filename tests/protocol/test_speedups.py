@@ -33,6 +33,7 @@ from databus.protocol.records import (
     parse_header,
 )
 from databus.protocol.varint import VarintError, decode_zigzag, encode_zigzag
+from tests.helpers.blocked_import import python_without
 
 try:
     from databus.protocol import _speedups
@@ -61,21 +62,13 @@ def test_the_environment_variable_forces_the_pure_python_code():
 def test_a_process_without_the_extension_runs_the_pure_python_code():
     """The fallback import path, as a machine without a compiler meets it: the extension
     module cannot be imported (here: blocked by a meta-path finder) and everything runs."""
-    code = (
-        "import sys\n"
-        "class Block:\n"
-        "    def find_spec(self, name, path=None, target=None):\n"
-        "        if name == 'databus.protocol._speedups': raise ImportError('blocked')\n"
-        "sys.meta_path.insert(0, Block())\n"
+    out = python_without("databus.protocol._speedups", (
         "from databus.protocol import speedups, records\n"
         "from databus.client.partitioners import murmur2, murmur2_py\n"
         "assert murmur2 is murmur2_py\n"
         "b = records.build_batch([(b'k', b'v', (), 5)])\n"
         "print(speedups.implementation(), records.decode_records(b)[1])\n"
-    )
-    env = {k: v for k, v in os.environ.items() if k != "DATABUS_PURE_PYTHON"}
-    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
-                         check=True).stdout
+    ))
     assert out.strip() == "pure Python [Record(offset=0, timestamp=5, key=b'k', value=b'v', headers=())]"
 
 

@@ -10,9 +10,6 @@ connection, after connection.failed.authentication.delay.ms as Kafka's."""
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
-import time
 
 import pytest
 import trio
@@ -26,6 +23,7 @@ from databus.storage.credentials import CredentialStore
 from tests.broker.test_api_versions import make
 from tests.broker.wire import WireClient
 from tests.helpers.broker import BrokerProcess
+from tests.helpers.processes import start_databus, wait_for_log
 from tests.sidecar.harness import running_sidecar, short_tmpdir, sidecar_config
 from tests.sidecar.test_sidecar_mock import fetch
 
@@ -175,17 +173,11 @@ def test_databus_up_says_an_upstream_refused_the_login(secured, tmp_path):
                                   **wrong(secured)}},
         }))
         log_path = tmp_path / "up.log"
-        with open(log_path, "wb") as log:
-            process = subprocess.Popen(
-                [sys.executable, "-m", "databus.cli", "up", "-c", str(config)],
-                stdout=log, stderr=subprocess.STDOUT, cwd=tmp_path)
+        process = start_databus(["up", "-c", str(config)], tmp_path, log_path)
         try:
             line = "databus up: upstream main: authentication failed (SASL_AUTHENTICATION_FAILED"
-            deadline = time.monotonic() + GUARD
-            while line not in (text := log_path.read_text()) and time.monotonic() < deadline:
-                assert process.poll() is None, text
-                time.sleep(0.1)
-            assert line in text, text
+            text = wait_for_log(process, log_path, line, "the refused login logged",
+                                timeout=GUARD)
             assert REFUSED in text
             assert process.poll() is None, text  # still running: sends fail, it serves on
         finally:

@@ -6,8 +6,6 @@ from __future__ import annotations
 
 import subprocess
 import sys
-import time
-import urllib.request
 
 from databus.broker.process import BrokerProcess, _child_env
 from databus.protocol.sasl import make_credential
@@ -51,7 +49,7 @@ def test_mirror_over_sasl_ssl_with_secrets_from_env_and_file(secured, tmp_path, 
             got = read_all(b.bootstrap_for("SASL_SSL"), "A.mirrored", 20, timeout=60,
                            **b_conf)
             assert [m.value() for m in got[0]] == [b"v%d" % i for i in range(20)]
-            metrics = _metrics(mirror)
+            metrics = mirror.metrics()
             status = subprocess.run(
                 [sys.executable, "-m", "databus.cli", "mirror", "status", "-c", str(config)],
                 capture_output=True, text=True, env=_child_env(), timeout=60)
@@ -63,13 +61,3 @@ def test_mirror_over_sasl_ssl_with_secrets_from_env_and_file(secured, tmp_path, 
                                 ("broker log", b.log_text())):
                 assert secret not in text, f"a password in the mirror's {where}"
         assert "Traceback" not in mirror.log_text(), mirror.log_text()
-
-
-def _metrics(mirror: MirrorProcess) -> str:
-    deadline = time.monotonic() + 30
-    while "metrics on http://" not in mirror.log_text():
-        assert time.monotonic() < deadline, mirror.log_text()
-        time.sleep(0.1)
-    url = mirror.log_text().split("metrics on ", 1)[1].split()[0]
-    with urllib.request.urlopen(url, timeout=10) as response:
-        return response.read().decode()

@@ -23,6 +23,7 @@ from databus.storage.credentials import CredentialStore
 from tests.broker.test_api_versions import make
 from tests.broker.wire import WireClient
 from tests.helpers.broker import BrokerProcess
+from tests.helpers.wait import wait_for
 
 USERS = {"ada": "ada-secret-1R", "eve": "eve-secret-2T"}
 LIFETIME = datetime.timedelta(milliseconds=2000)
@@ -59,10 +60,13 @@ def _log_until_now(broker, start: int = 0) -> str:
     with WireClient(broker.bootstrap_for("SASL_PLAINTEXT")) as client:
         assert client.request(make(17, 1, mechanism="PLAIN")).error_code == ErrorCode.none
         client.request(make(36, 2, auth_bytes=f"\0{marker}\0-".encode()))
-    deadline = time.monotonic() + 30
-    while marker not in (text := broker.log_text()) and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert marker in text, "the broker did not log the marker's failed login"
+
+    def logged() -> str | None:
+        text = broker.log_text()
+        return text if marker in text else None
+
+    text = wait_for(logged, "the marker's failed login in the broker's log", timeout=30,
+                    interval=0.05)
     return text[start:]
 
 

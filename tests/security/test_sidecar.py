@@ -11,18 +11,12 @@ import pytest
 import trio
 
 from databus import Client, StreamNotAllowedError, UnauthorizedError
-from tests.sidecar.harness import running_sidecar, short_tmpdir, sidecar_config
+from tests.sidecar.harness import running_sidecar, sidecar_config
 from tests.sidecar.test_sidecar_mock import fetch
 
 from .conftest import USERS
 
 TOKEN = "billing-token-8V"
-
-
-@pytest.fixture
-def sock_dir():
-    with short_tmpdir() as path:
-        yield path
 
 
 async def test_sidecar_over_sasl_ssl_with_app_tokens(secured, sock_dir, monkeypatch, caplog):

@@ -10,29 +10,19 @@ from __future__ import annotations
 
 import os
 import re
-import subprocess
-import sys
-import time
 import urllib.request
 
-import pytest
 import yaml
 
 from databus import Client
 from tests.broker.clients import Msg, confluent_consume, confluent_produce
 from tests.broker.test_api_versions import make
 from tests.broker.wire import WireClient
-from tests.sidecar.harness import short_tmpdir
+from tests.helpers.processes import start_up, stop
 
 from .conftest import databus
 
 PASSWORD = "app-secret-5M"
-
-
-@pytest.fixture
-def sock_dir():
-    with short_tmpdir() as path:
-        yield path
 
 
 def _offline(*args, stdin=None):
@@ -60,12 +50,9 @@ def test_up_with_sasl_listener_and_acls(tmp_path, sock_dir):
                                "group.initial.rebalance.delay.ms": 0}},
         "streams": {"orders": {"topic": "up-orders"}},
     }))
-    log_path = tmp_path / "up.log"
-    with open(log_path, "wb") as log:
-        process = subprocess.Popen([sys.executable, "-m", "databus.cli", "up", "-c", str(config)],
-                                   stdout=log, stderr=subprocess.STDOUT, cwd=tmp_path)
+    process, text = start_up(["-c", str(config)], tmp_path, tmp_path / "up.log",
+                             ready=("metrics on",))
     try:
-        text = _wait_up(process, log_path)
         sasl = re.search(r"SASL_PLAINTEXT (\S+:\d+)", text).group(1)
         metrics = re.search(r"metrics on (http://\S+:\d+)/metrics", text).group(1)
 
@@ -88,12 +75,7 @@ def test_up_with_sasl_listener_and_acls(tmp_path, sock_dir):
         with urllib.request.urlopen(metrics + "/healthz", timeout=10) as answer:
             assert answer.status == 200
     finally:
-        process.terminate()
-        try:
-            process.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
+        stop(process)
 
 
 def _produce_error(bootstrap, topic, conf) -> str | None:
@@ -104,15 +86,3 @@ def _produce_error(bootstrap, topic, conf) -> str | None:
     producer.produce(topic, b"no-acl", on_delivery=lambda e, m: reports.append(e))
     producer.flush(15)
     return reports[0].name() if reports and reports[0] is not None else None
-
-
-def _wait_up(process, log_path) -> str:
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        text = log_path.read_text(errors="replace")
-        if "databus is up" in text and "metrics on" in text:
-            return text
-        if process.poll() is not None:
-            raise AssertionError(f"databus up exited early:\n{text}")
-        time.sleep(0.1)
-    raise AssertionError("databus up did not start within 60s:\n" + log_path.read_text())

@@ -20,8 +20,7 @@ import trio
 
 from databus.broker.process import BrokerProcess
 from databus.client import AcknowledgeType, ShareConsumer, errors
-from databus.protocol.api_keys import ApiKey
-from tests.groups.raw import RawClient
+from tests.groups.raw import share_start_offset
 
 DEADLINE_S = 60
 ACCEPT, RELEASE, REJECT = AcknowledgeType.ACCEPT, AcknowledgeType.RELEASE, AcknowledgeType.REJECT
@@ -66,17 +65,6 @@ def produce(bootstrap: str, topic: str, count: int) -> None:
     assert producer.flush(30) == 0
 
 
-def start_offset(bootstrap: str, group: str, topic: str) -> int:
-    client = RawClient(bootstrap)
-    try:
-        response = client.call(ApiKey.DESCRIBE_SHARE_GROUP_OFFSETS, 1, {
-            "groups": [{"group_id": group, "topics": [{"topic_name": topic,
-                                                       "partitions": [0]}]}]})
-    finally:
-        client.close()
-    return response.groups[0].topics[0].partitions[0].start_offset
-
-
 def consumer(broker, group: str, mode: str = "explicit", **config) -> ShareConsumer:
     return ShareConsumer(broker.bootstrap, {"group.id": group,
                                             "share.acknowledgement.mode": mode, **config})
@@ -84,7 +72,7 @@ def consumer(broker, group: str, mode: str = "explicit", **config) -> ShareConsu
 
 async def until_done(broker, group: str, topic: str, end: int) -> None:
     """Until the group's start offset reaches ``end`` (every record settled)."""
-    while await trio.to_thread.run_sync(start_offset, broker.bootstrap, group, topic) < end:
+    while await trio.to_thread.run_sync(share_start_offset, broker.bootstrap, group, topic) < end:
         await trio.sleep(0.2)
 
 
@@ -131,7 +119,7 @@ def test_release_redelivers_reject_does_not_the_limit_archives(broker, work):
             async with consumer(broker, group) as sc:
                 sc.subscribe([topic])
                 while await trio.to_thread.run_sync(
-                        start_offset, broker.bootstrap, group, topic) < 3:
+                        share_start_offset, broker.bootstrap, group, topic) < 3:
                     for record in await sc.poll(0.5):
                         seen.append((record.offset, record.delivery_count))
                         # 0 is accepted on its second delivery, 1 rejected at once, 2
@@ -170,7 +158,7 @@ def test_a_consumer_closed_without_acknowledging_hands_its_records_to_another(br
     got = trio.run(main)
     assert sorted((r.offset, r.delivery_count) for r in got) == [(i, 2) for i in range(5)]
     assert [r.value for r in sorted(got)] == [b"%d" % i for i in range(5)]
-    assert start_offset(broker.bootstrap, group, topic) == 5
+    assert share_start_offset(broker.bootstrap, group, topic) == 5
 
 
 def test_implicit_mode_accepts_the_previous_poll_on_the_next(broker, work):
@@ -211,7 +199,7 @@ def test_explicit_mode_refuses_a_record_it_did_not_hand_out(broker, work):
                 assert await sc.commit() == {(topic, 0): None}
 
     trio.run(main)
-    assert start_offset(broker.bootstrap, group, topic) == 1
+    assert share_start_offset(broker.bootstrap, group, topic) == 1
 
 
 def test_ours_and_confluent_kafkas_share_consumer_in_one_group(broker, work):
@@ -246,7 +234,7 @@ def test_ours_and_confluent_kafkas_share_consumer_in_one_group(broker, work):
                 async with consumer(broker, group, **{"max.poll.records": 10}) as sc:
                     sc.subscribe([topic])
                     while await trio.to_thread.run_sync(
-                            start_offset, broker.bootstrap, group, topic) < total:
+                            share_start_offset, broker.bootstrap, group, topic) < total:
                         for record in await sc.poll(0.2):
                             ours.append(record.offset)
                             sc.acknowledge(record)
@@ -273,12 +261,12 @@ def test_databus_consume_share_group_settles_what_it_prints(broker, work, capsys
     assert released.out.splitlines() == [b"Offset:%d\tDeliveryCount:1\t%d" % (i, i)
                                          for i in range(3)]
     assert b"Processed a total of 3 messages" in released.err
-    assert start_offset(broker.bootstrap, group, topic) == 0  # nothing settled for good
+    assert share_start_offset(broker.bootstrap, group, topic) == 0  # nothing settled for good
     assert main(base) == 0  # accepts
     accepted = capsysbinary.readouterr().out.splitlines()
     assert [line.split(b"\t")[0] for line in accepted] == [b"Offset:%d" % i for i in range(3)]
     assert all(int(line.split(b"\t")[1].split(b":")[1]) >= 2 for line in accepted)
-    assert start_offset(broker.bootstrap, group, topic) == 3
+    assert share_start_offset(broker.bootstrap, group, topic) == 3
     # options of the classic consumer are refused by name
     assert main([*base, "--from-beginning"]) == 2
     assert b"--from-beginning" in capsysbinary.readouterr().err
@@ -311,7 +299,7 @@ def test_sync_share_consumer(broker, work):
         assert sc.commit() == {(topic, 0): None}
         assert sc.commit() == {}  # nothing acknowledged since
     assert [r.offset for r in got] == [0, 1]
-    assert start_offset(broker.bootstrap, group, topic) == 2
+    assert share_start_offset(broker.bootstrap, group, topic) == 2
 
 
 def test_a_broker_kill_9_is_survived_membership_and_session_renewed(tmp_path):
@@ -352,4 +340,4 @@ def test_a_broker_kill_9_is_survived_membership_and_session_renewed(tmp_path):
         before, after = trio.run(main)
         assert [r.offset for r in before] == [0, 1, 2]
         assert sorted((r.offset, r.delivery_count) for r in after) == [(3, 1), (4, 1)]
-        assert start_offset(process.bootstrap, group, topic) == 5
+        assert share_start_offset(process.bootstrap, group, topic) == 5

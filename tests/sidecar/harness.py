@@ -20,19 +20,6 @@ from databus.sidecar.app import Sidecar
 from databus.sidecar.embedded_broker import run_broker_process
 
 
-class MockCluster:
-    """librdkafka's three-broker mock cluster: alive while this object lives.  Topics
-    auto-create on Metadata with 4 partitions."""
-
-    def __init__(self) -> None:
-        self._handle = confluent_kafka.Producer({"test.mock.num.brokers": 3, "log_level": 0})
-        brokers = self._handle.list_topics(timeout=10).brokers.values()
-        self.bootstrap = ",".join(f"{b.host}:{b.port}" for b in brokers)
-
-    def close(self) -> None:
-        self._handle = None
-
-
 @contextlib.contextmanager
 def short_tmpdir():
     """A short directory for Unix sockets (their paths are limited to ~107 bytes)."""

@@ -6,7 +6,6 @@ from __future__ import annotations
 import os
 import re
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -14,6 +13,7 @@ import time
 import yaml
 
 from databus import Client
+from tests.helpers.ports import taken_port
 
 
 def databus(*args, **kw):
@@ -82,14 +82,6 @@ def test_sidecar_process_with_tcp_ingress_and_sigterm(tmp_path, sock_dir, mock_c
         if process.poll() is None:
             process.kill()
             process.wait()
-
-
-def taken_port():
-    """A listening socket (so its port is in use) and its port."""
-    sock = socket.socket()
-    sock.bind(("127.0.0.1", 0))
-    sock.listen()
-    return sock, sock.getsockname()[1]
 
 
 def fails_with(args, cwd, line: str) -> None:

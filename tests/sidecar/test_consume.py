@@ -20,16 +20,10 @@ import yaml
 
 from databus import AsyncClient, Client, SubscriptionError
 from databus.protocol import sidecar_wire as wire
-from databus.protocol.api_keys import ApiKey
 from databus.sidecar.session import ProtocolError, Session
+from tests.groups.raw import share_start_offset
 from tests.helpers.broker import BrokerProcess
-
-
-def wait_for(predicate, what: str, timeout: float = 60) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        assert time.monotonic() < deadline, f"{what} within {timeout}s"
-        time.sleep(0.05)
+from tests.helpers.wait import wait_for
 
 
 class SidecarProcess:
@@ -196,20 +190,6 @@ def test_three_apps_two_sidecars_each_message_once_then_at_least_once_through_ki
                 app.wait()
             for sidecar in sidecars:
                 sidecar.close()
-
-
-def share_start_offset(bootstrap: str, group: str, topic: str) -> int:
-    """The share group's start offset of partition 0 (everything below is settled)."""
-    from tests.groups.raw import RawClient
-
-    client = RawClient(bootstrap)
-    try:
-        response = client.call(ApiKey.DESCRIBE_SHARE_GROUP_OFFSETS, 1, {
-            "groups": [{"group_id": group, "topics": [{"topic_name": topic,
-                                                       "partitions": [0]}]}]})
-    finally:
-        client.close()
-    return response.groups[0].topics[0].partitions[0].start_offset
 
 
 def test_queue_mode_retries_wait_their_level_and_a_kill_9_loses_none(tmp_path, sock_dir):

@@ -9,7 +9,6 @@ import re
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import yaml
@@ -17,6 +16,8 @@ import yaml
 from databus import Client
 from databus.config import parse_config, with_overrides
 from databus.sidecar.config_diff import diff_configs
+from tests.helpers.processes import UP, start_databus, wait_for_log
+from tests.helpers.wait import wait_for
 
 BASE = {
     "producer": {"linger.ms": 5, "acks": "all"},
@@ -77,13 +78,6 @@ def test_only_real_restart_settings_warn_and_flags_are_no_change():
 # -- databus up ------------------------------------------------------------------------------
 
 
-def wait_for(predicate, what: str, timeout: float = 60) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        assert time.monotonic() < deadline, f"{what} within {timeout}s"
-        time.sleep(0.1)
-
-
 def write_config(path: Path, data: dict) -> None:
     """Replace the file in one rename, so the file watch never reads it half-written."""
     tmp = path.with_suffix(".tmp")
@@ -102,15 +96,12 @@ def test_a_reload_says_what_changed_once(tmp_path, sock_dir):
     data["sidecar"] = {"socket": "/tmp/databus/file.sock", "reload_poll_ms": 100}
     (tmp_path / "sidecar.yaml").write_text(yaml.safe_dump(data))
     log_path = tmp_path / "up.log"
-    with open(log_path, "wb") as log:
-        process = subprocess.Popen(
-            [sys.executable, "-m", "databus.cli", "--log-level", "DEBUG", "up", *up_argv(sock)],
-            stdout=log, stderr=subprocess.STDOUT, cwd=tmp_path)
+    process = start_databus(["--log-level", "DEBUG", "up", *up_argv(sock)], tmp_path, log_path)
     try:
         def text() -> str:
             return log_path.read_text(errors="replace")
 
-        wait_for(lambda: "databus is up" in text(), "databus up started")
+        wait_for_log(process, log_path, UP, "databus up started")
         data["streams"]["payments"] = {"topic": "payments"}
         write_config(tmp_path / "sidecar.yaml", data)
         process.send_signal(signal.SIGHUP)  # both triggers fire for the one edit

@@ -12,6 +12,7 @@ import yaml
 
 from databus import Client
 from databus.config import load_config
+from tests.helpers.wait import wait_until
 
 from .harness import running_sidecar
 
@@ -34,10 +35,8 @@ def write_config(
     os.replace(tmp, path)  # as editors do: a new inode, seen by the watcher
 
 
-async def wait_for(predicate, timeout=20.0):
-    with trio.fail_after(timeout):
-        while not predicate():
-            await trio.sleep(0.02)
+# How long a step of the reload test may take (the app sends all the while).
+STEP = 20.0
 
 
 async def test_reload_under_load_then_invalid_file(sock_dir, mock_cluster):
@@ -61,32 +60,38 @@ async def test_reload_under_load_then_invalid_file(sock_dir, mock_cluster):
         async with trio.open_nursery() as nursery:
             nursery.start_soon(trio.to_thread.run_sync, app, sidecar.addresses.socket)
             try:
-                await wait_for(lambda: len(futures) > 500)
+                await wait_until(lambda: len(futures) > 500, "500 sends", timeout=STEP)
 
                 phase["n"] = 1
                 # From this config on the file is not watched: later reloads are SIGHUP's.
                 write_config(path, sock_dir, mock_cluster.bootstrap, "reload-b", 20, poll_ms=0)
-                await wait_for(lambda: sidecar.metrics.reloads_ok == 1)
+                await wait_until(lambda: sidecar.metrics.reloads_ok == 1, "the file's reload",
+                                 timeout=STEP)
                 route = sidecar.table.routes["events"]
                 assert route.topic == "reload-b"
                 assert route.handle.settings["linger.ms"] == 20
                 sent_at_reload = len(futures)
-                await wait_for(lambda: len(futures) > sent_at_reload + 500)
+                await wait_until(lambda: len(futures) > sent_at_reload + 500,
+                                 "500 sends after the reload", timeout=STEP)
 
                 phase["n"] = 2
                 write_config(path, sock_dir, mock_cluster.bootstrap, "reload-c", "-5")
                 os.kill(os.getpid(), signal.SIGHUP)  # the watcher's receiver runs by now
-                await wait_for(lambda: sidecar.metrics.reloads_failed == 1)
+                await wait_until(lambda: sidecar.metrics.reloads_failed == 1,
+                                 "the invalid file's rejection", timeout=STEP)
                 assert sidecar.table.routes["events"].topic == "reload-b"  # old config kept
                 sent_at_reject = len(futures)
-                await wait_for(lambda: len(futures) > sent_at_reject + 500)
+                await wait_until(lambda: len(futures) > sent_at_reject + 500,
+                                 "500 sends after the rejection", timeout=STEP)
 
                 phase["n"] = 3
                 write_config(path, sock_dir, mock_cluster.bootstrap, "reload-d", 5, poll_ms=0)
                 os.kill(os.getpid(), signal.SIGHUP)
-                await wait_for(lambda: sidecar.table.routes["events"].topic == "reload-d")
+                await wait_until(lambda: sidecar.table.routes["events"].topic == "reload-d",
+                                 "the SIGHUP reload", timeout=STEP)
                 sent_at_hup = len(futures)
-                await wait_for(lambda: len(futures) > sent_at_hup + 200)
+                await wait_until(lambda: len(futures) > sent_at_hup + 200,
+                                 "200 sends after the SIGHUP", timeout=STEP)
             finally:
                 stop.set()  # the app thread must end even if an assertion failed
 

@@ -21,8 +21,9 @@ from databus.protocol import sidecar_wire as wire
 from databus.protocol.sidecar_wire import ErrorCode
 from databus.sidecar.app import Sidecar
 from databus.startup import StartupError
+from tests.helpers.mock_cluster import MockCluster
 
-from .harness import MockCluster, RawConnection, consume_all, running_sidecar, sidecar_config
+from .harness import RawConnection, consume_all, running_sidecar, sidecar_config
 
 
 def mock_config(sock_dir, mock_cluster, **sections):

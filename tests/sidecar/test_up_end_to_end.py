@@ -8,8 +8,6 @@ from __future__ import annotations
 import os
 import re
 import signal
-import subprocess
-import sys
 import time
 import urllib.request
 
@@ -19,6 +17,15 @@ import yaml
 from databus import Client, SidecarUnavailableError
 from tests.broker.clients import Msg, confluent_consume, confluent_produce
 from tests.helpers.broker import BrokerProcess
+from tests.helpers.processes import (
+    UP,
+    kafka_listener,
+    start_databus,
+    start_up,
+    stop,
+    wait_for_log,
+)
+from tests.helpers.wait import wait_for
 
 from .harness import consume_all
 
@@ -26,7 +33,7 @@ N = 100_000
 KEYS = 64
 
 
-def start_up(tmp, sock_dir):
+def up_with_config(tmp, sock_dir):
     config = tmp / "sidecar.yaml"
     config.write_text(yaml.safe_dump({
         "sidecar": {"socket": os.path.join(sock_dir, "up.sock"), "metrics_listen": None},
@@ -36,26 +43,12 @@ def start_up(tmp, sock_dir):
         "streams": {"events": {"topic": "e2e-events"}},
         "console": {"listen": "127.0.0.1:0"},
     }))
-    log = open(tmp / "up.log", "wb")
-    process = subprocess.Popen(
-        [sys.executable, "-m", "databus.cli", "up", "-c", str(config)],
-        stdout=log, stderr=subprocess.STDOUT, cwd=tmp,
-    )
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        text = (tmp / "up.log").read_text(errors="replace")
-        match = re.search(r"Kafka listener\s+(\S+:\d+)", text)
-        if match and "databus is up" in text:
-            return process, match.group(1), log
-        if process.poll() is not None:
-            raise AssertionError(f"databus up exited early:\n{text}")
-        time.sleep(0.1)
-    process.kill()
-    raise AssertionError("databus up did not start within 60s")
+    process, text = start_up(["-c", str(config)], tmp, tmp / "up.log", ready=("Kafka listener",))
+    return process, kafka_listener(text)
 
 
 def test_up_100k_messages_none_lost_per_key_order(tmp_path, sock_dir):
-    process, bootstrap, log = start_up(tmp_path, sock_dir)
+    process, bootstrap = up_with_config(tmp_path, sock_dir)
     try:
         with Client(os.path.join(sock_dir, "up.sock")) as client:
             futures = []
@@ -84,14 +77,7 @@ def test_up_100k_messages_none_lost_per_key_order(tmp_path, sock_dir):
         assert "broker stopped cleanly" in text and "databus stopped" in text
         assert not os.path.exists(os.path.join(sock_dir, "up.sock"))
     finally:
-        if process.poll() is None:
-            process.terminate()  # drains, then stops its broker
-            try:
-                process.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                process.kill()  # the broker child sees its lifeline close and stops
-                process.wait()
-        log.close()
+        stop(process)
 
 
 def log_size(bootstrap: str, topic: str) -> int:
@@ -111,22 +97,11 @@ def log_size(bootstrap: str, topic: str) -> int:
         consumer.close()
 
 
-def stop(process, log) -> None:
-    if process.poll() is None:
-        process.terminate()
-        try:
-            process.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
-    log.close()
-
-
 def test_a_client_outlives_kill_9_of_databus_up(tmp_path, sock_dir):
     """kill -9 of `databus up` while a client sends: every pending message is answered (none
     hangs), every one reported delivered is in the log after the restart, and the same
     Client sends again once `databus up` is back on the same data directory."""
-    process, _, log = start_up(tmp_path, sock_dir)
+    process, _ = up_with_config(tmp_path, sock_dir)
     client = Client(os.path.join(sock_dir, "up.sock"))
     try:
         for i in range(2000):
@@ -135,22 +110,21 @@ def test_a_client_outlives_kill_9_of_databus_up(tmp_path, sock_dir):
         futures = [client.send("events", b"%d" % i, key=b"k%d" % (i % 8)) for i in range(20000)]
         os.kill(process.pid, signal.SIGKILL)
         process.wait(30)
-        log.close()
         outcomes = [f.exception(30) for f in futures]  # raises TimeoutError if one hangs
         delivered = [f.result(0) for f, exc in zip(futures, outcomes) if exc is None]
         assert all(isinstance(exc, SidecarUnavailableError)
                    for exc in outcomes if exc is not None), {type(e) for e in outcomes}
 
         time.sleep(1)  # the broker child stops on its parent's death (its lifeline pipe)
-        process, bootstrap, log = start_up(tmp_path, sock_dir)
-        deadline = time.monotonic() + 30
-        while True:
+        process, bootstrap = up_with_config(tmp_path, sock_dir)
+
+        def send_after():
             try:
-                after = client.send("events", b"after").result(30)
-                break
+                return client.send("events", b"after").result(30)
             except SidecarUnavailableError:
-                assert time.monotonic() < deadline, "the client did not reconnect"
-                time.sleep(0.1)
+                return None
+
+        after = wait_for(send_after, "the client reconnecting", timeout=30)
         assert client.reconnects >= 1
         # Messages whose outcome was unknown (failed by the kill) may be in the log too:
         # read all of it, up to the partitions' high watermarks.
@@ -163,7 +137,7 @@ def test_a_client_outlives_kill_9_of_databus_up(tmp_path, sock_dir):
         assert stored[(after.partition, after.offset)] == b"after"
     finally:
         client.close(timeout=5)
-        stop(process, log)
+        stop(process)
 
 
 # Longer than trio's idle worker-thread timeout (10 s): the broker child of `databus up` once
@@ -171,16 +145,9 @@ def test_a_client_outlives_kill_9_of_databus_up(tmp_path, sock_dir):
 IDLE_SECONDS = 15
 
 
-def wait_for(predicate, what: str, timeout: float = 60) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        assert time.monotonic() < deadline, f"{what} within {timeout}s"
-        time.sleep(0.1)
-
-
 @pytest.mark.slow
 def test_up_serves_after_idling_and_its_broker_dies_with_it(tmp_path, sock_dir):
-    process, bootstrap, log = start_up(tmp_path, sock_dir)
+    process, bootstrap = up_with_config(tmp_path, sock_dir)
     try:
         time.sleep(IDLE_SECONDS)
         assert process.poll() is None, (tmp_path / "up.log").read_text()
@@ -203,7 +170,7 @@ def test_up_serves_after_idling_and_its_broker_dies_with_it(tmp_path, sock_dir):
         wait_for((tmp_path / "data" / ".kafka_cleanshutdown").exists,
                  "the orphaned broker wrote its clean-shutdown marker")
     finally:
-        stop(process, log)
+        stop(process)
 
 
 @pytest.mark.slow
@@ -217,51 +184,40 @@ def test_sidecar_and_broker_serve_after_idling(tmp_path, sock_dir):
             "clusters": {"main": {"bootstrap.servers": broker.bootstrap}},
             "default_route": {"topic": "{stream}"},
         }))
-        with open(tmp_path / "sidecar.log", "wb") as log:
-            process = subprocess.Popen(
-                [sys.executable, "-m", "databus.cli", "sidecar", "-c", str(config)],
-                stdout=log, stderr=subprocess.STDOUT,
-            )
-            try:
-                wait_for(lambda: "databus is up" in (tmp_path / "sidecar.log").read_text(),
-                         "databus sidecar started")
-                time.sleep(IDLE_SECONDS)
-                assert process.poll() is None, (tmp_path / "sidecar.log").read_text()
-                assert broker.alive(), broker.log_text()
-                with Client(os.path.join(sock_dir, "s.sock")) as client:
-                    delivery = client.send("idle-sidecar", b"via the sidecar").result(30)
-                assert (delivery.topic, delivery.offset) == ("idle-sidecar", 0)
-                (record,) = consume_all(broker.bootstrap, "idle-sidecar", 1, timeout=60)
-                assert record[3] == b"via the sidecar"
+        log = tmp_path / "sidecar.log"
+        process = start_databus(["sidecar", "-c", str(config)], tmp_path, log)
+        try:
+            wait_for_log(process, log, UP, "databus sidecar started")
+            time.sleep(IDLE_SECONDS)
+            assert process.poll() is None, log.read_text()
+            assert broker.alive(), broker.log_text()
+            with Client(os.path.join(sock_dir, "s.sock")) as client:
+                delivery = client.send("idle-sidecar", b"via the sidecar").result(30)
+            assert (delivery.topic, delivery.offset) == ("idle-sidecar", 0)
+            (record,) = consume_all(broker.bootstrap, "idle-sidecar", 1, timeout=60)
+            assert record[3] == b"via the sidecar"
 
-                confluent_produce(broker.bootstrap, "idle-direct", [Msg(b"k", b"direct")])
-                (got,) = confluent_consume(broker.bootstrap, "idle-direct", 1)
-                assert (got.key, got.value) == (b"k", b"direct")
-            finally:
-                stop(process, log)
+            confluent_produce(broker.bootstrap, "idle-direct", [Msg(b"k", b"direct")])
+            (got,) = confluent_consume(broker.bootstrap, "idle-direct", 1)
+            assert (got.key, got.value) == (b"k", b"direct")
+        finally:
+            stop(process)
 
 
 def test_up_without_any_config_routes_every_stream_to_its_own_topic(tmp_path, sock_dir):
     """No -c and no ./sidecar.yaml: the built-in default sends any stream to the topic of
     the same name (a file without `default_route:` refuses unlisted streams instead)."""
     sock = os.path.join(sock_dir, "bare.sock")
-    with open(tmp_path / "up.log", "wb") as log:
-        process = subprocess.Popen(
-            [sys.executable, "-m", "databus.cli", "up", "--socket", sock, "--metrics-listen",
-             "127.0.0.1:0", "--data-dir", "data", "--kafka-listen", "127.0.0.1:0"],
-            stdout=log, stderr=subprocess.STDOUT, cwd=tmp_path,
-        )
-        try:
-            wait_for(lambda: "databus is up" in (tmp_path / "up.log").read_text(),
-                     "databus up started")
-            text = (tmp_path / "up.log").read_text()
-            assert "* → {stream}" in text
-            bootstrap = re.search(r"Kafka listener\s+(\S+:\d+)", text).group(1)
-            with Client(sock) as client:
-                deliveries = [client.send(name, name.encode()).result(30)
-                              for name in ("anything", "page-views")]
-            assert [d.topic for d in deliveries] == ["anything", "page-views"]
-            (record,) = consume_all(bootstrap, "page-views", 1, timeout=60)
-            assert record[3] == b"page-views"
-        finally:
-            stop(process, log)
+    process, text = start_up(["--socket", sock, "--metrics-listen", "127.0.0.1:0", "--data-dir",
+                              "data", "--kafka-listen", "127.0.0.1:0"], tmp_path, tmp_path / "up.log")
+    try:
+        assert "* → {stream}" in text
+        bootstrap = kafka_listener(text)
+        with Client(sock) as client:
+            deliveries = [client.send(name, name.encode()).result(30)
+                          for name in ("anything", "page-views")]
+        assert [d.topic for d in deliveries] == ["anything", "page-views"]
+        (record,) = consume_all(bootstrap, "page-views", 1, timeout=60)
+        assert record[3] == b"page-views"
+    finally:
+        stop(process)

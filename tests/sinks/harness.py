@@ -10,24 +10,19 @@ import re
 import signal
 import subprocess
 import sys
-import time
 import urllib.request
+from functools import partial
 from pathlib import Path
 
 import confluent_kafka
 import pyarrow.dataset as ds
 import yaml
 
+import tests.helpers.wait
 
-def wait_for(predicate, timeout: float, what: str, log=None):
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}" + (f"\n{log()}" if log else ""))
-        time.sleep(0.2)
+# The sinks tests' predicates read the whole Parquet export or scrape /metrics: five looks a
+# second, not ten, leaves the cores to the processes under test.
+wait_for = partial(tests.helpers.wait.wait_for, interval=0.2)
 
 
 class Service:
@@ -55,8 +50,8 @@ class Service:
                 env={**os.environ, **(self.env or {})},
             )
         ready = ready or ("databus is up" if self.command == "up" else "databus sinks is up")
-        wait_for(lambda: ready in self.log() or self.process.poll() is not None, 60,
-                 f"{self.name} to start", self.log)
+        wait_for(lambda: ready in self.log() or self.process.poll() is not None,
+                 f"{self.name} to start", timeout=60, log=self.log)
         assert self.process.poll() is None, self.log()
         return self
 
@@ -174,7 +169,7 @@ def wait_gone(pid: int, timeout: float = 30) -> None:
             return True
         return state == "Z"
 
-    wait_for(gone, timeout, f"process {pid} to exit")
+    wait_for(gone, f"process {pid} to exit", timeout=timeout)
 
 
 BROKER_OPTIONS = {"num.partitions": 4, "group.initial.rebalance.delay.ms": 0}

@@ -39,10 +39,11 @@ def test_example_sink_exactly_once_across_a_kill_9(example_sink, broker, tmp_pat
     service = Service(tmp_path, "sinks", config)
     try:
         service.start()
-        wait_for(lambda: len(list(out.glob("*.jsonl"))) >= 8, 60, "some files", service.log)
+        wait_for(lambda: len(list(out.glob("*.jsonl"))) >= 8, "some files", timeout=60,
+                 log=service.log)
         service.kill9()
         service.start()
-        wait_for(lambda: len(lines(out)) >= 3999, 120, "the export", service.log)
+        wait_for(lambda: len(lines(out)) >= 3999, "the export", timeout=120, log=service.log)
         assert service.stop() == 0
     finally:
         service.close()

@@ -125,7 +125,7 @@ def test_queries_equal_a_filtered_full_scan_with_time_ranges(broker, tmp_path):
     db = tmp_path / "idx" / "orders.db"
     try:
         service.start()
-        wait_for(lambda: indexed(db) == N, 120, "the index", service.log)
+        wait_for(lambda: indexed(db) == N, "the index", timeout=120, log=service.log)
         scan = full_scan(broker.bootstrap, "idx-orders")
         since, until = T0 + 3_000_000, T0 + 11_000_000
         cases = [
@@ -204,15 +204,15 @@ def test_kill_9_during_the_build_then_restart_no_entry_missing_or_duplicated(bro
                 break
             service.start()
             # (a kill near the end leaves less than 1000 to go)
-            wait_for(lambda before=before: indexed(db) >= min(before + 1000, N), 120,
-                     "build progress", service.log)
+            wait_for(lambda before=before: indexed(db) >= min(before + 1000, N), "build progress",
+                     timeout=120, log=service.log)
             # The builder may finish between the look and the kill when this process is
             # starved of CPU: such a kill proves nothing, but does no harm either.
             killed_mid_build += indexed(db) < N
             service.kill9()
         assert killed_mid_build >= 1
         service.start()
-        wait_for(lambda: indexed(db) == N, 120, "the whole index", service.log)
+        wait_for(lambda: indexed(db) == N, "the whole index", timeout=120, log=service.log)
         assert service.stop() == 0
     finally:
         service.close()
@@ -252,7 +252,7 @@ def test_the_index_offsets_win_over_the_group_and_rebuilds_give_the_same_index(b
     db = tmp_path / "idx" / "orders.db"
     try:
         service.start()
-        wait_for(lambda: indexed(db) == n, 120, "the index", service.log)
+        wait_for(lambda: indexed(db) == n, "the index", timeout=120, log=service.log)
         assert service.stop() == 0
         first = entries(db)
         assert len(first) == 4 * n
@@ -266,7 +266,7 @@ def test_the_index_offsets_win_over_the_group_and_rebuilds_give_the_same_index(b
         assert reset.returncode == 0, reset.stdout + reset.stderr
         produce(broker.bootstrap, "idx-own", range(n, n + 400))
         service.start()
-        wait_for(lambda: indexed(db) == n + 400, 120, "the new records", service.log)
+        wait_for(lambda: indexed(db) == n + 400, "the new records", timeout=120, log=service.log)
         assert service.stop() == 0
         assert "failed" not in service.log(), service.log()
         second = entries(db)
@@ -275,14 +275,14 @@ def test_the_index_offsets_win_over_the_group_and_rebuilds_give_the_same_index(b
         for path in db.parent.glob("orders.db*"):
             path.unlink()
         service.start()
-        wait_for(lambda: indexed(db) == n + 400, 120, "the rebuild", service.log)
+        wait_for(lambda: indexed(db) == n + 400, "the rebuild", timeout=120, log=service.log)
         assert entries(db) == second
         # databus index rebuild under the running builder: emptied, then built again.
         done = cli(tmp_path, "rebuild", "orders")
         assert done.returncode == 0, done.stderr
-        wait_for(lambda: "the index was rebuilt" in service.log(), 60, "the restart",
-                 service.log)
-        wait_for(lambda: indexed(db) == n + 400, 120, "the second rebuild", service.log)
+        wait_for(lambda: "the index was rebuilt" in service.log(), "the restart", timeout=60,
+                 log=service.log)
+        wait_for(lambda: indexed(db) == n + 400, "the second rebuild", timeout=120, log=service.log)
         assert service.stop() == 0
         assert entries(db) == second
     finally:
@@ -298,7 +298,7 @@ def test_a_reload_adding_an_index_builds_it_from_the_beginning(broker, tmp_path)
     try:
         service.start()
         service.reload({**config, "indexes": indexes})
-        wait_for(lambda: indexed(db) == 2000, 120, "the new index", service.log)
+        wait_for(lambda: indexed(db) == 2000, "the new index", timeout=120, log=service.log)
         assert query_json(tmp_path, "orders", "key=1999")[0]["offset"] == 1999 // 4
         assert service.stop() == 0
     finally:
@@ -353,7 +353,7 @@ def test_retention_removes_segments_their_entries_go_and_a_rebuild_gives_the_sam
         db = tmp_path / "idx" / "orders.db"
         try:
             service.start()
-            wait_for(lambda: indexed(db) == n, 120, "the index", service.log)
+            wait_for(lambda: indexed(db) == n, "the index", timeout=120, log=service.log)
             assert index_contents(db) == expected_entries(range(n))
             store = IndexStore(str(db), readonly=True)
             assert store.db.execute("SELECT count(*) FROM runs").fetchone()[0] > 1
@@ -370,7 +370,8 @@ def test_retention_removes_segments_their_entries_go_and_a_rebuild_gives_the_sam
                 kept = [i for i in range(n) if i // 4 >= starts[i % 4]]
                 return 0 < len(kept) < n / 2 and index_contents(db) == expected_entries(kept)
 
-            wait_for(trimmed, 60, "the entries of the deleted records to go", service.log)
+            wait_for(trimmed, "the entries of the deleted records to go", timeout=60,
+                     log=service.log)
             # Read by offset, a record retention removed is absent, the ones kept are there.
             from databus.client import SyncRecordReader
 
@@ -384,9 +385,9 @@ def test_retention_removes_segments_their_entries_go_and_a_rebuild_gives_the_sam
             # databus index rebuild: indexed again from what the cluster still has.
             done = cli(tmp_path, "rebuild", "orders")
             assert done.returncode == 0, done.stderr
-            wait_for(lambda: "the index was rebuilt" in service.log(), 60, "the restart",
-                     service.log)
-            wait_for(lambda: indexed(db) == n, 120, "the rebuild", service.log)
+            wait_for(lambda: "the index was rebuilt" in service.log(), "the restart", timeout=60,
+                     log=service.log)
+            wait_for(lambda: indexed(db) == n, "the rebuild", timeout=120, log=service.log)
             assert index_contents(db) == before
             # A query finds only messages the cluster still has.
             import databus.index
@@ -420,7 +421,7 @@ def test_databus_up_serves_the_index_queries_on_its_metrics_listener(tmp_path):
             up.start()
             bootstrap = re.search(r"Kafka listener\s+(\S+:\d+)", up.log()).group(1)
             produce(bootstrap, "orders", range(n))
-            wait_for(lambda: indexed(db) == n, 120, "the index", up.log)
+            wait_for(lambda: indexed(db) == n, "the index", timeout=120, log=up.log)
             # The same answers as Python's (the command line's, test above).
             from databus_plugins.index.command import record_json
 

@@ -41,11 +41,11 @@ def test_export_200k_json_records_exactly_once_with_columns_and_types(broker, tm
     try:
         service.start()
         # 50 000 records per partition: two full files each, durable without a stop.
-        wait_for(lambda: exported_rows(out) >= N, 300, "the export", service.log)
+        wait_for(lambda: exported_rows(out) >= N, "the export", timeout=300, log=service.log)
         table = assert_exactly_once(out, "big", range(N))
         wait_for(lambda: service.metric("databus_sink_lag", sink="big-export") == 0
                  and service.metric("databus_sink_last_durable_age_seconds",
-                                    sink="big-export") == 0, 60, "lag 0")
+                                    sink="big-export") == 0, "lag 0", timeout=60)
         metrics = service.metrics()
         assert service.metric("databus_sink_records_in_total", sink="big-export") == N
         assert service.metric("databus_sink_partitions", sink="big-export") == 4
@@ -107,7 +107,7 @@ def test_kill_9_of_databus_up_three_times_during_the_export_still_exactly_once(t
                 # Kill as soon as this run has written files of its own: at most what is
                 # left (a kill near the end leaves less than 3 files to go).
                 wait_for(lambda before=before: len(export_files(out)) >= min(before + 3, files),
-                         120, "export progress", up.log)
+                         "export progress", timeout=120, log=up.log)
                 brokers = children(up.process.pid)
                 up.kill9()
                 # Nothing is written after the kill: fewer files than the whole export is a
@@ -119,7 +119,8 @@ def test_kill_9_of_databus_up_three_times_during_the_export_still_exactly_once(t
                 up.start()
             # at least the first kill landed mid-export, or this test shows nothing
             assert mid_export[0], f"the export finished before the first kill: {mid_export}"
-            wait_for(lambda: len(export_files(out)) >= files, 300, "the export", up.log)
+            wait_for(lambda: len(export_files(out)) >= files, "the export", timeout=300,
+                     log=up.log)
             up.process.send_signal(2)  # Ctrl-C: drains, stops the sinks, then the broker
             assert up.process.wait(60) == 0, up.log()
         finally:
@@ -148,17 +149,18 @@ def test_two_processes_share_a_sinks_partitions_and_stopping_one_moves_them(brok
 
     try:
         a.start()
-        wait_for(lambda: partitions(a) == 4, 60, "a owns the 4 partitions", a.log)
+        wait_for(lambda: partitions(a) == 4, "a owns the 4 partitions", timeout=60, log=a.log)
         b.start()
-        wait_for(lambda: partitions(a) == 2 and partitions(b) == 2, 60, "a 2/2 split", b.log)
+        wait_for(lambda: partitions(a) == 2 and partitions(b) == 2, "a 2/2 split", timeout=60,
+                 log=b.log)
         produce_json(broker.bootstrap, "shared", range(20_000))
         # 5000 records per partition: ten full files each, durable without a stop.
-        wait_for(lambda: exported_rows(out) >= 20_000, 120, "the first half", b.log)
+        wait_for(lambda: exported_rows(out) >= 20_000, "the first half", timeout=120, log=b.log)
         assert records_in(a) == records_in(b) == 10_000  # two partitions each
         assert a.stop() == 0  # flushes, commits, leaves the group: no session timeout
-        wait_for(lambda: partitions(b) == 4, 30, "b to take a's partitions", b.log)
+        wait_for(lambda: partitions(b) == 4, "b to take a's partitions", timeout=30, log=b.log)
         produce_json(broker.bootstrap, "shared", range(20_000, 40_000))
-        wait_for(lambda: exported_rows(out) >= 40_000, 120, "the second half", b.log)
+        wait_for(lambda: exported_rows(out) >= 40_000, "the second half", timeout=120, log=b.log)
         assert records_in(b) == 30_000
         assert b.stop() == 0
     finally:
@@ -195,10 +197,10 @@ def test_rolls_hive_directories_and_the_dead_letter_topic(broker, tmp_path):
         for name in sinks:
             wait_for(lambda name=name: service.metric("databus_sink_records_in_total",
                                                       sink=name) == n,
-                     60, f"{name} to take all", service.log)
+                     f"{name} to take all", timeout=60, log=service.log)
         # The wall clock rolls the files of a sink whose sizes are never reached.
-        wait_for(lambda: exported_rows(out["wallclock"]) == len(good), 30, "wall-clock roll",
-                 service.log)
+        wait_for(lambda: exported_rows(out["wallclock"]) == len(good), "wall-clock roll",
+                 timeout=30, log=service.log)
         assert service.metric("databus_sink_dead_letters_total", sink="count") == 3
         assert service.stop() == 0
     finally:
@@ -281,8 +283,8 @@ def test_sinks_follow_the_lane_policy_main_by_default_one_lane_or_all(broker, tm
         want = {"main": [("lanes", 1), ("lanes", 2)], "lane": [("lanes.lane.fx", 10)],
                 "all": [("lanes", 1), ("lanes", 2), ("lanes.lane.fx", 10),
                         ("lanes.lane.other", 20)]}
-        wait_for(lambda: all(exported(name) == rows for name, rows in want.items()), 60,
-                 "each sink's lanes exported", service.log)
+        wait_for(lambda: all(exported(name) == rows for name, rows in want.items()),
+                 "each sink's lanes exported", timeout=60, log=service.log)
         # What the main sink's group was given: the main topic's partitions, no lane topic.
         admin = confluent_kafka.admin.AdminClient({"bootstrap.servers": broker.bootstrap})
         group = admin.describe_consumer_groups(["databus-sink-main"])["databus-sink-main"]

@@ -77,14 +77,15 @@ def test_reload_adds_a_sink_and_a_raising_plugin_is_reported_while_all_else_serv
     try:
         service.start()
         produce_json(broker.bootstrap, "r1", range(1000))
-        wait_for(lambda: exported_rows(first) == 1000, 60, "first export", service.log)
+        wait_for(lambda: exported_rows(first) == 1000, "first export", timeout=60, log=service.log)
 
         config["sinks"]["second"] = parquet_sink("r1", second, **flush)
         config["sinks"]["broken"] = {"plugin": "faulty", "topics": "r1"}
         service.reload(config)
-        wait_for(lambda: exported_rows(second) == 1000, 60, "the added sink", service.log)
+        wait_for(lambda: exported_rows(second) == 1000, "the added sink", timeout=60,
+                 log=service.log)
         wait_for(lambda: (service.metric("databus_sink_errors_total", sink="broken") or 0) >= 1,
-                 60, "the failure to be counted", service.log)
+                 "the failure to be counted", timeout=60, log=service.log)
         assert "plugin 'faulty' raised in write: RuntimeError: disk on fire" in service.log()
         assert service.metric("databus_sink_errors_total", sink="first") == 0
 
@@ -92,14 +93,14 @@ def test_reload_adds_a_sink_and_a_raising_plugin_is_reported_while_all_else_serv
         bad = {**config, "sinks": {**config["sinks"],
                                    "third": parquet_sink("r1", tmp_path / "x", format="avro")}}
         service.reload(bad)
-        wait_for(lambda: "config rejected, keeping the current one" in service.log(), 30,
-                 "the rejection", service.log)
+        wait_for(lambda: "config rejected, keeping the current one" in service.log(),
+                 "the rejection", timeout=30, log=service.log)
         assert "format must be one of json, msgpack, raw" in service.log()
 
         # Still serving: new records reach both working sinks; health is ok.
         produce_json(broker.bootstrap, "r1", range(1000, 2000))
-        wait_for(lambda: exported_rows(first) == exported_rows(second) == 2000, 60,
-                 "more records", service.log)
+        wait_for(lambda: exported_rows(first) == exported_rows(second) == 2000, "more records",
+                 timeout=60, log=service.log)
         with urllib.request.urlopen(service.metrics_url() + "/healthz", timeout=10) as r:
             assert r.status == 200
         assert service.process.poll() is None

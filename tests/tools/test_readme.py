@@ -15,12 +15,9 @@ import shutil
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
-import pytest
-
-from tests.sidecar.harness import short_tmpdir
+from tests.helpers.processes import kafka_listener, start_up
 
 ROOT = Path(__file__).resolve().parents[2]
 README = (ROOT / "README.md").read_text()
@@ -36,43 +33,19 @@ def quick_start_commands() -> list[str]:
     return [line for line in block.splitlines() if line.strip()]
 
 
-@pytest.fixture
-def sock_dir():
-    with short_tmpdir() as path:
-        yield path
-
-
 def test_make_run_is_databus_up_with_sidecar_yaml():
     makefile = (ROOT / "Makefile").read_text()
     assert re.search(r"^run: install\n\t\$\(BIN\)/databus up -c sidecar.yaml$", makefile, re.M)
     assert "make run" in blocks("sh")[0]
 
 
-def start_up(directory: Path, sock: str) -> tuple[subprocess.Popen, str]:
-    log = directory / "up.log"
-    with open(log, "wb") as out:
-        process = subprocess.Popen(
-            [sys.executable, "-m", "databus.cli", "up", "-c", "sidecar.yaml", "--socket", sock,
-             "--metrics-listen", "127.0.0.1:0", "--kafka-listen", "127.0.0.1:0"],
-            stdout=out, stderr=subprocess.STDOUT, cwd=directory,
-        )
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        text = log.read_text(errors="replace")
-        match = re.search(r"Kafka listener\s+(\S+:\d+)", text)
-        if match and "databus is up" in text:
-            return process, match.group(1)
-        if process.poll() is not None:
-            raise AssertionError(f"databus up exited early:\n{text}")
-        time.sleep(0.1)
-    process.kill()
-    raise AssertionError(f"databus up did not start:\n{log.read_text(errors='replace')}")
-
-
 def test_quick_start_runs_as_printed(tmp_path, sock_dir):
     shutil.copy(ROOT / "sidecar.yaml", tmp_path / "sidecar.yaml")
     sock = os.path.join(sock_dir, "readme.sock")
-    process, bootstrap = start_up(tmp_path, sock)
+    process, text = start_up(["-c", "sidecar.yaml", "--socket", sock, "--metrics-listen",
+                              "127.0.0.1:0", "--kafka-listen", "127.0.0.1:0"],
+                             tmp_path, tmp_path / "up.log", ready=("Kafka listener",))
+    bootstrap = kafka_listener(text)
     env = {**os.environ, "DATABUS_SOCKET": sock}
     try:
         (python_block,) = [b for b in blocks("python") if "Client()" in b]
