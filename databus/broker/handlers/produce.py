@@ -148,16 +148,29 @@ async def produce(ctx: RequestContext, request) -> object:
     if request.acks != -1:
         return _response(ctx, results)
 
+    # The fsync is asked for now, for every partition at once: registered only when the
+    # writer reaches this answer (or one partition after another), a waiter would miss the
+    # round already running and wait for one more fsync.
+    failed = {}
+    waiters = []
+    for (name, _topic_id), partitions in results:
+        for index, info, *_failure in partitions:
+            if info is None:
+                continue
+            try:
+                waiter = ctx.broker.durable_waiter(name, index, info.last_offset)
+            except Exception as exc:
+                failed[(name, index)] = (error_code_for(exc), str(exc))
+                continue
+            if waiter is not None:
+                waiters.append(((name, index), waiter))
+
     async def after_fsync():
-        failed = {}
-        for (name, _topic_id), partitions in results:
-            for index, info, *_failure in partitions:
-                if info is None:
-                    continue
-                try:
-                    await ctx.broker.wait_durable(name, index, info.last_offset)
-                except Exception as exc:
-                    failed[(name, index)] = (error_code_for(exc), str(exc))
+        for key, waiter in waiters:
+            try:
+                await waiter.wait()
+            except Exception as exc:
+                failed[key] = (error_code_for(exc), str(exc))
         return _response(ctx, results, failed)
 
     return Deferred(after_fsync)
