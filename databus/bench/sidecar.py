@@ -19,6 +19,7 @@ the limit is.  Starts its own broker unless ``--bootstrap`` is given.
 from __future__ import annotations
 
 import array
+import bisect
 import contextlib
 import os
 import subprocess
@@ -26,6 +27,8 @@ import sys
 import tempfile
 import threading
 import time
+
+from databus.service import latency_trace
 
 from .produce import ProcessCpu
 
@@ -48,7 +51,13 @@ def add_arguments(parser) -> None:
         help="messages cycle through this many distinct keys (0: no keys, sticky partitioning)",
     )
     parser.add_argument(
-        "--only", choices=["sidecar", "frames", "librdkafka"], help="run one path only"
+        "--only", choices=["sidecar", "frames", "librdkafka"],
+        help="run one path only (and leave out the table of hook costs)"
+    )
+    parser.add_argument(
+        "--breakdown", action="store_true",
+        help="after the table, where each latency run's messages spent their time: the broker "
+             "and the sidecar stamp every batch (DATABUS_LATENCY_TRACE), lined up per message",
     )
 
 
@@ -92,13 +101,18 @@ def sidecar_process(root: str, bootstrap: str, args, **sections):
 
 class LatencyRecorder:
     def __init__(self, expected: int) -> None:
-        # An array, not a list: the app's collector should not walk 200 000 floats.
+        # Arrays, not lists: the app's collector should not walk 200 000 floats.
         self.latencies = array.array("d")
         self.errors = 0
         self.done = threading.Event()
         self.expected = expected
         self._count = 0
         self._lock = threading.Lock()
+        # --breakdown: each delivered message's send and report times, partition, offset
+        self.sent = array.array("d")
+        self.answered = array.array("d")
+        self.partitions = array.array("i")
+        self.offsets = array.array("q")
 
     def record(self, sent_at: float, failed: bool) -> None:
         now = time.perf_counter()
@@ -108,6 +122,17 @@ class LatencyRecorder:
             self._count += 1
             if self._count >= self.expected:
                 self.done.set()
+
+    def record_where(self, sent_at: float, failed: bool, partition: int, offset: int) -> None:
+        """record(), keeping where the message landed (for the breakdown)."""
+        if not failed:
+            now = time.perf_counter()
+            with self._lock:
+                self.sent.append(sent_at)
+                self.answered.append(now)
+                self.partitions.append(partition)
+                self.offsets.append(offset)
+        self.record(sent_at, failed)
 
 
 def paced(rate: int, seconds: float):
@@ -126,16 +151,18 @@ def paced(rate: int, seconds: float):
 
 def latency_runs(args, send, poll=None) -> dict[int, LatencyRecorder]:
     """One paced run per rate of ``args.rate_list``: ``send(i, done)`` sends message ``i``
-    and arranges ``done(failed)`` for its delivery report.  ``poll(timeout)``: for a client
+    and arranges ``done(failed)`` for its delivery report (``done(failed, partition,
+    offset)`` with ``--breakdown``).  ``poll(timeout)``: for a client
     whose reports are served by polling (librdkafka), called after each burst and while
     waiting for the last reports; otherwise the reports arrive on their own."""
     recorders = {}
     for rate in args.rate_list:
         recorder = recorders[rate] = LatencyRecorder(int(rate * args.seconds))
+        record = recorder.record_where if args.breakdown else recorder.record
         for first, n in paced(rate, args.seconds):
             for i in range(first, first + n):
                 sent_at = time.perf_counter()
-                send(i, lambda failed, t=sent_at, r=recorder: r.record(t, failed))
+                send(i, lambda *outcome, t=sent_at, r=record: r(t, *outcome))
             if poll is not None:
                 poll(0)
         if poll is None:
@@ -177,8 +204,16 @@ def run_sdk(socket_path: str, args, topic: str, cpu) -> dict:
                 lambda f: done(f.exception(0) is not None)
             )
 
+        if args.breakdown:
+            def send(i: int, done) -> None:  # noqa: F811  (the same, keeping where it landed)
+                client.send(topic, value, keys[i % nkeys]).add_done_callback(
+                    lambda f: done(True, -1, -1) if f.exception(0) is not None
+                    else done(False, f.result(0).partition, f.result(0).offset)
+                )
+
         recorders = latency_runs(args, send)
-    return {"elapsed": elapsed, "failed": failed, "recorders": recorders, "cpu": used}
+    return {"elapsed": elapsed, "failed": failed, "recorders": recorders, "cpu": used,
+            "topic": topic, "through_sidecar": True}
 
 
 def run_frames(socket_path: str, args, topic: str, cpu) -> dict:
@@ -238,6 +273,20 @@ def run_frames(socket_path: str, args, topic: str, cpu) -> dict:
     return {"elapsed": elapsed, "failed": outcome["failed"], "recorders": {}, "cpu": used}
 
 
+@contextlib.contextmanager
+def _environment(name: str, value: str):
+    """``name=value`` in the environment the child processes inherit, for the block."""
+    before = os.environ.get(name)
+    os.environ[name] = value
+    try:
+        yield
+    finally:
+        if before is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = before
+
+
 def cpu_delta(before: dict, after: dict) -> dict:
     return {
         name: None if after[name] is None or before[name] is None else after[name] - before[name]
@@ -283,8 +332,14 @@ def run_librdkafka(bootstrap: str, args, topic: str, cpu) -> dict:
         producer.produce(topic, value, keys[i % nkeys],
                          on_delivery=lambda err, msg: done(err is not None))
 
+    if args.breakdown:
+        def send(i: int, done) -> None:  # noqa: F811  (the same, keeping where it landed)
+            producer.produce(topic, value, keys[i % nkeys], on_delivery=lambda err, msg: done(
+                err is not None, msg.partition(), msg.offset()))
+
     recorders = latency_runs(args, send, poll=producer.poll)
-    return {"elapsed": elapsed, "failed": failed[0], "recorders": recorders, "cpu": used}
+    return {"elapsed": elapsed, "failed": failed[0], "recorders": recorders, "cpu": used,
+            "topic": topic, "through_sidecar": False}
 
 
 def plugin_call_costs(repeat: int = 200_000) -> list[tuple[str, float]]:
@@ -310,6 +365,109 @@ def plugin_call_costs(repeat: int = 200_000) -> list[tuple[str, float]]:
     ]
 
 
+class _Stamps:
+    """One role's latency-trace lines, found by (topic, partition, offset)."""
+
+    def __init__(self, rows: list[list[str]], last_of) -> None:
+        by_tp: dict[tuple[str, int], list] = {}
+        for row in rows:
+            by_tp.setdefault((row[0], int(row[1])), []).append(
+                (int(row[2]), last_of(row), [float(f) if f else None for f in row[4:]]))
+        self._by_tp = {}
+        for tp, entries in by_tp.items():
+            entries.sort(key=lambda e: e[0])
+            self._by_tp[tp] = ([e[0] for e in entries], entries)
+
+    def find(self, topic: str, partition: int, offset: int) -> list | None:
+        found = self._by_tp.get((topic, partition))
+        if found is None:
+            return None
+        bases, entries = found
+        i = bisect.bisect_right(bases, offset) - 1
+        if i < 0 or entries[i][1] < offset:
+            return None
+        return entries[i][2]
+
+
+def breakdown(recorder: LatencyRecorder, topic: str, trace_dir: str,
+              through_sidecar: bool) -> tuple[list[tuple[str, list[float]]], int]:
+    """Per stage, each delivered message's seconds in it (stages add up to its latency),
+    and how many messages were found in the traces."""
+    broker = _Stamps(latency_trace.read(trace_dir, "broker"), lambda row: int(row[3]))
+    producer = _Stamps(latency_trace.read(trace_dir, "producer"),
+                       lambda row: int(row[2]) + int(row[3]) - 1)
+    names = (["app → the sidecar sends its batch (SDK, socket, sidecar, linger)",
+              "  of which the batch's age when sent (linger.ms)",
+              "→ the broker starts the Produce request"] if through_sidecar else
+             ["app → the broker starts the Produce request (librdkafka, linger)"])
+    names += ["append", "wait for an fsync round to start", "the fsync round",
+              "→ the answer is ready (its turn on the connection)"]
+    names += (["→ the sidecar has the answer", "→ the app's callback (reports, SDK, GC)"]
+              if through_sidecar else ["→ the app's callback (librdkafka)"])
+    stages: list[list[float]] = [[] for _ in names]
+    found = 0
+    for sent, answered, partition, offset in zip(recorder.sent, recorder.answered,
+                                                 recorder.partitions, recorder.offsets):
+        a = broker.find(topic, partition, offset)
+        b = producer.find(topic, partition, offset) if through_sidecar else None
+        if a is None or (through_sidecar and b is None):
+            continue
+        found += 1
+        start, appended, round_start, round_end, ready = a
+        if round_start is None:  # acks=0/1, or durable before it asked
+            round_start = round_end = appended
+        if through_sidecar:
+            created, batch_sent, batch_answered = b
+            times = [batch_sent - sent, batch_sent - created, start - batch_sent]
+        else:
+            times = [start - sent]
+        times += [appended - start, round_start - appended, round_end - round_start,
+                  ready - round_end]
+        times += [batch_answered - ready, answered - batch_answered] if through_sidecar \
+            else [answered - ready]
+        for column, seconds in zip(stages, times):
+            column.append(seconds)
+    return list(zip(names, stages)), found
+
+
+def breakdown_tables(results, trace_dir: str) -> list[tuple[str, list, list]]:
+    """(title, columns, rows) of a table per latency run of each path."""
+    from databus.tools.table import Column
+
+    tables = []
+    for name, r in results:
+        for rate, recorder in r["recorders"].items():
+            stages, found = breakdown(recorder, r["topic"], trace_dir, r["through_sidecar"])
+            if not found:
+                continue
+            totals = _totals(stages)
+            slow = _quantile(totals, 0.99)
+            tail = [i for i, t in enumerate(totals) if t >= slow]  # the p99 tail's messages
+            rows = []
+            for stage, seconds in stages:
+                in_tail = [seconds[i] for i in tail]
+                extra = stage.startswith("  ")  # part of the stage above, not added
+                rows.append((stage, f"{_quantile(seconds, 0.5) * 1000:.2f}",
+                             f"{sum(seconds) / len(seconds) * 1000:.2f}",
+                             f"{sum(in_tail) / max(1, len(in_tail)) * 1000:.2f}"
+                             + (" (part)" if extra else "")))
+            tables.append((
+                f"where the time goes: {name} at {rate:,}/s ({found:,} of "
+                f"{len(recorder.sent):,} messages found in the traces)",
+                [Column("stage"), Column("p50 ms", justify="right"),
+                 Column("mean ms", justify="right"),
+                 Column(f"mean of the slowest 1% (≥ {slow * 1000:.2f} ms)", justify="right")],
+                rows,
+            ))
+    return tables
+
+
+def _totals(stages) -> list[float]:
+    """Each message's latency: the sum of its stages (the "(part)" row left out)."""
+    columns = [seconds for stage, seconds in stages if not stage.startswith("  ")]
+    return [sum(values) for values in zip(*columns)]
+
+
 def _quantile(values: list[float], q: float) -> float:
     if not values:
         return float("nan")
@@ -325,6 +483,12 @@ def run(args) -> int:
     results = []
     with contextlib.ExitStack() as stack:
         root = stack.enter_context(tempfile.TemporaryDirectory(prefix="databus-bench-sidecar-"))
+        trace_dir = os.path.join(root, "trace")
+        if args.breakdown:  # the broker and sidecar started below stamp every batch
+            if args.bootstrap:
+                raise SystemExit("--breakdown needs the broker this benchmark starts "
+                                 "(leave out --bootstrap-server)")
+            stack.enter_context(_environment(latency_trace.ENV, trace_dir))
         bootstrap = args.bootstrap
         if not bootstrap:
             from databus.broker.process import BrokerProcess
@@ -360,6 +524,8 @@ def run(args) -> int:
 
             results.append(("confluent-kafka → broker",
                             run_librdkafka(bootstrap, args, f"bench-rdkafka-{run_id}", cpu)))
+        # read before the temporary directory goes
+        tables = breakdown_tables(results, trace_dir) if args.breakdown else []
 
     keys = f"{args.keys} keys" if args.keys else "no keys"
     headers = ["throughput rec/s", "MB/s", *(f"{who} CPU µs/msg" for who in
@@ -389,7 +555,10 @@ def run(args) -> int:
               f"linger.ms={args.linger_ms}, {args.partitions} partitions",
         to=out,
     )
-    print_table([Column("call"), Column("µs", justify="right")],
-                [(name, f"{seconds * 1e6:.2f}") for name, seconds in plugin_call_costs()],
-                title="hot path: why hooks are factories (per call)", to=out)
+    for title, columns, table_rows in tables:
+        print_table(columns, table_rows, title=title, to=out)
+    if args.only is None:  # a run of one path is about that path
+        print_table([Column("call"), Column("µs", justify="right")],
+                    [(name, f"{seconds * 1e6:.2f}") for name, seconds in plugin_call_costs()],
+                    title="hot path: why hooks are factories (per call)", to=out)
     return 0

@@ -35,13 +35,15 @@ class DurabilityError(RuntimeError):
 
 
 class _Waiter:
-    __slots__ = ("error", "event", "log", "offset")
+    __slots__ = ("error", "event", "log", "offset", "round_end", "round_start")
 
     def __init__(self, partition_log, offset: int) -> None:
         self.log = partition_log
         self.offset = offset
         self.event = trio.Event()
         self.error: BaseException | None = None
+        # the fsync round that released it (perf_counter s): the latency trace's stamps
+        self.round_start = self.round_end = 0.0
 
     async def wait(self) -> None:
         await self.event.wait()
@@ -109,6 +111,7 @@ class GroupCommit:
         if not logs:
             return
         errors: dict[int, BaseException] = {}
+        started = time.perf_counter()
 
         def flush(key: int, partition_log) -> None:
             try:
@@ -126,7 +129,9 @@ class GroupCommit:
                         trio.to_thread.run_sync, flush, key, partition_log,
                         limiter=self._threads))
         self.rounds += 1
+        ended = time.perf_counter()
         for waiter in waiters:
+            waiter.round_start, waiter.round_end = started, ended
             error = errors.get(id(waiter.log))
             if error is not None:
                 if self._health is not None:
