@@ -55,6 +55,7 @@ from .errors import (
     error_for,
 )
 from .outbox import WAKE, YIELD, Outbox
+from .outbox import track as _track
 
 log = logging.getLogger("databus.sdk")
 TOKEN_ENV = wire.TOKEN_ENV
@@ -149,6 +150,10 @@ class DeliveryFuture:
 
     def _set(self, result: Delivery | None, exc: BaseException | None) -> None:
         self._report = result
+        if exc is not None:
+            # the C outbox makes futures the collector does not track (new_future in
+            # _sidecar_speedups.c); an exception's traceback may lead back here
+            _track(self)
         self._exc = exc
         self._done = True
         self._run_callbacks()

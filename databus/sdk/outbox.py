@@ -114,3 +114,11 @@ class PyOutbox:
 
 
 Outbox = sidecar_native.Outbox if sidecar_native is not None else PyOutbox
+
+
+def _tracked_already(obj: Any) -> None:
+    """PyOutbox's futures are made in Python: the collector tracks them from the start."""
+
+
+# track(future): the collector tracks it again (the C outbox makes untracked futures)
+track = sidecar_native.track if sidecar_native is not None else _tracked_already
