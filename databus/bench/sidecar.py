@@ -21,6 +21,7 @@ from __future__ import annotations
 import array
 import bisect
 import contextlib
+import functools
 import os
 import subprocess
 import sys
@@ -100,39 +101,37 @@ def sidecar_process(root: str, bootstrap: str, args, **sections):
 
 
 class LatencyRecorder:
+    """A latency run's reports: per delivered message its send and report times, partition
+    and offset, in arrays (the app's collector should not walk 200 000 floats)."""
+
     def __init__(self, expected: int) -> None:
-        # Arrays, not lists: the app's collector should not walk 200 000 floats.
-        self.latencies = array.array("d")
+        self.sent = array.array("d")
+        self.answered = array.array("d")
+        self.partitions = array.array("i")
+        self.offsets = array.array("q")
         self.errors = 0
         self.done = threading.Event()
         self.expected = expected
         self._count = 0
         self._lock = threading.Lock()
-        # --breakdown: each delivered message's send and report times, partition, offset
-        self.sent = array.array("d")
-        self.answered = array.array("d")
-        self.partitions = array.array("i")
-        self.offsets = array.array("q")
 
-    def record(self, sent_at: float, failed: bool) -> None:
+    def record(self, sent_at: float, failed: bool, partition: int, offset: int) -> None:
         now = time.perf_counter()
         with self._lock:
-            self.latencies.append(now - sent_at)
-            self.errors += failed
-            self._count += 1
-            if self._count >= self.expected:
-                self.done.set()
-
-    def record_where(self, sent_at: float, failed: bool, partition: int, offset: int) -> None:
-        """record(), keeping where the message landed (for the breakdown)."""
-        if not failed:
-            now = time.perf_counter()
-            with self._lock:
+            if failed:
+                self.errors += 1
+            else:
                 self.sent.append(sent_at)
                 self.answered.append(now)
                 self.partitions.append(partition)
                 self.offsets.append(offset)
-        self.record(sent_at, failed)
+            self._count += 1
+            if self._count >= self.expected:
+                self.done.set()
+
+    @property
+    def latencies(self) -> list[float]:
+        return [a - s for a, s in zip(self.answered, self.sent)]
 
 
 def paced(rate: int, seconds: float):
@@ -150,19 +149,16 @@ def paced(rate: int, seconds: float):
 
 
 def latency_runs(args, send, poll=None) -> dict[int, LatencyRecorder]:
-    """One paced run per rate of ``args.rate_list``: ``send(i, done)`` sends message ``i``
-    and arranges ``done(failed)`` for its delivery report (``done(failed, partition,
-    offset)`` with ``--breakdown``).  ``poll(timeout)``: for a client
+    """One paced run per rate of ``args.rate_list``: ``send(i, recorder)`` sends message
+    ``i`` and has its report call ``recorder.record``.  ``poll(timeout)``: for a client
     whose reports are served by polling (librdkafka), called after each burst and while
     waiting for the last reports; otherwise the reports arrive on their own."""
     recorders = {}
     for rate in args.rate_list:
         recorder = recorders[rate] = LatencyRecorder(int(rate * args.seconds))
-        record = recorder.record_where if args.breakdown else recorder.record
         for first, n in paced(rate, args.seconds):
             for i in range(first, first + n):
-                sent_at = time.perf_counter()
-                send(i, lambda *outcome, t=sent_at, r=record: r(t, *outcome))
+                send(i, recorder)
             if poll is not None:
                 poll(0)
         if poll is None:
@@ -199,17 +195,26 @@ def run_sdk(socket_path: str, args, topic: str, cpu) -> dict:
         used = cpu_delta(before, cpu())
         failed = client.statistics().failed - failed_before
 
-        def send(i: int, done) -> None:
-            client.send(topic, value, keys[i % nkeys]).add_done_callback(
-                lambda f: done(f.exception(0) is not None)
-            )
+        # One callback for every message, each future's send time in a dict: a float, which
+        # the collector does not track (a closure per message would be three objects that
+        # survive young collections and make the app's full collections come sooner).
+        sent_at: dict = {}
+        current: list[LatencyRecorder] = []
 
-        if args.breakdown:
-            def send(i: int, done) -> None:  # noqa: F811  (the same, keeping where it landed)
-                client.send(topic, value, keys[i % nkeys]).add_done_callback(
-                    lambda f: done(True, -1, -1) if f.exception(0) is not None
-                    else done(False, f.result(0).partition, f.result(0).offset)
-                )
+        def on_report(future) -> None:
+            started = sent_at.pop(future)
+            if future.exception(0) is not None:
+                current[0].record(started, True, -1, -1)
+            else:
+                delivery = future.result(0)
+                current[0].record(started, False, delivery.partition, delivery.offset)
+
+        def send(i: int, recorder: LatencyRecorder) -> None:
+            current[:] = [recorder]
+            started = time.perf_counter()
+            future = client.send(topic, value, keys[i % nkeys])
+            sent_at[future] = started
+            future.add_done_callback(on_report)
 
         recorders = latency_runs(args, send)
     return {"elapsed": elapsed, "failed": failed, "recorders": recorders, "cpu": used,
@@ -328,14 +333,14 @@ def run_librdkafka(bootstrap: str, args, topic: str, cpu) -> dict:
     elapsed = time.perf_counter() - start
     used = cpu_delta(before, cpu())
 
-    def send(i: int, done) -> None:
-        producer.produce(topic, value, keys[i % nkeys],
-                         on_delivery=lambda err, msg: done(err is not None))
+    def on_delivery(recorder: LatencyRecorder, started: float, err, msg) -> None:
+        recorder.record(started, err is not None, msg.partition(), msg.offset())
 
-    if args.breakdown:
-        def send(i: int, done) -> None:  # noqa: F811  (the same, keeping where it landed)
-            producer.produce(topic, value, keys[i % nkeys], on_delivery=lambda err, msg: done(
-                err is not None, msg.partition(), msg.offset()))
+    def send(i: int, recorder: LatencyRecorder) -> None:
+        # librdkafka keeps a callable per message: a partial of the send time (its
+        # Message.latency() ends at the broker's answer, not at the app's callback)
+        producer.produce(topic, value, keys[i % nkeys], on_delivery=functools.partial(
+            on_delivery, recorder, time.perf_counter()))
 
     recorders = latency_runs(args, send, poll=producer.poll)
     return {"elapsed": elapsed, "failed": failed[0], "recorders": recorders, "cpu": used,
