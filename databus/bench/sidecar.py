@@ -5,7 +5,9 @@ Two measurements per path, 100-byte values by default:
 * throughput: send ``--messages`` as fast as the path takes them, records/s until every
   delivery report is back;
 * latency: send at a fixed ``--rate`` for ``--seconds``, p50/p99 from send() to the delivery
-  report (linger.ms ``--linger-ms``).
+  report (linger.ms ``--linger-ms``), each path's app in a light process of its own
+  (latency.py); ``--breakdown`` adds where the time went (the broker and the sidecar stamp
+  each batch: databus/service/latency_trace.py).
 
 Paths: ``sdk -> sidecar -> broker`` (the SDK in this process, the sidecar in a child process
 ``databus sidecar``, the broker in another: three processes on this machine's cores);
@@ -18,10 +20,8 @@ the limit is.  Starts its own broker unless ``--bootstrap`` is given.
 
 from __future__ import annotations
 
-import array
 import bisect
 import contextlib
-import functools
 import os
 import subprocess
 import sys
@@ -31,6 +31,8 @@ import time
 
 from databus.service import latency_trace
 
+from . import latency
+from .latency import LatencyRecorder
 from .produce import ProcessCpu
 
 
@@ -100,78 +102,13 @@ def sidecar_process(root: str, bootstrap: str, args, **sections):
         log.close()
 
 
-class LatencyRecorder:
-    """A latency run's reports: per delivered message its send and report times, partition
-    and offset, in arrays (the app's collector should not walk 200 000 floats)."""
-
-    def __init__(self, expected: int) -> None:
-        self.sent = array.array("d")
-        self.answered = array.array("d")
-        self.partitions = array.array("i")
-        self.offsets = array.array("q")
-        self.errors = 0
-        self.done = threading.Event()
-        self.expected = expected
-        self._count = 0
-        self._lock = threading.Lock()
-
-    def record(self, sent_at: float, failed: bool, partition: int, offset: int) -> None:
-        now = time.perf_counter()
-        with self._lock:
-            if failed:
-                self.errors += 1
-            else:
-                self.sent.append(sent_at)
-                self.answered.append(now)
-                self.partitions.append(partition)
-                self.offsets.append(offset)
-            self._count += 1
-            if self._count >= self.expected:
-                self.done.set()
-
-    @property
-    def latencies(self) -> list[float]:
-        return [a - s for a, s in zip(self.answered, self.sent)]
-
-
-def paced(rate: int, seconds: float):
-    """Yield (index, batch size) so that ``rate`` messages/s go out in ~1 ms batches."""
-    total = int(rate * seconds)
-    start = time.perf_counter()
-    sent = 0
-    while sent < total:
-        due = min(total, int((time.perf_counter() - start) * rate) + 1)
-        if due > sent:
-            yield sent, due - sent
-            sent = due
-        else:
-            time.sleep(0.0005)
-
-
-def latency_runs(args, send, poll=None) -> dict[int, LatencyRecorder]:
-    """One paced run per rate of ``args.rate_list``: ``send(i, recorder)`` sends message
-    ``i`` and has its report call ``recorder.record``.  ``poll(timeout)``: for a client
-    whose reports are served by polling (librdkafka), called after each burst and while
-    waiting for the last reports; otherwise the reports arrive on their own."""
-    recorders = {}
-    for rate in args.rate_list:
-        recorder = recorders[rate] = LatencyRecorder(int(rate * args.seconds))
-        for first, n in paced(rate, args.seconds):
-            for i in range(first, first + n):
-                send(i, recorder)
-            if poll is not None:
-                poll(0)
-        if poll is None:
-            recorder.done.wait(120)
-        else:
-            deadline = time.monotonic() + 120
-            while not recorder.done.is_set() and time.monotonic() < deadline:
-                poll(0.01)
-    return recorders
-
-
 def keys_for(args) -> list[bytes | None]:
-    return [b"key-%d" % i for i in range(args.keys)] if args.keys else [None]
+    return latency.keys_for(args.keys)
+
+
+def latency_spec(args, topic: str) -> dict:
+    return {"topic": topic, "size": args.size, "keys": args.keys, "rates": args.rate_list,
+            "seconds": args.seconds}
 
 
 def run_sdk(socket_path: str, args, topic: str, cpu) -> dict:
@@ -195,28 +132,8 @@ def run_sdk(socket_path: str, args, topic: str, cpu) -> dict:
         used = cpu_delta(before, cpu())
         failed = client.statistics().failed - failed_before
 
-        # One callback for every message, each future's send time in a dict: a float, which
-        # the collector does not track (a closure per message would be three objects that
-        # survive young collections and make the app's full collections come sooner).
-        sent_at: dict = {}
-        current: list[LatencyRecorder] = []
-
-        def on_report(future) -> None:
-            started = sent_at.pop(future)
-            if future.exception(0) is not None:
-                current[0].record(started, True, -1, -1)
-            else:
-                delivery = future.result(0)
-                current[0].record(started, False, delivery.partition, delivery.offset)
-
-        def send(i: int, recorder: LatencyRecorder) -> None:
-            current[:] = [recorder]
-            started = time.perf_counter()
-            future = client.send(topic, value, keys[i % nkeys])
-            sent_at[future] = started
-            future.add_done_callback(on_report)
-
-        recorders = latency_runs(args, send)
+    recorders = latency.run_in_child("sdk", {"socket": socket_path,
+                                             **latency_spec(args, topic)})
     return {"elapsed": elapsed, "failed": failed, "recorders": recorders, "cpu": used,
             "topic": topic, "through_sidecar": True}
 
@@ -305,11 +222,12 @@ def run_librdkafka(bootstrap: str, args, topic: str, cpu) -> dict:
     value = b"x" * args.size
     keys = keys_for(args)
     nkeys = len(keys)
-    producer = confluent_kafka.Producer({
+    config = {
         "bootstrap.servers": bootstrap, "acks": args.acks, "linger.ms": args.linger_ms,
         "batch.size": 262144, "queue.buffering.max.messages": 2_000_000,
         "enable.idempotence": args.acks == "all",
-    })
+    }
+    producer = confluent_kafka.Producer(config)
     producer.produce(topic, b"warm-up")
     producer.flush(30)
     failed = [0]
@@ -333,16 +251,8 @@ def run_librdkafka(bootstrap: str, args, topic: str, cpu) -> dict:
     elapsed = time.perf_counter() - start
     used = cpu_delta(before, cpu())
 
-    def on_delivery(recorder: LatencyRecorder, started: float, err, msg) -> None:
-        recorder.record(started, err is not None, msg.partition(), msg.offset())
-
-    def send(i: int, recorder: LatencyRecorder) -> None:
-        # librdkafka keeps a callable per message: a partial of the send time (its
-        # Message.latency() ends at the broker's answer, not at the app's callback)
-        producer.produce(topic, value, keys[i % nkeys], on_delivery=functools.partial(
-            on_delivery, recorder, time.perf_counter()))
-
-    recorders = latency_runs(args, send, poll=producer.poll)
+    recorders = latency.run_in_child("librdkafka", {"config": config,
+                                                    **latency_spec(args, topic)})
     return {"elapsed": elapsed, "failed": failed[0], "recorders": recorders, "cpu": used,
             "topic": topic, "through_sidecar": False}
 
