@@ -989,7 +989,7 @@ new_future(Outbox *self)
      * collections and counts toward the app's next full one (a pause over its whole heap,
      * the latency tail at 50k msg/s).  Its slots hold no cycle that outlives it: _client's
      * cycle (client -> outbox -> futures -> future) ends when the future is answered or
-     * the client fails it, callbacks are taken off the list when it is done, and a stored
+     * the client fails it, callbacks are taken off its list (untracked too) when it is done, and a stored
      * exception (whose traceback may reach the future) makes DeliveryFuture._set track it
      * again (track() below). */
     PyObject_GC_UnTrack(future);
@@ -1002,6 +1002,15 @@ py_track(PyObject *unused, PyObject *obj)
 {
     if (PyObject_IS_GC(obj) && !PyObject_GC_IsTracked(obj))
         PyObject_GC_Track(obj);
+    Py_RETURN_NONE;
+}
+
+/* untrack(obj): the collector stops tracking obj (an untracked future's callback list). */
+static PyObject *
+py_untrack(PyObject *unused, PyObject *obj)
+{
+    if (PyObject_IS_GC(obj) && PyObject_GC_IsTracked(obj))
+        PyObject_GC_UnTrack(obj);
     Py_RETURN_NONE;
 }
 
@@ -1339,6 +1348,7 @@ static PyMethodDef methods[] = {
     {"encode_produce", py_encode_produce, METH_VARARGS, encode_produce_doc},
     {"encode_reports", py_encode_reports, METH_O, encode_reports_doc},
     {"track", py_track, METH_O, "track(obj): the cyclic collector tracks obj again"},
+    {"untrack", py_untrack, METH_O, "untrack(obj): the cyclic collector stops tracking obj"},
     {NULL, NULL, 0, NULL},
 };
 

@@ -120,5 +120,7 @@ def _tracked_already(obj: Any) -> None:
     """PyOutbox's futures are made in Python: the collector tracks them from the start."""
 
 
-# track(future): the collector tracks it again (the C outbox makes untracked futures)
+# track(future): the collector tracks it again (the C outbox makes untracked futures);
+# untrack(callbacks): an untracked future's callback list need not be tracked either
 track = sidecar_native.track if sidecar_native is not None else _tracked_already
+untrack = sidecar_native.untrack if sidecar_native is not None else _tracked_already

@@ -425,11 +425,20 @@ def test_the_c_outbox_makes_futures_the_collector_does_not_track_until_they_fail
 
     from databus.sdk.client import DeliveryFuture
 
-    box = _sidecar_speedups.Outbox(100, DeliveryFuture, None)
+    class Client:
+        _lock = threading.Lock()
+
+    box = _sidecar_speedups.Outbox(100, DeliveryFuture, Client())
     delivered, failed = box.add(1, ("s", b"v"))[1], box.add(1, ("s", b"v"))[1]
     assert not gc.is_tracked(delivered) and not gc.is_tracked(failed)
-    assert box.resolve([[1, 0, "t", 0, 10, 5]], 0, []) == (1, 1)
-    assert delivered.result(0).offset == 10 and not gc.is_tracked(delivered)
+    seen = []
+    delivered.add_done_callback(lambda f: seen.append(f.result(0).offset))
+    assert not gc.is_tracked(delivered._callbacks)  # emptied when done: no cycle outlives it
+    with_callbacks: list = []
+    assert box.resolve([[1, 0, "t", 0, 10, 5]], 0, with_callbacks) == (1, 1)
+    for future in with_callbacks:
+        future._run_callbacks()  # as the client's I/O thread does
+    assert seen == [10] and delivered._callbacks == [] and not gc.is_tracked(delivered)
     try:
         raise RuntimeError("the sidecar went away")
     except RuntimeError as exc:
