@@ -178,6 +178,10 @@ def _by_index(entry: tuple) -> int:
 _EMPTY_RECORD_BOUND = record_size_upper_bound(b"", b"")
 
 
+# How late trio's timers may fire: epoll waits in whole milliseconds, rounded up.
+TIMER_GRANULARITY_MS = 1.0
+
+
 def _now_ms() -> float:
     """trio's clock in ms: the accumulator's clock, read when it starts a batch."""
     return trio.current_time() * 1000.0
@@ -251,6 +255,7 @@ class Producer:
             codec=CODEC_BY_NAME[self.config.compression_type],
             max_in_flight=self.config.max_in_flight_requests_per_connection,
             on_batch_complete=getattr(self._partitioner, "batch_completed", None),
+            timer_granularity_ms=TIMER_GRANULARITY_MS,
         )
         self._sender = Sender(self._cluster, self._accumulator, self.config, self._batch_done)
         self._max_record_size = min(self.config.max_request_size, self.config.buffer_memory)
