@@ -22,8 +22,9 @@ import os
 import threading
 from concurrent.futures import ThreadPoolExecutor
 
-# Threads that fsync beside the caller's (fsync releases the interpreter).  More than a
-# round's usual descriptors (3 per log) would only queue in the kernel's journal anyway.
+# Threads that fsync beside the callers' (fsync releases the interpreter): a log's flush
+# takes one descriptor itself and hands its other two here, so 8 serve four logs flushed at
+# once; more would only queue behind the same journal commit.
 _FSYNC_THREADS = 8
 _pool: ThreadPoolExecutor | None = None
 _pool_lock = threading.Lock()
