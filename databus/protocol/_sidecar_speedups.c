@@ -989,29 +989,11 @@ new_future(Outbox *self)
      * collections and counts toward the app's next full one (a pause over its whole heap,
      * the latency tail at 50k msg/s).  Its slots hold no cycle that outlives it: _client's
      * cycle (client -> outbox -> futures -> future) ends when the future is answered or
-     * the client fails it, callbacks are taken off its list (untracked too) when it is done, and a stored
-     * exception (whose traceback may reach the future) makes DeliveryFuture._set track it
-     * again (track() below). */
+     * the client fails it, callbacks are taken off its list (untracked too) when it is
+     * done, and a stored exception (whose traceback may reach the future) makes
+     * DeliveryFuture._set track it again (track() below). */
     PyObject_GC_UnTrack(future);
     return future;
-}
-
-/* track(obj): make a collector-aware object tracked again (no-op when it is). */
-static PyObject *
-py_track(PyObject *unused, PyObject *obj)
-{
-    if (PyObject_IS_GC(obj) && !PyObject_GC_IsTracked(obj))
-        PyObject_GC_Track(obj);
-    Py_RETURN_NONE;
-}
-
-/* untrack(obj): the collector stops tracking obj (an untracked future's callback list). */
-static PyObject *
-py_untrack(PyObject *unused, PyObject *obj)
-{
-    if (PyObject_IS_GC(obj) && PyObject_GC_IsTracked(obj))
-        PyObject_GC_UnTrack(obj);
-    Py_RETURN_NONE;
 }
 
 /* add(size, fields) -> (QUEUED, WAKE, YIELD or REFUSED; the message's future or None) */
@@ -1342,6 +1324,24 @@ static PyTypeObject OutboxType = {
     .tp_members = outbox_members,
     .tp_getset = outbox_getset,
 };
+
+/* track(obj): make a collector-aware object tracked again (no-op when it is). */
+static PyObject *
+py_track(PyObject *unused, PyObject *obj)
+{
+    if (PyObject_IS_GC(obj) && !PyObject_GC_IsTracked(obj))
+        PyObject_GC_Track(obj);
+    Py_RETURN_NONE;
+}
+
+/* untrack(obj): the collector stops tracking obj (an untracked future's callback list). */
+static PyObject *
+py_untrack(PyObject *unused, PyObject *obj)
+{
+    if (PyObject_IS_GC(obj) && PyObject_GC_IsTracked(obj))
+        PyObject_GC_UnTrack(obj);
+    Py_RETURN_NONE;
+}
 
 static PyMethodDef methods[] = {
     {"parse_produce", py_parse_produce, METH_O, parse_produce_doc},

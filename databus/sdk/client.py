@@ -23,7 +23,6 @@ same I/O thread keeps its long poll open and sends its acks and nacks (protocol 
 from __future__ import annotations
 
 import collections
-import gc
 import logging
 import os
 import select
@@ -56,8 +55,8 @@ from .errors import (
     error_for,
 )
 from .outbox import WAKE, YIELD, Outbox
+from .outbox import callback_list as _callback_list
 from .outbox import track as _track
-from .outbox import untrack as _untrack
 
 log = logging.getLogger("databus.sdk")
 TOKEN_ENV = wire.TOKEN_ENV
@@ -145,13 +144,7 @@ class DeliveryFuture:
         if self._callbacks is None:
             with self._client._lock:  # registrars only: who creates the list
                 if self._callbacks is None:
-                    callbacks = []
-                    if not gc.is_tracked(self):
-                        # A C outbox's future (see _set): its list would be the one object
-                        # per message left for the app's collector; emptied when the future
-                        # is done, it holds no cycle beyond that either.
-                        _untrack(callbacks)
-                    self._callbacks = callbacks
+                    self._callbacks = _callback_list(self)  # untracked like self (see _set)
         self._callbacks.append(fn)
         if self._done:  # resolved meanwhile: run what the resolver did not take
             self._run_callbacks()
