@@ -283,15 +283,22 @@ def plugin_call_costs(repeat: int = 200_000) -> list[tuple[str, float]]:
 class _Stamps:
     """One role's latency-trace lines, found by (topic, partition, offset)."""
 
-    def __init__(self, rows: list[list[str]], last_of) -> None:
+    def __init__(self, rows: list[list[str]], last_of, times: int) -> None:
+        """``times``: how many fields from the fifth on are times (the rest stay text)."""
         by_tp: dict[tuple[str, int], list] = {}
         for row in rows:
+            fields = [float(f) if f else None for f in row[4:4 + times]] + row[4 + times:]
             by_tp.setdefault((row[0], int(row[1])), []).append(
-                (int(row[2]), last_of(row), [float(f) if f else None for f in row[4:]]))
+                (int(row[2]), last_of(row), fields))
         self._by_tp = {}
         for tp, entries in by_tp.items():
             entries.sort(key=lambda e: e[0])
             self._by_tp[tp] = ([e[0] for e in entries], entries)
+
+    def base(self, topic: str, partition: int, offset: int) -> int:
+        """The first offset of the line ``find`` returns for the same arguments."""
+        bases, _entries = self._by_tp[(topic, partition)]
+        return bases[bisect.bisect_right(bases, offset) - 1]
 
     def find(self, topic: str, partition: int, offset: int) -> list | None:
         found = self._by_tp.get((topic, partition))
@@ -308,11 +315,11 @@ def breakdown(recorder: LatencyRecorder, topic: str, trace_dir: str,
               through_sidecar: bool) -> tuple[list[tuple[str, list[float]]], int]:
     """Per stage, each delivered message's seconds in it (stages add up to its latency),
     and how many messages were found in the traces."""
-    broker = _Stamps(latency_trace.read(trace_dir, "broker"), lambda row: int(row[3]))
+    broker = _Stamps(latency_trace.read(trace_dir, "broker"), lambda row: int(row[3]), 5)
     producer = _Stamps(latency_trace.read(trace_dir, "producer"),
-                       lambda row: int(row[2]) + int(row[3]) - 1)
-    names = (["app → the sidecar sends its batch (SDK, socket, sidecar, linger)",
-              "  of which the batch's age when sent (linger.ms)",
+                       lambda row: int(row[2]) + int(row[3]) - 1, 3)
+    names = (["app → the sidecar has queued it (SDK, socket, sidecar)",
+              "→ its batch is sent (linger.ms)",
               "→ the broker starts the Produce request"] if through_sidecar else
              ["app → the broker starts the Produce request (librdkafka, linger)"])
     names += ["append", "wait for an fsync round to start", "the fsync round",
@@ -332,8 +339,10 @@ def breakdown(recorder: LatencyRecorder, topic: str, trace_dir: str,
         if round_start is None:  # acks=0/1, or durable before it asked
             round_start = round_end = appended
         if through_sidecar:
-            created, batch_sent, batch_answered = b
-            times = [batch_sent - sent, batch_sent - created, start - batch_sent]
+            created, batch_sent, batch_answered, appends = b
+            queued = _queued_at(appends, offset - producer.base(topic, partition, offset),
+                                created)
+            times = [queued - sent, batch_sent - queued, start - batch_sent]
         else:
             times = [start - sent]
         times += [appended - start, round_start - appended, round_end - round_start,
@@ -343,6 +352,16 @@ def breakdown(recorder: LatencyRecorder, topic: str, trace_dir: str,
         for column, seconds in zip(stages, times):
             column.append(seconds)
     return list(zip(names, stages)), found
+
+
+def _queued_at(appends: str, index: int, created: float) -> float:
+    """When record ``index`` of a batch was queued: the first ``count@time`` of the trace's
+    appends with count > index (the batch's opening if none says)."""
+    for stamp in appends.split(",") if appends else ():
+        count, _, at = stamp.partition("@")
+        if int(count) > index:
+            return float(at)
+    return created
 
 
 def breakdown_tables(results, trace_dir: str) -> list[tuple[str, list, list]]:
@@ -361,11 +380,9 @@ def breakdown_tables(results, trace_dir: str) -> list[tuple[str, list, list]]:
             rows = []
             for stage, seconds in stages:
                 in_tail = [seconds[i] for i in tail]
-                extra = stage.startswith("  ")  # part of the stage above, not added
                 rows.append((stage, f"{_quantile(seconds, 0.5) * 1000:.2f}",
                              f"{sum(seconds) / len(seconds) * 1000:.2f}",
-                             f"{sum(in_tail) / max(1, len(in_tail)) * 1000:.2f}"
-                             + (" (part)" if extra else "")))
+                             f"{sum(in_tail) / max(1, len(in_tail)) * 1000:.2f}"))
             tables.append((
                 f"where the time goes: {name} at {rate:,}/s ({found:,} of "
                 f"{len(recorder.sent):,} messages found in the traces)",
@@ -378,9 +395,8 @@ def breakdown_tables(results, trace_dir: str) -> list[tuple[str, list, list]]:
 
 
 def _totals(stages) -> list[float]:
-    """Each message's latency: the sum of its stages (the "(part)" row left out)."""
-    columns = [seconds for stage, seconds in stages if not stage.startswith("  ")]
-    return [sum(values) for values in zip(*columns)]
+    """Each message's latency: the sum of its stages."""
+    return [sum(values) for values in zip(*(seconds for _stage, seconds in stages))]
 
 
 def _quantile(values: list[float], q: float) -> float:

@@ -94,6 +94,9 @@ class ProducerBatch:
     order: int = 0  # creation order within the accumulator
     in_flight: bool = False
     last_error: BaseException | None = None  # why the last attempt failed, for the report
+    # The latency trace's (record count, trio ms) after each bulk append, when it is on
+    # (databus/service/latency_trace.py): when the batch's records were queued.
+    trace_appends: list[tuple[int, float]] | None = None
     result: BatchResult = field(init=False)
 
     def __post_init__(self) -> None:

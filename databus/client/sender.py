@@ -292,16 +292,18 @@ class Sender:
 
     def _write_trace(self, batches: list[ProducerBatch], by_tp: dict, sent: float) -> None:
         """One latency-trace line per delivered batch (databus/service/latency_trace.py);
-        the batch was opened at trio's clock ``created_ms``, which is perf_counter plus an
-        offset of trio's choosing."""
+        the batch was opened at trio's clock ``created_ms`` (and its bulk appends stamped on
+        it), which is perf_counter plus an offset of trio's choosing."""
         answered = time.perf_counter()
         offset = answered - trio.current_time()
         for batch in batches:
             p = by_tp.get(batch.tp)
             if p is not None and int(p.error_code) == 0:
+                appends = ",".join(f"{count}@{ms / 1000.0 + offset!r}"
+                                   for count, ms in batch.trace_appends or ())
                 _trace.write(batch.topic, batch.partition, int(p.base_offset),
                              batch.record_count, batch.created_ms / 1000.0 + offset, sent,
-                             answered)
+                             answered, appends)
 
     def _timeout_error(self, batch: ProducerBatch, cause: BaseException | str | None = None):
         detail = f" (last error: {cause})" if cause else ""

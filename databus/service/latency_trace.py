@@ -10,8 +10,10 @@ process appends one tab-separated line per produced batch to ``<dir>/<role>-<pid
   commit's fsync round that covered it began and ended (empty for acks=0/1), the answer was
   ready to write (every partition of the request durable);
 * ``producer`` (our Kafka client, as the sidecar uses it): ``topic partition base_offset
-  count created sent answered`` -- the batch was opened (linger starts), its Produce request
-  was written, the broker's answer was read.
+  count created sent answered appends`` -- the batch was opened (linger starts), its Produce
+  request was written, the broker's answer was read; ``appends``: ``count@time`` after each
+  bulk append (``Producer.send_batch``, the sidecar's path), comma-separated, so record
+  ``i`` of the batch was queued at the time of the first count above ``i``.
 
 Times are ``time.perf_counter()`` seconds: CLOCK_MONOTONIC on Linux, one clock for every
 process of the machine, so the benchmark can line the processes' stamps up per message
