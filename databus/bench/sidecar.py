@@ -29,10 +29,6 @@ import tempfile
 import threading
 import time
 
-from databus.service import latency_trace
-
-from . import latency
-from .latency import LatencyRecorder
 from .produce import ProcessCpu
 
 
@@ -103,7 +99,9 @@ def sidecar_process(root: str, bootstrap: str, args, **sections):
 
 
 def keys_for(args) -> list[bytes | None]:
-    return latency.keys_for(args.keys)
+    from .latency import keys_for as latency_keys_for  # (the latency app's light module)
+
+    return latency_keys_for(args.keys)
 
 
 def latency_spec(args, topic: str) -> dict:
@@ -132,8 +130,9 @@ def run_sdk(socket_path: str, args, topic: str, cpu) -> dict:
         used = cpu_delta(before, cpu())
         failed = client.statistics().failed - failed_before
 
-    recorders = latency.run_in_child("sdk", {"socket": socket_path,
-                                             **latency_spec(args, topic)})
+    from .latency import run_in_child
+
+    recorders = run_in_child("sdk", {"socket": socket_path, **latency_spec(args, topic)})
     return {"elapsed": elapsed, "failed": failed, "recorders": recorders, "cpu": used,
             "topic": topic, "through_sidecar": True}
 
@@ -251,8 +250,9 @@ def run_librdkafka(bootstrap: str, args, topic: str, cpu) -> dict:
     elapsed = time.perf_counter() - start
     used = cpu_delta(before, cpu())
 
-    recorders = latency.run_in_child("librdkafka", {"config": config,
-                                                    **latency_spec(args, topic)})
+    from .latency import run_in_child
+
+    recorders = run_in_child("librdkafka", {"config": config, **latency_spec(args, topic)})
     return {"elapsed": elapsed, "failed": failed[0], "recorders": recorders, "cpu": used,
             "topic": topic, "through_sidecar": False}
 
@@ -311,10 +311,13 @@ class _Stamps:
         return entries[i][2]
 
 
-def breakdown(recorder: LatencyRecorder, topic: str, trace_dir: str,
+def breakdown(recorder, topic: str, trace_dir: str,
               through_sidecar: bool) -> tuple[list[tuple[str, list[float]]], int]:
     """Per stage, each delivered message's seconds in it (stages add up to its latency),
-    and how many messages were found in the traces."""
+    and how many messages were found in the traces; ``recorder``: a latency run's
+    LatencyRecorder."""
+    from databus.service import latency_trace
+
     broker = _Stamps(latency_trace.read(trace_dir, "broker"), lambda row: int(row[3]), 5)
     producer = _Stamps(latency_trace.read(trace_dir, "producer"),
                        lambda row: int(row[2]) + int(row[3]) - 1, 3)
@@ -419,7 +422,9 @@ def run(args) -> int:
             if args.bootstrap:
                 raise SystemExit("--breakdown needs the broker this benchmark starts "
                                  "(leave out --bootstrap-server)")
-            stack.enter_context(_environment(latency_trace.ENV, trace_dir))
+            from databus.service.latency_trace import ENV
+
+            stack.enter_context(_environment(ENV, trace_dir))
         bootstrap = args.bootstrap
         if not bootstrap:
             from databus.broker.process import BrokerProcess
