@@ -5,7 +5,9 @@ Two measurements per path, 100-byte values by default:
 * throughput: send ``--messages`` as fast as the path takes them, records/s until every
   delivery report is back;
 * latency: send at a fixed ``--rate`` for ``--seconds``, p50/p99 from send() to the delivery
-  report (linger.ms ``--linger-ms``).
+  report (linger.ms ``--linger-ms``), each path's app in a light process of its own
+  (latency.py); ``--breakdown`` adds where the time went (the broker and the sidecar stamp
+  each batch: databus/service/latency_trace.py).
 
 Paths: ``sdk -> sidecar -> broker`` (the SDK in this process, the sidecar in a child process
 ``databus sidecar``, the broker in another: three processes on this machine's cores);
@@ -18,7 +20,7 @@ the limit is.  Starts its own broker unless ``--bootstrap`` is given.
 
 from __future__ import annotations
 
-import array
+import bisect
 import contextlib
 import os
 import subprocess
@@ -47,7 +49,13 @@ def add_arguments(parser) -> None:
         help="messages cycle through this many distinct keys (0: no keys, sticky partitioning)",
     )
     parser.add_argument(
-        "--only", choices=["sidecar", "frames", "librdkafka"], help="run one path only"
+        "--only", choices=["sidecar", "frames", "librdkafka"],
+        help="run one path only (and leave out the table of hook costs)"
+    )
+    parser.add_argument(
+        "--breakdown", action="store_true",
+        help="after the table, where each latency run's messages spent their time: the broker "
+             "and the sidecar stamp every batch (DATABUS_LATENCY_TRACE), lined up per message",
     )
 
 
@@ -89,65 +97,15 @@ def sidecar_process(root: str, bootstrap: str, args, **sections):
         log.close()
 
 
-class LatencyRecorder:
-    def __init__(self, expected: int) -> None:
-        # An array, not a list: the app's collector should not walk 200 000 floats.
-        self.latencies = array.array("d")
-        self.errors = 0
-        self.done = threading.Event()
-        self.expected = expected
-        self._count = 0
-        self._lock = threading.Lock()
-
-    def record(self, sent_at: float, failed: bool) -> None:
-        now = time.perf_counter()
-        with self._lock:
-            self.latencies.append(now - sent_at)
-            self.errors += failed
-            self._count += 1
-            if self._count >= self.expected:
-                self.done.set()
-
-
-def paced(rate: int, seconds: float):
-    """Yield (index, batch size) so that ``rate`` messages/s go out in ~1 ms batches."""
-    total = int(rate * seconds)
-    start = time.perf_counter()
-    sent = 0
-    while sent < total:
-        due = min(total, int((time.perf_counter() - start) * rate) + 1)
-        if due > sent:
-            yield sent, due - sent
-            sent = due
-        else:
-            time.sleep(0.0005)
-
-
-def latency_runs(args, send, poll=None) -> dict[int, LatencyRecorder]:
-    """One paced run per rate of ``args.rate_list``: ``send(i, done)`` sends message ``i``
-    and arranges ``done(failed)`` for its delivery report.  ``poll(timeout)``: for a client
-    whose reports are served by polling (librdkafka), called after each burst and while
-    waiting for the last reports; otherwise the reports arrive on their own."""
-    recorders = {}
-    for rate in args.rate_list:
-        recorder = recorders[rate] = LatencyRecorder(int(rate * args.seconds))
-        for first, n in paced(rate, args.seconds):
-            for i in range(first, first + n):
-                sent_at = time.perf_counter()
-                send(i, lambda failed, t=sent_at, r=recorder: r.record(t, failed))
-            if poll is not None:
-                poll(0)
-        if poll is None:
-            recorder.done.wait(120)
-        else:
-            deadline = time.monotonic() + 120
-            while not recorder.done.is_set() and time.monotonic() < deadline:
-                poll(0.01)
-    return recorders
-
-
 def keys_for(args) -> list[bytes | None]:
-    return [b"key-%d" % i for i in range(args.keys)] if args.keys else [None]
+    from .latency import keys_for as latency_keys_for  # (the latency app's light module)
+
+    return latency_keys_for(args.keys)
+
+
+def latency_spec(args, topic: str) -> dict:
+    return {"topic": topic, "size": args.size, "keys": args.keys, "rates": args.rate_list,
+            "seconds": args.seconds}
 
 
 def run_sdk(socket_path: str, args, topic: str, cpu) -> dict:
@@ -171,13 +129,11 @@ def run_sdk(socket_path: str, args, topic: str, cpu) -> dict:
         used = cpu_delta(before, cpu())
         failed = client.statistics().failed - failed_before
 
-        def send(i: int, done) -> None:
-            client.send(topic, value, keys[i % nkeys]).add_done_callback(
-                lambda f: done(f.exception(0) is not None)
-            )
+    from .latency import run_in_child
 
-        recorders = latency_runs(args, send)
-    return {"elapsed": elapsed, "failed": failed, "recorders": recorders, "cpu": used}
+    recorders = run_in_child("sdk", {"socket": socket_path, **latency_spec(args, topic)})
+    return {"elapsed": elapsed, "failed": failed, "recorders": recorders, "cpu": used,
+            "topic": topic, "through_sidecar": True}
 
 
 def run_frames(socket_path: str, args, topic: str, cpu) -> dict:
@@ -237,6 +193,20 @@ def run_frames(socket_path: str, args, topic: str, cpu) -> dict:
     return {"elapsed": elapsed, "failed": outcome["failed"], "recorders": {}, "cpu": used}
 
 
+@contextlib.contextmanager
+def _environment(name: str, value: str):
+    """``name=value`` in the environment the child processes inherit, for the block."""
+    before = os.environ.get(name)
+    os.environ[name] = value
+    try:
+        yield
+    finally:
+        if before is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = before
+
+
 def cpu_delta(before: dict, after: dict) -> dict:
     return {
         name: None if after[name] is None or before[name] is None else after[name] - before[name]
@@ -250,11 +220,12 @@ def run_librdkafka(bootstrap: str, args, topic: str, cpu) -> dict:
     value = b"x" * args.size
     keys = keys_for(args)
     nkeys = len(keys)
-    producer = confluent_kafka.Producer({
+    config = {
         "bootstrap.servers": bootstrap, "acks": args.acks, "linger.ms": args.linger_ms,
         "batch.size": 262144, "queue.buffering.max.messages": 2_000_000,
         "enable.idempotence": args.acks == "all",
-    })
+    }
+    producer = confluent_kafka.Producer(config)
     producer.produce(topic, b"warm-up")
     producer.flush(30)
     failed = [0]
@@ -278,12 +249,11 @@ def run_librdkafka(bootstrap: str, args, topic: str, cpu) -> dict:
     elapsed = time.perf_counter() - start
     used = cpu_delta(before, cpu())
 
-    def send(i: int, done) -> None:
-        producer.produce(topic, value, keys[i % nkeys],
-                         on_delivery=lambda err, msg: done(err is not None))
+    from .latency import run_in_child
 
-    recorders = latency_runs(args, send, poll=producer.poll)
-    return {"elapsed": elapsed, "failed": failed[0], "recorders": recorders, "cpu": used}
+    recorders = run_in_child("librdkafka", {"config": config, **latency_spec(args, topic)})
+    return {"elapsed": elapsed, "failed": failed[0], "recorders": recorders, "cpu": used,
+            "topic": topic, "through_sidecar": False}
 
 
 def plugin_call_costs(repeat: int = 200_000) -> list[tuple[str, float]]:
@@ -309,6 +279,128 @@ def plugin_call_costs(repeat: int = 200_000) -> list[tuple[str, float]]:
     ]
 
 
+class _Stamps:
+    """One role's latency-trace lines, found by (topic, partition, offset)."""
+
+    def __init__(self, rows: list[list[str]], last_of, times: int) -> None:
+        """``times``: how many fields from the fifth on are times (the rest stay text)."""
+        by_tp: dict[tuple[str, int], list] = {}
+        for row in rows:
+            fields = [float(f) if f else None for f in row[4:4 + times]] + row[4 + times:]
+            by_tp.setdefault((row[0], int(row[1])), []).append(
+                (int(row[2]), last_of(row), fields))
+        self._by_tp = {}
+        for tp, entries in by_tp.items():
+            entries.sort(key=lambda e: e[0])
+            self._by_tp[tp] = ([e[0] for e in entries], entries)
+
+    def base(self, topic: str, partition: int, offset: int) -> int:
+        """The first offset of the line ``find`` returns for the same arguments."""
+        bases, _entries = self._by_tp[(topic, partition)]
+        return bases[bisect.bisect_right(bases, offset) - 1]
+
+    def find(self, topic: str, partition: int, offset: int) -> list | None:
+        found = self._by_tp.get((topic, partition))
+        if found is None:
+            return None
+        bases, entries = found
+        i = bisect.bisect_right(bases, offset) - 1
+        if i < 0 or entries[i][1] < offset:
+            return None
+        return entries[i][2]
+
+
+def breakdown(recorder, topic: str, trace_dir: str,
+              through_sidecar: bool) -> tuple[list[tuple[str, list[float]]], int]:
+    """Per stage, each delivered message's seconds in it (stages add up to its latency),
+    and how many messages were found in the traces; ``recorder``: a latency run's
+    LatencyRecorder."""
+    from databus.service import latency_trace
+
+    broker = _Stamps(latency_trace.read(trace_dir, "broker"), lambda row: int(row[3]), 5)
+    producer = _Stamps(latency_trace.read(trace_dir, "producer"),
+                       lambda row: int(row[2]) + int(row[3]) - 1, 3)
+    names = (["app → the sidecar has queued it (SDK, socket, sidecar)",
+              "→ its batch is sent (linger.ms)",
+              "→ the broker starts the Produce request"] if through_sidecar else
+             ["app → the broker starts the Produce request (librdkafka, linger)"])
+    names += ["append", "wait for an fsync round to start", "the fsync round",
+              "→ the answer is ready (its turn on the connection)"]
+    names += (["→ the sidecar has the answer", "→ the app's callback (reports, SDK, GC)"]
+              if through_sidecar else ["→ the app's callback (librdkafka)"])
+    stages: list[list[float]] = [[] for _ in names]
+    found = 0
+    for sent, answered, partition, offset in zip(recorder.sent, recorder.answered,
+                                                 recorder.partitions, recorder.offsets):
+        a = broker.find(topic, partition, offset)
+        b = producer.find(topic, partition, offset) if through_sidecar else None
+        if a is None or (through_sidecar and b is None):
+            continue
+        found += 1
+        start, appended, round_start, round_end, ready = a
+        if round_start is None:  # acks=0/1, or durable before it asked
+            round_start = round_end = appended
+        if through_sidecar:
+            created, batch_sent, batch_answered, appends = b
+            queued = _queued_at(appends, offset - producer.base(topic, partition, offset),
+                                created)
+            times = [queued - sent, batch_sent - queued, start - batch_sent]
+        else:
+            times = [start - sent]
+        times += [appended - start, round_start - appended, round_end - round_start,
+                  ready - round_end]
+        times += [batch_answered - ready, answered - batch_answered] if through_sidecar \
+            else [answered - ready]
+        for column, seconds in zip(stages, times):
+            column.append(seconds)
+    return list(zip(names, stages)), found
+
+
+def _queued_at(appends: str, index: int, created: float) -> float:
+    """When record ``index`` of a batch was queued: the first ``count@time`` of the trace's
+    appends with count > index (the batch's opening if none says)."""
+    for stamp in appends.split(",") if appends else ():
+        count, _, at = stamp.partition("@")
+        if int(count) > index:
+            return float(at)
+    return created
+
+
+def breakdown_tables(results, trace_dir: str) -> list[tuple[str, list, list]]:
+    """(title, columns, rows) of a table per latency run of each path."""
+    from databus.tools.table import Column
+
+    tables = []
+    for name, r in results:
+        for rate, recorder in r["recorders"].items():
+            stages, found = breakdown(recorder, r["topic"], trace_dir, r["through_sidecar"])
+            if not found:
+                continue
+            totals = _totals(stages)
+            slow = _quantile(totals, 0.99)
+            tail = [i for i, t in enumerate(totals) if t >= slow]  # the p99 tail's messages
+            rows = []
+            for stage, seconds in stages:
+                in_tail = [seconds[i] for i in tail]
+                rows.append((stage, f"{_quantile(seconds, 0.5) * 1000:.2f}",
+                             f"{sum(seconds) / len(seconds) * 1000:.2f}",
+                             f"{sum(in_tail) / max(1, len(in_tail)) * 1000:.2f}"))
+            tables.append((
+                f"where the time goes: {name} at {rate:,}/s ({found:,} of "
+                f"{len(recorder.sent):,} messages found in the traces)",
+                [Column("stage"), Column("p50 ms", justify="right"),
+                 Column("mean ms", justify="right"),
+                 Column(f"mean of the slowest 1% (≥ {slow * 1000:.2f} ms)", justify="right")],
+                rows,
+            ))
+    return tables
+
+
+def _totals(stages) -> list[float]:
+    """Each message's latency: the sum of its stages."""
+    return [sum(values) for values in zip(*(seconds for _stage, seconds in stages))]
+
+
 def _quantile(values: list[float], q: float) -> float:
     if not values:
         return float("nan")
@@ -324,6 +416,14 @@ def run(args) -> int:
     results = []
     with contextlib.ExitStack() as stack:
         root = stack.enter_context(tempfile.TemporaryDirectory(prefix="databus-bench-sidecar-"))
+        trace_dir = os.path.join(root, "trace")
+        if args.breakdown:  # the broker and sidecar started below stamp every batch
+            if args.bootstrap:
+                raise SystemExit("--breakdown needs the broker this benchmark starts "
+                                 "(leave out --bootstrap-server)")
+            from databus.service.latency_trace import ENV
+
+            stack.enter_context(_environment(ENV, trace_dir))
         bootstrap = args.bootstrap
         if not bootstrap:
             from databus.broker.process import BrokerProcess
@@ -359,6 +459,8 @@ def run(args) -> int:
 
             results.append(("confluent-kafka → broker",
                             run_librdkafka(bootstrap, args, f"bench-rdkafka-{run_id}", cpu)))
+        # read before the temporary directory goes
+        tables = breakdown_tables(results, trace_dir) if args.breakdown else []
 
     keys = f"{args.keys} keys" if args.keys else "no keys"
     headers = ["throughput rec/s", "MB/s", *(f"{who} CPU µs/msg" for who in
@@ -388,7 +490,10 @@ def run(args) -> int:
               f"linger.ms={args.linger_ms}, {args.partitions} partitions",
         to=out,
     )
-    print_table([Column("call"), Column("µs", justify="right")],
-                [(name, f"{seconds * 1e6:.2f}") for name, seconds in plugin_call_costs()],
-                title="hot path: why hooks are factories (per call)", to=out)
+    for title, columns, table_rows in tables:
+        print_table(columns, table_rows, title=title, to=out)
+    if args.only is None:  # a run of one path is about that path
+        print_table([Column("call"), Column("µs", justify="right")],
+                    [(name, f"{seconds * 1e6:.2f}") for name, seconds in plugin_call_costs()],
+                    title="hot path: why hooks are factories (per call)", to=out)
     return 0

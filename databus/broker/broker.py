@@ -252,12 +252,20 @@ class Broker:
             self.group_commit.kick()
         return info
 
-    async def wait_durable(self, topic: str, partition: int, last_offset: int) -> None:
-        """Return once ``last_offset`` of the partition is fsynced (group commit)."""
+    def durable_waiter(self, topic: str, partition: int, last_offset: int):
+        """Ask for ``last_offset`` of the partition to be fsynced now (group commit); ``await
+        waiter.wait()`` returns once it is (None: it already is).  A request appending to
+        several partitions registers them all before awaiting, so one round covers them."""
         partition_log = self.log_manager.get_log(topic, partition)
         if partition_log is None:
             raise UnknownTopicError(f"{topic}-{partition} was deleted before it was flushed")
-        await self.group_commit.wait_durable(partition_log, last_offset)
+        return self.group_commit.register(partition_log, last_offset)
+
+    async def wait_durable(self, topic: str, partition: int, last_offset: int) -> None:
+        """Return once ``last_offset`` of the partition is fsynced (group commit)."""
+        waiter = self.durable_waiter(topic, partition, last_offset)
+        if waiter is not None:
+            await waiter.wait()
 
     async def append_durably(self, topic: str, partition: int, records: bytes):
         """``append`` then ``wait_durable``: what acks=all means on a single node."""

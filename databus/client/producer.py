@@ -30,6 +30,7 @@ import trio
 from ..protocol.codecs import CODEC_BY_NAME
 from ..protocol.records import as_bytes, record_size_upper_bound
 from ..protocol.speedups import native as _native
+from ..service import latency_trace
 from . import errors
 from .accumulator import BatchResult, DeliverySink, ProducerBatch, RecordAccumulator
 from .cluster import Cluster
@@ -178,6 +179,24 @@ def _by_index(entry: tuple) -> int:
 _EMPTY_RECORD_BOUND = record_size_upper_bound(b"", b"")
 
 
+_trace = latency_trace.recorder("producer")
+
+
+def _stamp_appends(queued, now_ms: float) -> None:
+    """Latency trace: the batches a bulk append filled (the last two of the partition's
+    queue at most) note their record count at ``now_ms``."""
+    for batch in list(queued or ())[-2:]:
+        stamps = batch.trace_appends
+        if stamps is None:
+            stamps = batch.trace_appends = []
+        if not stamps or stamps[-1][0] != batch.record_count:
+            stamps.append((batch.record_count, now_ms))
+
+
+# How late trio's timers may fire: epoll waits in whole milliseconds, rounded up.
+TIMER_GRANULARITY_MS = 1.0
+
+
 def _now_ms() -> float:
     """trio's clock in ms: the accumulator's clock, read when it starts a batch."""
     return trio.current_time() * 1000.0
@@ -243,6 +262,7 @@ class Producer:
             codec=CODEC_BY_NAME[self.config.compression_type],
             max_in_flight=self.config.max_in_flight_requests_per_connection,
             on_batch_complete=getattr(self._partitioner, "batch_completed", None),
+            timer_granularity_ms=TIMER_GRANULARITY_MS,
         )
         self._sender = Sender(self._cluster, self._accumulator, self.config, self._batch_done)
         self._max_record_size = min(self.config.max_request_size, self.config.buffer_memory)
@@ -440,7 +460,10 @@ class Producer:
         if self._incomplete == 0:
             self._all_delivered = trio.Event()
         self._incomplete += len(records)
-        if self._accumulator.append_many(topic, partition, records, sink, now_ms):
+        appended = self._accumulator.append_many(topic, partition, records, sink, now_ms)
+        if _trace is not None:
+            _stamp_appends(self._accumulator.batches.get((topic, partition)), now_ms)
+        if appended:
             # A new batch (its linger timer starts) or a full one: let the sender run now, so
             # a caller sending in a tight loop still gets its batches on the wire as they fill.
             # Shielded: the records are queued, so the caller must not see a cancellation.

@@ -13,12 +13,14 @@ from __future__ import annotations
 
 import logging
 import math
+import time
 from collections.abc import Callable
 
 import trio
 
 from ..protocol.api_keys import ApiKey
 from ..protocol.entities import build_request, ms
+from ..service import latency_trace
 from . import errors
 from .accumulator import ProducerBatch, RecordAccumulator
 from .cluster import Cluster
@@ -26,6 +28,7 @@ from .config import ProducerConfig
 from .idempotence import IdempotenceState
 
 log = logging.getLogger(__name__)
+_trace = latency_trace.recorder("producer")
 
 # Errors after which the partition's leader may have moved: refresh metadata before retrying.
 _METADATA_ERRORS = (
@@ -250,6 +253,7 @@ class Sender:
             try:
                 conn = await self.cluster.connection(node)
                 body = build_request(ApiKey.PRODUCE, conn.version(ApiKey.PRODUCE), fields)
+                sent = time.perf_counter() if _trace is not None else 0.0
                 pending = await conn.write(body, expect_response=acks != 0)
             finally:
                 self._end_turn(node, ticket)
@@ -266,6 +270,8 @@ class Sender:
         for topic in response.responses:
             for p in topic.partition_responses:
                 by_tp[(topic.name, int(p.index))] = p
+        if _trace is not None:
+            self._write_trace(batches, by_tp, sent)
         for batch in batches:
             p = by_tp.get(batch.tp)
             if p is None:
@@ -283,6 +289,21 @@ class Sender:
             else:
                 detail = getattr(p, "error_message", None) or f"{batch.topic}-{batch.partition}"
                 self._retry_or_fail(batch, errors.from_code(code, detail))
+
+    def _write_trace(self, batches: list[ProducerBatch], by_tp: dict, sent: float) -> None:
+        """One latency-trace line per delivered batch (databus/service/latency_trace.py);
+        the batch was opened at trio's clock ``created_ms`` (and its bulk appends stamped on
+        it), which is perf_counter plus an offset of trio's choosing."""
+        answered = time.perf_counter()
+        offset = answered - trio.current_time()
+        for batch in batches:
+            p = by_tp.get(batch.tp)
+            if p is not None and int(p.error_code) == 0:
+                appends = ",".join(f"{count}@{ms / 1000.0 + offset!r}"
+                                   for count, ms in batch.trace_appends or ())
+                _trace.write(batch.topic, batch.partition, int(p.base_offset),
+                             batch.record_count, batch.created_ms / 1000.0 + offset, sent,
+                             answered, appends)
 
     def _timeout_error(self, batch: ProducerBatch, cause: BaseException | str | None = None):
         detail = f" (last error: {cause})" if cause else ""

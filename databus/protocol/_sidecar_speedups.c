@@ -985,6 +985,14 @@ new_future(Outbox *self)
     PyObject *values[6] = {self->client, Py_None, Py_False, Py_None, Py_None, Py_None};
     for (int i = 0; i < 6; i++)
         *(PyObject **)((char *)future + self->slot[i]) = Py_NewRef(values[i]);
+    /* Not tracked by the cyclic collector: a future in flight survives the young
+     * collections and counts toward the app's next full one (a pause over its whole heap,
+     * the latency tail at 50k msg/s).  Its slots hold no cycle that outlives it: _client's
+     * cycle (client -> outbox -> futures -> future) ends when the future is answered or
+     * the client fails it, callbacks are taken off its list (untracked too) when it is
+     * done, and a stored exception (whose traceback may reach the future) makes
+     * DeliveryFuture._set track it again (track() below). */
+    PyObject_GC_UnTrack(future);
     return future;
 }
 
@@ -1317,10 +1325,30 @@ static PyTypeObject OutboxType = {
     .tp_getset = outbox_getset,
 };
 
+/* track(obj): make a collector-aware object tracked again (no-op when it is). */
+static PyObject *
+py_track(PyObject *unused, PyObject *obj)
+{
+    if (PyObject_IS_GC(obj) && !PyObject_GC_IsTracked(obj))
+        PyObject_GC_Track(obj);
+    Py_RETURN_NONE;
+}
+
+/* untrack(obj): the collector stops tracking obj (an untracked future's callback list). */
+static PyObject *
+py_untrack(PyObject *unused, PyObject *obj)
+{
+    if (PyObject_IS_GC(obj) && PyObject_GC_IsTracked(obj))
+        PyObject_GC_UnTrack(obj);
+    Py_RETURN_NONE;
+}
+
 static PyMethodDef methods[] = {
     {"parse_produce", py_parse_produce, METH_O, parse_produce_doc},
     {"encode_produce", py_encode_produce, METH_VARARGS, encode_produce_doc},
     {"encode_reports", py_encode_reports, METH_O, encode_reports_doc},
+    {"track", py_track, METH_O, "track(obj): the cyclic collector tracks obj again"},
+    {"untrack", py_untrack, METH_O, "untrack(obj): the cyclic collector stops tracking obj"},
     {NULL, NULL, 0, NULL},
 };
 

@@ -55,6 +55,8 @@ from .errors import (
     error_for,
 )
 from .outbox import WAKE, YIELD, Outbox
+from .outbox import callback_list as _callback_list
+from .outbox import track as _track
 
 log = logging.getLogger("databus.sdk")
 TOKEN_ENV = wire.TOKEN_ENV
@@ -142,13 +144,17 @@ class DeliveryFuture:
         if self._callbacks is None:
             with self._client._lock:  # registrars only: who creates the list
                 if self._callbacks is None:
-                    self._callbacks = []
+                    self._callbacks = _callback_list(self)  # untracked like self (see _set)
         self._callbacks.append(fn)
         if self._done:  # resolved meanwhile: run what the resolver did not take
             self._run_callbacks()
 
     def _set(self, result: Delivery | None, exc: BaseException | None) -> None:
         self._report = result
+        if exc is not None:
+            # the C outbox makes futures the collector does not track (new_future in
+            # _sidecar_speedups.c); an exception's traceback may lead back here
+            _track(self)
         self._exc = exc
         self._done = True
         self._run_callbacks()

@@ -11,6 +11,7 @@ tests/protocol/test_sidecar_speedups.py runs both through the same operations.
 
 from __future__ import annotations
 
+import gc
 import threading
 from typing import Any
 
@@ -114,3 +115,22 @@ class PyOutbox:
 
 
 Outbox = sidecar_native.Outbox if sidecar_native is not None else PyOutbox
+
+
+def _tracked_already(obj: Any) -> None:
+    """PyOutbox's futures are made in Python: the collector tracks them from the start."""
+
+
+# track(future): the collector tracks it again (the C outbox makes untracked futures)
+track = sidecar_native.track if sidecar_native is not None else _tracked_already
+_untrack = sidecar_native.untrack if sidecar_native is not None else _tracked_already
+
+
+def callback_list(future: Any) -> list:
+    """A new list for ``future``'s callbacks: untracked like the future when the C outbox
+    made it (it would be the one object per message left for the app's collector; emptied
+    when the future is done, it holds no cycle beyond that either)."""
+    callbacks: list = []
+    if not gc.is_tracked(future):
+        _untrack(callbacks)
+    return callbacks

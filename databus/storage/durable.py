@@ -7,12 +7,27 @@ before the rename removes the temp file and leaves the old file untouched.  Ever
 file of the data directory (checkpoints, topic metadata, ``meta.properties``, the
 producer-id block, the clean-shutdown marker, producer snapshots) is written this way;
 compaction's segment swap uses ``fsync_dir`` for its renames.
+
+``fsync_all(files)``: fsync several descriptors at once, the group commit's step (a log's
+segment and its two indexes).  On ext4 each fsync ends with a journal commit; done one after
+the other, three files wait for three commits (~10 ms on this project's test machine), while
+fsyncs running at the same time join one commit (~0.5 ms).  Each call still returns only
+when its own file is on disk, so nothing is weaker than fsyncing them in turn.
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
+import threading
+from concurrent.futures import ThreadPoolExecutor
+
+# Threads that fsync beside the callers' (fsync releases the interpreter): a log's flush
+# takes one descriptor itself and hands its other two here, so 8 serve four logs flushed at
+# once; more would only queue behind the same journal commit.
+_FSYNC_THREADS = 8
+_pool: ThreadPoolExecutor | None = None
+_pool_lock = threading.Lock()
 
 
 def fsync_dir(path: str | os.PathLike) -> None:
@@ -22,6 +37,36 @@ def fsync_dir(path: str | os.PathLike) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
+
+
+def fsync_all(files: list[tuple[int, str]]) -> None:
+    """fsync every ``(fd, path)`` concurrently; returns once all are done.  Raises the first
+    failure's ``OSError`` (with its path as ``filename``) after all have finished, so the
+    caller may close the descriptors."""
+    if not files:
+        return
+    global _pool
+    futures = []
+    if len(files) > 1:
+        with _pool_lock:
+            if _pool is None:
+                _pool = ThreadPoolExecutor(_FSYNC_THREADS, thread_name_prefix="databus-fsync")
+        futures = [_pool.submit(_fsync, fd, path) for fd, path in files[1:]]
+    errors = [_fsync(*files[0])]
+    errors += [future.result() for future in futures]
+    for error in errors:
+        if error is not None:
+            raise error
+
+
+def _fsync(fd: int, path: str) -> OSError | None:
+    try:
+        os.fsync(fd)
+    except OSError as exc:
+        if exc.filename is None:
+            exc.filename = path
+        return exc
+    return None
 
 
 def atomic_write(path: str | os.PathLike, data: bytes, *, sync: bool = True,

@@ -25,7 +25,7 @@ Public surface (the broker codes against it):
   ``log-start-offset-checkpoint``, see LogManager.delete_records).
 * ``flush() -> recovery point``: group commit.  Safe against ONE concurrent appender thread:
   the lock is held only to snapshot which files to fsync (dup'ed descriptors) and the log end
-  offset; the fsyncs run without it.  ``needs_flush(now_ms)`` applies ``flush.messages`` /
+  offset; the fsyncs run without it, all at once (``durable.fsync_all``).  ``needs_flush(now_ms)`` applies ``flush.messages`` /
   ``flush.ms``; ``is_durable(offset)``; ``recovery_point`` (every offset below it is on disk).
 * ``check_producer(batches) -> BatchMetadata | None``: the idempotence rule alone (see
   producer_state), for callers that want to know before appending.
@@ -69,7 +69,7 @@ from databus.protocol.records import (
 )
 
 from .config import LogConfig
-from .durable import atomic_write, fsync_dir
+from .durable import atomic_write, fsync_all, fsync_dir
 from .errors import (
     DamagedSegmentError,
     InvalidRecordError,
@@ -594,11 +594,10 @@ class PartitionLog:
             fds = [(os.dup(fd), seg.log_path) for seg in segments
                    for fd in seg.file_descriptors() if fd >= 0]
         try:
-            for fd, path in fds:
-                try:
-                    os.fsync(fd)
-                except OSError as exc:
-                    raise _storage_error("fsync", path, exc) from exc
+            try:
+                fsync_all(fds)  # concurrently: they share one journal commit
+            except OSError as exc:
+                raise _storage_error("fsync", exc.filename or self.directory, exc) from exc
             if dir_dirty:
                 try:
                     fsync_dir(self.directory)

@@ -93,3 +93,32 @@ async def test_recovery_points_are_checkpointed_periodically(tmp_path):
             while "ckpt 0 1" not in (checkpoint.read_text() if checkpoint.exists() else ""):
                 await trio.sleep(0.02)
         nursery.cancel_scope.cancel()
+
+
+def test_one_produce_to_four_partitions_is_one_fsync_round(tmp_path):
+    """acks=all to several partitions in one request: every partition's fsync is asked for
+    at once, so one round covers them all (one partition after another took a round each)."""
+    from .test_api_versions import create_topic, make, req
+    from .test_assembly import brokers_in_a_thread
+    from .test_pipelining import MS
+    from .wire import WireClient
+
+    mod = req(0, 8)
+    with brokers_in_a_thread(tmp_path, 1) as ([broker], [bootstrap]), \
+            WireClient(bootstrap) as client:
+        create_topic(client, "four", partitions=4)
+        rounds_before = broker.group_commit.rounds
+        response = client.request(make(0, 8, acks=-1, timeout=5000 * MS, transactional_id=None,
+                                       topic_data=(build_topic_data(mod, "four", range(4)),)))
+        codes = [p.error_code for p in response.responses[0].partition_responses]
+        assert codes == [0, 0, 0, 0]
+        assert [broker.get_log("four", p).recovery_point for p in range(4)] == [1, 1, 1, 1]
+        assert broker.group_commit.rounds - rounds_before == 1
+
+
+def build_topic_data(mod, topic: str, partitions):
+    from databus.protocol.entities import build
+
+    return build(mod.TopicProduceData, name=topic, partition_data=tuple(
+        build(mod.PartitionProduceData, index=p, records=a_batch(b"p%d" % p))
+        for p in partitions))

@@ -40,6 +40,18 @@ def test_linger_makes_a_partial_batch_ready():
     assert nodes == {1}
 
 
+def test_a_batch_within_the_timer_granularity_of_its_linger_is_ready():
+    """Timers that fire up to 1 ms late (trio's) are asked to wake 1 ms early, and the batch
+    goes then: it waits linger.ms at most, not linger.ms plus the timer's lateness."""
+    acc, _ = make(timer_granularity_ms=1.0)
+    add(acc, 0, now=0)
+    nodes, wait, _ = acc.ready(5, leader_of)
+    assert nodes == set() and wait == 4
+    assert acc.ready(8.9, leader_of)[0] == set()
+    assert acc.ready(9, leader_of)[0] == {1}
+    assert [b.partition for b in acc.drain(9, 1, leader_of, 10**6)] == [0]
+
+
 def test_full_batch_is_ready_at_once_and_completes_for_partitioner():
     acc, completed = make()
     batches = {id(add(acc, 0, now=0)) for _ in range(12)}  # ~120 bytes each, 1000 per batch

@@ -404,9 +404,45 @@ def test_the_c_outbox_refuses_bad_calls_and_is_collected():
     assert then == WAKE and future._client is client and future._done is False
     assert box.take() == ([(1, "s", b"v")], 3)
     ref = weakref.ref(client)
+    # The collector does not look into futures (see the next test): a pending one keeps
+    # its client, as the running client keeps itself; closing fails what is pending.
+    assert list(box.fail()) == [1]
     del box, future, client
     gc.collect()
     assert ref() is None
+
+
+@needs_ext
+@pytest.mark.skipif(outbox.Outbox is PyOutbox, reason="DATABUS_PURE_PYTHON: the SDK runs "
+                    "PyOutbox, whose futures are made in Python and tracked")
+def test_the_c_outbox_makes_futures_the_collector_does_not_track_until_they_fail():
+    """A future in flight would survive the app's young collections and count toward its
+    next full one (a pause over the whole heap).  Untracked, it holds no cycle that
+    outlives it; a stored exception (whose traceback may lead back to it) tracks it."""
+    import gc
+
+    from databus.sdk.client import DeliveryFuture
+
+    class Client:
+        _lock = threading.Lock()
+
+    box = _sidecar_speedups.Outbox(100, DeliveryFuture, Client())
+    delivered, failed = box.add(1, ("s", b"v"))[1], box.add(1, ("s", b"v"))[1]
+    assert not gc.is_tracked(delivered) and not gc.is_tracked(failed)
+    seen = []
+    delivered.add_done_callback(lambda f: seen.append(f.result(0).offset))
+    assert not gc.is_tracked(delivered._callbacks)  # emptied when done: no cycle outlives it
+    with_callbacks: list = []
+    assert box.resolve([[1, 0, "t", 0, 10, 5]], 0, with_callbacks) == (1, 1)
+    for future in with_callbacks:
+        future._run_callbacks()  # as the client's I/O thread does
+    assert seen == [10] and delivered._callbacks == [] and not gc.is_tracked(delivered)
+    try:
+        raise RuntimeError("the sidecar went away")
+    except RuntimeError as exc:
+        failed._set(None, exc)  # as Client._fail_all does
+    assert gc.is_tracked(failed) and failed.exception(0).__traceback__ is not None
+    assert gc.is_tracked(DeliveryFuture(None))  # made in Python (PyOutbox): tracked
 
 
 def test_a_process_without_the_extension_runs_the_python_twins():

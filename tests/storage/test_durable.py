@@ -10,12 +10,27 @@ import textwrap
 import pytest
 
 from databus.broker.producer_ids import FILE_NAME, ProducerIdAllocator
-from databus.storage.durable import atomic_write
+from databus.storage.durable import atomic_write, fsync_all
 from databus.storage.meta_properties import (
     META_PROPERTIES,
     load_or_create_cluster_id,
     read_meta_properties,
 )
+
+
+def test_fsync_all_syncs_every_file_and_names_the_one_that_failed(tmp_path):
+    fds = [os.open(tmp_path / name, os.O_RDWR | os.O_CREAT) for name in ("a", "b")]
+    bad = os.open(tmp_path / "c", os.O_RDWR | os.O_CREAT)
+    os.close(bad)  # a closed descriptor: its fsync fails with EBADF
+    try:
+        fsync_all([(fds[0], "a"), (fds[1], "b")])
+        fsync_all([])
+        with pytest.raises(OSError) as failure:
+            fsync_all([(fds[0], "a"), (bad, "c"), (fds[1], "b")])
+        assert failure.value.filename == "c"
+    finally:
+        for fd in fds:
+            os.close(fd)
 
 
 def test_atomic_write_creates_then_replaces_leaving_no_temp_file(tmp_path):
@@ -43,7 +58,7 @@ def test_a_write_failing_in_the_middle_leaves_the_old_file_and_no_temp_file(tmp_
     atomic_write(path, b"the old contents")
     child = textwrap.dedent(f"""
         import resource, signal, sys
-        from databus.storage.durable import atomic_write
+        from databus.storage.durable import atomic_write, fsync_all
         signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # EFBIG instead of being killed
         resource.setrlimit(resource.RLIMIT_FSIZE, (4096, 4096))
         try:

@@ -29,11 +29,13 @@ from __future__ import annotations
 import datetime
 import logging
 import struct
+import time
 
 from databus.protocol.api_keys import ApiKey
 from databus.protocol.entities import build
 from databus.protocol.errors import ErrorCode
 from databus.protocol.framing import FramingError, decode_request_header
+from databus.service import latency_trace
 from databus.storage.acls import Operation, ResourceType
 
 from ..api import Deferred, RawResponse, RequestContext, handles
@@ -142,25 +144,57 @@ def _response(ctx: RequestContext, results, failed: dict | None = None) -> objec
 async def produce(ctx: RequestContext, request) -> object:
     if request is None:
         return _answer_legacy(ctx)
+    started = time.perf_counter() if _trace is not None else 0.0
     results = _append_all(ctx, request)
-    if request.acks == 0:
-        return None
+    if _trace is not None:
+        appended = time.perf_counter()
     if request.acks != -1:
-        return _response(ctx, results)
+        if _trace is not None:
+            _write_trace(results, started, appended, {}, appended)
+        return None if request.acks == 0 else _response(ctx, results)
+
+    # The fsync is asked for now, for every partition at once: registered only when the
+    # writer reaches this answer (or one partition after another), a waiter would miss the
+    # round already running and wait for one more fsync.
+    failed = {}
+    waiters = []
+    for (name, _topic_id), partitions in results:
+        for index, info, *_failure in partitions:
+            if info is None:
+                continue
+            try:
+                waiter = ctx.broker.durable_waiter(name, index, info.last_offset)
+            except Exception as exc:
+                failed[(name, index)] = (error_code_for(exc), str(exc))
+                continue
+            if waiter is not None:
+                waiters.append(((name, index), waiter))
 
     async def after_fsync():
-        failed = {}
-        for (name, _topic_id), partitions in results:
-            for index, info, *_failure in partitions:
-                if info is None:
-                    continue
-                try:
-                    await ctx.broker.wait_durable(name, index, info.last_offset)
-                except Exception as exc:
-                    failed[(name, index)] = (error_code_for(exc), str(exc))
+        for key, waiter in waiters:
+            try:
+                await waiter.wait()
+            except Exception as exc:
+                failed[key] = (error_code_for(exc), str(exc))
+        if _trace is not None:
+            _write_trace(results, started, appended, dict(waiters), time.perf_counter())
         return _response(ctx, results, failed)
 
     return Deferred(after_fsync)
+
+
+_trace = latency_trace.recorder("broker")
+
+
+def _write_trace(results, started, appended, waiters, answered) -> None:
+    """One latency-trace line per appended batch (see databus/service/latency_trace.py)."""
+    for (name, _topic_id), partitions in results:
+        for index, info, *_failure in partitions:
+            if info is not None:
+                waiter = waiters.get((name, index))
+                _trace.write(name, index, info.first_offset, info.last_offset, started,
+                             appended, waiter and waiter.round_start,
+                             waiter and waiter.round_end, answered)
 
 
 # -- Produce v0-2 (message format v0/v1): parsed by hand, refused ------------------------

@@ -170,8 +170,12 @@ class TransactionService:
                                    kind)
             if ok is not None:
                 written.append((topic, partition, ok))
-        for topic, partition, last_offset in written:
-            await self.broker.wait_durable(topic, partition, last_offset)
+        # every partition's fsync asked for before waiting: one group-commit round for all
+        waiters = [self.broker.durable_waiter(topic, partition, last_offset)
+                   for topic, partition, last_offset in written]
+        for waiter in waiters:
+            if waiter is not None:
+                await waiter.wait()
 
     def write_marker(self, topic: str, partition: int, producer_id: int, producer_epoch: int,
                      kind: int, coordinator_epoch: int = 0) -> int | None:
