@@ -82,6 +82,22 @@ def test_records_become_ready_one_span_after_they_were_written():
     assert scheduler.safe_offsets({(topic, 0): 10}) == {(topic, 0): 10}
 
 
+def test_a_step_hands_out_its_deliveries_before_its_forwards():
+    # a member taking over a dead one's partitions reads its uncommitted records again, all
+    # ready at once: the messages due now must not wait behind a thousand forwards (which
+    # have at least LEAD_MS to spare)
+    scheduler = Scheduler()
+    low, high = (LEVEL_TOPICS[2], 0), (LEVEL_TOPICS[5], 0)
+    scheduler.assign([low, high])
+    t0 = 1_000_000
+    scheduler.add(high, [stored(i, t0, t0 + 60_000 + i) for i in range(3)])
+    scheduler.add(low, [stored(7, t0, t0 + 8_000)])
+    now = t0 + 9_000  # both partitions ready; offset 7 overdue
+    actions = scheduler.take_ready(now, {})
+    assert [(a.tp, a.offset, a.level) for a in actions] == [
+        (low, 7, None), (high, 0, 7), (high, 1, 7), (high, 2, 7)]
+
+
 def test_cancelled_and_foreign_records_are_dropped_and_committed_past():
     topic = LEVEL_TOPICS[0]
     scheduler = Scheduler()
@@ -90,7 +106,7 @@ def test_cancelled_and_foreign_records_are_dropped_and_committed_past():
                                Rec(1, 0, None, b"x", ()), stored(2, 0, 260, delay_id="kept")])
     actions = scheduler.take_ready(300, {"gone": 1})
     assert [(a.offset, a.delayed is None, a.error is not None) for a in actions] == [
-        (0, True, False), (1, True, True), (2, False, False)]
+        (2, False, False), (0, True, False), (1, True, True)]  # the delivery first
     assert scheduler.safe_offsets({}) == {(topic, 0): 3}
 
 
