@@ -154,3 +154,20 @@ def test_every_step_leaves_the_lead_for_the_services_lag():
             assert forward.level < level, (remaining, levels)  # down, never the same level
             level, written, offset = forward.level, now, offset + 1
             levels.append(level)
+
+
+def test_the_group_consumer_defaults_give_way_to_the_configuration():
+    from databus.sidecar.background import group_consumer_config
+    from databus.sidecar.delay import CONSUMER_DEFAULTS
+
+    assert group_consumer_config(CONSUMER_DEFAULTS, {}) == CONSUMER_DEFAULTS
+    # a session lowered below the default heartbeat takes the heartbeat down with it (the
+    # consumer refuses a heartbeat not below the session) ...
+    assert group_consumer_config(CONSUMER_DEFAULTS, {"session.timeout.ms": 450})[
+        "heartbeat.interval.ms"] == 150
+    # ... but a heartbeat the configuration names is its own, and so is its error
+    assert group_consumer_config(CONSUMER_DEFAULTS, {"session.timeout.ms": 450,
+                                                     "heartbeat.interval.ms": 600})[
+        "heartbeat.interval.ms"] == 600
+    assert group_consumer_config(CONSUMER_DEFAULTS, {"session.timeout.ms": "soon"})[
+        "heartbeat.interval.ms"] == 500  # left to the consumer's validation to name
