@@ -964,6 +964,13 @@ class DelayConfig(_GroupService):
         "databus-delay", alias="group.id",
         description="Consumer group of the delay services of a cluster.",
     )
+    consumer: dict[str, Any] = Field(
+        default_factory=dict,
+        description="Kafka consumer keys for the service's group consumer, over its defaults "
+        "`session.timeout.ms: 6000` (how soon a dead sidecar's messages move to another: the "
+        "broker's `group.min.session.timeout.ms` is the floor), `heartbeat.interval.ms: 500` "
+        "and `partition.assignment.strategy: cooperative-sticky` (docs/delayed.md).",
+    )
 
 
 class TransactionsConfig(_GroupService):

@@ -12,12 +12,13 @@
             messages = index.query("orders", "user_id", user, since=1767225600000)
 
 ``status_rows(config, bootstrap)`` (async) gives ``databus index status``'s table
-(STATUS_COLUMNS), as the web console shows it.
+(STATUS_COLUMNS), as the web console shows it; ``index_topics(config, name)`` the topics
+an index's row is about.
 """
 
 from __future__ import annotations
 
-from databus_plugins.index.command import STATUS_COLUMNS, status_rows
+from databus_plugins.index.command import STATUS_COLUMNS, index_topics, status_rows
 from databus_plugins.index.query import (
     Index,
     IndexQueryError,
@@ -26,5 +27,5 @@ from databus_plugins.index.query import (
     query_async,
 )
 
-__all__ = ["STATUS_COLUMNS", "Index", "IndexQueryError", "bootstrap_for", "query",
-           "query_async", "status_rows"]
+__all__ = ["STATUS_COLUMNS", "Index", "IndexQueryError", "bootstrap_for", "index_topics",
+           "query", "query_async", "status_rows"]

@@ -36,22 +36,23 @@ def add_arguments(parser) -> None:
                              "each level topic, and all of its work, is one member's)")
     parser.add_argument("--kill-after", type=float, default=None,
                         help="SIGKILL one member this many seconds after the start")
-    parser.add_argument("--session-timeout-ms", type=int, default=6000,
+    parser.add_argument("--session-timeout-ms", type=int, default=None,
                         help="the members' session.timeout.ms (how soon a dead one's "
-                             "partitions move)")
+                             "partitions move; default: the service's, 6000; below that "
+                             "needs -o group.min.session.timeout.ms=...)")
     parser.add_argument("--warmup", type=float, default=8.0,
                         help="seconds the members get to start and join their group before "
                              "the messages are written")
 
 
-def _member(bootstrap: str, session_timeout_ms: int) -> None:
+def _member(bootstrap: str, session_timeout_ms: int | None) -> None:
     import trio
 
     from databus.sidecar.delay import DelayService
 
-    service = DelayService("bench", bootstrap, group_id="bench-delay", consumer={
-        "session.timeout.ms": session_timeout_ms,
-        "heartbeat.interval.ms": max(session_timeout_ms // 5, 100)})
+    # as a sidecar's delay.consumer: the service's defaults for what is not named
+    consumer = {} if session_timeout_ms is None else {"session.timeout.ms": session_timeout_ms}
+    service = DelayService("bench", bootstrap, group_id="bench-delay", consumer=consumer)
     trio.run(service.run)
 
 

@@ -66,38 +66,95 @@ class ConfigStatus:
             raise ConsoleError(f"index {index!r} is not built yet (its builder runs where "
                                "the configuration's sinks run)") from None
 
+    @staticmethod
+    async def _visible(view) -> set[str] | None:
+        """The topics the logged-in user's Metadata lists; None without a login."""
+        if view.user is None:
+            return None
+        from databus.client import Admin
+
+        async with Admin(view.bootstrap, view.client_config()) as admin:
+            return set(await admin.list_topics(include_internal=True))
+
+    @staticmethod
+    def _shown(topics: set[str] | None, visible: set[str]) -> bool:
+        """A row about ``topics`` (None: topics of another cluster than the console's, which
+        the user's credentials cannot ask about) is shown when the user may describe all."""
+        return topics is not None and topics <= visible
+
+    def _mirror_topics(self, mirror, row, view) -> set[str] | None:
+        """The topics of a mirror status row on the console's cluster: the source topic
+        and/or the target topic, by which end of the mirror the console's cluster is."""
+        clusters = self.config.clusters
+        topics = set()
+        if clusters[mirror.source].bootstrap_servers == view.bootstrap:
+            topics.add(row[1])
+        if clusters[mirror.target].bootstrap_servers == view.bootstrap:
+            topics.add(row[6])
+        return topics or None
+
+    def _index_topics(self, name: str, view) -> set[str] | None:
+        import databus.index
+
+        bootstrap = databus.index.bootstrap_for(
+            self.config, name, None if self.config.clusters else self.bootstrap)
+        if bootstrap != view.bootstrap:
+            return None
+        return databus.index.index_topics(self.config, name)
+
     async def tables(self, view) -> list[dict]:
         """The tables; the sinks' groups are read as ``view`` (the request's ClusterView)
-        reads the console's cluster, mirrors and indexes with the configuration's settings."""
+        reads the console's cluster, mirrors and indexes with the configuration's settings
+        (after a login, only their rows about topics on the console's cluster that the
+        user's own Metadata lists)."""
         import databus.index
         from databus.client import Admin
         from databus.mirror.command import STATUS_COLUMNS as MIRROR_COLUMNS
         from databus.mirror.command import status_rows as mirror_rows
-        from databus.tools.groups import Session, group_document, load_group
+        from databus.tools.groups import GroupsToolError, Session, group_document, load_group
 
         config = self.config
+        # Mirror and index figures are read with the configuration's credentials; a
+        # logged-in user sees only the rows about topics their own Metadata describes.
+        visible = await self._visible(view)
         mirrors = []
         for mirror in config.mirrors:
             try:
-                mirrors += await mirror_rows(config, mirror)
+                rows = await mirror_rows(config, mirror)
             except Exception as exc:  # one unreachable cluster must not hide the others
-                mirrors.append([mirror.name, f"? ({exc})", *["-"] * 7])
+                # names no topic, but the clusters it could not reach: not for a user
+                rows = [] if visible is not None else [
+                    [mirror.name, f"? ({exc})", *["-"] * 7]]
+            if visible is not None:
+                rows = [row for row in rows
+                        if self._shown(self._mirror_topics(mirror, row, view), visible)]
+            mirrors += rows
         indexes = (await databus.index.status_rows(config, self.bootstrap)
                    if config.indexes else [])
+        if visible is not None:
+            indexes = [row for row in indexes if self._shown(self._index_topics(row[0], view),
+                                                             visible)]
         sinks = []
         # Every sink as the runtime runs them: an index's builder is a sink too (index.NAME).
         if config.all_sinks():
             async with Admin(self.bootstrap, view.client_config()) as admin:
                 session = Session(admin.cluster, 15.0)
                 for name, sink in config.all_sinks().items():
+                    if visible is not None and not self._shown(set(sink.topics), visible):
+                        continue
                     group = sink.group(name)
-                    view = await load_group(session, group)
-                    doc = await group_document(session, group, view)
+                    try:
+                        members = await load_group(session, group)
+                        doc = await group_document(session, group, members)
+                    except GroupsToolError:
+                        if visible is None:
+                            raise
+                        continue  # a group the logged-in user may not describe
                     lags = [o["lag"] for o in doc["offsets"] if o["lag"] is not None]
                     lag = sum(lags) if lags else "-"  # nothing committed yet: unknown
                     sinks.append([name, sink.plugin, ", ".join(sink.topics) or
-                                  sink.topics_regex or "-", group, view.state,
-                                  len(view.members), lag])
+                                  sink.topics_regex or "-", group, members.state,
+                                  len(members.members), lag])
         mirror_lag: dict[str, int] = {}
         for row in mirrors:
             if isinstance(row[5], int):
@@ -105,10 +162,13 @@ class ConfigStatus:
         index_lag = {row[0]: int(row[4]) for row in indexes if str(row[4]).isdigit()}
         return [
             {"id": "mirrors", "title": "Mirrors", "columns": MIRROR_COLUMNS, "rows": mirrors,
-             "empty": "no mirrors in the configuration",
+             "empty": ("no mirror rows about topics you may describe" if config.mirrors
+                       else "no mirrors in the configuration"),
              "charts": self._charts("mirror", mirror_lag)},
             {"id": "indexes", "title": "Indexes", "columns": databus.index.STATUS_COLUMNS,
-             "rows": indexes, "empty": "no indexes in the configuration",
+             "rows": indexes, "empty": ("no index rows about topics you may describe"
+                                        if config.indexes else
+                                        "no indexes in the configuration"),
              "charts": self._charts("index", index_lag)},
             {"id": "sinks", "title": "Sinks",
              "columns": ("sink", "plugin", "topics", "group", "state", "members", "lag"),

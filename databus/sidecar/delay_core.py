@@ -224,7 +224,10 @@ class Scheduler:
 
     def take_ready(self, now_ms: int, cancelled) -> list[Action]:
         """Every record ready at ``now_ms``: forward (level) or deliver; cancelled ones are
-        dropped (an Action with neither, marked done at once)."""
+        dropped (an Action with neither, marked done at once).  Deliveries come first: a
+        forwarded record still has at least ``LEAD_MS`` to go, a delivery is due now, and
+        after a handover one step may forward thousands of records read again (the dead
+        member's uncommitted ones) while the messages due in the meantime wait."""
         actions: list[Action] = []
         for tp, held in self.partitions.items():
             span = span_ms(held.level)
@@ -247,16 +250,17 @@ class Scheduler:
                     heapq.heappush(self.final, (delayed.due_ms, tp, record.offset, delayed))
                 else:
                     actions.append(Action(tp, record.offset, delayed, level))
+        due: list[Action] = []
         while self.final and self.final[0][0] <= now_ms:
             _due, tp, offset, delayed = heapq.heappop(self.final)
             held = self.partitions.get(tp)
             if held is not None:
                 held.in_final.pop(offset, None)
             if delayed.delay_id and delayed.delay_id in cancelled:
-                actions.append(Action(tp, offset, None, None))
+                due.append(Action(tp, offset, None, None))
             else:
-                actions.append(Action(tp, offset, delayed, None))
-        return actions
+                due.append(Action(tp, offset, delayed, None))
+        return due + actions
 
     def safe_offsets(self, unfinished: dict[TopicPartition, int]) -> dict[TopicPartition, int]:
         """Per partition, the offset a commit may name: below every record still held here

@@ -219,6 +219,24 @@ async def status_rows(config, bootstrap: str | None) -> list[list[str]]:
     return rows
 
 
+def index_topics(config, name: str) -> set[str]:
+    """The topics index ``name``'s status row is about: its configured ones and those its
+    database holds (a ``topics.regex`` index's matches), for the console to show the row
+    only to users who may describe them all."""
+    from .store import IndexStore
+
+    index = config.indexes[name]
+    topics = set(index.topics)
+    try:
+        store = IndexStore(index.db_path(name), readonly=True)
+    except FileNotFoundError:
+        return topics
+    try:
+        return topics | {topic for topic, _partition in store.offsets()}
+    finally:
+        store.close()
+
+
 async def _end_offsets(bootstrap: str, partitions, settings: dict):
     from databus.client import Consumer
 

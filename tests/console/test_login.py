@@ -9,7 +9,9 @@ listener and ACLs on, where admin is a super user and alice may use topic A only
   SameSite=Strict; a read-only login console still refuses every action;
 * refused logins are throttled per user name: past the limit the console answers 429 with
   Retry-After and does not ask the cluster, while another user from the same address still
-  logs in.
+  logs in;
+* the status page's rows (read with the configuration's credentials) shown to alice are
+  only those about topics her Metadata lists.
 """
 
 from __future__ import annotations
@@ -224,3 +226,31 @@ def test_read_only_login_console_refuses_actions(page, consoles):
     }""", ALLOWED)
     assert status == 403
     assert [e for e in page.errors if "403" not in e] == []
+
+
+async def test_a_login_sees_only_the_status_rows_of_topics_it_may_describe(consoles, secured,
+                                                                          tmp_path):
+    # The status page reads index (and mirror) figures with the configuration's
+    # credentials (admin here); alice's page keeps only the rows about topics her own
+    # Metadata lists.  (The consoles fixture gave her ALLOWED.)
+    from databus.config import parse_config
+    from databus.console.cluster import ClusterView
+    from databus.console.server import ConfigStatus
+
+    config = parse_config({
+        "clusters": {"main": {"bootstrap.servers": secured.bootstrap,
+                              **secured.settings("admin")}},
+        "indexes": {name: {"topics": [topic], "fields": {"id": "id"},
+                           "path": str(tmp_path)}
+                    for name, topic in (("hers", ALLOWED), ("theirs", FORBIDDEN))}})
+    status = ConfigStatus(config, secured.bootstrap)
+
+    async def rows(view) -> dict[str, list[str]]:
+        return {t["id"]: [row[0] for row in t["rows"]] for t in await status.tables(view)}
+
+    admin = ClusterView(secured.bootstrap, secured.settings("admin"))
+    assert await rows(admin) == {"mirrors": [], "indexes": ["hers", "theirs"],
+                                 "sinks": ["index.hers", "index.theirs"]}  # every row
+    alice = ClusterView(secured.bootstrap, secured.settings("alice"), user="alice")
+    # not even her index's builder: she may not describe its group
+    assert await rows(alice) == {"mirrors": [], "indexes": ["hers"], "sinks": []}

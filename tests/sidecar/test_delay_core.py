@@ -82,6 +82,22 @@ def test_records_become_ready_one_span_after_they_were_written():
     assert scheduler.safe_offsets({(topic, 0): 10}) == {(topic, 0): 10}
 
 
+def test_a_step_hands_out_its_deliveries_before_its_forwards():
+    # a member taking over a dead one's partitions reads its uncommitted records again, all
+    # ready at once: the messages due now must not wait behind a thousand forwards (which
+    # have at least LEAD_MS to spare)
+    scheduler = Scheduler()
+    low, high = (LEVEL_TOPICS[2], 0), (LEVEL_TOPICS[5], 0)
+    scheduler.assign([low, high])
+    t0 = 1_000_000
+    scheduler.add(high, [stored(i, t0, t0 + 60_000 + i) for i in range(3)])
+    scheduler.add(low, [stored(7, t0, t0 + 8_000)])
+    now = t0 + 9_000  # both partitions ready; offset 7 overdue
+    actions = scheduler.take_ready(now, {})
+    assert [(a.tp, a.offset, a.level) for a in actions] == [
+        (low, 7, None), (high, 0, 7), (high, 1, 7), (high, 2, 7)]
+
+
 def test_cancelled_and_foreign_records_are_dropped_and_committed_past():
     topic = LEVEL_TOPICS[0]
     scheduler = Scheduler()
@@ -90,7 +106,7 @@ def test_cancelled_and_foreign_records_are_dropped_and_committed_past():
                                Rec(1, 0, None, b"x", ()), stored(2, 0, 260, delay_id="kept")])
     actions = scheduler.take_ready(300, {"gone": 1})
     assert [(a.offset, a.delayed is None, a.error is not None) for a in actions] == [
-        (0, True, False), (1, True, True), (2, False, False)]
+        (2, False, False), (0, True, False), (1, True, True)]  # the delivery first
     assert scheduler.safe_offsets({}) == {(topic, 0): 3}
 
 
@@ -138,3 +154,20 @@ def test_every_step_leaves_the_lead_for_the_services_lag():
             assert forward.level < level, (remaining, levels)  # down, never the same level
             level, written, offset = forward.level, now, offset + 1
             levels.append(level)
+
+
+def test_the_group_consumer_defaults_give_way_to_the_configuration():
+    from databus.sidecar.background import group_consumer_config
+    from databus.sidecar.delay import CONSUMER_DEFAULTS
+
+    assert group_consumer_config(CONSUMER_DEFAULTS, {}) == CONSUMER_DEFAULTS
+    # a session lowered below the default heartbeat takes the heartbeat down with it (the
+    # consumer refuses a heartbeat not below the session) ...
+    assert group_consumer_config(CONSUMER_DEFAULTS, {"session.timeout.ms": 450})[
+        "heartbeat.interval.ms"] == 150
+    # ... but a heartbeat the configuration names is its own, and so is its error
+    assert group_consumer_config(CONSUMER_DEFAULTS, {"session.timeout.ms": 450,
+                                                     "heartbeat.interval.ms": 600})[
+        "heartbeat.interval.ms"] == 600
+    assert group_consumer_config(CONSUMER_DEFAULTS, {"session.timeout.ms": "soon"})[
+        "heartbeat.interval.ms"] == 500  # left to the consumer's validation to name

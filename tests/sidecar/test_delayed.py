@@ -125,3 +125,43 @@ async def test_a_dead_members_delayed_messages_move_to_another(broker):
             assert set(_timestamps) == set(sent), "none lost"
             assert survivor.delivered > 0
             nursery.cancel_scope.cancel()
+
+
+class Watched(DelayService):
+    """A member that notes the partitions taken from it."""
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.revoked: list = []
+
+    async def _revoked(self, partitions) -> None:
+        self.revoked += partitions
+        await super()._revoked(partitions)
+
+
+async def test_members_share_one_partition_topics_and_keep_theirs_when_one_dies(broker):
+    # the level topics have one partition each (the broker's default): the service's
+    # cooperative-sticky assignment spreads the topics over the members (range gave every
+    # topic's partition 0 to one member), and a member that lives keeps its partitions,
+    # and the records it holds, when another dies (eager range revoked everything)
+    def holds(*members):
+        return [sorted(m.scheduler.partitions) for m in members]
+
+    keeper = Watched("main", broker.bootstrap, group_id="delay-share", consumer=FAST_GROUP)
+    doomed = Watched("main", broker.bootstrap, group_id="delay-share", consumer=FAST_GROUP)
+    with trio.fail_after(60):
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(keeper.run)
+            with trio.CancelScope() as doomed_scope:
+                async with trio.open_nursery() as inner:
+                    inner.start_soon(doomed.run)
+                    while [len(p) for p in holds(keeper, doomed)] != [10, 10]:
+                        await trio.sleep(0.05)
+                    kept = holds(keeper)[0]
+                    keeper.revoked.clear()
+                    doomed_scope.cancel()  # dies: no final commit, no LeaveGroup
+            while len(keeper.scheduler.partitions) < 20:
+                await trio.sleep(0.05)
+            assert keeper.revoked == []
+            assert set(kept) < set(keeper.scheduler.partitions)
+            await keeper.stop()
