@@ -5,12 +5,12 @@ An entry is (field id, value, timestamp, partition id, offset), the key of every
 holds entries (``WITHOUT ROWID``: the table *is* its key's B-tree, sorted as a point query
 with a time range reads it).  New entries go into ``recent``, which stays small (about
 ``recent_max`` entries, its pages in the cache), so inserting into it touches few pages.
-When a commit leaves it with ``recent_max`` or more, its entries are copied, in key order,
-into a new *run* (a table ``run_N`` written by appending: every page written once, full)
-and ``recent`` is emptied, in one transaction; when ``fanin`` runs of one level exist they are merged (SQLite merges the
-sorted tables, ``UNION ALL ... ORDER BY``) into one run of the next level, in one transaction
-(a tiered log-structured merge: each entry is copied about ``log_fanin(entries /
-recent_max)`` times).  Inserting straight into one big sorted table instead touches a page
+When a commit leaves it with ``recent_max`` or more, it becomes a *run* of level 0 as it is
+(renamed ``run_N``: nothing copied) and a new empty ``recent`` takes its place, in one
+transaction; when ``fanin`` runs of one level exist they are merged (SQLite merges the
+sorted tables, ``UNION ALL ... ORDER BY``) into one run of the next level (a table written
+by appending: every page written once, full), in one transaction (a tiered log-structured
+merge: each entry is copied about ``log_fanin(entries / recent_max) - 1`` times).  Inserting straight into one big sorted table instead touches a page
 per entry once the index outgrows the cache, and every touched page is written again: that
 is what made the build slow down as the index grew.
 
@@ -275,7 +275,7 @@ class IndexStore:
     def compact(self) -> None:
         """Move ``recent``'s entries to a new run, then merge every level that has
         ``fanin`` runs into one run of the next level (each step one transaction)."""
-        self._move("recent", 0, [0])
+        self._seal_recent()
         self._recent = 0
         while True:
             levels: dict[int, list[int]] = {}
@@ -289,31 +289,47 @@ class IndexStore:
             # Each table gives its entries in key order; SQLite merges them (no sort).
             self._move(f"{select} ORDER BY 1, 2, 3, 4, 5", full[0] + 1, runs)
 
+    def _seal_recent(self) -> None:
+        """One transaction: ``recent`` becomes a run of level 0 as it is (renamed: no entry
+        copied; its pages are as the inserts left them, the merges write them compact) and
+        a new empty ``recent`` takes its place."""
+        db = self.db
+        db.execute("BEGIN IMMEDIATE")
+        try:
+            entries = db.execute("SELECT count(*) FROM recent").fetchone()[0]
+            if entries:  # (``recent`` emptied by retention: nothing to seal)
+                run = db.execute("INSERT INTO runs (level, entries) VALUES (0, ?)",
+                                 (entries,)).lastrowid
+                db.execute("DROP VIEW entries")  # (made again below, naming the run)
+                db.execute(f"ALTER TABLE recent RENAME TO run_{run}")
+                db.execute(f"CREATE TABLE recent {ENTRY_TABLE}")
+                db.execute("UPDATE spans SET run = ? WHERE run = 0", (run,))
+                self._set_view()
+        except BaseException:
+            db.execute("ROLLBACK")
+            raise
+        db.execute("COMMIT")
+
     def _move(self, select: str, level: int, sources: list[int]) -> None:
-        """One transaction: a new run of ``level`` holding the entries of ``sources`` (runs;
-        0 is ``recent``), which are dropped (``recent`` emptied)."""
+        """One transaction: a new run of ``level`` holding the entries of ``sources`` (runs),
+        which are dropped."""
         db = self.db
         db.execute("BEGIN IMMEDIATE")
         try:
             run = db.execute("INSERT INTO runs (level, entries) VALUES (?, 0)",
                              (level,)).lastrowid
             db.execute(f"CREATE TABLE run_{run} {ENTRY_TABLE}")
-            if select == "recent":
-                select = f"SELECT {COLUMNS} FROM recent ORDER BY 1, 2, 3, 4, 5"
             entries = db.execute(f"INSERT INTO run_{run} ({COLUMNS}) {select}").rowcount
             marks = ",".join("?" * len(sources))
             db.execute(f"INSERT INTO spans (run, part, lo, hi) SELECT ?, part, min(lo), max(hi) "
                        f"FROM spans WHERE run IN ({marks}) GROUP BY part", (run, *sources))
             db.execute(f"DELETE FROM spans WHERE run IN ({marks})", sources)
             for source in sources:
-                if source:
-                    db.execute(f"DROP TABLE run_{source}")
-                else:
-                    db.execute("DELETE FROM recent")
+                db.execute(f"DROP TABLE run_{source}")
             db.execute(f"DELETE FROM runs WHERE id IN ({marks})", sources)
             if entries:
                 db.execute("UPDATE runs SET entries = ? WHERE id = ?", (entries, run))
-            else:  # nothing to move (``recent`` emptied by retention): no empty run
+            else:  # nothing to move (retention emptied the runs): no empty run
                 db.execute(f"DROP TABLE run_{run}")
                 db.execute("DELETE FROM runs WHERE id = ?", (run,))
                 db.execute("DELETE FROM spans WHERE run = ?", (run,))
