@@ -150,7 +150,10 @@ class IndexSink:
 
     def _open(self, tp, committed):
         if self.store is None:
-            self.store = IndexStore(self.path, recent_max=self.recent_max)
+            # Merges run beside the builder (their own thread and connection), so the
+            # build does not pause while a big one copies millions of entries.
+            self.store = IndexStore(self.path, recent_max=self.recent_max,
+                                    background_merges=True)
             self.generation = self.store.generation()
         stored = self.store.offsets().get(tp)
         if stored is None:
