@@ -43,6 +43,7 @@ same transaction), so the builder indexes those records again: never missing, ne
 
 from __future__ import annotations
 
+import functools
 import os
 import sqlite3
 import threading
@@ -85,7 +86,11 @@ PRAGMA user_version = {SCHEMA_VERSION};
 CACHE_KIB = 256 * 1024
 RECENT_MAX = 1_000_000  # entries in ``recent`` before they move to a run
 FANIN = 8  # runs of one level merged into one of the next
-ROWS_PER_INSERT = 400  # entries per INSERT statement (SQLite's limit: 32766 parameters)
+# Entries per INSERT statement: the powers of two up to this (SQLite's limit is 32766
+# parameters, 3 an entry).  Every statement releases Python's GIL while SQLite runs it and
+# takes it back after, and taking it back can wait for another thread's switch interval
+# (5 ms): a batch of 5,000 entries goes in ~5 statements, not one per few hundred.
+ROWS_PER_INSERT = 2048
 # Entries a merge copies per transaction: the builder's commits wait at most for one
 # (~0.1 s); a merge is committed, its sources dropped, only once it has copied them all.
 MERGE_CHUNK = 200_000
@@ -145,7 +150,6 @@ class IndexStore:
                 self._drop_all()  # an older layout: built again from the beginning
             self.db.executescript(SCHEMA)
             self._drop_unfinished()
-        self._insert_many = self._insert_sql(ROWS_PER_INSERT)
 
     def _connect(self, cache_kib: int) -> sqlite3.Connection:
         """A connection to write with (autocommit: transactions are explicit)."""
@@ -279,9 +283,10 @@ class IndexStore:
             self.compact()
 
     @staticmethod
+    @functools.cache
     def _insert_sql(rows: int) -> str:
         # ?1 the field, ?2 the partition, then (value, timestamp, offset) per entry: three
-        # parameters an entry, one statement (one call into SQLite) per ROWS_PER_INSERT.
+        # parameters an entry.  (A few sizes only: SQLite keeps them prepared.)
         values = ",".join(f"(?1,?{3 + 3 * i},?{4 + 3 * i},?2,?{5 + 3 * i})"
                           for i in range(rows))
         return f"INSERT INTO recent ({COLUMNS}) VALUES {values}"
@@ -300,11 +305,12 @@ class IndexStore:
                 continue
             field = self.field_id(name)
             flat = [x for entry in sorted(group) for x in entry]
-            full = len(group) - len(group) % step
-            for at in range(0, full * 3, step * 3):
-                db.execute(self._insert_many, [field, part, *flat[at:at + step * 3]])
-            if full < len(group):
-                db.execute(self._insert_sql(len(group) - full), [field, part, *flat[full * 3:]])
+            at, left = 0, len(group)
+            while left:
+                rows = min(step, 1 << (left.bit_length() - 1))  # the largest power of 2
+                db.execute(self._insert_sql(rows), [field, part, *flat[at:at + rows * 3]])
+                at += rows * 3
+                left -= rows
             added += len(group)
         if added:
             db.execute("INSERT INTO spans (run, part, lo, hi) VALUES (0, ?, ?, ?) "
