@@ -28,6 +28,10 @@
  * malformed value is Python's own.  tests/sinks/test_index_fields.py checks with hypothesis
  * that both ways agree, on well-formed, hostile and random values.
  *
+ * The values are read without holding the GIL (the builder's other threads run meanwhile:
+ * SQLite's writer takes the GIL back after each statement); the nodes' objects are made
+ * after, holding it.
+ *
  * Every read is bounds-checked: the values come from whoever produced to the topic.
  */
 #define PY_SSIZE_T_CLEAN
@@ -39,8 +43,7 @@
 #define MAX_DEPTH 100
 #define MAX_INT_DIGITS 640
 
-/* Status of a read: OK, NO (undecided: Python reads this value), ERR (a Python exception
- * is set: out of memory). */
+/* Status of a read: OK, NO (undecided: Python reads this value), ERR (out of memory). */
 enum { OK = 0, NO = 1, ERR = -1 };
 
 typedef struct {
@@ -56,27 +59,29 @@ typedef struct {
     Key *storage;
 } Paths;
 
+/* A node found by the reading (no GIL): its kind and where its text is. */
+enum { N_NONE = 0, N_BAD, N_STR, N_INT, N_FLOAT, N_TRUE, N_FALSE, N_NAN, N_INF, N_NINF };
+
+typedef struct {
+    int kind;
+    int escaped;  /* N_STR: holds escapes */
+    const unsigned char *start, *stop;  /* N_STR: inside the quotes; N_INT, N_FLOAT */
+} Node;
+
 typedef struct {
     const unsigned char *p, *end;
     const Paths *paths;
-    PyObject *nodes[MAX_FIELDS];  /* owned (NULL: not set yet, read as None) */
-    PyObject *bad;
-    char *buf;  /* an escaped string unescaped, a number's text */
+    Node nodes[MAX_FIELDS];
+    char *buf;  /* an escaped string unescaped, a number's text (PyMem_Raw: no GIL) */
     Py_ssize_t cap;
 } Scan;
 
-static void
-set_node(Scan *s, int field, PyObject *node)  /* steals node */
-{
-    Py_XSETREF(s->nodes[field], node);
-}
-
 static int
-set_nodes(Scan *s, uint64_t fields, PyObject *node)  /* a new reference each */
+set_nodes(Scan *s, uint64_t fields, int kind)
 {
     for (int f = 0; fields; f++, fields >>= 1)
         if (fields & 1)
-            set_node(s, f, Py_NewRef(node));
+            s->nodes[f].kind = kind;
     return OK;
 }
 
@@ -86,11 +91,9 @@ reserve(Scan *s, Py_ssize_t n)
     if (n <= s->cap)
         return OK;
     Py_ssize_t cap = n < 256 ? 256 : n * 2;
-    char *buf = PyMem_Realloc(s->buf, (size_t)cap);
-    if (buf == NULL) {
-        PyErr_NoMemory();
+    char *buf = PyMem_RawRealloc(s->buf, (size_t)cap);
+    if (buf == NULL)
         return ERR;
-    }
     s->buf = buf;
     s->cap = cap;
     return OK;
@@ -269,21 +272,6 @@ unescape(Scan *s, const unsigned char *p, const unsigned char *stop, Py_ssize_t 
     return OK;
 }
 
-static int
-string_node(Scan *s, const unsigned char *start, const unsigned char *stop, int escaped,
-            PyObject **out)
-{
-    if (!escaped) {
-        *out = PyUnicode_DecodeUTF8((const char *)start, stop - start, NULL);
-        return *out ? OK : ERR;
-    }
-    Py_ssize_t len;
-    int st = unescape(s, start, stop, &len);
-    if (st != OK)
-        return st;
-    *out = PyUnicode_DecodeUTF8(s->buf, len, NULL);
-    return *out ? OK : ERR;
-}
 
 /* A number at s->p as json.loads' scanner reads it: -?(0|[1-9][0-9]*)(.[0-9]+)?([eE][-+]?[0-9]+)?
  * (what follows is checked by the caller). */
@@ -329,27 +317,6 @@ scan_number(Scan *s, int *is_int)
     return OK;
 }
 
-static int
-number_node(Scan *s, const unsigned char *start, int is_int, PyObject **out)
-{
-    Py_ssize_t len = s->p - start;
-    if (is_int) {
-        if (len == 2 && start[0] == '-' && start[1] == '0')
-            *out = PyUnicode_FromStringAndSize("0", 1);
-        else
-            *out = PyUnicode_FromStringAndSize((const char *)start, len);
-        return *out ? OK : ERR;
-    }
-    if (reserve(s, len + 1) != OK)
-        return ERR;
-    memcpy(s->buf, start, (size_t)len);
-    s->buf[len] = '\0';
-    double d = PyOS_string_to_double(s->buf, NULL, NULL);
-    if (d == -1.0 && PyErr_Occurred())
-        return ERR;
-    *out = PyFloat_FromDouble(d);
-    return *out ? OK : ERR;
-}
 
 static int
 literal(Scan *s, const char *word, Py_ssize_t len)
@@ -392,7 +359,7 @@ static int
 parse_object(Scan *s, int depth, uint64_t more)
 {
     /* A later key of the same name replaces what an earlier one gave. */
-    set_nodes(s, more, Py_None);
+    set_nodes(s, more, N_NONE);
     s->p++;  /* { */
     skip_ws(s);
     if (s->p < s->end && *s->p == '}') {
@@ -467,77 +434,118 @@ parse_value(Scan *s, int depth, uint64_t active)
         return NO;
     uint64_t here = active & s->paths->ends_at[depth];  /* this value is their node */
     uint64_t more = active & ~here;  /* their path goes on into this value */
-    const unsigned char *start = s->p;
-    PyObject *node = NULL;
+    Node node = {N_NONE, 0, s->p, NULL};
     int st;
     switch (*s->p) {
     case '{':
-        set_nodes(s, here, s->bad);
+        set_nodes(s, here, N_BAD);
         return parse_object(s, depth, more);
     case '[':
-        set_nodes(s, active, s->bad);
+        set_nodes(s, active, N_BAD);
         return parse_array(s, depth);
     case '"': {
-        const unsigned char *begin, *stop;
-        int escaped;
-        if ((st = scan_string(s, &begin, &stop, &escaped)) != OK)
+        if ((st = scan_string(s, &node.start, &node.stop, &node.escaped)) != OK)
             return st;
-        if (here && (st = string_node(s, begin, stop, escaped, &node)) != OK)
-            return st;
+        if (here && node.escaped) {
+            Py_ssize_t len;  /* unescaped now only to know it has no lone surrogate */
+            if ((st = unescape(s, node.start, node.stop, &len)) != OK)
+                return st;
+        }
+        node.kind = N_STR;
         break;
     }
     case 'n':
         if ((st = literal(s, "null", 4)) != OK)
             return st;
-        return set_nodes(s, active, Py_None);  /* null on the way: missing too */
+        return set_nodes(s, active, N_NONE);  /* null on the way: missing too */
     case 't':
         if ((st = literal(s, "true", 4)) != OK)
             return st;
-        node = here ? Py_NewRef(Py_True) : NULL;
+        node.kind = N_TRUE;
         break;
     case 'f':
         if ((st = literal(s, "false", 5)) != OK)
             return st;
-        node = here ? Py_NewRef(Py_False) : NULL;
+        node.kind = N_FALSE;
         break;
     case 'N':
         if ((st = literal(s, "NaN", 3)) != OK)
             return st;
-        if (here && (node = PyFloat_FromDouble(Py_NAN)) == NULL)
-            return ERR;
+        node.kind = N_NAN;
         break;
     case 'I':
         if ((st = literal(s, "Infinity", 8)) != OK)
             return st;
-        if (here && (node = PyFloat_FromDouble(Py_HUGE_VAL)) == NULL)
-            return ERR;
+        node.kind = N_INF;
         break;
     default: {
         if (*s->p == '-' && s->end - s->p > 1 && s->p[1] == 'I') {
             s->p++;
             if ((st = literal(s, "Infinity", 8)) != OK)
                 return st;
-            if (here && (node = PyFloat_FromDouble(-Py_HUGE_VAL)) == NULL)
-                return ERR;
+            node.kind = N_NINF;
             break;
         }
         int is_int;
         if ((st = scan_number(s, &is_int)) != OK)
             return st;
-        if (here && (st = number_node(s, start, is_int, &node)) != OK)
-            return st;
+        node.kind = is_int ? N_INT : N_FLOAT;
+        node.stop = s->p;
         break;
     }
     }
     /* a scalar: the node of ``here`` (one field or several with the same path) */
-    if (here) {
-        for (int f = 0; here >> f; f++)
-            if ((here >> f) & 1)
-                set_node(s, f, Py_NewRef(node));
-        Py_DECREF(node);
-    }
-    set_nodes(s, more, s->bad);  /* a path through a scalar */
+    for (int f = 0; here >> f; f++)
+        if ((here >> f) & 1)
+            s->nodes[f] = node;
+    set_nodes(s, more, N_BAD);  /* a path through a scalar */
     return OK;
+}
+
+/* The object of a node (holding the GIL). */
+static PyObject *
+make_node(Scan *s, const Node *node, PyObject *bad)
+{
+    Py_ssize_t len;
+    switch (node->kind) {
+    case N_BAD:
+        return Py_NewRef(bad);
+    case N_STR:
+        if (!node->escaped)
+            return PyUnicode_DecodeUTF8((const char *)node->start, node->stop - node->start,
+                                        NULL);
+        if (unescape(s, node->start, node->stop, &len) != OK)
+            return PyErr_NoMemory();  /* (a lone surrogate was found while reading) */
+        return PyUnicode_DecodeUTF8(s->buf, len, NULL);
+    case N_INT:
+        len = node->stop - node->start;
+        if (len == 2 && node->start[0] == '-' && node->start[1] == '0')
+            return PyUnicode_FromStringAndSize("0", 1);
+        return PyUnicode_FromStringAndSize((const char *)node->start, len);
+    case N_FLOAT: {
+        len = node->stop - node->start;
+        if (reserve(s, len + 1) != OK)
+            return PyErr_NoMemory();
+        memcpy(s->buf, node->start, (size_t)len);
+        s->buf[len] = '\0';
+        double d = PyOS_string_to_double(s->buf, NULL, NULL);
+        if (d == -1.0 && PyErr_Occurred())
+            return NULL;
+        return PyFloat_FromDouble(d);
+    }
+    case N_TRUE:
+        return Py_NewRef(Py_True);
+    case N_FALSE:
+        return Py_NewRef(Py_False);
+    case N_NAN:
+        return PyFloat_FromDouble(Py_NAN);
+    case N_INF:
+        return PyFloat_FromDouble(Py_HUGE_VAL);
+    case N_NINF:
+        return PyFloat_FromDouble(-Py_HUGE_VAL);
+    default:
+        return Py_NewRef(Py_None);
+    }
 }
 
 static void
@@ -607,6 +615,16 @@ PyDoc_STRVAR(json_fields_doc,
 "through a scalar).  ``undecided``: indexes of the values to read in Python instead\n"
 "(their nodes here are None).");
 
+/* What the reading (no GIL) needs of one value. */
+enum { V_NONE, V_BYTES, V_OTHER };
+
+typedef struct {
+    int what;
+    int status;  /* OK, NO or ERR, after the reading */
+    const unsigned char *data;
+    Py_ssize_t size;
+} Value;
+
 static PyObject *
 py_json_fields(PyObject *self, PyObject *args)
 {
@@ -616,15 +634,65 @@ py_json_fields(PyObject *self, PyObject *args)
     Paths paths;
     if (read_paths(path_seq, &paths) != OK)
         return NULL;
-    PyObject *fast = NULL, *columns = NULL, *undecided = NULL, *result = NULL;
-    Scan s = {.paths = &paths, .bad = bad};
-    int nf = paths.count;
+    PyObject *held = NULL, *columns = NULL, *undecided = NULL, *result = NULL;
+    Value *vals = NULL;
+    Node *nodes = NULL;
+    Scan s = {.paths = &paths};
+    int nf = paths.count, failed = 0;
     uint64_t all = nf == 64 ? ~(uint64_t)0 : (((uint64_t)1 << nf) - 1);
 
-    fast = PySequence_Fast(values, "values must be a sequence");
-    if (fast == NULL)
+    /* A tuple: the bytes stay alive, unchanged, while the GIL is released. */
+    held = PySequence_Tuple(values);
+    if (held == NULL)
         goto done;
-    Py_ssize_t n = PySequence_Fast_GET_SIZE(fast);
+    Py_ssize_t n = PyTuple_GET_SIZE(held);
+    vals = PyMem_Calloc((size_t)(n ? n : 1), sizeof(Value));
+    nodes = PyMem_Calloc((size_t)(n > 0 ? n * nf : 1), sizeof(Node));
+    if (vals == NULL || nodes == NULL) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *value = PyTuple_GET_ITEM(held, i);
+        if (value == Py_None) {
+            vals[i].what = V_NONE;
+        } else if (PyBytes_CheckExact(value)) {
+            vals[i].what = V_BYTES;
+            vals[i].data = (const unsigned char *)PyBytes_AS_STRING(value);
+            vals[i].size = PyBytes_GET_SIZE(value);
+        } else {
+            vals[i].what = V_OTHER;
+        }
+    }
+
+    Py_BEGIN_ALLOW_THREADS
+    for (Py_ssize_t i = 0; i < n && !failed; i++) {
+        int st = OK;
+        if (vals[i].what == V_OTHER) {
+            st = NO;
+        } else if (vals[i].what == V_BYTES) {
+            memset(s.nodes, 0, sizeof(Node) * (size_t)nf);
+            s.p = vals[i].data;
+            s.end = s.p + vals[i].size;
+            skip_ws(&s);
+            st = parse_value(&s, 0, all);
+            if (st == OK) {
+                skip_ws(&s);
+                if (s.p != s.end)
+                    st = NO;  /* more after the document */
+            }
+            if (st == OK)
+                memcpy(nodes + i * nf, s.nodes, sizeof(Node) * (size_t)nf);
+        }  /* V_NONE: no value, every node None (calloc'd) */
+        vals[i].status = st;
+        failed = st == ERR;
+    }
+    Py_END_ALLOW_THREADS
+
+    if (failed) {
+        PyErr_NoMemory();
+        goto done;
+    }
     if ((columns = PyList_New(nf)) == NULL || (undecided = PyList_New(0)) == NULL)
         goto done;
     for (int f = 0; f < nf; f++) {
@@ -634,26 +702,7 @@ py_json_fields(PyObject *self, PyObject *args)
         PyList_SET_ITEM(columns, f, column);
     }
     for (Py_ssize_t i = 0; i < n; i++) {
-        PyObject *value = PySequence_Fast_GET_ITEM(fast, i);
-        int st = OK;
-        if (value == Py_None) {
-            st = OK;  /* no value: every node None */
-        } else if (!PyBytes_CheckExact(value)) {
-            st = NO;
-        } else {
-            s.p = (const unsigned char *)PyBytes_AS_STRING(value);
-            s.end = s.p + PyBytes_GET_SIZE(value);
-            skip_ws(&s);
-            st = parse_value(&s, 0, all);
-            if (st == OK) {
-                skip_ws(&s);
-                if (s.p != s.end)
-                    st = NO;  /* more after the document */
-            }
-        }
-        if (st == ERR)
-            goto done;
-        if (st == NO) {
+        if (vals[i].status == NO) {
             PyObject *index = PyLong_FromSsize_t(i);
             if (index == NULL || PyList_Append(undecided, index) < 0) {
                 Py_XDECREF(index);
@@ -662,22 +711,20 @@ py_json_fields(PyObject *self, PyObject *args)
             Py_DECREF(index);
         }
         for (int f = 0; f < nf; f++) {
-            PyObject *node = s.nodes[f];
-            s.nodes[f] = NULL;
-            if (node == NULL || st == NO) {
-                Py_XDECREF(node);
-                node = Py_NewRef(Py_None);
-            }
+            PyObject *node = vals[i].status == NO ? Py_NewRef(Py_None)
+                                                  : make_node(&s, &nodes[i * nf + f], bad);
+            if (node == NULL)
+                goto done;
             PyList_SET_ITEM(PyList_GET_ITEM(columns, f), i, node);
         }
     }
     result = PyTuple_Pack(2, columns, undecided);
 done:
-    for (int f = 0; f < MAX_FIELDS; f++)
-        Py_CLEAR(s.nodes[f]);
-    PyMem_Free(s.buf);
+    PyMem_RawFree(s.buf);
+    PyMem_Free(vals);
+    PyMem_Free(nodes);
     free_paths(&paths);
-    Py_XDECREF(fast);
+    Py_XDECREF(held);
     Py_XDECREF(columns);
     Py_XDECREF(undecided);
     return result;
