@@ -27,9 +27,13 @@ the next offset to index); ``skipped`` counts missing / undecodable fields.
 transaction: after a crash the database holds every batch it acknowledged and nothing of
 the others, and the builder resumes from the offsets, so no entry is ever missing or
 indexed twice.  A batch that starts before its partition's next offset is refused
-(``IndexedTwice``).  Moving entries (a flush of ``recent``, a merge) is one transaction
-too: a crash in the middle leaves the entries where they were.  ``trim`` drops, in one
-transaction, the entries of a partition below its log start offset.
+(``IndexedTwice``).  Sealing ``recent`` as a run is one transaction too.  A merge fills
+its new run over several transactions (``MERGE_CHUNK`` entries each: the builder's
+commits go in between; with ``background_merges`` in a thread and connection of its own)
+but the run is in no query (level -1) until the last one, which also drops the sources: a
+crash in the middle leaves the sources as they were, and the unfinished run is dropped on
+the next open.  ``trim`` drops, in one transaction, the entries of a partition below its
+log start offset (after a merge under way).
 
 ``rebuild`` empties the database and bumps its *generation* in one transaction; a builder
 that finds another generation than the one it opened refuses to write (``Rebuilt``), and
