@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 
 import pytest
 from databus_plugins.index.fields import _BAD, Extractor
@@ -165,6 +166,13 @@ def test_random_bytes_give_the_same_nodes_or_are_left_to_python(values):
 ])
 def test_hostile_values(raw, decided):
     assert (check([raw]) == []) is decided
+
+
+def test_this_process_runs_what_the_environment_says():
+    """Run by test_speedups' pure-Python subset too, with DATABUS_PURE_PYTHON=1."""
+    forced = os.environ.get("DATABUS_PURE_PYTHON", "") not in ("", "0")
+    assert (Extractor({"f": "a"})._native is None) is forced
+    assert Extractor({"f": "a"}, "msgpack")._native is None
 
 
 def test_values_that_are_not_bytes_are_left_to_python():
