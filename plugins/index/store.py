@@ -9,10 +9,11 @@ When a commit leaves it with ``recent_max`` or more, it becomes a *run* of level
 (renamed ``run_N``: nothing copied) and a new empty ``recent`` takes its place, in one
 transaction; when ``fanin`` runs of one level exist they are merged (SQLite merges the
 sorted tables, ``UNION ALL ... ORDER BY``) into one run of the next level (a table written
-by appending: every page written once, full), in one transaction (a tiered log-structured
-merge: each entry is copied about ``log_fanin(entries / recent_max) - 1`` times).  Inserting straight into one big sorted table instead touches a page
-per entry once the index outgrows the cache, and every touched page is written again: that
-is what made the build slow down as the index grew.
+by appending: every page written once, full): a tiered log-structured merge, each entry
+copied about ``log_fanin(entries / recent_max) - 1`` times.  Inserting straight into one
+big sorted table instead touches a page per entry once the index outgrows the cache, and
+every touched page is written again: that is what made the build slow down as the index
+grew.
 
 The view ``entries`` is ``recent`` and every run (rebuilt with the runs, in the same
 transaction); a query is one statement on it (one read transaction: it sees a run set as
@@ -187,8 +188,14 @@ class IndexStore:
         from its sources, which it had not touched."""
         with self._transaction() as db:
             for (run,) in db.execute("SELECT id FROM runs WHERE level < 0").fetchall():
-                db.execute(f"DROP TABLE IF EXISTS run_{run}")
-                db.execute("DELETE FROM runs WHERE id = ?", (run,))
+                self._drop_run(db, run)
+
+    @staticmethod
+    def _drop_run(db: sqlite3.Connection, run: int) -> None:
+        """Drop run ``run``: its table and rows (inside a write transaction)."""
+        db.execute(f"DROP TABLE IF EXISTS run_{run}")
+        db.execute("DELETE FROM runs WHERE id = ?", (run,))
+        db.execute("DELETE FROM spans WHERE run = ?", (run,))
 
     def _drop_all(self) -> None:
         found = list(self.db.execute(
@@ -418,8 +425,7 @@ class IndexStore:
         while True:
             if self._closing:
                 with self._transaction(db):
-                    db.execute(f"DROP TABLE run_{run}")
-                    db.execute("DELETE FROM runs WHERE id = ?", (run,))
+                    self._drop_run(db, run)
                 return
             with self._transaction(db):
                 copied = db.execute(f"INSERT INTO run_{run} ({COLUMNS}) {select}", last).rowcount
@@ -432,17 +438,13 @@ class IndexStore:
                 db.execute(f"INSERT INTO spans (run, part, lo, hi) SELECT ?, part, min(lo), "
                            f"max(hi) FROM spans WHERE run IN ({marks}) GROUP BY part",
                            (run, *sources))
-                db.execute(f"DELETE FROM spans WHERE run IN ({marks})", sources)
                 for source in sources:
-                    db.execute(f"DROP TABLE run_{source}")
-                db.execute(f"DELETE FROM runs WHERE id IN ({marks})", sources)
+                    self._drop_run(db, source)
                 if entries:
                     db.execute("UPDATE runs SET level = ?, entries = ? WHERE id = ?",
                                (level, entries, run))
                 else:  # nothing to merge (retention emptied the runs): no empty run
-                    db.execute(f"DROP TABLE run_{run}")
-                    db.execute("DELETE FROM runs WHERE id = ?", (run,))
-                    db.execute("DELETE FROM spans WHERE run = ?", (run,))
+                    self._drop_run(db, run)
                 self._set_view(db)
                 return
 
@@ -483,9 +485,7 @@ class IndexStore:
                         # Every entry of the run is below its partition's start: drop the table.
                         dropped += db.execute("SELECT entries FROM runs WHERE id = ?",
                                               (run,)).fetchone()[0]
-                        db.execute(f"DROP TABLE {table}")
-                        db.execute("DELETE FROM runs WHERE id = ?", (run,))
-                        db.execute("DELETE FROM spans WHERE run = ?", (run,))
+                        self._drop_run(db, run)
                         runs_changed = True
                         continue
                     gone = 0
