@@ -6,7 +6,8 @@ directories, so the list is computed here.
 
 ``databus.protocol._speedups`` is the record format's per-record kernels in C, and
 ``databus.protocol._sidecar_speedups`` the sidecar wire format's (a produce frame read
-straight into message tuples).  They are optional, as msgpack's and aiokafka's extensions
+straight into message tuples), ``databus.protocol._json_speedups`` named fields of many JSON
+values in one call (the index's field extraction).  They are optional, as msgpack's and aiokafka's extensions
 are: when one cannot be built (no C compiler, no Python headers) the install still succeeds
 and the pure-Python code runs (databus/protocol/speedups.py chooses).  DATABUS_NO_EXTENSION=1 skips the builds.
 """
@@ -69,7 +70,7 @@ if not os.environ.get("DATABUS_NO_EXTENSION"):
             [f"databus/protocol/{name}.c"],
             extra_compile_args=["-O2", "-std=c11", "-Wall", "-Wno-unused-parameter"],
         )
-        for name in ("_speedups", "_sidecar_speedups")
+        for name in ("_speedups", "_sidecar_speedups", "_json_speedups")
     ]
 
 setup(packages=packages, ext_modules=extensions, cmdclass={"build_ext": OptionalBuildExt})

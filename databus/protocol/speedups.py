@@ -14,8 +14,12 @@ frames and the sidecar's reports frames written (``append_produce``, ``encode_re
 and the SDK's outbox, which also resolves the futures of delivered reports
 (databus/sdk/outbox.py, ``Client._resolve``).
 
+``databus.protocol._json_speedups`` (C, built beside them) reads named fields out of many JSON
+values in one call without decoding the rest (the index's field extraction,
+plugins/index/fields.py); anything it is not sure of it leaves to ``json.loads``.
+
 ``DATABUS_PURE_PYTHON=1`` (any value but empty or ``0``) forces the pure-Python code, read
-once at import, for both; so does an extension that failed to build or import.
+once at import, for all three; so does an extension that failed to build or import.
 """
 
 from __future__ import annotations
@@ -40,6 +44,7 @@ def load_native(environ=os.environ, name: str = "_speedups") -> ModuleType | Non
 
 native: ModuleType | None = load_native()
 sidecar_native: ModuleType | None = load_native(name="_sidecar_speedups")
+json_native: ModuleType | None = load_native(name="_json_speedups")
 
 
 def implementation() -> str:

@@ -8,6 +8,11 @@ booleans as ``true`` / ``false``, other numbers as JSON writes them: ``FIELD=VAL
 query is compared with that text.  A field that is absent (or null) is *missing*; a value
 that does not decode, is not valid UTF-8, or is an object or a list is *undecodable*: both
 are counted per field and the record is indexed by its other fields.
+
+JSON values are read by the C extension when it is built (databus/protocol/_json_speedups.c:
+the fields' nodes only, in one pass over each value, no whole-document decode); what it is
+not sure to read as ``json.loads`` does (a malformed value, UTF-16, a lone surrogate...) it
+leaves to the Python code below, which is also the whole path under DATABUS_PURE_PYTHON=1.
 """
 
 from __future__ import annotations
@@ -18,6 +23,8 @@ from dataclasses import dataclass
 from typing import Any
 
 import msgpack
+
+from databus.protocol.speedups import json_native
 
 MISSING = "missing"
 UNDECODABLE = "undecodable"
@@ -98,6 +105,12 @@ class Extractor:
         self.fields = {name: parse_source(spec) for name, spec in fields.items()}
         self._needs_value = any(s.kind == "value" for s in self.fields.values())
         self._decode = decode_json if fmt == "json" else msgpack.unpackb
+        # The value fields' paths, read by the C extension in one pass over each JSON value
+        # (its nodes are those of ``_walk``; what it leaves undecided is decoded here).
+        self._paths = [s.path for s in self.fields.values() if s.kind == "value"]
+        self._native = (json_native.json_fields if json_native is not None and fmt == "json"
+                        and 0 < len(self._paths) <= 64 and all(
+                            len(p) <= 100 and _utf8(p) for p in self._paths) else None)
 
     def entries(self, records: Sequence[Sequence[Any]]) -> tuple[dict[str, list[Entry]], dict]:
         """({field: [(value, timestamp, offset), ...]}, {(field, MISSING | UNDECODABLE):
@@ -109,11 +122,11 @@ class Extractor:
         are left, the others one by one."""
         offsets = [r[2] for r in records]
         stamps = [r[3] for r in records]
-        docs = self._documents([r[6] for r in records]) if self._needs_value else []
+        nodes = self._value_columns([r[6] for r in records]) if self._needs_value else {}
         skipped: dict[tuple[str, str], int] = {}
         out: dict[str, list[Entry]] = {}
         for name, source in self.fields.items():
-            column = self._column(source, records, docs)
+            column = self._column(source, records, nodes)
             group = [(v, t, o) for v, t, o in zip(column, stamps, offsets) if type(v) is str]
             if len(group) < len(column):
                 group += [(str(v), t, o) for v, t, o in zip(column, stamps, offsets)
@@ -137,6 +150,19 @@ class Extractor:
             out[name] = group
         return out, skipped
 
+    def _value_columns(self, values: list) -> dict[tuple[str, ...], list]:
+        """{path: the node of each value there} for the value fields."""
+        if self._native is None:
+            docs = self._documents(values)
+            return {path: self._walk(path, docs) for path in self._paths}
+        columns, undecided = self._native(values, self._paths, _BAD)
+        if undecided:  # malformed or unusual values: json.loads decides, as without C
+            docs = self._documents([values[i] for i in undecided])
+            for path, column in zip(self._paths, columns):
+                for i, node in zip(undecided, self._walk(path, docs)):
+                    column[i] = node
+        return dict(zip(self._paths, columns))
+
     def _documents(self, values: list) -> list:
         """The decoded values (None for a record without one, _BAD for one that does not
         decode)."""
@@ -154,7 +180,7 @@ class Extractor:
         return docs
 
     @staticmethod
-    def _column(source: Source, records: Sequence[Sequence[Any]], docs: list) -> list:
+    def _column(source: Source, records: Sequence[Sequence[Any]], nodes: dict) -> list:
         """The field's node in each record: a scalar, None (missing), _BAD (undecodable) or a
         map / list (undecodable too, found later)."""
         if source.kind == "key":
@@ -162,8 +188,24 @@ class Extractor:
         if source.kind == "header":
             header = source.path[0]
             return [next((raw for h, raw in r[7] or () if h == header), None) for r in records]
+        return nodes[source.path]
+
+    @staticmethod
+    def _walk(path: tuple[str, ...], docs: list) -> list:
+        """The node at ``path`` of each decoded value."""
         column = docs
-        for part in source.path:  # a step into a map; through anything else: _BAD
+        for part in path:  # a step into a map; through anything else: _BAD
             column = [n.get(part) if type(n) is dict else n if n is None or n is _BAD else _BAD
                       for n in column]
         return column
+
+
+def _utf8(path: tuple[str, ...]) -> bool:
+    """Whether every key of ``path`` is valid UTF-8 (a lone surrogate is not: such a key
+    is matched in Python)."""
+    try:
+        for part in path:
+            part.encode()
+    except UnicodeEncodeError:
+        return False
+    return True

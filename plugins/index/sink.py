@@ -13,7 +13,8 @@ Pipelined: ``write`` extracts the batch's entries in a worker thread, then hands
 index's writer thread and returns; SQLite inserts while the next batch is fetched and
 extracted (SQLite's own work runs without the GIL).  At most ``QUEUED`` batches wait; a
 forced ``flush``, ``open``, ``close`` and ``aclose`` wait until every batch handed is
-committed; batches that wait are committed in one transaction (fewer page writes).  A
+committed; batches that wait are committed in one transaction (fewer page writes).  Runs
+merge in the store's own merge thread (store.py), so the build goes on meanwhile.  A
 failure in the writer (a rebuild under it, a full disk) stops it taking
 batches and is raised by the next call.
 """
@@ -150,7 +151,10 @@ class IndexSink:
 
     def _open(self, tp, committed):
         if self.store is None:
-            self.store = IndexStore(self.path, recent_max=self.recent_max)
+            # Merges run beside the builder (their own thread and connection), so the
+            # build does not pause while a big one copies millions of entries.
+            self.store = IndexStore(self.path, recent_max=self.recent_max,
+                                    background_merges=True)
             self.generation = self.store.generation()
         stored = self.store.offsets().get(tp)
         if stored is None:

@@ -434,6 +434,8 @@ def test_this_process_runs_what_the_environment_says():
 PURE_SUBSET = [
     "tests/protocol/test_speedups.py::test_this_process_runs_what_the_environment_says",
     "tests/protocol/test_sidecar_speedups.py::test_this_process_runs_what_the_environment_says",
+    "tests/protocol/test_json_speedups.py::test_this_process_runs_what_the_environment_says",
+    "tests/sinks/test_index_fields.py",
     "tests/protocol/test_records.py",
     "tests/protocol/test_records_varint.py",
     "tests/client/test_partitioners.py",

@@ -9,6 +9,7 @@ import sqlite3
 
 import msgpack
 import pytest
+from databus_plugins.index import store as store_module
 from databus_plugins.index.fields import (
     MISSING,
     UNDECODABLE,
@@ -16,7 +17,7 @@ from databus_plugins.index.fields import (
     decode_json,
     parse_source,
 )
-from databus_plugins.index.store import IndexStore, Rebuilt
+from databus_plugins.index.store import ENTRY_TABLE, IndexStore, Rebuilt
 
 from databus.config import ConfigError, parse_config
 
@@ -99,8 +100,9 @@ def test_sources():
 # The default layout (every entry of these tests in ``recent``), and one moving every few
 # entries to sorted runs merged two by two, so that queries, trims and rebuilds read and
 # change entries spread over ``recent`` and several runs of several levels.
-LAYOUTS = pytest.mark.parametrize("layout", [{}, {"recent_max": 3, "fanin": 2}],
-                                  ids=["recent", "runs"])
+LAYOUTS = pytest.mark.parametrize("layout", [
+    {}, {"recent_max": 3, "fanin": 2}, {"recent_max": 3, "fanin": 2, "background_merges": True},
+], ids=["recent", "runs", "runs-merged-beside"])
 
 
 @LAYOUTS
@@ -147,6 +149,7 @@ def test_trim_drops_the_entries_below_the_log_start_in_one_transaction(tmp_path,
             store.add(("t", p), first, first + 10,
                       {f: [(f"{p}-{o % 3}", 1000 + o, o) for o in range(first, first + 10)]
                        for f in ("a", "b")}, {})
+    store.wait_merges()
     levels = {level for (level,) in store.db.execute("SELECT level FROM runs")}
     assert levels == ({1, 2} if layout else set())  # six runs of 20 entries, merged by 2
     def kept(p):
@@ -164,6 +167,35 @@ def test_trim_drops_the_entries_below_the_log_start_in_one_transaction(tmp_path,
     store.rebuild()
     with pytest.raises(Rebuilt):
         store.trim({("t", 1): 25}, generation)
+    store.close()
+
+
+def test_merges_beside_the_builder_go_by_chunks_and_an_interrupted_one_starts_over(
+        tmp_path, monkeypatch):
+    monkeypatch.setattr(store_module, "MERGE_CHUNK", 7)  # several transactions per merge
+    path = str(tmp_path / "i.db")
+    store = IndexStore(path, recent_max=10, fanin=2, background_merges=True)
+    for first in range(0, 200, 10):
+        store.add(("t", 0), first, first + 10,
+                  {"f": [(f"v{o % 13}", 1000 + o, o) for o in range(first, first + 10)]}, {})
+        # While runs merge, a query sees every committed entry, once.
+        assert [o for *_, o in store.lookup("f", "v0")] == \
+            [o for o in range(first + 9, -1, -1) if o % 13 == 0]
+    store.wait_merges()
+    runs = dict(store.db.execute("SELECT level, count(*) FROM runs GROUP BY level"))
+    assert runs == {2: 1, 4: 1}  # 20 runs of 10 entries, merged two by two: 16 + 4
+    # A merge cut short (a kill -9 or a close) leaves an unfinished run: dropped on the next
+    # open, the entries where they were.
+    run = store.db.execute("INSERT INTO runs (level, entries) VALUES (-1, 0)").lastrowid
+    store.db.execute(f"CREATE TABLE run_{run} {ENTRY_TABLE}")
+    (done,) = store.db.execute("SELECT min(id) FROM runs WHERE level >= 0").fetchone()
+    store.db.execute(f"INSERT INTO run_{run} SELECT * FROM run_{done}")
+    store.close()
+    store = IndexStore(path, recent_max=10, fanin=2, background_merges=True)
+    assert dict(store.db.execute("SELECT level, count(*) FROM runs GROUP BY level")) == runs
+    assert store.db.execute("SELECT count(*) FROM sqlite_master WHERE name = ?",
+                            (f"run_{run}",)).fetchone() == (0,)
+    assert store.entry_count() == 200 and len(store.lookup("f", "v1")) == 16
     store.close()
 
 
