@@ -176,3 +176,37 @@ async def test_a_request_cancelled_anywhere_leaves_the_connection_usable_or_clos
             "topics": [{"name": topic, "partition_indexes": [0]}]})
         assert fetched.topics[0].partitions[0].committed_offset == step - 1
         nursery.cancel_scope.cancel()
+
+
+async def test_a_cancellation_while_waiting_to_write_keeps_the_connection(broker):
+    """The race seen under load: a poll's timeout ends while its OffsetFetch is being handed
+    the connection's send lock.  Nothing is on the wire yet, so the request is dropped before
+    it is registered and the connection stays usable (no reconnect, no failed neighbours)."""
+    host, port = parse_bootstrap(broker.bootstrap)[0]
+
+    class CancelOnHandover:
+        """The send lock, as a task that is cancelled right after being handed it sees it."""
+
+        def __init__(self, lock: trio.Lock) -> None:
+            self.lock, self.scope = lock, None
+
+        async def __aenter__(self):
+            await self.lock.acquire()
+            if self.scope is not None:
+                self.scope.cancel()
+
+        async def __aexit__(self, *exc):
+            self.lock.release()
+
+    async with trio.open_nursery() as nursery:
+        conn = BrokerConnection(host, port)
+        await conn.connect(nursery)
+        conn._send_lock = handover = CancelOnHandover(conn._send_lock)
+        with trio.CancelScope() as scope:
+            handover.scope = scope
+            await conn.request(ApiKey.METADATA, {"topics": []})
+        handover.scope = None
+        assert scope.cancelled_caught and conn.in_flight == 0 and not conn.closed
+        groups = await conn.request(ApiKey.LIST_GROUPS, {})  # gets its own answer
+        assert groups.error_code == 0
+        await conn.aclose()
