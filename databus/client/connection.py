@@ -22,7 +22,9 @@ end of a ``trio.testing`` memory stream with a scripted broker on the other.
 Failure rules: a request not answered within ``request.timeout.ms`` closes the connection
 (as Kafka's clients do: the stream position is unknowable after that) and raises
 RequestTimedOutError; a closed or broken socket fails every pending request with
-KafkaConnectionError.  Nothing waits forever.
+KafkaConnectionError; so does a caller cancelled while its frame was being written (the
+stream is out of frame then), while one cancelled waiting for its answer leaves the
+connection as it was.  Nothing waits forever.
 """
 
 from __future__ import annotations
