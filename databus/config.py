@@ -941,8 +941,12 @@ class _GroupService(_Model):
     )
     consumer: dict[str, Any] = Field(
         default_factory=dict,
-        description="Kafka consumer keys for the service's group consumer "
-        "(`session.timeout.ms`: how soon a dead sidecar's share moves to another).",
+        description="Kafka consumer keys for the service's group consumer, over its defaults "
+        "`session.timeout.ms: 6000` (how soon a dead sidecar's share moves to another: the "
+        "broker's `group.min.session.timeout.ms` is the floor), `heartbeat.interval.ms: 500` "
+        "(lowered to a third of a session set below it) and "
+        "`partition.assignment.strategy: cooperative-sticky` (docs/delayed.md, "
+        "docs/transactions.md).",
     )
     producer: dict[str, Any] = Field(
         default_factory=dict,
@@ -963,13 +967,6 @@ class DelayConfig(_GroupService):
     group_id: str = Field(
         "databus-delay", alias="group.id",
         description="Consumer group of the delay services of a cluster.",
-    )
-    consumer: dict[str, Any] = Field(
-        default_factory=dict,
-        description="Kafka consumer keys for the service's group consumer, over its defaults "
-        "`session.timeout.ms: 6000` (how soon a dead sidecar's messages move to another: the "
-        "broker's `group.min.session.timeout.ms` is the floor), `heartbeat.interval.ms: 500` "
-        "and `partition.assignment.strategy: cooperative-sticky` (docs/delayed.md).",
     )
 
 

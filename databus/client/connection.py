@@ -22,7 +22,9 @@ end of a ``trio.testing`` memory stream with a scripted broker on the other.
 Failure rules: a request not answered within ``request.timeout.ms`` closes the connection
 (as Kafka's clients do: the stream position is unknowable after that) and raises
 RequestTimedOutError; a closed or broken socket fails every pending request with
-KafkaConnectionError.  Nothing waits forever.
+KafkaConnectionError; so does a caller cancelled while its frame was being written (the
+stream is out of frame then), while one cancelled waiting for its answer leaves the
+connection as it was.  Nothing waits forever.
 """
 
 from __future__ import annotations
@@ -317,6 +319,10 @@ class BrokerConnection:
         async with self._send_lock:
             if self._closed:
                 raise self._closed_error()
+            # A cancellation that came while this task waited for the lock (or was being
+            # rescheduled with it) is honoured here, before the request is registered and
+            # while none of it is on the wire: the connection stays in frame and usable.
+            await trio.lowlevel.checkpoint_if_cancelled()
             correlation_id = self._next_correlation_id
             self._next_correlation_id = (correlation_id + 1) & 0x7FFFFFFF
             frame = encode_request(body, correlation_id, self.client_id)
@@ -332,6 +338,18 @@ class BrokerConnection:
             except (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as exc:
                 self._fail(errors.KafkaConnectionError(f"{self}: send failed: {exc}"))
                 raise self._closed_error() from None
+            except BaseException:
+                # Interrupted inside send_all (a cancelled caller): an unknown part of the
+                # frame is on the wire, so the broker would read the next request as the rest
+                # of this one, and this request sits in the FIFO where the next answer would
+                # be matched to it.  The stream is out of frame for good: close it (trio's
+                # rule for a cancelled send_all, and what Kafka's clients do).
+                self._fail(errors.KafkaConnectionError(
+                    f"{self}: closed: a request (api key {body.__api_key__}) was interrupted "
+                    "while being written"))
+                with trio.CancelScope(shield=True):
+                    await self.aclose()
+                raise
         return pending
 
     async def wait(self, pending: _Pending, timeout: float | None = None) -> Any:
@@ -393,12 +411,15 @@ class BrokerConnection:
         if not self._pending:
             raise errors.KafkaConnectionError(f"{self}: response without a request")
         pending = self._pending.popleft()
-        correlation_id, body = decode_response(frame, pending.api_key, pending.version)
-        if correlation_id != pending.correlation_id:
+        # The correlation id first: an answer to another request would not decode with this
+        # request's schema, and the mismatch is the thing to report.
+        if len(frame) >= 4 and (got := int.from_bytes(frame[:4], "big", signed=True)) != (
+                pending.correlation_id):
             raise errors.KafkaConnectionError(
-                f"{self}: correlation id {correlation_id} does not match the oldest pending "
+                f"{self}: correlation id {got} does not match the oldest pending "
                 f"request ({pending.correlation_id})"
             )
+        _, body = decode_response(frame, pending.api_key, pending.version)
         pending.response = body
         pending.done.set()
 

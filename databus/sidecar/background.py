@@ -28,6 +28,20 @@ log = logging.getLogger(__name__)
 
 TopicPartition = tuple[str, int]
 
+# Every group service's consumer, where the configuration's ``consumer:`` names none
+# (docs/delayed.md, docs/transactions.md).  How soon a dead member's work moves: after
+# session.timeout.ms, plus up to one heartbeat interval before each other member hears of
+# the rebalance.  6 s is the shortest session a Kafka broker accepts by default
+# (group.min.session.timeout.ms; the consumer's own default is 45 s, which left a kill -9's
+# delayed messages and open transactions 45 s late); a heartbeat every 0.5 s costs the
+# coordinator nothing.  cooperative-sticky: the members that live keep their partitions,
+# and what they hold of them (delayed records, open transactions), through the handover
+# (eager range revoked everything: every member dropped what it held and read it again),
+# and topics of one partition each (the delay levels) are spread over the members by count
+# (range gave every topic's partition 0 to one member).
+CONSUMER_DEFAULTS = {"session.timeout.ms": 6000, "heartbeat.interval.ms": 500,
+                     "partition.assignment.strategy": "cooperative-sticky"}
+
 
 def group_consumer_config(defaults: dict, settings: dict) -> dict:
     """``defaults`` under the configuration's ``settings``; a default heartbeat interval is
@@ -65,8 +79,6 @@ class BackgroundService:
     name = "service"
     topics: tuple[str, ...] = ()
     linger_ms = 5
-    # the group consumer's settings where the configuration's ``consumer:`` names none
-    consumer_defaults: dict = {}
 
     def __init__(self, cluster: str, bootstrap: str, core: PartitionCore, *, group_id: str,
                  consumer: dict | None = None, producer: dict | None = None) -> None:
@@ -105,7 +117,7 @@ class BackgroundService:
         consumer_config = {
             "group.id": self.group_id, "enable.auto.commit": False,
             "auto.offset.reset": "earliest", "fetch.max.wait.ms": 100,
-            **group_consumer_config(self.consumer_defaults, self.consumer_settings),
+            **group_consumer_config(CONSUMER_DEFAULTS, self.consumer_settings),
         }
         producer_config = {"acks": "all", "enable.idempotence": True,
                            "linger.ms": self.linger_ms, **self.producer_settings}

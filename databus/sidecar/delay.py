@@ -37,16 +37,6 @@ log = logging.getLogger("databus.sidecar.delay")
 COMMIT_INTERVAL_S = 0.5
 POLL_CAP_S = 0.2  # longest sleep between looks at the schedule while records may arrive
 CANCEL_RETENTION_MS = 7 * 24 * 3600 * 1000
-# How soon a dead member's messages move (docs/delayed.md): after session.timeout.ms, plus
-# up to one heartbeat interval before each other member hears of the rebalance.  6 s is the
-# shortest session a Kafka broker accepts by default (group.min.session.timeout.ms; the
-# consumer's own default is 45 s); a heartbeat every 0.5 s costs the coordinator nothing.
-# cooperative-sticky: the members that live keep their partitions, and the records they
-# hold, through the handover (eager range revoked everything: every member dropped its
-# held records and read them again), and the level topics are spread over the members by
-# count even with one partition each (range gave every topic's partition 0 to one member).
-CONSUMER_DEFAULTS = {"session.timeout.ms": 6000, "heartbeat.interval.ms": 500,
-                     "partition.assignment.strategy": "cooperative-sticky"}
 
 
 def now_ms() -> int:
@@ -57,7 +47,6 @@ class DelayService(BackgroundService):
     name = "delay service"
     topics = LEVEL_TOPICS
     linger_ms = 5
-    consumer_defaults = CONSUMER_DEFAULTS
 
     def __init__(self, cluster: str, bootstrap: str, *, group_id: str,
                  consumer: dict | None = None, producer: dict | None = None,

@@ -81,3 +81,132 @@ def test_bootstrap_parsing():
         parse_bootstrap("a:1, b:0")
     with pytest.raises(errors.ConfigError, match="empty"):
         parse_bootstrap(" , ")
+
+
+class _SteppedStream(trio.abc.Stream):
+    """A real TCP stream that moves a few bytes per checkpoint, so a request can be cancelled
+    at each point of its send and of the read of its answer (``cancel_at``: the step number
+    and the caller's cancel scope; steps are counted only while it is set)."""
+
+    def __init__(self, inner: trio.abc.Stream) -> None:
+        self.inner = inner
+        self.cancel_at: tuple[int, trio.CancelScope] | None = None
+        self.steps = 0
+
+    async def _step(self) -> None:
+        if self.cancel_at is not None:
+            at, scope = self.cancel_at
+            if self.steps == at:
+                scope.cancel()
+            self.steps += 1
+        await trio.lowlevel.checkpoint()  # raises Cancelled in the sending caller
+
+    async def send_all(self, data) -> None:
+        view = memoryview(data)
+        piece = max(1, len(view) // 3)  # before the first byte, in the middle, at the end
+        for start in range(0, len(view), piece):
+            await self._step()
+            await self.inner.send_all(view[start:start + piece])
+
+    async def wait_send_all_might_not_block(self) -> None:
+        await self.inner.wait_send_all_might_not_block()
+
+    async def receive_some(self, max_bytes=None):
+        await self._step()  # in the reader task: cancels the caller waiting for this answer
+        return await self.inner.receive_some(7)
+
+    async def aclose(self) -> None:
+        await self.inner.aclose()
+
+
+async def test_a_request_cancelled_anywhere_leaves_the_connection_usable_or_closed(broker, topic):
+    """A request cancelled at any point of its send or of the read of its answer must not put
+    the connection out of frame: the next request on it gets its own answer, or the connection
+    is closed (and a new one works).  Before the fix, a request cancelled inside send_all stayed
+    in the FIFO (and half a frame could stay on the wire), so the next answer was decoded with
+    its schema: "undecodable response to api key 9 v5: Buffer is exhausted" on a commit."""
+    host, port = parse_bootstrap(broker.bootstrap)[0]
+    streams: list[_SteppedStream] = []
+
+    async def open_stepped(h, p):
+        streams.append(_SteppedStream(await trio.open_tcp_stream(h, p)))
+        return streams[-1]
+
+    group = f"{topic}-g"
+    async with trio.open_nursery() as nursery:
+        admin = BrokerConnection(host, port)
+        await admin.connect(nursery)
+        created = await admin.request(ApiKey.CREATE_TOPICS, {
+            "topics": [{"name": topic, "num_partitions": 1, "replication_factor": 1}],
+            "timeout_ms": 10000})
+        assert created.topics[0].error_code == 0
+        conn, outcomes, step = None, set(), 0
+        while True:
+            if conn is None or conn.closed:
+                conn = BrokerConnection(host, port, open_stream=open_stepped)
+                await conn.connect(nursery)
+            stream = streams[-1]
+            with trio.CancelScope() as scope:
+                stream.steps, stream.cancel_at = 0, (step, scope)
+                await conn.request(ApiKey.OFFSET_FETCH, {
+                    "group_id": group, "require_stable": False,
+                    "topics": [{"name": topic, "partition_indexes": [0]}]})
+            stream.cancel_at = None
+            if not scope.cancelled_caught:
+                break  # past the last step: every point has been tried
+            outcomes.add("closed" if conn.closed else "kept")
+            if conn.closed:
+                with pytest.raises(errors.KafkaConnectionError, match="interrupted while being"):
+                    await conn.request(ApiKey.METADATA, {"topics": []})
+                conn = BrokerConnection(host, port, open_stream=open_stepped)
+                await conn.connect(nursery)
+            # the next request (a commit, as in the failure seen) gets its own answer
+            committed = await conn.request(ApiKey.OFFSET_COMMIT, {
+                "group_id": group, "generation_id_or_member_epoch": -1, "member_id": "",
+                "group_instance_id": None, "retention_time": -1,
+                "topics": [{"name": topic, "partitions": [
+                    {"partition_index": 0, "committed_offset": step,
+                     "committed_leader_epoch": -1, "committed_metadata": None}]}]})
+            assert committed.topics[0].partitions[0].error_code == 0
+            step += 1
+        # a cancelled send closes; a cancelled wait for the answer keeps the connection
+        assert outcomes == {"closed", "kept"} and step > 4, (outcomes, step)
+        fetched = await conn.request(ApiKey.OFFSET_FETCH, {
+            "group_id": group, "require_stable": False,
+            "topics": [{"name": topic, "partition_indexes": [0]}]})
+        assert fetched.topics[0].partitions[0].committed_offset == step - 1
+        nursery.cancel_scope.cancel()
+
+
+async def test_a_cancellation_while_waiting_to_write_keeps_the_connection(broker):
+    """The race seen under load: a poll's timeout ends while its OffsetFetch is being handed
+    the connection's send lock.  Nothing is on the wire yet, so the request is dropped before
+    it is registered and the connection stays usable (no reconnect, no failed neighbours)."""
+    host, port = parse_bootstrap(broker.bootstrap)[0]
+
+    class CancelOnHandover:
+        """The send lock, as a task that is cancelled right after being handed it sees it."""
+
+        def __init__(self, lock: trio.Lock) -> None:
+            self.lock, self.scope = lock, None
+
+        async def __aenter__(self):
+            await self.lock.acquire()
+            if self.scope is not None:
+                self.scope.cancel()
+
+        async def __aexit__(self, *exc):
+            self.lock.release()
+
+    async with trio.open_nursery() as nursery:
+        conn = BrokerConnection(host, port)
+        await conn.connect(nursery)
+        conn._send_lock = handover = CancelOnHandover(conn._send_lock)
+        with trio.CancelScope() as scope:
+            handover.scope = scope
+            await conn.request(ApiKey.METADATA, {"topics": []})
+        handover.scope = None
+        assert scope.cancelled_caught and conn.in_flight == 0 and not conn.closed
+        groups = await conn.request(ApiKey.LIST_GROUPS, {})  # gets its own answer
+        assert groups.error_code == 0
+        await conn.aclose()

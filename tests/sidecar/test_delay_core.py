@@ -157,8 +157,13 @@ def test_every_step_leaves_the_lead_for_the_services_lag():
 
 
 def test_the_group_consumer_defaults_give_way_to_the_configuration():
-    from databus.sidecar.background import group_consumer_config
-    from databus.sidecar.delay import CONSUMER_DEFAULTS
+    from databus.config import DelayConfig, TransactionsConfig
+    from databus.sidecar.background import CONSUMER_DEFAULTS, group_consumer_config
+
+    # one set of defaults for the delay and the half-message services, as documented
+    for service in (DelayConfig, TransactionsConfig):
+        described = service.model_fields["consumer"].description
+        assert all(f"`{key}: {value}`" in described for key, value in CONSUMER_DEFAULTS.items())
 
     assert group_consumer_config(CONSUMER_DEFAULTS, {}) == CONSUMER_DEFAULTS
     # a session lowered below the default heartbeat takes the heartbeat down with it (the

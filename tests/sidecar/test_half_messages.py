@@ -144,3 +144,62 @@ async def test_the_periodic_commit_waits_for_no_write_and_commits_only_what_is_a
                 assert await committed(held) == 2
                 assert (await looker.end_offsets([("pay", 0)]))[("pay", 0)] == 1
                 assert service.committed == 1 and service.rolled_back == 1
+
+
+async def test_members_keep_their_open_transactions_when_another_dies():
+    """The group services' consumer defaults (background.CONSUMER_DEFAULTS) hold for the
+    half-message service too: with cooperative-sticky, a member that lives keeps its
+    partitions, and the open transactions it holds, when another dies (eager range revoked
+    everything and every member read its open transactions again), takes the dead one's
+    partitions, and settles its own transaction when the end record comes."""
+    from databus.client import Admin, Producer
+    from databus.sidecar.half_core import COMMIT, HALF_TOPIC, end_headers, half_headers
+    from databus.sidecar.halfmsg import Checkers, HalfService
+
+    class Watched(HalfService):
+        def __init__(self, *args, **kwargs) -> None:
+            super().__init__(*args, **kwargs)
+            self.revoked: list = []
+
+        async def _revoked(self, partitions) -> None:
+            self.revoked += partitions
+            await super()._revoked(partitions)
+
+    def member():  # the session lowered so that the test need not wait 6 s
+        return Watched("main", bootstrap, Checkers(), group_id="txn-share", check_ms=60_000,
+                       max_checks=1, consumer={"session.timeout.ms": 1500})
+
+    async def until(predicate):
+        with trio.fail_after(60):
+            while not predicate():
+                await trio.sleep(0.05)
+
+    with short_tmpdir() as tmp:
+        async with broker_process(os.path.join(tmp, "data"), **BROKER,
+                                  **{"group.min.session.timeout.ms": 500}) as (bootstrap, _p):
+            async with Admin(bootstrap) as admin:
+                await admin.create_topics({HALF_TOPIC: 2, "pay": 1})
+            keeper, doomed = member(), member()
+            async with trio.open_nursery() as nursery, \
+                    Producer(bootstrap, {"linger.ms": 0}) as app:
+                nursery.start_soon(keeper.run)
+                with trio.CancelScope() as doomed_scope:
+                    async with trio.open_nursery() as inner:
+                        inner.start_soon(doomed.run)
+                        await until(lambda: len(keeper.tracker.next_offsets) == 1
+                                    and len(doomed.tracker.next_offsets) == 1)
+                        (mine,) = keeper.tracker.next_offsets
+                        await (await app.send(HALF_TOPIC, b"paid", None, half_headers(
+                            "t1", "shop", "pay", None, ()), mine[1])).wait()
+                        await until(lambda: "t1" in keeper.tracker.open)
+                        keeper.revoked.clear()
+                        doomed_scope.cancel()  # dies: no final commit, no LeaveGroup
+                await until(lambda: len(keeper.tracker.next_offsets) == 2)
+                assert keeper.revoked == [] and "t1" in keeper.tracker.open
+                config = keeper._consumer.config  # the defaults under the configuration's
+                assert (config.partition_assignment_strategy, config.heartbeat_interval_ms,
+                        config.session_timeout_ms) == (("cooperative-sticky",), 500, 1500)
+                await (await app.send(HALF_TOPIC, COMMIT, None, end_headers("t1", "shop"),
+                                      mine[1])).wait()
+                await until(lambda: keeper.committed == 1)
+                await keeper.stop()
