@@ -20,8 +20,8 @@ The socket comes from ``open_stream(host, port)`` (default ``trio.open_tcp_strea
 end of a ``trio.testing`` memory stream with a scripted broker on the other.
 
 Failure rules: a request not answered within ``request.timeout.ms`` closes the connection
-(as Kafka's clients do: the stream position is unknowable after that) and raises
-RequestTimedOutError; a closed or broken socket fails every pending request with
+and its socket at once (as Kafka's clients do: the stream position is unknowable after
+that) and raises RequestTimedOutError, as do the other requests in flight on it; a closed or broken socket fails every pending request with
 KafkaConnectionError; so does a caller cancelled while its frame was being written (the
 stream is out of frame then), while one cancelled waiting for its answer leaves the
 connection as it was.  Nothing waits forever.
@@ -361,7 +361,12 @@ class BrokerConnection:
             err = errors.RequestTimedOutError(
                 f"{self}: no response to api key {pending.api_key} within {limit:.3f}s"
             )
+            # As Kafka's NetworkClient (a request timeout disconnects the node): the socket
+            # is closed now, not when the broker next writes or hangs up, so a late answer
+            # cannot arrive, the broker sees the client go, and the next request opens a
+            # new connection.  The other requests in flight fail with this error (retriable).
             self._fail(err)
+            await self._close_stream()
             raise err
         if pending.error is not None:
             raise pending.error
@@ -436,6 +441,9 @@ class BrokerConnection:
 
     async def aclose(self) -> None:
         self._fail(errors.KafkaConnectionError(f"{self} was closed"))
+        await self._close_stream()
+
+    async def _close_stream(self) -> None:
         if self._stream is not None:
             stream, self._stream = self._stream, None
             with trio.CancelScope(shield=True):

@@ -6,9 +6,11 @@ import pytest
 import trio
 
 from databus.client import errors
-from databus.client.cluster import parse_bootstrap
+from databus.client.cluster import Cluster, parse_bootstrap
+from databus.client.config import ConsumerConfig
 from databus.client.connection import CLIENT_VERSIONS, BrokerConnection
 from databus.protocol.api_keys import ApiKey
+from databus.protocol.entities import build_request
 
 
 async def test_negotiates_versions_and_pipelines_requests(broker):
@@ -210,3 +212,42 @@ async def test_a_cancellation_while_waiting_to_write_keeps_the_connection(broker
         groups = await conn.request(ApiKey.LIST_GROUPS, {})  # gets its own answer
         assert groups.error_code == 0
         await conn.aclose()
+
+
+
+async def test_a_request_timeout_closes_the_socket_and_fails_the_requests_behind_it(broker, topic):
+    """As Kafka's NetworkClient: a request timeout disconnects at once.  A Fetch that the
+    broker holds (max wait 30 s on an empty topic) is given up after 0.3 s: the socket is
+    closed then (not when the broker answers), the Metadata pipelined behind it fails with
+    the same retriable error, and the cluster's next request opens a new connection."""
+    sockets = []
+
+    async def open_tcp(h, p):
+        stream = await trio.open_tcp_stream(h, p)
+        sockets.append(stream.socket)
+        return stream
+
+    cluster = Cluster(broker.bootstrap, ConsumerConfig.from_kafka({}), open_stream=open_tcp)
+    async with cluster.running():
+        conn = await cluster.connection(-1)
+        created = await conn.request(ApiKey.CREATE_TOPICS, {
+            "topics": [{"name": topic, "num_partitions": 1, "replication_factor": 1}],
+            "timeout_ms": 10000})
+        assert created.topics[0].error_code == 0
+        fetch = await conn.write(build_request(ApiKey.FETCH, conn.version(ApiKey.FETCH), {
+            "replica_id": -1, "max_wait": 30000, "min_bytes": 1, "max_bytes": 1 << 20,
+            "isolation_level": 0, "session_id": 0, "session_epoch": -1, "rack_id": "",
+            "topics": [{"topic": topic, "partitions": [{
+                "partition": 0, "fetch_offset": 0, "log_start_offset": -1,
+                "partition_max_bytes": 1 << 20, "current_leader_epoch": -1}]}],
+            "forgotten_topics_data": []}))
+        behind = await conn.write(build_request(ApiKey.METADATA, conn.version(ApiKey.METADATA),
+                                                {"topics": []}))
+        with pytest.raises(errors.RequestTimedOutError, match="no response to api key 1 "):
+            await conn.wait(fetch, timeout=0.3)
+        assert conn.closed and sockets[0].fileno() == -1  # closed now, not at the broker's answer
+        with pytest.raises(errors.RequestTimedOutError) as behind_error:
+            await conn.wait(behind)
+        assert behind_error.value.retriable
+        assert (await cluster.request(-1, ApiKey.METADATA, {"topics": []})).brokers
+        assert len(sockets) == 2 and await cluster.connection(-1) is not conn
