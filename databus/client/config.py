@@ -236,6 +236,10 @@ class ConsumerConfig(_KafkaConfig):
     fetch_max_wait_ms: int = Field(500, alias="fetch.max.wait.ms", ge=0)
     max_partition_fetch_bytes: int = Field(1048576, alias="max.partition.fetch.bytes", gt=0)
     max_poll_records: int = Field(500, alias="max.poll.records", gt=0)
+    # the bound of commit()'s retries (Kafka's commitSync without a timeout)
+    default_api_timeout_ms: int = Field(
+        defaults.DEFAULT_API_TIMEOUT_MS, alias="default.api.timeout.ms", gt=0
+    )
     partition_assignment_strategy: tuple[str, ...] = Field(
         ("range", "cooperative-sticky"), alias="partition.assignment.strategy"
     )
@@ -310,7 +314,9 @@ class ShareConsumerConfig(_KafkaConfig):
 class AdminConfig(_KafkaConfig):
     """Admin client settings (the common client settings only)."""
 
-    default_api_timeout_ms: int = Field(60000, alias="default.api.timeout.ms", gt=0)
+    default_api_timeout_ms: int = Field(
+        defaults.DEFAULT_API_TIMEOUT_MS, alias="default.api.timeout.ms", gt=0
+    )
 
 
 def parse_overrides(items: list[str] | None) -> dict[str, str]:

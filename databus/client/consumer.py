@@ -32,6 +32,7 @@ import trio
 
 from ..protocol.types import TopicPartition
 from . import errors
+from .backoff import ExponentialBackoff
 from .cluster import Cluster
 from .config import ConsumerConfig
 from .connection import OpenStream
@@ -402,10 +403,43 @@ class Consumer(ClientLifecycle):
 
     # -- commits -------------------------------------------------------------------------
 
-    async def commit(self, offsets: Mapping[TopicPartition, int] | None = None) -> None:
+    async def commit(
+        self, offsets: Mapping[TopicPartition, int] | None = None, timeout: float | None = None
+    ) -> None:
         """Commit ``offsets`` ({tp: next offset to read}) or, by default, the current
-        positions of all assigned partitions.  Synchronous: returns once the group stored them."""
+        positions of all assigned partitions.  Synchronous: returns once the group stored them.
+
+        As Kafka's commitSync: a retriable failure (the coordinator's connection lost,
+        NOT_COORDINATOR, COORDINATOR_NOT_AVAILABLE, COORDINATOR_LOAD_IN_PROGRESS,
+        REQUEST_TIMED_OUT, ...) is retried after ``retry.backoff.ms`` (growing to
+        ``retry.backoff.max.ms``), finding the coordinator again, until ``timeout`` seconds
+        (default ``default.api.timeout.ms``) have passed; then RequestTimedOutError naming
+        the last failure.  Any other error raises at once: ILLEGAL_GENERATION or
+        UNKNOWN_MEMBER_ID (Java's CommitFailedException) and REBALANCE_IN_PROGRESS (the member
+        rejoins; commit again after it), FENCED_INSTANCE_ID, an authorization error, ..."""
         self._check_open()
+        limit = self.config.default_api_timeout_ms / 1000 if timeout is None else timeout
+        backoff = ExponentialBackoff(self.config.retry_backoff_ms, self.config.retry_backoff_max_ms)
+        failures, last = 0, None
+        with trio.move_on_after(limit):
+            while True:
+                try:
+                    await self._commit_once(offsets)
+                    return
+                except errors.KafkaError as exc:
+                    if not exc.retriable:
+                        raise
+                    last = exc
+                    log.info("group %s: commit failed, retrying: %s", self._group.group_id, exc)
+                await trio.sleep(backoff.backoff_ms(failures) / 1000)
+                failures += 1
+        raise errors.RequestTimedOutError(
+            f"group {self._group.group_id!r}: offsets not committed within {limit:g}s "
+            f"(default.api.timeout.ms); last error: {last or 'none, the attempt was still running'}"
+        )
+
+    async def _commit_once(self, offsets: Mapping[TopicPartition, int] | None) -> None:
+        """One OffsetCommit (commit_async's whole commit, as Kafka's commitAsync)."""
         if self._group is None:
             raise errors.ConfigError("commit() needs group.id")
         if offsets is None:
@@ -425,7 +459,7 @@ class Consumer(ClientLifecycle):
         async def run() -> None:
             error = None
             try:
-                await self.commit(offsets)
+                await self._commit_once(offsets)
             except errors.KafkaError as exc:
                 error = exc
                 log.warning("async commit failed: %s", exc)

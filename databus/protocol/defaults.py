@@ -18,6 +18,7 @@ BATCH_SIZE = 16384  # batch.size
 BUFFER_MEMORY = 32 * 1024 * 1024  # buffer.memory
 MAX_BLOCK_MS = 60_000  # max.block.ms
 REQUEST_TIMEOUT_MS = 30_000  # request.timeout.ms
+DEFAULT_API_TIMEOUT_MS = 60_000  # default.api.timeout.ms (consumer and admin)
 
 # -- broker log.* settings = the defaults of every topic's config ----------------------------
 LOG_SEGMENT_BYTES = 1 << 30  # log.segment.bytes / segment.bytes
