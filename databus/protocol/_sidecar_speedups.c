@@ -881,6 +881,14 @@ typedef struct {
     Py_ssize_t max_messages;
     char armed;
     char refusing;
+    /* send()'s (bind_send): the Python Client.send that takes what send() does not, the
+     * client's max_buffer_bytes and max_frame_bytes, the framing estimate per message, and
+     * time.sleep (a frame's worth queued: let the I/O thread run) */
+    PyObject *slow_send;
+    PyObject *sleep;
+    Py_ssize_t max_buffer;
+    Py_ssize_t max_frame_bytes;
+    Py_ssize_t overhead;
 } Outbox;
 
 enum { QUEUED = 0, WAKE = 1, YIELD = 2, REFUSED = 3 };
@@ -944,6 +952,8 @@ outbox_traverse(Outbox *self, visitproc visit, void *arg)
     Py_VISIT(self->futures);
     Py_VISIT(self->future_type);
     Py_VISIT(self->client);
+    Py_VISIT(self->slow_send);
+    Py_VISIT(self->sleep);
     return 0;
 }
 
@@ -954,6 +964,8 @@ outbox_clear(Outbox *self)
     Py_CLEAR(self->futures);
     Py_CLEAR(self->future_type);
     Py_CLEAR(self->client);
+    Py_CLEAR(self->slow_send);
+    Py_CLEAR(self->sleep);
     return 0;
 }
 
@@ -988,6 +1000,53 @@ new_future(Outbox *self)
     return future;
 }
 
+/* Queue message (id, *fields[0:n]) of ``size`` payload bytes with a new future: what to
+ * do next (QUEUED, WAKE, YIELD or REFUSED) and, unless REFUSED, the future (a new
+ * reference) in *future_out; -1 with an exception set.  add() and send() share it. */
+static int
+enqueue(Outbox *self, PyObject *const *fields, Py_ssize_t n, Py_ssize_t size,
+        PyObject **future_out)
+{
+    *future_out = NULL;
+    /* The allocations first: they may start the collector. */
+    PyObject *item = PyTuple_New(n + 1);
+    PyObject *future = item ? new_future(self) : NULL;
+    PyObject *id = future ? PyLong_FromLongLong(self->last_id + 1) : NULL;
+    if (id == NULL) {
+        Py_XDECREF(item);
+        Py_XDECREF(future);
+        return -1;
+    }
+    if (self->refusing) {
+        Py_DECREF(item);
+        Py_DECREF(future);
+        Py_DECREF(id);
+        return REFUSED;
+    }
+    PyTuple_SET_ITEM(item, 0, id);
+    for (Py_ssize_t i = 0; i < n; i++)
+        PyTuple_SET_ITEM(item, i + 1, Py_NewRef(fields[i]));
+    if (PyDict_SetItem(self->futures, id, future) < 0)
+        goto error;
+    if (PyList_Append(self->queue, item) < 0) {
+        PyDict_DelItem(self->futures, id);
+        goto error;
+    }
+    Py_DECREF(item);
+    self->last_id += 1;
+    self->buffered += size;
+    self->unencoded += size;
+    *future_out = future;
+    if (self->armed)
+        return PyList_GET_SIZE(self->queue) % self->max_messages ? QUEUED : YIELD;
+    self->armed = 1;
+    return WAKE;
+error:
+    Py_DECREF(item);
+    Py_DECREF(future);
+    return -1;
+}
+
 /* add(size, fields) -> (QUEUED, WAKE, YIELD or REFUSED; the message's future or None) */
 static PyObject *
 outbox_add(Outbox *self, PyObject *const *args, Py_ssize_t nargs)
@@ -1001,56 +1060,110 @@ outbox_add(Outbox *self, PyObject *const *args, Py_ssize_t nargs)
     Py_ssize_t size = PyLong_AsSsize_t(args[0]);
     if (size == -1 && PyErr_Occurred())
         return NULL;
-    PyObject *fields = args[1];
-    Py_ssize_t n = PyTuple_GET_SIZE(fields);
-    /* The allocations first: they may start the collector. */
-    PyObject *item = PyTuple_New(n + 1);
-    PyObject *future = item ? new_future(self) : NULL;
-    PyObject *result = future ? PyTuple_New(2) : NULL;
-    if (result == NULL) {
-        Py_XDECREF(item);
-        Py_XDECREF(future);
+    PyObject *result = PyTuple_New(2);
+    if (result == NULL)
+        return NULL;
+    PyObject *future;
+    int then = enqueue(self, &PyTuple_GET_ITEM(args[1], 0), PyTuple_GET_SIZE(args[1]), size,
+                       &future);
+    if (then < 0) {
+        Py_DECREF(result);
         return NULL;
     }
-    int then;
-    if (self->refusing) {
-        Py_DECREF(item);
-        Py_DECREF(future);
-        future = Py_NewRef(Py_None);
-        then = REFUSED;
-    } else {
-        PyObject *id = PyLong_FromLongLong(self->last_id + 1);
-        if (id == NULL)
-            goto error;
-        PyTuple_SET_ITEM(item, 0, id);
-        for (Py_ssize_t i = 0; i < n; i++)
-            PyTuple_SET_ITEM(item, i + 1, Py_NewRef(PyTuple_GET_ITEM(fields, i)));
-        if (PyDict_SetItem(self->futures, id, future) < 0)
-            goto error;
-        if (PyList_Append(self->queue, item) < 0) {
-            PyDict_DelItem(self->futures, id);
-            goto error;
+    PyTuple_SET_ITEM(result, 0, PyLong_FromLong(then)); /* small ints: never allocated */
+    PyTuple_SET_ITEM(result, 1, future ? future : Py_NewRef(Py_None));
+    return result;
+}
+
+/* send(stream, value, key=None) -> DeliveryFuture: Client.send's common case, a str stream,
+ * a bytes value and a bytes or no key, with nothing else given, whole in one C call: no
+ * Python frame for send()'s eleven parameters, no fields tuple, no (then, future) pair.
+ * (The Python send() was ~3/4 of the app's instructions per message.)  Anything else —
+ * other arguments, other types, a message over max_frame_bytes, a full buffer, a refusing
+ * outbox — goes to the Python Client.send with the same arguments, which decides, waits or
+ * raises: the rules live there only.  Bound by bind_send(). */
+static PyObject *
+outbox_send(Outbox *self, PyObject *const *args, size_t nargsf, PyObject *kwnames)
+{
+    if (self->slow_send == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "Outbox.send before bind_send");
+        return NULL;
+    }
+    Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
+    int fast = 0;
+    if (kwnames == NULL)
+        fast = nargs == 2 || nargs == 3;
+    else if (nargs == 2 && PyTuple_GET_SIZE(kwnames) == 1)
+        fast = PyUnicode_CompareWithASCIIString(PyTuple_GET_ITEM(kwnames, 0), "key") == 0;
+    Py_ssize_t size = 0;
+    if (fast) {
+        /* (stream, value) without a key, (stream, value, key) with one: the queued tuple's
+         * shape after its id, as the Python send() builds it */
+        Py_ssize_t n = (nargs == 3 || kwnames != NULL) && args[2] != Py_None ? 3 : 2;
+        PyObject *stream = args[0], *value = args[1];
+        fast = PyUnicode_CheckExact(stream) && PyBytes_CheckExact(value) &&
+               (n == 2 || PyBytes_CheckExact(args[2])) && !self->refusing;
+        if (fast) {
+            size = 24 + PyBytes_GET_SIZE(value) + (n == 3 ? PyBytes_GET_SIZE(args[2]) : 0);
+            fast = size + PyUnicode_GET_LENGTH(stream) + self->overhead <= self->max_frame_bytes &&
+                   self->buffered + size <= self->max_buffer;
         }
-        Py_DECREF(item);
-        self->last_id += 1;
-        self->buffered += size;
-        self->unencoded += size;
-        if (self->armed) {
-            then = PyList_GET_SIZE(self->queue) % self->max_messages ? QUEUED : YIELD;
-        } else {
-            self->armed = 1;
-            then = WAKE;
+        if (fast) {
+            if (outbox_ready(self))
+                return NULL;
+            PyObject *future;
+            int then = enqueue(self, args, n, size, &future);
+            if (then == WAKE || then == YIELD) {
+                PyObject *zero = NULL, *done = NULL;
+                if (then == WAKE)
+                    done = PyObject_CallMethod(self->client, "_wake", NULL);
+                else if ((zero = PyLong_FromLong(0)) != NULL)
+                    done = PyObject_CallOneArg(self->sleep, zero);
+                Py_XDECREF(zero);
+                if (done == NULL) {
+                    Py_DECREF(future);
+                    return NULL;
+                }
+                Py_DECREF(done);
+            }
+            if (then != REFUSED) /* (refusing was looked at above: not here) */
+                return then < 0 ? NULL : future;
         }
     }
-    PyObject *code = PyLong_FromLong(then); /* small ints: never allocated */
-    PyTuple_SET_ITEM(result, 0, code);
-    PyTuple_SET_ITEM(result, 1, future);
+    /* slow_send(client, *args, **kwargs) */
+    PyObject *small[8], **call = small;
+    Py_ssize_t total = nargs + (kwnames ? PyTuple_GET_SIZE(kwnames) : 0);
+    if (total + 1 > 8 && (call = PyMem_New(PyObject *, total + 1)) == NULL)
+        return PyErr_NoMemory();
+    call[0] = self->client;
+    memcpy(call + 1, args, total * sizeof(PyObject *));
+    PyObject *result = PyObject_Vectorcall(self->slow_send, call, nargs + 1, kwnames);
+    if (call != small)
+        PyMem_Free(call);
     return result;
-error:
-    Py_DECREF(item);
-    Py_DECREF(future);
-    Py_DECREF(result);
-    return NULL;
+}
+
+/* bind_send(slow_send, max_buffer, overhead, sleep) -> send: sets what send() needs */
+static PyObject *
+outbox_bind_send(Outbox *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    Py_ssize_t max_buffer, overhead;
+    if (nargs != 4 || !PyCallable_Check(args[0]) || !PyCallable_Check(args[3]) ||
+        (max_buffer = PyLong_AsSsize_t(args[1])) < 0 ||
+        (overhead = PyLong_AsSsize_t(args[2])) < 0) {
+        if (!PyErr_Occurred() || PyErr_ExceptionMatches(PyExc_TypeError)) {
+            PyErr_Clear();
+            PyErr_SetString(PyExc_TypeError,
+                            "bind_send(slow_send, max_buffer: int >= 0, overhead: int >= 0, "
+                            "sleep)");
+        }
+        return NULL;
+    }
+    Py_XSETREF(self->slow_send, Py_NewRef(args[0]));
+    Py_XSETREF(self->sleep, Py_NewRef(args[3]));
+    self->max_buffer = max_buffer;
+    self->overhead = overhead;
+    return PyObject_GetAttrString((PyObject *)self, "send");
 }
 
 static PyObject *
@@ -1176,6 +1289,8 @@ static PyMemberDef outbox_members[] = {
      "payload bytes of the queued messages"},
     {"last_id", T_LONGLONG, offsetof(Outbox, last_id), READONLY, "the last id given out"},
     {"max_messages", T_PYSSIZET, offsetof(Outbox, max_messages), READONLY, NULL},
+    {"max_frame_bytes", T_PYSSIZET, offsetof(Outbox, max_frame_bytes), 0,
+     "the sidecar's max_frame_bytes (send() leaves bigger messages to the Python code)"},
     {NULL},
 };
 
@@ -1287,6 +1402,10 @@ static PyMethodDef outbox_methods[] = {
     {"add", (PyCFunction)(void (*)(void))outbox_add, METH_FASTCALL,
      "add(size, fields): queue message (id, *fields) with a new future; (QUEUED, WAKE, YIELD "
      "or REFUSED, the future)"},
+    {"send", (PyCFunction)(void (*)(void))outbox_send, METH_FASTCALL | METH_KEYWORDS,
+     "send(stream, value, key=None, ...): Client.send, its common case in C (bind_send)"},
+    {"bind_send", (PyCFunction)(void (*)(void))outbox_bind_send, METH_FASTCALL,
+     "bind_send(slow_send, max_buffer, overhead, sleep) -> send"},
     {"next_id", (PyCFunction)outbox_next_id, METH_NOARGS, "a new id (flushes, subscriptions)"},
     {"add_marker", (PyCFunction)outbox_add_marker, METH_O,
      "queue a marker; True if the I/O thread must be woken"},

@@ -335,6 +335,13 @@ class Client:
         self._wake_r, self._wake_w = socket.socketpair()
         self._wake_r.setblocking(False)
         self._wake_w.setblocking(False)
+        bind_send = getattr(self._outbox, "bind_send", None)
+        if bind_send is not None and type(self).send is Client.send:
+            # The C outbox takes send()'s common case (a str stream, bytes value and key,
+            # nothing else) in one call, without this method's Python frame, and hands
+            # anything else to it (Outbox.send in _sidecar_speedups.c).  Not for a subclass
+            # that overrides send().
+            self.send = bind_send(Client.send, max_buffer_bytes, FRAME_OVERHEAD, time.sleep)
         self._thread = threading.Thread(
             target=self._io_loop, name="databus-client-io", daemon=True
         )
@@ -367,6 +374,8 @@ class Client:
         self._epoch += 1
         self.server = hello.get("server")
         self.max_frame_bytes = int(hello.get("max_frame_bytes", wire.DEFAULT_MAX_FRAME_BYTES))
+        if hasattr(self._outbox, "bind_send"):  # the C send() looks at it (see __init__)
+            self._outbox.max_frame_bytes = self.max_frame_bytes
         self.max_block_ms = (
             self._max_block_override if self._max_block_override is not None
             else int(hello.get("max_block_ms", MAX_BLOCK_MS))
