@@ -880,6 +880,7 @@ typedef struct {
     Py_ssize_t unencoded;
     Py_ssize_t max_messages;
     char armed;
+    char poked; /* arm() was called since the last take() */
     char refusing;
     /* send()'s (bind_send): the Python Client.send that takes what send() does not, the
      * client's max_buffer_bytes and max_frame_bytes, the framing estimate per message, and
@@ -941,7 +942,7 @@ outbox_init(Outbox *self, PyObject *args, PyObject *kwargs)
     self->max_messages = max_messages;
     self->last_id = 0;
     self->buffered = self->unencoded = 0;
-    self->armed = self->refusing = 0;
+    self->armed = self->poked = self->refusing = 0;
     return 0;
 }
 
@@ -1188,7 +1189,19 @@ outbox_arm(Outbox *self, PyObject *unused)
 {
     int wake = !self->armed;
     self->armed = 1;
+    self->poked = 1;
     return PyBool_FromLong(wake);
+}
+
+static PyObject *
+outbox_idle(Outbox *self, PyObject *unused)
+{
+    if (outbox_ready(self))
+        return NULL;
+    if (PyList_GET_SIZE(self->queue) || self->poked)
+        Py_RETURN_FALSE;
+    self->armed = 0;
+    Py_RETURN_TRUE;
 }
 
 static PyObject *
@@ -1206,7 +1219,7 @@ outbox_take(Outbox *self, PyObject *unused)
     }
     Py_SETREF(self->queue, fresh);
     self->unencoded = 0;
-    self->armed = 0;
+    self->poked = 0;
     return result;
 }
 
@@ -1236,7 +1249,7 @@ outbox_fail(Outbox *self, PyObject *unused)
     Py_SETREF(self->queue, queue);
     self->refusing = 1;
     self->unencoded = self->buffered = 0;
-    self->armed = 0;
+    self->armed = self->poked = 0;
     return old;
 }
 
@@ -1411,6 +1424,8 @@ static PyMethodDef outbox_methods[] = {
      "queue a marker; True if the I/O thread must be woken"},
     {"arm", (PyCFunction)outbox_arm, METH_NOARGS, "True if the I/O thread must be woken"},
     {"take", (PyCFunction)outbox_take, METH_NOARGS, "(queue, unencoded bytes), emptied"},
+    {"idle", (PyCFunction)outbox_idle, METH_NOARGS,
+     "True (disarmed: the next add wakes the I/O thread) if nothing is queued or asked for"},
     {"release", (PyCFunction)outbox_release, METH_O, "n payload bytes left the process"},
     {"resolve", (PyCFunction)(void (*)(void))outbox_resolve, METH_FASTCALL,
      "resolve(items, start, with_callbacks) -> (next, delivered): the delivered report items "

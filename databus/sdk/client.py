@@ -66,6 +66,9 @@ LANE_HEADER = "databus-lane"
 MAX_MESSAGES_PER_FRAME = 2048
 # msgpack's framing around one message (see sidecar_wire.message_estimate)
 FRAME_OVERHEAD = wire.MESSAGE_OVERHEAD
+# A send() waiting for room in max_buffer_bytes resumes once the buffered bytes are down to
+# this fraction of it (_release_written).
+RESUME_SENDERS_AT = 0.75
 # After losing the sidecar, reconnect attempts back off from 50 ms to 1 s.
 RECONNECT_BACKOFF_MIN = 0.05
 RECONNECT_BACKOFF_MAX = 1.0
@@ -783,9 +786,13 @@ class Client:
             for frame in self._early_frames:
                 self._on_frame(frame)
             while True:
-                # With subscriptions, look again now and then: one ended by the sidecar
-                # subscribes again after a backoff.
-                for key, _ in sel.select(RESUBSCRIBE_S if self._subs else None):
+                # Sleep only when nothing was queued since the last take: senders wake this
+                # thread only once it has said so (outbox.py), so what they queue while it
+                # works goes out in the next round, in bigger frames.  With subscriptions,
+                # look again now and then: one ended by the sidecar subscribes again after
+                # a backoff.
+                timeout = (RESUBSCRIBE_S if self._subs else None) if self._outbox.idle() else 0
+                for key, _ in sel.select(timeout):
                     if key.fileobj is self._wake_r:
                         try:
                             self._wake_r.recv(4096)
@@ -870,8 +877,14 @@ class Client:
             released += marks.popleft()[1]
         if released:
             self._outbox.release(released)
-            with self._space:
-                self._space.notify_all()
+            # Senders waiting for room are woken once a quarter of the buffer is free, not
+            # as soon as one message fits: woken per message, the app and this thread traded
+            # the interpreter per message (a frame of one, ~2x the app's CPU per message)
+            # for as long as the sidecar was the slower side.  Below the mark every release
+            # wakes them, so a message too big for that room still goes once it fits.
+            if self._outbox.buffered <= self._max_buffer * RESUME_SENDERS_AT:
+                with self._space:
+                    self._space.notify_all()
 
     def _read(self) -> bool:
         try:

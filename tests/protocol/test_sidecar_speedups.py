@@ -24,7 +24,7 @@ from databus.protocol import sidecar_wire as wire
 from databus.protocol import speedups
 from databus.protocol.sidecar_wire import WireError
 from databus.sdk import outbox
-from databus.sdk.outbox import WAKE, PyOutbox
+from databus.sdk.outbox import QUEUED, WAKE, PyOutbox
 
 try:
     from databus.protocol import _sidecar_speedups
@@ -325,7 +325,7 @@ operation = st.one_of(
     st.tuples(st.just("add"), st.integers(0, 500),
               st.one_of(st.tuples(st.text(max_size=3), st.binary(max_size=3)),
                         st.tuples(st.text(max_size=3), st.none(), st.binary(max_size=3)))),
-    st.tuples(st.sampled_from(["next_id", "arm", "take", "fail", "reopen", "close"])),
+    st.tuples(st.sampled_from(["next_id", "arm", "take", "idle", "fail", "reopen", "close"])),
     st.tuples(st.just("add_marker"), st.integers(0, 9)),
     st.tuples(st.just("release"), st.integers(0, 500)),
 )
@@ -383,6 +383,29 @@ def run_outbox(cls, operations, max_messages):
 def test_the_c_outbox_does_what_the_python_one_does(operations, max_messages):
     assert (run_outbox(_sidecar_speedups.Outbox, operations, max_messages)
             == run_outbox(PyOutbox, operations, max_messages))
+
+
+@pytest.mark.parametrize("cls", [PyOutbox, outbox.Outbox], ids=["python", "default"])
+def test_senders_wake_the_io_thread_only_once_it_says_it_sleeps(cls):
+    """While the I/O thread works (from a wake-up to idle()), what is queued or asked for
+    wakes nobody: it takes again before it sleeps."""
+    box = cls(8, Future, "the client")
+    assert box.add(1, ("s", b"v"))[0] == WAKE
+    assert box.add(1, ("s", b"v"))[0] == QUEUED
+    box.take()
+    assert box.add(1, ("s", b"v"))[0] == QUEUED  # the I/O thread is still at work
+    assert box.add_marker(("flush", 1)) is False
+    assert box.idle() is False  # so it takes again instead of sleeping
+    box.take()
+    assert box.arm() is False  # a subscription asks it to look: it is awake
+    assert box.idle() is False
+    box.take()
+    assert box.idle() is True  # nothing left: it sleeps, and the next sender wakes it
+    assert box.add(1, ("s", b"v"))[0] == WAKE
+    assert box.idle() is False
+    box.take()
+    assert box.idle() is True
+    assert box.arm() is True
 
 
 @needs_ext
