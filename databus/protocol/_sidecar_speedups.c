@@ -488,9 +488,14 @@ py_parse_produce(PyObject *self, PyObject *arg)
 
 /* ---- encoding: the SDK's produce frames ------------------------------------------------ */
 
+/* Where encoding writes: a buffer of its own (ba NULL), or the end of a bytearray (the
+ * SDK's output buffer: no bytes object made and copied again), whose size is kept at cap
+ * while writing (put* run no Python code: nobody sees the unwritten tail) and set to len at
+ * the end. */
 typedef struct {
     char *buf;
     Py_ssize_t len, cap;
+    PyObject *ba;
 } Out;
 
 static int
@@ -498,6 +503,18 @@ grow(Out *o, Py_ssize_t n)
 {
     if (o->len + n <= o->cap)
         return OK;
+    if (o->ba != NULL) {
+        /* doubled (64 KiB at least): amortised, and the final shrink to len stays in
+         * the bytearray's allocation (it reallocates only below half of it) */
+        Py_ssize_t cap = o->cap < 32768 ? 65536 : o->cap * 2;
+        if (cap < o->len + n)
+            cap = o->len + n;
+        if (PyByteArray_Resize(o->ba, cap) < 0)
+            return ERR;
+        o->buf = PyByteArray_AS_STRING(o->ba);
+        o->cap = cap;
+        return OK;
+    }
     Py_ssize_t cap = o->cap ? o->cap : 65536;
     while (cap < o->len + n) {
         if (cap > PY_SSIZE_T_MAX / 2) {
@@ -787,26 +804,38 @@ put_frame(Out *o, const char *head, Py_ssize_t head_len, PyObject **items, Py_ss
 }
 
 PyDoc_STRVAR(encode_produce_doc,
-"encode_produce(queue, start, end, max_messages, limit, overhead) -> bytes or None\n\n"
+"encode_produce(queue, start, end, max_messages, limit, overhead, out=None) -> bytes, int\n"
+"or None\n\n"
 "sidecar_wire.encode_produce's twin: queue[start:end] (message tuples) as produce frames\n"
 "of at most max_messages each and, when limit >= 0, cut before a message whose estimate\n"
-"would take the frame's past limit.  None when an item holds what this does not pack\n"
-"(the caller packs in Python then).");
+"would take the frame's past limit.  With ``out`` (a bytearray) the frames are appended to\n"
+"it and their length returned.  None when an item holds what this does not pack (``out``\n"
+"unchanged; the caller packs in Python then).");
 
 static PyObject *
 py_encode_produce(PyObject *self, PyObject *args)
 {
-    PyObject *queue;
+    PyObject *queue, *into = Py_None;
     Py_ssize_t start, end, max_messages, limit, overhead;
-    if (!PyArg_ParseTuple(args, "O!nnnnn", &PyList_Type, &queue, &start, &end, &max_messages,
-                          &limit, &overhead))
+    if (!PyArg_ParseTuple(args, "O!nnnnn|O", &PyList_Type, &queue, &start, &end, &max_messages,
+                          &limit, &overhead, &into))
         return NULL;
     if (start < 0 || end > PyList_GET_SIZE(queue) || max_messages < 1) {
         PyErr_SetString(PyExc_ValueError, "encode_produce: bad range or max_messages");
         return NULL;
     }
+    if (into != Py_None && !PyByteArray_CheckExact(into)) {
+        PyErr_SetString(PyExc_TypeError, "encode_produce: out must be a bytearray");
+        return NULL;
+    }
     PyObject **items = PySequence_Fast_ITEMS(queue);
-    Out o = {NULL, 0, 0};
+    Out o = {NULL, 0, 0, NULL};
+    Py_ssize_t base = 0;
+    if (into != Py_None) {
+        o.ba = into;
+        base = o.len = o.cap = PyByteArray_GET_SIZE(into);
+        o.buf = PyByteArray_AS_STRING(into);
+    }
     int rc = OK;
     Py_ssize_t first = start, size = 0;
     for (Py_ssize_t i = start; rc == OK && i < end; i++) {
@@ -827,6 +856,16 @@ py_encode_produce(PyObject *self, PyObject *args)
     }
     if (rc == OK && first < end)
         rc = put_frame(&o, PRODUCE_HEAD, sizeof(PRODUCE_HEAD) - 1, items, first, end);
+    if (o.ba != NULL) {
+        /* what was written stays (OK), or out is as it was */
+        if (PyByteArray_Resize(into, rc == OK ? o.len : base) < 0)
+            return NULL;
+        if (rc == ERR)
+            return NULL;
+        if (rc == NO)
+            Py_RETURN_NONE;
+        return PyLong_FromSsize_t(o.len - base);
+    }
     PyObject *result = NULL;
     if (rc == OK)
         result = PyBytes_FromStringAndSize(o.buf ? o.buf : "", o.len);
@@ -847,7 +886,7 @@ py_encode_reports(PyObject *self, PyObject *items)
 {
     if (!PyList_CheckExact(items))
         Py_RETURN_NONE;
-    Out o = {NULL, 0, 0};
+    Out o = {NULL, 0, 0, NULL};
     /* items is only read here: put_object runs no Python code, so it cannot change */
     int rc = put_frame(&o, REPORTS_HEAD, sizeof(REPORTS_HEAD) - 1, PySequence_Fast_ITEMS(items),
                        0, PyList_GET_SIZE(items));
@@ -1025,8 +1064,16 @@ enqueue(Outbox *self, PyObject *const *fields, Py_ssize_t n, Py_ssize_t size,
         return REFUSED;
     }
     PyTuple_SET_ITEM(item, 0, id);
-    for (Py_ssize_t i = 0; i < n; i++)
+    int atomic = 1;
+    for (Py_ssize_t i = 0; i < n; i++) {
         PyTuple_SET_ITEM(item, i + 1, Py_NewRef(fields[i]));
+        atomic &= !PyObject_IS_GC(fields[i]);
+    }
+    /* A message of str, bytes, ints and None can be in no cycle: untracked, the app's
+     * collector does not walk it while it waits in the queue (its first collection would
+     * untrack it anyway, after walking it). */
+    if (atomic)
+        PyObject_GC_UnTrack(item);
     if (PyDict_SetItem(self->futures, id, future) < 0)
         goto error;
     if (PyList_Append(self->queue, item) < 0) {

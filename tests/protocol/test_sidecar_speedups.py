@@ -260,8 +260,21 @@ def test_produce_frames_are_byte_identical(queue, max_messages, limit, data):
 def test_the_sdk_queue_is_encoded_in_c(monkeypatch):
     """send()'s tuples (str, bytes, ints) never take the msgpack path."""
     queue = [(1, "s", b"v"), (2, "s", None, b"k"), (3, "s", b"v", None, [["h", b"x"]], 1, 5)]
-    assert _sidecar_speedups.encode_produce(queue, 0, 3, 2, -1, wire.MESSAGE_OVERHEAD) == (
-        wire.encode_frame(wire.produce(queue[:2])) + wire.encode_frame(wire.produce(queue[2:])))
+    expected = (wire.encode_frame(wire.produce(queue[:2]))
+                + wire.encode_frame(wire.produce(queue[2:])))
+    assert _sidecar_speedups.encode_produce(queue, 0, 3, 2, -1, wire.MESSAGE_OVERHEAD) == expected
+    # the same frames appended to a bytearray (the SDK's output buffer), growing it many
+    # times over, or nothing appended when a message holds what the C code does not pack
+    out = bytearray(b"sent already")
+    del out[:5]  # a bytearray whose data does not start at its allocation's start
+    frame = wire.encode_frame(wire.produce(queue))
+    big = queue * 3000
+    n = _sidecar_speedups.encode_produce(big, 0, len(big), 3, -1, wire.MESSAGE_OVERHEAD, out)
+    assert bytes(out) == b"already" + frame * 3000 and n == len(frame) * 3000
+    assert _sidecar_speedups.encode_produce([(1, "s", 0.5)], 0, 1, 2, -1, 64, out) is None
+    assert bytes(out) == b"already" + frame * 3000
+    with pytest.raises(TypeError, match="bytearray"):
+        _sidecar_speedups.encode_produce(queue, 0, 3, 2, -1, 64, memoryview(out))
 
 
 # -- the sidecar's reports frames -------------------------------------------------------------
@@ -406,6 +419,23 @@ def test_senders_wake_the_io_thread_only_once_it_says_it_sleeps(cls):
     box.take()
     assert box.idle() is True
     assert box.arm() is True
+
+
+@needs_ext
+def test_the_c_outbox_queues_atomic_messages_untracked_by_the_collector():
+    """A queued message of str, bytes, ints and None can be in no cycle: the app's collector
+    need not walk it; one with headers (lists) stays tracked."""
+    import gc
+
+    box = _sidecar_speedups.Outbox(8, Future, "the client")
+    box.add(3, ("s", b"v"))
+    box.add(3, ("s", b"v", None, [["h", b"x"]], None, None))
+    box.bind_send(lambda *args, **kwargs: None, 1 << 20, 64, lambda seconds: None)
+    box.max_frame_bytes = 1 << 20
+    box.send("s", b"v", b"k")
+    plain, with_headers, sent = box.take()[0]
+    assert sent == (3, "s", b"v", b"k")
+    assert not gc.is_tracked(plain) and not gc.is_tracked(sent) and gc.is_tracked(with_headers)
 
 
 @needs_ext
