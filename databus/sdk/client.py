@@ -23,6 +23,7 @@ same I/O thread keeps its long poll open and sends its acks and nacks (protocol 
 from __future__ import annotations
 
 import collections
+import itertools
 import logging
 import os
 import select
@@ -66,6 +67,9 @@ LANE_HEADER = "databus-lane"
 MAX_MESSAGES_PER_FRAME = 2048
 # msgpack's framing around one message (see sidecar_wire.message_estimate)
 FRAME_OVERHEAD = wire.MESSAGE_OVERHEAD
+# Buffers handed to the kernel in one write at most (Linux takes up to 1024).
+WRITE_BUFFERS = 64
+_HAS_SENDMSG = hasattr(socket.socket, "sendmsg")  # not on Windows: a buffer per write there
 # A send() waiting for room in max_buffer_bytes resumes once the buffered bytes are down to
 # this fraction of it (_release_written).
 RESUME_SENDERS_AT = 0.75
@@ -777,9 +781,14 @@ class Client:
         sel = selectors.DefaultSelector()
         sel.register(self._wake_r, selectors.EVENT_READ)
         sel.register(self._sock, selectors.EVENT_READ)
-        out = bytearray()
+        # Each round's frames go into a bytearray of their own, kept until written: with one
+        # buffer, a partial write (the sidecar reading slower than the app sends) left a
+        # tail that the next round's append moved into a fresh allocation, megabytes at a
+        # time, every round (most of the app's page faults while the sidecar lagged).
+        pending: collections.deque[bytearray] = collections.deque()
+        head = 0  # bytes of pending[0] already written
         written_marks: collections.deque = collections.deque()  # [end position, payload]
-        position = 0  # bytes ever appended to out
+        position = 0  # bytes ever appended to the pending buffers
         sent = 0  # bytes ever written to the socket
         want_write = False
         try:
@@ -802,6 +811,7 @@ class Client:
                         return None
                 queue, payload = self._outbox.take()
                 closed = self._closed
+                out = bytearray()
                 if queue:
                     position = self._encode(queue, out, position, payload)
                     # The queue's bytes count against max_buffer_bytes until its last
@@ -810,16 +820,17 @@ class Client:
                 if self._subs:
                     position = self._consume_frames(out, position)
                 if out:
-                    try:
-                        n = self._sock.send(out)
-                    except BlockingIOError:
-                        n = 0
+                    pending.append(out)
+                if pending:
+                    n = self._write(pending, head)
                     if n:
-                        del out[:n]
                         sent += n
+                        head += n
+                        while pending and head >= len(pending[0]):
+                            head -= len(pending.popleft())
                         self._release_written(written_marks, sent)
-                if bool(out) != want_write:
-                    want_write = bool(out)
+                if bool(pending) != want_write:
+                    want_write = bool(pending)
                     sel.modify(
                         self._sock,
                         selectors.EVENT_READ | (selectors.EVENT_WRITE if want_write else 0),
@@ -835,6 +846,19 @@ class Client:
             return SidecarUnavailableError(f"the client's I/O thread failed: {exc!r}")
         finally:
             sel.close()
+
+    def _write(self, pending: collections.deque, head: int) -> int:
+        """Write what the socket takes of ``pending`` (its first buffer from ``head`` on) in
+        one call; returns the bytes written."""
+        first = memoryview(pending[0])[head:]
+        try:
+            if len(pending) == 1 or not _HAS_SENDMSG:
+                return self._sock.send(first)
+            return self._sock.sendmsg([first, *itertools.islice(pending, 1, WRITE_BUFFERS)])
+        except BlockingIOError:
+            return 0
+        finally:
+            first.release()
 
     def _consume_frames(self, out: bytearray, position: int) -> int:
         with self._lock:

@@ -339,6 +339,41 @@ def test_the_c_send_gives_the_same_messages_for_any_stream_value_and_key(calls):
 
 
 
+def test_rounds_queued_while_the_sidecar_does_not_read_arrive_whole_and_in_order(sock_dir):
+    """Rounds of frames wait, each in its own buffer, while the socket is full; once the
+    sidecar reads, they go out several buffers per write, each byte once, in order."""
+    path = os.path.join(sock_dir, "fake.sock")
+    go = threading.Event()
+    received = []
+
+    def script(fake, conn, decoder):
+        go.wait(30)
+        while True:
+            (frame,) = fake.read_frames(conn, decoder, 1)
+            if frame["type"] == "flush":
+                conn.sendall(wire.encode_frame(wire.flushed(frame["id"])))
+                break
+            received.extend(frame["messages"])
+        fake.read_frames(conn, decoder, 1)  # until the client closes
+
+    fake = ScriptedSidecar(path, script)
+    try:
+        with Client(path) as client:
+            sent = []
+            for burst in range(20):  # ~2.4 MB: far more than the socket's buffers hold
+                for i in range(12):
+                    value = b"%d.%d:" % (burst, i) + bytes([i]) * 10_000
+                    client.send("s", value)
+                    sent.append(value)
+                time.sleep(0.005)  # let the I/O thread take this burst as a round
+            go.set()
+            client.flush(30)
+    finally:
+        fake.close()
+    assert [m[2] for m in received] == sent
+    assert [m[0] for m in received] == list(range(received[0][0], received[0][0] + len(sent)))
+
+
 def test_importing_the_sdk_stays_light():
     """An app that imports databus.Client does not pay for the sidecar's config models
     (pydantic, yaml) or the broker's protocol tables (kio): import time and, since the
