@@ -807,6 +807,14 @@ class Client:
                             self._wake_r.recv(4096)
                         except BlockingIOError:
                             pass
+                        # A sender woke this thread: let it have the interpreter back once
+                        # before taking.  Else, with the app's thread sending flat out, each
+                        # wake-up took the one message queued (the sender, preempted on its
+                        # core, sent again only once this thread slept), ~16 us a message in
+                        # wake-ups and switches; now the round takes what the sender queues
+                        # until it yields (a frame's worth) or blocks.  A lone message waits
+                        # for no one (nobody else wants the interpreter).
+                        time.sleep(0)
                     elif not self._read():
                         return None
                 queue, payload = self._outbox.take()
