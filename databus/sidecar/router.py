@@ -247,6 +247,7 @@ async def place_frame(
                 topic, producer = route.topic, route.producer
                 partitions = producer.cached_partitions(topic)
                 partitioner = producer.partitioner
+                sticky = producer.sticky_partitions
                 # The common case needs only the partitioner's plain function.
                 simple = partitions is not None and (not route.route_fns or route.headers_only)
                 plain = not route.route_fns
@@ -257,7 +258,13 @@ async def place_frame(
             if simple and partition is None and size <= SMALL_MESSAGE and (
                     not headers or (plain and headers[0][0] not in _SPECIAL_HEADERS)):
                 try:
-                    p = partitions[partitioner(topic, key, value, count)]
+                    # A keyless message goes where the default partitioner's sticky
+                    # partition is, as its call would say, without the call (a sixth of
+                    # this loop); out of range or unset, the call picks one.
+                    i = sticky.get(topic, -1) if key is None and sticky is not None else -1
+                    if not 0 <= i < count:
+                        i = partitioner(topic, key, value, count)
+                    p = partitions[i]
                 except Exception as exc:
                     raise PluginError(  # PluginError keeps exc as its cause
                         route.handle.partitioner_plugin, "partitioner", exc
