@@ -486,6 +486,62 @@ py_parse_produce(PyObject *self, PyObject *arg)
 }
 
 
+/* ---- the sidecar's placement: runs of plain keyless messages ----------------------------- */
+
+PyDoc_STRVAR(place_run_doc,
+"place_run(messages, sizes, start, stream, small, now_ms, ids, group_sizes, records)\n"
+"-> (next, own_timestamps)\n\n"
+"router.place_frame's loop for a run of messages that all go to the group the previous one\n"
+"went to: from messages[start] on, while a message is (id, ``stream`` itself, value, no\n"
+"key, no headers, no partition, timestamp) of at most ``small`` bytes, its id, size and\n"
+"record (timestamp or now_ms, None, value, None) are appended to the three lists.\n"
+"``next``: the first message not taken; ``own_timestamps``: one taken had its timestamp.");
+
+static PyObject *
+py_place_run(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 9 || !PyList_CheckExact(args[0]) || !PyList_CheckExact(args[1]) ||
+        !PyLong_CheckExact(args[2]) || !PyList_CheckExact(args[6]) ||
+        !PyList_CheckExact(args[7]) || !PyList_CheckExact(args[8])) {
+        PyErr_SetString(PyExc_TypeError,
+                        "place_run(messages: list, sizes: list, start: int, stream, small: int, "
+                        "now_ms, ids: list, group_sizes: list, records: list)");
+        return NULL;
+    }
+    PyObject *messages = args[0], *sizes = args[1], *stream = args[3], *now_ms = args[5];
+    PyObject *ids = args[6], *group_sizes = args[7], *records = args[8];
+    Py_ssize_t k = PyLong_AsSsize_t(args[2]);
+    long long small = PyLong_AsLongLong(args[4]);
+    if ((k == -1 || small == -1) && PyErr_Occurred())
+        return NULL;
+    if (k < 0)
+        k = 0;
+    int own = 0;
+    /* Only reads of the lists and appends: no Python code runs (exact types throughout) */
+    for (; k < PyList_GET_SIZE(messages) && k < PyList_GET_SIZE(sizes); k++) {
+        PyObject *m = PyList_GET_ITEM(messages, k), *size = PyList_GET_ITEM(sizes, k);
+        if (!PyTuple_CheckExact(m) || PyTuple_GET_SIZE(m) != 7)
+            break;
+        PyObject **f = &PyTuple_GET_ITEM(m, 0);
+        if (f[1] != stream || f[3] != Py_None || f[4] != Py_None || f[5] != Py_None)
+            break;
+        int overflow;
+        if (!PyLong_CheckExact(size) || PyLong_AsLongLongAndOverflow(size, &overflow) > small ||
+            overflow)
+            break;
+        PyObject *timestamp = f[6] == Py_None ? now_ms : f[6];
+        PyObject *record = PyTuple_Pack(4, timestamp, Py_None, f[2], Py_None);
+        if (record == NULL)
+            return NULL;
+        int rc = PyList_Append(records, record);
+        Py_DECREF(record);
+        if (rc < 0 || PyList_Append(ids, f[0]) < 0 || PyList_Append(group_sizes, size) < 0)
+            return NULL;
+        own |= f[6] != Py_None;
+    }
+    return Py_BuildValue("(nO)", k, own ? Py_True : Py_False);
+}
+
 /* ---- encoding: the SDK's produce frames ------------------------------------------------ */
 
 /* Where encoding writes: a buffer of its own (ba NULL), or the end of a bytearray (the
@@ -1502,6 +1558,7 @@ static PyMethodDef methods[] = {
     {"parse_produce", py_parse_produce, METH_O, parse_produce_doc},
     {"encode_produce", py_encode_produce, METH_VARARGS, encode_produce_doc},
     {"encode_reports", py_encode_reports, METH_O, encode_reports_doc},
+    {"place_run", (PyCFunction)(void (*)(void))py_place_run, METH_FASTCALL, place_run_doc},
     {NULL, NULL, 0, NULL},
 };
 

@@ -595,3 +595,63 @@ def test_the_c_outbox_resolves_delivered_runs_and_leaves_the_rest():
     assert callbacks == [] and box.futures == {}
     with pytest.raises(TypeError):
         box.resolve((), 0, callbacks)
+
+
+# -- the sidecar's runs of plain keyless messages (router.place_frame) ------------------------
+
+def place_run_py(messages, sizes, start, stream, small, now_ms, ids, group_sizes, records):
+    """What place_frame's loop does, message by message, for the messages place_run takes."""
+    k = start
+    own = False
+    while k < len(messages):
+        m, size = messages[k], sizes[k]
+        if (len(m) != 7 or m[1] is not stream or m[3] is not None or m[4] is not None
+                or m[5] is not None or size > small):
+            break
+        ids.append(m[0])
+        group_sizes.append(size)
+        records.append((now_ms if m[6] is None else m[6], None, m[2], None))
+        own |= m[6] is not None
+        k += 1
+    return k, own
+
+
+STREAM = "orders"
+run_message = st.one_of(
+    # plain keyless messages of the run's stream, with or without their own timestamp
+    st.tuples(msg_id, st.just(STREAM), payload, st.none(), st.none(), st.none(),
+              st.none() | timestamp),
+    # and what ends a run: a key, headers, a partition, another stream
+    st.tuples(msg_id, st.just(STREAM), payload, st.binary(max_size=3), st.none(), st.none(),
+              st.none()),
+    st.tuples(msg_id, st.just(STREAM), payload, st.none(), st.just([("h", b"v")]), st.none(),
+              st.none()),
+    st.tuples(msg_id, st.just(STREAM), payload, st.none(), st.none(), st.integers(0, 3),
+              st.none()),
+    st.tuples(msg_id, st.just("other"), payload, st.none(), st.none(), st.none(), st.none()),
+)
+
+
+@needs_ext
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(run_message, st.integers(0, 120)), max_size=30),
+       st.integers(0, 31), st.integers(0, 100))
+def test_place_run_takes_what_the_python_loop_would_put_in_the_same_group(items, start, small):
+    messages = [m for m, _ in items]
+    sizes = [size for _, size in items]
+    stream = messages[0][1] if messages and messages[0][1] == STREAM else STREAM
+    results = []
+    for place_run in (_sidecar_speedups.place_run, place_run_py):
+        lists = ([0], [1], [(2,)])  # the group's lists, already holding a message
+        k, own = place_run(messages, sizes, start, stream, small, 1_700_000_000_000, *lists)
+        results.append((k, own, lists))
+    assert results[0] == results[1]
+    k = results[0][0]
+    assert start >= len(messages) and k == start or k == len(messages) or (
+        place_run_py(messages, sizes, k, stream, small, 0, [], [], []) == (k, False))
+
+
+@needs_ext
+def test_place_run_refuses_bad_calls():
+    with pytest.raises(TypeError):
+        _sidecar_speedups.place_run((), [], 0, "s", 1, 0, [], [], [])
