@@ -489,33 +489,44 @@ py_parse_produce(PyObject *self, PyObject *arg)
 /* ---- the sidecar's placement: runs of plain keyless messages ----------------------------- */
 
 PyDoc_STRVAR(place_run_doc,
-"place_run(messages, sizes, start, stream, small, now_ms, ids, group_sizes, records)\n"
-"-> (next, own_timestamps)\n\n"
+"place_run(messages, sizes, after, hint, stream, small, now_ms, ids, group_sizes, records)\n"
+"-> (next, taken, own_timestamps)\n\n"
 "router.place_frame's loop for a run of messages that all go to the group the previous one\n"
-"went to: from messages[start] on, while a message is (id, ``stream`` itself, value, no\n"
-"key, no headers, no partition, timestamp) of at most ``small`` bytes, its id, size and\n"
-"record (timestamp or now_ms, None, value, None) are appended to the three lists.\n"
-"``next``: the first message not taken; ``own_timestamps``: one taken had its timestamp.");
+"went to: from the message after ``after`` (a message of ``messages`` itself, looked for from\n"
+"index ``hint`` on), while a message is (id, ``stream`` itself, value, no key, no headers,\n"
+"no partition, timestamp) of at most ``small`` bytes, its id, size and record (timestamp or\n"
+"now_ms, None, value, None) are appended to the three lists.  ``next``: the index of the\n"
+"first message not taken; ``taken``: how many were; ``own_timestamps``: one taken had its\n"
+"timestamp.");
 
 static PyObject *
 py_place_run(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
-    if (nargs != 9 || !PyList_CheckExact(args[0]) || !PyList_CheckExact(args[1]) ||
-        !PyLong_CheckExact(args[2]) || !PyList_CheckExact(args[6]) ||
-        !PyList_CheckExact(args[7]) || !PyList_CheckExact(args[8])) {
+    if (nargs != 10 || !PyList_CheckExact(args[0]) || !PyList_CheckExact(args[1]) ||
+        !PyLong_CheckExact(args[3]) || !PyList_CheckExact(args[7]) ||
+        !PyList_CheckExact(args[8]) || !PyList_CheckExact(args[9])) {
         PyErr_SetString(PyExc_TypeError,
-                        "place_run(messages: list, sizes: list, start: int, stream, small: int, "
-                        "now_ms, ids: list, group_sizes: list, records: list)");
+                        "place_run(messages: list, sizes: list, after, hint: int, stream, "
+                        "small: int, now_ms, ids: list, group_sizes: list, records: list)");
         return NULL;
     }
-    PyObject *messages = args[0], *sizes = args[1], *stream = args[3], *now_ms = args[5];
-    PyObject *ids = args[6], *group_sizes = args[7], *records = args[8];
-    Py_ssize_t k = PyLong_AsSsize_t(args[2]);
-    long long small = PyLong_AsLongLong(args[4]);
+    PyObject *messages = args[0], *sizes = args[1], *after = args[2], *stream = args[4];
+    PyObject *now_ms = args[6], *ids = args[7], *group_sizes = args[8], *records = args[9];
+    Py_ssize_t k = PyLong_AsSsize_t(args[3]);
+    long long small = PyLong_AsLongLong(args[5]);
     if ((k == -1 || small == -1) && PyErr_Occurred())
         return NULL;
     if (k < 0)
         k = 0;
+    /* the caller's loop counts no index (an int made per message): find ``after`` from the
+     * hint (the previous run's end) on, so the searches of a frame pass each message once */
+    while (k < PyList_GET_SIZE(messages) && PyList_GET_ITEM(messages, k) != after)
+        k++;
+    if (k == PyList_GET_SIZE(messages)) {
+        PyErr_SetString(PyExc_ValueError, "place_run: after is not in messages from hint on");
+        return NULL;
+    }
+    Py_ssize_t first = ++k;
     int own = 0;
     /* Only reads of the lists and appends: no Python code runs (exact types throughout) */
     for (; k < PyList_GET_SIZE(messages) && k < PyList_GET_SIZE(sizes); k++) {
@@ -539,7 +550,7 @@ py_place_run(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
             return NULL;
         own |= f[6] != Py_None;
     }
-    return Py_BuildValue("(nO)", k, own ? Py_True : Py_False);
+    return Py_BuildValue("(nnO)", k, k - first, own ? Py_True : Py_False);
 }
 
 /* ---- encoding: the SDK's produce frames ------------------------------------------------ */

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
+from itertools import islice
 from types import MappingProxyType
 from typing import Any, Protocol
 
@@ -241,11 +242,10 @@ async def place_frame(
     groups: dict[tuple, Group] = {}
     last_partition = last_topic = last_route = None
     current = route = None  # the stream of the previous message, and its route
-    k, n = 0, len(messages)
-    while k < n:
-        id_, stream, value, key, headers, partition, timestamp = messages[k]
-        size = sizes[k]
-        k += 1
+    k = 0  # where the last run in C ended (runs look for their message from there on)
+    pairs = zip(messages, sizes)
+    for message, size in pairs:
+        id_, stream, value, key, headers, partition, timestamp = message
         try:
             if stream != current:
                 current = None
@@ -254,7 +254,9 @@ async def place_frame(
                 topic, producer = route.topic, route.producer
                 partitions = producer.cached_partitions(topic)
                 partitioner = producer.partitioner
+                # the default partitioner's sticky partitions, when runs are taken in C
                 sticky = producer.sticky_partitions
+                runs = sticky is not None and _place_run is not None
                 # The common case needs only the partitioner's plain function.
                 simple = partitions is not None and (not route.route_fns or route.headers_only)
                 plain = not route.route_fns
@@ -266,10 +268,13 @@ async def place_frame(
                     not headers or (plain and headers[0][0] not in _SPECIAL_HEADERS)):
                 try:
                     # A keyless message goes where the default partitioner's sticky
-                    # partition is, as its call would say, without the call (a sixth of
-                    # this loop); out of range or unset, the call picks one.
-                    i = sticky.get(topic, -1) if key is None and sticky is not None else -1
-                    if not 0 <= i < count:
+                    # partition is, as its call would say, without the call; out of range
+                    # or unset, the call picks one.
+                    if key is None and sticky is not None:
+                        i = sticky.get(topic, -1)
+                        if not 0 <= i < count:
+                            i = partitioner(topic, key, value, count)
+                    else:
                         i = partitioner(topic, key, value, count)
                     p = partitions[i]
                 except Exception as exc:
@@ -277,10 +282,9 @@ async def place_frame(
                         route.handle.partitioner_plugin, "partitioner", exc
                     ) from exc
                 t = topic
-                # in its topic's sticky partition: the plain keyless messages of the same
-                # stream after it go there too (a run, below)
-                run = (_place_run is not None and key is None and headers is None
-                       and sticky is not None and sticky.get(topic, -1) == i)
+                # In its topic's sticky partition: the plain keyless messages of the same
+                # stream after it go there too (a run, below).
+                run = runs and key is None and headers is None and sticky.get(topic) == i
             else:
                 t, key, value, headers, p = await _place(
                     route, stream, key, value, headers, partition, now_ms
@@ -305,8 +309,9 @@ async def place_frame(
         if run:
             # taken in C, up to the first message that is not a plain keyless one of this
             # stream (the per-message Python here was ~1/3 of the sidecar's CPU)
-            k, own = _place_run(messages, sizes, k, stream, SMALL_MESSAGE, now_ms, ids,
-                                group_sizes, records)
+            k, taken, own = _place_run(messages, sizes, message, k, stream, SMALL_MESSAGE,
+                                       now_ms, ids, group_sizes, records)
+            next(islice(pairs, taken, taken), None)  # the loop goes on after them
             if own:
                 group.own_timestamps = True
     return list(groups.values())

@@ -640,18 +640,24 @@ def test_place_run_takes_what_the_python_loop_would_put_in_the_same_group(items,
     messages = [m for m, _ in items]
     sizes = [size for _, size in items]
     stream = messages[0][1] if messages and messages[0][1] == STREAM else STREAM
-    results = []
-    for place_run in (_sidecar_speedups.place_run, place_run_py):
-        lists = ([0], [1], [(2,)])  # the group's lists, already holding a message
-        k, own = place_run(messages, sizes, start, stream, small, 1_700_000_000_000, *lists)
-        results.append((k, own, lists))
-    assert results[0] == results[1]
-    k = results[0][0]
-    assert start >= len(messages) and k == start or k == len(messages) or (
-        place_run_py(messages, sizes, k, stream, small, 0, [], [], []) == (k, False))
+    if start >= len(messages):
+        return
+    lists = ([0], [1], [(2,)])  # the group's lists, already holding a message
+    # the loop just placed messages[start]; the previous run ended at hint
+    hint = data_hint = min(start, start // 2)
+    k, taken, own = _sidecar_speedups.place_run(messages, sizes, messages[start], data_hint,
+                                                stream, small, 1_700_000_000_000, *lists)
+    py_lists = ([0], [1], [(2,)])
+    py_k, py_own = place_run_py(messages, sizes, start + 1, stream, small, 1_700_000_000_000,
+                                *py_lists)
+    assert (k, taken, own, lists) == (py_k, py_k - start - 1, py_own, py_lists)
+    assert hint <= start
 
 
 @needs_ext
 def test_place_run_refuses_bad_calls():
     with pytest.raises(TypeError):
-        _sidecar_speedups.place_run((), [], 0, "s", 1, 0, [], [], [])
+        _sidecar_speedups.place_run((), [], None, 0, "s", 1, 0, [], [], [])
+    message = (1, "s", b"v", None, None, None, None)
+    with pytest.raises(ValueError, match="not in messages"):
+        _sidecar_speedups.place_run([message], [10], message, 1, "s", 99, 0, [], [], [])
