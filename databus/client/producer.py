@@ -446,6 +446,13 @@ class Producer:
     def partitioner(self) -> Partitioner:
         return self._partitioner
 
+    @property
+    def sticky_partitions(self) -> dict[str, int] | None:
+        """The default partitioner's current sticky partition index per topic (None with
+        another partitioner): where it puts a keyless record, when in range, without a
+        call (send() and the sidecar's place_frame read it per record)."""
+        return self._sticky
+
     def _check_open(self) -> None:
         if not self._open:
             raise errors.ProducerClosedError(

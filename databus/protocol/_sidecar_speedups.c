@@ -486,11 +486,83 @@ py_parse_produce(PyObject *self, PyObject *arg)
 }
 
 
+/* ---- the sidecar's placement: runs of plain keyless messages ----------------------------- */
+
+PyDoc_STRVAR(place_run_doc,
+"place_run(messages, sizes, after, hint, stream, small, now_ms, ids, group_sizes, records)\n"
+"-> (next, taken, own_timestamps)\n\n"
+"router.place_frame's loop for a run of messages that all go to the group the previous one\n"
+"went to: from the message after ``after`` (a message of ``messages`` itself, looked for from\n"
+"index ``hint`` on), while a message is (id, ``stream`` itself, value, no key, no headers,\n"
+"no partition, timestamp) of at most ``small`` bytes, its id, size and record (timestamp or\n"
+"now_ms, None, value, None) are appended to the three lists.  ``next``: the index of the\n"
+"first message not taken; ``taken``: how many were; ``own_timestamps``: one taken had its\n"
+"timestamp.");
+
+static PyObject *
+py_place_run(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 10 || !PyList_CheckExact(args[0]) || !PyList_CheckExact(args[1]) ||
+        !PyLong_CheckExact(args[3]) || !PyList_CheckExact(args[7]) ||
+        !PyList_CheckExact(args[8]) || !PyList_CheckExact(args[9])) {
+        PyErr_SetString(PyExc_TypeError,
+                        "place_run(messages: list, sizes: list, after, hint: int, stream, "
+                        "small: int, now_ms, ids: list, group_sizes: list, records: list)");
+        return NULL;
+    }
+    PyObject *messages = args[0], *sizes = args[1], *after = args[2], *stream = args[4];
+    PyObject *now_ms = args[6], *ids = args[7], *group_sizes = args[8], *records = args[9];
+    Py_ssize_t k = PyLong_AsSsize_t(args[3]);
+    long long small = PyLong_AsLongLong(args[5]);
+    if ((k == -1 || small == -1) && PyErr_Occurred())
+        return NULL;
+    if (k < 0)
+        k = 0;
+    /* the caller's loop counts no index (an int made per message): find ``after`` from the
+     * hint (the previous run's end) on, so the searches of a frame pass each message once */
+    while (k < PyList_GET_SIZE(messages) && PyList_GET_ITEM(messages, k) != after)
+        k++;
+    if (k == PyList_GET_SIZE(messages)) {
+        PyErr_SetString(PyExc_ValueError, "place_run: after is not in messages from hint on");
+        return NULL;
+    }
+    Py_ssize_t first = ++k;
+    int own = 0;
+    /* Only reads of the lists and appends: no Python code runs (exact types throughout) */
+    for (; k < PyList_GET_SIZE(messages) && k < PyList_GET_SIZE(sizes); k++) {
+        PyObject *m = PyList_GET_ITEM(messages, k), *size = PyList_GET_ITEM(sizes, k);
+        if (!PyTuple_CheckExact(m) || PyTuple_GET_SIZE(m) != 7)
+            break;
+        PyObject **f = &PyTuple_GET_ITEM(m, 0);
+        if (f[1] != stream || f[3] != Py_None || f[4] != Py_None || f[5] != Py_None)
+            break;
+        int overflow;
+        if (!PyLong_CheckExact(size) || PyLong_AsLongLongAndOverflow(size, &overflow) > small ||
+            overflow)
+            break;
+        PyObject *timestamp = f[6] == Py_None ? now_ms : f[6];
+        PyObject *record = PyTuple_Pack(4, timestamp, Py_None, f[2], Py_None);
+        if (record == NULL)
+            return NULL;
+        int rc = PyList_Append(records, record);
+        Py_DECREF(record);
+        if (rc < 0 || PyList_Append(ids, f[0]) < 0 || PyList_Append(group_sizes, size) < 0)
+            return NULL;
+        own |= f[6] != Py_None;
+    }
+    return Py_BuildValue("(nnO)", k, k - first, own ? Py_True : Py_False);
+}
+
 /* ---- encoding: the SDK's produce frames ------------------------------------------------ */
 
+/* Where encoding writes: a buffer of its own (ba NULL), or the end of a bytearray (the
+ * SDK's output buffer: no bytes object made and copied again), whose size is kept at cap
+ * while writing (put* run no Python code: nobody sees the unwritten tail) and set to len at
+ * the end. */
 typedef struct {
     char *buf;
     Py_ssize_t len, cap;
+    PyObject *ba;
 } Out;
 
 static int
@@ -498,6 +570,18 @@ grow(Out *o, Py_ssize_t n)
 {
     if (o->len + n <= o->cap)
         return OK;
+    if (o->ba != NULL) {
+        /* doubled (64 KiB at least): amortised, and the final shrink to len stays in
+         * the bytearray's allocation (it reallocates only below half of it) */
+        Py_ssize_t cap = o->cap < 32768 ? 65536 : o->cap * 2;
+        if (cap < o->len + n)
+            cap = o->len + n;
+        if (PyByteArray_Resize(o->ba, cap) < 0)
+            return ERR;
+        o->buf = PyByteArray_AS_STRING(o->ba);
+        o->cap = cap;
+        return OK;
+    }
     Py_ssize_t cap = o->cap ? o->cap : 65536;
     while (cap < o->len + n) {
         if (cap > PY_SSIZE_T_MAX / 2) {
@@ -787,26 +871,38 @@ put_frame(Out *o, const char *head, Py_ssize_t head_len, PyObject **items, Py_ss
 }
 
 PyDoc_STRVAR(encode_produce_doc,
-"encode_produce(queue, start, end, max_messages, limit, overhead) -> bytes or None\n\n"
+"encode_produce(queue, start, end, max_messages, limit, overhead, out=None) -> bytes, int\n"
+"or None\n\n"
 "sidecar_wire.encode_produce's twin: queue[start:end] (message tuples) as produce frames\n"
 "of at most max_messages each and, when limit >= 0, cut before a message whose estimate\n"
-"would take the frame's past limit.  None when an item holds what this does not pack\n"
-"(the caller packs in Python then).");
+"would take the frame's past limit.  With ``out`` (a bytearray) the frames are appended to\n"
+"it and their length returned.  None when an item holds what this does not pack (``out``\n"
+"unchanged; the caller packs in Python then).");
 
 static PyObject *
 py_encode_produce(PyObject *self, PyObject *args)
 {
-    PyObject *queue;
+    PyObject *queue, *into = Py_None;
     Py_ssize_t start, end, max_messages, limit, overhead;
-    if (!PyArg_ParseTuple(args, "O!nnnnn", &PyList_Type, &queue, &start, &end, &max_messages,
-                          &limit, &overhead))
+    if (!PyArg_ParseTuple(args, "O!nnnnn|O", &PyList_Type, &queue, &start, &end, &max_messages,
+                          &limit, &overhead, &into))
         return NULL;
     if (start < 0 || end > PyList_GET_SIZE(queue) || max_messages < 1) {
         PyErr_SetString(PyExc_ValueError, "encode_produce: bad range or max_messages");
         return NULL;
     }
+    if (into != Py_None && !PyByteArray_CheckExact(into)) {
+        PyErr_SetString(PyExc_TypeError, "encode_produce: out must be a bytearray");
+        return NULL;
+    }
     PyObject **items = PySequence_Fast_ITEMS(queue);
-    Out o = {NULL, 0, 0};
+    Out o = {NULL, 0, 0, NULL};
+    Py_ssize_t base = 0;
+    if (into != Py_None) {
+        o.ba = into;
+        base = o.len = o.cap = PyByteArray_GET_SIZE(into);
+        o.buf = PyByteArray_AS_STRING(into);
+    }
     int rc = OK;
     Py_ssize_t first = start, size = 0;
     for (Py_ssize_t i = start; rc == OK && i < end; i++) {
@@ -827,6 +923,16 @@ py_encode_produce(PyObject *self, PyObject *args)
     }
     if (rc == OK && first < end)
         rc = put_frame(&o, PRODUCE_HEAD, sizeof(PRODUCE_HEAD) - 1, items, first, end);
+    if (o.ba != NULL) {
+        /* what was written stays (OK), or out is as it was */
+        if (PyByteArray_Resize(into, rc == OK ? o.len : base) < 0)
+            return NULL;
+        if (rc == ERR)
+            return NULL;
+        if (rc == NO)
+            Py_RETURN_NONE;
+        return PyLong_FromSsize_t(o.len - base);
+    }
     PyObject *result = NULL;
     if (rc == OK)
         result = PyBytes_FromStringAndSize(o.buf ? o.buf : "", o.len);
@@ -847,7 +953,7 @@ py_encode_reports(PyObject *self, PyObject *items)
 {
     if (!PyList_CheckExact(items))
         Py_RETURN_NONE;
-    Out o = {NULL, 0, 0};
+    Out o = {NULL, 0, 0, NULL};
     /* items is only read here: put_object runs no Python code, so it cannot change */
     int rc = put_frame(&o, REPORTS_HEAD, sizeof(REPORTS_HEAD) - 1, PySequence_Fast_ITEMS(items),
                        0, PyList_GET_SIZE(items));
@@ -880,7 +986,16 @@ typedef struct {
     Py_ssize_t unencoded;
     Py_ssize_t max_messages;
     char armed;
+    char poked; /* arm() was called since the last take() */
     char refusing;
+    /* send()'s (bind_send): the Python Client.send that takes what send() does not, the
+     * client's max_buffer_bytes and max_frame_bytes, the framing estimate per message, and
+     * time.sleep (a frame's worth queued: let the I/O thread run) */
+    PyObject *slow_send;
+    PyObject *sleep;
+    Py_ssize_t max_buffer;
+    Py_ssize_t max_frame_bytes;
+    Py_ssize_t overhead;
 } Outbox;
 
 enum { QUEUED = 0, WAKE = 1, YIELD = 2, REFUSED = 3 };
@@ -933,7 +1048,7 @@ outbox_init(Outbox *self, PyObject *args, PyObject *kwargs)
     self->max_messages = max_messages;
     self->last_id = 0;
     self->buffered = self->unencoded = 0;
-    self->armed = self->refusing = 0;
+    self->armed = self->poked = self->refusing = 0;
     return 0;
 }
 
@@ -944,6 +1059,8 @@ outbox_traverse(Outbox *self, visitproc visit, void *arg)
     Py_VISIT(self->futures);
     Py_VISIT(self->future_type);
     Py_VISIT(self->client);
+    Py_VISIT(self->slow_send);
+    Py_VISIT(self->sleep);
     return 0;
 }
 
@@ -954,6 +1071,8 @@ outbox_clear(Outbox *self)
     Py_CLEAR(self->futures);
     Py_CLEAR(self->future_type);
     Py_CLEAR(self->client);
+    Py_CLEAR(self->slow_send);
+    Py_CLEAR(self->sleep);
     return 0;
 }
 
@@ -996,6 +1115,61 @@ new_future(Outbox *self)
     return future;
 }
 
+/* Queue message (id, *fields[0:n]) of ``size`` payload bytes with a new future: what to
+ * do next (QUEUED, WAKE, YIELD or REFUSED) and, unless REFUSED, the future (a new
+ * reference) in *future_out; -1 with an exception set.  add() and send() share it. */
+static int
+enqueue(Outbox *self, PyObject *const *fields, Py_ssize_t n, Py_ssize_t size,
+        PyObject **future_out)
+{
+    *future_out = NULL;
+    /* The allocations first: they may start the collector. */
+    PyObject *item = PyTuple_New(n + 1);
+    PyObject *future = item ? new_future(self) : NULL;
+    PyObject *id = future ? PyLong_FromLongLong(self->last_id + 1) : NULL;
+    if (id == NULL) {
+        Py_XDECREF(item);
+        Py_XDECREF(future);
+        return -1;
+    }
+    if (self->refusing) {
+        Py_DECREF(item);
+        Py_DECREF(future);
+        Py_DECREF(id);
+        return REFUSED;
+    }
+    PyTuple_SET_ITEM(item, 0, id);
+    int atomic = 1;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyTuple_SET_ITEM(item, i + 1, Py_NewRef(fields[i]));
+        atomic &= !PyObject_IS_GC(fields[i]);
+    }
+    /* A message of str, bytes, ints and None can be in no cycle: untracked, the app's
+     * collector does not walk it while it waits in the queue (its first collection would
+     * untrack it anyway, after walking it). */
+    if (atomic)
+        PyObject_GC_UnTrack(item);
+    if (PyDict_SetItem(self->futures, id, future) < 0)
+        goto error;
+    if (PyList_Append(self->queue, item) < 0) {
+        PyDict_DelItem(self->futures, id);
+        goto error;
+    }
+    Py_DECREF(item);
+    self->last_id += 1;
+    self->buffered += size;
+    self->unencoded += size;
+    *future_out = future;
+    if (self->armed)
+        return PyList_GET_SIZE(self->queue) % self->max_messages ? QUEUED : YIELD;
+    self->armed = 1;
+    return WAKE;
+error:
+    Py_DECREF(item);
+    Py_DECREF(future);
+    return -1;
+}
+
 /* add(size, fields) -> (QUEUED, WAKE, YIELD or REFUSED; the message's future or None) */
 static PyObject *
 outbox_add(Outbox *self, PyObject *const *args, Py_ssize_t nargs)
@@ -1009,56 +1183,110 @@ outbox_add(Outbox *self, PyObject *const *args, Py_ssize_t nargs)
     Py_ssize_t size = PyLong_AsSsize_t(args[0]);
     if (size == -1 && PyErr_Occurred())
         return NULL;
-    PyObject *fields = args[1];
-    Py_ssize_t n = PyTuple_GET_SIZE(fields);
-    /* The allocations first: they may start the collector. */
-    PyObject *item = PyTuple_New(n + 1);
-    PyObject *future = item ? new_future(self) : NULL;
-    PyObject *result = future ? PyTuple_New(2) : NULL;
-    if (result == NULL) {
-        Py_XDECREF(item);
-        Py_XDECREF(future);
+    PyObject *result = PyTuple_New(2);
+    if (result == NULL)
+        return NULL;
+    PyObject *future;
+    int then = enqueue(self, &PyTuple_GET_ITEM(args[1], 0), PyTuple_GET_SIZE(args[1]), size,
+                       &future);
+    if (then < 0) {
+        Py_DECREF(result);
         return NULL;
     }
-    int then;
-    if (self->refusing) {
-        Py_DECREF(item);
-        Py_DECREF(future);
-        future = Py_NewRef(Py_None);
-        then = REFUSED;
-    } else {
-        PyObject *id = PyLong_FromLongLong(self->last_id + 1);
-        if (id == NULL)
-            goto error;
-        PyTuple_SET_ITEM(item, 0, id);
-        for (Py_ssize_t i = 0; i < n; i++)
-            PyTuple_SET_ITEM(item, i + 1, Py_NewRef(PyTuple_GET_ITEM(fields, i)));
-        if (PyDict_SetItem(self->futures, id, future) < 0)
-            goto error;
-        if (PyList_Append(self->queue, item) < 0) {
-            PyDict_DelItem(self->futures, id);
-            goto error;
+    PyTuple_SET_ITEM(result, 0, PyLong_FromLong(then)); /* small ints: never allocated */
+    PyTuple_SET_ITEM(result, 1, future ? future : Py_NewRef(Py_None));
+    return result;
+}
+
+/* send(stream, value, key=None) -> DeliveryFuture: Client.send's common case, a str stream,
+ * a bytes value and a bytes or no key, with nothing else given, whole in one C call: no
+ * Python frame for send()'s eleven parameters, no fields tuple, no (then, future) pair.
+ * (The Python send() was ~3/4 of the app's instructions per message.)  Anything else —
+ * other arguments, other types, a message over max_frame_bytes, a full buffer, a refusing
+ * outbox — goes to the Python Client.send with the same arguments, which decides, waits or
+ * raises: the rules live there only.  Bound by bind_send(). */
+static PyObject *
+outbox_send(Outbox *self, PyObject *const *args, size_t nargsf, PyObject *kwnames)
+{
+    if (self->slow_send == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "Outbox.send before bind_send");
+        return NULL;
+    }
+    Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
+    int fast = 0;
+    if (kwnames == NULL)
+        fast = nargs == 2 || nargs == 3;
+    else if (nargs == 2 && PyTuple_GET_SIZE(kwnames) == 1)
+        fast = PyUnicode_CompareWithASCIIString(PyTuple_GET_ITEM(kwnames, 0), "key") == 0;
+    Py_ssize_t size = 0;
+    if (fast) {
+        /* (stream, value) without a key, (stream, value, key) with one: the queued tuple's
+         * shape after its id, as the Python send() builds it */
+        Py_ssize_t n = (nargs == 3 || kwnames != NULL) && args[2] != Py_None ? 3 : 2;
+        PyObject *stream = args[0], *value = args[1];
+        fast = PyUnicode_CheckExact(stream) && PyBytes_CheckExact(value) &&
+               (n == 2 || PyBytes_CheckExact(args[2])) && !self->refusing;
+        if (fast) {
+            size = 24 + PyBytes_GET_SIZE(value) + (n == 3 ? PyBytes_GET_SIZE(args[2]) : 0);
+            fast = size + PyUnicode_GET_LENGTH(stream) + self->overhead <= self->max_frame_bytes &&
+                   self->buffered + size <= self->max_buffer;
         }
-        Py_DECREF(item);
-        self->last_id += 1;
-        self->buffered += size;
-        self->unencoded += size;
-        if (self->armed) {
-            then = PyList_GET_SIZE(self->queue) % self->max_messages ? QUEUED : YIELD;
-        } else {
-            self->armed = 1;
-            then = WAKE;
+        if (fast) {
+            if (outbox_ready(self))
+                return NULL;
+            PyObject *future;
+            int then = enqueue(self, args, n, size, &future);
+            if (then == WAKE || then == YIELD) {
+                PyObject *zero = NULL, *done = NULL;
+                if (then == WAKE)
+                    done = PyObject_CallMethod(self->client, "_wake", NULL);
+                else if ((zero = PyLong_FromLong(0)) != NULL)
+                    done = PyObject_CallOneArg(self->sleep, zero);
+                Py_XDECREF(zero);
+                if (done == NULL) {
+                    Py_DECREF(future);
+                    return NULL;
+                }
+                Py_DECREF(done);
+            }
+            if (then != REFUSED) /* (refusing was looked at above: not here) */
+                return then < 0 ? NULL : future;
         }
     }
-    PyObject *code = PyLong_FromLong(then); /* small ints: never allocated */
-    PyTuple_SET_ITEM(result, 0, code);
-    PyTuple_SET_ITEM(result, 1, future);
+    /* slow_send(client, *args, **kwargs) */
+    PyObject *small[8], **call = small;
+    Py_ssize_t total = nargs + (kwnames ? PyTuple_GET_SIZE(kwnames) : 0);
+    if (total + 1 > 8 && (call = PyMem_New(PyObject *, total + 1)) == NULL)
+        return PyErr_NoMemory();
+    call[0] = self->client;
+    memcpy(call + 1, args, total * sizeof(PyObject *));
+    PyObject *result = PyObject_Vectorcall(self->slow_send, call, nargs + 1, kwnames);
+    if (call != small)
+        PyMem_Free(call);
     return result;
-error:
-    Py_DECREF(item);
-    Py_DECREF(future);
-    Py_DECREF(result);
-    return NULL;
+}
+
+/* bind_send(slow_send, max_buffer, overhead, sleep) -> send: sets what send() needs */
+static PyObject *
+outbox_bind_send(Outbox *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    Py_ssize_t max_buffer, overhead;
+    if (nargs != 4 || !PyCallable_Check(args[0]) || !PyCallable_Check(args[3]) ||
+        (max_buffer = PyLong_AsSsize_t(args[1])) < 0 ||
+        (overhead = PyLong_AsSsize_t(args[2])) < 0) {
+        if (!PyErr_Occurred() || PyErr_ExceptionMatches(PyExc_TypeError)) {
+            PyErr_Clear();
+            PyErr_SetString(PyExc_TypeError,
+                            "bind_send(slow_send, max_buffer: int >= 0, overhead: int >= 0, "
+                            "sleep)");
+        }
+        return NULL;
+    }
+    Py_XSETREF(self->slow_send, Py_NewRef(args[0]));
+    Py_XSETREF(self->sleep, Py_NewRef(args[3]));
+    self->max_buffer = max_buffer;
+    self->overhead = overhead;
+    return PyObject_GetAttrString((PyObject *)self, "send");
 }
 
 static PyObject *
@@ -1083,7 +1311,19 @@ outbox_arm(Outbox *self, PyObject *unused)
 {
     int wake = !self->armed;
     self->armed = 1;
+    self->poked = 1;
     return PyBool_FromLong(wake);
+}
+
+static PyObject *
+outbox_idle(Outbox *self, PyObject *unused)
+{
+    if (outbox_ready(self))
+        return NULL;
+    if (PyList_GET_SIZE(self->queue) || self->poked)
+        Py_RETURN_FALSE;
+    self->armed = 0;
+    Py_RETURN_TRUE;
 }
 
 static PyObject *
@@ -1101,7 +1341,7 @@ outbox_take(Outbox *self, PyObject *unused)
     }
     Py_SETREF(self->queue, fresh);
     self->unencoded = 0;
-    self->armed = 0;
+    self->poked = 0;
     return result;
 }
 
@@ -1131,7 +1371,7 @@ outbox_fail(Outbox *self, PyObject *unused)
     Py_SETREF(self->queue, queue);
     self->refusing = 1;
     self->unencoded = self->buffered = 0;
-    self->armed = 0;
+    self->armed = self->poked = 0;
     return old;
 }
 
@@ -1184,6 +1424,8 @@ static PyMemberDef outbox_members[] = {
      "payload bytes of the queued messages"},
     {"last_id", T_LONGLONG, offsetof(Outbox, last_id), READONLY, "the last id given out"},
     {"max_messages", T_PYSSIZET, offsetof(Outbox, max_messages), READONLY, NULL},
+    {"max_frame_bytes", T_PYSSIZET, offsetof(Outbox, max_frame_bytes), 0,
+     "the sidecar's max_frame_bytes (send() leaves bigger messages to the Python code)"},
     {NULL},
 };
 
@@ -1295,11 +1537,17 @@ static PyMethodDef outbox_methods[] = {
     {"add", (PyCFunction)(void (*)(void))outbox_add, METH_FASTCALL,
      "add(size, fields): queue message (id, *fields) with a new future; (QUEUED, WAKE, YIELD "
      "or REFUSED, the future)"},
+    {"send", (PyCFunction)(void (*)(void))outbox_send, METH_FASTCALL | METH_KEYWORDS,
+     "send(stream, value, key=None, ...): Client.send, its common case in C (bind_send)"},
+    {"bind_send", (PyCFunction)(void (*)(void))outbox_bind_send, METH_FASTCALL,
+     "bind_send(slow_send, max_buffer, overhead, sleep) -> send"},
     {"next_id", (PyCFunction)outbox_next_id, METH_NOARGS, "a new id (flushes, subscriptions)"},
     {"add_marker", (PyCFunction)outbox_add_marker, METH_O,
      "queue a marker; True if the I/O thread must be woken"},
     {"arm", (PyCFunction)outbox_arm, METH_NOARGS, "True if the I/O thread must be woken"},
     {"take", (PyCFunction)outbox_take, METH_NOARGS, "(queue, unencoded bytes), emptied"},
+    {"idle", (PyCFunction)outbox_idle, METH_NOARGS,
+     "True (disarmed: the next add wakes the I/O thread) if nothing is queued or asked for"},
     {"release", (PyCFunction)outbox_release, METH_O, "n payload bytes left the process"},
     {"resolve", (PyCFunction)(void (*)(void))outbox_resolve, METH_FASTCALL,
      "resolve(items, start, with_callbacks) -> (next, delivered): the delivered report items "
@@ -1349,6 +1597,7 @@ static PyMethodDef methods[] = {
     {"encode_reports", py_encode_reports, METH_O, encode_reports_doc},
     {"track", py_track, METH_O, "track(obj): the cyclic collector tracks obj again"},
     {"untrack", py_untrack, METH_O, "untrack(obj): the cyclic collector stops tracking obj"},
+    {"place_run", (PyCFunction)(void (*)(void))py_place_run, METH_FASTCALL, place_run_doc},
     {NULL, NULL, 0, NULL},
 };
 

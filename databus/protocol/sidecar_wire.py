@@ -190,10 +190,11 @@ def append_produce(out: bytearray, queue: list, start: int, end: int, max_messag
     Returns the bytes appended.  (The SDK's encoder: the C extension writes the same bytes
     without a msgpack call; anything it does not pack, it leaves to this code.)"""
     if _encode_produce_c is not None:
-        data = _encode_produce_c(queue, start, end, max_messages, limit, MESSAGE_OVERHEAD)
-        if data is not None:
-            out += data
-            return len(data)
+        # written straight into out: no frames' bytes object to make and copy again
+        written = _encode_produce_c(queue, start, end, max_messages, limit, MESSAGE_OVERHEAD,
+                                    out)
+        if written is not None:
+            return written
     written = 0
     if limit >= 0:
         first, size = start, 0

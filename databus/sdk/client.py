@@ -23,6 +23,7 @@ same I/O thread keeps its long poll open and sends its acks and nacks (protocol 
 from __future__ import annotations
 
 import collections
+import itertools
 import logging
 import os
 import select
@@ -68,6 +69,12 @@ LANE_HEADER = "databus-lane"
 MAX_MESSAGES_PER_FRAME = 2048
 # msgpack's framing around one message (see sidecar_wire.message_estimate)
 FRAME_OVERHEAD = wire.MESSAGE_OVERHEAD
+# Buffers handed to the kernel in one write at most (Linux takes up to 1024).
+WRITE_BUFFERS = 64
+_HAS_SENDMSG = hasattr(socket.socket, "sendmsg")  # not on Windows: a buffer per write there
+# A send() waiting for room in max_buffer_bytes resumes once the buffered bytes are down to
+# this fraction of it (_release_written).
+RESUME_SENDERS_AT = 0.75
 # After losing the sidecar, reconnect attempts back off from 50 ms to 1 s.
 RECONNECT_BACKOFF_MIN = 0.05
 RECONNECT_BACKOFF_MAX = 1.0
@@ -341,6 +348,13 @@ class Client:
         self._wake_r, self._wake_w = socket.socketpair()
         self._wake_r.setblocking(False)
         self._wake_w.setblocking(False)
+        bind_send = getattr(self._outbox, "bind_send", None)
+        if bind_send is not None and type(self).send is Client.send:
+            # The C outbox takes send()'s common case (a str stream, bytes value and key,
+            # nothing else) in one call, without this method's Python frame, and hands
+            # anything else to it (Outbox.send in _sidecar_speedups.c).  Not for a subclass
+            # that overrides send().
+            self.send = bind_send(Client.send, max_buffer_bytes, FRAME_OVERHEAD, time.sleep)
         self._thread = threading.Thread(
             target=self._io_loop, name="databus-client-io", daemon=True
         )
@@ -373,6 +387,8 @@ class Client:
         self._epoch += 1
         self.server = hello.get("server")
         self.max_frame_bytes = int(hello.get("max_frame_bytes", wire.DEFAULT_MAX_FRAME_BYTES))
+        if hasattr(self._outbox, "bind_send"):  # the C send() looks at it (see __init__)
+            self._outbox.max_frame_bytes = self.max_frame_bytes
         self.max_block_ms = (
             self._max_block_override if self._max_block_override is not None
             else int(hello.get("max_block_ms", MAX_BLOCK_MS))
@@ -771,27 +787,45 @@ class Client:
         sel = selectors.DefaultSelector()
         sel.register(self._wake_r, selectors.EVENT_READ)
         sel.register(self._sock, selectors.EVENT_READ)
-        out = bytearray()
+        # Each round's frames go into a bytearray of their own, kept until written: with one
+        # buffer, a partial write (the sidecar reading slower than the app sends) left a
+        # tail that the next round's append moved into a fresh allocation, megabytes at a
+        # time, every round (most of the app's page faults while the sidecar lagged).
+        pending: collections.deque[bytearray] = collections.deque()
+        head = 0  # bytes of pending[0] already written
         written_marks: collections.deque = collections.deque()  # [end position, payload]
-        position = 0  # bytes ever appended to out
+        position = 0  # bytes ever appended to the pending buffers
         sent = 0  # bytes ever written to the socket
         want_write = False
         try:
             for frame in self._early_frames:
                 self._on_frame(frame)
             while True:
-                # With subscriptions, look again now and then: one ended by the sidecar
-                # subscribes again after a backoff.
-                for key, _ in sel.select(RESUBSCRIBE_S if self._subs else None):
+                # Sleep only when nothing was queued since the last take: senders wake this
+                # thread only once it has said so (outbox.py), so what they queue while it
+                # works goes out in the next round, in bigger frames.  With subscriptions,
+                # look again now and then: one ended by the sidecar subscribes again after
+                # a backoff.
+                timeout = (RESUBSCRIBE_S if self._subs else None) if self._outbox.idle() else 0
+                for key, _ in sel.select(timeout):
                     if key.fileobj is self._wake_r:
                         try:
                             self._wake_r.recv(4096)
                         except BlockingIOError:
                             pass
+                        # A sender woke this thread: let it have the interpreter back once
+                        # before taking.  Else, with the app's thread sending flat out, each
+                        # wake-up took the one message queued (the sender, preempted on its
+                        # core, sent again only once this thread slept), ~16 us a message in
+                        # wake-ups and switches; now the round takes what the sender queues
+                        # until it yields (a frame's worth) or blocks.  A lone message waits
+                        # for no one (nobody else wants the interpreter).
+                        time.sleep(0)
                     elif not self._read():
                         return None
                 queue, payload = self._outbox.take()
                 closed = self._closed
+                out = bytearray()
                 if queue:
                     position = self._encode(queue, out, position, payload)
                     # The queue's bytes count against max_buffer_bytes until its last
@@ -800,16 +834,17 @@ class Client:
                 if self._subs:
                     position = self._consume_frames(out, position)
                 if out:
-                    try:
-                        n = self._sock.send(out)
-                    except BlockingIOError:
-                        n = 0
+                    pending.append(out)
+                if pending:
+                    n = self._write(pending, head)
                     if n:
-                        del out[:n]
                         sent += n
+                        head += n
+                        while pending and head >= len(pending[0]):
+                            head -= len(pending.popleft())
                         self._release_written(written_marks, sent)
-                if bool(out) != want_write:
-                    want_write = bool(out)
+                if bool(pending) != want_write:
+                    want_write = bool(pending)
                     sel.modify(
                         self._sock,
                         selectors.EVENT_READ | (selectors.EVENT_WRITE if want_write else 0),
@@ -825,6 +860,19 @@ class Client:
             return SidecarUnavailableError(f"the client's I/O thread failed: {exc!r}")
         finally:
             sel.close()
+
+    def _write(self, pending: collections.deque, head: int) -> int:
+        """Write what the socket takes of ``pending`` (its first buffer from ``head`` on) in
+        one call; returns the bytes written."""
+        first = memoryview(pending[0])[head:]
+        try:
+            if len(pending) == 1 or not _HAS_SENDMSG:
+                return self._sock.send(first)
+            return self._sock.sendmsg([first, *itertools.islice(pending, 1, WRITE_BUFFERS)])
+        except BlockingIOError:
+            return 0
+        finally:
+            first.release()
 
     def _consume_frames(self, out: bytearray, position: int) -> int:
         with self._lock:
@@ -867,8 +915,14 @@ class Client:
             released += marks.popleft()[1]
         if released:
             self._outbox.release(released)
-            with self._space:
-                self._space.notify_all()
+            # Senders waiting for room are woken once a quarter of the buffer is free, not
+            # as soon as one message fits: woken per message, the app and this thread traded
+            # the interpreter per message (a frame of one, ~2x the app's CPU per message)
+            # for as long as the sidecar was the slower side.  Below the mark every release
+            # wakes them, so a message too big for that room still goes once it fits.
+            if self._outbox.buffered <= self._max_buffer * RESUME_SENDERS_AT:
+                with self._space:
+                    self._space.notify_all()
 
     def _read(self) -> bool:
         try:

@@ -17,7 +17,11 @@ from typing import Any
 
 from databus.protocol.speedups import sidecar_native
 
-# What add() says to do next.
+# What add() says to do next.  "Armed" means the I/O thread is awake or a wake-up is on its
+# way: it stays armed from its wake-up until it finds nothing to do (idle()), so messages
+# queued while it works wake nobody.  (A wake-up is a write to a socket, which hands the
+# app's interpreter to the I/O thread at once: one per take cut the frames to ~100-450
+# messages at full speed, each with its syscalls, interpreter handoffs and sidecar cost.)
 QUEUED = 0  # nothing: the I/O thread knows there is work
 WAKE = 1  # wake the I/O thread
 YIELD = 2  # a frame's worth is queued: let the I/O thread have the interpreter now
@@ -31,7 +35,7 @@ class PyOutbox:
 
     # slots: add() reads or writes seven of them per message, cheaper than a __dict__
     __slots__ = ("_lock", "_future_type", "_client", "max_messages", "queue", "futures",
-                 "last_id", "buffered", "unencoded", "armed", "refusing")
+                 "last_id", "buffered", "unencoded", "armed", "poked", "refusing")
 
     def __init__(self, max_messages: int, future_type: type, client: Any) -> None:
         if max_messages < 1:
@@ -45,7 +49,8 @@ class PyOutbox:
         self.last_id = 0  # ids of messages, flushes and subscriptions, from 1
         self.buffered = 0  # payload bytes queued or not yet on the socket
         self.unencoded = 0  # payload bytes of the messages in the queue
-        self.armed = False  # a wake-up is in flight to the I/O thread
+        self.armed = False  # the I/O thread is awake or a wake-up is in flight to it
+        self.poked = False  # arm() was called since the last take()
         self.refusing = False  # the client is closed or failed
 
     def add(self, size: int, fields: tuple) -> tuple[int, Any]:
@@ -83,19 +88,29 @@ class PyOutbox:
             return wake
 
     def arm(self) -> bool:
-        """True if the I/O thread must be woken (no wake-up is in flight yet)."""
+        """Ask the I/O thread to look (at the subscriptions); True if it must be woken."""
         with self._lock:
             wake = not self.armed
-            self.armed = True
+            self.armed = self.poked = True
             return wake
 
     def take(self) -> tuple[list, int]:
-        """(the queue, its payload bytes), leaving both empty; the I/O thread is awake."""
+        """(the queue, its payload bytes), leaving both empty; the I/O thread is awake (and
+        stays armed until idle())."""
         with self._lock:
             queue, self.queue = self.queue, []
             unencoded, self.unencoded = self.unencoded, 0
-            self.armed = False
+            self.poked = False
             return queue, unencoded
+
+    def idle(self) -> bool:
+        """The I/O thread is about to sleep: True, disarmed (the next add() or arm() wakes
+        it), if nothing was queued or asked for since its take(); else False (take again)."""
+        with self._lock:
+            if self.queue or self.poked:
+                return False
+            self.armed = False
+            return True
 
     def release(self, n: int) -> None:
         """``n`` payload bytes are on the socket."""
@@ -110,7 +125,7 @@ class PyOutbox:
             self.queue = []
             self.refusing = True
             self.unencoded = self.buffered = 0
-            self.armed = False
+            self.armed = self.poked = False
             return futures
 
 

@@ -21,7 +21,7 @@ from databus.protocol import sidecar_wire as wire
 from databus.protocol import speedups
 from databus.protocol.sidecar_wire import WireError
 from databus.sdk import outbox
-from databus.sdk.outbox import WAKE, PyOutbox
+from databus.sdk.outbox import QUEUED, WAKE, PyOutbox
 from tests.helpers.blocked_import import python_without
 
 try:
@@ -258,8 +258,21 @@ def test_produce_frames_are_byte_identical(queue, max_messages, limit, data):
 def test_the_sdk_queue_is_encoded_in_c(monkeypatch):
     """send()'s tuples (str, bytes, ints) never take the msgpack path."""
     queue = [(1, "s", b"v"), (2, "s", None, b"k"), (3, "s", b"v", None, [["h", b"x"]], 1, 5)]
-    assert _sidecar_speedups.encode_produce(queue, 0, 3, 2, -1, wire.MESSAGE_OVERHEAD) == (
-        wire.encode_frame(wire.produce(queue[:2])) + wire.encode_frame(wire.produce(queue[2:])))
+    expected = (wire.encode_frame(wire.produce(queue[:2]))
+                + wire.encode_frame(wire.produce(queue[2:])))
+    assert _sidecar_speedups.encode_produce(queue, 0, 3, 2, -1, wire.MESSAGE_OVERHEAD) == expected
+    # the same frames appended to a bytearray (the SDK's output buffer), growing it many
+    # times over, or nothing appended when a message holds what the C code does not pack
+    out = bytearray(b"sent already")
+    del out[:5]  # a bytearray whose data does not start at its allocation's start
+    frame = wire.encode_frame(wire.produce(queue))
+    big = queue * 3000
+    n = _sidecar_speedups.encode_produce(big, 0, len(big), 3, -1, wire.MESSAGE_OVERHEAD, out)
+    assert bytes(out) == b"already" + frame * 3000 and n == len(frame) * 3000
+    assert _sidecar_speedups.encode_produce([(1, "s", 0.5)], 0, 1, 2, -1, 64, out) is None
+    assert bytes(out) == b"already" + frame * 3000
+    with pytest.raises(TypeError, match="bytearray"):
+        _sidecar_speedups.encode_produce(queue, 0, 3, 2, -1, 64, memoryview(out))
 
 
 # -- the sidecar's reports frames -------------------------------------------------------------
@@ -323,7 +336,7 @@ operation = st.one_of(
     st.tuples(st.just("add"), st.integers(0, 500),
               st.one_of(st.tuples(st.text(max_size=3), st.binary(max_size=3)),
                         st.tuples(st.text(max_size=3), st.none(), st.binary(max_size=3)))),
-    st.tuples(st.sampled_from(["next_id", "arm", "take", "fail", "reopen", "close"])),
+    st.tuples(st.sampled_from(["next_id", "arm", "take", "idle", "fail", "reopen", "close"])),
     st.tuples(st.just("add_marker"), st.integers(0, 9)),
     st.tuples(st.just("release"), st.integers(0, 500)),
 )
@@ -381,6 +394,46 @@ def run_outbox(cls, operations, max_messages):
 def test_the_c_outbox_does_what_the_python_one_does(operations, max_messages):
     assert (run_outbox(_sidecar_speedups.Outbox, operations, max_messages)
             == run_outbox(PyOutbox, operations, max_messages))
+
+
+@pytest.mark.parametrize("cls", [PyOutbox, outbox.Outbox], ids=["python", "default"])
+def test_senders_wake_the_io_thread_only_once_it_says_it_sleeps(cls):
+    """While the I/O thread works (from a wake-up to idle()), what is queued or asked for
+    wakes nobody: it takes again before it sleeps."""
+    box = cls(8, Future, "the client")
+    assert box.add(1, ("s", b"v"))[0] == WAKE
+    assert box.add(1, ("s", b"v"))[0] == QUEUED
+    box.take()
+    assert box.add(1, ("s", b"v"))[0] == QUEUED  # the I/O thread is still at work
+    assert box.add_marker(("flush", 1)) is False
+    assert box.idle() is False  # so it takes again instead of sleeping
+    box.take()
+    assert box.arm() is False  # a subscription asks it to look: it is awake
+    assert box.idle() is False
+    box.take()
+    assert box.idle() is True  # nothing left: it sleeps, and the next sender wakes it
+    assert box.add(1, ("s", b"v"))[0] == WAKE
+    assert box.idle() is False
+    box.take()
+    assert box.idle() is True
+    assert box.arm() is True
+
+
+@needs_ext
+def test_the_c_outbox_queues_atomic_messages_untracked_by_the_collector():
+    """A queued message of str, bytes, ints and None can be in no cycle: the app's collector
+    need not walk it; one with headers (lists) stays tracked."""
+    import gc
+
+    box = _sidecar_speedups.Outbox(8, Future, "the client")
+    box.add(3, ("s", b"v"))
+    box.add(3, ("s", b"v", None, [["h", b"x"]], None, None))
+    box.bind_send(lambda *args, **kwargs: None, 1 << 20, 64, lambda seconds: None)
+    box.max_frame_bytes = 1 << 20
+    box.send("s", b"v", b"k")
+    plain, with_headers, sent = box.take()[0]
+    assert sent == (3, "s", b"v", b"k")
+    assert not gc.is_tracked(plain) and not gc.is_tracked(sent) and gc.is_tracked(with_headers)
 
 
 @needs_ext
@@ -568,3 +621,69 @@ def test_the_c_outbox_resolves_delivered_runs_and_leaves_the_rest():
     assert callbacks == [] and box.futures == {}
     with pytest.raises(TypeError):
         box.resolve((), 0, callbacks)
+
+
+# -- the sidecar's runs of plain keyless messages (router.place_frame) ------------------------
+
+def place_run_py(messages, sizes, start, stream, small, now_ms, ids, group_sizes, records):
+    """What place_frame's loop does, message by message, for the messages place_run takes."""
+    k = start
+    own = False
+    while k < len(messages):
+        m, size = messages[k], sizes[k]
+        if (len(m) != 7 or m[1] is not stream or m[3] is not None or m[4] is not None
+                or m[5] is not None or size > small):
+            break
+        ids.append(m[0])
+        group_sizes.append(size)
+        records.append((now_ms if m[6] is None else m[6], None, m[2], None))
+        own |= m[6] is not None
+        k += 1
+    return k, own
+
+
+STREAM = "orders"
+run_message = st.one_of(
+    # plain keyless messages of the run's stream, with or without their own timestamp
+    st.tuples(msg_id, st.just(STREAM), payload, st.none(), st.none(), st.none(),
+              st.none() | timestamp),
+    # and what ends a run: a key, headers, a partition, another stream
+    st.tuples(msg_id, st.just(STREAM), payload, st.binary(max_size=3), st.none(), st.none(),
+              st.none()),
+    st.tuples(msg_id, st.just(STREAM), payload, st.none(), st.just([("h", b"v")]), st.none(),
+              st.none()),
+    st.tuples(msg_id, st.just(STREAM), payload, st.none(), st.none(), st.integers(0, 3),
+              st.none()),
+    st.tuples(msg_id, st.just("other"), payload, st.none(), st.none(), st.none(), st.none()),
+)
+
+
+@needs_ext
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(run_message, st.integers(0, 120)), max_size=30),
+       st.integers(0, 31), st.integers(0, 100))
+def test_place_run_takes_what_the_python_loop_would_put_in_the_same_group(items, start, small):
+    messages = [m for m, _ in items]
+    sizes = [size for _, size in items]
+    stream = messages[0][1] if messages and messages[0][1] == STREAM else STREAM
+    if start >= len(messages):
+        return
+    lists = ([0], [1], [(2,)])  # the group's lists, already holding a message
+    # the loop just placed messages[start]; the previous run ended at hint
+    hint = data_hint = min(start, start // 2)
+    k, taken, own = _sidecar_speedups.place_run(messages, sizes, messages[start], data_hint,
+                                                stream, small, 1_700_000_000_000, *lists)
+    py_lists = ([0], [1], [(2,)])
+    py_k, py_own = place_run_py(messages, sizes, start + 1, stream, small, 1_700_000_000_000,
+                                *py_lists)
+    assert (k, taken, own, lists) == (py_k, py_k - start - 1, py_own, py_lists)
+    assert hint <= start
+
+
+@needs_ext
+def test_place_run_refuses_bad_calls():
+    with pytest.raises(TypeError):
+        _sidecar_speedups.place_run((), [], None, 0, "s", 1, 0, [], [], [])
+    message = (1, "s", b"v", None, None, None, None)
+    with pytest.raises(ValueError, match="not in messages"):
+        _sidecar_speedups.place_run([message], [10], message, 1, "s", 99, 0, [], [], [])
