@@ -18,8 +18,9 @@ anything else that wants a real broker process (tests/helpers/broker.py re-expor
 - ``options={"listeners": "PLAINTEXT://127.0.0.1:0,SASL_SSL://127.0.0.1:0", ...}`` serves
   several listeners (no ``--listen`` then); ``bootstrap_for("SASL_SSL")`` is one's address.
   After a restart such a broker gets new ports.
-- stderr is copied to ``DIR/../broker.log`` (``.log_text()`` reads it) so a failing test can
-  show what the broker said.
+- stderr goes to ``DIR/../broker.log`` (``.log_text()`` reads it) so a failing test can
+  show what the broker said.  The broker writes the file itself (no pipe and copying
+  thread between): a line it logged before answering is there when the answer arrives.
 - The process is always killed when the context exits, even if the test failed; use it
   with ``with`` or call ``close()`` in a finally.
 """
@@ -30,7 +31,6 @@ import os
 import signal
 import subprocess
 import sys
-import threading
 import time
 from collections.abc import Mapping
 from pathlib import Path
@@ -75,7 +75,6 @@ class BrokerProcess:
         self.host = "127.0.0.1"
         self.listeners: dict[str, int] = {}  # listener name -> bound port
         self.process: subprocess.Popen | None = None
-        self._reader: threading.Thread | None = None
         self._launch: BrokerLaunch | None = None
 
     # -- lifecycle --------------------------------------------------------------------------
@@ -97,13 +96,12 @@ class BrokerProcess:
         self._close_launch()
         self._launch = launch = BrokerLaunch(self.root / "broker.ready")
         cmd += launch.args + list(self.args)
-        self.process = subprocess.Popen(
-            cmd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-            env=_child_env(), pass_fds=launch.pass_fds,
-        )
+        with open(self.log_path, "ab") as log:
+            self.process = subprocess.Popen(
+                cmd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=log,
+                env=_child_env(), pass_fds=launch.pass_fds,
+            )
         launch.spawned()
-        self._reader = threading.Thread(target=self._pump, args=(self.process,), daemon=True)
-        self._reader.start()
         deadline = time.monotonic() + self.start_timeout
         while (ready := launch.poll()) is None:
             if self.process.poll() is not None:
@@ -116,7 +114,6 @@ class BrokerProcess:
             time.sleep(0.05)
         if ready is None or ready.error:
             self.process.wait(10)
-            self._join_reader()
             reason = ready.error if ready else None
             raise BrokerStartError(
                 f"broker exited with {self.process.returncode}"
@@ -126,12 +123,6 @@ class BrokerProcess:
         self.port = ready.port
         self.listeners = dict(ready.listeners or {})
         return self
-
-    def _pump(self, process: subprocess.Popen) -> None:
-        with open(self.log_path, "ab") as log:
-            for line in process.stderr:
-                log.write(line)
-                log.flush()
 
     @property
     def bootstrap(self) -> str:
@@ -154,7 +145,6 @@ class BrokerProcess:
         if self.process is not None and self.process.poll() is None:
             self.process.send_signal(signal.SIGKILL)
             self.process.wait(10)
-        self._join_reader()
 
     def stop(self, timeout: float = 30.0) -> int:
         """SIGTERM (clean shutdown) and wait; returns the exit status (SIGKILL on timeout)."""
@@ -167,7 +157,6 @@ class BrokerProcess:
             except subprocess.TimeoutExpired:
                 self.process.kill()
                 self.process.wait(10)
-        self._join_reader()
         return self.process.returncode
 
     def restart(self, *, clean: bool = False) -> BrokerProcess:
@@ -190,7 +179,6 @@ class BrokerProcess:
         if self.process is not None and self.process.poll() is None:
             self.process.kill()
             self.process.wait(10)
-        self._join_reader()
         self._close_launch()
 
     def _close_launch(self) -> None:
@@ -198,10 +186,6 @@ class BrokerProcess:
             self._launch.close()
             self._launch = None
 
-    def _join_reader(self) -> None:
-        if self._reader is not None:
-            self._reader.join(5)
-            self._reader = None
 
     def log_text(self) -> str:
         try:
