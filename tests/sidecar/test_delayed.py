@@ -17,6 +17,7 @@ import trio
 from databus import Client
 from databus.sidecar.delay import DelayService
 from tests.helpers.broker import BrokerProcess
+from tests.helpers.revoked import NotesRevoked
 
 from .harness import consume_all, running_sidecar, short_tmpdir, sidecar_config
 
@@ -127,16 +128,8 @@ async def test_a_dead_members_delayed_messages_move_to_another(broker):
             nursery.cancel_scope.cancel()
 
 
-class Watched(DelayService):
+class Watched(NotesRevoked, DelayService):
     """A member that notes the partitions taken from it."""
-
-    def __init__(self, *args, **kwargs) -> None:
-        super().__init__(*args, **kwargs)
-        self.revoked: list = []
-
-    async def _revoked(self, partitions) -> None:
-        self.revoked += partitions
-        await super()._revoked(partitions)
 
 
 async def test_members_share_one_partition_topics_and_keep_theirs_when_one_dies(broker):

@@ -20,6 +20,7 @@ import time
 import trio
 
 from databus import Client
+from tests.helpers.revoked import NotesRevoked
 
 from .harness import broker_process, consume_all, running_sidecar, short_tmpdir, sidecar_config
 
@@ -156,14 +157,8 @@ async def test_members_keep_their_open_transactions_when_another_dies():
     from databus.sidecar.half_core import COMMIT, HALF_TOPIC, end_headers, half_headers
     from databus.sidecar.halfmsg import Checkers, HalfService
 
-    class Watched(HalfService):
-        def __init__(self, *args, **kwargs) -> None:
-            super().__init__(*args, **kwargs)
-            self.revoked: list = []
-
-        async def _revoked(self, partitions) -> None:
-            self.revoked += partitions
-            await super()._revoked(partitions)
+    class Watched(NotesRevoked, HalfService):
+        pass
 
     def member():  # the session lowered so that the test need not wait 6 s
         return Watched("main", bootstrap, Checkers(), group_id="txn-share", check_ms=60_000,

@@ -279,13 +279,7 @@ def _send_all(path: str, python_send: bool, calls=SEND_CALLS) -> tuple[list, lis
     received = []
 
     def script(fake, conn, decoder):
-        while True:
-            (frame,) = fake.read_frames(conn, decoder, 1)
-            if frame["type"] == "flush":
-                conn.sendall(wire.encode_frame(wire.flushed(frame["id"])))
-                break
-            received.extend(frame["messages"])
-        fake.read_frames(conn, decoder, 1)  # until the client closes
+        receive_until_flush(fake, conn, decoder, received)
 
     fake = ScriptedSidecar(path, script)
     outcomes = []
@@ -348,13 +342,7 @@ def test_rounds_queued_while_the_sidecar_does_not_read_arrive_whole_and_in_order
 
     def script(fake, conn, decoder):
         go.wait(30)
-        while True:
-            (frame,) = fake.read_frames(conn, decoder, 1)
-            if frame["type"] == "flush":
-                conn.sendall(wire.encode_frame(wire.flushed(frame["id"])))
-                break
-            received.extend(frame["messages"])
-        fake.read_frames(conn, decoder, 1)  # until the client closes
+        receive_until_flush(fake, conn, decoder, received)
 
     fake = ScriptedSidecar(path, script)
     try:
@@ -695,3 +683,15 @@ def test_an_older_sidecar_gets_the_previous_protocol_version(sock_dir):
         server.close()
         thread.join(10)
     assert [h["version"] for h in hellos] == [3, 2]
+
+
+def receive_until_flush(fake, conn, decoder, received: list) -> None:
+    """A scripted sidecar's part: keep every produced message until the client's flush,
+    answer it, then read until the client closes."""
+    while True:
+        (frame,) = fake.read_frames(conn, decoder, 1)
+        if frame["type"] == "flush":
+            conn.sendall(wire.encode_frame(wire.flushed(frame["id"])))
+            break
+        received.extend(frame["messages"])
+    fake.read_frames(conn, decoder, 1)
