@@ -37,6 +37,7 @@ import trio
 
 from databus.protocol.addresses import format_host_port
 from databus.protocol.api_keys import ApiKey
+from databus.protocol.error_downgrades import downgrade_response
 from databus.protocol.framing import (
     FrameBuffer,
     FramingError,
@@ -247,6 +248,11 @@ class _Connection:
                         parts = [encode_response(header.api_key, 0, header.correlation_id,
                                                  result.body)]
                     else:
+                        if not isinstance(result, RawResponse):
+                            # the one place error codes newer than the request's version
+                            # are mapped down (raw encoders apply the same table themselves)
+                            result = downgrade_response(header.api_key, header.api_version,
+                                                        result)
                         parts = _frame_parts(header, result)
                     await self._send(parts)
         except (trio.BrokenResourceError, trio.ClosedResourceError):
