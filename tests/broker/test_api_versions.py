@@ -28,7 +28,7 @@ BROKER_MODULES = {
     "databus.broker.handlers.list_offsets", "databus.broker.handlers.admin",
     "databus.broker.handlers.init_producer_id",
     "databus.broker.handlers.delete_records", "databus.broker.handlers.partitions",
-    "databus.broker.handlers.telemetry",
+    "databus.broker.handlers.telemetry", "databus.broker.handlers.reassignments",
 }
 TABLE = handler_table()
 OURS = [r for r in TABLE.values() if r.handler.__module__ in BROKER_MODULES]
@@ -453,6 +453,42 @@ def ex_push_telemetry(client, v):
     assert push(7, terminating=True) == ErrorCode.none
 
 
+def ex_alter_partition_reassignments(client, v):
+    topic = f"wire-apr-{v}"
+    create_topic(client, topic, 2)
+    node = metadata(client, [topic]).brokers[0].node_id
+    mod = req(45, v)
+
+    def alter(*partitions, name=topic):
+        response = client.request(make(45, v, timeout=10000 * MS,
+                                       allow_replication_factor_change=True, topics=(
+            build(mod.ReassignableTopic, name=name, partitions=tuple(
+                build(mod.ReassignablePartition, partition_index=p, replicas=r)
+                for p, r in partitions)),)))
+        assert response.error_code == ErrorCode.none
+        (topic_result,) = response.responses
+        return [(p.partition_index, p.error_code) for p in topic_result.partitions]
+
+    # to this node (where it is): done at once; another node, empty, twice: refused
+    assert alter((0, (node,)), (1, (node + 1,)), (1, ()), (0, (node, node))) == [
+        (0, ErrorCode.none), (1, ErrorCode.invalid_replica_assignment),
+        (1, ErrorCode.invalid_replica_assignment), (0, ErrorCode.invalid_replica_assignment)]
+    assert alter((2, (node,))) == [(2, ErrorCode.unknown_topic_or_partition)]
+    assert alter((0, (node,)), name="wire-apr-none") == [
+        (0, ErrorCode.unknown_topic_or_partition)]
+    assert alter((0, None)) == [(0, ErrorCode.no_reassignment_in_progress)]  # cancel
+
+
+def ex_list_partition_reassignments(client, v):
+    topic = f"wire-lpr-{v}"
+    create_topic(client, topic)
+    mod = req(46, v)
+    for topics in (None, (build(mod.ListPartitionReassignmentsTopics, name=topic,
+                                partition_indexes=(0,)),)):
+        response = client.request(make(46, v, timeout=10000 * MS, topics=topics))
+        assert (response.error_code, response.topics) == (ErrorCode.none, ())
+
+
 EXERCISES = {
     18: ex_api_versions, 3: ex_metadata, 0: ex_produce, 1: ex_fetch, 2: ex_list_offsets,
     19: ex_create_topics, 20: ex_delete_topics, 37: ex_create_partitions,
@@ -460,7 +496,8 @@ EXERCISES = {
     33: ex_alter_configs, 44: ex_incremental_alter_configs, 35: ex_describe_log_dirs,
     21: ex_delete_records, 23: ex_offset_for_leader_epoch, 61: ex_describe_producers,
     75: ex_describe_topic_partitions, 71: ex_get_telemetry_subscriptions,
-    72: ex_push_telemetry,
+    72: ex_push_telemetry, 45: ex_alter_partition_reassignments,
+    46: ex_list_partition_reassignments,
 }
 
 
