@@ -10,6 +10,7 @@ from __future__ import annotations
 import datetime
 import struct
 import sys
+import time
 import uuid
 
 import pytest
@@ -158,10 +159,65 @@ def ex_fetch(client, v):
     assert parse_header(p.records).base_offset == 0
 
 
+def list_offsets_v0(client, topic: str, partitions) -> bytes:
+    """A hand-encoded ListOffsets v0 (kio has no schema) and its answer after the
+    correlation id: ``partitions`` are (partition, timestamp, max_num_offsets)."""
+    name = topic.encode()
+    body = struct.pack(">ii", -1, 1) + struct.pack(">h", len(name)) + name \
+        + struct.pack(">i", len(partitions)) + b"".join(struct.pack(">iqi", *p) for p in partitions)
+    head = struct.pack(">hhih", 2, 0, 4243, 4) + b"wire"
+    client.send_raw(struct.pack(">i", len(head) + len(body)) + head + body)
+    frame = client.read_frame()
+    assert frame[:4] == struct.pack(">i", 4243)
+    return frame[4:]
+
+
+def ex_list_offsets_v0(client, topic):
+    def golden(*partitions):  # (partition, error, offsets) -> the v0 answer's bytes
+        name = topic.encode()
+        return struct.pack(">ih", 1, len(name)) + name + struct.pack(">i", len(partitions)) \
+            + b"".join(struct.pack(f">ihi{len(o)}q", p, e, len(o), *o) for p, e, o in partitions)
+
+    assert list_offsets_v0(client, topic, [(0, -1, 1)]) == golden((0, 0, [5]))
+    assert list_offsets_v0(client, topic, [(0, -2, 1)]) == golden((0, 0, [0]))
+    # latest with room for more: the log end, then the (one) segment's base, newest first
+    assert list_offsets_v0(client, topic, [(0, -1, 10), (0, -2, 10)]) == golden(
+        (0, 0, [5, 0]), (0, 0, [0]))
+    # v0 knows no MAX_TIMESTAMP; partition 7 does not exist
+    assert list_offsets_v0(client, topic, [(0, -3, 1), (7, -1, 1)]) == golden(
+        (0, ErrorCode.unsupported_version, []), (7, ErrorCode.unknown_topic_or_partition, []))
+
+
+def test_list_offsets_v0_lists_segment_boundaries_newest_first(client):
+    topic = "wire-lo-v0-segments"
+    create_topic(client, topic, configs=[("segment.bytes", "100")])
+    for _ in range(3):  # each batch is over 100 bytes: one segment each
+        produce(client, topic, a_batch(2))
+    after_writes = int(time.time() * 1000) + 1
+    time.sleep(0.01)  # the queries' "now" is later than after_writes
+
+    def offsets(timestamp, most=10):
+        frame = list_offsets_v0(client, topic, [(0, timestamp, most)])
+        pos = 4 + 2 + len(topic) + 4 + 4
+        error, count = struct.unpack_from(">hi", frame, pos)
+        assert error == ErrorCode.none
+        return list(struct.unpack_from(f">{count}q", frame, pos + 6))
+
+    assert offsets(-1) == [6, 4, 2, 0]  # the log end, then each segment's base
+    assert offsets(-1, most=2) == [6, 4]
+    assert offsets(-2) == [0]
+    # by time: the segments last written before it (the log end counts as written now)
+    assert offsets(after_writes) == [4, 2, 0]
+    assert offsets(1) == []
+
+
 def ex_list_offsets(client, v):
     topic = f"wire-lo-{v}"
     metadata(client, [topic])
     produce(client, topic, a_batch(5))
+    if v == 0:
+        ex_list_offsets_v0(client, topic)
+        return
     mod = req(2, v)
 
     def answer(ts):
