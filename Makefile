@@ -7,7 +7,7 @@ BIN := $(VENV)/bin
 # once) and every Spark test on one worker (one Spark session).  PYTEST_ARGS= runs serially.
 PYTEST_ARGS ?= -n 2 --dist loadgroup
 
-.PHONY: run test test-pure install install-test lint clean browser
+.PHONY: run test test-pure install install-test lint clean browser burrow
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -41,7 +41,22 @@ browser:
 	  else echo "tests/console need chromium: apt-get install chromium chromium-driver"; fi; \
 	fi
 
-test: install-test browser
+# tests/tools/test_burrow.py runs Debian's Burrow, which needs a ZooKeeper for itself.  Another
+# apt may hold the dpkg lock: wait for it, retry, and never fail the run (the test skips,
+# saying why, when the packages are missing).
+burrow:
+	@if [ ! -x /usr/bin/Burrow ] || [ ! -f /usr/share/java/zookeeper.jar ]; then \
+	  if [ "$$(id -u)" = 0 ]; then \
+	    for attempt in 1 2 3; do \
+	      apt-get -o DPkg::Lock::Timeout=300 update -qq && \
+	      DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=300 install -y -qq \
+	        --no-install-recommends burrow zookeeper && break; \
+	      echo "apt-get failed (attempt $$attempt of 3)"; sleep 15; \
+	    done; \
+	  else echo "tests/tools/test_burrow.py needs: apt-get install burrow zookeeper"; fi; \
+	fi
+
+test: install-test browser burrow
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 
 # The whole suite on the pure-Python code instead of the C extension (databus/protocol/
