@@ -301,6 +301,7 @@ class Server:
         self.request_memory = RequestMemory(config.queued_max_request_bytes)
         self.connection_limits = ConnectionLimits(config.max_connections,
                                                   config.max_connections_per_ip)
+        broker.config_listeners.append(self._reconfigure)
 
     async def serve(self, listeners, host: str = "", *,
                     task_status=trio.TASK_STATUS_IGNORED):
@@ -346,6 +347,12 @@ class Server:
             for endpoint in endpoints:
                 for listener in endpoint.sockets:
                     await trio.aclose_forcefully(listener)
+
+    def _reconfigure(self, config) -> None:
+        """max.connections(.per.ip) changed by a dynamic broker config: from the next
+        connection on."""
+        self.connection_limits.max_connections = config.max_connections
+        self.connection_limits.max_per_ip = config.max_connections_per_ip
 
     def stop(self) -> None:
         """Stop accepting; ``serve`` returns once connections have drained."""
