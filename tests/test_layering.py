@@ -28,6 +28,9 @@ RULES = [
     ("databus.protocol", ("trio", "databus.broker", "databus.client", "databus.sidecar",
                           "databus.storage"), ()),
     ("databus.storage", ("trio", "databus.broker", "databus.client", "databus.sidecar"), ()),
+    # the sidecar is one part: `databus up` (databus.up) assembles it with the others
+    ("databus.sidecar", ("databus.broker", "databus.console", "databus.mirror",
+                         "databus.sinks", "databus.up"), ()),
 ]
 
 

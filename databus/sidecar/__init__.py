@@ -6,6 +6,6 @@ from admission to its reports), ``router`` (stream -> route with plugin callable
 routing decision), ``gate`` (the reload barrier), ``upstream`` (the producer pool),
 ``budget`` (buffer.memory), ``metrics`` (/metrics and /healthz), ``reload`` (SIGHUP and file
 watching), ``consume`` and ``consume_core`` (apps' subscriptions: the group members, and
-their sans-I/O state), ``embedded_broker`` (the broker subprocess of ``databus up``),
-``commands`` (the ``up``, ``sidecar`` and ``plugins`` subcommands).
+their sans-I/O state).  ``databus up`` (databus/up/) assembles it with the broker, sinks,
+mirrors and console; the sidecar imports none of them.
 """

@@ -94,10 +94,10 @@ async def _main(path, config, bootstrap: str | None) -> int:
     from databus.config import EMBEDDED_CLUSTER
     from databus.plugins import PluginError, get_plugin_manager
     from databus.protocol.addresses import parse_host_port
+    from databus.service.http import serve_metrics
     from databus.service.reload import watch_config
     from databus.startup import StartupError, open_tcp_listeners
 
-    from .http import serve_metrics
     from .metrics import SinkMetrics
     from .runtime import SinkSupervisor
 

@@ -97,7 +97,7 @@ def _load(args, prog: str, path=None):
 def check_config(args, prog: str) -> int:
     """``--check-config FILE``: validate it and print the reload diff against the running
     config; exit 0 if valid (even with changes), 2 if invalid."""
-    from .config_diff import diff_configs
+    from databus.sidecar.config_diff import diff_configs
 
     path, running = _load(args, prog)
     try:
@@ -146,15 +146,15 @@ async def _main(prog: str, path, config, with_broker: bool, overrides=None) -> i
     from databus.protocol.addresses import format_host_port
     from databus.startup import StartupError, leaves
 
-    from .app import Sidecar
     from .embedded_broker import BrokerExited, run_broker_process
+    from .host import host_sidecar
 
     pm = get_plugin_manager()
     for name, reason in pm.failures.items():
         log.error("plugin %r not loaded: %s", name, reason)
     status = 0
     started = False
-    sidecar = Sidecar(config, plugin_manager=pm, config_path=path, config_overrides=overrides)
+    sidecar = host_sidecar(config, plugin_manager=pm, config_path=path, config_overrides=overrides)
 
     def failed(exc: BaseException) -> None:
         # Before "databus is up" a failure is a start-up failure: one plain line for the
