@@ -81,12 +81,10 @@ def _overrides(args):
 
 
 def _load(args, prog: str, path=None):
-    from databus.config import ConfigError, load_config
+    from databus.config import ConfigError, find_config, load_config
 
     if path is None:
-        path = args.config
-        if path is None and os.path.exists("sidecar.yaml"):
-            path = "sidecar.yaml"
+        path = find_config(args.config)
     try:
         config = _overrides(args)(load_config(path))
     except ConfigError as exc:
