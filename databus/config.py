@@ -121,7 +121,7 @@ class _Model(BaseModel):
 
 
 class AppToken(_Model):
-    """One app's token and the streams it may send to (sidecar/access.py)."""
+    """One app's token and the streams it may send to (sidecar/produce/access.py)."""
 
     token: str = Field(description="The token the app presents in its hello; write "
                        "`${env:NAME}` or `${file:/path}` rather than the token itself.")

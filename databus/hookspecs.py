@@ -66,13 +66,13 @@ def databus_route(stream, topic, settings, config, bootstrap):
     :param bootstrap: the ``bootstrap.servers`` of the cluster the stream is sent to (for a
         plugin that must talk to it, e.g. to create the topics it routes to).
     :returns: a callable ``route(message) -> message | None`` or None.  ``message`` is a
-        ``databus.sidecar.router.RoutedMessage`` with mutable attributes ``topic``, ``key``,
+        ``databus.sidecar.produce.router.RoutedMessage`` with mutable attributes ``topic``, ``key``,
         ``value``, ``headers`` (a list of ``(str, bytes)``), ``partition`` and read-only
         ``stream``.  Return the message (changed or not) to send it, or None to drop it (the
         app gets a delivery report with ``partition`` and ``offset`` -1).  A route that must
         wait (for a topic it creates) may return an awaitable of the same instead; return
         the plain message whenever it need not wait, awaiting costs per message.  Raise
-        ``databus.sidecar.router.Rejected(code, reason)`` to refuse a message on purpose:
+        ``databus.sidecar.produce.router.Rejected(code, reason)`` to refuse a message on purpose:
         the app gets ``code`` and ``reason``, nothing is logged as a plugin failure.  A
         route function whose attribute ``needs_headers`` is true is called only for messages
         that carry headers (the others keep the sidecar's fast path).

@@ -72,7 +72,7 @@ FEATURES = {
     "transactions": "databus/broker/txn/service.py",
     "share groups": "databus/broker/share/service.py",
     "ACLs": "databus/broker/authorizer.py",
-    "delayed messages": "databus/sidecar/delay.py",
+    "delayed messages": "databus/sidecar/delay/service.py",
 }
 
 

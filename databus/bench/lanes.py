@@ -22,7 +22,7 @@ def run(args) -> int:
 
     from databus.config import LanesConfig
     from databus.lanes import model
-    from databus.sidecar.router import RoutedMessage
+    from databus.sidecar.produce.router import RoutedMessage
     from databus.tools.table import Column, print_table
 
     from .common import best_seconds

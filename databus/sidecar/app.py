@@ -34,16 +34,16 @@ from databus.service.http import serve_metrics
 from databus.service.limits import ConnectionLimits, RequestMemory
 from databus.startup import StartupError, make_dirs, open_tcp_listeners, reason
 
-from .access import TokenCheck
-from .budget import ByteBudget
 from .config_diff import RELOADABLE_SIDECAR, diff_configs
-from .consume import ConsumeCollector, ConsumeService
-from .gate import ReloadGate
-from .halfmsg import Checkers
-from .ingress import Connection
+from .consume.service import ConsumeCollector, ConsumeService
+from .half.service import Checkers
 from .metrics import SidecarMetrics
-from .router import RoutingTable
-from .upstream import ProducerPool, default_producer_factory
+from .produce.access import TokenCheck
+from .produce.budget import ByteBudget
+from .produce.gate import ReloadGate
+from .produce.ingress import Connection
+from .produce.router import RoutingTable
+from .produce.upstream import ProducerPool, default_producer_factory
 
 log = logging.getLogger("databus.sidecar")
 
@@ -126,7 +126,7 @@ class Sidecar:
         self.metrics.registry.register(ConsumeCollector(self.consume))
         self.delay_services: list = []  # one per cluster with delay.enabled (delay.py)
         self.half_services: list = []  # one per cluster with transactions.enabled
-        self.checkers = Checkers()  # apps answering check-backs (halfmsg.py)
+        self.checkers = Checkers()  # apps answering check-backs (half/service.py)
         # Services run beside the ingress and reloaded with it (databus up's sinks, mirrors).
         self.companions = [make(self) for make in companions]
         for companion in self.companions:
@@ -336,7 +336,7 @@ class Sidecar:
     async def _start_delay(self, nursery) -> None:
         """The delay service of each cluster ``delay:`` names (docs/delayed.md); a reload
         does not start or stop it (that needs a restart)."""
-        from .delay import DelayService
+        from .delay.service import DelayService
 
         bootstrap = self.bootstrap_map(self.config)
         settings = self.config.delay
@@ -349,7 +349,7 @@ class Sidecar:
     async def _start_half(self, nursery) -> None:
         """The half-message service of each cluster ``transactions:`` names (a reload does
         not start or stop it)."""
-        from .halfmsg import HalfService
+        from .half.service import HalfService
 
         bootstrap = self.bootstrap_map(self.config)
         settings = self.config.transactions

@@ -1,4 +1,4 @@
-"""What the sidecar's group services (delay.py, halfmsg.py) share: started with
+"""What the sidecar's group services (delay/, half/) share: started with
 ``await nursery.start(service.run)``, stopped with ``await service.stop()``.
 
 Each runs on every sidecar that enables it as one consumer group per cluster: a group

@@ -28,8 +28,7 @@ import time
 import trio
 
 from databus.client import Consumer, KafkaError, Producer
-from databus.sidecar.consume import dlq_topic, retry_topic
-from databus.sidecar.consume_core import (
+from databus.sidecar.consume.core import (
     H_ATTEMPT,
     H_DUE,
     H_OFFSET,
@@ -38,6 +37,7 @@ from databus.sidecar.consume_core import (
     H_TOPIC,
     header,
 )
+from databus.sidecar.consume.service import dlq_topic, retry_topic
 from databus.tools.options import add_bootstrap, add_json, print_json
 from databus.tools.table import Column, print_table
 

@@ -15,10 +15,10 @@ message from being placed, a plugin failure included, is answered in one place.
 
 Delayed messages (docs/delayed.md) take the careful path: a message whose first header is
 ``databus-deliver-at`` goes to the delay topic of its remaining time on its route's cluster
-(``delay_core``), one whose first header is ``databus-delay-cancel`` to the cancel topic.
+(``delay/core.py``), one whose first header is ``databus-delay-cancel`` to the cancel topic.
 So do half messages (docs/transactions.md): first header ``databus-txn`` or
 ``databus-txn-end``: to ``databus-txn-half``, in the partition of the transaction id
-(``half_core``).
+(``half/core.py``).
 """
 
 from __future__ import annotations
@@ -44,7 +44,7 @@ from databus.protocol.sidecar_wire import (
 )
 from databus.protocol.speedups import sidecar_native
 
-from .delay_core import (
+from ..delay.core import (
     CANCEL_TOPIC,
     LEVEL_TOPICS,
     Delayed,
@@ -52,10 +52,10 @@ from .delay_core import (
     level_for,
     parse_due,
 )
-from .half_core import COMMIT, HALF_TOPIC, ROLLBACK, end_headers, half_headers
+from ..half.core import COMMIT, HALF_TOPIC, ROLLBACK, end_headers, half_headers
 from .upstream import ProducerHandle, ProducerPool, error_code_of, is_kafka_error
 
-log = logging.getLogger("databus.sidecar.router")
+log = logging.getLogger("databus.sidecar.produce.router")
 
 # Unlisted streams seen through the default route are remembered up to this many names;
 # beyond it they are still served, just resolved again each time.

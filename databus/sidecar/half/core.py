@@ -1,5 +1,5 @@
 """Transactional ("half") messages with check-back, the pure part; the trio shell is
-halfmsg.py (docs/transactions.md, "Half messages").
+half/service.py (docs/transactions.md, "Half messages").
 
 An app's transaction (``with client.transaction(stream, check=callback) as tx``) writes its
 messages as *half messages* to the topic ``databus-txn-half`` of the stream's cluster, all
