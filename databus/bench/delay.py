@@ -111,7 +111,7 @@ def _read(bootstrap: str, dues: dict[bytes, int], deadline: float, out: dict) ->
 
 
 def run(args) -> int:
-    from databus.tools.table import print_table
+    from databus.cli_helpers.table import print_table
 
     with broker_for(args) as (bootstrap, _cpu):
         create_topic(bootstrap, TARGET, 1)

@@ -20,7 +20,7 @@ import signal
 import sys
 from functools import partial
 
-from databus.tools.options import DEFAULT_BOOTSTRAP, add_command_config
+from databus.cli_helpers.options import DEFAULT_BOOTSTRAP, add_command_config
 
 DEFAULT_LISTEN = "127.0.0.1:8080"
 PROG = "databus console"
@@ -65,9 +65,9 @@ def console_client_settings(config) -> dict:
 def command_settings(args) -> dict:
     """-X and --command-config: only connection settings (the console sets the rest
     itself), ``${env:...}`` / ``${file:...}`` resolved as in sidecar.yaml."""
+    from databus.cli_helpers.options import client_settings
     from databus.client import KafkaError
     from databus.config import CONNECTION_KEY_PREFIXES, ConfigError, resolve_references
-    from databus.tools.options import client_settings
 
     try:
         settings = client_settings(args)

@@ -32,7 +32,7 @@ def parse_duration_ms(text: str) -> int:
 
 
 def add_arguments(parser) -> None:
-    from databus.tools.options import add_json
+    from databus.cli_helpers.options import add_json
 
     sub = parser.add_subparsers(dest="action", required=True, metavar="ACTION")
     create = sub.add_parser("create", help="create a lane that expires after --ttl")
@@ -63,8 +63,8 @@ def add_arguments(parser) -> None:
 
 def _settings(args):
     """(bootstrap, LanesConfig) from the file and the flags."""
+    from databus.cli_helpers.options import DEFAULT_BOOTSTRAP
     from databus.config import ConfigError, LanesConfig, find_config, load_config, part_bootstrap
-    from databus.tools.options import DEFAULT_BOOTSTRAP
 
     path = find_config(args.config)
     lanes, bootstrap = LanesConfig(), None
@@ -170,9 +170,9 @@ async def _delete(args, bootstrap, lanes) -> int:
 
 
 async def _list(args, bootstrap, lanes) -> int:
+    from databus.cli_helpers.options import print_json
+    from databus.cli_helpers.table import Column, print_table
     from databus.client import Admin
-    from databus.tools.options import print_json
-    from databus.tools.table import Column, print_table
 
     from . import model
     from .registry import now_ms

@@ -1,6 +1,7 @@
-"""The metrics listener of a process running sinks (``databus sinks``, ``databus up``):
-/metrics and /healthz, plus ``GET /index/NAME`` (docs/index.md) when the index plugin is
-installed; its queries keep one connection per cluster for the listener's life."""
+"""The metrics listener of a process (``databus up``, ``databus sidecar``, ``databus sinks``):
+/metrics and /healthz, plus the routes plugins bring by the ``databus_http_routes`` hook
+(the index plugin's ``GET /index/NAME``, docs/index.md), each with the service it runs for
+the listener's life."""
 
 from __future__ import annotations
 
@@ -9,23 +10,22 @@ from collections.abc import Callable
 import trio
 
 from databus.config import DatabusConfig
+from databus.plugins import PluginManager
 from databus.service.metrics import Rendered, serve_http
 
 
 async def serve_metrics(metrics: Rendered, listeners: list[trio.SocketListener],
                         healthy: Callable[[], tuple[bool, str]],
                         current_config: Callable[[], DatabusConfig],
-                        bootstrap: str | None) -> None:
-    """``serve_http`` with the indexes' route; ``current_config()`` is the configuration in
+                        bootstrap: str | None, plugin_manager: PluginManager) -> None:
+    """``serve_http`` with the plugins' routes; ``current_config()`` is the configuration in
     force, ``bootstrap`` the built-in broker's address (when the file names no clusters)."""
-    try:
-        from databus_plugins.index.http import PREFIX, index_route
-        from databus_plugins.index.query import IndexQueries
-    except ImportError:
-        await serve_http(metrics, listeners, healthy)
-        return
-    queries = IndexQueries(current_config, bootstrap)
+    routes = [route for found in plugin_manager.hook.databus_http_routes(
+        current_config=current_config, bootstrap=bootstrap) for route in found or ()]
     async with trio.open_nursery() as nursery:
-        await nursery.start(queries.serve)
-        await serve_http(metrics, listeners, healthy, {PREFIX: index_route(queries)})
+        for route in routes:
+            if route.serve is not None:
+                await nursery.start(route.serve)
+        await serve_http(metrics, listeners, healthy,
+                         {route.prefix: route.handler for route in routes})
         nursery.cancel_scope.cancel()

@@ -363,7 +363,7 @@ class Sidecar:
     async def _serve_ingress(self, ingress, bound: _Bound, task_status) -> None:
         if bound.metrics:
             ingress.start_soon(serve_metrics, self.metrics, bound.metrics, self.healthy,
-                               lambda: self.config, self.embedded_bootstrap)
+                               lambda: self.config, self.embedded_bootstrap, self.pm)
         if self.config_path is not None:
             from databus.service.reload import watch_config
 

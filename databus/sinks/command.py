@@ -132,7 +132,7 @@ async def _main(path, config, bootstrap: str | None) -> int:
                 nursery.start_soon(
                     serve_metrics, SinkMetrics(supervisor), listeners,
                     lambda: (False, "stopping") if stopping else (True, "ok"),
-                    lambda: service.config, bootstrap,
+                    lambda: service.config, bootstrap, pm,
                 )
                 host, port = listeners[0].socket.getsockname()[:2]
                 log.info("metrics on http://%s:%d/metrics", host, port)

@@ -27,6 +27,8 @@ import time
 
 import trio
 
+from databus.cli_helpers.options import add_bootstrap, add_json, print_json
+from databus.cli_helpers.table import Column, print_table
 from databus.client import Consumer, KafkaError, Producer
 from databus.sidecar.consume.core import (
     H_ATTEMPT,
@@ -38,8 +40,6 @@ from databus.sidecar.consume.core import (
     header,
 )
 from databus.sidecar.consume.service import dlq_topic, retry_topic
-from databus.tools.options import add_bootstrap, add_json, print_json
-from databus.tools.table import Column, print_table
 
 ACTIONS = ("list", "show", "replay")
 REPLAY_REASON = "replayed from the dead-letter topic"

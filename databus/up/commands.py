@@ -264,7 +264,7 @@ def _more_listeners(broker, bound: dict[str, int]) -> list[tuple[str, str]]:
 
 def _print_summary(config, path, addresses, broker_address, console_url=None,
                    more_listeners=()) -> None:
-    from databus.tools.table import Column, console, print_table
+    from databus.cli_helpers.table import Column, console, print_table
 
     rows = [("apps connect to", f"{addresses.socket}  (databus.Client())")]
     if addresses.tcp:
@@ -346,7 +346,7 @@ def run_plugins(args) -> int:
             "sinks": sinks,
         }, indent=2))
         return 1 if pm.failures else 0
-    from databus.tools.table import console, print_table
+    from databus.cli_helpers.table import console, print_table
 
     out = console()
     print_table(
