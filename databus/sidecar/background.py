@@ -23,10 +23,10 @@ from typing import Protocol
 import trio
 
 from databus.client import Admin, Consumer, KafkaError, Producer
+from databus.protocol.types import TopicPartition
 
 log = logging.getLogger(__name__)
 
-TopicPartition = tuple[str, int]
 
 # Every group service's consumer, where the configuration's ``consumer:`` names none
 # (docs/delayed.md, docs/transactions.md).  How soon a dead member's work moves: after

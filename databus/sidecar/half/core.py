@@ -41,6 +41,7 @@ from databus.protocol.sidecar_wire import (
     TXN_PARTITION_HEADER,
     TXN_TARGET_HEADER,
 )
+from databus.protocol.types import TopicPartition
 
 HALF_TOPIC = "databus-txn-half"
 CHECK_TOPIC = "databus-txn-check"
@@ -49,7 +50,6 @@ _OURS = frozenset({TXN_HEADER, TXN_GROUP_HEADER, TXN_TARGET_HEADER, TXN_PARTITIO
                    TXN_END_HEADER})
 RESOLVED_REMEMBERED = 100_000
 
-TopicPartition = tuple[str, int]
 
 
 @dataclass(frozen=True)
