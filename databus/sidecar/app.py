@@ -347,10 +347,10 @@ class Sidecar:
         if bound.metrics:
             ingress.start_soon(serve_metrics, self.metrics, bound.metrics, self.healthy,
                                lambda: self.config, self.embedded_bootstrap)
-        if self.config_path is not None:
-            from databus.service.reload import watch_config
+        from databus.service.reload import watch_config
 
-            await ingress.start(watch_config, self)  # armed before "databus is up"
+        # Armed before "databus is up"; without a file too, so that SIGHUP never kills it.
+        await ingress.start(watch_config, self)
         accept_scope = trio.CancelScope()
         ingress.start_soon(self._accept, bound.app, accept_scope)
         self.addresses = bound.addresses
