@@ -168,10 +168,13 @@ class Sidecar:
             assert self.pool is not None and self.table is not None
             before = set(self.pool.handles.values())
             try:
+                # Validate everything before anything acts: the sinks first (they only make
+                # objects), then the routes (their plugins start nothing until the table is
+                # live, databus_config_reloaded).
+                sinks = self.sinks.prepare(new)
                 table = await RoutingTable.build(
                     new, self.pm, self.pool, self.bootstrap_map(new), self.metrics
                 )
-                sinks = self.sinks.prepare(new)
             except (ConfigError, ValueError, PluginError, KeyError) as exc:
                 log.error("config rejected, keeping the current one: %s", exc)
                 self.metrics.reloads_failed += 1
