@@ -192,3 +192,33 @@ def test_lanes_turned_on_by_reload_a_refused_reload_acts_not_and_metrics_follow(
     finally:
         process.terminate()
         process.wait(30)
+
+
+def test_the_docs_lane_consumer_example_runs_as_printed_under_asyncio(tmp_path):
+    """docs/lanes.md's LaneConsumer block, run as printed (asyncio.run) in a fresh
+    interpreter, with only its 127.0.0.1:9092 -> a fresh broker's address: it reads the
+    lane's message and the main topic's (lane.consume.main)."""
+    import re
+    from pathlib import Path
+
+    from tests.helpers.broker import BrokerProcess
+
+    doc = (Path(__file__).resolve().parents[2] / "docs" / "lanes.md").read_text()
+    (block,) = [b for b in re.findall(r"```python\n(.*?)```", doc, flags=re.S)
+                if "LaneConsumer(" in b]
+    assert "asyncio.run(main())" in block
+    with BrokerProcess(tmp_path / "broker",
+                       options={"group.initial.rebalance.delay.ms": 0}) as broker:
+        bootstrap = broker.bootstrap
+        assert databus(["lanes", "create", "feature-x", "--bootstrap-server", bootstrap]) == 0
+        with SyncProducer(bootstrap) as producer:
+            producer.send("orders", b"main").result(30)
+            producer.send("orders.lane.feature-x", b"lane",
+                          headers=[("databus-lane", b"feature-x")]).result(30)
+        code = block.replace("127.0.0.1:9092", bootstrap)
+        done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                              timeout=120, cwd=tmp_path, check=False)
+        assert done.returncode == 0, done.stderr
+        printed = set(done.stdout.splitlines())
+        assert printed <= {"orders b'main'", "orders.lane.feature-x b'lane'"}, done.stdout
+        assert printed, done.stdout
