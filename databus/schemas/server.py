@@ -1,0 +1,37 @@
+"""The registry as a trio service inside ``databus broker``: hypercorn's trio worker serving
+the REST app (http.py) over the Store (store.py) of the broker it runs in."""
+
+from __future__ import annotations
+
+import logging
+from functools import partial
+
+import trio
+
+log = logging.getLogger("databus.schemas")
+
+
+async def serve_registry(broker, listen: str, *,
+                         task_status=trio.TASK_STATUS_IGNORED) -> None:
+    """Read ``_schemas``, then serve on ``listen`` (HOST:PORT, port 0: a free one) until
+    cancelled; ``task_status.started(url)`` once it accepts connections."""
+    from hypercorn.config import Config
+    from hypercorn.trio import serve
+
+    from .http import create_app
+    from .store import Store
+
+    store = Store(broker)
+    store.open()
+    config = Config()
+    config.bind = [listen]
+    config.accesslog = None
+    config.errorlog = logging.getLogger("hypercorn.error")
+    config.graceful_timeout = 1.0
+    max_body = max(int(broker.config.message_max_bytes), 1 << 20)
+    app = create_app(store, max_body=max_body)
+    async with trio.open_nursery() as nursery:
+        binds = await nursery.start(partial(serve, app, config))
+        url = binds[0]
+        log.info("schema registry on %s", url)
+        task_status.started(url)
