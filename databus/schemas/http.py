@@ -41,10 +41,12 @@ def create_app(store, *, max_body: int = DEFAULT_MAX_BODY) -> Starlette:
         chunks, size = [], 0
         async for chunk in request.stream():
             size += len(chunk)
-            if size > max_body:
-                raise errors.RegistryError(413, 413, f"Request body larger than {max_body} "
-                                           "bytes")
-            chunks.append(chunk)
+            if size <= max_body:
+                chunks.append(chunk)
+            elif size > 16 * max_body:
+                break  # read on (below) so the client, still sending, gets the answer
+        if size > max_body:
+            raise errors.RegistryError(413, 413, f"Request body larger than {max_body} bytes")
         raw = b"".join(chunks)
         if not raw.strip():
             return {}

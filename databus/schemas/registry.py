@@ -67,6 +67,9 @@ class Registry:
         self.global_mode: str | None = None
         self.subject_modes: dict[str, str] = {}
         self._parsed: dict[tuple, ParsedSchema] = {}
+        # (type, text, references) -> the id first given to it (kept after deletions: the
+        # same schema registered again gets its id back)
+        self.ids: dict[tuple, int] = {}
         self.skipped = 0  # records not in Confluent's layout (logged by the shell)
 
     # -- applying the log -------------------------------------------------------------------
@@ -126,6 +129,7 @@ class Registry:
             raise records.RecordError(f"SCHEMA value lacks {exc}") from None
         self.subjects.setdefault(subject, {})[number] = version
         self.max_id = max(self.max_id, version.id)
+        self.ids.setdefault(version.content(), version.id)
 
     # -- reads ------------------------------------------------------------------------------
 
@@ -216,10 +220,24 @@ class Registry:
             out.append(Reference(name, parse(target.schema_type, target.schema, inner)))
         return tuple(out)
 
+    def _pin(self, references):
+        """References to ``latest`` (version -1) as the version they name now."""
+        pinned = []
+        for name, subject, number in references:
+            if number == -1:
+                try:
+                    number = self.get_version(subject, "latest").version
+                except errors.RegistryError:
+                    raise errors.invalid_schema(
+                        f"reference {name!r}: subject {subject!r} not found") from None
+            pinned.append((name, subject, number))
+        return tuple(pinned)
+
     def lookup(self, subject: str, request: dict, *, deleted: bool = False,
                normalize: bool = False) -> Version:
         """POST /subjects/{s}: the version of ``subject`` holding this schema."""
         schema_type, text, refs = _schema_fields(request)
+        refs = self._pin(refs)
         self._versions(subject, deleted)  # 40401 when the subject is absent
         candidate = self.parsed(schema_type, text, refs)
         texts = {candidate.canonical, candidate.normalized, text}
@@ -243,7 +261,7 @@ class Registry:
         ([] when it is compatible) against version ``v``, or the versions the subject's
         level says (``None``)."""
         schema_type, text, refs = _schema_fields(request)
-        candidate = self.parsed(schema_type, text, refs)
+        candidate = self.parsed(schema_type, text, self._pin(refs))
         level = self.level(subject)
         if version is None:
             if subject not in self.subjects:
@@ -295,6 +313,7 @@ class Registry:
         mode = self._writable(subject)
         _check_subject(subject)
         schema_type, text, refs = _schema_fields(request)
+        refs = self._pin(refs)
         wanted_id = request.get("id")
         wanted_version = request.get("version")
         for name, value in (("id", wanted_id), ("version", wanted_version)):
@@ -338,12 +357,8 @@ class Registry:
     def _id_for(self, schema_type: str, stored_text: str, refs, candidate: ParsedSchema,
                 wanted_id: int | None) -> int:
         same = None
-        for versions in self.subjects.values():
-            for version in versions.values():
-                if (version.schema_type == schema_type and version.references == refs
-                        and (version.schema == stored_text or self._same(version, candidate))):
-                    same = version.id
-                    break
+        for text in (stored_text, candidate.canonical, candidate.normalized):
+            same = self.ids.get((schema_type, text, refs))
             if same is not None:
                 break
         if wanted_id is not None:
