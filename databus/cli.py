@@ -34,6 +34,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "index": ("databus_plugins.index.command", "query the indexes of a sidecar.yaml (messages by business fields); status"),
     "console": ("databus.console.command", "the web console: topics, messages, groups and lag, mirrors, indexes, sinks"),
     "lanes": ("databus.lanes.command", "swimlanes: create, list, extend, delete (--merge) lanes and their topics"),
+    "schemas": ("databus.schemas.command", "the schema registry: list, get, register, check, delete subjects; config, mode"),
     "plugins": ("databus.sidecar.cmd_plugins", "list the loaded plugins and the hooks each implements"),
     "mirror": ("databus.mirror.command", "run cross-region mirrors alone; status; translate-offsets"),
     "spark": ("databus_spark.command", "Spark pipelines: export topics to Parquet (needs the spark extra)"),
