@@ -233,10 +233,10 @@ def main(args) -> int:
                                 f"{_pretty(found['schema'])}")
         return 0
     if action == "register":
-        answer = call("POST", f"/subjects/{_q(args.subject)}/versions", _schema_body(args),
+        body = _schema_body(args)
+        answer = call("POST", f"/subjects/{_q(args.subject)}/versions", body,
                       normalize=args.normalize)
-        version = call("POST", f"/subjects/{_q(args.subject)}", _schema_body(args),
-                       normalize=args.normalize)
+        version = call("POST", f"/subjects/{_q(args.subject)}", body, normalize=args.normalize)
         _print(args, {**answer, "version": version.get("version")},
                f"{args.subject}: version {version.get('version')}, id {answer['id']}")
         return 0
