@@ -20,9 +20,11 @@ async def serve_registry(broker, listen: str, *,
 
     from .http import create_app
     from .store import Store
+    from .validation import Validator
 
     store = Store(broker)
     store.open()
+    broker.schema_validator = Validator(store)
     config = Config()
     config.bind = [listen]
     config.accesslog = None
