@@ -70,6 +70,9 @@ class Registry:
         # (type, text, references) -> the id first given to it (kept after deletions: the
         # same schema registered again gets its id back)
         self.ids: dict[tuple, int] = {}
+        # id -> {(subject, version): Version}: lookups by id (every deserializer's first
+        # call, and broker-side validation per record) without a scan of every subject
+        self.by_id: dict[int, dict[tuple[str, int], Version]] = {}
         self.skipped = 0  # records not in Confluent's layout (logged by the shell)
 
     # -- applying the log -------------------------------------------------------------------
@@ -100,10 +103,11 @@ class Registry:
             for number, version in list(versions.items()):
                 if not isinstance(upto, int) or number <= upto:
                     versions[number] = _replace(version, deleted=True)
+                    self.by_id[version.id][(subject, number)] = versions[number]
         elif kind == "CLEAR_SUBJECT" and subject and value is not None:
             versions = self.subjects.get(subject, {})
             for number in [n for n, v in versions.items() if v.deleted]:
-                del versions[number]
+                self._unindex(versions.pop(number))
             if not versions:
                 self.subjects.pop(subject, None)
         # NOOP and keytypes of newer registries (contexts, tags ...) change nothing here
@@ -115,7 +119,9 @@ class Registry:
         if value is None:
             versions = self.subjects.get(subject)
             if versions is not None:
-                versions.pop(number, None)
+                gone = versions.pop(number, None)
+                if gone is not None:
+                    self._unindex(gone)
                 if not versions:
                     del self.subjects[subject]
             return
@@ -127,9 +133,20 @@ class Registry:
                               str(value["schema"]), refs, bool(value.get("deleted", False)))
         except (KeyError, TypeError, ValueError) as exc:
             raise records.RecordError(f"SCHEMA value lacks {exc}") from None
-        self.subjects.setdefault(subject, {})[number] = version
+        previous = self.subjects.setdefault(subject, {}).get(number)
+        if previous is not None:
+            self._unindex(previous)
+        self.subjects[subject][number] = version
+        self.by_id.setdefault(version.id, {})[(subject, number)] = version
         self.max_id = max(self.max_id, version.id)
         self.ids.setdefault(version.content(), version.id)
+
+    def _unindex(self, version: Version) -> None:
+        holders = self.by_id.get(version.id)
+        if holders is not None:
+            holders.pop((version.subject, version.version), None)
+            if not holders:
+                del self.by_id[version.id]
 
     # -- reads ------------------------------------------------------------------------------
 
@@ -168,9 +185,9 @@ class Registry:
                                                 for _, s, n in v.references)})
 
     def versions_with_id(self, schema_id: int, deleted: bool = False) -> list[Version]:
-        return [v for subject in sorted(self.subjects)
-                for _, v in sorted(self.subjects[subject].items())
-                if v.id == schema_id and (deleted or not v.deleted)]
+        holders = self.by_id.get(schema_id) or {}
+        return [holders[key] for key in sorted(holders)
+                if deleted or not holders[key].deleted]
 
     def schema_by_id(self, schema_id: int, subject: str | None = None) -> Version:
         found = self.versions_with_id(schema_id, deleted=True)

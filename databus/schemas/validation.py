@@ -39,6 +39,7 @@ class Validator:
         registry = self.store.read()
         out: list[tuple[int, str]] = []
         index = 0
+        verdicts: dict[tuple[str, bytes], str | None] = {}  # (part, header) -> reason
         for _header, batch in decode_batches(records):
             for record in batch:
                 for part, on, strategy in (
@@ -49,7 +50,13 @@ class Validator:
                     if not on:
                         continue
                     data = record.value if part == "value" else record.key
-                    reason = _check(registry, topic, part, data, strategy)
+                    if data is None:
+                        continue  # a tombstone passes
+                    header = bytes(data[:5])
+                    key = (part, header)
+                    if key not in verdicts:  # records of one schema: one decision
+                        verdicts[key] = _check(registry, topic, part, header, strategy)
+                    reason = verdicts[key]
                     if reason is not None:
                         out.append((index, f"record {index} (offset delta {index}): {reason}"))
                         break
