@@ -36,7 +36,9 @@ def _flag(request: Request, name: str) -> bool:
     return request.query_params.get(name, "false").lower() == "true"
 
 
-def create_app(store, *, max_body: int = DEFAULT_MAX_BODY) -> Starlette:
+def create_app(store, *, max_body: int = DEFAULT_MAX_BODY, auth=None) -> Starlette:
+    """``auth``: a BasicAuth (auth.py) when requests must log in, else None."""
+
     async def body_of(request: Request):
         chunks, size = [], 0
         async for chunk in request.stream():
@@ -57,6 +59,11 @@ def create_app(store, *, max_body: int = DEFAULT_MAX_BODY) -> Starlette:
 
     def endpoint(handler):
         async def wrapped(request: Request) -> Response:
+            if auth is not None and await auth.user(request.headers.get("authorization")) \
+                    is None:
+                response = reply({"error_code": 40101, "message": "Unauthorized"}, 401)
+                response.headers["WWW-Authenticate"] = 'Basic realm="databus schema registry"'
+                return response
             try:
                 return await handler(request, **request.path_params)
             except errors.RegistryError as exc:

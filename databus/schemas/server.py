@@ -31,9 +31,16 @@ async def serve_registry(broker, listen: str, *,
     config.errorlog = logging.getLogger("hypercorn.error")
     config.graceful_timeout = 1.0
     max_body = max(int(broker.config.message_max_bytes), 1 << 20)
-    app = create_app(store, max_body=max_body)
+    auth = None
+    if any(listener.sasl for listener in broker.config.listener_list()):
+        from .auth import BasicAuth
+
+        # security is on: the registry takes the broker's SASL users' logins (HTTP basic)
+        auth = BasicAuth(broker.credentials.check_plain)
+    app = create_app(store, max_body=max_body, auth=auth)
     async with trio.open_nursery() as nursery:
         binds = await nursery.start(partial(serve, app, config))
         url = binds[0]
-        log.info("schema registry on %s", url)
+        log.info("schema registry on %s%s", url,
+                 " (HTTP basic: the broker's SASL users)" if auth else "")
         task_status.started(url)
