@@ -209,7 +209,7 @@ def main(args) -> int:
         if args.json:
             print(json.dumps(rows, indent=2))
         else:
-            from databus.tools.table import print_table
+            from databus.cli_helpers.table import print_table
 
             print_table(["SUBJECT", "VERSION", "ID", "TYPE"],
                         [[r["subject"], r["version"], r["id"], r["schemaType"]] for r in rows])
