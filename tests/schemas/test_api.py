@@ -205,7 +205,7 @@ def test_json_schema_type(registry):
     got = call(f"{url}/subjects/api-json/versions/latest").body
     assert got["schemaType"] == "JSON" and json.loads(got["schema"]) == json.loads(schema)
     assert call(f"{url}/schemas/ids/{answer.body['id']}").body["schemaType"] == "JSON"
-    assert sorted(call(f"{url}/schemas/types").body) == ["AVRO", "JSON"]
+    assert sorted(call(f"{url}/schemas/types").body) == ["AVRO", "JSON", "PROTOBUF"]
 
 
 def test_normalize(registry):

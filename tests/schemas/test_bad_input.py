@@ -29,6 +29,8 @@ def _still_serving(url: str) -> None:
     ({"schema": 42}, 422, 42201, "Invalid schema"),
     ({}, 422, 42201, "Empty schema"),
     ({"schema": '"string"', "schemaType": "XML"}, 422, 422, "Invalid schema type XML"),
+    ({"schema": "message X { int32 a = ; }", "schemaType": "PROTOBUF"}, 422, 42201,
+     "missing INT_LITERAL"),
     ({"schema": '"string"', "references": [{"name": "x"}]}, 422, 422, "reference"),
 ])
 def test_bad_schemas(registry, body, status, code, words):

@@ -147,3 +147,41 @@ def test_transitive_levels_check_every_version(registry, level, expected):
     registered = call(f"{url}/subjects/{subject}/versions", "POST", {"schema": TRANSITIVE_NEW})
     assert registered.status == (200 if expected else 409)
 
+
+
+def _proto(body: str, package: str = "shop") -> str:
+    return f'syntax = "proto3";\npackage {package};\n{body}\n'
+
+
+BASE_PROTO = _proto("message Order {\n  int64 id = 1;\n  string item = 2;\n}")
+# Confluent's Protobuf rules: fields are matched by number (backward = forward here).
+PROTO_CASES = {
+    "add field": (_proto("message Order { int64 id = 1; string item = 2; int32 qty = 3; }"),
+                  True),
+    "remove field": (_proto("message Order { int64 id = 1; }"), True),
+    "rename field": (_proto("message Order { int64 id = 1; string name = 2; }"), True),
+    "widen int32-group scalar": (_proto("message Order { uint64 id = 1; string item = 2; }"),
+                                 True),
+    "string to bytes": (_proto("message Order { int64 id = 1; bytes item = 2; }"), True),
+    "change type": (_proto("message Order { string id = 1; string item = 2; }"), False),
+    "remove message": (_proto("message Other { int64 id = 1; }"), False),
+    "change package": (_proto("message Order { int64 id = 1; string item = 2; }", "store"),
+                       False),
+}
+
+
+@pytest.mark.parametrize("change", list(PROTO_CASES))
+def test_protobuf_cases(registry, change):
+    url = registry.schema_registry_url
+    new, compatible = PROTO_CASES[change]
+    subject = f"proto-{change}".replace(" ", "-")
+    assert call(f"{url}/subjects/{subject}/versions", "POST",
+                {"schema": BASE_PROTO, "schemaType": "PROTOBUF"}).status == 200
+    for level in ("BACKWARD", "FORWARD", "FULL_TRANSITIVE"):
+        call(f"{url}/config/{subject}", "PUT", {"compatibility": level})
+        answer = call(f"{url}/compatibility/subjects/{subject}/versions/latest", "POST",
+                      {"schema": new, "schemaType": "PROTOBUF"})
+        assert answer.body == {"is_compatible": compatible}, (level, answer)
+    registered = call(f"{url}/subjects/{subject}/versions", "POST",
+                      {"schema": new, "schemaType": "PROTOBUF"})
+    assert registered.status == (200 if compatible else 409), registered

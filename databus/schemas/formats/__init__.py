@@ -6,7 +6,8 @@ registry stores and compares), normalisation and the compatibility of two schema
 
 ``references`` are the already-parsed schemas this one names (Confluent's schema
 references: ``{"name", "subject", "version"}``, resolved by the registry), in dependency
-order.  Each format lives in its own module; this one dispatches on ``schemaType``.
+order.  Each format lives in its own module (Avro, JSON Schema, Protobuf .proto text); this one
+dispatches on ``schemaType``.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from dataclasses import dataclass, field
 
 from databus.schemas.errors import RegistryError, unprocessable
 
-SCHEMA_TYPES = ("AVRO", "JSON")
+SCHEMA_TYPES = ("AVRO", "JSON", "PROTOBUF")
 
 
 @dataclass(frozen=True)
@@ -37,9 +38,6 @@ class ParsedSchema:
 
 def check_type(schema_type: str | None) -> str:
     schema_type = (schema_type or "AVRO").upper()
-    if schema_type == "PROTOBUF":
-        raise unprocessable("Schema type PROTOBUF is not supported by this registry "
-                            "(supported: AVRO, JSON)")
     if schema_type not in SCHEMA_TYPES:
         raise unprocessable(f"Invalid schema type {schema_type}")
     return schema_type
@@ -50,6 +48,8 @@ def parse(schema_type: str, text: str, references: tuple[Reference, ...] = ()) -
         from . import avro_format as module
     elif schema_type == "JSON":
         from . import json_format as module  # type: ignore[no-redef]
+    elif schema_type == "PROTOBUF":
+        from . import protobuf_format as module  # type: ignore[no-redef]
     else:
         raise unprocessable(f"Invalid schema type {schema_type}")
     return module.parse(text, references)
@@ -63,8 +63,10 @@ def incompatibilities(reader: ParsedSchema, writer: ParsedSchema) -> list[str]:
                 f"{writer.schema_type} to {reader.schema_type}'}}"]
     if reader.schema_type == "AVRO":
         from . import avro_format as module
-    else:
+    elif reader.schema_type == "JSON":
         from . import json_format as module  # type: ignore[no-redef]
+    else:
+        from . import protobuf_format as module  # type: ignore[no-redef]
     return module.incompatibilities(reader, writer)
 
 
