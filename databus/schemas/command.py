@@ -3,9 +3,9 @@
 
     databus schemas list [--prefix P] [--deleted]
     databus schemas get SUBJECT [--version V] [--schema]  |  get --id ID [--schema]
-    databus schemas register SUBJECT FILE|- [--type AVRO|JSON] [--reference NAME=SUBJECT:V]
+    databus schemas register SUBJECT FILE|- [--type AVRO|JSON|PROTOBUF] [--reference N=S:V]
                              [--normalize]
-    databus schemas check SUBJECT FILE|- [--version V] [--type AVRO|JSON]
+    databus schemas check SUBJECT FILE|- [--version V] [--type AVRO|JSON|PROTOBUF]
     databus schemas delete SUBJECT [--version V] [--permanent]
     databus schemas config [SUBJECT] [--set LEVEL | --delete]
     databus schemas mode [SUBJECT] [--set MODE | --delete]
@@ -66,9 +66,9 @@ def add_arguments(parser) -> None:
         p = action(name, help_text)
         p.add_argument("subject")
         p.add_argument("file", help="the schema's file, - for stdin")
-        p.add_argument("--type", default=None, choices=("AVRO", "JSON"),
-                       help="schema type (default: JSON for a .json file holding a JSON "
-                       "Schema, else AVRO)")
+        p.add_argument("--type", default=None, choices=("AVRO", "JSON", "PROTOBUF"),
+                       help="schema type (default: PROTOBUF for a .proto file, JSON for a "
+                       "JSON Schema document, else AVRO)")
         p.add_argument("--reference", action="append", default=[],
                        metavar="NAME=SUBJECT:VERSION", help="a schema reference (repeatable)")
         p.add_argument("--normalize", action="store_true")
@@ -175,12 +175,14 @@ def _schema_body(args) -> dict:
 
 
 def _guess_type(path: str, text: str) -> str:
-    """JSON for a document that looks like a JSON Schema ($schema, or an object type with
-    properties), AVRO otherwise: Avro schemas are JSON too, so the file name cannot tell."""
+    """PROTOBUF for .proto text, JSON for a document that looks like a JSON Schema ($schema,
+    or an object type with properties), AVRO otherwise (Avro schemas are JSON too)."""
+    if path.endswith(".proto"):
+        return "PROTOBUF"
     try:
         obj = json.loads(text)
     except ValueError:
-        return "AVRO"
+        return "PROTOBUF" if "message " in text or "syntax" in text else "AVRO"
     if isinstance(obj, dict) and ("$schema" in obj or "properties" in obj
                                   or obj.get("type") == "object"):
         return "JSON"
