@@ -36,6 +36,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "lanes": ("databus.lanes.command", "swimlanes: create, list, extend, delete (--merge) lanes and their topics"),
     "plugins": ("databus.sidecar.cmd_plugins", "list the loaded plugins and the hooks each implements"),
     "mirror": ("databus.mirror.command", "run cross-region mirrors alone; status; translate-offsets"),
+    "verify": ("databus.verify.command", "Jepsen-style check: a queue workload under faults, its history checked for anomalies"),
     "spark": ("databus_spark.command", "Spark pipelines: export topics to Parquet (needs the spark extra)"),
 }
 

@@ -1,0 +1,124 @@
+"""Faults for a verification run: a schedule fixed by a seed (pure) and the thread that
+inflicts it on a broker process (the I/O shell).
+
+Kinds:
+- ``kill``: kill -9 of the broker, restarted after a moment on the same port and data.
+- ``pause``: SIGSTOP of the broker for longer than the consumers' session timeout (their
+  group expires them; producers' requests time out and are retried), then SIGCONT.
+- ``hang-kill``: SIGSTOP, then kill -9 while stopped, then restart: a broker that hangs
+  and is killed by a watchdog.  Whatever sat unread in its sockets is gone: a producer that
+  counted it as delivered (acks=0) has lost it.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import signal
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+KINDS = ("kill", "pause", "hang-kill")
+
+
+@dataclass(frozen=True)
+class Fault:
+    start: float      # seconds after the run's start
+    kind: str
+    length: float     # seconds the fault lasts (down, or stopped)
+
+
+def schedule(seed: int, duration: float, kinds: Sequence[str] = KINDS, *,
+             pause_seconds: float = 8.0, gap: tuple[float, float] = (3.0, 8.0),
+             warmup: float = 3.0) -> list[Fault]:
+    """The faults of a run, the same for the same arguments: each kind once first (in an
+    order the seed picks), then kinds drawn at random, with a random quiet gap after each;
+    every fault ends before ``duration``."""
+    for kind in kinds:
+        if kind not in KINDS:
+            raise ValueError(f"unknown fault {kind!r} (one of {', '.join(KINDS)})")
+    rng = random.Random(seed)
+    first = list(kinds)
+    rng.shuffle(first)
+    faults: list[Fault] = []
+    at = warmup
+    while kinds:
+        kind = first.pop(0) if first else rng.choice(list(kinds))
+        if kind == "pause":
+            length = pause_seconds + rng.uniform(0, 2)
+        elif kind == "hang-kill":
+            length = rng.uniform(1.0, 2.0)
+        else:
+            length = rng.uniform(0.2, 2.0)
+        if at + length > duration:
+            break
+        faults.append(Fault(round(at, 2), kind, round(length, 2)))
+        at += length + rng.uniform(*gap)
+    return faults
+
+
+class Nemesis:
+    """Runs a schedule against a broker (databus.broker.process.BrokerProcess or anything
+    with ``pid``, ``kill9()`` and ``start()``), recording each fault through ``record``."""
+
+    def __init__(self, broker, faults: list[Fault], record: Callable[..., None]) -> None:
+        self.broker = broker
+        self.faults = faults
+        self.record = record
+        self.stop = threading.Event()
+        self.error: BaseException | None = None
+        self._thread = threading.Thread(target=self._run, name="nemesis", daemon=True)
+
+    def start(self, t0: float) -> None:
+        self._t0 = t0
+        self._thread.start()
+
+    def join(self) -> None:
+        self.stop.set()
+        self._thread.join()
+
+    def _run(self) -> None:
+        try:
+            for fault in self.faults:
+                delay = self._t0 + fault.start - time.monotonic()
+                if delay > 0 and self.stop.wait(delay):
+                    return
+                self._inflict(fault)
+        except BaseException as exc:  # reported by the workload: a broker that won't restart
+            self.error = exc
+
+    def _inflict(self, fault: Fault) -> None:
+        self.record("start", f"{fault.kind} {fault.length}s")
+        if fault.kind == "kill":
+            self.broker.kill9()
+            time.sleep(fault.length)
+            self._restart()
+        elif fault.kind == "pause":
+            os.kill(self.broker.pid, signal.SIGSTOP)
+            time.sleep(fault.length)
+            os.kill(self.broker.pid, signal.SIGCONT)
+        elif fault.kind == "hang-kill":
+            os.kill(self.broker.pid, signal.SIGSTOP)
+            time.sleep(fault.length)
+            self.broker.kill9()
+            self._restart()
+        self.record("end", f"{fault.kind} healed")
+
+    def _restart(self) -> None:
+        deadline = time.monotonic() + 30
+        while True:  # the port can linger a moment after the kill
+            try:
+                self.broker.start()
+                return
+            except Exception:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.3)
+
+
+def heal(broker) -> None:
+    """Leave the broker running (a fault cut short by the end of the run)."""
+    if broker.alive():
+        os.kill(broker.pid, signal.SIGCONT)
