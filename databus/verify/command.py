@@ -47,6 +47,9 @@ def add_arguments(parser) -> None:
                         help="records/s of each idempotent producer (default 200)")
     parser.add_argument("--pause-seconds", type=float, default=8.0,
                         help="length of a SIGSTOP pause (default 8: past the 6 s session timeout)")
+    parser.add_argument("--recover", type=float, default=10.0, metavar="SECONDS",
+                        help="how long the clients go on after the faults are healed, before "
+                             "the final drain (default 10)")
     parser.add_argument("--history", metavar="FILE",
                         help="write the history here as JSON lines (default: the run's directory)")
     parser.add_argument("--data-dir", metavar="DIR",
@@ -92,7 +95,7 @@ def run(args) -> int:
             bootstrap = broker.bootstrap
         opts = QueueOptions(bootstrap=bootstrap, topic=args.topic or f"verify-{seed}",
                             partitions=args.partitions, seed=seed, rate=args.rate,
-                            unsafe=args.unsafe)
+                            unsafe=args.unsafe, recover=args.recover)
         nemesis = None
         if broker is not None and faults:
             nemesis = Nemesis(broker, faults, lambda what, text: rec.event(
