@@ -213,7 +213,7 @@ class ConfluentTransactionalProducer(_Worker):
             op_id = self.rec.invoke(self.name, "send", writes=tuple(planned), txn=txn)
             offsets: dict[str, int] = {}
 
-            def done(err, msg):
+            def done(err, msg, offsets=offsets):
                 if err is None:
                     offsets[msg.value().decode()] = msg.offset()
 
