@@ -21,7 +21,7 @@ from contextlib import ExitStack
 from pathlib import Path
 
 from .checker import DEFAULT_ALLOW, check, format_verdict
-from .nemesis import KINDS, Nemesis, heal, schedule
+from .nemesis import KINDS, Nemesis, available_kinds, heal, partition_unavailable, schedule
 from .workload import UNSAFE, QueueOptions, Recorder, run_queue
 
 log = logging.getLogger("databus.verify")
@@ -35,9 +35,10 @@ def add_arguments(parser) -> None:
     parser.add_argument("--seed", type=int, default=None,
                         help="fixes the fault schedule and the clients' choices (default: random, "
                              "printed with the verdict)")
-    parser.add_argument("--faults", default=",".join(KINDS),
+    parser.add_argument("--faults", default=None,
                         help=f"comma-separated fault kinds among {', '.join(KINDS)}; "
-                             "'none' for none (default: all)")
+                             "'none' for none (default: all that can run here: partition "
+                             "needs root and iptables)")
     parser.add_argument("--bootstrap", metavar="HOST:PORT",
                         help="an existing Kafka cluster (no faults injected); default: start the "
                              "built-in broker")
@@ -46,7 +47,8 @@ def add_arguments(parser) -> None:
     parser.add_argument("--rate", type=float, default=200.0,
                         help="records/s of each idempotent producer (default 200)")
     parser.add_argument("--pause-seconds", type=float, default=8.0,
-                        help="length of a SIGSTOP pause (default 8: past the 6 s session timeout)")
+                        help="length of a SIGSTOP pause or a partition (default 8: past the "
+                             "consumers' 6 s session timeout)")
     parser.add_argument("--recover", type=float, default=10.0, metavar="SECONDS",
                         help="how long the clients go on after the faults are healed, before "
                              "the final drain (default 10)")
@@ -64,7 +66,13 @@ def add_arguments(parser) -> None:
 
 def run(args) -> int:
     seed = args.seed if args.seed is not None else random.randrange(1 << 31)
-    kinds = [] if args.faults == "none" else [k for k in args.faults.split(",") if k]
+    if args.faults is None:
+        kinds = [] if args.bootstrap else list(available_kinds())
+    else:
+        kinds = [] if args.faults == "none" else [k for k in args.faults.split(",") if k]
+    if "partition" in kinds and (why := partition_unavailable()):
+        print(f"databus verify: {why}", file=sys.stderr)
+        return 2
     try:
         faults = schedule(seed, args.time, kinds, pause_seconds=args.pause_seconds)
     except ValueError as exc:

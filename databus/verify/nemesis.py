@@ -8,19 +8,37 @@ Kinds:
 - ``hang-kill``: SIGSTOP, then kill -9 while stopped, then restart: a broker that hangs
   and is killed by a watchdog.  Whatever sat unread in its sockets is gone: a producer that
   counted it as delivered (acks=0) has lost it.
+- ``partition``: a network partition between the clients and the broker: iptables rules
+  dropping every packet to and from the broker's port on loopback, removed when healed
+  (needs root and iptables; both processes stay up, connections hang rather than fail).
 """
 
 from __future__ import annotations
 
 import os
 import random
+import shutil
 import signal
+import subprocess
 import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-KINDS = ("kill", "pause", "hang-kill")
+KINDS = ("kill", "pause", "hang-kill", "partition")
+
+
+def partition_unavailable() -> str | None:
+    """Why the ``partition`` fault cannot run here, or None when it can."""
+    if shutil.which("iptables") is None:
+        return "the partition fault needs iptables (apt-get install iptables)"
+    if os.geteuid() != 0:
+        return "the partition fault needs root (iptables rules)"
+    return None
+
+
+def available_kinds() -> tuple[str, ...]:
+    return tuple(k for k in KINDS if k != "partition" or partition_unavailable() is None)
 
 
 @dataclass(frozen=True)
@@ -46,7 +64,7 @@ def schedule(seed: int, duration: float, kinds: Sequence[str] = KINDS, *,
     at = warmup
     while kinds:
         kind = first.pop(0) if first else rng.choice(list(kinds))
-        if kind == "pause":
+        if kind in ("pause", "partition"):
             length = pause_seconds + rng.uniform(0, 2)
         elif kind == "hang-kill":
             length = rng.uniform(1.0, 2.0)
@@ -104,6 +122,15 @@ class Nemesis:
             time.sleep(fault.length)
             self.broker.kill9()
             self._restart()
+        elif fault.kind == "partition":
+            rules = partition_rules(self.broker.port)
+            for rule in rules:
+                _iptables("-I", rule)
+            try:
+                time.sleep(fault.length)
+            finally:
+                for rule in rules:
+                    _iptables("-D", rule)
         self.record("end", f"{fault.kind} healed")
 
     def _restart(self) -> None:
@@ -116,6 +143,18 @@ class Nemesis:
                 if time.monotonic() > deadline:
                     raise
                 time.sleep(0.3)
+
+
+def partition_rules(port: int) -> list[list[str]]:
+    """Drop loopback packets to and from ``port`` (the INPUT chain sees both directions on
+    lo); the comment marks them as ours."""
+    mark = ["-m", "comment", "--comment", f"databus-verify-{port}"]
+    return [["INPUT", "-i", "lo", "-p", "tcp", "--dport", str(port), *mark, "-j", "DROP"],
+            ["INPUT", "-i", "lo", "-p", "tcp", "--sport", str(port), *mark, "-j", "DROP"]]
+
+
+def _iptables(action: str, rule: list[str]) -> None:
+    subprocess.run(["iptables", "-w", action, *rule], check=True, capture_output=True)
 
 
 def heal(broker) -> None:
