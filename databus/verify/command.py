@@ -28,8 +28,10 @@ log = logging.getLogger("databus.verify")
 
 
 def add_arguments(parser) -> None:
-    parser.add_argument("--workload", choices=["queue"], default="queue",
-                        help="the workload (default queue: Jepsen's Kafka queue)")
+    parser.add_argument("--workload", choices=["queue", "pipeline"], default="queue",
+                        help="queue (default): Jepsen's Kafka queue against a broker; pipeline: "
+                             "the SDK's sends through `databus up` (sidecar and built-in "
+                             "broker), the faults hitting the sidecar process")
     parser.add_argument("--time", type=float, default=60.0, metavar="SECONDS",
                         help="how long the clients run, faults included (default 60)")
     parser.add_argument("--seed", type=int, default=None,
@@ -78,6 +80,10 @@ def run(args) -> int:
     except ValueError as exc:
         print(f"databus verify: {exc}", file=sys.stderr)
         return 2
+    if args.bootstrap and args.workload == "pipeline":
+        print("databus verify: the pipeline workload starts its own `databus up` "
+              "(no --bootstrap)", file=sys.stderr)
+        return 2
     if args.bootstrap and faults:
         print("databus verify: --bootstrap runs against your cluster: no faults are injected "
               "(pass --faults none to say so)", file=sys.stderr)
@@ -94,16 +100,29 @@ def run(args) -> int:
         rec = Recorder(sink)
         broker = None
         bootstrap = args.bootstrap
-        if bootstrap is None:
+        topic = args.topic or f"verify-{seed}"
+        extra: dict[str, str] = {}
+        producer_class = None
+        if args.workload == "pipeline":
+            from .pipeline import SdkProducer, UpProcess, short_dir
+
+            sock_dir = short_dir()
+            broker = UpProcess(root / "up", sock_dir, topic, args.partitions)
+            extra["socket"] = broker.socket_path
+            producer_class = SdkProducer
+            broker.start()
+            stack.callback(broker.close)
+            bootstrap = broker.bootstrap
+        elif bootstrap is None:
             from databus.broker.process import BrokerProcess
 
             broker = BrokerProcess(root / "broker", {"num.partitions": args.partitions})
             broker.start()
             stack.callback(broker.close)
             bootstrap = broker.bootstrap
-        opts = QueueOptions(bootstrap=bootstrap, topic=args.topic or f"verify-{seed}",
-                            partitions=args.partitions, seed=seed, rate=args.rate,
-                            unsafe=args.unsafe, recover=args.recover)
+        opts = QueueOptions(bootstrap=bootstrap, topic=topic, partitions=args.partitions,
+                            seed=seed, rate=args.rate, unsafe=args.unsafe,
+                            recover=args.recover, extra=extra)
         nemesis = None
         if broker is not None and faults:
             nemesis = Nemesis(broker, faults, lambda what, text: rec.event(
@@ -115,13 +134,13 @@ def run(args) -> int:
             if nemesis.error is not None:
                 raise nemesis.error
 
-        print(f"databus verify: queue workload on {bootstrap}, {args.time:g}s, seed {seed}, "
+        print(f"databus verify: {args.workload} workload on {bootstrap}, {args.time:g}s, seed {seed}, "
               f"faults: {', '.join(f'{f.kind}@{f.start:g}s' for f in faults) or 'none'}",
               flush=True)
         started = time.monotonic()
         workers = run_queue(opts, rec, args.time,
                             nemesis.start if nemesis else None,
-                            stop_nemesis if nemesis else None)
+                            stop_nemesis if nemesis else None, producer_class)
         sink.flush()
         verdict = check(rec.ops, allow=allow)
         broken = sum(w.errors for w in workers)

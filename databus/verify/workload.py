@@ -361,18 +361,23 @@ def drain(opts: QueueOptions, rec: Recorder) -> dict[int, int]:
 
 def run_queue(opts: QueueOptions, rec: Recorder, duration: float,
               nemesis_start: Callable[[float], None] | None = None,
-              nemesis_stop: Callable[[], None] | None = None) -> list[_Worker]:
+              nemesis_stop: Callable[[], None] | None = None,
+              producer_class: type[_Worker] | None = None) -> list[_Worker]:
     """Run the clients for ``duration`` seconds (faults from ``nemesis_start``), heal, let
     them run ``opts.recover`` seconds more, stop them, drain.  Returns the workers (their
     ``errors`` say how often a client broke and was replaced)."""
     create_topic(opts)
     stop = threading.Event()
     workers: list[_Worker] = []
-    for i in range(opts.idempotent_producers):
-        cls = DatabusIdempotentProducer if i % 2 else ConfluentIdempotentProducer
-        workers.append(cls(f"idem{i}", opts, rec, stop))
-    for i in range(opts.txn_producers):
-        workers.append(ConfluentTransactionalProducer(f"txn{i}", opts, rec, stop))
+    if producer_class is not None:  # another way in (the pipeline's SDK senders)
+        workers += [producer_class(f"{producer_class.prefix}{i}", opts, rec, stop)
+                    for i in range(opts.idempotent_producers)]
+    else:
+        for i in range(opts.idempotent_producers):
+            cls = DatabusIdempotentProducer if i % 2 else ConfluentIdempotentProducer
+            workers.append(cls(f"idem{i}", opts, rec, stop))
+        for i in range(opts.txn_producers):
+            workers.append(ConfluentTransactionalProducer(f"txn{i}", opts, rec, stop))
     for i in range(opts.group_consumers):
         if i % 2:
             workers.append(DatabusGroupConsumer(f"group{i}", opts, rec, stop))
