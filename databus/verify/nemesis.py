@@ -43,9 +43,10 @@ def available_kinds() -> tuple[str, ...]:
 
 @dataclass(frozen=True)
 class Fault:
-    start: float      # seconds after the run's start
+    start: float      # seconds after the run's start, as planned
     kind: str
     length: float     # seconds the fault lasts (down, or stopped)
+    quiet: float = 0.0  # seconds of no fault before it, kept even when restarts ran late
 
 
 def schedule(seed: int, duration: float, kinds: Sequence[str] = KINDS, *,
@@ -62,6 +63,7 @@ def schedule(seed: int, duration: float, kinds: Sequence[str] = KINDS, *,
     rng.shuffle(first)
     faults: list[Fault] = []
     at = warmup
+    quiet = warmup
     while kinds:
         kind = first.pop(0) if first else rng.choice(list(kinds))
         if kind in ("pause", "partition"):
@@ -72,8 +74,9 @@ def schedule(seed: int, duration: float, kinds: Sequence[str] = KINDS, *,
             length = rng.uniform(0.2, 2.0)
         if at + length > duration:
             break
-        faults.append(Fault(round(at, 2), kind, round(length, 2)))
-        at += length + rng.uniform(*gap)
+        faults.append(Fault(round(at, 2), kind, round(length, 2), round(quiet, 2)))
+        quiet = rng.uniform(*gap)
+        at += length + quiet
     return faults
 
 
@@ -98,12 +101,20 @@ class Nemesis:
         self._thread.join()
 
     def _run(self) -> None:
+        """Each fault at its planned time, but never before its quiet gap after the last one
+        healed: a restart that ran late (a loaded machine) delays the rest of the schedule
+        rather than leaving the clients no moment without a fault."""
         try:
+            healed = self._t0
             for fault in self.faults:
-                delay = self._t0 + fault.start - time.monotonic()
+                at = max(self._t0 + fault.start, healed + fault.quiet)
+                delay = at - time.monotonic()
                 if delay > 0 and self.stop.wait(delay):
                     return
+                if self.stop.is_set():
+                    return
                 self._inflict(fault)
+                healed = time.monotonic()
         except BaseException as exc:  # reported by the workload: a broker that won't restart
             self.error = exc
 
