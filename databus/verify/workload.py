@@ -4,8 +4,9 @@ history (history.py) and checker (checker.py).
 Clients, each a thread recording its operations into one Recorder:
 - idempotent producers (confluent-kafka and databus's own SyncProducer): one ``send`` op
   per record, to a partition chosen at random, completed by its delivery report;
-- transactional producers (confluent-kafka): one ``send`` op per transaction of a few
-  records over several partitions, committed (ok) or aborted on purpose (fail);
+- transactional producers (confluent-kafka and databus's SyncProducer): one ``send`` op
+  per transaction of a few records over several partitions, committed (ok) or aborted on
+  purpose (fail);
 - an assign consumer (confluent-kafka, every partition from the beginning) and a consumer
   group of subscribers (confluent-kafka and databus's SyncConsumer), all read_committed,
   recording ``assign`` on each (re)assignment and ``poll`` for every batch delivered;
@@ -246,6 +247,50 @@ class ConfluentTransactionalProducer(_Worker):
             self.stop.wait(self.rng.uniform(0.0, 0.05))
 
 
+class DatabusTransactionalProducer(_Worker):
+    """The same transactions through databus's own SyncProducer.  After an error whose
+    outcome is unknown the producer is replaced (init_transactions fences the old one)."""
+
+    def work(self) -> None:
+        from databus.client import SyncProducer
+
+        config = _ours(_producer_config(self.opts))
+        config.update({"transactional.id": f"verify-{self.opts.seed}-{self.name}",
+                       "transaction.timeout.ms": 30000, "delivery.timeout.ms": 30000,
+                       "acks": "all", "enable.idempotence": True})
+        with SyncProducer(self.opts.bootstrap, config) as producer:
+            producer.init_transactions()
+            n = 0
+            while not self.stop.is_set():
+                n += 1
+                txn = f"{self.name}-{n}-{self.rng.randrange(1 << 30):x}"
+                planned = [Write(self.rng.randrange(self.opts.partitions), f"{txn}.{i}")
+                           for i in range(self.rng.randint(2, 5))]
+                abort = self.rng.random() < self.opts.abort_ratio
+                op_id = self.rec.invoke(self.name, "send", writes=tuple(planned), txn=txn)
+                try:
+                    producer.begin_transaction()
+                    futures = [producer.send(self.opts.topic, w.value.encode(),
+                                             partition=w.partition) for w in planned]
+                    if abort:
+                        producer.abort_transaction()
+                    else:
+                        producer.commit_transaction()
+                except Exception as exc:
+                    self.rec.complete(op_id, self.name, INFO, "send", writes=tuple(planned),
+                                      txn=txn, error=f"{type(exc).__name__}: {exc}")
+                    raise
+                if abort:
+                    writes = tuple(planned)
+                else:
+                    writes = tuple(Write(w.partition, w.value, f.result(0).offset)
+                                   for w, f in zip(planned, futures))
+                self.rec.complete(op_id, self.name, FAIL if abort else OK, "send",
+                                  writes=writes, txn=txn,
+                                  error="aborted on purpose" if abort else None)
+                self.stop.wait(self.rng.uniform(0.0, 0.05))
+
+
 def _consumer_config(opts: QueueOptions, group: str | None) -> dict[str, Any]:
     config = {"bootstrap.servers": opts.bootstrap, "isolation.level": "read_committed",
               **RDKAFKA_QUIET,
@@ -377,7 +422,8 @@ def run_queue(opts: QueueOptions, rec: Recorder, duration: float,
             cls = DatabusIdempotentProducer if i % 2 else ConfluentIdempotentProducer
             workers.append(cls(f"idem{i}", opts, rec, stop))
         for i in range(opts.txn_producers):
-            workers.append(ConfluentTransactionalProducer(f"txn{i}", opts, rec, stop))
+            cls = DatabusTransactionalProducer if i % 2 else ConfluentTransactionalProducer
+            workers.append(cls(f"txn{i}", opts, rec, stop))
     for i in range(opts.group_consumers):
         if i % 2:
             workers.append(DatabusGroupConsumer(f"group{i}", opts, rec, stop))
