@@ -143,7 +143,8 @@ def _stats(idx: _Index) -> dict[str, int]:
         stats[f"writes-{kind}"] = sum(len(op.writes) for op in idx.ops
                                       if op.f == "send" and op.type == kind)
     stats["transactions"] = sum(1 for op in idx.ops if op.f == "send" and op.txn)
-    stats["faults"] = sum(1 for op in idx.ops if op.f == "nemesis" and op.type == OK)
+    stats["faults"] = sum(1 for op in idx.ops if op.f == "nemesis" and op.type == OK
+                          and (op.fault or "").startswith("start"))
     stats["values-read"] = len(idx.readers)
     return stats
 

@@ -311,3 +311,10 @@ def test_a_valid_history_never_reports_an_anomaly(h):
     # this generator commits them one after another, so none arises here either)
     assert verdict.valid, format_verdict(verdict)
     assert verdict.stats["unseen"] == 0
+
+
+def test_faults_are_counted_once_each():
+    h = clean()
+    h._add("nemesis", OK, "nemesis", fault="start: kill 1.0s")
+    h._add("nemesis", OK, "nemesis", fault="end: kill healed")
+    assert check(h.ops).stats["faults"] == 1
