@@ -97,7 +97,8 @@ class Nemesis:
         self._thread.start()
 
     def join(self) -> None:
-        self.stop.set()
+        """Wait for the rest of the schedule: the seed fixes which faults a run gets, so a
+        run whose restarts ran late lasts longer rather than losing its last faults."""
         self._thread.join()
 
     def _run(self) -> None:

@@ -322,6 +322,9 @@ class ConfluentConsumer(_Worker):
                 self.rec.event(self.name, "assign", partitions=tuple(parts))
             while not self.stop.is_set():
                 messages = consumer.consume(200, 0.5)
+                for m in messages:
+                    if m.error() is not None:  # e.g. an offset reset: say why reads jump
+                        log.warning("%s: p%s: %s", self.name, m.partition(), m.error())
                 reads = tuple(Read(m.partition(), m.offset(), m.value().decode())
                               for m in messages if m.error() is None)
                 if reads:
