@@ -64,7 +64,7 @@ class UpProcess:
     def alive(self) -> bool:
         return self.process is not None and self.process.poll() is None
 
-    def start(self, timeout: float = 60) -> UpProcess:
+    def start(self, timeout: float = 120) -> UpProcess:
         start_at = self.log_path.stat().st_size if self.log_path.exists() else 0
         with open(self.log_path, "ab") as log:
             self.process = subprocess.Popen(

@@ -303,7 +303,7 @@ def valid_histories(draw):
     return h
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=100, deadline=None)
 @given(valid_histories())
 def test_a_valid_history_never_reports_an_anomaly(h):
     verdict = check(h.ops, allow=())
