@@ -34,6 +34,10 @@ def partition_unavailable() -> str | None:
         return "the partition fault needs iptables (apt-get install iptables)"
     if os.geteuid() != 0:
         return "the partition fault needs root (iptables rules)"
+    probe = subprocess.run(["iptables", "-w", "-L", "INPUT", "-n"], capture_output=True,
+                           text=True)
+    if probe.returncode != 0:  # e.g. a container without NET_ADMIN
+        return f"iptables cannot read its rules here: {probe.stderr.strip()}"
     return None
 
 
