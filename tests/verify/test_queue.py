@@ -34,12 +34,10 @@ def test_correct_setup_under_every_fault_is_valid(tmp_path):
     kinds = available_kinds()
     first = schedule(11, 1000, kinds, pause_seconds=7)[: len(kinds)]  # one of each kind
     seconds = first[-1].start + first[-1].length + 1
-    # The two ordering anomalies this checker found and that are still open
-    # (docs/verification.md, "Anomalies found"): databus's idempotent producer can deliver
-    # a partition's first batch after a later one when a broker restart interrupts it, and
-    # a librdkafka group consumer once re-read a partition from 0 with no reassignment.
-    # They show in about one run in three; every data-loss class stays strict here.
-    known_open = "nonmonotonic-send,nonmonotonic-poll"
+    # The one anomaly this checker found that is still open (docs/verification.md,
+    # "Anomalies found"): a librdkafka group consumer once re-read a partition from 0 with
+    # no reassignment, in about one run in three.  Every other class stays strict here.
+    known_open = "nonmonotonic-poll"
     code, out, ops = verify(tmp_path, "--time", f"{seconds:.2f}", "--seed", "11",
                             "--faults", ",".join(kinds), "--pause-seconds", "7",
                             "--allow", known_open)
