@@ -37,6 +37,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "schemas": ("databus.schemas.command", "the schema registry: list, get, register, check, delete subjects; config, mode"),
     "plugins": ("databus.up.cmd_plugins", "list the loaded plugins and the hooks each implements"),
     "mirror": ("databus.mirror.command", "run cross-region mirrors alone; status; translate-offsets"),
+    "verify": ("databus.verify.command", "Jepsen-style check: a queue workload under faults, its history checked for anomalies"),
     "spark": ("databus_spark.command", "Spark pipelines: export topics to Parquet (needs the spark extra)"),
 }
 
