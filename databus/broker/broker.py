@@ -36,6 +36,7 @@ from pathlib import Path
 
 import trio
 
+from databus.internal_topics import is_kafka_internal
 from databus.storage.acls import AclStore
 from databus.storage.config import INERT_TOPIC_CONFIGS, LogConfig
 from databus.storage.credentials import CredentialStore
@@ -62,7 +63,8 @@ log = logging.getLogger(__name__)
 
 
 def is_internal_topic(name: str) -> bool:
-    return name.startswith("__")
+    """Kafka's internal topics (databus.internal_topics is the one home of the rule)."""
+    return is_kafka_internal(name)
 
 
 class Broker:
@@ -81,6 +83,9 @@ class Broker:
         self.config = config
         # called with the new BrokerConfig when a dynamic broker config changes it
         self.config_listeners: list = []
+        # Set by the schema registry when this broker serves one (schema.registry.listen):
+        # Produce asks it about topics with confluent.*.schema.validation on.
+        self.schema_validator = None
         self.node_id = config.node_id
         self.cluster_id: str = ""  # from meta.properties, once storage is open
         self.host, self.port = config.listen_address

@@ -13,8 +13,10 @@ retention.bytes, max.message.bytes, cleanup.policy, flush.messages, flush.ms,
 min.compaction.lag.ms, max.compaction.lag.ms, min.cleanable.dirty.ratio, delete.retention.ms,
 file.delete.delay.ms, message.timestamp.type, compression.type ("producer": batches are stored
 as the producer compressed them; uncompressed, gzip, snappy, lz4, zstd: batches in another
-codec are recompressed on append) and min.insync.replicas (accepted; a single node has one
-replica).
+codec are recompressed on append), min.insync.replicas (accepted; a single node has one
+replica) and Confluent Server's confluent.{key,value}.schema.validation and
+confluent.{key,value}.subject.name.strategy (checked on produce against the broker's schema
+registry, docs/schemas.md).
 
 Every other topic config Kafka 3.9/4.x knows (``INERT_TOPIC_CONFIGS``: replication, tiered
 storage, preallocation, the deprecated ``message.format.version``, ...) is accepted,
@@ -61,6 +63,12 @@ class LogConfig:
     message_timestamp_type: str = "CreateTime"  # or "LogAppendTime"
     compression_type: str = "producer"
     min_insync_replicas: int = 1
+    # Confluent Server's broker-side schema validation (docs/schemas.md): records must carry
+    # the id of a schema registered under the subject the strategy names.
+    confluent_key_schema_validation: bool = False
+    confluent_value_schema_validation: bool = False
+    confluent_key_subject_name_strategy: str = "TopicNameStrategy"
+    confluent_value_subject_name_strategy: str = "TopicNameStrategy"
 
     @property
     def compact(self) -> bool:
@@ -121,6 +129,8 @@ class _Spec:
 
     @staticmethod
     def render(value: Any) -> str:
+        if isinstance(value, bool):
+            return "true" if value else "false"
         return repr(value) if isinstance(value, float) else str(value)
 
 
@@ -174,6 +184,25 @@ def _cleanup_policy(key: str, text: str) -> str:
     return ",".join(parts)
 
 
+def _boolean(key: str, text: str) -> bool:
+    if text.lower() not in ("true", "false"):
+        raise InvalidConfigError(f"invalid value {text!r} for configuration {key}: must be "
+                                 "true or false")
+    return text.lower() == "true"
+
+
+SUBJECT_NAME_STRATEGIES = ("TopicNameStrategy", "RecordNameStrategy", "TopicRecordNameStrategy")
+
+
+def _subject_name_strategy(key: str, text: str) -> str:
+    """Confluent's class name (io.confluent.kafka.serializers.subject.X) or X alone -> X."""
+    name = text.rsplit(".", 1)[-1]
+    if name not in SUBJECT_NAME_STRATEGIES:
+        raise InvalidConfigError(f"invalid value {text!r} for configuration {key}: must be one "
+                                 f"of {', '.join(SUBJECT_NAME_STRATEGIES)}")
+    return name
+
+
 # Kafka's BrokerCompressionType names: "uncompressed" is codec none.
 COMPRESSION_TYPES = ("uncompressed", "zstd", "lz4", "snappy", "gzip", "producer")
 
@@ -197,8 +226,13 @@ _SPECS: dict[str, _Spec] = {
     "message.timestamp.type": _Spec("message_timestamp_type", _choice("CreateTime", "LogAppendTime")),
     "compression.type": _Spec("compression_type", _choice(*COMPRESSION_TYPES)),
     "min.insync.replicas": _Spec("min_insync_replicas", _integer(1, INT_MAX)),
+    "confluent.key.schema.validation": _Spec("confluent_key_schema_validation", _boolean),
+    "confluent.value.schema.validation": _Spec("confluent_value_schema_validation", _boolean),
+    "confluent.key.subject.name.strategy": _Spec("confluent_key_subject_name_strategy",
+                                                 _subject_name_strategy),
+    "confluent.value.subject.name.strategy": _Spec("confluent_value_subject_name_strategy",
+                                                   _subject_name_strategy),
 }
-
 
 
 @dataclass(frozen=True)
@@ -209,13 +243,6 @@ class InertConfig:
     default: str
     check: Callable[[str, str], Any]
     note: str
-
-
-def _boolean(key: str, text: str) -> bool:
-    if text.lower() not in ("true", "false"):
-        raise InvalidConfigError(f"invalid value {text!r} for configuration {key}: "
-                                 "must be true or false")
-    return text.lower() == "true"
 
 
 def _any_text(key: str, text: str) -> str:
