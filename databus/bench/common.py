@@ -233,19 +233,29 @@ def fill_topic(bootstrap: str, topic: str, records: int, record_size: int, *,
                                       config)
 
 
-def consume_all(bootstrap: str, topic: str, partitions: int, records: int) -> float:
-    """Read ``records`` records from the start of every partition; the seconds it took."""
+def consume_all(bootstrap: str, topic: str, partitions: int, records: int, *,
+                tuned: bool = True) -> float:
+    """Read ``records`` records from the start of every partition; the seconds it took.
+
+    ``tuned``: large fetches, a short long poll and a large prefetch queue, batches of
+    10,000 (the other benches' reader); else librdkafka's defaults, ``consume(500, 1.0)``
+    (500: Kafka's max.poll.records, our poll()'s batch)."""
     from confluent_kafka import Consumer, TopicPartition
 
-    consumer = Consumer({
+    config = {
         "bootstrap.servers": bootstrap, "group.id": f"bench-{time.time_ns()}",
         "enable.auto.commit": False, "enable.partition.eof": False,
-        "fetch.max.bytes": 64 * 1024 * 1024, "max.partition.fetch.bytes": 8 * 1024 * 1024,
-        "queued.max.messages.kbytes": 1024 * 1024, "fetch.wait.max.ms": 100,
-        # librdkafka's default (1000 ms) idles the fetcher for a second whenever its
-        # prefetch queue is above queued.min.messages: the consumer, not the broker, waits
-        "fetch.queue.backoff.ms": 5,
-    })
+    }
+    if tuned:
+        config |= {
+            "fetch.max.bytes": 64 * 1024 * 1024, "max.partition.fetch.bytes": 8 * 1024 * 1024,
+            "queued.max.messages.kbytes": 1024 * 1024, "fetch.wait.max.ms": 100,
+            # librdkafka's default (1000 ms) idles the fetcher for a second whenever its
+            # prefetch queue is above queued.min.messages: the consumer, not the broker, waits
+            "fetch.queue.backoff.ms": 5,
+        }
+    batch, timeout = (10_000, 0.1) if tuned else (500, 1.0)
+    consumer = Consumer(config)
     try:
         consumer.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
         seen = 0
@@ -253,8 +263,8 @@ def consume_all(bootstrap: str, topic: str, partitions: int, records: int) -> fl
         deadline = start + 600
         consume = consumer.consume
         while seen < records:
-            batch = consume(num_messages=10_000, timeout=0.1)
-            seen += len(batch)
+            got = consume(num_messages=batch, timeout=timeout)
+            seen += len(got)
             if time.perf_counter() > deadline:
                 raise RuntimeError(f"only {seen} of {records} records arrived in 600 s")
         return time.perf_counter() - start

@@ -85,30 +85,40 @@ def ours_produce(bootstrap, topic, records, record_size, kafka_config) -> tuple[
     return trio.run(produce_ours, bootstrap, topic, records, record_size, config), implementation()
 
 
-def ours_consume(bootstrap, topic, partitions, records) -> tuple[float, str]:
+# The fetch settings of the "tuned" rows (--tuned): large fetches, a short long poll and
+# large poll batches, the same for every client.  The default rows set none of them.
+TUNED_FETCH = {"fetch.max.bytes": 64 * 1024 * 1024,
+               "max.partition.fetch.bytes": 8 * 1024 * 1024, "fetch.max.wait.ms": 100}
+TUNED_MAX_RECORDS = 100_000
+
+
+def ours_consume(bootstrap, topic, partitions, records, tuned=False) -> tuple[float, str]:
     import trio
 
     from databus.protocol.speedups import implementation
 
-    return trio.run(consume_ours, bootstrap, topic, partitions, records), implementation()
+    return (trio.run(consume_ours, bootstrap, topic, partitions, records, tuned),
+            implementation())
 
 
-async def consume_ours(bootstrap: str, topic: str, partitions: int, records: int) -> float:
+async def consume_ours(bootstrap: str, topic: str, partitions: int, records: int,
+                       tuned: bool = False) -> float:
+    """At the defaults: ``poll(1.0)`` as docs/client.md shows it (max.poll.records 500);
+    ``tuned``: TUNED_FETCH and ``getmany`` of up to TUNED_MAX_RECORDS."""
     import trio
 
     from databus.client import Consumer
 
-    config = {"auto.offset.reset": "earliest", "fetch.max.bytes": 64 * 1024 * 1024,
-              "max.partition.fetch.bytes": 8 * 1024 * 1024, "max.poll.records": 100_000,
-              "fetch.max.wait.ms": 100}
+    config = {"auto.offset.reset": "earliest"}
+    if tuned:
+        config |= TUNED_FETCH | {"max.poll.records": TUNED_MAX_RECORDS}
     async with Consumer(bootstrap, config) as consumer:
         consumer.assign([(topic, p) for p in range(partitions)])
         seen = 0
         start = trio.current_time()
         with trio.fail_after(600):
             while seen < records:
-                got = await consumer.getmany(timeout=1.0)
-                seen += sum(len(v) for v in got.values())
+                seen += len(await consumer.poll(1.0))
         return trio.current_time() - start
 
 
@@ -169,16 +179,19 @@ def aiokafka_produce(bootstrap, topic, records, record_size, *, acks, linger_ms,
     return asyncio.run(main())
 
 
-def aiokafka_consume(bootstrap, topic, partitions, records) -> float:
+def aiokafka_consume(bootstrap, topic, partitions, records, tuned=False) -> float:
+    """At its defaults: ``getmany(timeout_ms=1000)`` (no max_records: all that is buffered)."""
     import asyncio
 
     from aiokafka import AIOKafkaConsumer, TopicPartition
 
     async def main() -> float:
+        settings = {}
+        if tuned:
+            settings = {key.replace(".", "_"): value for key, value in TUNED_FETCH.items()}
         consumer = AIOKafkaConsumer(
             bootstrap_servers=bootstrap, group_id=None, enable_auto_commit=False,
-            auto_offset_reset="earliest", fetch_max_bytes=64 * 1024 * 1024,
-            max_partition_fetch_bytes=8 * 1024 * 1024, fetch_max_wait_ms=100,
+            auto_offset_reset="earliest", **settings,
         )
         await consumer.start()
         try:
@@ -186,7 +199,8 @@ def aiokafka_consume(bootstrap, topic, partitions, records) -> float:
             seen = 0
             start = time.perf_counter()
             while seen < records:
-                got = await consumer.getmany(timeout_ms=1000, max_records=100_000)
+                got = await consumer.getmany(timeout_ms=1000,
+                                             max_records=TUNED_MAX_RECORDS if tuned else None)
                 seen += sum(len(v) for v in got.values())
                 if time.perf_counter() - start > 600:
                     raise TimeoutError(f"aiokafka read {seen} of {records} records in 600 s")
@@ -223,20 +237,22 @@ def kafka_python_produce(bootstrap, topic, records, record_size, *, acks, linger
         producer.close()
 
 
-def kafka_python_consume(bootstrap, topic, partitions, records) -> float:
+def kafka_python_consume(bootstrap, topic, partitions, records, tuned=False) -> float:
     from kafka import KafkaConsumer, TopicPartition
 
+    settings = {}
+    if tuned:
+        settings = {key.replace(".", "_"): value for key, value in TUNED_FETCH.items()}
     consumer = KafkaConsumer(
         bootstrap_servers=bootstrap, group_id=None, enable_auto_commit=False,
-        auto_offset_reset="earliest", fetch_max_bytes=64 * 1024 * 1024,
-        max_partition_fetch_bytes=8 * 1024 * 1024, fetch_max_wait_ms=100,
+        auto_offset_reset="earliest", **settings,
     )
     try:
         consumer.assign([TopicPartition(topic, p) for p in range(partitions)])
         seen = 0
         start = time.perf_counter()
         while seen < records:
-            got = consumer.poll(timeout_ms=1000, max_records=100_000)
+            got = consumer.poll(timeout_ms=1000, max_records=TUNED_MAX_RECORDS if tuned else None)
             seen += sum(len(v) for v in got.values())
             if time.perf_counter() - start > 600:
                 raise TimeoutError(f"kafka-python read {seen} of {records} records in 600 s")

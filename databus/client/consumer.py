@@ -474,9 +474,7 @@ class Consumer(ClientLifecycle):
     def statistics(self) -> ConsumerStatistics:
         return ConsumerStatistics(
             assigned_partitions=len(self._subscriptions.partitions),
-            buffered_records=sum(
-                len(f.records) - f.index for f in self._fetcher.buffer.values()
-            ),
+            buffered_records=self._fetcher.buffered_records(),
             fetches_in_flight=len(self._fetcher.in_flight_nodes),
             member_id=self._group.member_id if self._group else None,
             generation_id=self._group.generation_id if self._group else None,

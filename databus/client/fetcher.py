@@ -1,13 +1,31 @@
 """The consumer's fetcher: background Fetch requests (prefetch, long poll) and the record buffer.
 
-The fetch loop sends one Fetch per partition leader for every assigned, unpaused partition
-that has a position, no buffered records and no fetch in flight; the broker holds the
-request up to ``fetch.max.wait.ms`` until ``fetch.min.bytes`` are there (long poll), and
-returns at most ``max.partition.fetch.bytes`` per partition / ``fetch.max.bytes`` in all.
+The fetch loop keeps one Fetch in flight per partition leader, for every assigned, unpaused
+partition that has a position, no fetch in flight and fewer than PREFETCHED completed
+fetches buffered: each partition's next Fetch goes out as soon as the last one's records are
+buffered, from where they end, so it is on the wire (and the broker reading) while the
+application handles them — the prefetch; a partition's buffer is a queue of completed
+fetches, at most PREFETCHED deep (2 x ``max.partition.fetch.bytes``, 2 x ``fetch.max.bytes``
+in all).  The broker holds a Fetch up to ``fetch.max.wait.ms`` until ``fetch.min.bytes``
+are there (long poll), and returns at most ``max.partition.fetch.bytes`` per partition /
+``fetch.max.bytes`` in all.
+
+A long poll is not sent while it would hold back records known to wait at the broker: when
+every partition a Fetch would carry is caught up (its position at the end the last response
+gave) while another partition of the same broker still has records there beyond its buffer,
+the Fetch waits until that partition's buffer is handed out and both go together (the
+broker answers at once, having records for it).  Sent alone, the caught-up partitions' Fetch
+would park at the broker for ``fetch.max.wait.ms`` and, one Fetch in flight per broker, the
+other partition's next Fetch behind it: reading a backlog, each partition reaching its end
+before the others stalled poll() for 0.5 s (Kafka's default; aiokafka avoids it by fetching
+a broker's partitions only together, librdkafka by prefetching far ahead).  The wait is bounded by ``fetch.max.wait.ms``
+(an application that never drains the other partition, ``getmany(some)`` or a slow one,
+still gets its long poll).
 Responses are decoded right away, a batch at a time (records.decode_consumer_records, in C
-when the extension is built: CRC checked when ``check.crcs``, all four codecs), into a
-per-partition buffer, so the next poll() finds records ready while the
-next fetch is already on the wire: that is the prefetch.
+when the extension is built: CRC checked when ``check.crcs``, all four codecs), into the
+partition's queue, so the next poll() finds records ready.  A fetch that met a damaged
+batch queues the error in the records' place: poll() hands out the records before it first,
+then raises it, as Kafka's consumer does.
 
 Decoding rules, as Kafka's consumers: records before the fetch offset inside the first batch
 are skipped (the broker returns whole batches); control batches are skipped; with
@@ -19,6 +37,7 @@ was seeked meanwhile is dropped (``PartitionState.epoch``).
 from __future__ import annotations
 
 import logging
+from collections import deque
 from dataclasses import dataclass
 from typing import NamedTuple
 
@@ -44,6 +63,10 @@ from .subscription import SubscriptionState
 
 log = logging.getLogger(__name__)
 _tuple_new = tuple.__new__
+
+# Completed fetches a partition may have buffered before its next Fetch waits for poll():
+# one being handed out and the next one (see the module's docstring).
+PREFETCHED = 2
 
 # Errors after which the partition's leader may have moved.
 _LEADER_ERRORS = {
@@ -106,6 +129,11 @@ class CompletedFetch:
     records: list[ConsumerRecord]
     next_offset: int  # where the next fetch starts once these are consumed
     index: int = 0
+    error: BaseException | None = None  # raised by poll() in place of records (a bad batch)
+
+    @property
+    def remaining(self) -> int:
+        return len(self.records) - self.index
 
 
 def decode_fetched(
@@ -180,7 +208,8 @@ class Fetcher:
         self.cluster = cluster
         self.subscriptions = subscriptions
         self.config = config
-        self.buffer: dict[TopicPartition, CompletedFetch] = {}
+        # per partition, its completed fetches in offset order (at most PREFETCHED)
+        self.buffer: dict[TopicPartition, deque[CompletedFetch]] = {}
         self.in_flight: set[TopicPartition] = set()
         self.in_flight_nodes: set[int] = set()
         self.errors: list[BaseException] = []  # raised to the caller of the next poll
@@ -188,6 +217,8 @@ class Fetcher:
         self.data_ready = trio.Event()
         self._metadata = BackgroundRefresh(cluster, config.retry_backoff_ms / 1000, self.wakeup)
         self._isolation = 1 if config.isolation_level == "read_committed" else 0
+        # node -> when its caught-up partitions' long poll was first held back (see above)
+        self._held_since: dict[int, float] = {}
         # a refused login wakes pollers: they raise it (Consumer.getmany)
         cluster.auth_listeners.append(self.notify)
 
@@ -205,16 +236,19 @@ class Fetcher:
             self._nursery = nursery
             task_status.started()
             while True:
-                self._start_fetches(nursery)
-                with trio.move_on_after(self.config.retry_backoff_ms / 1000 * 5):
+                wait = self._start_fetches(nursery)
+                with trio.move_on_after(min(wait, self.config.retry_backoff_ms / 1000 * 5)):
                     await self._wakeup.wait()
                 self._wakeup = trio.Event()
 
-    def _start_fetches(self, nursery: trio.Nursery) -> None:
+    def _start_fetches(self, nursery: trio.Nursery) -> float:
+        """Send the Fetches due; the seconds until a held-back long poll is due (or inf)."""
         by_node: dict[int, list[TopicPartition]] = {}
+        waiting: set[int] = set()  # nodes with records waiting beyond a partition's buffer
         unknown = False
+        partitions = self.subscriptions.partitions
         for tp in self.subscriptions.fetchable():
-            if tp in self.buffer or tp in self.in_flight:
+            if tp in self.in_flight:
                 continue
             leader = self.cluster.leader_for(*tp)
             if leader < 0:
@@ -222,13 +256,36 @@ class Fetcher:
                 continue
             if leader in self.in_flight_nodes:
                 continue
+            queue = self.buffer.get(tp)
+            if queue and len(queue) >= PREFETCHED:
+                if queue[-1].next_offset < partitions[tp].readable_end:
+                    waiting.add(leader)
+                continue
             by_node.setdefault(leader, []).append(tp)
         if unknown:
             self._refresh_metadata()
+        now = trio.current_time()
+        due = float("inf")
         for node, tps in by_node.items():
+            if node in waiting and all(
+                    0 <= partitions[tp].readable_end <= self._fetch_position(tp) for tp in tps):
+                # a long poll now would park in front of the records waiting for a buffered
+                # partition: send it with that partition's next Fetch, or once it is overdue
+                held = self._held_since.setdefault(node, now)
+                left = held + self.config.fetch_max_wait_ms / 1000 - now
+                if left > 0:
+                    due = min(due, left)
+                    continue
+            self._held_since.pop(node, None)
             self.in_flight_nodes.add(node)
             self.in_flight.update(tps)
             nursery.start_soon(self._fetch, node, tps)
+        return due
+
+    def _fetch_position(self, tp: TopicPartition) -> int:
+        """Where ``tp``'s next Fetch starts: after its buffered fetches, else its position."""
+        queue = self.buffer.get(tp)
+        return queue[-1].next_offset if queue else self.subscriptions.partitions[tp].position
 
     def _refresh_metadata(self) -> None:
         self._metadata.start(self._nursery)
@@ -253,11 +310,12 @@ class Fetcher:
             st = self.subscriptions.partitions.get(tp)
             if st is None or st.position is None:
                 continue
-            sent[tp] = (st.position, st.epoch)
+            position = self._fetch_position(tp)
+            sent[tp] = (position, st.epoch)
             topics.setdefault(tp[0], []).append(
                 {
                     "partition": tp[1],
-                    "fetch_offset": st.position,
+                    "fetch_offset": position,
                     "partition_max_bytes": cfg.max_partition_fetch_bytes,
                     "current_leader_epoch": -1,
                     "log_start_offset": -1,
@@ -292,13 +350,16 @@ class Fetcher:
                     continue
                 fetch_offset, epoch = sent[tp]
                 st = self.subscriptions.partitions.get(tp)
-                if st is None or st.epoch != epoch or st.position != fetch_offset:
+                if (st is None or st.epoch != epoch or st.position is None
+                        or self._fetch_position(tp) != fetch_offset):
                     continue  # seeked or revoked meanwhile
                 code = int(p.error_code)
                 if code:
                     backoff |= self._partition_error(tp, code)
                     continue
                 st.high_watermark = int(p.high_watermark)
+                lso = int(getattr(p, "last_stable_offset", -1))
+                st.readable_end = lso if self._isolation and lso >= 0 else st.high_watermark
                 data = p.records or b""
                 aborted = None
                 if self._isolation and getattr(p, "aborted_transactions", None):
@@ -315,13 +376,17 @@ class Fetcher:
                     if isinstance(exc.__cause__, DecompressedTooLargeError):
                         cls = errors.DecompressedBatchTooLargeError
                         detail += " (max.decompressed.batch.bytes)"
-                    self.errors.append(cls(f"{cls.name}: {tp[0]}-{tp[1]} at offset "
-                                           f"{fetch_offset}: {detail}"))
+                    error = cls(f"{cls.name}: {tp[0]}-{tp[1]} at offset {fetch_offset}: {detail}")
+                    # raised once the records buffered before it are handed out; the
+                    # partition is not fetched meanwhile (its queue ends with the error)
+                    self.buffer.setdefault(tp, deque()).append(CompletedFetch(
+                        tp, epoch, fetch_offset, [], fetch_offset, error=error))
                     got_data = True
                     continue
                 if not records and next_offset == fetch_offset:
                     continue  # nothing new (Kafka >= 0.10.1 always returns a whole batch)
-                self.buffer[tp] = CompletedFetch(tp, epoch, fetch_offset, records, next_offset)
+                self.buffer.setdefault(tp, deque()).append(
+                    CompletedFetch(tp, epoch, fetch_offset, records, next_offset))
                 got_data = True
         if got_data:
             self.notify()
@@ -357,7 +422,8 @@ class Fetcher:
         self, max_records: int, only: set[TopicPartition] | None = None
     ) -> dict[TopicPartition, list[ConsumerRecord]]:
         """Up to ``max_records`` buffered records (per partition in offset order), advancing
-        each partition's position past what is returned."""
+        each partition's position past what is returned.  A queued error (a damaged batch)
+        is moved to ``errors`` once no records are buffered before it, and ends the drain."""
         out: dict[TopicPartition, list[ConsumerRecord]] = {}
         budget = max_records
         for tp in list(self.buffer):
@@ -365,24 +431,42 @@ class Fetcher:
                 break
             if only is not None and tp not in only:
                 continue
-            fetch = self.buffer[tp]
+            queue = self.buffer[tp]
             st = self.subscriptions.partitions.get(tp)
-            if st is None or st.epoch != fetch.epoch or st.position is None:
+            if st is None or st.position is None or st.epoch != queue[0].epoch:
                 del self.buffer[tp]
                 continue
             if st.paused:
                 continue
-            chunk = fetch.records[fetch.index : fetch.index + budget]
-            fetch.index += len(chunk)
-            if chunk:
-                out[tp] = chunk
-                budget -= len(chunk)
-                st.position = chunk[-1].offset + 1
-            if fetch.index >= len(fetch.records):
+            while queue and budget > 0:
+                fetch = queue[0]
+                if fetch.error is not None:
+                    if not out:
+                        del self.buffer[tp]
+                        self.errors.append(fetch.error)
+                        self.wakeup()
+                    return out
+                chunk = fetch.records[fetch.index : fetch.index + budget]
+                fetch.index += len(chunk)
+                if chunk:
+                    got = out.get(tp)
+                    if got is None:
+                        out[tp] = chunk
+                    else:
+                        got.extend(chunk)
+                    budget -= len(chunk)
+                    st.position = chunk[-1].offset + 1
+                if fetch.index < len(fetch.records):
+                    break
                 st.position = max(st.position, fetch.next_offset)
+                queue.popleft()
+                self.wakeup()  # room for the partition's next prefetch
+            if not queue:
                 del self.buffer[tp]
-                self.wakeup()
         return out
+
+    def buffered_records(self) -> int:
+        return sum(f.remaining for queue in self.buffer.values() for f in queue)
 
     def discard(self, tps) -> None:
         for tp in tps:

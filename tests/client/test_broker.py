@@ -451,3 +451,25 @@ async def test_record_reader_reads_scattered_offsets_from_big_batches(broker, to
             return sync_reader.read(wanted)
 
     assert await trio.to_thread.run_sync(read_blocking) == got
+
+
+async def test_a_parked_long_poll_does_not_hold_back_another_partitions_records(broker, topic):
+    """Partition 0 holds 12 batches, fetched one per Fetch (max.partition.fetch.bytes 1);
+    partition 1 is empty, so a Fetch carrying only it parks at the broker for
+    fetch.max.wait.ms (here 5 minutes).  One Fetch in flight per broker: such a Fetch, sent
+    while partition 0's batch was being handed out, would hold partition 0's next batch
+    behind it.  Every poll must instead hand out partition 0's next record from the response
+    that carried it (the poll's timeout, 30 s, is only a limit for the failure to show)."""
+    await create(broker.bootstrap, topic, partitions=2)
+    async with Producer(broker.bootstrap, {"linger.ms": 0}) as p:
+        for i in range(12):
+            await p.send(topic, b"v%d" % i, partition=0)
+            await p.flush()  # one batch per record
+    config = {"auto.offset.reset": "earliest", "fetch.max.wait.ms": 300_000,
+              "max.partition.fetch.bytes": 1, "max.poll.records": 1}
+    async with Consumer(broker.bootstrap, config) as c:
+        c.assign([(topic, 0), (topic, 1)])
+        for i in range(12):
+            got = await c.poll(30.0)
+            assert [(r.partition, r.offset, r.value) for r in got] == [(0, i, b"v%d" % i)], (
+                f"record {i} of partition 0 not handed out: {got}")
