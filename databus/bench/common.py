@@ -149,19 +149,24 @@ def bench_topic(bootstrap: str, topic: str, partitions: int, keep: bool = False,
 
 
 def produce_records(bootstrap: str, topic: str, records: int, record_size: int, *,
-                    acks: str = "1", compression: str = "none", linger_ms: int = 5,
-                    batch_size: int = 1_000_000, api: str = "batch") -> float:
-    """Produce ``records`` values of ``record_size`` bytes; the seconds until all are acked."""
+                    acks: str | None = "1", compression: str = "none",
+                    linger_ms: int | None = 5, batch_size: int | None = 1_000_000,
+                    api: str = "batch") -> float:
+    """Produce ``records`` values of ``record_size`` bytes; the seconds until all are acked.
+    ``acks``, ``linger_ms``, ``batch_size`` None: librdkafka's defaults (all, 5, 1,000,000)."""
     from confluent_kafka import Producer
 
     errors = []
-    producer = Producer({
-        "bootstrap.servers": bootstrap, "acks": acks, "compression.type": compression,
-        "linger.ms": linger_ms, "batch.size": batch_size,
+    config = {
+        "bootstrap.servers": bootstrap, "compression.type": compression,
         "queue.buffering.max.messages": 2_000_000, "queue.buffering.max.kbytes": 1_048_576,
         "delivery.report.only.error": True,
         "on_delivery": lambda err, msg: errors.append(err),
-    })
+    }
+    for key, value in (("acks", acks), ("linger.ms", linger_ms), ("batch.size", batch_size)):
+        if value is not None:
+            config[key] = value
+    producer = Producer(config)
     value = os.urandom(record_size)
     poll = producer.poll
     start = time.perf_counter()

@@ -149,17 +149,29 @@ def client_rows(args, names: dict[str, str], runners: dict, title: str) -> int:
 
 # -- aiokafka -------------------------------------------------------------------------------
 
-def aiokafka_produce(bootstrap, topic, records, record_size, *, acks, linger_ms, batch_size,
-                     compression) -> float:
+def _settings(acks, linger_ms, batch_size, batch_size_name: str) -> dict:
+    """The keyword arguments of a Python client for the settings given (None: its default)."""
+    out = {}
+    if acks is not None:
+        out["acks"] = acks if acks == "all" else int(acks)
+    if linger_ms is not None:
+        out["linger_ms"] = linger_ms
+    if batch_size is not None:
+        out[batch_size_name] = batch_size
+    return out
+
+
+def aiokafka_produce(bootstrap, topic, records, record_size, *, acks=None, linger_ms=None,
+                     batch_size=None, compression="none") -> float:
     import asyncio
 
     from aiokafka import AIOKafkaProducer
 
     async def main() -> float:
         producer = AIOKafkaProducer(
-            bootstrap_servers=bootstrap, acks=acks if acks == "all" else int(acks),
-            linger_ms=linger_ms, max_batch_size=batch_size,
+            bootstrap_servers=bootstrap,
             compression_type=None if compression == "none" else compression,
+            **_settings(acks, linger_ms, batch_size, "max_batch_size"),
         )
         await producer.start()
         try:
@@ -213,14 +225,14 @@ def aiokafka_consume(bootstrap, topic, partitions, records, tuned=False) -> floa
 
 # -- kafka-python ---------------------------------------------------------------------------
 
-def kafka_python_produce(bootstrap, topic, records, record_size, *, acks, linger_ms, batch_size,
-                         compression) -> float:
+def kafka_python_produce(bootstrap, topic, records, record_size, *, acks=None, linger_ms=None,
+                         batch_size=None, compression="none") -> float:
     from kafka import KafkaProducer
 
     producer = KafkaProducer(
-        bootstrap_servers=bootstrap, acks=acks if acks == "all" else int(acks),
-        linger_ms=linger_ms, batch_size=batch_size,
+        bootstrap_servers=bootstrap,
         compression_type=None if compression == "none" else compression,
+        **_settings(acks, linger_ms, batch_size, "batch_size"),
     )
     try:
         value = os.urandom(record_size)

@@ -36,6 +36,7 @@ from .backoff import ExponentialBackoff
 from .cluster import Cluster
 from .config import ConsumerConfig
 from .connection import OpenStream
+from ..protocol.columns import RecordColumns
 from .fetcher import ConsumerRecord, Fetcher
 from .group import GroupMember, call_listener
 from .lifecycle import ClientLifecycle
@@ -359,6 +360,23 @@ class Consumer(ClientLifecycle):
         self, *partitions: TopicPartition, timeout: float = 0.0, max_records: int | None = None
     ) -> dict[TopicPartition, list[ConsumerRecord]]:
         """Like poll, grouped by partition, optionally limited to ``partitions``."""
+        self._fetcher.use_columns(False)
+        return await self._drain(partitions, timeout, max_records)
+
+    async def getmany_columns(
+        self, *partitions: TopicPartition, timeout: float = 0.0, max_records: int | None = None
+    ) -> dict[TopicPartition, RecordColumns]:
+        """Like getmany, but each partition's records as columns (a RecordColumns: offsets,
+        timestamps, keys, values, headers in buffers, ``to_arrow()`` for a pyarrow
+        RecordBatch; ``columns.arrow_table(result.values())`` for one Table): fetched
+        batches are decoded straight into them, no Python object per record.  At most
+        ``max_records`` (``max.poll.records``) in all, one RecordColumns per partition.
+        A consumer switching between getmany and getmany_columns fetches what it had
+        buffered again."""
+        self._fetcher.use_columns(True)
+        return await self._drain(partitions, timeout, max_records)
+
+    async def _drain(self, partitions, timeout: float, max_records: int | None) -> dict:
         self._check_open()
         if self._group is not None:
             self._group.last_poll = trio.current_time()

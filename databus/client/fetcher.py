@@ -45,6 +45,7 @@ import trio
 
 from ..protocol.api_keys import ApiKey
 from ..protocol.codecs import DecompressedTooLargeError
+from ..protocol.columns import ColumnBuffers, RecordColumns
 from ..protocol.errors import ErrorCode
 from ..protocol.records import (
     CONTROL_ABORT,
@@ -126,7 +127,7 @@ class CompletedFetch:
     tp: TopicPartition
     epoch: int
     fetch_offset: int
-    records: list[ConsumerRecord]
+    records: list[ConsumerRecord] | RecordColumns  # RecordColumns when fetched for columns
     next_offset: int  # where the next fetch starts once these are consumed
     index: int = 0
     error: BaseException | None = None  # raised by poll() in place of records (a bad batch)
@@ -154,10 +155,71 @@ def decode_fetched(
     ``delivery_count``: every record's (a share fetch's; share_record_class).
     ``max_decompressed``: what one batch may decompress to (``max.decompressed.batch.bytes``)."""
     out: list[ConsumerRecord] = []
+    cls = ConsumerRecord if delivery_count is None else share_record_class(delivery_count)
+
+    def decode(pos: int, h) -> int:
+        before = len(out)
+        if only is None:
+            # A batch at a time, straight to ConsumerRecords (one object per record; the
+            # records before the fetch offset in the first batch are skipped by the decoder)
+            out.extend(decode_consumer_records(
+                data, pos, cls, topic, partition, fetch_offset, verify_crc=check_crcs,
+                max_decompressed=max_decompressed,
+            )[1])
+        elif any(h.base_offset <= o <= h.last_offset for o in only):
+            # a lookup by offset (RecordReader): only the wanted records are decoded
+            _, records = decode_records_at(data, pos, only, verify_crc=check_crcs,
+                                           max_decompressed=max_decompressed)
+            ts_type = h.timestamp_type
+            out.extend(
+                _tuple_new(cls, (topic, partition, r[0], r[1], ts_type, r[2], r[3], r[4]))
+                for r in records if r[0] >= fetch_offset
+            )
+        return len(out) - before
+
+    next_offset = read_fetched(data, fetch_offset, decode, check_crcs=check_crcs,
+                               aborted=aborted, max_decompressed=max_decompressed)
+    return out, next_offset
+
+
+def decode_fetched_columns(
+    topic: str,
+    partition: int,
+    data: bytes,
+    fetch_offset: int,
+    *,
+    check_crcs: bool = True,
+    aborted: list[tuple[int, int]] | None = None,
+    max_decompressed: int | None = None,
+) -> tuple[RecordColumns, int]:
+    """decode_fetched's records as columns (protocol/columns.py): no object per record."""
+    columns = ColumnBuffers()
+
+    def decode(pos: int, h) -> int:
+        return columns.append_batch(data, pos, fetch_offset, _NO_END, verify_crc=check_crcs,
+                                    max_decompressed=max_decompressed)[1]
+
+    next_offset = read_fetched(data, fetch_offset, decode, check_crcs=check_crcs,
+                               aborted=aborted, max_decompressed=max_decompressed)
+    return RecordColumns(topic, partition, columns), next_offset
+
+
+_NO_END = 2**63
+
+
+def read_fetched(data: bytes, fetch_offset: int, decode, *, check_crcs: bool,
+                 aborted: list[tuple[int, int]] | None, max_decompressed: int | None) -> int:
+    """Walk a Fetch response's batches as Kafka's consumers do, calling ``decode(pos,
+    header)`` (how many records it took) for each batch whose records the application gets:
+    batches wholly before ``fetch_offset``, control batches and (``aborted``, under
+    read_committed) aborted transactions' batches are stepped over; a trailing partial batch
+    is left for the next fetch.  Returns the offset the next fetch starts at.  A corrupt
+    batch raises CorruptRecordError, unless records were taken before it: then they are
+    handed out and the next fetch starts at it (and reports it), as Kafka's consumer does."""
     next_offset = fetch_offset
+    taken = 0
     aborted_sorted = sorted(aborted or [], key=lambda a: a[1])
     active_aborted: set[int] = set()
-    cls = ConsumerRecord if delivery_count is None else share_record_class(delivery_count)
     for pos, h in iter_headers(data):
         if h.next_offset <= fetch_offset:
             continue
@@ -175,30 +237,12 @@ def decode_fetched(
         if h.is_transactional and h.producer_id in active_aborted:
             continue
         try:
-            if only is None:
-                # A batch at a time, straight to ConsumerRecords (one object per record;
-                # the records before the fetch offset in the first batch are skipped by
-                # the decoder)
-                out += decode_consumer_records(
-                    data, pos, cls, topic, partition, fetch_offset, verify_crc=check_crcs,
-                    max_decompressed=max_decompressed,
-                )[1]
-            elif any(h.base_offset <= o <= h.last_offset for o in only):
-                # a lookup by offset (RecordReader): only the wanted records are decoded
-                _, records = decode_records_at(data, pos, only, verify_crc=check_crcs,
-                                               max_decompressed=max_decompressed)
-                ts_type = h.timestamp_type
-                out += [
-                    _tuple_new(cls, (topic, partition, r[0], r[1], ts_type, r[2], r[3], r[4]))
-                    for r in records if r[0] >= fetch_offset
-                ]
+            taken += decode(pos, h)
         except CorruptRecordError:
-            if not out:
+            if not taken:
                 raise
-            # as Kafka's consumer: hand out the records before the bad batch; the next
-            # fetch starts at it and reports it
-            return out, done
-    return out, next_offset
+            return done
+    return next_offset
 
 
 class Fetcher:
@@ -219,6 +263,8 @@ class Fetcher:
         self._isolation = 1 if config.isolation_level == "read_committed" else 0
         # node -> when its caught-up partitions' long poll was first held back (see above)
         self._held_since: dict[int, float] = {}
+        # decode fetched records into columns (getmany_columns) instead of ConsumerRecords
+        self.columnar = False
         # a refused login wakes pollers: they raise it (Consumer.getmany)
         cluster.auth_listeners.append(self.notify)
 
@@ -365,7 +411,8 @@ class Fetcher:
                 if self._isolation and getattr(p, "aborted_transactions", None):
                     aborted = [(int(a.producer_id), int(a.first_offset)) for a in p.aborted_transactions]
                 try:
-                    records, next_offset = decode_fetched(
+                    decode = decode_fetched_columns if self.columnar else decode_fetched
+                    records, next_offset = decode(
                         tp[0], tp[1], bytes(data), fetch_offset,
                         check_crcs=cfg.check_crcs, aborted=aborted,
                         max_decompressed=cfg.max_decompressed_batch_bytes,
@@ -418,13 +465,22 @@ class Fetcher:
         self.errors.append(errors.from_code(code, f"fetch {tp[0]}-{tp[1]}"))
         return False
 
+    def use_columns(self, columnar: bool) -> None:
+        """Decode what is fetched from now on as columns (or records again); what is
+        buffered in the other form is dropped and fetched again from the positions."""
+        if columnar != self.columnar:
+            self.columnar = columnar
+            self.discard(list(self.buffer))
+
     def drain(
         self, max_records: int, only: set[TopicPartition] | None = None
-    ) -> dict[TopicPartition, list[ConsumerRecord]]:
+    ) -> dict[TopicPartition, list[ConsumerRecord]] | dict[TopicPartition, RecordColumns]:
         """Up to ``max_records`` buffered records (per partition in offset order), advancing
         each partition's position past what is returned.  A queued error (a damaged batch)
-        is moved to ``errors`` once no records are buffered before it, and ends the drain."""
-        out: dict[TopicPartition, list[ConsumerRecord]] = {}
+        is moved to ``errors`` once no records are buffered before it, and ends the drain.
+        In columnar mode: a RecordColumns per partition, from one fetch of it per call."""
+        columnar = self.columnar
+        out: dict = {}
         budget = max_records
         for tp in list(self.buffer):
             if budget <= 0:
@@ -446,16 +502,23 @@ class Fetcher:
                         self.errors.append(fetch.error)
                         self.wakeup()
                     return out
-                chunk = fetch.records[fetch.index : fetch.index + budget]
+                if columnar:
+                    if tp in out:
+                        break  # one RecordColumns per partition and call
+                    chunk = fetch.records.slice(fetch.index, fetch.index + budget)
+                    last = chunk.offsets[-1] if len(chunk) else None
+                else:
+                    chunk = fetch.records[fetch.index : fetch.index + budget]
+                    last = chunk[-1].offset if chunk else None
                 fetch.index += len(chunk)
-                if chunk:
+                if last is not None:
                     got = out.get(tp)
                     if got is None:
                         out[tp] = chunk
                     else:
                         got.extend(chunk)
                     budget -= len(chunk)
-                    st.position = chunk[-1].offset + 1
+                    st.position = last + 1
                 if fetch.index < len(fetch.records):
                     break
                 st.position = max(st.position, fetch.next_offset)
