@@ -30,6 +30,10 @@ def add_arguments(parser) -> None:
                         help=f"comma-separated subset of {','.join(CLIENTS)}")
     parser.add_argument("--rounds", type=int, default=1,
                         help="repeat the reads, clients alternating; each client's best round")
+    parser.add_argument("--columnar", action="store_true",
+                        help="rows/s into an Arrow table: ours getmany_columns(), librdkafka's "
+                             "consume() and aiokafka's getmany() building the same columns in "
+                             "Python (needs pyarrow)")
     parser.add_argument("--tuned", action="store_true",
                         help="after the rows at every client's defaults, rows with the same "
                              "large fetch settings for every client (peers.TUNED_FETCH)")
@@ -44,6 +48,14 @@ NAMES = {
 }
 
 
+COLUMNAR_NAMES = {
+    LIBRDKAFKA: "librdkafka consume() + Arrow columns built in Python",
+    OURS_C: "databus.client getmany_columns() -> Arrow, C extension",
+    AIOKAFKA: "aiokafka getmany() + Arrow columns built in Python",
+    OURS_PURE: "databus.client getmany_columns() -> Arrow, pure Python",
+}
+
+
 def run(args) -> int:
     with broker_for(args) as (bootstrap, _cpu), bench_topic(
             bootstrap, f"bench-client-consume-{time.time_ns()}", args.partitions,
@@ -53,6 +65,14 @@ def run(args) -> int:
         common = (bootstrap, topic, args.partitions, args.records)
         title = (f"databus bench client-consume: {args.records:,} x {args.record_size} B, "
                  f"{args.partitions} partitions, compression {args.compression}")
+        if args.columnar:
+            return client_rows(args, COLUMNAR_NAMES, {
+                LIBRDKAFKA: lambda: peers.librdkafka_consume_columns(*common),
+                AIOKAFKA: lambda: peers.aiokafka_consume_columns(*common),
+                OURS_C: lambda: peers.in_child(False, peers.ours_consume_columns, *common)[0],
+                OURS_PURE: lambda: peers.in_child(True, peers.ours_consume_columns, *common)[0],
+            }, title + ", into Arrow tables, every client at its defaults",
+                clients=[c for c in args.clients.split(",") if c in COLUMNAR_NAMES])
         status = client_rows(args, NAMES, _runners(common, tuned=False),
                              title + ", every client at its defaults")
         if args.tuned:

@@ -122,11 +122,103 @@ async def consume_ours(bootstrap: str, topic: str, partitions: int, records: int
         return trio.current_time() - start
 
 
-def client_rows(args, names: dict[str, str], runners: dict, title: str) -> int:
-    """Run the chosen clients ``--rounds`` times, alternating; print each one's best round.
+def ours_consume_columns(bootstrap, topic, partitions, records) -> tuple[float, str]:
+    import trio
+
+    from databus.protocol.speedups import implementation
+
+    return trio.run(consume_ours_columns, bootstrap, topic, partitions, records), implementation()
+
+
+async def consume_ours_columns(bootstrap: str, topic: str, partitions: int, records: int) -> float:
+    """``getmany_columns(timeout=1.0)`` at the defaults, each result made one Arrow table."""
+    import trio
+
+    from databus.client import Consumer, arrow_table
+
+    async with Consumer(bootstrap, {"auto.offset.reset": "earliest"}) as consumer:
+        consumer.assign([(topic, p) for p in range(partitions)])
+        seen = 0
+        start = trio.current_time()
+        with trio.fail_after(600):
+            while seen < records:
+                got = await consumer.getmany_columns(timeout=1.0)
+                seen += arrow_table(got.values()).num_rows
+        return trio.current_time() - start
+
+
+def arrow_from_records(rows) -> object:
+    """The columns databus's Arrow table has, built in Python from (topic, partition,
+    offset, timestamp, key, value, headers) tuples: what a peer client's user writes."""
+    import pyarrow as pa
+
+    topics, parts, offsets, stamps, keys, values, headers = zip(*rows) if rows else ([],) * 7
+    return pa.table({
+        "topic": pa.array(topics, pa.string()).dictionary_encode(),
+        "partition": pa.array(parts, pa.int32()), "offset": pa.array(offsets, pa.int64()),
+        "timestamp": pa.array(stamps, pa.int64()), "key": pa.array(keys, pa.binary()),
+        "value": pa.array(values, pa.binary()),
+        "headers": pa.array([[{"key": k, "value": v} for k, v in h or ()] for h in headers],
+                            pa.list_(pa.struct([("key", pa.string()), ("value", pa.binary())]))),
+    })
+
+
+def aiokafka_consume_columns(bootstrap, topic, partitions, records) -> float:
+    """aiokafka's ``getmany()`` at its defaults, each result made an Arrow table in Python."""
+    import asyncio
+
+    from aiokafka import AIOKafkaConsumer, TopicPartition
+
+    async def main() -> float:
+        consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, group_id=None,
+                                    enable_auto_commit=False, auto_offset_reset="earliest")
+        await consumer.start()
+        try:
+            consumer.assign([TopicPartition(topic, p) for p in range(partitions)])
+            seen = 0
+            start = time.perf_counter()
+            while seen < records:
+                got = await consumer.getmany(timeout_ms=1000)
+                seen += arrow_from_records([
+                    (m.topic, m.partition, m.offset, m.timestamp, m.key, m.value, m.headers)
+                    for batch in got.values() for m in batch]).num_rows
+                if time.perf_counter() - start > 600:
+                    raise TimeoutError(f"aiokafka read {seen} of {records} records in 600 s")
+            return time.perf_counter() - start
+        finally:
+            await consumer.stop()
+
+    return asyncio.run(main())
+
+
+def librdkafka_consume_columns(bootstrap, topic, partitions, records) -> float:
+    """librdkafka's ``consume(500, 1.0)`` at its defaults, each result an Arrow table."""
+    from confluent_kafka import Consumer, TopicPartition
+
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"bench-{time.time_ns()}",
+                         "enable.auto.commit": False, "enable.partition.eof": False})
+    try:
+        consumer.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
+        seen = 0
+        start = time.perf_counter()
+        while seen < records:
+            seen += arrow_from_records([
+                (m.topic(), m.partition(), m.offset(), m.timestamp()[1], m.key(), m.value(),
+                 m.headers()) for m in consumer.consume(num_messages=500, timeout=1.0)]).num_rows
+            if time.perf_counter() - start > 600:
+                raise TimeoutError(f"librdkafka read {seen} of {records} records in 600 s")
+        return time.perf_counter() - start
+    finally:
+        consumer.close()
+
+
+def client_rows(args, names: dict[str, str], runners: dict, title: str,
+                clients: list[str] | None = None) -> int:
+    """Run the chosen clients (``clients``, else ``--clients``) ``--rounds`` times,
+    alternating; print each one's best round.
 
     ``names`` maps a client to its row name, ``runners`` to a function returning seconds."""
-    chosen = [c for c in args.clients.split(",") if c]
+    chosen = clients if clients is not None else [c for c in args.clients.split(",") if c]
     unknown = sorted(set(chosen) - set(CLIENTS))
     if unknown:
         raise SystemExit(f"unknown --clients {','.join(unknown)} (known: {','.join(CLIENTS)})")

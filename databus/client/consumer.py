@@ -30,13 +30,13 @@ from typing import Any
 
 import trio
 
+from ..protocol.columns import RecordColumns
 from ..protocol.types import TopicPartition
 from . import errors
 from .backoff import ExponentialBackoff
 from .cluster import Cluster
 from .config import ConsumerConfig
 from .connection import OpenStream
-from ..protocol.columns import RecordColumns
 from .fetcher import ConsumerRecord, Fetcher
 from .group import GroupMember, call_listener
 from .lifecycle import ClientLifecycle
