@@ -44,6 +44,7 @@ from .offsets import EARLIEST, LATEST, list_offsets
 from .subscription import SubscriptionState
 
 log = logging.getLogger(__name__)
+_ALL = 2**62  # getmany_columns' default record limit: none
 
 __all__ = ["Consumer", "ConsumerRecord", "ConsumerStatistics"]
 
@@ -368,13 +369,14 @@ class Consumer(ClientLifecycle):
     ) -> dict[TopicPartition, RecordColumns]:
         """Like getmany, but each partition's records as columns (a RecordColumns: offsets,
         timestamps, keys, values, headers in buffers, ``to_arrow()`` for a pyarrow
-        RecordBatch; ``columns.arrow_table(result.values())`` for one Table): fetched
-        batches are decoded straight into them, no Python object per record.  At most
-        ``max_records`` (``max.poll.records``) in all, one RecordColumns per partition.
-        A consumer switching between getmany and getmany_columns fetches what it had
-        buffered again."""
+        RecordBatch; ``arrow_table(result.values())`` for one Table): fetched batches are
+        decoded straight into them, no Python object per record.  One RecordColumns per
+        partition: the rest of one fetch of it, or at most ``max_records`` records in all
+        when given (not ``max.poll.records``: a column batch costs the same to hand out
+        whatever its length, so it is as long as a fetch makes it).  A consumer switching
+        between getmany and getmany_columns fetches what it had buffered again."""
         self._fetcher.use_columns(True)
-        return await self._drain(partitions, timeout, max_records)
+        return await self._drain(partitions, timeout, max_records or _ALL)
 
     async def _drain(self, partitions, timeout: float, max_records: int | None) -> dict:
         self._check_open()
