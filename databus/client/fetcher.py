@@ -303,7 +303,8 @@ class Fetcher:
             if leader in self.in_flight_nodes:
                 continue
             queue = self.buffer.get(tp)
-            if queue and len(queue) >= PREFETCHED:
+            if queue and (len(queue) >= PREFETCHED or queue[-1].error is not None):
+                # full, or ending with a damaged batch's error (refetched once it is raised)
                 if queue[-1].next_offset < partitions[tp].readable_end:
                     waiting.add(leader)
                 continue
