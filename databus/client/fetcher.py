@@ -313,20 +313,22 @@ class Fetcher:
             self._refresh_metadata()
         now = trio.current_time()
         due = float("inf")
+        held_now: dict[int, float] = {}
         for node, tps in by_node.items():
             if node in waiting and all(
                     0 <= partitions[tp].readable_end <= self._fetch_position(tp) for tp in tps):
                 # a long poll now would park in front of the records waiting for a buffered
                 # partition: send it with that partition's next Fetch, or once it is overdue
-                held = self._held_since.setdefault(node, now)
+                held = held_now[node] = self._held_since.get(node, now)
                 left = held + self.config.fetch_max_wait_ms / 1000 - now
                 if left > 0:
                     due = min(due, left)
                     continue
-            self._held_since.pop(node, None)
+                del held_now[node]
             self.in_flight_nodes.add(node)
             self.in_flight.update(tps)
             nursery.start_soon(self._fetch, node, tps)
+        self._held_since = held_now  # a hold ends when its Fetch goes or nothing is held
         return due
 
     def _fetch_position(self, tp: TopicPartition) -> int:
