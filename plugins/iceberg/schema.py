@@ -5,6 +5,8 @@ The rules (docs/iceberg.md, "Schema evolution"):
 * a field the table lacks is added, by name, as optional (also inside structs);
 * a field whose table type is narrower and Iceberg allows the promotion (int -> long,
   float -> double, decimal(P, S) -> decimal(P', S) with P' > P) is promoted;
+* a long field of an int column stays int while its values fit (JSON and msgpack carry no
+  width), and promotes the column to long when one does not;
 * a field whose batch type is narrower than the table's is written as the table's type
   (int -> long or double, float -> double): the table is not changed;
 * any other change (long -> double, string -> long, struct -> string, ...) is refused with
@@ -45,16 +47,20 @@ _WIDENINGS = {(pa.int32(), pa.int64()), (pa.float32(), pa.float64()),
               (pa.int32(), pa.float64()), (pa.int64(), pa.float64())}
 
 
-def merged_type(path: str, table_t: pa.DataType, batch_t: pa.DataType) -> pa.DataType:
-    """The type the table must have for this batch (the table's when nothing changes)."""
+def merged_type(path: str, table_t: pa.DataType, batch_t: pa.DataType,
+                narrow: bool = False) -> pa.DataType:
+    """The type the table must have for this batch (the table's when nothing changes).
+    With ``narrow``, a long batch field keeps an int table column (conform casts the values,
+    and fails if one does not fit: then the column is promoted)."""
     if table_t == batch_t:
         return table_t
     if pa.types.is_struct(table_t) and pa.types.is_struct(batch_t):
-        return pa.struct(merged_fields(path + ".", list(table_t), list(batch_t)))
+        return pa.struct(merged_fields(path + ".", list(table_t), list(batch_t), narrow))
     if pa.types.is_list(table_t) and pa.types.is_list(batch_t):
-        return pa.list_(merged_type(path + ".element", table_t.value_type, batch_t.value_type))
+        return pa.list_(merged_type(path + ".element", table_t.value_type, batch_t.value_type,
+                                    narrow))
     if (table_t, batch_t) in _PROMOTIONS:
-        return batch_t
+        return table_t if narrow and table_t == pa.int32() else batch_t
     if (batch_t, table_t) in _WIDENINGS:
         return table_t
     if (pa.types.is_decimal(table_t) and pa.types.is_decimal(batch_t)
@@ -64,13 +70,13 @@ def merged_type(path: str, table_t: pa.DataType, batch_t: pa.DataType) -> pa.Dat
 
 
 def merged_fields(prefix: str, table_fields: list[pa.Field],
-                  batch_fields: list[pa.Field]) -> list[pa.Field]:
+                  batch_fields: list[pa.Field], narrow: bool = False) -> list[pa.Field]:
     """The table's fields in its order, each merged with the batch's, then the new ones."""
     batch = {f.name: f for f in batch_fields}
     out = []
     for f in table_fields:
         if f.name in batch:
-            f = f.with_type(merged_type(prefix + f.name, f.type, batch.pop(f.name).type))
+            f = f.with_type(merged_type(prefix + f.name, f.type, batch.pop(f.name).type, narrow))
         out.append(f)
     out.extend(pa.field(f.name, f.type) for f in batch.values())  # new: optional
     return out
@@ -89,14 +95,14 @@ def _plain_type(t: pa.DataType) -> pa.DataType:
     return iceberg_type(t) or t
 
 
-def plan(table: pa.Schema, batch: pa.Schema) -> tuple[pa.Schema, bool]:
+def plan(table: pa.Schema, batch: pa.Schema, narrow: bool = False) -> tuple[pa.Schema, bool]:
     """(the schema the table needs for ``batch``, whether that differs from ``table``)."""
     table = plain(table)
-    merged = pa.schema(merged_fields("", list(table), list(batch)))
-    return merged, not _same(merged, table)
+    merged = pa.schema(merged_fields("", list(table), list(batch), narrow))
+    return merged, not same(merged, table)
 
 
-def _same(a: pa.Schema, b: pa.Schema) -> bool:
+def same(a: pa.Schema, b: pa.Schema) -> bool:
     return [(f.name, _loose(f.type)) for f in a] == [(f.name, _loose(f.type)) for f in b]
 
 

@@ -27,7 +27,7 @@ import pyarrow as pa
 import trio
 
 from . import tables
-from .decode import Decoder, declared_fields
+from .decode import KAFKA_FIELDS, Decoder, declared_fields
 from .options import Options
 from .schema import IncompatibleField
 
@@ -41,7 +41,9 @@ FAILED_LOG_INTERVAL_S = 60.0
 class _Table:
     name: str
     table: object | None = None  # pyiceberg Table; None until created by the first commit
-    chunks: list[pa.Table] = field(default_factory=list)
+    # (rows or None, partition, next offset): in the order taken; None when every record
+    # of the write was dead-lettered (its offsets still move the table's on)
+    chunks: list[tuple[pa.Table | None, tuple[str, int], int]] = field(default_factory=list)
     rows: int = 0
     taken: dict[tuple[str, int], int] = field(default_factory=dict)  # next offset handed
     last_commit: float = field(default_factory=time.monotonic)
@@ -127,9 +129,8 @@ class IcebergSink:
                 state.failed_logged = now
             return None  # not taken: nothing of it is reported durable
         table, rejected = self.decoder.table(records)
-        if table is not None and table.num_rows:
-            state.chunks.append(table)
-            state.rows += table.num_rows
+        state.chunks.append((table, tp, records[-1].offset + 1))
+        state.rows += table.num_rows if table is not None else 0
         state.taken[tp] = records[-1].offset + 1
         return rejected
 
@@ -151,18 +152,32 @@ class IcebergSink:
                    for tp, n in state.taken.items())
 
     def _commit(self, state: _Table, now: float) -> None:
-        batch = (pa.concat_tables(state.chunks, promote_options="permissive")
-                 if state.chunks else None)
+        """Commit what the table has taken: one snapshot, or one per run of batches whose
+        types can share a table (a run stops where a field changes type, so the snapshots
+        before a refused change still commit)."""
+        while state.chunks:
+            run = _run(state.chunks)
+            if not self._commit_run(state, run, now):
+                return
+            del state.chunks[:len(run)]
+            state.rows -= sum(t.num_rows for t, _tp, _n in run if t is not None)
+        state.failures = 0
+        state.last_commit = now
+
+    def _commit_run(self, state: _Table, run, now: float) -> bool:
+        tables_ = [t for t, _tp, _n in run if t is not None]
+        taken: dict[tuple[str, int], int] = {}
+        for _t, tp, offset in run:
+            taken[tp] = offset
         try:
-            if batch is None:
-                batch = self._empty_batch(state)
+            batch = (pa.concat_tables(tables_, promote_options="permissive") if tables_
+                     else pa.schema(KAFKA_FIELDS).empty_table())
             if state.table is None:
-                value_fields = self.declared or [f for f in batch.schema][6:]
+                value_fields = self.declared or list(batch.schema)[len(KAFKA_FIELDS):]
                 state.table = tables.create_table(self.catalog, state.name, value_fields,
                                                   self.options)
                 log.info("created table %s (%s)", state.name, ", ".join(
                     f"{f.name} {f.field_type}" for f in state.table.schema().fields))
-            taken = dict(state.taken)
             state.table = tables.commit(state.table, batch, taken, self.options.evolve)
         except IncompatibleField as exc:
             state.failed = str(exc)
@@ -172,7 +187,7 @@ class IcebergSink:
             log.error("table %s is stopped: %s; its records stay in Kafka (from offsets %s) "
                       "and the sink's other tables go on", state.name, exc,
                       {f"{t}-{p}": self.durable.get((t, p)) for t, p in sorted(state.taken)})
-            return
+            return False
         except Exception as exc:
             state.failures += 1
             delay = min(RETRY_BACKOFF_S[0] * 2 ** (state.failures - 1), RETRY_BACKOFF_S[1])
@@ -182,18 +197,24 @@ class IcebergSink:
                                    f"{state.rows} records wait") from exc
             log.error("table %s: commit failed (%s: %s); the batch is kept and tried again "
                       "in %.0f s", state.name, type(exc).__name__, exc, delay)
-            return
+            return False
         for tp, offset in taken.items():
             if tp in self.parts:
                 self.durable[tp] = offset
-        state.chunks.clear()
-        state.rows = 0
-        state.failures = 0
-        state.last_commit = now
         self.commits += 1
+        return True
 
-    def _empty_batch(self, state: _Table) -> pa.Table:
-        """A commit of offsets alone (every record since the last one was dead-lettered)."""
-        from .decode import KAFKA_FIELDS
 
-        return pa.schema(KAFKA_FIELDS).empty_table()
+
+def _run(chunks) -> list:
+    """The longest prefix of ``chunks`` whose tables' schemas unify."""
+    schemas_ = []
+    for i, (table, _tp, _n) in enumerate(chunks):
+        if table is None:
+            continue
+        try:
+            pa.unify_schemas([*schemas_, table.schema], promote_options="permissive")
+        except (pa.ArrowInvalid, pa.ArrowTypeError):
+            return chunks[:i]
+        schemas_ = [pa.unify_schemas([*schemas_, table.schema], promote_options="permissive")]
+    return list(chunks)

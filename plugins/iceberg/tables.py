@@ -124,18 +124,18 @@ def commit(table, batch: pa.Table, taken: Offsets, evolve: bool):
     for attempt in range(COMMIT_ATTEMPTS):
         if attempt:
             table.refresh()
-        merged, changed = schemas.plan(table.schema().as_arrow(), batch.schema)
-        if changed and not evolve:
-            # Only the table's columns are written; new fields are left out (never a type).
-            known = set(table.schema().as_arrow().names)
-            merged = pa.schema([f for f in merged if f.name in known])
-            changed = not schemas._same(merged, schemas.plain(table.schema().as_arrow()))
+        current = table.schema().as_arrow()
+        try:  # ints that fit an int column stay int
+            data = _in_table_schema(batch, current, evolve, narrow=True)
+        except (pa.ArrowInvalid, OverflowError):
+            data = _in_table_schema(batch, current, evolve, narrow=False)
+        merged = data.schema
+        changed = not schemas.same(merged, schemas.plain(current))
         offsets = merged_offsets(table_offsets(table), taken)
         tx = table.transaction()
         if changed:
             with tx.update_schema() as update:
                 update.union_by_name(merged)
-        data = schemas.conform(batch, merged)
         tx.append(data, snapshot_properties={OFFSETS_PROPERTY: encode_offsets(offsets)})
         try:
             return tx.commit_transaction()
@@ -146,6 +146,16 @@ def commit(table, batch: pa.Table, taken: Offsets, evolve: bool):
                      "table's new snapshot", table.name(), exc)
             time.sleep(0.05 * 2 ** attempt)
     raise AssertionError("unreachable")
+
+
+def _in_table_schema(batch: pa.Table, current: pa.Schema, evolve: bool,
+                     narrow: bool) -> pa.Table:
+    """The batch in the table's schema-to-be (without ``evolve``, new fields are left out:
+    only the table's own columns are written; a type change is refused all the same)."""
+    merged, _changed = schemas.plan(current, batch.schema, narrow)
+    if not evolve:
+        merged = pa.schema([f for f in merged if f.name in set(current.names)])
+    return schemas.conform(batch, merged)
 
 
 def remove_orphans(table, min_age_ms: int) -> list[str]:
