@@ -34,16 +34,19 @@ COMMIT_ATTEMPTS = 5
 
 
 def open_catalog(properties: Mapping[str, str]):
+    """The catalog (its ``name``, default ``databus``, is the SQL catalog's key for its
+    tables: readers load the catalog by the same name)."""
     from pyiceberg.catalog import load_catalog
 
     props = dict(properties)
+    name = props.pop("name", "databus")
     if props.get("type", "sql") == "sql":
         for key in ("uri", "warehouse"):
             local = _local_path(props.get(key, ""))
             if local:
                 os.makedirs(local if key == "warehouse" else os.path.dirname(local),
                             exist_ok=True)
-    return load_catalog("databus", **props)
+    return load_catalog(name, **props)
 
 
 def _local_path(url: str) -> str | None:
