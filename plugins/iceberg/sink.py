@@ -24,6 +24,12 @@ import time
 from dataclasses import dataclass, field
 
 import pyarrow as pa
+
+# pyiceberg's catalog and writer, imported with the sink (when the configuration is read):
+# importing them in ``open`` would hold up the group's join long enough to miss heartbeats.
+import pyiceberg.catalog.sql  # noqa: F401
+import pyiceberg.io.pyarrow  # noqa: F401
+import pyiceberg.table  # noqa: F401
 import trio
 
 from . import tables
