@@ -10,6 +10,8 @@ import functools
 import json
 import os
 import random
+import subprocess
+import sys
 import threading
 import time
 
@@ -302,3 +304,49 @@ def test_an_int_column_is_promoted_and_a_refused_change_stops_only_its_table(
     finally:
         consumer.close()
     assert all(tp.offset <= 10 for tp in committed)
+
+
+def test_iceberg_show_compact_and_expire_keep_the_records_and_the_offsets(broker, tmp_path):
+    path = tmp_path / "iceberg"
+    config = sinks_config(broker, {"ice-care": iceberg_sink(["ice-care"], path)})
+    service = Service(tmp_path, "sinks", config)
+    try:
+        service.start()
+        for start in range(0, 400, 100):  # a few commits, so a few small files
+            produce_json(broker.bootstrap, "ice-care", range(start, start + 100))
+            wait_for(lambda start=start: rows(path, "db.ice-care") >= start + 100,
+                     "a commit", log=service.log)
+        assert service.stop() == 0
+        before = load(path, "db.ice-care")
+        files_before = len(referenced_data_files(before))
+        assert files_before > 4
+
+        def cli(*args):
+            done = subprocess.run(
+                [sys.executable, "-m", "databus.cli", "iceberg", *args, "-c",
+                 str(service.path)], capture_output=True, text=True, timeout=120,
+                env={**os.environ, "COLUMNS": "200"})
+            assert done.returncode == 0, done.stderr
+            return done.stdout
+
+        shown = cli("show")
+        assert "db.ice-care" in shown and "hour(timestamp)" in shown
+        assert "resumes at: ice-care-0:100, ice-care-1:100, ice-care-2:100, ice-care-3:100" \
+            in shown
+        assert "rewrote" in cli("compact", "db.ice-care")
+        assert "expired" in cli("expire", "--older-than", "PT0S", "--retain-last", "1")
+        after = load(path, "db.ice-care")
+        assert len(after.snapshots()) == 1
+        # one file per Iceberg partition (hour) at most: here one hour, perhaps two
+        assert len(referenced_data_files(after)) < files_before
+        assert data_files_on_disk(path) == referenced_data_files(after)
+        assert_exactly_once(after.scan().to_arrow(), "ice-care", list(range(400)))
+        # The compaction's snapshot carries the offsets: a restart goes on from them.
+        produce_json(broker.bootstrap, "ice-care", range(400, 500))
+        service.start()
+        wait_for(lambda: rows(path, "db.ice-care") >= 500, "the new records",
+                 log=service.log)
+        assert service.stop() == 0
+    finally:
+        service.close()
+    assert_exactly_once(scan(path, "db.ice-care"), "ice-care", list(range(500)))
