@@ -173,7 +173,8 @@ def test_kill_9_of_the_sink_in_a_loop_while_producing_leaves_every_record_once(
     stop = threading.Event()
 
     def producer():
-        # One producer, about a thousand records a second: the sink commits all the time.
+        # One producer, some hundred records a second: the sink commits all the time, and
+        # (on a busy machine too) catches up at the end.
         out = confluent_kafka.Producer({"bootstrap.servers": broker.bootstrap,
                                         "enable.idempotence": True, "linger.ms": 20})
         while not stop.is_set():
@@ -184,7 +185,7 @@ def test_kill_9_of_the_sink_in_a_loop_while_producing_leaves_every_record_once(
                     key=b"%d" % i, partition=i % 4)
             assert out.flush(60) == 0
             produced[0] = first + 250
-            time.sleep(0.1)
+            time.sleep(0.4)
 
     thread = threading.Thread(target=producer, daemon=True)
     thread.start()
@@ -202,8 +203,9 @@ def test_kill_9_of_the_sink_in_a_loop_while_producing_leaves_every_record_once(
         thread.join(60)
         total = produced[0]
         service.start()
-        wait_for(lambda: rows(path, "db.ice-kill") >= total, "every record", timeout=120,
-                 log=service.log)
+        while (done := rows(path, "db.ice-kill")) < total:  # as long as it moves on
+            wait_for(lambda done=done: rows(path, "db.ice-kill") > done, "progress",
+                     timeout=120, log=service.log)
         assert service.stop() == 0
     finally:
         stop.set()
