@@ -37,6 +37,7 @@ from databus.client import errors as kerrors
 from databus.client.backoff import ExponentialBackoff
 from databus.client.config import AdminConfig
 from databus.config import ClusterConfig, MirrorConfig, resolve_references
+from databus.protocol.types import TopicPartition
 
 from . import progress as prog
 from . import provenance
@@ -46,7 +47,6 @@ from .translate import OffsetSearch, from_sync
 
 log = logging.getLogger("databus.mirror")
 
-TopicPartition = tuple[str, int]
 
 # Topic configs copied to a target topic when the source sets them (MirrorMaker 2 copies
 # every non-default one; these are the ones that change what the copy keeps and accepts).

@@ -14,15 +14,25 @@ catalog and pyarrow (``pip install 'databus[iceberg]'``).  Modules: ``options`` 
 options, table names, the offsets kept in snapshot summaries), ``decode`` (records ->
 Arrow), ``schema`` (pure Arrow: a batch's schema against the table's), ``tables`` (the
 catalog: create, commit, orphan files), ``sink`` (the sink object), ``command``
-(``databus iceberg show | expire | compact``), ``bench`` (``databus bench iceberg``).
+(``databus iceberg show | expire | compact``, brought by the ``databus_commands`` hook).
+``databus bench iceberg`` (databus/bench/iceberg.py) finds the sink through the plugin
+manager.
 Users' documentation: docs/iceberg.md.
 """
 
 from __future__ import annotations
 
 from databus import hookimpl
+from databus.hookspecs import Command
 
 NAME = "iceberg"
+
+
+@hookimpl
+def databus_commands():
+    return [Command("iceberg", "databus_plugins.iceberg.command",
+                    "the iceberg sinks' tables: show (snapshots and their offsets), expire, "
+                    "compact")]
 
 
 @hookimpl

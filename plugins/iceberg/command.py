@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import datetime
 import os
+import re
 import sys
 import time
 
@@ -61,6 +62,12 @@ def run(args) -> int:
     except (ConfigError, ValueError) as exc:
         print(f"{PROG}: {exc}", file=sys.stderr)
         return 2
+    if args.action == "expire":
+        try:
+            duration_ms(args.older_than)
+        except ValueError as exc:
+            print(f"{PROG}: --older-than: {exc}", file=sys.stderr)
+            return 2
     if not targets:
         print(f"{PROG}: no iceberg tables yet (sinks with `plugin: iceberg` in {path})")
         return 0
@@ -164,10 +171,21 @@ def reachable_files(table) -> set[str]:
     return out
 
 
-def _expire(table, args) -> None:
-    from databus.tools.groups import parse_duration
+_ISO_DURATION = re.compile(
+    r"^P(?:(?P<d>\d+)D)?(?:T(?:(?P<h>\d+)H)?(?:(?P<m>\d+)M)?(?:(?P<s>\d+(?:\.\d+)?)S)?)?$")
 
-    cutoff = time.time() * 1000 - parse_duration(args.older_than)
+
+def duration_ms(text: str) -> int:
+    """An ISO-8601 duration of days and time (P5D, PT12H, P1DT30M, PT0S) in ms."""
+    match = _ISO_DURATION.match(text.strip().upper())
+    if match is None or text.strip().upper() in ("P", "PT"):
+        raise ValueError(f"{text!r} is not an ISO-8601 duration (e.g. P5D, PT12H, PT0S)")
+    parts = {k: float(v or 0) for k, v in match.groupdict().items()}
+    return int(((parts["d"] * 24 + parts["h"]) * 60 + parts["m"]) * 60_000 + parts["s"] * 1000)
+
+
+def _expire(table, args) -> None:
+    cutoff = time.time() * 1000 - duration_ms(args.older_than)
     snapshots = sorted(table.snapshots(), key=lambda s: s.timestamp_ms, reverse=True)
     current = table.current_snapshot()
     keep = {s.snapshot_id for s in snapshots[:max(args.retain_last, 1)]}

@@ -13,7 +13,8 @@ its own:
 * **parquet / iceberg sink alone**: the same records in memory as ConsumerRecords fed to the
   sink object in batches of ``max.poll.records``: the plugin's own cost.
 
-The ratio row says iceberg's rate over parquet's.  ``--commits`` counts the snapshots.
+The "vs parquet" column says iceberg's rate over parquet's; the title counts the snapshots.
+Both sinks are found through the plugin manager, as ``databus sinks`` finds them.
 """
 
 from __future__ import annotations
@@ -21,8 +22,8 @@ from __future__ import annotations
 import tempfile
 import time
 
-from databus.bench.common import Result, add_broker_options, broker_for, create_topic
-from databus.bench.parquet import fill, json_values
+from .common import Result, add_broker_options, broker_for, create_topic
+from .parquet import fill, json_values
 
 
 def add_arguments(parser) -> None:
@@ -105,7 +106,7 @@ def sink_alone(plugin: str, topic: str, values: list[bytes], path: str, args) ->
 
 
 def run(args) -> int:
-    from databus.tools.table import Column, print_table
+    from databus.cli_helpers.table import Column, print_table
 
     values = json_values(args.records, args.record_size)
     size = sum(map(len, values)) // len(values)
