@@ -142,8 +142,8 @@ def test_records_land_exactly_once_with_offsets_in_the_snapshots_and_resume_from
         wait_for(lambda: rows(path, "db.ice-orders") >= N + 4000, "the new records",
                  timeout=120, log=service.log)
         assert service.stop() == 0
-        assert "where table db.ice-orders's snapshots end" in service.log()
         assert_exactly_once(scan(path, "db.ice-orders"), "ice-orders", list(range(N + 4000)))
+        assert "where table db.ice-orders's snapshots end" in service.log()
     finally:
         service.close()
 
