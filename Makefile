@@ -7,7 +7,7 @@ BIN := $(VENV)/bin
 # once) and every Spark test on one worker (one Spark session).  PYTEST_ARGS= runs serially.
 PYTEST_ARGS ?= -n 2 --dist loadgroup
 
-.PHONY: run test test-pure install install-test lint clean browser
+.PHONY: run test test-pure install install-test lint clean browser fault-tools verify
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -34,14 +34,47 @@ run: install
 	$(BIN)/databus up -c sidecar.yaml
 
 # tests/console drive Debian's chromium (a fresh CI machine has none; root installs it).
+# Another apt may hold the dpkg lock for a while on a shared machine: apt waits for it
+# (DPkg::Lock::Timeout) and the whole step is tried a few times; if it still fails, the run
+# goes on and tests/console skip, saying chromium is missing.
+CHROMIUM_BINS ?= /usr/bin/chromium /usr/bin/chromedriver
+APT_GET ?= apt-get
+APT_TRIES ?= 3
+APT_RETRY_PAUSE ?= 30
+APT := $(APT_GET) -o DPkg::Lock::Timeout=600
+
 browser:
-	@if [ ! -x /usr/bin/chromium ] || [ ! -x /usr/bin/chromedriver ]; then \
+	@missing=; for bin in $(CHROMIUM_BINS); do [ -x "$$bin" ] || missing=1; done; \
+	if [ -n "$$missing" ]; then \
 	  if [ "$$(id -u)" = 0 ]; then \
-	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium chromium-driver; \
+	    try=1; until $(APT) -qq update && DEBIAN_FRONTEND=noninteractive \
+	        $(APT) install -y -qq chromium chromium-driver; do \
+	      if [ $$try -ge $(APT_TRIES) ]; then \
+	        echo "could not install chromium after $(APT_TRIES) tries: tests/console will skip"; \
+	        break; \
+	      fi; \
+	      try=$$((try + 1)); sleep $(APT_RETRY_PAUSE); \
+	    done; \
 	  else echo "tests/console need chromium: apt-get install chromium chromium-driver"; fi; \
 	fi
 
-test: install-test browser
+# databus verify's partition fault sets iptables rules (a fresh CI machine has no iptables;
+# root installs it, others get the other faults).
+fault-tools:
+	@if ! command -v iptables >/dev/null 2>&1 && [ ! -x /usr/sbin/iptables ]; then \
+	  if [ "$$(id -u)" = 0 ]; then \
+	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq iptables; \
+	  else echo "databus verify's partition fault needs iptables: apt-get install iptables"; fi; \
+	fi
+
+# The Jepsen-style check (docs/verification.md): the queue workload against the built-in
+# broker under every fault that can run here.  VERIFY_TIME=600 VERIFY_SEED=7 make verify
+VERIFY_TIME ?= 120
+VERIFY_SEED ?=
+verify: install fault-tools
+	$(BIN)/databus verify --time $(VERIFY_TIME) $(if $(VERIFY_SEED),--seed $(VERIFY_SEED))
+
+test: install-test browser fault-tools
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 
 # The whole suite on the pure-Python code instead of the C extension (databus/protocol/

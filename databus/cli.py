@@ -34,8 +34,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "sinks": ("databus.sinks.command", "run the sinks of a sidecar.yaml (consumer-side plugins) without an app socket"),
     "console": ("databus.console.command", "the web console: topics, messages, groups and lag, mirrors, indexes, sinks"),
     "lanes": ("databus.lanes.command", "swimlanes: create, list, extend, delete (--merge) lanes and their topics"),
+    "schemas": ("databus.schemas.command", "the schema registry: list, get, register, check, delete subjects; config, mode"),
     "plugins": ("databus.up.cmd_plugins", "list the loaded plugins and the hooks each implements"),
     "mirror": ("databus.mirror.command", "run cross-region mirrors alone; status; translate-offsets"),
+    "verify": ("databus.verify.command", "Jepsen-style check: a queue workload under faults, its history checked for anomalies"),
     "spark": ("databus_spark.command", "Spark pipelines: export topics to Parquet (needs the spark extra)"),
 }
 
@@ -59,6 +61,7 @@ BENCHMARKS: dict[str, tuple[str, str]] = {
     "mirror": ("databus.bench.mirror", "mirror A -> B: copy rate and replication latency, beside librdkafka's ingest"),
     "spark": ("databus.bench.spark", "a batch read through the databus Spark source beside a Parquet scan"),
     "share": ("databus.bench.share", "share group (3 ShareConsumers, explicit accepts) beside a classic consumer"),
+    "schemas": ("databus.bench.schemas", "schema registry: lookups by id p50/p99, registrations/s, produce with validation on/off"),
     "delay": ("databus.bench.delay", "delayed messages through the delay service: on time, none lost (kill -9 of a member)"),
 }
 
@@ -91,7 +94,9 @@ def _top_parser(commands: dict[str, tuple[str, str]]) -> argparse.ArgumentParser
     )
     parser.add_argument("--version", action="version", version=f"databus {__version__}")
     parser.add_argument(
-        "--log-level", default="INFO", help="logging level for stderr (default: INFO)"
+        "--log-level", default=None,
+        help="logging level for stderr (default: INFO; WARNING for consume and produce, "
+             "whose stdout/stderr are the records and their outcome, as Kafka's console tools)"
     )
     parser.add_argument("command", metavar="COMMAND", choices=[*commands, "bench"],
                         help="one of the commands below")
@@ -111,7 +116,7 @@ def _command_parser(prog: str, module_name: str, help_text: str):
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "WARN", "ERROR", "CRITICAL")
 
 
-def _take_log_level(args: list[str], level: str) -> tuple[list[str], str]:
+def _take_log_level(args: list[str], level: str | None) -> tuple[list[str], str | None]:
     """``--log-level L`` / ``--log-level=L`` anywhere after the command (a Kafka user puts
     options after the tool's name): removed from ``args``; the last one given wins."""
     rest: list[str] = []
@@ -152,7 +157,7 @@ def main(argv: list[str] | None = None) -> int:
     top = _top_parser(commands)
     ns = top.parse_args(argv)
     rest, log_level = _take_log_level(list(ns.args), ns.log_level)
-    if str(log_level).upper() not in LOG_LEVELS:
+    if log_level is not None and str(log_level).upper() not in LOG_LEVELS:
         print(f"databus: unknown --log-level {log_level!r} (one of {', '.join(LOG_LEVELS)})",
               file=sys.stderr)
         return 2
@@ -171,6 +176,8 @@ def main(argv: list[str] | None = None) -> int:
         prog = f"databus {ns.command}"
     parser, run, module = _command_parser(prog, module_name, help_text)
     args = parser.parse_args(_kafka_action_first(module, rest))
+    if log_level is None:
+        log_level = getattr(module, "DEFAULT_LOG_LEVEL", "INFO")
     logging.basicConfig(
         level=getattr(logging, str(log_level).upper()),
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",

@@ -36,6 +36,7 @@ from pathlib import Path
 
 import trio
 
+from databus.internal_topics import is_kafka_internal
 from databus.storage.acls import AclStore
 from databus.storage.config import LogConfig
 from databus.storage.credentials import CredentialStore
@@ -61,7 +62,8 @@ log = logging.getLogger(__name__)
 
 
 def is_internal_topic(name: str) -> bool:
-    return name.startswith("__")
+    """Kafka's internal topics (databus.internal_topics is the one home of the rule)."""
+    return is_kafka_internal(name)
 
 
 class Broker:
@@ -73,6 +75,9 @@ class Broker:
         if not directory:
             raise ValueError("the broker needs a data directory (--data-dir or log.dirs)")
         self.data_dir = Path(directory)
+        # Set by the schema registry when this broker serves one (schema.registry.listen):
+        # Produce asks it about topics with confluent.*.schema.validation on.
+        self.schema_validator = None
         self.node_id = config.node_id
         self.cluster_id: str = ""  # from meta.properties, once storage is open
         self.host, self.port = config.listen_address
