@@ -2,8 +2,11 @@
 
 Spark checks Arrow batches against the declared schema type by type: timestamps must be
 ``timestamp[us, UTC]`` and INT columns int32, or the task fails with
-DATA_SOURCE_RETURN_SCHEMA_MISMATCH.  Columns are built from the column lists the decoder
-fills (records.decode_columns), one ``pa.array`` per column; no per-record Python.
+DATA_SOURCE_RETURN_SCHEMA_MISMATCH.  Records fetched raw arrive in the client's column
+buffers (databus.protocol.columns.ColumnBuffers, filled in C from the record batches): their
+Arrow arrays (RecordColumns.to_arrow) are taken as they are, without a copy, and only the
+columns Spark shapes differently are made here (the topic as a string, timestamps in us).
+Records through the consumer (read_committed) arrive as column lists: one ``pa.array`` each.
 """
 
 from __future__ import annotations
@@ -12,6 +15,8 @@ from collections.abc import Sequence
 
 import pyarrow as pa
 import pyarrow.compute as pc
+
+from databus.protocol.columns import ColumnBuffers, RecordColumns
 
 # Spark's Kafka source schema, as DDL (what DataSource.schema() returns) and as Arrow.
 SCHEMA_DDL = ("key binary, value binary, topic string, partition int, offset long, "
@@ -41,12 +46,15 @@ def arrow_schema(include_headers: bool) -> pa.Schema:
     return pa.schema(fields)
 
 
-def record_batch(topic: str, partition: int, columns: Sequence[Sequence], types: Sequence[int],
-                 include_headers: bool) -> pa.RecordBatch:
+def record_batch(topic: str, partition: int, columns: ColumnBuffers | Sequence[Sequence],
+                 types: bytes | Sequence[int], include_headers: bool) -> pa.RecordBatch:
     """Records of one partition -> a RecordBatch in the Kafka source's schema.
 
-    ``columns`` are records.decode_columns' lists (offsets, timestamps ms, keys, values,
-    headers); ``types`` the timestamp type of each record (0 CreateTime, 1 LogAppendTime)."""
+    ``columns``: a ColumnBuffers with ``types`` the timestamp type of each record as int32
+    bytes (0 CreateTime, 1 LogAppendTime), or the consumer's column lists (offsets,
+    timestamps ms, keys, values, headers) with ``types`` a list."""
+    if isinstance(columns, ColumnBuffers):
+        return _from_buffers(topic, partition, columns, types, include_headers)
     n = len(types)
     offsets, stamps, keys, values, headers = columns
     ms = pa.array(stamps, pa.int64())
@@ -63,4 +71,22 @@ def record_batch(topic: str, partition: int, columns: Sequence[Sequence], types:
     ]
     if include_headers:
         columns.append(pa.array(headers, HEADERS_TYPE))
+    return pa.RecordBatch.from_arrays(columns, schema=arrow_schema(include_headers))
+
+
+def _from_buffers(topic: str, partition: int, buffers: ColumnBuffers, types: bytes,
+                  include_headers: bool) -> pa.RecordBatch:
+    client = RecordColumns(topic, partition, buffers).to_arrow()
+    n = client.num_rows
+    columns = [
+        client.column("key"),
+        client.column("value"),
+        pa.repeat(pa.scalar(topic, pa.string()), n),
+        client.column("partition"),
+        client.column("offset"),
+        pc.multiply(client.column("timestamp"), 1000).view(TIMESTAMP_TYPE),
+        pa.Array.from_buffers(pa.int32(), n, [None, pa.py_buffer(types)]),
+    ]
+    if include_headers:
+        columns.append(client.column("headers"))
     return pa.RecordBatch.from_arrays(columns, schema=arrow_schema(include_headers))

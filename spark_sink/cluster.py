@@ -36,7 +36,8 @@ from databus.client import (
     list_offsets,
 )
 from databus.protocol.api_keys import ApiKey
-from databus.protocol.records import CorruptRecordError, decode_columns, iter_headers
+from databus.protocol.columns import ColumnBuffers
+from databus.protocol.records import CorruptRecordError, iter_headers
 
 from .options import OptionError, SourceOptions, TopicPartition
 from .planning import DataLossError, OffsetRange
@@ -161,10 +162,13 @@ async def _lookup(admin: Admin, req: Mapping[TopicPartition, int], earliest, lat
 
 # -- executor: one range ---------------------------------------------------------------------
 
-# A chunk of one partition's records, as columns: (offsets, timestamps ms, keys, values,
-# headers) lists as records.decode_columns fills them, and the timestamp type of each record.
-Columns = tuple[list, list, list, list, list]
-Chunk = tuple[Columns, list[int]]
+# A chunk of one partition's records, as columns, and the timestamp type of each record
+# (0 CreateTime, 1 LogAppendTime).  From raw fetches: a ColumnBuffers (Arrow's buffers,
+# filled in C straight from the record batches) and the types as int32 bytes.  From the
+# consumer (read_committed): (offsets, timestamps ms, keys, values, headers) lists and a list.
+Columns = ColumnBuffers | tuple[list, list, list, list, list]
+Chunk = tuple[Columns, bytes | list[int]]
+_TYPE_BYTES = (b"\0\0\0\0", b"\1\0\0\0")  # int32 0 and 1, little-endian as Arrow's
 _DONE = object()
 
 
@@ -180,8 +184,9 @@ def fetch_range(
 
     A thread runs the fetches (trio, our client's Cluster) and hands over the raw record
     bytes; this thread decodes them (every codec, CRCs checked with check.crcs) while the next
-    Fetch is on the wire.  Records are decoded a batch at a time straight into the column
-    lists the Arrow arrays are built from (no object per record).
+    Fetch is on the wire.  Records are decoded a batch at a time, in C, straight into the
+    client's column buffers (databus.protocol.columns), which become the Arrow arrays without
+    a copy: no Python object per record.
 
     Offsets missing inside the range (compaction, transaction markers) are not data loss.
     Records gone to retention before or while reading, or a partition now ending before
@@ -243,16 +248,16 @@ def no_cyclic_gc():
 
 
 def _decode(blob: bytes, fetch_offset: int, end: int, verify_crc: bool) -> Chunk:
-    columns: Columns = ([], [], [], [], [])
-    types: list[int] = []
+    columns = ColumnBuffers()
+    types = bytearray()
     for pos, h in iter_headers(blob):
         if h.next_offset <= fetch_offset or h.is_control:
             continue
         if h.base_offset >= end:
             break
-        _, appended = decode_columns(blob, pos, fetch_offset, end, columns, verify_crc=verify_crc)
-        types += [h.timestamp_type] * appended
-    return columns, types
+        _, appended = columns.append_batch(blob, pos, fetch_offset, end, verify_crc=verify_crc)
+        types += _TYPE_BYTES[h.timestamp_type] * appended
+    return columns, bytes(types)
 
 
 def _fetch_thread(bootstrap, config, rng, fail_on_data_loss, poll_timeout_ms, chunks, stop):
