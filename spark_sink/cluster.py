@@ -230,11 +230,12 @@ def fetch_range(
 
 @contextlib.contextmanager
 def no_cyclic_gc():
-    """Pause the cyclic garbage collector while a chunk is decoded into tuples and Arrow.
+    """Pause the cyclic garbage collector while a chunk is decoded and made Arrow.
 
-    Tens of thousands of new tuples per chunk would start a young collection every 700
-    (CPython's threshold), each rescanning what is alive: measured here, that doubled the
-    cost of decoding and tripled that of building the columns.  The tuples hold no cycles;
+    The consumer's path (read_committed) makes a tuple per record: tens of thousands per
+    chunk would start a young collection every 700 (CPython's threshold), each rescanning
+    what is alive: measured here, that doubled the cost of decoding and tripled that of
+    building the columns.  The tuples hold no cycles;
     reference counting frees them.  The previous state is restored: the worker process is
     Spark's and runs other code too (cf. databus/gc_tuning.py, for databus's own services).
     """
