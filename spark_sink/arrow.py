@@ -46,15 +46,12 @@ def arrow_schema(include_headers: bool) -> pa.Schema:
     return pa.schema(fields)
 
 
-def record_batch(topic: str, partition: int, columns: ColumnBuffers | Sequence[Sequence],
-                 types: bytes | Sequence[int], include_headers: bool) -> pa.RecordBatch:
+def record_batch(topic: str, partition: int, columns: Sequence[Sequence], types: Sequence[int],
+                 include_headers: bool) -> pa.RecordBatch:
     """Records of one partition -> a RecordBatch in the Kafka source's schema.
 
-    ``columns``: a ColumnBuffers with ``types`` the timestamp type of each record as int32
-    bytes (0 CreateTime, 1 LogAppendTime), or the consumer's column lists (offsets,
-    timestamps ms, keys, values, headers) with ``types`` a list."""
-    if isinstance(columns, ColumnBuffers):
-        return _from_buffers(topic, partition, columns, types, include_headers)
+    ``columns`` are the consumer's column lists (offsets, timestamps ms, keys, values,
+    headers); ``types`` the timestamp type of each record (0 CreateTime, 1 LogAppendTime)."""
     n = len(types)
     offsets, stamps, keys, values, headers = columns
     ms = pa.array(stamps, pa.int64())
@@ -74,8 +71,10 @@ def record_batch(topic: str, partition: int, columns: ColumnBuffers | Sequence[S
     return pa.RecordBatch.from_arrays(columns, schema=arrow_schema(include_headers))
 
 
-def _from_buffers(topic: str, partition: int, buffers: ColumnBuffers, types: bytes,
-                  include_headers: bool) -> pa.RecordBatch:
+def from_buffers(topic: str, partition: int, buffers: ColumnBuffers, types: bytes,
+                 include_headers: bool) -> pa.RecordBatch:
+    """The records in ``buffers`` -> a RecordBatch in the Kafka source's schema, over the
+    buffers' memory; ``types``: the timestamp type of each record as int32 bytes."""
     client = RecordColumns(topic, partition, buffers).to_arrow()
     n = client.num_rows
     columns = [

@@ -18,6 +18,7 @@ import threading
 import time
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 import trio
 
@@ -36,7 +37,7 @@ from databus.client import (
     list_offsets,
 )
 from databus.protocol.api_keys import ApiKey
-from databus.protocol.columns import ColumnBuffers
+from databus.protocol.columns import OFFSET, ColumnBuffers
 from databus.protocol.records import CorruptRecordError, iter_headers
 
 from .options import OptionError, SourceOptions, TopicPartition
@@ -162,11 +163,19 @@ async def _lookup(admin: Admin, req: Mapping[TopicPartition, int], earliest, lat
 
 # -- executor: one range ---------------------------------------------------------------------
 
+class Buffered(NamedTuple):
+    """A raw fetch's records in the client's column buffers (Arrow's buffers, filled in C
+    straight from the record batches); the offsets first, as in the consumer's lists."""
+
+    offsets: memoryview  # int64, over buffers' own memory
+    buffers: ColumnBuffers
+
+
 # A chunk of one partition's records, as columns, and the timestamp type of each record
-# (0 CreateTime, 1 LogAppendTime).  From raw fetches: a ColumnBuffers (Arrow's buffers,
-# filled in C straight from the record batches) and the types as int32 bytes.  From the
-# consumer (read_committed): (offsets, timestamps ms, keys, values, headers) lists and a list.
-Columns = ColumnBuffers | tuple[list, list, list, list, list]
+# (0 CreateTime, 1 LogAppendTime): Buffered and the types as int32 bytes from raw fetches;
+# (offsets, timestamps ms, keys, values, headers) lists and a list from the consumer
+# (read_committed).
+Columns = Buffered | tuple[list, list, list, list, list]
 Chunk = tuple[Columns, bytes | list[int]]
 _TYPE_BYTES = (b"\0\0\0\0", b"\1\0\0\0")  # int32 0 and 1, little-endian as Arrow's
 _DONE = object()
@@ -258,7 +267,7 @@ def _decode(blob: bytes, fetch_offset: int, end: int, verify_crc: bool) -> Chunk
             break
         _, appended = columns.append_batch(blob, pos, fetch_offset, end, verify_crc=verify_crc)
         types += _TYPE_BYTES[h.timestamp_type] * appended
-    return columns, bytes(types)
+    return Buffered(memoryview(columns.buffers[OFFSET]).cast("q"), columns), bytes(types)
 
 
 def _fetch_thread(bootstrap, config, rng, fail_on_data_loss, poll_timeout_ms, chunks, stop):

@@ -80,9 +80,13 @@ def _read(opts: SourceOptions, partition: InputPartition) -> Iterator:
         fail_on_data_loss=opts.fail_on_data_loss, poll_timeout_ms=opts.poll_timeout_ms,
     ):
         if types:
-            with cluster.no_cyclic_gc():
-                batch = arrow.record_batch(rng.topic, rng.partition, columns, types,
+            if isinstance(columns, cluster.Buffered):
+                batch = arrow.from_buffers(rng.topic, rng.partition, columns.buffers, types,
                                            opts.include_headers)
+            else:
+                with cluster.no_cyclic_gc():
+                    batch = arrow.record_batch(rng.topic, rng.partition, columns, types,
+                                               opts.include_headers)
             del columns, types  # freed by reference counting, before Spark asks for more
             yield batch
 
