@@ -89,7 +89,13 @@ class ParquetSink:
     def _decoder(self, topic: str) -> Decoder:
         decoder = self.decoders.get(topic)
         if decoder is None:
-            decoder = self.decoders[topic] = Decoder(self.options.format, self.schema, topic)
+            if self.options.registry_url:
+                from .registry import RegistryDecoder
+
+                decoder = RegistryDecoder(self.options.registry_url, topic)
+            else:
+                decoder = Decoder(self.options.format, self.schema, topic)
+            self.decoders[topic] = decoder
         return decoder
 
     def _write(self, tp, records):
