@@ -127,3 +127,66 @@ def test_an_incompatible_version_stops_the_sink_and_commits_nothing_past_it(brok
         assert rows(tmp_path) == 20
     finally:
         service.stop()
+
+
+def test_json_schema_subjects_give_typed_columns_and_foreign_fields_are_dead_lettered(
+        broker, tmp_path):
+    from confluent_kafka.schema_registry.json_schema import JSONSerializer
+
+    topic = "orders-json"
+    schema = json.dumps({
+        "$schema": "http://json-schema.org/draft-07/schema#", "title": "Order",
+        "type": "object", "required": ["order_id"],
+        "properties": {"order_id": {"type": "integer"}, "item": {"type": "string"},
+                       "tags": {"type": "array", "items": {"type": "string"}}}})
+    client = SchemaRegistryClient({"url": broker.schema_registry_url})
+    serialize = JSONSerializer(schema, client)
+    producer = Producer({"bootstrap.servers": broker.bootstrap})
+    values = [{"order_id": i, "item": f"item-{i}", "tags": ["a"] * (i % 3)} for i in range(12)]
+    values.append({"order_id": 12, "surprise": True})  # valid JSON Schema, not a column
+    for value in values:
+        producer.produce(topic, serialize(value, SerializationContext(topic, MessageField.VALUE)))
+    assert producer.flush(30) == 0
+    service = start_sink(broker, tmp_path, topic)
+    try:
+        wait_for(lambda: rows(tmp_path) == 12, "the records", log=service.log)
+        wait_for(lambda: committed(broker, "databus-sink-export", topic) == 13,
+                 "the foreign field's record handled", log=service.log)
+    finally:
+        service.stop()
+    table = read_export(tmp_path / "out").sort_by("offset")
+    assert {f.name: f.type for f in table.schema if f.name in ("order_id", "item", "tags")} == {
+        "order_id": pa.int64(), "item": pa.string(), "tags": pa.list_(pa.string())}
+    assert table.select(["order_id", "item", "tags"]).to_pylist() == values[:12]
+    assert any(topic in reason and "field(s) surprise not in subject orders-json-value" in reason
+               for reason in dead_letter_reasons(broker))
+
+
+def dead_letter_reasons(broker) -> list[str]:
+    consumer = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": "dlq-reader",
+                         "auto.offset.reset": "earliest"})
+    consumer.subscribe(["export.dlq"])
+    out = []
+    try:
+        for _ in range(50):
+            message = consumer.poll(0.2)
+            if message is None or message.error():
+                if out:
+                    break
+                continue
+            headers = dict(message.headers() or ())
+            out.append(headers["__connect.errors.topic"].decode() + ": " +
+                       headers["__connect.errors.exception.message"].decode())
+    finally:
+        consumer.close()
+    return out
+
+
+def test_a_registry_url_with_format_or_schema_is_refused():
+    from databus_plugins.parquet import layout
+
+    with pytest.raises(ValueError, match="format does not apply with schema.registry.url"):
+        layout.parse_options({"path": "/x", "format": "json",
+                              "schema.registry.url": "http://127.0.0.1:8081"})
+    with pytest.raises(ValueError, match="schema.registry.url must be an http"):
+        layout.parse_options({"path": "/x", "schema.registry.url": "127.0.0.1:8081"})
