@@ -28,12 +28,12 @@ def databus_sink_names():
 
 
 @hookimpl
-def databus_sink(name, config):
+def databus_sink(name, config, schema_registry_url):
     if name != NAME:
         return None
     from . import layout
 
-    options = layout.parse_options(config)
+    options = layout.parse_options(config, schema_registry_url)
     try:
         from .sink import ParquetSink
     except ImportError as exc:  # pyarrow is an extra

@@ -83,6 +83,17 @@ class _Client:
         return self.get(f"/schemas/ids/{schema_id}/versions")
 
 
+def has_subject(url: str, subject: str) -> bool:
+    """Whether the registry has the subject (raises RegistryError when it cannot say)."""
+    try:
+        _Client(url).latest(subject)
+    except RegistryError as exc:
+        if "40401" in str(exc):
+            return False
+        raise
+    return True
+
+
 class _Version:
     """One schema of the subject: its parsed form, decoder and Arrow fields."""
 

@@ -190,3 +190,34 @@ def test_a_registry_url_with_format_or_schema_is_refused():
                               "schema.registry.url": "http://127.0.0.1:8081"})
     with pytest.raises(ValueError, match="schema.registry.url must be an http"):
         layout.parse_options({"path": "/x", "schema.registry.url": "127.0.0.1:8081"})
+
+
+def test_the_files_broker_registry_is_the_default_for_topics_with_a_subject(broker, tmp_path):
+    """No schema.registry.url: the broker section's schema.registry.listen is used for a topic
+    whose subject exists; a topic without one is read as plain JSON (the format default)."""
+    typed, plain = "orders-defaulted", "clicks-plain"
+    values = [{"order_id": i, "item": f"item-{i}", "price": 2.5, "at": 1_700_000_000_000}
+              for i in range(10)]
+    produce(broker, typed, order_schema(), values)
+    producer = Producer({"bootstrap.servers": broker.bootstrap})
+    for i in range(10):
+        producer.produce(plain, json.dumps({"click": i}).encode())
+    assert producer.flush(30) == 0
+    sink = {"plugin": "parquet", "topics": [typed, plain],
+            "config": {"path": str(tmp_path / "out"), "flush.size": 10,
+                       "partition.by": "none"}}
+    config = sinks_config(broker, {"defaulted": sink})
+    config["broker"] = {"options": {
+        "schema.registry.listen": broker.schema_registry_url.removeprefix("http://")}}
+    service = Service(tmp_path, "sinks", config).start()
+    try:
+        wait_for(lambda: rows(tmp_path) == 20, "both topics' records", log=service.log)
+    finally:
+        service.stop()
+    table = read_export(tmp_path / "out").sort_by([("topic", "ascending"),
+                                                    ("offset", "ascending")])
+    got = table.select(["topic", "order_id", "item", "click"]).to_pylist()
+    assert got == ([{"topic": plain, "order_id": None, "item": None, "click": i}
+                    for i in range(10)]
+                   + [{"topic": typed, "order_id": i, "item": f"item-{i}", "click": None}
+                      for i in range(10)])
