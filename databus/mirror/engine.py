@@ -571,18 +571,25 @@ class MirrorEngine:
             await self._commit()
 
     async def _commit(self) -> None:
+        """Write the progress of every partition that moved, then commit.  The progress
+        names the last source offset copied (what a restart resumes after) and, as its
+        target offset, the last one already acknowledged: not waiting for the rest keeps
+        the commit to one flush.  That target offset may be a little behind (offset
+        translation stays conservative with it: a failed-over group may re-read, never
+        skip); the next transaction writes the exact one."""
         producer = self.producer
         try:
-            await producer.flush()  # every copy acknowledged: the progress can name offsets
-            if self._txn_failure is not None:
-                raise self._txn_failure
             synced = []
             for part in self.parts.values():
-                if part.progress.dirty:
-                    sync = part.progress.acked
+                progress = part.progress
+                sync = prog.OffsetSync(part.sent_end, progress.acked.target_offset)
+                if part.sent_end >= 0 and sync != progress.synced:
                     await producer.send(self.mirror.offset_syncs_topic, prog.encode_value(sync),
                                         key=prog.encode_key(self.name, *part.tp))
                     synced.append((part, sync))
+            await producer.flush()
+            if self._txn_failure is not None:
+                raise self._txn_failure
             await producer.commit_transaction()
         except (kerrors.KafkaError, OSError) as exc:
             raise TransactionAbandoned(str(exc) or type(exc).__name__) from exc
