@@ -564,11 +564,25 @@ class MirrorEngine:
                     self.source_health.failed(exc)
                     await trio.sleep(min(RETRY_BACKOFF[0], max(timeout, 0)))
                     continue
+                if batches:
+                    await self._add_to_transaction(batches)
                 for tp, records in batches.items():
                     if records:
                         await self._copy(tp, records)
             await self._sweep_positions()
             await self._commit()
+
+    async def _add_to_transaction(self, batches) -> None:
+        """The target partitions of a poll, and the progress topic, in one request."""
+        tps = [(self.mirror.offset_syncs_topic, 0)]
+        for tp in batches:
+            part = self.parts.get(tp)
+            if part is not None and not part.stopped:
+                tps.append((part.target_topic, tp[1]))
+        try:
+            await self.producer.add_partitions_to_transaction(tps)
+        except (kerrors.KafkaError, OSError) as exc:
+            raise TransactionAbandoned(f"AddPartitionsToTxn: {exc}") from exc
 
     async def _commit(self) -> None:
         """Write the progress of every partition that moved, then commit.  The progress

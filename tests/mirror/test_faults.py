@@ -113,6 +113,14 @@ def metric_values(text: str, name: str) -> list[float]:
             if line.startswith(name + "{")]
 
 
+def lag_settled(mirror, partitions: int = 3) -> str | None:
+    """The mirror's /metrics once every partition's lag and in-flight span are 0."""
+    text = mirror.metrics()
+    lag = metric_values(text, "databus_mirror_lag_records")
+    flight = metric_values(text, "databus_mirror_in_flight_records")
+    return text if len(lag) == partitions and not any(lag) and not any(flight) else None
+
+
 def kill_loop(a, b, tmp_path, *, total: int, kills: int, rate: int, **mirror_settings):
     """Streams ``total`` records into A.stream (3 partitions) while the mirror is killed
     with -9 ``kills`` times, each time while it copies (once B grew since the last kill),
@@ -157,14 +165,8 @@ def test_kill9_of_the_exactly_once_mirror_copies_each_record_once(regions, tmp_p
         on_b = read_all(b.bootstrap, "A.stream", total, timeout=120, settle=1.0,
                         **{"isolation.level": "read_committed"})
         # the lag settles at 0 once the source is quiet, and nothing is left in flight
-        def settled():
-            text = mirror.metrics()
-            lag = metric_values(text, "databus_mirror_lag_records")
-            flight = metric_values(text, "databus_mirror_in_flight_records")
-            return text if len(lag) == 3 and not any(lag) and not any(flight) else None
-
-        text = wait_for(settled, "lag 0 on every partition", timeout=60, interval=0.5,
-                        log=mirror.log_text)
+        text = wait_for(lambda: lag_settled(mirror), "lag 0 on every partition", timeout=60,
+                        interval=0.5, log=mirror.log_text)
         status = subprocess.run(
             [sys.executable, "-m", "databus.cli", "mirror", "status", "-c",
              str(mirror.config), "--metrics", mirror.metrics_url()],
@@ -189,7 +191,8 @@ def test_kill9_of_the_at_least_once_mirror_copies_again_within_the_bound(regions
                                **{"exactly.once": False})
     try:
         on_b = read_all(b.bootstrap, "A.stream", total, timeout=120, settle=1.0)
-        text = mirror.metrics()
+        text = wait_for(lambda: lag_settled(mirror), "lag 0 on every partition", timeout=60,
+                        interval=0.5, log=mirror.log_text)
     finally:
         mirror.stop()
     duplicates = check_complete(on_b, counts)
