@@ -545,44 +545,44 @@ class MirrorEngine:
     async def _transaction_loop(self) -> None:
         """Exactly-once: copy for ``transaction.boundary.interval.ms``, then write the
         progress of every partition that moved and commit, all in one transaction."""
-        consumer, producer = self.consumer, self.producer
-        interval = self.mirror.transaction_boundary_interval_ms / 1000
         while True:
             if not self.parts:
                 await self._assigned.wait()
                 self._assigned = trio.Event()
                 continue
-            producer.begin_transaction()
-            deadline = trio.current_time() + interval
-            while self._txn_failure is None:
-                timeout = deadline - trio.current_time()
-                if timeout <= 0:
-                    break
-                try:
-                    batches = await consumer.getmany(timeout=timeout)
-                except kerrors.KafkaError as exc:
-                    self.source_health.failed(exc)
-                    await trio.sleep(min(RETRY_BACKOFF[0], max(timeout, 0)))
-                    continue
-                if batches:
-                    await self._add_to_transaction(batches)
-                for tp, records in batches.items():
-                    if records:
-                        await self._copy(tp, records)
-            await self._sweep_positions()
-            await self._commit()
+            try:
+                await self._transaction()
+            except (kerrors.KafkaError, OSError) as exc:
+                # Closed at once, not flushed: what is queued belongs to a transaction that
+                # will be aborted (the next InitProducerId does it).
+                await self.producer.close()
+                raise TransactionAbandoned(str(exc) or type(exc).__name__) from exc
 
-    async def _add_to_transaction(self, batches) -> None:
-        """The target partitions of a poll, and the progress topic, in one request."""
-        tps = [(self.mirror.offset_syncs_topic, 0)]
-        for tp in batches:
-            part = self.parts.get(tp)
-            if part is not None and not part.stopped:
-                tps.append((part.target_topic, tp[1]))
-        try:
-            await self.producer.add_partitions_to_transaction(tps)
-        except (kerrors.KafkaError, OSError) as exc:
-            raise TransactionAbandoned(f"AddPartitionsToTxn: {exc}") from exc
+    async def _transaction(self) -> None:
+        consumer = self.consumer
+        self.producer.begin_transaction()
+        deadline = trio.current_time() + self.mirror.transaction_boundary_interval_ms / 1000
+        while self._txn_failure is None:
+            timeout = deadline - trio.current_time()
+            if timeout <= 0:
+                break
+            try:
+                batches = await consumer.getmany(timeout=timeout)
+            except kerrors.KafkaError as exc:
+                self.source_health.failed(exc)
+                await trio.sleep(min(RETRY_BACKOFF[0], max(timeout, 0)))
+                continue
+            if batches:
+                # the target partitions of the poll and the progress topic, in one request
+                await self.producer.add_partitions_to_transaction(
+                    [(self.mirror.offset_syncs_topic, 0)] + [
+                        (self.parts[tp].target_topic, tp[1]) for tp in batches
+                        if tp in self.parts and not self.parts[tp].stopped])
+            for tp, records in batches.items():
+                if records:
+                    await self._copy(tp, records)
+        await self._sweep_positions()
+        await self._commit()
 
     async def _commit(self) -> None:
         """Write the progress of every partition that moved, then commit.  The progress
@@ -592,21 +592,18 @@ class MirrorEngine:
         translation stays conservative with it: a failed-over group may re-read, never
         skip); the next transaction writes the exact one."""
         producer = self.producer
-        try:
-            synced = []
-            for part in self.parts.values():
-                progress = part.progress
-                sync = prog.OffsetSync(part.sent_end, progress.acked.target_offset)
-                if part.sent_end >= 0 and sync != progress.synced:
-                    await producer.send(self.mirror.offset_syncs_topic, prog.encode_value(sync),
-                                        key=prog.encode_key(self.name, *part.tp))
-                    synced.append((part, sync))
-            await producer.flush()
-            if self._txn_failure is not None:
-                raise self._txn_failure
-            await producer.commit_transaction()
-        except (kerrors.KafkaError, OSError) as exc:
-            raise TransactionAbandoned(str(exc) or type(exc).__name__) from exc
+        synced = []
+        for part in self.parts.values():
+            progress = part.progress
+            sync = prog.OffsetSync(part.sent_end, progress.acked.target_offset)
+            if part.sent_end >= 0 and sync != progress.synced:
+                await producer.send(self.mirror.offset_syncs_topic, prog.encode_value(sync),
+                                    key=prog.encode_key(self.name, *part.tp))
+                synced.append((part, sync))
+        await producer.flush()
+        if self._txn_failure is not None:
+            raise self._txn_failure
+        await producer.commit_transaction()
         self.target_health.ok()
         now_ms = time.time() * 1000
         for part, chunk, start, count in self._txn_acked:
