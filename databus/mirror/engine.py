@@ -233,6 +233,9 @@ class MirrorEngine:
         self._txn_failure: BaseException | None = None
         self._txn_acked: list[tuple[_Partition, prog.Chunk, int, int]] = []
         self._next_sweep = 0.0
+        # added to every transaction with its records' partitions (else a progress write
+        # adds its partition alone)
+        self._progress_tps: list[TopicPartition] = []
 
     @property
     def name(self) -> str:
@@ -278,28 +281,35 @@ class MirrorEngine:
                 # target); the mirror's consumer: may say otherwise
                 consumer_config = {"isolation.level": "read_committed", **consumer_config}
             async with (
+                Consumer(self.source.bootstrap_servers, consumer_config) as self.consumer,
+                # innermost: closed at once when a transaction is abandoned
                 Producer(self.target.bootstrap_servers,
                          self.transactional_producer_config if self.exactly_once
                          else self.producer_config) as self.producer,
-                Consumer(self.source.bootstrap_servers, consumer_config) as self.consumer,
             ):
                 if self.exactly_once:
                     # fences an older process of this mirror and aborts what it left open,
                     # so the progress read next is final
                     await self._retry(self._init_transactions, self.target_health)
                 await self._retry(self._load_progress, self.target_health)
-                async with trio.open_nursery() as nursery:
-                    self._nursery = nursery
-                    await nursery.start(self._discover_loop)
-                    if self.exactly_once:
-                        nursery.start_soon(self._transaction_loop)
-                    else:
-                        nursery.start_soon(self._copy_loop)
-                        nursery.start_soon(self._progress_loop)
-                    nursery.start_soon(self._health_loop)
-                    if m.sync_group_offsets:
-                        nursery.start_soon(self._group_sync_loop)
-                    task_status.started()
+                try:
+                    async with trio.open_nursery() as nursery:
+                        self._nursery = nursery
+                        await nursery.start(self._discover_loop)
+                        if self.exactly_once:
+                            nursery.start_soon(self._transaction_loop)
+                        else:
+                            nursery.start_soon(self._copy_loop)
+                            nursery.start_soon(self._progress_loop)
+                        nursery.start_soon(self._health_loop)
+                        if m.sync_group_offsets:
+                            nursery.start_soon(self._group_sync_loop)
+                        task_status.started()
+                except* TransactionAbandoned:
+                    # Closed at once, not flushed: what is queued belongs to a transaction
+                    # that will be aborted (the next InitProducerId does it).
+                    await self.producer.close()
+                    raise
 
     async def _target_has_transactions(self) -> bool:
         """The ``exactly.once`` setting, else whether the target speaks the transaction
@@ -354,6 +364,10 @@ class MirrorEngine:
         self.syncs = await read_offset_syncs(
             self.target.bootstrap_servers, topic, self.name, self.admin_config
         )
+        # the producer's view of it (its metadata request creates it where the cluster
+        # creates topics on first use); with one partition, every progress record goes there
+        partitions = await self.producer.partitions_for(topic)
+        self._progress_tps = [(topic, partitions[0])] if len(partitions) == 1 else []
         log.info("mirror %s: progress of %d partition(s) read from %s", self.name,
                  len(self.syncs), topic)
 
@@ -553,9 +567,6 @@ class MirrorEngine:
             try:
                 await self._transaction()
             except (kerrors.KafkaError, OSError) as exc:
-                # Closed at once, not flushed: what is queued belongs to a transaction that
-                # will be aborted (the next InitProducerId does it).
-                await self.producer.close()
                 raise TransactionAbandoned(str(exc) or type(exc).__name__) from exc
 
     async def _transaction(self) -> None:
@@ -575,7 +586,7 @@ class MirrorEngine:
             if batches:
                 # the target partitions of the poll and the progress topic, in one request
                 await self.producer.add_partitions_to_transaction(
-                    [(self.mirror.offset_syncs_topic, 0)] + [
+                    self._progress_tps + [
                         (self.parts[tp].target_topic, tp[1]) for tp in batches
                         if tp in self.parts and not self.parts[tp].stopped])
             for tp, records in batches.items():
