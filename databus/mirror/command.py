@@ -196,7 +196,7 @@ def _rows_from_metrics(address: str, only: str | None) -> list[list]:
             values.setdefault(key, {})[sample.name] = sample.value
     rows = []
     for (mirror, topic, partition), v in sorted(values.items()):
-        lag = int(v.get("databus_mirror_lag_records", 0))
+        lag = int(v["databus_mirror_lag_records"]) if "databus_mirror_lag_records" in v else "-"
         stopped = v.get("databus_mirror_partition_stopped", 0) == 1
         rows.append([mirror, topic, partition, "-", "-", lag, "-", "-",
                      "STOPPED (see the mirror's log)" if stopped else "running",

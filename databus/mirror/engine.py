@@ -769,8 +769,8 @@ class MirrorEngine:
 
     async def _health_loop(self) -> None:
         while True:
-            await trio.sleep(HEALTH_INTERVAL)
             await self.refresh_lag()
+            await trio.sleep(HEALTH_INTERVAL)
 
     async def refresh_lag(self) -> None:
         tps = list(self.parts)

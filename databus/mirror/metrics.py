@@ -137,7 +137,8 @@ class _Collector:
                 labels = [name, ms.source, ms.target, topic, str(partition)]
                 for attr, fam in fams.items():
                     fam.add_metric(labels, getattr(ps, attr))
-                lag.add_metric(labels, ps.lag)
+                if ps.source_end >= 0:  # unknown until the source's end was read once
+                    lag.add_metric(labels, ps.lag)
                 in_flight.add_metric(labels, ps.in_flight)
                 stopped.add_metric(labels, 1 if ps.error else 0)
                 latency.add_metric(labels, ps.latency.buckets(), ps.latency.total)
