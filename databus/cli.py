@@ -2,8 +2,9 @@
 
 Each subcommand lives in its own module exposing ``add_arguments(parser)`` and
 ``run(args) -> int``; this file only wires names to modules, so adding a command is one line
-in COMMANDS (or BENCHMARKS for ``databus bench NAME``).  Only the module of the command being
-run is imported.
+in COMMANDS (or BENCHMARKS for ``databus bench NAME``).  Plugins bring their own commands
+through the ``databus_commands`` hook (the index plugin's ``databus index``).  Only the module
+of the command being run is imported.
 """
 
 from __future__ import annotations
@@ -28,13 +29,12 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "acls": ("databus.tools.acls", "add, list and remove ACLs (like kafka-acls.sh)"),
     "groups": ("databus.tools.groups", "list, describe, reset offsets of, delete consumer and share groups"),
     "dlq": ("databus.tools.dlq", "list, show and replay a consumer group's dead letters (GROUP.dlq)"),
-    "up": ("databus.sidecar.cmd_up", "run the sidecar (plus the built-in broker if no cluster is configured)"),
-    "sidecar": ("databus.sidecar.cmd_sidecar", "run the sidecar alone against the configured clusters"),
+    "up": ("databus.up.cmd_up", "run the sidecar (plus the built-in broker if no cluster is configured)"),
+    "sidecar": ("databus.up.cmd_sidecar", "run the sidecar alone against the configured clusters"),
     "sinks": ("databus.sinks.command", "run the sinks of a sidecar.yaml (consumer-side plugins) without an app socket"),
-    "index": ("databus_plugins.index.command", "query the indexes of a sidecar.yaml (messages by business fields); status"),
     "console": ("databus.console.command", "the web console: topics, messages, groups and lag, mirrors, indexes, sinks"),
     "lanes": ("databus.lanes.command", "swimlanes: create, list, extend, delete (--merge) lanes and their topics"),
-    "plugins": ("databus.sidecar.cmd_plugins", "list the loaded plugins and the hooks each implements"),
+    "plugins": ("databus.up.cmd_plugins", "list the loaded plugins and the hooks each implements"),
     "mirror": ("databus.mirror.command", "run cross-region mirrors alone; status; translate-offsets"),
     "spark": ("databus_spark.command", "Spark pipelines: export topics to Parquet (needs the spark extra)"),
 }
@@ -62,26 +62,37 @@ BENCHMARKS: dict[str, tuple[str, str]] = {
 }
 
 
+def all_commands() -> dict[str, tuple[str, str]]:
+    """COMMANDS, then those of the loaded plugins (a plugin cannot replace a built-in)."""
+    from .plugins import get_plugin_manager
+
+    commands = dict(COMMANDS)
+    for found in get_plugin_manager().hook.databus_commands():
+        for command in found or ():
+            commands.setdefault(command.name, (command.module, command.help))
+    return commands
+
+
 def _command_table(title: str, table: dict[str, tuple[str, str]]) -> str:
     width = max(map(len, table), default=0)
     lines = [f"  {name:<{width}}  {help_text}" for name, (_, help_text) in table.items()]
     return f"{title}:\n" + "\n".join(lines)
 
 
-def _top_parser() -> argparse.ArgumentParser:
+def _top_parser(commands: dict[str, tuple[str, str]]) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="databus",
         description="databus: message bus with a per-host sidecar and a Kafka-compatible broker",
         formatter_class=argparse.RawDescriptionHelpFormatter,
         epilog=_command_table(
-            "commands", {**COMMANDS, "bench": ("", "run a benchmark: databus bench NAME --help")})
+            "commands", {**commands, "bench": ("", "run a benchmark: databus bench NAME --help")})
         + "\n\n" + _command_table("benchmarks", BENCHMARKS),
     )
     parser.add_argument("--version", action="version", version=f"databus {__version__}")
     parser.add_argument(
         "--log-level", default="INFO", help="logging level for stderr (default: INFO)"
     )
-    parser.add_argument("command", metavar="COMMAND", choices=[*COMMANDS, "bench"],
+    parser.add_argument("command", metavar="COMMAND", choices=[*commands, "bench"],
                         help="one of the commands below")
     parser.add_argument("args", nargs=argparse.REMAINDER, help=argparse.SUPPRESS)
     return parser
@@ -136,7 +147,8 @@ def _kafka_action_first(module, args: list[str]) -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    top = _top_parser()
+    commands = all_commands()
+    top = _top_parser(commands)
     ns = top.parse_args(argv)
     rest, log_level = _take_log_level(list(ns.args), ns.log_level)
     if str(log_level).upper() not in LOG_LEVELS:
@@ -154,7 +166,7 @@ def main(argv: list[str] | None = None) -> int:
         module_name, help_text = BENCHMARKS[bns.benchmark]
         prog, rest = f"databus bench {bns.benchmark}", list(bns.args)
     else:
-        module_name, help_text = COMMANDS[ns.command]
+        module_name, help_text = commands[ns.command]
         prog = f"databus {ns.command}"
     parser, run, module = _command_parser(prog, module_name, help_text)
     args = parser.parse_args(_kafka_action_first(module, rest))

@@ -24,7 +24,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from databus.protocol import defaults
-from databus.protocol.addresses import parse_host_port, parse_host_port_list
+from databus.protocol.addresses import format_host_port, parse_host_port, parse_host_port_list
 
 # The app-facing defaults live with the wire format (the SDK must not import pydantic);
 # re-exported here, where the sidecar's own settings are.
@@ -121,7 +121,7 @@ class _Model(BaseModel):
 
 
 class AppToken(_Model):
-    """One app's token and the streams it may send to (sidecar/access.py)."""
+    """One app's token and the streams it may send to (sidecar/produce/access.py)."""
 
     token: str = Field(description="The token the app presents in its hello; write "
                        "`${env:NAME}` or `${file:/path}` rather than the token itself.")
@@ -1418,6 +1418,45 @@ def load_config(path: str | os.PathLike | None) -> DatabusConfig:
         return parse_config(data, path.resolve().parent)
     except ConfigError as exc:
         raise ConfigError(f"{path}: {exc}") from None
+
+
+DEFAULT_CONFIG_FILE = "sidecar.yaml"
+
+
+def find_config(path: str | os.PathLike | None) -> str | None:
+    """The file a command reads: ``-c FILE`` if given, else ./sidecar.yaml if it exists,
+    else None (the built-in defaults).  Every command taking ``-c`` asks here."""
+    if path is not None:
+        return os.fspath(path)
+    return DEFAULT_CONFIG_FILE if os.path.exists(DEFAULT_CONFIG_FILE) else None
+
+
+def part_bootstrap(config: DatabusConfig, cluster: str | None, what: str,
+                   embedded: str | None = None) -> str:
+    """The bootstrap servers of a part's cluster (``cluster`` as the part names it, None:
+    the only one): a named cluster's ``bootstrap.servers``, else the built-in broker's —
+    ``embedded`` when the caller knows where it listens (``databus up``), else
+    ``broker.listen`` of the file.  Every command and part answers "which cluster" here."""
+    name = config.resolve_cluster(cluster, what)
+    if name != EMBEDDED_CLUSTER:
+        return config.clusters[name].bootstrap_servers
+    if embedded:
+        return embedded
+    host, port = parse_host_port(config.broker.listen, allow_port_zero=True,
+                                 what="broker.listen")
+    if port == 0:
+        raise ConfigError(f"{what}: the built-in broker listens on port 0 (a free port chosen "
+                          "at start): pass its address with --bootstrap-server")
+    return format_host_port(host, port)
+
+
+def part_security(config: DatabusConfig, cluster: str | None, what: str) -> dict[str, Any]:
+    """The TLS/SASL settings (secrets resolved) of a part's cluster; none for the built-in
+    broker (PLAINTEXT)."""
+    name = config.resolve_cluster(cluster, what)
+    if name == EMBEDDED_CLUSTER:
+        return {}
+    return config.clusters[name].connection_settings()
 
 
 def _yaml_problem(exc: yaml.YAMLError) -> str:

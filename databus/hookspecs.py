@@ -16,12 +16,73 @@ stays in service).
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any
+
 import pluggy
 
 PROJECT_NAME = "databus"  # pluggy's project name: the markers and the plugin manager share it
 hookspec = pluggy.HookspecMarker(PROJECT_NAME)
 # What plugin authors decorate their hook functions with, as ``from databus import hookimpl``.
 hookimpl = pluggy.HookimplMarker(PROJECT_NAME)
+
+
+# --- the types hooks hand over and take back ---------------------------------------------
+
+
+class RoutedMessage:
+    """What a ``databus_route`` function receives and returns."""
+
+    __slots__ = ("stream", "topic", "key", "value", "headers", "partition")
+
+    def __init__(self, stream, topic, key, value, headers, partition) -> None:
+        self.stream = stream
+        self.topic = topic
+        self.key = key
+        self.value = value
+        self.headers = headers
+        self.partition = partition
+
+    def __repr__(self) -> str:
+        return (
+            f"RoutedMessage(stream={self.stream!r}, topic={self.topic!r}, key={self.key!r}, "
+            f"partition={self.partition!r}, headers={self.headers!r})"
+        )
+
+
+class Rejected(Exception):
+    """A message the router answers instead of placing: ``code`` and why (raised by a
+    ``databus_route`` function to refuse a message on purpose)."""
+
+    def __init__(self, code: int, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+@dataclass(frozen=True)
+class Command:
+    """A ``databus NAME`` subcommand a plugin brings (``databus_commands``): ``module`` has
+    ``add_arguments(parser)`` and ``run(args) -> int``; imported only when it is run."""
+
+    name: str
+    module: str
+    help: str
+
+
+# An HTTP route: (path, {name: [values]} of the query string) -> (status, content type, body).
+RouteHandler = Callable[[str, dict[str, list[str]]], Awaitable[tuple[str, str, bytes]]]
+
+
+@dataclass(frozen=True)
+class HttpRoute:
+    """A path prefix a plugin serves on a process's metrics listener (``databus_http_routes``),
+    and, if the handler needs one, a trio service run beside the listener for its life
+    (``serve(task_status=...)``, started with ``nursery.start``)."""
+
+    prefix: str
+    handler: RouteHandler
+    serve: Callable[..., Awaitable[Any]] | None = None
 
 
 @hookspec(firstresult=True)
@@ -66,13 +127,13 @@ def databus_route(stream, topic, settings, config, bootstrap):
     :param bootstrap: the ``bootstrap.servers`` of the cluster the stream is sent to (for a
         plugin that must talk to it, e.g. to create the topics it routes to).
     :returns: a callable ``route(message) -> message | None`` or None.  ``message`` is a
-        ``databus.sidecar.router.RoutedMessage`` with mutable attributes ``topic``, ``key``,
+        ``databus.hookspecs.RoutedMessage`` with mutable attributes ``topic``, ``key``,
         ``value``, ``headers`` (a list of ``(str, bytes)``), ``partition`` and read-only
         ``stream``.  Return the message (changed or not) to send it, or None to drop it (the
         app gets a delivery report with ``partition`` and ``offset`` -1).  A route that must
         wait (for a topic it creates) may return an awaitable of the same instead; return
         the plain message whenever it need not wait, awaiting costs per message.  Raise
-        ``databus.sidecar.router.Rejected(code, reason)`` to refuse a message on purpose:
+        ``databus.hookspecs.Rejected(code, reason)`` to refuse a message on purpose:
         the app gets ``code`` and ``reason``, nothing is logged as a plugin failure.  A
         route function whose attribute ``needs_headers`` is true is called only for messages
         that carry headers (the others keep the sidecar's fast path).
@@ -160,4 +221,31 @@ def databus_sink_names():
 
     When: by ``databus plugins`` and when a sink names an unknown plugin (to list the
     choices in the error).  All results are collected.
+    """
+
+
+@hookspec
+def databus_commands():
+    """Subcommands this plugin adds to the ``databus`` command.
+
+    :returns: a list of ``databus.hookspecs.Command(name, module, help)``; ``module`` is
+        imported only when its command is run.  A name databus already has is refused
+        (the built-in command stays).
+
+    When: each time ``databus`` starts, to list and dispatch its commands.
+    """
+
+
+@hookspec
+def databus_http_routes(current_config, bootstrap):
+    """HTTP routes this plugin serves on the metrics listener of ``databus up``,
+    ``databus sidecar`` and ``databus sinks`` (beside /metrics and /healthz).
+
+    :param current_config: a callable returning the ``DatabusConfig`` in force (it changes
+        on reload).
+    :param bootstrap: the built-in broker's HOST:PORT when the config names no clusters
+        (else None).
+    :returns: a list of ``databus.hookspecs.HttpRoute(prefix, handler, serve)``.
+
+    When: once, when the metrics listener starts; each ``serve`` runs for the listener's life.
     """

@@ -18,7 +18,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-TopicPartition = tuple[str, int]
+from databus.protocol.types import TopicPartition
 
 EARLIEST = -2  # Kafka's JSON offsets: -2 earliest, -1 latest
 LATEST = -1

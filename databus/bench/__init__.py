@@ -1,2 +1,2 @@
 """Benchmarks behind ``databus bench NAME``: each module prints figures (tables, through
-databus.tools.table), never asserts."""
+databus.cli_helpers.table), never asserts."""

@@ -274,11 +274,11 @@ def results_document(title: str, results: list[Result], skipped: dict[str, str])
 
 def print_results(title: str, results: list[Result], *, skipped: dict[str, str] | None = None,
                   as_json: bool = False) -> None:
-    from databus.tools.table import Column, print_table
+    from databus.cli_helpers.table import Column, print_table
 
     skipped = skipped or {}
     if as_json:
-        from databus.tools.options import print_json
+        from databus.cli_helpers.options import print_json
 
         print_json(results_document(title, results, skipped))
         return
@@ -303,7 +303,7 @@ def print_ratios(title: str, results: list[Result], baseline: Result | None, *,
                  peer: Result | None = None) -> None:
     """Rows with their rate over librdkafka's (``baseline``) and aiokafka's (``peer``);
     either None when it was skipped."""
-    from databus.tools.table import Column, print_table
+    from databus.cli_helpers.table import Column, print_table
 
     def ratio(r: Result, base: Result | None) -> float | None:
         return None if base is None else r.records_per_s / base.records_per_s
@@ -312,7 +312,7 @@ def print_ratios(title: str, results: list[Result], baseline: Result | None, *,
         return "-" if value is None else f"{value:.2f}x"
 
     if as_json:
-        from databus.tools.options import print_json
+        from databus.cli_helpers.options import print_json
 
         doc = results_document(title, results, skipped)
         for row, r in zip(doc["results"], results):

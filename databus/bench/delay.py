@@ -48,7 +48,7 @@ def add_arguments(parser) -> None:
 def _member(bootstrap: str, session_timeout_ms: int | None) -> None:
     import trio
 
-    from databus.sidecar.delay import DelayService
+    from databus.sidecar.delay.service import DelayService
 
     # as a sidecar's delay.consumer: the service's defaults for what is not named
     consumer = {} if session_timeout_ms is None else {"session.timeout.ms": session_timeout_ms}
@@ -61,7 +61,7 @@ def _write(bootstrap: str, count: int, max_delay: float) -> dict[bytes, int]:
     import trio
 
     from databus.client import Producer
-    from databus.sidecar.delay_core import LEVEL_TOPICS, Delayed, level_for
+    from databus.sidecar.delay.core import LEVEL_TOPICS, Delayed, level_for
 
     rng = random.Random(18)
     dues: dict[bytes, int] = {}
@@ -111,12 +111,12 @@ def _read(bootstrap: str, dues: dict[bytes, int], deadline: float, out: dict) ->
 
 
 def run(args) -> int:
-    from databus.tools.table import print_table
+    from databus.cli_helpers.table import print_table
 
     with broker_for(args) as (bootstrap, _cpu):
         create_topic(bootstrap, TARGET, 1)
         if args.partitions:
-            from databus.sidecar.delay_core import LEVEL_TOPICS
+            from databus.sidecar.delay.core import LEVEL_TOPICS
 
             for topic in LEVEL_TOPICS:
                 create_topic(bootstrap, topic, args.partitions)

@@ -27,7 +27,7 @@ def add_arguments(parser) -> None:
 
 
 def run(args) -> int:
-    from databus.tools.table import Column, print_table
+    from databus.cli_helpers.table import Column, print_table
 
     from .common import bench_topic, broker_for
 

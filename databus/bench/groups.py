@@ -65,7 +65,7 @@ def run(args) -> int:
     import trio
 
     from databus.bench.common import bench_topic, broker_for
-    from databus.tools.table import Column, print_table
+    from databus.cli_helpers.table import Column, print_table
 
     broker_args = Namespace(
         bootstrap=args.bootstrap,
@@ -75,7 +75,7 @@ def run(args) -> int:
             bootstrap, f"{TOPIC}-{time.time_ns()}", 1, args.keep_topic) as topic:
         rows = trio.run(_measure, bootstrap, args, topic)
     if args.json:
-        from databus.tools.options import print_json
+        from databus.cli_helpers.options import print_json
 
         print_json({"title": "consumer groups: coordinator costs", "results": [
             {"operation": r.name, "count": r.operations,

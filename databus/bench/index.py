@@ -252,7 +252,7 @@ def run_queries(config, args) -> list[tuple[str, list[float]]]:
 
 
 def run(args) -> int:
-    from databus.tools.table import Column, print_table
+    from databus.cli_helpers.table import Column, print_table
 
     if args.full:
         args.records = FULL

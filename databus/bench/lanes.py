@@ -20,10 +20,10 @@ def run(args) -> int:
     from databus_plugins.lanes.route import make_route
     from databus_plugins.lanes.service import LaneService
 
+    from databus.cli_helpers.table import Column, print_table
     from databus.config import LanesConfig
+    from databus.hookspecs import RoutedMessage
     from databus.lanes import model
-    from databus.sidecar.router import RoutedMessage
-    from databus.tools.table import Column, print_table
 
     from .common import best_seconds
 

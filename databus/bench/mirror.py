@@ -43,7 +43,7 @@ def run(args) -> int:
     import trio
 
     from databus.broker.process import BrokerProcess
-    from databus.tools.table import Column, print_table
+    from databus.cli_helpers.table import Column, print_table
 
     from .common import create_topic, produce_records
 

@@ -84,7 +84,7 @@ def add_consumer_perf_options(parser) -> None:
 def _settings(args, props: list[str]) -> dict[str, str]:
     from types import SimpleNamespace
 
-    from databus.tools.options import client_settings
+    from databus.cli_helpers.options import client_settings
 
     return client_settings(SimpleNamespace(config_file=args.config_file, overrides=props))
 
@@ -218,7 +218,7 @@ def run_producer_perf(args) -> int:
         print(f"databus bench produce: {exc}", file=sys.stderr)
         return 1
     if args.json:
-        from databus.tools.options import print_json
+        from databus.cli_helpers.options import print_json
 
         print_json({"topic": topic, **summary,
                     "metrics": vars(statistics) if args.print_metrics else None})
@@ -266,7 +266,7 @@ async def _produce_perf(bootstrap: str, topic: str, args, config):
 
 
 def _print_metrics(kind: str, statistics) -> None:
-    from databus.tools.table import Column, print_table
+    from databus.cli_helpers.table import Column, print_table
 
     print_table([Column("Metric Name"), Column("Value", justify="right")],
                 [(f"{kind}-metrics:{name}", str(value))
@@ -330,7 +330,7 @@ def run_consumer_perf(args) -> int:
         print(f"databus bench consume: {exc}", file=sys.stderr)
         return 1
     if args.json:
-        from databus.tools.options import print_json
+        from databus.cli_helpers.options import print_json
 
         print_json({"topic": topic, **summary,
                     "metrics": vars(statistics) if args.print_metrics else None})

@@ -28,8 +28,8 @@ def add_arguments(parser) -> None:
 
 
 def run(args) -> int:
+    from databus.cli_helpers.table import Column, print_table
     from databus.protocol.records import CODEC_BY_NAME
-    from databus.tools.table import Column, print_table
 
     values = [_value(i, args.value_size) for i in range(args.records)]
     timestamp = int(time.time() * 1000)

@@ -92,7 +92,7 @@ def run(args) -> int:
     if args.serve:
         serve(args.serve, args.reports)
         return 0
-    from databus.tools.table import Column, print_table
+    from databus.cli_helpers.table import Column, print_table
 
     rows = []
     with tempfile.TemporaryDirectory(prefix="databus-bench-sdk-") as root:

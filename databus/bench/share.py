@@ -210,7 +210,7 @@ def _phase(label: str, worker, args, bootstrap: str, topic: str, cpu) -> Phase:
 
 
 def run(args) -> int:
-    from databus.tools.table import Column, print_table
+    from databus.cli_helpers.table import Column, print_table
 
     clients = {"confluent-kafka": _share_worker, "databus": _our_share_worker}
     chosen = list(clients) if args.client == "both" else [args.client]

@@ -368,7 +368,7 @@ def _queued_at(appends: str, index: int, created: float) -> float:
 
 def breakdown_tables(results, trace_dir: str) -> list[tuple[str, list, list]]:
     """(title, columns, rows) of a table per latency run of each path."""
-    from databus.tools.table import Column
+    from databus.cli_helpers.table import Column
 
     tables = []
     for name, r in results:
@@ -409,7 +409,7 @@ def _quantile(values: list[float], q: float) -> float:
 
 
 def run(args) -> int:
-    from databus.tools.table import Column, console, print_table
+    from databus.cli_helpers.table import Column, console, print_table
 
     out = console()
     args.rate_list = [int(r) for r in str(args.rates).split(",") if r.strip()]

@@ -56,7 +56,7 @@ def run(args) -> int:
     import databus_spark
     from pyspark.sql import functions as F
 
-    from databus.tools.table import Column, print_table
+    from databus.cli_helpers.table import Column, print_table
 
     with broker_for(args) as (bootstrap, _cpu), tempfile.TemporaryDirectory(
         prefix="databus-bench-spark-"

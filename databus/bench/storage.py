@@ -127,7 +127,7 @@ def _read_run(directory: str, seconds: float) -> dict:
 
 
 def run(args) -> int:
-    from databus.tools.table import Column, print_table
+    from databus.cli_helpers.table import Column, print_table
 
     batches, per_batch = _batches(args.value_size, args.batch_size)
     limit = args.size_mb << 20

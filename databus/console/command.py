@@ -16,12 +16,11 @@ cannot start (the port is taken ...), 2 bad usage.
 
 from __future__ import annotations
 
-import os
 import signal
 import sys
 from functools import partial
 
-from databus.tools.options import DEFAULT_BOOTSTRAP, add_command_config
+from databus.cli_helpers.options import DEFAULT_BOOTSTRAP, add_command_config
 
 DEFAULT_LISTEN = "127.0.0.1:8080"
 PROG = "databus console"
@@ -49,35 +48,26 @@ def add_arguments(parser) -> None:
 
 
 def console_bootstrap(config, embedded_bootstrap: str | None = None) -> str:
-    """The cluster a configuration's console shows (see the module docstring)."""
-    from databus.config import ConfigError
+    """The cluster a configuration's console shows (databus.config.part_bootstrap)."""
+    from databus.config import part_bootstrap
 
-    if config.clusters:
-        name = config.resolve_cluster(config.console.cluster, "console")
-        return config.clusters[name].bootstrap_servers
-    if embedded_bootstrap:
-        return embedded_bootstrap
-    if config.broker.listen.endswith(":0"):
-        raise ConfigError("the built-in broker listens on port 0 (a free port chosen at "
-                          "start): pass its address with --bootstrap")
-    return config.broker.listen
+    return part_bootstrap(config, config.console.cluster, "console", embedded_bootstrap)
 
 
 def console_client_settings(config) -> dict:
     """The TLS/SASL settings (secrets resolved) of the cluster a configuration's console
     shows; none for the built-in broker (PLAINTEXT)."""
-    if not config.clusters:
-        return {}
-    return config.clusters[config.resolve_cluster(config.console.cluster, "console")] \
-        .connection_settings()
+    from databus.config import part_security
+
+    return part_security(config, config.console.cluster, "console")
 
 
 def command_settings(args) -> dict:
     """-X and --command-config: only connection settings (the console sets the rest
     itself), ``${env:...}`` / ``${file:...}`` resolved as in sidecar.yaml."""
+    from databus.cli_helpers.options import client_settings
     from databus.client import KafkaError
     from databus.config import CONNECTION_KEY_PREFIXES, ConfigError, resolve_references
-    from databus.tools.options import client_settings
 
     try:
         settings = client_settings(args)
@@ -105,11 +95,10 @@ def run(args) -> int:
     import trio
     from pydantic import ValidationError
 
-    from databus.config import ConfigError, ConsoleSettings, load_config
+    from databus.config import ConfigError, ConsoleSettings, find_config, load_config
 
-    path = args.config
-    if path is None and args.bootstrap is None and os.path.exists("sidecar.yaml"):
-        path = "sidecar.yaml"
+    # --bootstrap names another cluster: ./sidecar.yaml is read only when asked for (-c).
+    path = find_config(args.config) if args.bootstrap is None else args.config
     try:
         config = load_config(path)
         # --bootstrap names another cluster than the file's: none of its settings apply.

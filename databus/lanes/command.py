@@ -8,7 +8,6 @@ exists), else from the flags.
 
 from __future__ import annotations
 
-import os
 import re
 import sys
 
@@ -33,7 +32,7 @@ def parse_duration_ms(text: str) -> int:
 
 
 def add_arguments(parser) -> None:
-    from databus.tools.options import add_json
+    from databus.cli_helpers.options import add_json
 
     sub = parser.add_subparsers(dest="action", required=True, metavar="ACTION")
     create = sub.add_parser("create", help="create a lane that expires after --ttl")
@@ -64,22 +63,21 @@ def add_arguments(parser) -> None:
 
 def _settings(args):
     """(bootstrap, LanesConfig) from the file and the flags."""
-    from databus.config import EMBEDDED_CLUSTER, LanesConfig, load_config
-    from databus.tools.options import DEFAULT_BOOTSTRAP
+    from databus.cli_helpers.options import DEFAULT_BOOTSTRAP
+    from databus.config import ConfigError, LanesConfig, find_config, load_config, part_bootstrap
 
-    path = args.config
-    if path is None and os.path.exists("sidecar.yaml"):
-        path = "sidecar.yaml"
+    path = find_config(args.config)
     lanes, bootstrap = LanesConfig(), None
     if path is not None:
         config = load_config(path)
         lanes = config.lanes or lanes
-        cluster = config.resolve_cluster(lanes.cluster, "lanes")
-        if cluster != EMBEDDED_CLUSTER:
-            bootstrap = config.clusters[cluster].bootstrap_servers
-        else:
-            host, _, port = config.broker.listen.rpartition(":")
-            bootstrap = f"{host}:{port}" if port != "0" else None
+        if args.bootstrap is None:
+            try:
+                bootstrap = part_bootstrap(config, lanes.cluster, "lanes")
+            except ConfigError:
+                if config.clusters:
+                    raise
+                # the built-in broker on port 0: Kafka's usual address, as without a file
     return args.bootstrap or bootstrap or DEFAULT_BOOTSTRAP, lanes
 
 
@@ -172,9 +170,9 @@ async def _delete(args, bootstrap, lanes) -> int:
 
 
 async def _list(args, bootstrap, lanes) -> int:
+    from databus.cli_helpers.options import print_json
+    from databus.cli_helpers.table import Column, print_table
     from databus.client import Admin
-    from databus.tools.options import print_json
-    from databus.tools.table import Column, print_table
 
     from . import model
     from .registry import now_ms

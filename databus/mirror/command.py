@@ -128,7 +128,7 @@ def _mirrors(config: DatabusConfig, name: str | None):
 
 
 async def _status(config: DatabusConfig, args) -> int:
-    from databus.tools.table import Column, print_table
+    from databus.cli_helpers.table import Column, print_table
 
     if args.metrics:
         rows = await trio.to_thread.run_sync(_rows_from_metrics, args.metrics, args.mirror)
@@ -209,8 +209,8 @@ def _rows_from_metrics(address: str, only: str | None) -> list[list]:
 
 
 async def _translate(config: DatabusConfig, args) -> int:
+    from databus.cli_helpers.table import Column, print_table
     from databus.client import Admin
-    from databus.tools.table import Column, print_table
 
     from .engine import commit_group_offsets, read_offset_syncs, translate_offsets
     from .naming import TopicNaming

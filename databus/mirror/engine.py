@@ -50,6 +50,7 @@ from databus.client.offsets import LATEST, list_offsets
 from databus.client.transactions import TransactionError
 from databus.config import ClusterConfig, MirrorConfig, resolve_references
 from databus.protocol.api_keys import ApiKey
+from databus.protocol.types import TopicPartition
 
 from . import progress as prog
 from . import provenance
@@ -59,7 +60,6 @@ from .translate import OffsetSearch, from_sync
 
 log = logging.getLogger("databus.mirror")
 
-TopicPartition = tuple[str, int]
 
 # Topic configs copied to a target topic when the source sets them (MirrorMaker 2 copies
 # every non-default one; these are the ones that change what the copy keeps and accepts).

@@ -1,11 +1,11 @@
 """The per-host sidecar: apps' msgpack ingress, stream routing, upstream producers, reload.
 
-Modules: ``app`` (the root service), ``session`` (one connection's protocol, sans I/O),
-``ingress`` (the reader and writer tasks of a connection), ``dispatch`` (a produce frame
-from admission to its reports), ``router`` (stream -> route with plugin callables, and the
-routing decision), ``gate`` (the reload barrier), ``upstream`` (the producer pool),
-``budget`` (buffer.memory), ``metrics`` (/metrics and /healthz), ``reload`` (SIGHUP and file
-watching), ``consume`` and ``consume_core`` (apps' subscriptions: the group members, and
-their sans-I/O state), ``embedded_broker`` (the broker subprocess of ``databus up``),
-``commands`` (the ``up``, ``sidecar`` and ``plugins`` subcommands).
+One package per service, each a pure ``core`` (sans I/O) and a trio ``service``:
+``produce/`` (session, ingress, dispatch, router, upstream, budget, gate, access),
+``consume/`` (apps' subscriptions), ``delay/`` (delayed messages), ``half/`` (half
+messages).  Beside them: ``app`` (the root service: listeners, reload, companions),
+``metrics`` (/metrics and /healthz figures), ``config_diff`` (what a reload changes),
+``background`` (what the delay and half services share).  ``databus up`` (databus/up/)
+assembles the sidecar with the broker, sinks, mirrors and console; the sidecar imports none
+of them.
 """

@@ -18,10 +18,10 @@ from __future__ import annotations
 import logging
 import os
 import socket as stdlib_socket
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import trio
 
@@ -30,22 +30,20 @@ from databus.config import EMBEDDED_CLUSTER, ConfigError, DatabusConfig, group_i
 from databus.plugins import PluginError, PluginManager, get_plugin_manager
 from databus.protocol import sidecar_wire as wire
 from databus.protocol.addresses import parse_host_port
+from databus.service.http import serve_metrics
 from databus.service.limits import ConnectionLimits, RequestMemory
-from databus.sinks.http import serve_metrics
-from databus.sinks.metrics import SinkCollector
-from databus.sinks.runtime import SinkSupervisor
 from databus.startup import StartupError, make_dirs, open_tcp_listeners, reason
 
-from .access import TokenCheck
-from .budget import ByteBudget
 from .config_diff import RELOADABLE_SIDECAR, diff_configs
-from .consume import ConsumeCollector, ConsumeService
-from .gate import ReloadGate
-from .halfmsg import Checkers
-from .ingress import Connection
+from .consume.service import ConsumeCollector, ConsumeService
+from .half.service import Checkers
 from .metrics import SidecarMetrics
-from .router import RoutingTable
-from .upstream import ProducerPool, default_producer_factory
+from .produce.access import TokenCheck
+from .produce.budget import ByteBudget
+from .produce.gate import ReloadGate
+from .produce.ingress import Connection
+from .produce.router import RoutingTable
+from .produce.upstream import ProducerPool, default_producer_factory
 
 log = logging.getLogger("databus.sidecar")
 
@@ -63,6 +61,30 @@ class _Bound:
     addresses: Addresses
 
 
+class Companion(Protocol):
+    """A service that runs in the sidecar's root nursery and follows its config (what
+    ``databus up`` adds beside the ingress: sinks, mirrors — see databus/up/host.py).  The
+    sidecar knows only this shape, never the parts behind it."""
+
+    collector: Any  # registered in the sidecar's /metrics registry (None: nothing to add)
+
+    async def serve(self, config: DatabusConfig, *, task_status=trio.TASK_STATUS_IGNORED
+                    ) -> None: ...
+
+    def prepare(self, config: DatabusConfig) -> Any:
+        """Check a reloaded config (raise ConfigError/ValueError/PluginError/KeyError to
+        reject it, before anything changed); what it returns is given to ``apply``."""
+
+    async def apply(self, prepared: Any) -> None: ...
+
+    async def aclose(self) -> None:
+        """Stop gracefully (at drain: flush, commit, leave the groups)."""
+
+
+# A companion is made with the sidecar it serves (for its bootstrap_map and settings).
+CompanionFactory = Callable[["Sidecar"], Companion]
+
+
 class Sidecar:
     def __init__(
         self,
@@ -73,6 +95,7 @@ class Sidecar:
         config_path: str | os.PathLike | None = None,
         producer_factory: Callable[..., Any] = default_producer_factory,
         config_overrides: Callable[[DatabusConfig], DatabusConfig] | None = None,
+        companions: Sequence[CompanionFactory] = (),
     ) -> None:
         self.config = config
         # The config as last asked for (the file plus the command line's overrides, which
@@ -99,17 +122,16 @@ class Sidecar:
         self._nursery: trio.Nursery | None = None
         self._bound: _Bound | None = None
         self._conn_ids = 0
-        self.mirrors = None  # the MirrorSupervisor, once serving
         self.consume = ConsumeService(self)  # apps' subscriptions: one member per (stream, group)
         self.metrics.registry.register(ConsumeCollector(self.consume))
         self.delay_services: list = []  # one per cluster with delay.enabled (delay.py)
         self.half_services: list = []  # one per cluster with transactions.enabled
-        self.checkers = Checkers()  # apps answering check-backs (halfmsg.py)
-        # Consumer-side plugins (databus.sinks): their own supervisor task in the root nursery.
-        self.sinks = SinkSupervisor(
-            self.pm, self.bootstrap_map, stop_timeout=config.sidecar.shutdown_timeout_ms / 1000
-        )
-        self.metrics.registry.register(SinkCollector(self.sinks))
+        self.checkers = Checkers()  # apps answering check-backs (half/service.py)
+        # Services run beside the ingress and reloaded with it (databus up's sinks, mirrors).
+        self.companions = [make(self) for make in companions]
+        for companion in self.companions:
+            if companion.collector is not None:
+                self.metrics.registry.register(companion.collector)
 
     @property
     def table(self) -> RoutingTable | None:
@@ -171,7 +193,7 @@ class Sidecar:
                 table = await RoutingTable.build(
                     new, self.pm, self.pool, self.bootstrap_map(new), self.metrics
                 )
-                sinks = self.sinks.prepare(new)
+                prepared = [companion.prepare(new) for companion in self.companions]
             except (ConfigError, ValueError, PluginError, KeyError) as exc:
                 log.error("config rejected, keeping the current one: %s", exc)
                 self.metrics.reloads_failed += 1
@@ -180,9 +202,8 @@ class Sidecar:
                 return False
             await self._swap(table)
             self.config, self.requested = new, requested
-            if self.mirrors is not None:
-                self.mirrors.apply(new)  # adds, removes, restarts only the changed mirrors
-            await self.sinks.apply(sinks)
+            for companion, plan in zip(self.companions, prepared, strict=True):
+                await companion.apply(plan)
             self.metrics.reloads_ok += 1
             for item in diff.restart:
                 log.warning("reload: %s: takes effect only after a restart", item)
@@ -283,18 +304,13 @@ class Sidecar:
                     root, self.pm, settings.buffer_memory, self._producer_factory
                 )
                 self.metrics.producer_stats = self.pool.statistics
-                # The config's mirrors run beside the ingress (none: an idle supervisor that
-                # a reload adding mirrors starts them in).
-                from databus.mirror.supervisor import MirrorSupervisor
-
-                self.mirrors = await root.start(MirrorSupervisor(self.config).serve)
-                self.metrics.registry.register(self.mirrors.metrics.collector)
                 try:
                     self.gate.current = await RoutingTable.build(
                         self.config, self.pm, self.pool, self.bootstrap_map(self.config),
                         self.metrics,
                     )
-                    await root.start(self.sinks.serve, self.sinks.prepare(self.config))
+                    for companion in self.companions:
+                        await root.start(companion.serve, self.config)
                     self.consume.bind(root)
                     await self._start_delay(root)
                     await self._start_half(root)
@@ -304,7 +320,8 @@ class Sidecar:
                 finally:
                     with trio.CancelScope(shield=True):
                         await self.consume.aclose(settings.shutdown_timeout_ms / 1000)
-                        await self.sinks.aclose()  # flush, commit, leave the groups
+                        for companion in self.companions:
+                            await companion.aclose()  # flush, commit, leave the groups
                         with trio.move_on_after(settings.shutdown_timeout_ms / 1000):
                             for service in self.delay_services + self.half_services:
                                 await service.stop()
@@ -319,7 +336,7 @@ class Sidecar:
     async def _start_delay(self, nursery) -> None:
         """The delay service of each cluster ``delay:`` names (docs/delayed.md); a reload
         does not start or stop it (that needs a restart)."""
-        from .delay import DelayService
+        from .delay.service import DelayService
 
         bootstrap = self.bootstrap_map(self.config)
         settings = self.config.delay
@@ -332,7 +349,7 @@ class Sidecar:
     async def _start_half(self, nursery) -> None:
         """The half-message service of each cluster ``transactions:`` names (a reload does
         not start or stop it)."""
-        from .halfmsg import HalfService
+        from .half.service import HalfService
 
         bootstrap = self.bootstrap_map(self.config)
         settings = self.config.transactions
@@ -346,7 +363,7 @@ class Sidecar:
     async def _serve_ingress(self, ingress, bound: _Bound, task_status) -> None:
         if bound.metrics:
             ingress.start_soon(serve_metrics, self.metrics, bound.metrics, self.healthy,
-                               lambda: self.config, self.embedded_bootstrap)
+                               lambda: self.config, self.embedded_bootstrap, self.pm)
         if self.config_path is not None:
             from databus.service.reload import watch_config
 

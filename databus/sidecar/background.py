@@ -1,4 +1,4 @@
-"""What the sidecar's group services (delay.py, halfmsg.py) share: started with
+"""What the sidecar's group services (delay/, half/) share: started with
 ``await nursery.start(service.run)``, stopped with ``await service.stop()``.
 
 Each runs on every sidecar that enables it as one consumer group per cluster: a group
@@ -23,10 +23,10 @@ from typing import Protocol
 import trio
 
 from databus.client import Admin, Consumer, KafkaError, Producer
+from databus.protocol.types import TopicPartition
 
 log = logging.getLogger(__name__)
 
-TopicPartition = tuple[str, int]
 
 # Every group service's consumer, where the configuration's ``consumer:`` names none
 # (docs/delayed.md, docs/transactions.md).  How soon a dead member's work moves: after

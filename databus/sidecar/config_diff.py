@@ -6,8 +6,8 @@ clusters, mirrors, sinks — and any other section, named, so a reload never mis
 change for "no change"), ``restart`` what only a restart can change (``sidecar.socket`` and the
 other listeners and sizes fixed at start, every ``broker.*`` setting of the built-in broker),
 each with its old and new value.  Both configs must have had the same command-line
-overrides applied (commands.py does), so a ``--socket`` given on the command line is not a
-"change" against the file.  The sidecar logs ``applied`` as one line and each ``restart``
+overrides applied (databus/up/commands.py does), so a ``--socket`` given on the command
+line is not a "change" against the file.  The sidecar logs ``applied`` as one line and each ``restart``
 item as a WARNING; ``databus up --check-config`` prints them.
 """
 

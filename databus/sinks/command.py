@@ -5,7 +5,8 @@ For hosts that export or index but serve no apps.  It reads the same file as ``d
 indexes' ``GET /index/NAME``, ``sidecar.reload_poll_ms``), reloads it on SIGHUP or change,
 and on SIGTERM / Ctrl-C stops every sink gracefully (flush, commit, leave the group) — a
 second signal stops at once.
-Without ``clusters:`` in the file, ``--bootstrap`` names the built-in broker (``local``).
+Without ``clusters:`` in the file, the built-in broker (``local``) is the one at
+``broker.listen``, or ``--bootstrap`` if given.
 """
 
 from __future__ import annotations
@@ -38,11 +39,9 @@ def add_arguments(parser) -> None:
 def run(args) -> int:
     import trio
 
-    from databus.config import ConfigError, load_config, with_overrides
+    from databus.config import ConfigError, find_config, load_config, part_bootstrap, with_overrides
 
-    path = args.config
-    if path is None and os.path.exists("sidecar.yaml"):
-        path = "sidecar.yaml"
+    path = find_config(args.config)
     if path is None:
         print(f"{PROG}: no configuration: pass -c FILE (a sidecar.yaml with `sinks:`)",
               file=sys.stderr)
@@ -52,12 +51,16 @@ def run(args) -> int:
     except ConfigError as exc:
         print(f"{PROG}: invalid configuration: {exc}", file=sys.stderr)
         return 2
-    if config.uses_embedded_broker and not args.bootstrap:
-        print(f"{PROG}: no upstream cluster: add `clusters:` to {path} or pass --bootstrap "
-              "HOST:PORT (the built-in broker)", file=sys.stderr)
-        return 2
+    bootstrap = args.bootstrap
+    if config.uses_embedded_broker and not bootstrap:
+        try:  # the built-in broker of the file (broker.listen), as every -c command finds it
+            bootstrap = part_bootstrap(config, None, "sinks")
+        except ConfigError as exc:
+            print(f"{PROG}: no upstream cluster: add `clusters:` to {path} or pass --bootstrap "
+                  f"HOST:PORT (the built-in broker) ({exc})", file=sys.stderr)
+            return 2
     try:
-        return trio.run(_main, path, config, args.bootstrap)
+        return trio.run(_main, path, config, bootstrap)
     except KeyboardInterrupt:
         return 130
 
@@ -94,10 +97,10 @@ async def _main(path, config, bootstrap: str | None) -> int:
     from databus.config import EMBEDDED_CLUSTER
     from databus.plugins import PluginError, get_plugin_manager
     from databus.protocol.addresses import parse_host_port
+    from databus.service.http import serve_metrics
     from databus.service.reload import watch_config
     from databus.startup import StartupError, open_tcp_listeners
 
-    from .http import serve_metrics
     from .metrics import SinkMetrics
     from .runtime import SinkSupervisor
 
@@ -129,7 +132,7 @@ async def _main(path, config, bootstrap: str | None) -> int:
                 nursery.start_soon(
                     serve_metrics, SinkMetrics(supervisor), listeners,
                     lambda: (False, "stopping") if stopping else (True, "ok"),
-                    lambda: service.config, bootstrap,
+                    lambda: service.config, bootstrap, pm,
                 )
                 host, port = listeners[0].socket.getsockname()[:2]
                 log.info("metrics on http://%s:%d/metrics", host, port)

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-TopicPartition = tuple[str, int]
+from databus.protocol.types import TopicPartition
 
 # Kafka Connect's dead-letter headers, so tools written for Connect's DLQs read ours.
 HEADER_TOPIC = "__connect.errors.topic"

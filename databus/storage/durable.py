@@ -99,3 +99,24 @@ def atomic_write(path: str | os.PathLike, data: bytes, *, sync: bool = True,
         raise
     if sync:
         fsync_dir(os.path.dirname(path) or ".")
+
+
+@contextlib.contextmanager
+def atomic_writer(path: str | os.PathLike, *, temporary: str | os.PathLike | None = None):
+    """``atomic_write`` for data written piece by piece: ``with atomic_writer(path) as f``
+    yields a binary file; on leaving, it is fsynced, renamed over ``path`` and the directory
+    fsynced.  ``temporary`` (default ``path + ".tmp"``) is where it is written meanwhile (a
+    name readers skip); on an error it is removed and ``path`` is untouched."""
+    path = os.fspath(path)
+    tmp = os.fspath(temporary) if temporary is not None else path + ".tmp"
+    try:
+        with open(tmp, "wb") as f:
+            yield f
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+    fsync_dir(os.path.dirname(path) or ".")

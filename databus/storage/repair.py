@@ -25,7 +25,7 @@ from databus.protocol.records import (
     validate_batch,
 )
 
-from .durable import fsync_dir
+from .durable import atomic_writer, fsync_dir
 
 _SEGMENT_LOG = re.compile(r"^(\d{20})\.log$")
 _MAGIC_AT = 16  # the magic byte's place in a batch header
@@ -124,13 +124,9 @@ def repair(damages: list[Damage]) -> None:
             kept.append(data[pos:damage.start])
             pos = damage.end
         kept.append(data[pos:])
-        tmp = path + ".repaired"
-        with open(tmp, "wb") as f:
+        with atomic_writer(path, temporary=path + ".repaired") as f:
             for part in kept:
                 f.write(part)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
         stem = path[: -len(".log")]
         for suffix in (".index", ".timeindex"):
             try:

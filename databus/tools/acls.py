@@ -26,6 +26,13 @@ from __future__ import annotations
 
 import sys
 
+from databus.cli_helpers.options import (
+    add_bootstrap,
+    add_json,
+    client_settings,
+    print_json,
+    run_admin,
+)
 from databus.storage.acls import (
     CLUSTER_NAME,
     SUPPORTED_OPERATIONS,
@@ -38,7 +45,6 @@ from databus.storage.acls import (
     ResourceType,
     parse_enum,
 )
-from databus.tools.options import add_bootstrap, add_json, client_settings, print_json, run_admin
 from databus.tools.users import add_security_client_arguments
 
 ACTIONS = ("add", "list", "remove")
@@ -198,7 +204,7 @@ def _print(args, acls: list[AclBinding], verb: str | None = None) -> None:
         return
     if verb:
         print(f"{verb} {len(acls)} ACL(s)")
-    from databus.tools.table import print_table
+    from databus.cli_helpers.table import print_table
 
     print_table(["RESOURCE", "NAME", "PATTERN", "PRINCIPAL", "HOST", "OPERATION",
                  "PERMISSION"],

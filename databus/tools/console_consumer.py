@@ -32,7 +32,7 @@ from __future__ import annotations
 import sys
 from dataclasses import dataclass
 
-from databus.tools.options import (
+from databus.cli_helpers.options import (
     add_bootstrap,
     add_client_settings,
     parse_properties,
@@ -130,8 +130,8 @@ def parse_start(offset: str | None, from_beginning: bool) -> int | str:
 
 def run(args) -> int:
 
+    from databus.cli_helpers.options import client_settings
     from databus.client import ConsumerConfig, KafkaError
-    from databus.tools.options import client_settings
 
     try:
         settings = client_settings(args)

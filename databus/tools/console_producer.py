@@ -23,7 +23,7 @@ from __future__ import annotations
 import sys
 from dataclasses import dataclass
 
-from databus.tools.options import (
+from databus.cli_helpers.options import (
     add_bootstrap,
     add_client_settings,
     parse_properties,
@@ -108,8 +108,8 @@ class LineReader:
 def run(args) -> int:
     import trio
 
+    from databus.cli_helpers.options import client_settings
     from databus.client import KafkaError, ProducerConfig
-    from databus.tools.options import client_settings
 
     try:
         settings = client_settings(args)

@@ -27,9 +27,10 @@ import time
 
 import trio
 
+from databus.cli_helpers.options import add_bootstrap, add_json, print_json
+from databus.cli_helpers.table import Column, print_table
 from databus.client import Consumer, KafkaError, Producer
-from databus.sidecar.consume import dlq_topic, retry_topic
-from databus.sidecar.consume_core import (
+from databus.sidecar.consume.core import (
     H_ATTEMPT,
     H_DUE,
     H_OFFSET,
@@ -38,8 +39,7 @@ from databus.sidecar.consume_core import (
     H_TOPIC,
     header,
 )
-from databus.tools.options import add_bootstrap, add_json, print_json
-from databus.tools.table import Column, print_table
+from databus.sidecar.consume.service import dlq_topic, retry_topic
 
 ACTIONS = ("list", "show", "replay")
 REPLAY_REASON = "replayed from the dead-letter topic"

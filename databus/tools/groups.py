@@ -42,15 +42,15 @@ import sys
 import time
 from dataclasses import dataclass, field
 
-from databus.protocol.api_keys import ApiKey
-from databus.tools.options import (
+from databus.cli_helpers.options import (
     DEFAULT_BOOTSTRAP,
     add_command_config,
     add_json,
     client_settings,
     print_json,
 )
-from databus.tools.table import Column, console, print_table
+from databus.cli_helpers.table import Column, console, print_table
+from databus.protocol.api_keys import ApiKey
 
 ACTIONS = ("list", "describe", "reset-offsets", "delete", "delete-offsets")
 INACTIVE_STATES = ("Empty", "Dead")

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import sys
 
-from databus.tools.options import (
+from databus.cli_helpers.options import (
     add_bootstrap,
     add_command_config,
     add_json,

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import sys
 
-from databus.tools.options import (
+from databus.cli_helpers.options import (
     add_bootstrap,
     add_command_config,
     add_json,
@@ -141,7 +141,7 @@ def _print_users(args, users: dict) -> int:
             {"mechanism": m, "iterations": i} for m, i in creds]}
             for user, creds in sorted(users.items())]})
         return 0
-    from databus.tools.table import print_table
+    from databus.cli_helpers.table import print_table
 
     print_table(["USER", "MECHANISM", "ITERATIONS"],
                 [[user, m, str(i)] for user, creds in sorted(users.items()) for m, i in creds])

@@ -12,15 +12,32 @@ Each entry of ``indexes:`` is run by the sinks runtime as a sink of this plugin 
 ``databus`` entry-point group (``index = "databus_plugins.index"``) like any third-party
 plugin.  Modules: ``fields`` (pure: where a field is in a record, its value as text),
 ``store`` (the SQLite database of one index), ``sink`` (the builder the runtime drives),
-``query`` (entries -> the messages, fetched by offset), ``command`` (``databus index``).
+``query`` (entries -> the messages, fetched by offset), ``command`` (``databus index``, brought
+by the ``databus_commands`` hook), ``http`` (``GET /index/NAME``, by ``databus_http_routes``).
 Users' documentation: docs/index.md.
 """
 
 from __future__ import annotations
 
 from databus import hookimpl
+from databus.hookspecs import Command, HttpRoute
 
 NAME = "index"
+
+
+@hookimpl
+def databus_commands():
+    return [Command("index", "databus_plugins.index.command",
+                    "query the indexes of a sidecar.yaml (messages by business fields); status")]
+
+
+@hookimpl
+def databus_http_routes(current_config, bootstrap):
+    from .http import PREFIX, index_route
+    from .query import IndexQueries
+
+    queries = IndexQueries(current_config, bootstrap)
+    return [HttpRoute(PREFIX, index_route(queries), queries.serve)]
 
 
 @hookimpl

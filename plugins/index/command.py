@@ -62,11 +62,9 @@ def parse_time(text: str | None, now_ms: int) -> int | None:
 
 def run(args) -> int:
     from databus.client import KafkaError
-    from databus.config import ConfigError, load_config
+    from databus.config import ConfigError, find_config, load_config
 
-    path = args.config
-    if path is None and os.path.exists("sidecar.yaml"):
-        path = "sidecar.yaml"
+    path = find_config(args.config)
     if path is None:
         print(f"{PROG}: no configuration: pass -c FILE (a sidecar.yaml with `indexes:`)",
               file=sys.stderr)

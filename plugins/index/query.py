@@ -22,7 +22,14 @@ from collections.abc import Callable
 import trio
 
 from databus.client import ConsumerRecord, RecordReader, SyncRecordReader
-from databus.config import DatabusConfig, IndexConfig, load_config
+from databus.config import (
+    ConfigError,
+    DatabusConfig,
+    IndexConfig,
+    load_config,
+    part_bootstrap,
+    part_security,
+)
 
 from .store import IndexStore, Location
 
@@ -221,21 +228,19 @@ def query(config: str | DatabusConfig, name: str, field: str, value: str, *,
 
 def security_for(config: DatabusConfig, name: str, bootstrap: str | None) -> dict:
     """The TLS/SASL settings of the index's cluster (docs/security.md); none when
-    ``bootstrap`` names the broker to ask (the built-in one) or no cluster is configured."""
-    if bootstrap is not None or not config.clusters:
+    ``bootstrap`` names the broker to ask or the index is on the built-in broker."""
+    if bootstrap is not None:
         return {}
-    index = find_index(config, name)
-    cluster = config.resolve_cluster(index.cluster, f"index {name!r}")
-    return config.clusters[cluster].connection_settings()
+    return part_security(config, find_index(config, name).cluster, f"index {name!r}")
 
 
 def bootstrap_for(config: DatabusConfig, name: str, bootstrap: str | None) -> str:
-    """``bootstrap`` if given, else the index's cluster's ``bootstrap.servers``."""
+    """``bootstrap`` if given, else the index's cluster's (databus.config.part_bootstrap:
+    the built-in broker's ``broker.listen`` when the file names no clusters)."""
     index = find_index(config, name)
     if bootstrap is not None:
         return bootstrap
-    if not config.clusters:
-        raise IndexQueryError("no cluster: the configuration names none, pass the built-in "
-                              "broker's HOST:PORT (--bootstrap-server)")
-    cluster = config.resolve_cluster(index.cluster, f"index {name!r}")
-    return config.clusters[cluster].bootstrap_servers
+    try:
+        return part_bootstrap(config, index.cluster, f"index {name!r}")
+    except ConfigError as exc:
+        raise IndexQueryError(str(exc)) from None

@@ -7,9 +7,9 @@ import time
 import trio
 
 from databus.config import LanesConfig
+from databus.hookspecs import Rejected, RoutedMessage
 from databus.lanes import model
 from databus.protocol.sidecar_wire import ErrorCode
-from databus.sidecar.router import Rejected, RoutedMessage
 
 from .service import LOAD_TIMEOUT_S, LaneService
 

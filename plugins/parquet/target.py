@@ -10,6 +10,8 @@ import uuid
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from databus.storage.durable import atomic_writer
+
 from . import layout
 
 
@@ -35,12 +37,8 @@ class Target:
         compression = None if codec == "none" else codec
         if self.local:
             os.makedirs(folder, exist_ok=True)
-            with open(temporary, "wb") as f:
+            with atomic_writer(final, temporary=temporary) as f:
                 pq.write_table(table, f, compression=compression)
-                f.flush()
-                os.fsync(f.fileno())
-            os.replace(temporary, final)
-            _fsync_dir(folder)
         else:
             self.fs.create_dir(folder, recursive=True)
             pq.write_table(table, temporary, compression=compression, filesystem=self.fs)
@@ -68,14 +66,6 @@ class Target:
                 pass
         else:
             self.fs.delete_file(path)
-
-
-def _fsync_dir(path: str) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def _filesystem(url: str):

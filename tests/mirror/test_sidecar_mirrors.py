@@ -8,6 +8,7 @@ import trio
 from databus.broker.process import BrokerProcess
 from databus.config import parse_config
 from databus.sdk import Client
+from databus.up.host import MirrorsCompanion, companion
 from tests.sidecar.harness import running_sidecar
 
 from .harness import produce, read_all
@@ -28,11 +29,11 @@ async def test_reload_adds_and_removes_a_mirror_beside_the_ingress(tmp_path):
         await trio.to_thread.run_sync(
             produce, a.bootstrap, "clicks", [(b"k", b"before", [], None, None)])
         async with running_sidecar(config(tmp_path, a, b, [])) as sidecar:
-            assert sidecar.mirrors.running == []
+            assert companion(sidecar, MirrorsCompanion).running == []
             mirror = {"name": "a2b", "source": "A", "target": "B", "topics": ["clicks"],
                       "consumer": {"metadata.max.age.ms": 1000}}
             assert await sidecar.apply(config(tmp_path, a, b, [mirror]))
-            assert sidecar.mirrors.running == ["a2b"]
+            assert companion(sidecar, MirrorsCompanion).running == ["a2b"]
 
             def app():  # an app sends through the sidecar while the mirror runs
                 with Client(sidecar.addresses.socket) as client:
@@ -45,4 +46,4 @@ async def test_reload_adds_and_removes_a_mirror_beside_the_ingress(tmp_path):
                 b"before", b"through-the-sidecar"]
             assert b"databus_mirror_records_total" in sidecar.metrics.render()
             assert await sidecar.apply(config(tmp_path, a, b, []))
-            assert sidecar.mirrors.running == []
+            assert companion(sidecar, MirrorsCompanion).running == []

@@ -16,8 +16,8 @@ import trio
 from databus.config import parse_config
 from databus.plugins import get_plugin_manager
 from databus.protocol import sidecar_wire as wire
-from databus.sidecar.app import Sidecar
-from databus.sidecar.embedded_broker import run_broker_process
+from databus.up.embedded_broker import run_broker_process
+from databus.up.host import host_sidecar
 
 
 @contextlib.contextmanager
@@ -46,9 +46,10 @@ def sidecar_config(socket_dir: str, clusters: dict | None = None, **sections: An
 
 @contextlib.asynccontextmanager
 async def running_sidecar(config, *, extra_plugins=(), embedded_bootstrap=None, config_path=None):
-    """An in-process sidecar; yields it (``.addresses`` set).  Drains on exit."""
+    """An in-process sidecar as ``databus up`` runs it (with its sinks and mirrors); yields
+    it (``.addresses`` set).  Drains on exit."""
     pm = get_plugin_manager(list(extra_plugins))
-    sidecar = Sidecar(
+    sidecar = host_sidecar(
         config, plugin_manager=pm, embedded_bootstrap=embedded_bootstrap,
         config_path=config_path,
     )

@@ -3,7 +3,7 @@
 import trio
 import trio.testing
 
-from databus.sidecar.budget import ByteBudget, ByteBudgetStatistics
+from databus.sidecar.produce.budget import ByteBudget, ByteBudgetStatistics
 
 
 async def test_statistics_show_bytes_taken_and_messages_waiting(autojump_clock):

@@ -10,7 +10,7 @@ import trio
 import trio.testing
 
 from databus.service.reload import poll_file
-from databus.sidecar.budget import ByteBudget
+from databus.sidecar.produce.budget import ByteBudget
 
 
 async def test_a_waiter_gives_up_exactly_at_its_deadline(autojump_clock):

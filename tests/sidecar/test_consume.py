@@ -20,7 +20,7 @@ import yaml
 
 from databus import AsyncClient, Client, SubscriptionError
 from databus.protocol import sidecar_wire as wire
-from databus.sidecar.session import ProtocolError, Session
+from databus.sidecar.produce.session import ProtocolError, Session
 from tests.groups.raw import share_start_offset
 from tests.helpers.broker import BrokerProcess
 from tests.helpers.wait import wait_for

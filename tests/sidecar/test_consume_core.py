@@ -1,4 +1,4 @@
-"""consume_core.MemberCore as pure data: records in, long polls answered, acks, nacks, the
+"""consume/core.py's MemberCore as pure data: records in, long polls answered, acks, nacks, the
 clock; no sockets, no trio."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from databus.config import parse_duration_ms
-from databus.sidecar.consume_core import (
+from databus.sidecar.consume.core import (
     ACCEPT,
     H_ATTEMPT,
     H_DUE,

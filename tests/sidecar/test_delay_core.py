@@ -1,4 +1,4 @@
-"""Delayed messages, the pure part (databus/sidecar/delay_core.py): which level a message
+"""Delayed messages, the pure part (databus/sidecar/delay/core.py): which level a message
 goes to, the stored headers, when records become ready, what may be committed."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ from collections import namedtuple
 
 import pytest
 
-from databus.sidecar.delay_core import (
+from databus.sidecar.delay.core import (
     BASE_MS,
     LEAD_MS,
     LEVEL_TOPICS,

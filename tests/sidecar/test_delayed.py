@@ -15,7 +15,7 @@ import pytest
 import trio
 
 from databus import Client
-from databus.sidecar.delay import DelayService
+from databus.sidecar.delay.service import DelayService
 from tests.helpers.broker import BrokerProcess
 from tests.helpers.revoked import NotesRevoked
 

@@ -10,7 +10,7 @@ import pytest
 import trio
 import trio.testing
 
-from databus.sidecar.gate import ReloadGate
+from databus.sidecar.produce.gate import ReloadGate
 
 
 async def test_the_hot_path_enters_without_waiting_and_a_closed_gate_refuses():

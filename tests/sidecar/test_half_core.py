@@ -1,11 +1,11 @@
-"""Half messages, the pure part (databus/sidecar/half_core.py): collecting a transaction's
+"""Half messages, the pure part (databus/sidecar/half/core.py): collecting a transaction's
 messages, settling it by its end record, checks and the rollback after too many, commits."""
 
 from __future__ import annotations
 
 from collections import namedtuple
 
-from databus.sidecar.half_core import (
+from databus.sidecar.half.core import (
     COMMIT,
     ROLLBACK,
     HalfMessage,

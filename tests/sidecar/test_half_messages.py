@@ -96,8 +96,8 @@ async def test_the_periodic_commit_waits_for_no_write_and_commits_only_what_is_a
     transaction whose write has not gone out holds its partition's commit at its first
     message, while another partition's commit moves on; the stop flushes and commits it."""
     from databus.client import Admin, Consumer, Producer
-    from databus.sidecar.half_core import COMMIT, HALF_TOPIC, end_headers, half_headers
-    from databus.sidecar.halfmsg import Checkers, HalfService
+    from databus.sidecar.half.core import COMMIT, HALF_TOPIC, end_headers, half_headers
+    from databus.sidecar.half.service import Checkers, HalfService
 
     held, other = (HALF_TOPIC, 0), (HALF_TOPIC, 1)
     with short_tmpdir() as tmp:
@@ -154,8 +154,8 @@ async def test_members_keep_their_open_transactions_when_another_dies():
     everything and every member read its open transactions again), takes the dead one's
     partitions, and settles its own transaction when the end record comes."""
     from databus.client import Admin, Producer
-    from databus.sidecar.half_core import COMMIT, HALF_TOPIC, end_headers, half_headers
-    from databus.sidecar.halfmsg import Checkers, HalfService
+    from databus.sidecar.half.core import COMMIT, HALF_TOPIC, end_headers, half_headers
+    from databus.sidecar.half.service import Checkers, HalfService
 
     class Watched(NotesRevoked, HalfService):
         pass

@@ -10,11 +10,11 @@ from databus.config import parse_config
 from databus.plugins import get_plugin_manager
 from databus.protocol import sidecar_wire as wire
 from databus.protocol.sidecar_wire import ErrorCode
-from databus.sidecar.budget import ByteBudget
-from databus.sidecar.gate import ReloadGate
-from databus.sidecar.ingress import Connection
 from databus.sidecar.metrics import SidecarMetrics
-from databus.sidecar.router import RoutingTable
+from databus.sidecar.produce.budget import ByteBudget
+from databus.sidecar.produce.gate import ReloadGate
+from databus.sidecar.produce.ingress import Connection
+from databus.sidecar.produce.router import RoutingTable
 
 
 def connection(stream, metrics, kicks=None):

@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 
 from databus.protocol import sidecar_wire as wire
 from databus.protocol.sidecar_wire import ErrorCode
-from databus.sidecar.session import (
+from databus.sidecar.produce.session import (
     MAX_REPORTS_PER_FRAME,
     ConnectionClosed,
     Flush,
@@ -260,7 +260,7 @@ def test_the_session_imports_no_trio():
     # Sans-I/O: the session and the wire format load without trio (or pydantic).
     out = subprocess.run(
         [sys.executable, "-c", (
-            "import sys, databus.sidecar.session; "
+            "import sys, databus.sidecar.produce.session; "
             "print(sorted(m for m in ('trio', 'pydantic', 'yaml') if m in sys.modules))"
         )],
         capture_output=True, text=True, check=True,

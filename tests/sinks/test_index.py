@@ -402,14 +402,20 @@ def test_retention_removes_segments_their_entries_go_and_a_rebuild_gives_the_sam
 
 
 def test_databus_up_serves_the_index_queries_on_its_metrics_listener(tmp_path):
+    """... and ``databus index -c FILE`` finds the broker of that file (as `make run`'s
+    sidecar.yaml: ``broker.listen``, no ``clusters:``) as every -c command does."""
+    from tests.helpers.ports import taken_port
     from tests.sidecar.harness import short_tmpdir
 
     n = 400
+    taken, port = taken_port()
+    taken.close()  # a free port for the broker.listen a user writes
     with short_tmpdir() as sock_dir:
         config = {
             "sidecar": {"socket": f"{sock_dir}/up.sock", "metrics_listen": "127.0.0.1:0",
                         "reload_poll_ms": 0},
-            "broker": {"data_dir": "data", "listen": "127.0.0.1:0", "options": BROKER_OPTIONS},
+            "broker": {"data_dir": "data", "listen": f"127.0.0.1:{port}",
+                       "options": BROKER_OPTIONS},
             "streams": {"orders": {}},
             "indexes": {"orders": {"topics": ["orders"], "path": str(tmp_path / "idx"),
                                    "consumer": CONSUMER,
@@ -437,6 +443,17 @@ def test_databus_up_serves_the_index_queries_on_its_metrics_listener(tmp_path):
                     assert want and status == 200 and body["messages"] == want, params
             status, body = http(up, "orders", {"region": "r1"})
             assert status == 404 and "has no field 'region' (fields: key, user_id)" in body["error"]
+            # The command line, with the file alone (no --bootstrap-server):
+            got = subprocess.run(
+                [sys.executable, "-m", "databus.cli", "index", "query", "orders", "user_id=5",
+                 "--json", "-c", str(up.path)], capture_output=True, text=True, timeout=120)
+            assert got.returncode == 0, got.stderr
+            assert [json.loads(line) for line in got.stdout.splitlines()] == http(
+                up, "orders", {"user_id": "5"})[1]["messages"]
+            status_cmd = subprocess.run(
+                [sys.executable, "-m", "databus.cli", "index", "status", "-c", str(up.path)],
+                capture_output=True, text=True, timeout=120)
+            assert status_cmd.returncode == 0 and "orders" in status_cmd.stdout, status_cmd.stderr
             up.process.send_signal(2)
             assert up.process.wait(60) == 0, up.log()
         finally:

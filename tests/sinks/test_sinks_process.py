@@ -115,6 +115,7 @@ def test_reload_adds_a_sink_and_a_raising_plugin_is_reported_while_all_else_serv
 async def test_the_sidecar_starts_sinks_on_reload_and_rejects_an_unknown_plugin(
     broker, tmp_path
 ):
+    from databus.up.host import SinksCompanion, companion
     from tests.sidecar.harness import running_sidecar, short_tmpdir
 
     out = tmp_path / "export"
@@ -122,7 +123,7 @@ async def test_the_sidecar_starts_sinks_on_reload_and_rejects_an_unknown_plugin(
     with short_tmpdir() as sock_dir:
         base = sinks_config(broker, {}, socket=f"{sock_dir}/s.sock")
         async with running_sidecar(parse_config(base)) as sidecar:
-            assert sidecar.sinks.runners == {}
+            assert companion(sidecar, SinksCompanion).runners == {}
             with_sink = {**base, "sinks": {"side": parquet_sink("side", out, **{
                 "flush.size": 100})}}
             assert await sidecar.apply(parse_config(with_sink))
@@ -131,9 +132,9 @@ async def test_the_sidecar_starts_sinks_on_reload_and_rejects_an_unknown_plugin(
                     await trio.sleep(0.2)
             unknown = {**with_sink, "sinks": {"side": {"plugin": "nope", "topics": "side"}}}
             assert not await sidecar.apply(parse_config(unknown))
-            assert sidecar.sinks.runners["side"].spec.plugin == "parquet"  # kept
+            assert companion(sidecar, SinksCompanion).runners["side"].spec.plugin == "parquet"  # kept
             metrics = sidecar.metrics.render().decode()
             assert 'databus_sink_records_in_total{sink="side"} 400.0' in metrics
             assert await sidecar.apply(parse_config(base))  # removed: stopped gracefully
-            assert sidecar.sinks.runners == {}
+            assert companion(sidecar, SinksCompanion).runners == {}
     assert_exactly_once(out, "side", range(400))

@@ -6,11 +6,11 @@ from __future__ import annotations
 import argparse
 import importlib
 
-from databus.cli import BENCHMARKS, COMMANDS, _take_log_level
+from databus.cli import BENCHMARKS, _take_log_level, all_commands
 
 
 def parsers():
-    for table, prefix in ((COMMANDS, "databus"), (BENCHMARKS, "databus bench")):
+    for table, prefix in ((all_commands(), "databus"), (BENCHMARKS, "databus bench")):
         for name, (module_name, _help) in table.items():
             parser = argparse.ArgumentParser(prog=f"{prefix} {name}")
             try:

@@ -1,4 +1,4 @@
-"""databus.tools.table: the one way the CLI prints tables (rich when it fits a terminal,
+"""databus.cli_helpers.table: the one way the CLI prints tables (rich when it fits a terminal,
 Kafka's plain columns otherwise); the commands using it are tested as processes in
 tests/groups/test_cli.py."""
 
@@ -9,7 +9,7 @@ import io
 import pytest
 from rich.console import Console
 
-from databus.tools.table import Column, print_table, render_plain
+from databus.cli_helpers.table import Column, print_table, render_plain
 
 COLUMNS = [Column("GROUP", min_width=15), Column("TOPIC", min_width=15),
            Column("PARTITION", min_width=10), Column("CURRENT-OFFSET", min_width=15),

@@ -28,8 +28,9 @@ from __future__ import annotations
 import uuid
 from dataclasses import dataclass
 
+from databus.protocol.binary import BinaryFormatError, Reader, Writer
+
 from .assignors import Assignment
-from .binary import BinaryFormatError, Reader, Writer
 
 GROUP_METADATA = 3
 PARTITION_METADATA = 4

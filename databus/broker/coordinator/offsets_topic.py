@@ -25,8 +25,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .binary import BinaryFormatError as OffsetsRecordError
-from .binary import Reader, Writer
+from databus.protocol.binary import BinaryFormatError as OffsetsRecordError
+from databus.protocol.binary import Reader, Writer
+
 from .group_state import GroupSnapshot, GroupState, MemberSnapshot
 
 OFFSETS_TOPIC = "__consumer_offsets"

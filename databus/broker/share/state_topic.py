@@ -7,7 +7,7 @@ share-partition of the group changed since the last write.
 
 Layouts follow Kafka's ShareSnapshotKey/ShareSnapshotValue in content (start offset, state
 epoch, in-flight state batches of first offset, last offset, delivery state, delivery count)
-in the classic encoding of coordinator/binary.py; they are databus's own, not byte-compatible
+in the classic encoding of protocol/binary.py; they are databus's own, not byte-compatible
 with Kafka's (which uses flexible versions):
 
     key v0  share-partition state   group string, topic id 16 bytes, partition int32
@@ -24,8 +24,9 @@ import struct
 import uuid
 from dataclasses import dataclass
 
-from ..coordinator.binary import BinaryFormatError as ShareStateRecordError  # re-exported
-from ..coordinator.binary import Reader, Writer
+from databus.protocol.binary import BinaryFormatError as ShareStateRecordError  # re-exported
+from databus.protocol.binary import Reader, Writer
+
 from .partition_state import RecordState, StateBatch
 
 SHARE_STATE_TOPIC = "__share_group_state"

@@ -14,8 +14,9 @@ TransactionLogKey v0 and TransactionLogValue v0 in the classic (non-flexible) en
 
 from __future__ import annotations
 
-from ..coordinator.binary import BinaryFormatError as TxnStateRecordError  # re-exported
-from ..coordinator.binary import Reader, Writer
+from databus.protocol.binary import BinaryFormatError as TxnStateRecordError  # re-exported
+from databus.protocol.binary import Reader, Writer
+
 from ..coordinator.offsets_topic import partition_for  # noqa: F401  (same hash as Kafka)
 from .state import TxnMetadata, TxnState
 

@@ -1,5 +1,6 @@
-"""Kafka's primitive encodings, for the records the coordinator reads and writes itself:
-``__consumer_offsets`` keys and values (kio has no schemas for them).
+"""Kafka's primitive encodings, for the records the broker's coordinators read and write
+themselves: ``__consumer_offsets``, ``__transaction_state`` and ``__share_group_state`` keys
+and values (kio has no schemas for them).
 
 Classic (non-flexible): big-endian ints, int16-length strings (-1 = null), int32-length
 bytes, int32 array counts.  Flexible (the consumer-group records of KIP-848, whose values

@@ -1,6 +1,6 @@
 """The delay service: moves delayed messages down the delay topics and delivers them on time.
 
-The trio shell around delay_core (where the storage scheme is described).  One service per
+The trio shell around delay/core.py (where the storage scheme is described).  One service per
 cluster, in every sidecar with ``delay.enabled``; the sidecars form one consumer group
 (``delay.group.id``) over the level topics, so a sidecar that dies hands its partitions
 (and so its pending messages) to the others after the group's session timeout, as any Kafka
@@ -29,10 +29,10 @@ import trio
 
 from databus.client import Admin, Consumer, KafkaError, Producer
 
-from .background import BackgroundService
-from .delay_core import CANCEL_TOPIC, LEVEL_TOPICS, Action, Scheduler
+from ..background import BackgroundService
+from .core import CANCEL_TOPIC, LEVEL_TOPICS, Action, Scheduler
 
-log = logging.getLogger("databus.sidecar.delay")
+log = logging.getLogger("databus.sidecar.delay.service")
 
 COMMIT_INTERVAL_S = 0.5
 POLL_CAP_S = 0.2  # longest sleep between looks at the schedule while records may arrive

@@ -46,6 +46,7 @@ from databus.protocol.sidecar_wire import (
     DELAY_PARTITION_HEADER,
     DELAY_TARGET_HEADER,
 )
+from databus.protocol.types import TopicPartition
 
 BASE_MS = 250
 LEVELS = 20
@@ -153,7 +154,6 @@ def parse_stored(key, value, headers) -> Delayed:
 
 # -- the schedule of one delay-service member --------------------------------------------------
 
-TopicPartition = tuple[str, int]
 
 
 @dataclass

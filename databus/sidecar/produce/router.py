@@ -15,10 +15,10 @@ message from being placed, a plugin failure included, is answered in one place.
 
 Delayed messages (docs/delayed.md) take the careful path: a message whose first header is
 ``databus-deliver-at`` goes to the delay topic of its remaining time on its route's cluster
-(``delay_core``), one whose first header is ``databus-delay-cancel`` to the cancel topic.
+(``delay/core.py``), one whose first header is ``databus-delay-cancel`` to the cancel topic.
 So do half messages (docs/transactions.md): first header ``databus-txn`` or
 ``databus-txn-end``: to ``databus-txn-half``, in the partition of the transaction id
-(``half_core``).
+(``half/core.py``).
 """
 
 from __future__ import annotations
@@ -31,6 +31,7 @@ from typing import Any, Protocol
 
 from databus.client.partitioners import murmur2_partition
 from databus.config import DatabusConfig
+from databus.hookspecs import Rejected, RoutedMessage  # noqa: F401  (the hook-level types; Rejected re-exported)
 from databus.plugins import PluginError, PluginManager
 from databus.protocol.records import record_size_upper_bound
 from databus.protocol.sidecar_wire import (
@@ -44,7 +45,7 @@ from databus.protocol.sidecar_wire import (
 )
 from databus.protocol.speedups import sidecar_native
 
-from .delay_core import (
+from ..delay.core import (
     CANCEL_TOPIC,
     LEVEL_TOPICS,
     Delayed,
@@ -52,10 +53,10 @@ from .delay_core import (
     level_for,
     parse_due,
 )
-from .half_core import COMMIT, HALF_TOPIC, ROLLBACK, end_headers, half_headers
+from ..half.core import COMMIT, HALF_TOPIC, ROLLBACK, end_headers, half_headers
 from .upstream import ProducerHandle, ProducerPool, error_code_of, is_kafka_error
 
-log = logging.getLogger("databus.sidecar.router")
+log = logging.getLogger("databus.sidecar.produce.router")
 
 # Unlisted streams seen through the default route are remembered up to this many names;
 # beyond it they are still served, just resolved again each time.
@@ -66,26 +67,6 @@ SMALL_MESSAGE = 64 * 1024
 # place_frame's runs of plain keyless messages in C (None: the loop takes each in Python)
 _place_run = sidecar_native.place_run if sidecar_native is not None else None
 _SPECIAL_HEADERS = (DELAY_DUE_HEADER, DELAY_CANCEL_HEADER, TXN_HEADER, TXN_END_HEADER)
-
-
-class RoutedMessage:
-    """What a ``databus_route`` function receives and returns (see hookspecs.py)."""
-
-    __slots__ = ("stream", "topic", "key", "value", "headers", "partition")
-
-    def __init__(self, stream, topic, key, value, headers, partition) -> None:
-        self.stream = stream
-        self.topic = topic
-        self.key = key
-        self.value = value
-        self.headers = headers
-        self.partition = partition
-
-    def __repr__(self) -> str:
-        return (
-            f"RoutedMessage(stream={self.stream!r}, topic={self.topic!r}, key={self.key!r}, "
-            f"partition={self.partition!r}, headers={self.headers!r})"
-        )
 
 
 class Route:
@@ -167,14 +148,6 @@ class RoutingTable:
         if self.default_handle is not None:
             out.add(self.default_handle)
         return out
-
-
-class Rejected(Exception):
-    """A message the router answers instead of placing: ``code`` and why."""
-
-    def __init__(self, code: int, message: str) -> None:
-        super().__init__(message)
-        self.code = code
 
 
 class _Dropped(Exception):

@@ -28,7 +28,7 @@ from .router import Group, Rejected, RoutingTable, place_frame, resolve, unplace
 from .session import Session
 from .upstream import error_code_of, is_kafka_error
 
-log = logging.getLogger("databus.sidecar.dispatch")
+log = logging.getLogger("databus.sidecar.produce.dispatch")
 
 
 class Dispatcher:

@@ -1,5 +1,5 @@
 """Transactional ("half") messages with check-back, the pure part; the trio shell is
-halfmsg.py (docs/transactions.md, "Half messages").
+half/service.py (docs/transactions.md, "Half messages").
 
 An app's transaction (``with client.transaction(stream, check=callback) as tx``) writes its
 messages as *half messages* to the topic ``databus-txn-half`` of the stream's cluster, all
@@ -41,6 +41,7 @@ from databus.protocol.sidecar_wire import (
     TXN_PARTITION_HEADER,
     TXN_TARGET_HEADER,
 )
+from databus.protocol.types import TopicPartition
 
 HALF_TOPIC = "databus-txn-half"
 CHECK_TOPIC = "databus-txn-check"
@@ -49,7 +50,6 @@ _OURS = frozenset({TXN_HEADER, TXN_GROUP_HEADER, TXN_TARGET_HEADER, TXN_PARTITIO
                    TXN_END_HEADER})
 RESOLVED_REMEMBERED = 100_000
 
-TopicPartition = tuple[str, int]
 
 
 @dataclass(frozen=True)

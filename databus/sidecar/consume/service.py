@@ -1,4 +1,4 @@
-"""Consuming through the sidecar: the trio shell around consume_core.MemberCore.
+"""Consuming through the sidecar: the trio shell around consume/core.py's MemberCore.
 
 ``ConsumeService`` (one per sidecar) keeps one ``Member`` per (stream, group): a consumer
 group member of its own, reading the stream's topic and the group's retry topic, shared by
@@ -38,9 +38,9 @@ from databus.protocol import sidecar_wire as wire
 from databus.protocol.api_keys import ApiKey
 from databus.protocol.sidecar_wire import ErrorCode
 
-from .consume_core import Copy, MemberCore
+from .core import Copy, MemberCore
 
-log = logging.getLogger("databus.sidecar.consume")
+log = logging.getLogger("databus.sidecar.consume.service")
 
 PENDING_FACTOR = 4  # records waiting in the sidecar per member: up to 4 * max.poll.records
 # While the apps are slow, how often the member polls (paused) to stay in its group.
@@ -385,7 +385,7 @@ class ShareMember(Member):
     """Queue mode (``ordering: none``) on a KIP-932 share group named after the app's group:
     the broker hands one partition's records to many members and keeps each record's state.
     An ack becomes ACCEPT; the last attempt is copied to ``GROUP.dlq`` and then REJECTed.
-    A nack waits its retry level (consume_core's docstring): kept acquired and RELEASEd
+    A nack waits its retry level (consume/core.py's docstring): kept acquired and RELEASEd
     when due if that is within the record's acquisition lock, else copied to
     ``GROUP.retry`` and ACCEPTed.  The retry topic is read as in classic mode, by a
     consumer group ``GROUP.retry`` whose offsets are committed below what is not done yet

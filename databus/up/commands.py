@@ -81,12 +81,10 @@ def _overrides(args):
 
 
 def _load(args, prog: str, path=None):
-    from databus.config import ConfigError, load_config
+    from databus.config import ConfigError, find_config, load_config
 
     if path is None:
-        path = args.config
-        if path is None and os.path.exists("sidecar.yaml"):
-            path = "sidecar.yaml"
+        path = find_config(args.config)
     try:
         config = _overrides(args)(load_config(path))
     except ConfigError as exc:
@@ -97,7 +95,7 @@ def _load(args, prog: str, path=None):
 def check_config(args, prog: str) -> int:
     """``--check-config FILE``: validate it and print the reload diff against the running
     config; exit 0 if valid (even with changes), 2 if invalid."""
-    from .config_diff import diff_configs
+    from databus.sidecar.config_diff import diff_configs
 
     path, running = _load(args, prog)
     try:
@@ -146,15 +144,15 @@ async def _main(prog: str, path, config, with_broker: bool, overrides=None) -> i
     from databus.protocol.addresses import format_host_port
     from databus.startup import StartupError, leaves
 
-    from .app import Sidecar
     from .embedded_broker import BrokerExited, run_broker_process
+    from .host import host_sidecar
 
     pm = get_plugin_manager()
     for name, reason in pm.failures.items():
         log.error("plugin %r not loaded: %s", name, reason)
     status = 0
     started = False
-    sidecar = Sidecar(config, plugin_manager=pm, config_path=path, config_overrides=overrides)
+    sidecar = host_sidecar(config, plugin_manager=pm, config_path=path, config_overrides=overrides)
 
     def failed(exc: BaseException) -> None:
         # Before "databus is up" a failure is a start-up failure: one plain line for the
@@ -266,7 +264,7 @@ def _more_listeners(broker, bound: dict[str, int]) -> list[tuple[str, str]]:
 
 def _print_summary(config, path, addresses, broker_address, console_url=None,
                    more_listeners=()) -> None:
-    from databus.tools.table import Column, console, print_table
+    from databus.cli_helpers.table import Column, console, print_table
 
     rows = [("apps connect to", f"{addresses.socket}  (databus.Client())")]
     if addresses.tcp:
@@ -348,7 +346,7 @@ def run_plugins(args) -> int:
             "sinks": sinks,
         }, indent=2))
         return 1 if pm.failures else 0
-    from databus.tools.table import console, print_table
+    from databus.cli_helpers.table import console, print_table
 
     out = console()
     print_table(

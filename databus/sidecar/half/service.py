@@ -1,6 +1,6 @@
 """The half-message service: settles apps' transactions and runs their check-backs.
 
-The trio shell around half_core (where the scheme is described).  In every sidecar with
+The trio shell around half/core.py (where the scheme is described).  In every sidecar with
 ``transactions.enabled``, per cluster:
 
 - a member of the consumer group ``transactions.group.id`` over ``databus-txn-half``: it
@@ -26,10 +26,10 @@ import trio
 
 from databus.client import Admin, Consumer, KafkaError, Producer
 
-from .background import BackgroundService
-from .half_core import CHECK_TOPIC, HALF_TOPIC, ROLLBACK, HalfTracker, end_headers
+from ..background import BackgroundService
+from .core import CHECK_TOPIC, HALF_TOPIC, ROLLBACK, HalfTracker, end_headers
 
-log = logging.getLogger("databus.sidecar.halfmsg")
+log = logging.getLogger("databus.sidecar.half.service")
 
 COMMIT_INTERVAL_S = 0.5
 

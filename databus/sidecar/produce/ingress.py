@@ -39,7 +39,7 @@ from .session import (
     Unsubscribe,
 )
 
-log = logging.getLogger("databus.sidecar.ingress")
+log = logging.getLogger("databus.sidecar.produce.ingress")
 
 RECEIVE_BYTES = 256 * 1024
 
@@ -70,7 +70,7 @@ class Connection:
         self.metrics = metrics
         self._kick = kick  # a flush waits: ask the producers to send now
         self.consume = consume  # consume.ConsumeService: subscriptions (version 3)
-        self._checkers = checkers  # who answers check-backs of which groups (halfmsg.py)
+        self._checkers = checkers  # who answers check-backs of which groups (half/service.py)
         self._wake = trio.Event()
         self._reading_done = False
         self.session = Session(max_frame_bytes, hello_reply, self._wake_writer, authorize)

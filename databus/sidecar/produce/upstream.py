@@ -19,7 +19,7 @@ from databus.config import SIDECAR_PRODUCER_KEYS, DatabusConfig, resolve_referen
 from databus.plugins import PluginManager, make_partitioner
 from databus.protocol.sidecar_wire import ErrorCode
 
-log = logging.getLogger("databus.sidecar.upstream")
+log = logging.getLogger("databus.sidecar.produce.upstream")
 
 
 def _freeze(value: Any) -> Any:
