@@ -161,8 +161,8 @@ def kill_loop(a, b, tmp_path, *, total: int, kills: int, rate: int, **mirror_set
 
 def test_kill9_of_the_exactly_once_mirror_copies_each_record_once(regions, tmp_path):
     a, b = regions
-    total = 50_001
-    counts, mirror = kill_loop(a, b, tmp_path, total=total, kills=4, rate=12000,
+    total = 40_001
+    counts, mirror = kill_loop(a, b, tmp_path, total=total, kills=3, rate=10000,
                                consumer={"max.poll.records": 2000})
     try:
         on_b = read_all(b.bootstrap, "A.stream", total, timeout=120, settle=1.0,
