@@ -7,7 +7,7 @@ BIN := $(VENV)/bin
 # once) and every Spark test on one worker (one Spark session).  PYTEST_ARGS= runs serially.
 PYTEST_ARGS ?= -n 2 --dist loadgroup
 
-.PHONY: run test test-pure install install-test lint clean browser
+.PHONY: run test test-pure install install-test lint clean browser fault-tools verify
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -41,7 +41,23 @@ browser:
 	  else echo "tests/console need chromium: apt-get install chromium chromium-driver"; fi; \
 	fi
 
-test: install-test browser
+# databus verify's partition fault sets iptables rules (a fresh CI machine has no iptables;
+# root installs it, others get the other faults).
+fault-tools:
+	@if ! command -v iptables >/dev/null 2>&1 && [ ! -x /usr/sbin/iptables ]; then \
+	  if [ "$$(id -u)" = 0 ]; then \
+	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq iptables; \
+	  else echo "databus verify's partition fault needs iptables: apt-get install iptables"; fi; \
+	fi
+
+# The Jepsen-style check (docs/verification.md): the queue workload against the built-in
+# broker under every fault that can run here.  VERIFY_TIME=600 VERIFY_SEED=7 make verify
+VERIFY_TIME ?= 120
+VERIFY_SEED ?=
+verify: install fault-tools
+	$(BIN)/databus verify --time $(VERIFY_TIME) $(if $(VERIFY_SEED),--seed $(VERIFY_SEED))
+
+test: install-test browser fault-tools
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 
 # The whole suite on the pure-Python code instead of the C extension (databus/protocol/

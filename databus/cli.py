@@ -34,8 +34,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "sinks": ("databus.sinks.command", "run the sinks of a sidecar.yaml (consumer-side plugins) without an app socket"),
     "console": ("databus.console.command", "the web console: topics, messages, groups and lag, mirrors, indexes, sinks"),
     "lanes": ("databus.lanes.command", "swimlanes: create, list, extend, delete (--merge) lanes and their topics"),
+    "schemas": ("databus.schemas.command", "the schema registry: list, get, register, check, delete subjects; config, mode"),
     "plugins": ("databus.up.cmd_plugins", "list the loaded plugins and the hooks each implements"),
     "mirror": ("databus.mirror.command", "run cross-region mirrors alone; status; translate-offsets"),
+    "verify": ("databus.verify.command", "Jepsen-style check: a queue workload under faults, its history checked for anomalies"),
     "spark": ("databus_spark.command", "Spark pipelines: export topics to Parquet (needs the spark extra)"),
 }
 
@@ -58,6 +60,7 @@ BENCHMARKS: dict[str, tuple[str, str]] = {
     "mirror": ("databus.bench.mirror", "mirror A -> B: copy rate and replication latency, beside librdkafka's ingest"),
     "spark": ("databus.bench.spark", "a batch read through the databus Spark source beside a Parquet scan"),
     "share": ("databus.bench.share", "share group (3 ShareConsumers, explicit accepts) beside a classic consumer"),
+    "schemas": ("databus.bench.schemas", "schema registry: lookups by id p50/p99, registrations/s, produce with validation on/off"),
     "delay": ("databus.bench.delay", "delayed messages through the delay service: on time, none lost (kill -9 of a member)"),
 }
 

@@ -73,6 +73,9 @@ class Broker:
         if not directory:
             raise ValueError("the broker needs a data directory (--data-dir or log.dirs)")
         self.data_dir = Path(directory)
+        # Set by the schema registry when this broker serves one (schema.registry.listen):
+        # Produce asks it about topics with confluent.*.schema.validation on.
+        self.schema_validator = None
         self.node_id = config.node_id
         self.cluster_id: str = ""  # from meta.properties, once storage is open
         self.host, self.port = config.listen_address

@@ -119,11 +119,16 @@ async def run_broker(
                     m_bound = metrics_listeners[0].socket.getsockname()
                     log.info("metrics on http://%s:%d/metrics", m_bound[0], m_bound[1])
                     nursery.start_soon(serve_http, metrics, metrics_listeners, metrics.healthy)
+                registry_url = None
+                if config.schema_registry_listen:
+                    registry_url = await _start_registry(nursery, broker,
+                                                         config.schema_registry_listen)
                 if ready_file:
+                    extra = {"schema_registry": registry_url} if registry_url else {}
                     write_ready_file(ready_file, host=bound_host, port=bound_port,
                                      pid=os.getpid(), listeners={
                                          name: port for name, (_, port)
-                                         in server.addresses.items()})
+                                         in server.addresses.items()}, **extra)
                 if lifeline_fd is not None:
                     nursery.start_soon(_watch_lifeline, lifeline_fd, server.stop)
                 async for signum in signals:
@@ -134,6 +139,18 @@ async def run_broker(
         if ready_file:
             remove_ready_file(ready_file)
     log.info("broker stopped cleanly")
+
+
+async def _start_registry(nursery, broker, listen: str) -> str:
+    """Serve the schema registry (docs/schemas.md) in ``nursery``; its URL.  A port in use
+    is a StartupError naming the setting, like the broker's own listeners."""
+    from databus.schemas.server import serve_registry
+    from databus.startup import StartupError
+
+    try:
+        return await nursery.start(serve_registry, broker, listen)
+    except OSError as exc:
+        raise StartupError(f"schema.registry.listen {listen}: {exc.strerror or exc}") from None
 
 
 async def open_endpoints(config) -> list:

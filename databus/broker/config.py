@@ -374,6 +374,22 @@ class BrokerConfig(BaseModel):
         "and aborted (their producer is fenced).",
     )
 
+    schema_registry_listen: str | None = Field(
+        None, alias="schema.registry.listen",
+        description="HOST:PORT where the broker serves Confluent's Schema Registry REST API "
+        "(schemas kept in the compacted `_schemas` topic; port 0 picks a free port; "
+        "docs/schemas.md). Unset: no registry.",
+    )
+
+    @field_validator("schema_registry_listen")
+    @classmethod
+    def _registry_listen(cls, value: str | None) -> str | None:
+        if value:
+            from databus.protocol.addresses import parse_host_port
+
+            parse_host_port(value, allow_port_zero=True)
+        return value or None
+
     @field_validator("log_cleanup_policy")
     @classmethod
     def _cleanup_policy(cls, value: str) -> str:

@@ -34,6 +34,7 @@ class Ready:
     port: int = 0
     error: str | None = None
     listeners: dict[str, int] | None = None  # listener name -> bound port
+    schema_registry: str | None = None  # the schema registry's URL (schema.registry.listen)
 
 
 def write_ready_file(path: str | os.PathLike, **fields) -> None:
@@ -53,7 +54,8 @@ def read_ready_file(path: str | os.PathLike) -> Ready | None:
     if "error" in data:
         return Ready(error=str(data["error"]))
     return Ready(host=str(data["host"]), port=int(data["port"]),
-                 listeners={str(k): int(v) for k, v in data.get("listeners", {}).items()})
+                 listeners={str(k): int(v) for k, v in data.get("listeners", {}).items()},
+                 schema_registry=data.get("schema_registry"))
 
 
 def remove_ready_file(path: str | os.PathLike) -> None:

@@ -74,6 +74,7 @@ class BrokerProcess:
         self.port = 0
         self.host = "127.0.0.1"
         self.listeners: dict[str, int] = {}  # listener name -> bound port
+        self.schema_registry_url: str | None = None
         self.process: subprocess.Popen | None = None
         self._launch: BrokerLaunch | None = None
 
@@ -122,6 +123,7 @@ class BrokerProcess:
             )
         self.port = ready.port
         self.listeners = dict(ready.listeners or {})
+        self.schema_registry_url = ready.schema_registry  # with schema.registry.listen
         return self
 
     @property

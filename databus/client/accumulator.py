@@ -416,6 +416,12 @@ class RecordAccumulator:
         self.buffered_bytes -= batch.accounted
         batch.accounted = 0
 
+    def behind_retry(self, batch: ProducerBatch) -> bool:
+        """An earlier batch of ``batch``'s partition waits in the queue for a retry (it came
+        back after ``batch`` was drained): sending ``batch`` now would overtake it."""
+        dq = self.batches.get(batch.tp)
+        return bool(dq) and dq[0].order < batch.order
+
     def reenqueue(self, batch: ProducerBatch, now_ms: float) -> None:
         """Put an in-flight batch back for a retry after backoff, before every batch of its
         partition created after it (retries of one partition come back in creation order)."""

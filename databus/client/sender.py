@@ -235,22 +235,33 @@ class Sender:
 
     async def _send_request(self, node: int, batches: list[ProducerBatch], ticket: int) -> None:
         acks = self.config.acks
-        topics: dict[str, list[dict]] = {}
-        for batch in batches:
-            topics.setdefault(batch.topic, []).append(
-                {"index": batch.partition, "records": batch.payload}
-            )
-        fields = {
-            "transactional_id": self.config.transactional_id,
-            "acks": acks,
-            "timeout": self.config.request_timeout_ms,
-            "topic_data": [
-                {"name": t, "partition_data": parts} for t, parts in topics.items()
-            ],
-        }
         try:
             await self._wait_turn(node, ticket)
             try:
+                # An earlier request of a partition here may have failed while this one
+                # waited for its turn: its batch is queued again, ahead.  Writing this one
+                # now would put the partition's records out of order (and the broker takes
+                # any first sequence from a producer it does not know on a partition), so
+                # such a batch goes back behind it.
+                held = [b for b in batches if self.acc.behind_retry(b)]
+                for batch in held:
+                    self._retry_or_fail(batch, errors.KafkaConnectionError(
+                        f"{batch.topic}-{batch.partition}: an earlier batch is being retried"))
+                batches = [b for b in batches if b not in held]
+                if not batches:
+                    return
+                topics: dict[str, list[dict]] = {}
+                for batch in batches:
+                    topics.setdefault(batch.topic, []).append(
+                        {"index": batch.partition, "records": batch.payload})
+                fields = {
+                    "transactional_id": self.config.transactional_id,
+                    "acks": acks,
+                    "timeout": self.config.request_timeout_ms,
+                    "topic_data": [
+                        {"name": t, "partition_data": parts} for t, parts in topics.items()
+                    ],
+                }
                 conn = await self.cluster.connection(node)
                 body = build_request(ApiKey.PRODUCE, conn.version(ApiKey.PRODUCE), fields)
                 sent = time.perf_counter() if _trace is not None else 0.0

@@ -13,8 +13,10 @@ retention.bytes, max.message.bytes, cleanup.policy, flush.messages, flush.ms,
 min.compaction.lag.ms, max.compaction.lag.ms, min.cleanable.dirty.ratio, delete.retention.ms,
 file.delete.delay.ms, message.timestamp.type, compression.type ("producer": batches are stored
 as the producer compressed them; uncompressed, gzip, snappy, lz4, zstd: batches in another
-codec are recompressed on append) and min.insync.replicas (accepted; a single node has one
-replica).
+codec are recompressed on append), min.insync.replicas (accepted; a single node has one
+replica) and Confluent Server's confluent.{key,value}.schema.validation and
+confluent.{key,value}.subject.name.strategy (checked on produce against the broker's schema
+registry, docs/schemas.md).
 """
 
 from __future__ import annotations
@@ -55,6 +57,12 @@ class LogConfig:
     message_timestamp_type: str = "CreateTime"  # or "LogAppendTime"
     compression_type: str = "producer"
     min_insync_replicas: int = 1
+    # Confluent Server's broker-side schema validation (docs/schemas.md): records must carry
+    # the id of a schema registered under the subject the strategy names.
+    confluent_key_schema_validation: bool = False
+    confluent_value_schema_validation: bool = False
+    confluent_key_subject_name_strategy: str = "TopicNameStrategy"
+    confluent_value_subject_name_strategy: str = "TopicNameStrategy"
 
     @property
     def compact(self) -> bool:
@@ -111,6 +119,8 @@ class _Spec:
 
     @staticmethod
     def render(value: Any) -> str:
+        if isinstance(value, bool):
+            return "true" if value else "false"
         return repr(value) if isinstance(value, float) else str(value)
 
 
@@ -164,6 +174,25 @@ def _cleanup_policy(key: str, text: str) -> str:
     return ",".join(parts)
 
 
+def _boolean(key: str, text: str) -> bool:
+    if text.lower() not in ("true", "false"):
+        raise InvalidConfigError(f"invalid value {text!r} for configuration {key}: must be "
+                                 "true or false")
+    return text.lower() == "true"
+
+
+SUBJECT_NAME_STRATEGIES = ("TopicNameStrategy", "RecordNameStrategy", "TopicRecordNameStrategy")
+
+
+def _subject_name_strategy(key: str, text: str) -> str:
+    """Confluent's class name (io.confluent.kafka.serializers.subject.X) or X alone -> X."""
+    name = text.rsplit(".", 1)[-1]
+    if name not in SUBJECT_NAME_STRATEGIES:
+        raise InvalidConfigError(f"invalid value {text!r} for configuration {key}: must be one "
+                                 f"of {', '.join(SUBJECT_NAME_STRATEGIES)}")
+    return name
+
+
 # Kafka's BrokerCompressionType names: "uncompressed" is codec none.
 COMPRESSION_TYPES = ("uncompressed", "zstd", "lz4", "snappy", "gzip", "producer")
 
@@ -187,6 +216,12 @@ _SPECS: dict[str, _Spec] = {
     "message.timestamp.type": _Spec("message_timestamp_type", _choice("CreateTime", "LogAppendTime")),
     "compression.type": _Spec("compression_type", _choice(*COMPRESSION_TYPES)),
     "min.insync.replicas": _Spec("min_insync_replicas", _integer(1, INT_MAX)),
+    "confluent.key.schema.validation": _Spec("confluent_key_schema_validation", _boolean),
+    "confluent.value.schema.validation": _Spec("confluent_value_schema_validation", _boolean),
+    "confluent.key.subject.name.strategy": _Spec("confluent_key_subject_name_strategy",
+                                                 _subject_name_strategy),
+    "confluent.value.subject.name.strategy": _Spec("confluent_value_subject_name_strategy",
+                                                   _subject_name_strategy),
 }
 
 TOPIC_CONFIG_NAMES = tuple(_SPECS)

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import os
 import re
-import shutil
 import signal
 import subprocess
 import sys
@@ -40,7 +39,9 @@ def test_make_run_is_databus_up_with_sidecar_yaml():
 
 
 def test_quick_start_runs_as_printed(tmp_path, sock_dir):
-    shutil.copy(ROOT / "sidecar.yaml", tmp_path / "sidecar.yaml")
+    # as shipped, but the schema registry on a free port (8081 may be taken on this machine)
+    (tmp_path / "sidecar.yaml").write_text((ROOT / "sidecar.yaml").read_text().replace(
+        "schema.registry.listen: 127.0.0.1:8081", "schema.registry.listen: 127.0.0.1:0"))
     sock = os.path.join(sock_dir, "readme.sock")
     process, text = start_up(["-c", "sidecar.yaml", "--socket", sock, "--metrics-listen",
                               "127.0.0.1:0", "--kafka-listen", "127.0.0.1:0"],

@@ -12,7 +12,10 @@
   Kafka's LogValidator does: INVALID_RECORD for the partition, ``error_message`` set, and
   (v8+, KIP-467) ``record_errors`` listing each keyless record's batch index with its
   message, so the producer fails those records with the reason and the rest of the batch as
-  collateral.  Only compacted topics have their records decoded on produce.
+  collateral.  Only compacted topics have their records decoded on produce, and topics
+  with Confluent Server's ``confluent.{key,value}.schema.validation=true``: a record whose
+  value (key) lacks the magic byte, names an unknown schema id, or one not registered under
+  the topic's subject refuses the batch the same way (docs/schemas.md).
 - v11-13 (Kafka 4.0/4.1): v11 may answer TRANSACTION_ABORTABLE and v12 lets a transaction
   add partitions implicitly when the transaction.version feature is 2 (KIP-890); this broker
   does not verify transactional produces against the transaction coordinator nor finalize
@@ -91,6 +94,8 @@ def _append_all(ctx: RequestContext, request) -> list:
                 message = f"{name} is an internal topic: clients cannot produce to it"
             elif pdata.records is None:
                 code, message = ErrorCode.corrupt_message, "null records"
+            elif (refused := _schema_problems(broker, name, pdata.records)) is not None:
+                code, message, record_errors = ErrorCode.invalid_record, *refused
             else:
                 try:
                     info = broker.append(name, pdata.index, pdata.records)
@@ -102,6 +107,31 @@ def _append_all(ctx: RequestContext, request) -> list:
             partitions.append((pdata.index, info, code, message, record_errors))
         results.append(((name, getattr(topic, "topic_id", None)), partitions))
     return results
+
+
+def _schema_problems(broker, topic: str, records) -> tuple[str, list] | None:
+    """Confluent Server's broker-side schema validation (databus/schemas/validation.py), for
+    a topic that turns it on: (message, record errors) when records are refused, else None.
+    On with no registry in this broker, every batch is refused: nothing unchecked lands."""
+    try:
+        config = broker.log_manager.topic_config(topic)
+    except Exception:
+        return None  # an unknown topic: the append reports it
+    if not (config.confluent_value_schema_validation or config.confluent_key_schema_validation):
+        return None
+    validator = broker.schema_validator
+    if validator is None:
+        return (f"topic {topic} has schema validation on but this broker serves no schema "
+                "registry (schema.registry.listen)", [])
+    try:
+        problems = validator.problems(topic, records, config)
+    except Exception as exc:  # a corrupt batch: the append names it
+        log.debug("schema validation of %s skipped: %s", topic, exc)
+        return None
+    if not problems:
+        return None
+    return (f"{len(problems)} record(s) refused by schema validation; first: "
+            f"{problems[0][1]}", problems)
 
 
 def _record_errors(module, record_errors) -> tuple:
