@@ -34,10 +34,27 @@ run: install
 	$(BIN)/databus up -c sidecar.yaml
 
 # tests/console drive Debian's chromium (a fresh CI machine has none; root installs it).
+# Another apt may hold the dpkg lock for a while on a shared machine: apt waits for it
+# (DPkg::Lock::Timeout) and the whole step is tried a few times; if it still fails, the run
+# goes on and tests/console skip, saying chromium is missing.
+CHROMIUM_BINS ?= /usr/bin/chromium /usr/bin/chromedriver
+APT_GET ?= apt-get
+APT_TRIES ?= 3
+APT_RETRY_PAUSE ?= 30
+APT := $(APT_GET) -o DPkg::Lock::Timeout=600
+
 browser:
-	@if [ ! -x /usr/bin/chromium ] || [ ! -x /usr/bin/chromedriver ]; then \
+	@missing=; for bin in $(CHROMIUM_BINS); do [ -x "$$bin" ] || missing=1; done; \
+	if [ -n "$$missing" ]; then \
 	  if [ "$$(id -u)" = 0 ]; then \
-	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium chromium-driver; \
+	    try=1; until $(APT) -qq update && DEBIAN_FRONTEND=noninteractive \
+	        $(APT) install -y -qq chromium chromium-driver; do \
+	      if [ $$try -ge $(APT_TRIES) ]; then \
+	        echo "could not install chromium after $(APT_TRIES) tries: tests/console will skip"; \
+	        break; \
+	      fi; \
+	      try=$$((try + 1)); sleep $(APT_RETRY_PAUSE); \
+	    done; \
 	  else echo "tests/console need chromium: apt-get install chromium chromium-driver"; fi; \
 	fi
 

@@ -93,7 +93,9 @@ def _top_parser(commands: dict[str, tuple[str, str]]) -> argparse.ArgumentParser
     )
     parser.add_argument("--version", action="version", version=f"databus {__version__}")
     parser.add_argument(
-        "--log-level", default="INFO", help="logging level for stderr (default: INFO)"
+        "--log-level", default=None,
+        help="logging level for stderr (default: INFO; WARNING for consume and produce, "
+             "whose stdout/stderr are the records and their outcome, as Kafka's console tools)"
     )
     parser.add_argument("command", metavar="COMMAND", choices=[*commands, "bench"],
                         help="one of the commands below")
@@ -113,7 +115,7 @@ def _command_parser(prog: str, module_name: str, help_text: str):
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "WARN", "ERROR", "CRITICAL")
 
 
-def _take_log_level(args: list[str], level: str) -> tuple[list[str], str]:
+def _take_log_level(args: list[str], level: str | None) -> tuple[list[str], str | None]:
     """``--log-level L`` / ``--log-level=L`` anywhere after the command (a Kafka user puts
     options after the tool's name): removed from ``args``; the last one given wins."""
     rest: list[str] = []
@@ -154,7 +156,7 @@ def main(argv: list[str] | None = None) -> int:
     top = _top_parser(commands)
     ns = top.parse_args(argv)
     rest, log_level = _take_log_level(list(ns.args), ns.log_level)
-    if str(log_level).upper() not in LOG_LEVELS:
+    if log_level is not None and str(log_level).upper() not in LOG_LEVELS:
         print(f"databus: unknown --log-level {log_level!r} (one of {', '.join(LOG_LEVELS)})",
               file=sys.stderr)
         return 2
@@ -173,6 +175,8 @@ def main(argv: list[str] | None = None) -> int:
         prog = f"databus {ns.command}"
     parser, run, module = _command_parser(prog, module_name, help_text)
     args = parser.parse_args(_kafka_action_first(module, rest))
+    if log_level is None:
+        log_level = getattr(module, "DEFAULT_LOG_LEVEL", "INFO")
     logging.basicConfig(
         level=getattr(logging, str(log_level).upper()),
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",

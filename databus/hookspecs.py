@@ -141,7 +141,10 @@ def databus_route(stream, topic, settings, config, bootstrap):
     When: once per stream per (re)configuration (for a stream reaching the default route,
     when it is first seen); every plugin's route function is kept and they run in plugin
     order for every message of that stream, before partitioning.  An exception raised per
-    message fails that message with PLUGIN_ERROR naming the plugin.
+    message fails that message with PLUGIN_ERROR naming the plugin.  The factory runs while
+    the configuration is still being validated (a refused reload must change nothing): it
+    must not act; start what it needs in ``databus_sidecar_started`` /
+    ``databus_config_reloaded``, or on its first message.
     """
 
 

@@ -36,6 +36,7 @@ from pathlib import Path
 
 import trio
 
+from databus.internal_topics import is_kafka_internal
 from databus.storage.acls import AclStore
 from databus.storage.config import LogConfig
 from databus.storage.credentials import CredentialStore
@@ -61,7 +62,8 @@ log = logging.getLogger(__name__)
 
 
 def is_internal_topic(name: str) -> bool:
-    return name.startswith("__")
+    """Kafka's internal topics (databus.internal_topics is the one home of the rule)."""
+    return is_kafka_internal(name)
 
 
 class Broker:

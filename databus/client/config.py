@@ -142,7 +142,8 @@ def _describe(cls: type[BaseModel], exc: ValidationError) -> str:
         else:
             value = err.get("input")
             shown = "" if isinstance(value, dict) else f" (got {value!r})"
-            problems.append(f"invalid value for {loc!r}{shown}: {err['msg']}")
+            message = str(err["msg"]).removeprefix("Value error, ")
+            problems.append(f"invalid value for {loc!r}{shown}: {message}")
     return "; ".join(problems)
 
 
@@ -173,15 +174,15 @@ class ProducerConfig(_KafkaConfig):
     @field_validator("acks", mode="before")
     @classmethod
     def _acks(cls, v: Any) -> Any:
-        if isinstance(v, str):
-            v = v.strip().lower()
-            if v == "all":
-                return -1
-            try:
-                return int(v)
-            except ValueError:
-                return v
-        return v
+        # Literal's own message ("Input should be -1, 0 or 1") would hide `all`, the
+        # documented value: name every accepted spelling.
+        spelled = v.strip().lower() if isinstance(v, str) else v
+        accepted = {"all": -1, "-1": -1, "0": 0, "1": 1}
+        if isinstance(spelled, str) and spelled in accepted:
+            return accepted[spelled]
+        if isinstance(spelled, int) and not isinstance(spelled, bool) and spelled in (-1, 0, 1):
+            return spelled
+        raise ValueError("acks must be all, -1, 0 or 1 (all and -1 are the same)")
 
     @field_validator("compression_type", mode="before")
     @classmethod

@@ -7,8 +7,11 @@ still buffers, prefetches and reads on from each position.  The reader keeps one
 round trips.  Per partition the wanted offsets are split into runs (each offset closer than
 ``COALESCE_GAP`` to the previous one); a read goes in rounds of Fetch requests, all at once,
 request j of a leader asking every partition from the first offset of its j-th run with a
-small ``partition_max_bytes`` (the broker still returns the whole batch holding it).  Every
-wanted offset an answer covers is taken; what a run has left is asked in the next round.
+small ``partition_max_bytes`` (the broker still returns the whole batch holding it to the
+first partition of its response; the others get it only if it fits, else nothing: such a
+partition is asked for four times as much next round, up to ``fetch.max.bytes``, then alone
+in its requests).  Every wanted offset an answer covers is taken; what a run has left is
+asked in the next round.
 Only the wanted records are decoded (records.decode_records_at).  An offset the cluster no
 longer has (before the log start, removed by compaction, at or past the log end) is absent
 from the answer.
@@ -37,6 +40,7 @@ FIRST_FETCH_BYTES = 16 * 1024
 # Offsets of a partition closer than this to the previous one are asked by one Fetch.
 COALESCE_GAP = 128
 MAX_ATTEMPTS = 5  # per partition per read, for leader moves and lost connections
+INT32_MAX = 2**31 - 1  # Fetch's byte limits are int32
 
 
 class RecordReader:
@@ -74,13 +78,16 @@ class RecordReader:
         while state.pending:
             # Request j of a leader asks every partition for its j-th run: far-apart offsets
             # of one partition are fetched at once, by requests pipelined on the connection.
-            requests: dict[tuple[int, int], dict[TP, list[int]]] = {}
+            # A partition whose batch never fitted beside the others is asked alone: the
+            # first partition of a response always gets a whole batch (Kafka's rule).
+            requests: dict[tuple[int, int, TP | None], dict[TP, list[int]]] = {}
             for tp, offsets in state.pending.items():
                 leader = await self._leader(tp)
+                alone = tp if tp in state.alone else None
                 for j, run in enumerate(runs(offsets)):
-                    requests.setdefault((leader, j), {})[tp] = run
+                    requests.setdefault((leader, j, alone), {})[tp] = run
             async with trio.open_nursery() as nursery:
-                for (leader, _j), asked in requests.items():
+                for (leader, _j, _alone), asked in requests.items():
                     nursery.start_soon(self._round, leader, asked, state)
             state.next_round()
         return state.found
@@ -138,8 +145,9 @@ class RecordReader:
         if next_offset == fetch_offset:
             if fetch_offset >= int(answer.high_watermark):
                 state.resolved(tp, run)  # at the log end: not there (yet)
-            else:  # the batch is larger than asked: ask for more
-                state.max_bytes[tp] = state.max_bytes.get(tp, FIRST_FETCH_BYTES) * 4
+            else:  # the batch is larger than asked (or than the response had room for)
+                state.grow(tp, fetch_offset, int(answer.high_watermark),
+                           min(self.config.fetch_max_bytes, INT32_MAX))
             return
         for record in records:
             state.found[topic, partition, record.offset] = record
@@ -155,7 +163,7 @@ class RecordReader:
                 "log_start_offset": -1, "last_fetched_epoch": -1})
         response = await self._cluster.request(leader, ApiKey.FETCH, {
             "replica_id": -1, "max_wait": 0, "min_bytes": 1,
-            "max_bytes": sum(max_bytes for _, max_bytes in asked.values()),
+            "max_bytes": min(sum(max_bytes for _, max_bytes in asked.values()), INT32_MAX),
             "isolation_level": self._isolation, "session_id": 0, "session_epoch": -1,
             "topics": [{"topic": t, "partitions": ps} for t, ps in topics.items()],
             "forgotten_topics_data": [], "rack_id": self.config.client_rack,
@@ -174,6 +182,34 @@ class _Read:
         self.max_bytes: dict[TP, int] = {}
         self.attempts: dict[TP, int] = {}
         self._done: dict[TP, set[int]] = {}
+        self._grown: set[TP] = set()  # this round's
+        self.alone: set[TP] = set()
+        self._stalled: dict[TP, int] = {}
+
+    def grow(self, tp: TP, offset: int, high_watermark: int, cap: int) -> None:
+        """A Fetch at ``offset`` below the high watermark brought no whole batch: ask for
+        four times as much next round (once per round, however many of the round's
+        requests asked the partition), up to ``cap`` (the consumer's fetch.max.bytes, and
+        what the request encodes); then alone in its requests.  Asked alone, the broker
+        still sending nothing ``MAX_ATTEMPTS`` rounds running means no progress is
+        possible: said once, raised."""
+        if tp in self._grown:
+            return
+        self._grown.add(tp)
+        size = self.max_bytes.get(tp, FIRST_FETCH_BYTES)
+        if size < cap:
+            self.max_bytes[tp] = min(size * 4, cap)
+            return
+        if tp not in self.alone:
+            self.alone.add(tp)
+            return
+        self._stalled[tp] = self._stalled.get(tp, 0) + 1
+        if self._stalled[tp] >= MAX_ATTEMPTS:
+            raise errors.KafkaError(
+                f"Fetch {tp[0]}-{tp[1]}@{offset}: the broker returned no whole batch below "
+                f"its high watermark {high_watermark} in {MAX_ATTEMPTS} Fetches asking this "
+                f"partition alone for up to {cap} bytes (fetch.max.bytes): it cannot be "
+                "read from this broker")
 
     def resolved(self, tp: TP, offsets: Iterable[int]) -> None:
         """``offsets`` are found or known to be gone."""
@@ -187,6 +223,7 @@ class _Read:
             else:
                 del self.pending[tp]
         self._done.clear()
+        self._grown.clear()
 
     def retry(self, tp: TP, exc: errors.KafkaError) -> None:
         self.attempts[tp] = self.attempts.get(tp, 0) + 1

@@ -82,7 +82,9 @@ def create_app(shared: ClusterView | None, *, read_only: bool = False, status=No
             overview = await view.overview()
         except ConsoleError as exc:
             return failure(request, exc)
-        return page(request, "cluster.html", overview=overview)
+        # Internal topics (databus.internal_topics) are listed only with ?internal=1.
+        return page(request, "cluster.html", overview=overview,
+                    show_internal=request.query_params.get("internal") == "1")
 
     async def topic_page(request: Request, view: ClusterView) -> Response:
         name = request.path_params["name"]

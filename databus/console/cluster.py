@@ -19,6 +19,7 @@ from types import SimpleNamespace
 import trio
 
 from databus.client import Admin, Consumer, KafkaError, Producer, errors
+from databus.internal_topics import is_internal
 from databus.tools.groups import (
     GroupsToolError,
     Session,
@@ -196,8 +197,8 @@ class ClusterView:
                 size = (sum(sizes.get((name, p.partition), 0) for p in desc.partitions)
                         if sizes else None)
                 rows.append(TopicRow(name, len(desc.partitions), count, shown,
-                                     self.samples.rate(("topic", name)), desc.is_internal,
-                                     size))
+                                     self.samples.rate(("topic", name)),
+                                     is_internal(name, desc.is_internal), size))
             return Overview(sorted(cluster.brokers.values(), key=lambda b: b.node_id),
                             cluster.controller_id, rows)
 

@@ -21,6 +21,10 @@ rest goes to the Consumer):
 * ``lanes.registry.topic`` (databus-lanes), ``lanes.topic`` ({topic}.lane.{lane}): as the
   sidecar's ``lanes:`` settings.
 
+Under asyncio (``asyncio.run``) it works the same: as ``databus.AsyncClient`` does, the
+consumer then lives in a trio thread of its own and each call is awaited from a worker
+thread (``asyncio.to_thread``); under trio it runs in the caller's trio run.
+
 The registry is followed in the background (model.subscription decides the topics); a lane
 consumer creates its lane's topics if no message created them yet, so that it is subscribed
 from its start.  Closing writes the heartbeat's tombstone: the main consumers take the lane
@@ -37,6 +41,7 @@ import uuid
 from collections.abc import Mapping
 from typing import Any
 
+import sniffio
 import trio
 
 from databus.client import Admin, Consumer
@@ -109,10 +114,38 @@ class LaneConsumer:
         self.follower = RegistryFollower(bootstrap_servers, self.registry_topic)
         self._stack: contextlib.AsyncExitStack | None = None
         self._subscribed: list[str] | None = None
+        self._thread = None  # under asyncio: the trio thread the consumer lives in
+
+    def _from_asyncio(self) -> bool:
+        """Called from asyncio code (not from the consumer's own trio thread)?"""
+        try:
+            return sniffio.current_async_library() == "asyncio"
+        except sniffio.AsyncLibraryNotFoundError:
+            return False
+
+    async def _in_thread(self, fn, *args, **kwargs):
+        """``fn(*args, **kwargs)`` run (awaited) in the trio thread, awaited from asyncio."""
+        import asyncio
+
+        if self._thread is None:
+            raise RuntimeError("LaneConsumer is not open: use `async with LaneConsumer(...)`")
+        return await asyncio.to_thread(self._thread.call, fn, *args, **kwargs)
 
     # -- lifecycle ---------------------------------------------------------------------------
 
     async def __aenter__(self) -> LaneConsumer:
+        if self._from_asyncio():
+            import asyncio
+
+            from databus.client.sync import _TrioThread
+
+            # The thread's trio run enters this same object (there sniffio says trio).
+            self._thread = await asyncio.to_thread(_TrioThread, lambda: self,
+                                                   "databus-lane-consumer")
+            return self
+        return await self._open()
+
+    async def _open(self) -> LaneConsumer:
         # Closing runs in reverse: the background tasks stop, the heartbeat's tombstone is
         # written, the consumer leaves its group, then the clients and the follower close.
         async with contextlib.AsyncExitStack() as stack:
@@ -147,6 +180,13 @@ class LaneConsumer:
         return False
 
     async def aclose(self) -> None:
+        if self._from_asyncio():
+            import asyncio
+
+            thread, self._thread = self._thread, None
+            if thread is not None:
+                await asyncio.to_thread(thread.close)
+            return
         stack, self._stack = self._stack, None
         if stack is not None:
             await stack.aclose()
@@ -154,12 +194,20 @@ class LaneConsumer:
     # -- consuming: the Consumer's ------------------------------------------------------------
 
     async def poll(self, timeout: float = 1.0, max_records: int | None = None):
+        if self._from_asyncio():
+            return await self._in_thread(self.consumer.poll, timeout, max_records)
         return await self.consumer.poll(timeout, max_records)
 
     async def getmany(self, *partitions, timeout: float = 0.0, max_records: int | None = None):
+        if self._from_asyncio():
+            return await self._in_thread(self.consumer.getmany, *partitions, timeout=timeout,
+                                         max_records=max_records)
         return await self.consumer.getmany(*partitions, timeout=timeout, max_records=max_records)
 
     async def commit(self, offsets=None) -> None:
+        if self._from_asyncio():
+            await self._in_thread(self.consumer.commit, offsets)
+            return
         await self.consumer.commit(offsets)
 
     def subscription(self) -> tuple[str, ...]:

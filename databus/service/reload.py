@@ -26,13 +26,17 @@ def _stamp(path) -> tuple | None:
 
 
 async def watch_config(sidecar, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
-    """Reload on SIGHUP and on a change of the file.  Started with ``nursery.start`` it
+    """Reload on SIGHUP and on a change of the file (without a file, SIGHUP is logged as
+    having nothing to reload: it never kills the process).  Started with ``nursery.start`` it
     returns once both are armed (the SIGHUP handler installed, the file's stamp taken): an
     edit or a SIGHUP right after start-up is then seen, and a SIGHUP never meets Python's
     default action (terminate)."""
     async with trio.open_nursery() as nursery:
         if hasattr(signal, "SIGHUP"):
             await nursery.start(_on_sighup, sidecar)
+        if sidecar.config_path is None:  # started without a file: SIGHUP only says so
+            task_status.started()
+            await trio.sleep_forever()
         await poll_file(
             sidecar.config_path,
             lambda: sidecar.config.sidecar.reload_poll_ms / 1000,
@@ -45,6 +49,10 @@ async def _on_sighup(sidecar, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
     with trio.open_signal_receiver(signal.SIGHUP) as signals:
         task_status.started()
         async for _ in signals:
+            if sidecar.config_path is None:
+                log.info("SIGHUP: no configuration file (started without -c and no "
+                         "./sidecar.yaml): nothing to reload")
+                continue
             # DEBUG: the reload itself logs its outcome once, whichever trigger fired
             # (SIGHUP and the file watch often both fire for one edit).
             log.debug("SIGHUP: reloading %s", sidecar.config_path)

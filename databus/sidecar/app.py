@@ -190,10 +190,13 @@ class Sidecar:
             assert self.pool is not None and self.table is not None
             before = set(self.pool.handles.values())
             try:
+                # Validate everything before anything acts: the companions first (sinks,
+                # mirrors: they only make objects), then the routes (their plugins start
+                # nothing until the table is live, databus_config_reloaded).
+                prepared = [companion.prepare(new) for companion in self.companions]
                 table = await RoutingTable.build(
                     new, self.pm, self.pool, self.bootstrap_map(new), self.metrics
                 )
-                prepared = [companion.prepare(new) for companion in self.companions]
             except (ConfigError, ValueError, PluginError, KeyError) as exc:
                 log.error("config rejected, keeping the current one: %s", exc)
                 self.metrics.reloads_failed += 1
@@ -364,10 +367,10 @@ class Sidecar:
         if bound.metrics:
             ingress.start_soon(serve_metrics, self.metrics, bound.metrics, self.healthy,
                                lambda: self.config, self.embedded_bootstrap, self.pm)
-        if self.config_path is not None:
-            from databus.service.reload import watch_config
+        from databus.service.reload import watch_config
 
-            await ingress.start(watch_config, self)  # armed before "databus is up"
+        # Armed before "databus is up"; without a file too, so that SIGHUP never kills it.
+        await ingress.start(watch_config, self)
         accept_scope = trio.CancelScope()
         ingress.start_soon(self._accept, bound.app, accept_scope)
         self.addresses = bound.addresses

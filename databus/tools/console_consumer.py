@@ -39,6 +39,10 @@ from databus.cli_helpers.options import (
     unescape,
 )
 
+# Quiet by default, as Kafka's console tools: stdout carries the records, stderr only their
+# outcome and errors; `--log-level INFO` shows the client's own lines.
+DEFAULT_LOG_LEVEL = "WARNING"
+
 # Kafka's DefaultMessageFormatter properties and their defaults.
 FORMATTER_PROPERTIES: dict[str, object] = {
     "print.timestamp": False, "print.key": False, "print.offset": False,

@@ -30,6 +30,10 @@ from databus.cli_helpers.options import (
     unescape,
 )
 
+# Quiet by default, as Kafka's console tools: stdout carries the records, stderr only their
+# outcome and errors; `--log-level INFO` shows the client's own lines.
+DEFAULT_LOG_LEVEL = "WARNING"
+
 # Kafka's LineMessageReader properties and their defaults.
 READER_PROPERTIES: dict[str, object] = {
     "parse.key": False, "key.separator": "\t", "parse.headers": False,

@@ -29,7 +29,7 @@ import trio
 
 from databus.cli_helpers.options import add_bootstrap, add_json, print_json
 from databus.cli_helpers.table import Column, print_table
-from databus.client import Consumer, KafkaError, Producer
+from databus.client import Admin, Consumer, KafkaError, Producer
 from databus.sidecar.consume.core import (
     H_ATTEMPT,
     H_DUE,
@@ -111,7 +111,25 @@ async def _read(bootstrap: str, topic: str, partition: int | None, offset: int |
         return out, ends
 
 
+class UnknownGroup(Exception):
+    """Neither the group nor its dead-letter topic exists on the cluster."""
+
+
+async def _has_dead_letter_topic(bootstrap: str, group: str) -> bool:
+    """Whether GROUP.dlq exists, asked without creating it (a Consumer's metadata request
+    would auto-create it on a broker that allows that).  A group the cluster does not know,
+    without a dead-letter topic, is UnknownGroup; a known one without it has none yet."""
+    async with Admin(bootstrap) as admin:
+        if dlq_topic(group) in await admin.list_topics():
+            return True
+        if group not in {name for name, _ in await admin.list_groups()}:
+            raise UnknownGroup(group)
+    return False
+
+
 async def _list(args) -> list:
+    if not await _has_dead_letter_topic(args.bootstrap, args.group):
+        return []
     records, _ = await _read(args.bootstrap, dlq_topic(args.group), args.partition,
                                 args.offset)
     return records[: args.max_messages] if args.max_messages else records
@@ -124,6 +142,8 @@ async def _replay(args) -> int:
     config = {"auto.offset.reset": "earliest", "enable.auto.commit": False}
     if tracker:
         config["group.id"] = tracker
+    if not await _has_dead_letter_topic(args.bootstrap, group):
+        return 0
     records, ends = await _read(args.bootstrap, dlq_topic(group), args.partition,
                                    args.offset, tracker)
     if args.dry_run:
@@ -163,6 +183,10 @@ def run(args) -> int:
         records = trio.run(_list, args)
     except KafkaError as exc:
         print(f"databus dlq: {exc}", file=sys.stderr)
+        return 1
+    except UnknownGroup:
+        print(f"databus dlq: unknown group {args.group!r} (no such consumer group and no "
+              f"topic {dlq_topic(args.group)})", file=sys.stderr)
         return 1
     rows = [_row(r) for r in records]
     if args.json:

@@ -33,18 +33,26 @@ def databus_route(stream, topic, settings, config, bootstrap):
 
 @hookimpl
 def databus_sidecar_started(config, spawn, metrics):
-    if config.lanes is not None:
-        from .metrics import LaneCollector
+    # Registered whether lanes are on or not: a reload may turn them on, and the series
+    # must then appear without a restart (the collector yields nothing while they are off).
+    from .metrics import LaneCollector
+    from .service import counters, start_services
 
-        metrics.register(LaneCollector())
+    metrics.register(LaneCollector())
+    counters().enabled = config.lanes is not None
+    if config.lanes is not None:
+        start_services()
 
 
 @hookimpl
 def databus_config_reloaded(old, new):
-    if old.lanes is not None and old.lanes != new.lanes:
-        from .service import stop_services
+    from .service import counters, start_services, stop_services
 
+    counters().enabled = new.lanes is not None
+    if old.lanes is not None and old.lanes != new.lanes:
         stop_services(keep=new.lanes)
+    if new.lanes is not None:
+        start_services()  # the services the new routing table made, now that it is live
 
 
 @hookimpl

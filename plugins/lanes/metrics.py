@@ -15,6 +15,9 @@ class LaneCollector:
         return []
 
     def collect(self):
+        counts = counters()
+        if not counts.enabled:  # lanes are off (in the configuration in use)
+            return
         messages = CounterMetricFamily(
             "databus_sidecar_lane_messages",
             "Messages with a lane header, by stream, lane and outcome (routed: to the lane's "
@@ -24,7 +27,6 @@ class LaneCollector:
         live = GaugeMetricFamily("databus_sidecar_lanes_live", "Live lanes in the registry")
         cleaned = CounterMetricFamily(
             "databus_sidecar_lanes_cleaned", "Expired lanes this sidecar cleaned up")
-        counts = counters()
         for (stream, lane), stats in counts.stats.items():
             for outcome in ("routed", "fallback", "rejected"):
                 messages.add_metric([stream, lane, outcome], getattr(stats, outcome))

@@ -11,7 +11,7 @@ from databus.hookspecs import Rejected, RoutedMessage
 from databus.lanes import model
 from databus.protocol.sidecar_wire import ErrorCode
 
-from .service import LOAD_TIMEOUT_S, LaneService
+from .service import LOAD_TIMEOUT_S, LaneService, start
 
 CACHE_LIMIT = 1000
 
@@ -37,6 +37,7 @@ def make_route(service: LaneService, stream: str, settings: LanesConfig):
         if not name:
             return msg  # the main lane
         if not service.ready.is_set():
+            start(service)  # the routing table is live: its service runs (once)
             return _after_load(msg)
         known = names.get(name)
         if known is None:

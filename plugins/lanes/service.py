@@ -53,6 +53,7 @@ class Counters:
     def __init__(self) -> None:
         self.stats: dict[tuple[str, str], LaneStats] = {}
         self.cleaned = 0  # expired lanes this sidecar cleaned up
+        self.enabled = False  # lanes are on in the configuration in use (the series shown)
 
     def stat(self, stream: str, lane: str) -> LaneStats:
         """The counters of (``stream``, ``lane``); past MAX_LANE_SERIES pairs (lane names
@@ -94,6 +95,8 @@ class LaneService:
         self._admin: Admin | None = None
         self._writer: RegistryWriter | None = None
         self.scope = trio.CancelScope()  # stop(): the sidecar stops, or a reload replaced it
+        self.key: tuple | None = None  # in _SERVICES (service_for's)
+        self.started = False
 
     @property
     def registry(self) -> model.Registry:
@@ -182,13 +185,28 @@ def _key(bootstrap: str, settings: LanesConfig) -> tuple:
 
 
 def service_for(bootstrap: str, settings: LanesConfig) -> LaneService:
-    """The service of this trio run for ``bootstrap`` and ``settings``, started if new."""
+    """The service of this trio run for ``bootstrap`` and ``settings``, made if new but not
+    started: a routing table is built before the configuration is known to be valid, and a
+    refused reload must act on nothing (no registry topic created).  ``start_services``
+    starts it once its configuration is live (or its first lane message does)."""
     key = _key(bootstrap, settings)
     service = _SERVICES.get(key)
     if service is None:
         service = _SERVICES[key] = LaneService(bootstrap, settings)
-        trio.lowlevel.spawn_system_task(_run_then_forget, key, service)
+        service.key = key
     return service
+
+
+def start(service: LaneService) -> None:
+    if not service.started and service.key is not None:
+        service.started = True
+        trio.lowlevel.spawn_system_task(_run_then_forget, service.key, service)
+
+
+def start_services() -> None:
+    """Start this run's services not started yet (the configuration using them is live)."""
+    for service in services():
+        start(service)
 
 
 async def _run_then_forget(key, service: LaneService) -> None:
@@ -206,6 +224,8 @@ def stop_services(keep: LanesConfig | None = None) -> None:
         if key[0] is trio.lowlevel.current_trio_token() and (
                 keep is None or key != _key(service.bootstrap, keep)):
             service.scope.cancel()
+            if not service.started:  # no task to forget it
+                _SERVICES.pop(key, None)
 
 
 def services() -> list[LaneService]:

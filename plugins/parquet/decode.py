@@ -4,8 +4,10 @@ Columns: ``topic`` string, ``partition`` int32, ``offset`` int64, ``timestamp``
 timestamp[ms, UTC], ``key`` binary, ``headers`` list<struct<key string, value binary>> (the
 shape of Spark's Kafka source), then the value: with ``format: raw`` one ``value`` binary
 column; with json or msgpack one column per top-level field of the value (a map), by the
-declared ``schema`` or by the schema inferred from the first batch (then fixed: later fields
-it does not have are ignored).  A value field named like a Kafka column gets a ``value_``
+declared ``schema`` (fields it does not have are ignored) or by the schema inferred from
+the first batch, which grows when a later batch brings a new field: the field is appended
+(logged once), rows before it have it null, and the files written from then on have the
+column (readers merge the files' schemas by name).  A value field named like a Kafka column gets a ``value_``
 prefix.  A record without a value (a tombstone) is a row of nulls.
 
 JSON is decoded a whole batch at a time by Arrow's JSON reader (one newline-separated
@@ -17,6 +19,7 @@ from __future__ import annotations
 
 import io
 import json
+import logging
 from collections.abc import Sequence
 from typing import Any
 
@@ -36,6 +39,8 @@ KAFKA_NAMES = {f.name for f in KAFKA_FIELDS}
 _HEADERS_TYPE = KAFKA_FIELDS[5].type
 _EMPTY = b"{}"
 
+log = logging.getLogger("databus_plugins.parquet")
+
 
 def declared_schema(fields: dict[str, str]) -> pa.Schema:
     """``{name: type}`` (Arrow's names: int64, double, string, bool, timestamp[ms], ...)."""
@@ -51,9 +56,23 @@ def declared_schema(fields: dict[str, str]) -> pa.Schema:
 
 
 class Decoder:
-    def __init__(self, fmt: str, schema: pa.Schema | None) -> None:
+    def __init__(self, fmt: str, schema: pa.Schema | None, name: str = "") -> None:
         self.format = fmt
         self.schema = schema  # None until inferred from the first batch
+        self.inferred = schema is None  # then it grows with new fields; a declared one not
+        self.name = name  # the topic, for the log line
+
+    def _evolve(self, seen: pa.Schema) -> None:
+        """Append the fields of ``seen`` the schema lacks (an inferred schema only)."""
+        assert self.schema is not None
+        known = set(self.schema.names)
+        new = [f for f in _settled(seen) if f.name not in known]
+        if not new:
+            return
+        self.schema = pa.schema(list(self.schema) + new)
+        log.warning("parquet: %s: new value field(s) %s: added to the schema; files written "
+                    "from now on have the column(s), earlier rows have them null",
+                    self.name or "values", ", ".join(f"{f.name} ({f.type})" for f in new))
 
     def table(self, records: Sequence[Any]) -> tuple[pa.Table, list[tuple[Any, str]]]:
         """(table of the records that decode, [(record, reason), ...] of the others)."""
@@ -113,8 +132,10 @@ class Decoder:
 
     def _read_json(self, data: bytes) -> pa.Table:
         if self.schema is not None:
-            parse = pa_json.ParseOptions(explicit_schema=self.schema,
-                                         unexpected_field_behavior="ignore")
+            # An inferred schema takes new fields (typed by Arrow), a declared one not.
+            parse = pa_json.ParseOptions(
+                explicit_schema=self.schema,
+                unexpected_field_behavior="infer" if self.inferred else "ignore")
         else:
             parse = pa_json.ParseOptions()
         # One block holding the whole batch: twice as fast as Arrow's 1 MiB default here.
@@ -122,8 +143,9 @@ class Decoder:
         table = pa_json.read_json(io.BytesIO(data), read_options=read, parse_options=parse)
         if self.schema is None:
             self.schema = _settled(table.schema)
-            table = table.cast(self.schema)
-        return table
+        elif len(table.schema) > len(self.schema):
+            self._evolve(table.schema)
+        return _conform(table, self.schema)
 
     def _json_one(self, value: bytes) -> pa.Table:
         if b"\n" in value or b"\r" in value:
@@ -147,6 +169,12 @@ class Decoder:
             table = pa.Table.from_pylist(rows)
             self.schema = _settled(table.schema)
             return table.cast(self.schema)
+        if self.inferred:
+            known = set(self.schema.names)
+            new = list(dict.fromkeys(k for row in rows for k in row if k not in known))
+            if new:
+                self._evolve(pa.Table.from_pylist(
+                    [{k: row.get(k) for k in new} for row in rows]).schema)
         return pa.Table.from_pylist(rows, schema=self.schema)
 
     def _msgpack_one(self, value: bytes) -> pa.Table:
@@ -161,12 +189,22 @@ class Decoder:
             except (ValueError, TypeError, pa.ArrowException, msgpack.UnpackException) as exc:
                 reason = " ".join(str(exc).split())
                 rejected.append((record, f"{self.format} value does not decode: {reason}"))
-        if tables:
-            table = pa.concat_tables([t.cast(self.schema) for t in tables])
+        if tables:  # the schema may have grown on the way: every table to the last one
+            table = pa.concat_tables([_conform(t, self.schema) for t in tables])
         else:
             schema = self.schema or pa.schema([])
             table = schema.empty_table()
         return good, table, rejected
+
+
+def _conform(table: pa.Table, schema: pa.Schema) -> pa.Table:
+    """``table`` with ``schema``'s columns in its order: a field the table lacks (added to
+    the schema after it was decoded) is all null."""
+    if table.schema.names == schema.names:
+        return table.cast(schema)
+    columns = [table.column(f.name).cast(f.type) if f.name in table.schema.names
+               else pa.nulls(table.num_rows, f.type) for f in schema]
+    return pa.Table.from_arrays(columns, schema=schema)
 
 
 def _settled(schema: pa.Schema) -> pa.Schema:

@@ -89,7 +89,7 @@ class ParquetSink:
     def _decoder(self, topic: str) -> Decoder:
         decoder = self.decoders.get(topic)
         if decoder is None:
-            decoder = self.decoders[topic] = Decoder(self.options.format, self.schema)
+            decoder = self.decoders[topic] = Decoder(self.options.format, self.schema, topic)
         return decoder
 
     def _write(self, tp, records):
@@ -144,7 +144,9 @@ class ParquetSink:
         """Write the open group's files; their records are durable then."""
         written = set()
         for directory, chunks in part.chunks.items():
-            table = pa.concat_tables(chunks).combine_chunks()
+            # An inferred schema may have grown within the group: earlier chunks get the
+            # new columns null (promotion by name).
+            table = pa.concat_tables(chunks, promote_options="default").combine_chunks()
             offsets = table.column("offset")
             name = layout.file_name(tp[0], tp[1], offsets[0].as_py(), offsets[-1].as_py())
             written.add(self.target.write(table, directory, name, self.options.codec))

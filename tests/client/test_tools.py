@@ -169,3 +169,22 @@ def test_consume_names_a_decompression_bomb_in_one_line(broker, topic):
         "data decompresses to more than the limit of 1048576 bytes "
         "(max.decompressed.batch.bytes)"
     ]
+
+
+def test_consume_with_a_group_is_quiet_on_stderr_by_default(broker, topic):
+    """As Kafka's console consumer: the records on stdout, on stderr only the closing count;
+    the group's own lines ("assigned [...]") with --log-level INFO."""
+    b = ["--bootstrap", broker.bootstrap]
+    assert databus("topics", "create", *b, "--topic", topic, "--partitions", "2").returncode == 0
+    assert databus("produce", *b, "--topic", topic, stdin=b"a\nb\n").returncode == 0
+    consume = [sys.executable, "-m", "databus.cli", "consume", *b, "--topic", topic,
+               "--group", f"quiet-{topic}", "--from-beginning", "--max-messages", "2"]
+    quiet = subprocess.run(consume, capture_output=True, timeout=60, cwd=ROOT, check=False)
+    assert quiet.returncode == 0, quiet.stderr
+    assert sorted(quiet.stdout.splitlines()) == [b"a", b"b"]
+    assert quiet.stderr == b"Processed a total of 2 messages\n"
+    assert databus("produce", *b, "--topic", topic, stdin=b"c\n").returncode == 0
+    loud = subprocess.run([*consume[:3], "--log-level", "INFO", *consume[3:-1], "1"],
+                          capture_output=True, timeout=60, cwd=ROOT, check=False)
+    assert loud.stdout == b"c\n"
+    assert b" INFO " in loud.stderr and b"assigned" in loud.stderr

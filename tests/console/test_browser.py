@@ -8,6 +8,7 @@ pictures of docs/console.md are made so: see docs/console.md).
 from __future__ import annotations
 
 import json
+from urllib.parse import quote
 
 import msgpack
 import pytest
@@ -155,6 +156,51 @@ def test_create_topic_from_the_ui_shows_in_topics_list(page, console, kafka):
     assert page.inner_text("h1") == "Topic made-in-the-browser"
     assert page.locator("#partitions tr").count() == 1 + 3
     assert "made-in-the-browser" in topics_list(kafka)
+    assert page.errors == []
+
+
+def test_internal_topics_are_marked_and_hidden_behind_a_switch(page, console, kafka):
+    """databus's own topics (delay levels, half messages), Confluent's _schemas and Kafka's
+    __consumer_offsets are not listed by default; the switch shows them, marked, with no
+    Delete button; ordinary topics keep theirs."""
+    internal = ["databus-delay-1s", "databus-txn-half", "_schemas"]
+    admin = AdminClient({"bootstrap.servers": kafka.bootstrap})
+    for future in admin.create_topics([NewTopic(name, 1) for name in internal]).values():
+        future.result(30)
+    consumer = Consumer({"bootstrap.servers": kafka.bootstrap, "group.id": "console-internal"})
+    consumer.commit(offsets=[TopicPartition(TOPIC, 0, 1)], asynchronous=False)
+    consumer.close()
+    kafkas = {name for name in topic_names(kafka) if name.startswith("__")}
+    assert "__consumer_offsets" in kafkas
+    internal += sorted(kafkas)  # (and __share_group_state, if the broker made it)
+
+    def listed() -> dict[str, str]:
+        rows = page.locator("#topics tr").all()[1:]
+        return {row.locator("td").first.locator("a").inner_text(): row.inner_text()
+                for row in rows}
+
+    page.goto(console)
+    shown = listed()
+    assert TOPIC in shown and not set(internal) & set(shown), shown
+    assert page.locator("#topics tr", has_text=TOPIC).locator("button",
+                                                              has_text="delete").count() == 1
+    switch = page.locator("#show-internal")
+    assert f"show {len(internal)} internal topic" in switch.inner_text()
+    switch.click()
+    page.wait_for_url("**/?internal=1")
+    shown = listed()
+    assert set(internal) <= set(shown) and TOPIC in shown, shown
+    for name in internal:
+        row = page.locator("#topics tr").filter(
+            has=page.locator(f'a[href="/topics/{quote(name, safe="")}"]'))
+        assert "internal" in row.locator(".badge").all_inner_texts(), name
+        assert row.locator("button").count() == 0, name
+    assert "internal" not in page.locator("#topics tr", has_text=TOPIC).inner_text()
+    # The list refreshes itself (htmx, every 5 s) with the switch kept.
+    assert page.get_attribute("#topics", "hx-get") == "/?internal=1"
+    page.locator("#show-internal").click()
+    page.wait_for_url(console.rstrip("/") + "/")
+    assert not set(internal) & set(listed())
     assert page.errors == []
 
 

@@ -112,3 +112,113 @@ def test_the_command_lists_lanes_and_merges_a_lane_into_main(lane_broker, tmp_pa
     assert "invalid lane name 'a.b'" in capsys.readouterr().err
     assert databus(["lanes", "create", "ok", "--ttl", "2 hours", *c]) == 2
     assert "'2 hours' is not a duration" in capsys.readouterr().err
+
+
+# `databus sidecar` in an interpreter where pyarrow cannot be imported (the parquet extra
+# not installed), as the user who hit the refused reload had.
+WITHOUT_PYARROW = (
+    "import sys\n"
+    "class Block:\n"
+    "    def find_spec(self, name, path=None, target=None):\n"
+    "        if name == 'pyarrow' or name.startswith('pyarrow.'): raise ImportError('blocked')\n"
+    "sys.meta_path.insert(0, Block())\n"
+    "from databus.cli import main\n"
+    "sys.exit(main(sys.argv[1:]))\n"
+)
+
+
+def test_lanes_turned_on_by_reload_a_refused_reload_acts_not_and_metrics_follow(
+        lane_broker, tmp_path, sock_dir):
+    """A reload refused (a parquet sink without pyarrow) changes nothing: the lanes it would
+    have turned on create no registry topic.  A valid reload turning lanes on routes them
+    and /metrics has the lane series at once, without a restart."""
+    import re
+    import signal
+    import time
+    import urllib.request
+    import uuid
+
+    registry_topic = f"reg-{uuid.uuid4().hex[:8]}"
+    sock = os.path.join(sock_dir, "reload-lanes.sock")
+    base = {"sidecar": {"socket": sock, "metrics_listen": "127.0.0.1:0", "reload_poll_ms": 0},
+            "clusters": {"main": {"bootstrap.servers": lane_broker.bootstrap}},
+            "streams": {"reload-lanes": {"topic": "reload-lanes"}}}
+    config, log_path = tmp_path / "sidecar.yaml", tmp_path / "sidecar.log"
+    config.write_text(yaml.safe_dump(base))
+    lanes = {"registry.topic": registry_topic}
+    with open(log_path, "wb") as log:
+        process = subprocess.Popen([sys.executable, "-c", WITHOUT_PYARROW, "sidecar", "-c",
+                                    str(config)], stdout=log, stderr=subprocess.STDOUT,
+                                   cwd=tmp_path)
+
+    def logged(text):
+        def look():
+            assert process.poll() is None, log_path.read_text()
+            return text in log_path.read_text()
+        wait_for(look, text, DEADLINE, log=log_path.read_text)
+
+    def metrics() -> str:
+        url = re.search(r"http://(\S+?)/metrics", log_path.read_text()).group(0)
+        with urllib.request.urlopen(url, timeout=10) as response:
+            return response.read().decode()
+
+    try:
+        logged("databus is up")
+        assert "databus_sidecar_lane" not in metrics()
+        config.write_text(yaml.safe_dump({**base, "lanes": lanes, "sinks": {"export": {
+            "plugin": "parquet", "topics": ["t"], "config": {"path": str(tmp_path / "out")}}}}))
+        process.send_signal(signal.SIGHUP)
+        logged("config rejected")
+        # Nothing to wait for when nothing happens: the refused lanes would have created
+        # their registry topic within a second (its follower starts at once); look for 3 s.
+        with SyncAdmin(lane_broker.bootstrap) as admin:
+            for _ in range(15):
+                assert registry_topic not in admin.list_topics()
+                time.sleep(0.2)
+        assert "databus_sidecar_lane" not in metrics()
+
+        config.write_text(yaml.safe_dump({**base, "lanes": lanes}))
+        process.send_signal(signal.SIGHUP)
+        logged("reload applied")
+        with Client(sock) as client:
+            client.send("reload-lanes", b"x", lane="nobody").result(DEADLINE)
+        text = metrics()
+        assert ('databus_sidecar_lane_messages_total{lane="nobody",outcome="fallback",'
+                'stream="reload-lanes"} 1.0') in text, text
+        assert "databus_sidecar_lanes_live 0.0" in text
+        with SyncAdmin(lane_broker.bootstrap) as admin:
+            wait_for(lambda: registry_topic in admin.list_topics(), "the registry topic",
+                     DEADLINE)
+    finally:
+        process.terminate()
+        process.wait(30)
+
+
+def test_the_docs_lane_consumer_example_runs_as_printed_under_asyncio(tmp_path):
+    """docs/lanes.md's LaneConsumer block, run as printed (asyncio.run) in a fresh
+    interpreter, with only its 127.0.0.1:9092 -> a fresh broker's address: it reads the
+    lane's message and the main topic's (lane.consume.main)."""
+    import re
+    from pathlib import Path
+
+    from tests.helpers.broker import BrokerProcess
+
+    doc = (Path(__file__).resolve().parents[2] / "docs" / "lanes.md").read_text()
+    (block,) = [b for b in re.findall(r"```python\n(.*?)```", doc, flags=re.S)
+                if "LaneConsumer(" in b]
+    assert "asyncio.run(main())" in block
+    with BrokerProcess(tmp_path / "broker",
+                       options={"group.initial.rebalance.delay.ms": 0}) as broker:
+        bootstrap = broker.bootstrap
+        assert databus(["lanes", "create", "feature-x", "--bootstrap-server", bootstrap]) == 0
+        with SyncProducer(bootstrap) as producer:
+            producer.send("orders", b"main").result(30)
+            producer.send("orders.lane.feature-x", b"lane",
+                          headers=[("databus-lane", b"feature-x")]).result(30)
+        code = block.replace("127.0.0.1:9092", bootstrap)
+        done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                              timeout=120, cwd=tmp_path, check=False)
+        assert done.returncode == 0, done.stderr
+        printed = set(done.stdout.splitlines())
+        assert printed <= {"orders b'main'", "orders.lane.feature-x b'lane'"}, done.stdout
+        assert printed, done.stdout

@@ -147,3 +147,14 @@ def test_bad_yaml_is_one_line_naming_the_file_and_the_place(tmp_path):
     assert process.returncode == 1 and len(out.splitlines()) == 1, out
     assert out.startswith("databus up: invalid configuration: sidecar.yaml: invalid YAML at "
                           "line 3, column 1: ")
+
+
+def test_a_bad_acks_names_every_accepted_spelling(tmp_path):
+    invalid = write(tmp_path / "acks.yaml", {"producer": {"acks": 7}})
+    fails_with(["up", "-c", invalid], tmp_path,
+               f"databus up: invalid configuration: {invalid}: producer: invalid value for "
+               "'acks' (got 7): acks must be all, -1, 0 or 1 (all and -1 are the same)")
+    # Every spelling the message names is accepted.
+    from databus.client.config import ProducerConfig
+    assert [ProducerConfig.from_kafka({"acks": a, "enable.idempotence": False}).acks
+            for a in ("all", "ALL", "-1", -1, "0", 0, "1", 1)] == [-1, -1, -1, -1, 0, 0, 1, 1]

@@ -317,6 +317,20 @@ def test_nack_retries_after_the_level_then_dead_letters_and_replay_brings_it_bac
         sub.close()
 
 
+def test_dlq_list_of_an_unknown_group_says_so_and_creates_nothing(sidecar):
+    listed = dlq("list", "nosuchgroup", "--bootstrap", sidecar.bootstrap)
+    assert (listed.returncode, listed.stdout) == (1, "")
+    assert listed.stderr == ("databus dlq: unknown group 'nosuchgroup' (no such consumer group "
+                             "and no topic nosuchgroup.dlq)\n")
+    replayed = dlq("replay", "nosuchgroup", "--bootstrap", sidecar.bootstrap)
+    assert replayed.returncode == 1 and "unknown group 'nosuchgroup'" in replayed.stderr
+    topics = subprocess.run([sys.executable, "-m", "databus.cli", "topics", "list",
+                             "--bootstrap", sidecar.bootstrap],
+                            capture_output=True, text=True, timeout=60, check=True)
+    assert "nosuchgroup.dlq" not in topics.stdout.split()
+    assert "nosuchgroup.dlq-replay" not in topics.stdout.split()
+
+
 def test_a_subscriber_sees_only_its_tags(sidecar):
     with Client(sidecar.socket) as client:
         for i, tag in enumerate(["paid", "free", None, "refund", "paid"]):

@@ -219,5 +219,14 @@ def test_up_without_any_config_routes_every_stream_to_its_own_topic(tmp_path, so
         assert [d.topic for d in deliveries] == ["anything", "page-views"]
         (record,) = consume_all(bootstrap, "page-views", 1, timeout=60)
         assert record[3] == b"page-views"
+        # SIGHUP reloads a file; without one it is said to have nothing to reload, and
+        # never kills the process.
+        process.send_signal(signal.SIGHUP)
+        wait_for_log(process, tmp_path / "up.log", "SIGHUP: no configuration file",
+                     "the SIGHUP logged")
+        with Client(sock) as client:
+            assert client.send("after-hup", b"x").result(30).topic == "after-hup"
+        process.terminate()
+        assert process.wait(timeout=30) == 0
     finally:
         stop(process)

@@ -15,6 +15,7 @@ from functools import partial
 from pathlib import Path
 
 import confluent_kafka
+import pyarrow as pa
 import pyarrow.dataset as ds
 import yaml
 
@@ -126,12 +127,20 @@ def export_files(path: Path) -> list[Path]:
 
 
 def read_export(path: Path):
+    """The export as docs/parquet.md reads it: the files' schemas merged by name (a column
+    that an inferred schema gained later is null in the files written before it)."""
     files = export_files(path)
     if not files:
         return None
-    return ds.dataset([str(f) for f in files], format="parquet",
-                      partitioning=ds.HivePartitioning.discover(),
-                      partition_base_dir=str(path)).to_table()
+
+    def dataset(schema=None):
+        return ds.dataset([str(f) for f in files], schema=schema, format="parquet",
+                          partitioning=ds.HivePartitioning.discover(),
+                          partition_base_dir=str(path))
+
+    first = dataset()
+    merged = pa.unify_schemas([first.schema, *(f.physical_schema for f in first.get_fragments())])
+    return dataset(merged).to_table()
 
 
 def exported_rows(path: Path) -> int:

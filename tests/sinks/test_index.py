@@ -458,3 +458,39 @@ def test_databus_up_serves_the_index_queries_on_its_metrics_listener(tmp_path):
             assert up.process.wait(60) == 0, up.log()
         finally:
             up.close()
+
+
+def test_a_value_spread_over_a_50k_record_index_is_found(broker, tmp_path):
+    """50 000 records over 4 partitions, sent in big batches (librdkafka's, ~1 MB), the value
+    asked for in 51 of them, far apart on every partition: a Fetch asking several partitions
+    at once brings the whole batch only to the first (Kafka's rule), so the reader asks the
+    others for more, within what a Fetch encodes, and returns them all."""
+    topic = "idx-spread"
+    total = 50_000
+    producer = confluent_kafka.Producer({"bootstrap.servers": broker.bootstrap,
+                                         "linger.ms": 50, "enable.idempotence": True})
+    for i in range(total):
+        value = json.dumps({"user_id": f"u{i % 999}", "n": i, "pad": "x" * 40}).encode()
+        while True:
+            try:
+                producer.produce(topic, value, partition=i % 4)
+                break
+            except BufferError:
+                producer.poll(0.1)
+    assert producer.flush(120) == 0
+    config = sinks_config(broker, {})
+    config["indexes"] = {"users": {"topics": [topic], "path": str(tmp_path / "idx"),
+                                   "consumer": CONSUMER, "fields": {"user_id": "user_id"}}}
+    service = Service(tmp_path, "sinks", config)
+    db = tmp_path / "idx" / "users.db"
+    try:
+        service.start()
+        wait_for(lambda: indexed(db) == total, "the index", timeout=180, log=service.log)
+        done = cli(tmp_path, "query", "users", "user_id=u7", "--json")
+        assert done.returncode == 0, done.stderr
+        got = [json.loads(line) for line in done.stdout.splitlines()]
+        assert sorted(json.loads(r["value"])["n"] for r in got) == list(range(7, total, 999))
+        assert {r["partition"] for r in got} == {0, 1, 2, 3}
+        assert service.stop() == 0
+    finally:
+        service.close()

@@ -33,10 +33,37 @@ def test_json_batch_with_inferred_schema_and_kafka_columns():
     assert table.column("key").to_pylist() == [b"k0", b"k1", b"k2"]
     assert table.column("headers").to_pylist()[0] == [{"key": "h", "value": b"v"}]
     assert table.column("timestamp").cast(pa.int64()).to_pylist()[0] == 1_700_000_000_000
-    # The schema is fixed by the first batch: a later new field is ignored, a missing one null.
+    # An inferred schema grows: a later new field is appended, a missing one null.
     table, _ = decoder.table(records([b'{"id": 7, "extra": 1}']))
-    assert table.schema.names[6:] == ["id", "name", "score"]
+    assert table.schema.names[6:] == ["id", "name", "score", "extra"]
     assert table.column("name").to_pylist() == [None]
+    assert table.column("extra").to_pylist() == [1]
+    # A declared schema is the columns: a field it lacks is ignored.
+    declared = Decoder("json", declared_schema({"id": "int64"}))
+    table, _ = declared.table(records([b'{"id": 7, "extra": 1}']))
+    assert table.schema.names[6:] == ["id"]
+
+
+def test_an_inferred_schema_grows_in_every_path_and_logs_each_new_field_once(caplog):
+    # One by one (a batch with a malformed record): tables decoded before the new field
+    # get it null.
+    decoder = Decoder("json", None, "orders")
+    decoder.table(records([b'{"id": 1}']))
+    table, rejected = decoder.table(records([b'{"id": 2}', b"{bad", b'{"id": 3, "order_id": "o3"}']))
+    assert [r.offset for r, _ in rejected] == [11]
+    assert table.column("order_id").to_pylist() == [None, "o3"]
+    table, _ = decoder.table(records([b'{"id": 4, "order_id": "o4"}']))
+    assert table.column("order_id").to_pylist() == ["o4"]
+    assert [r.getMessage() for r in caplog.records if "new value field" in r.getMessage()] == [
+        "parquet: orders: new value field(s) order_id (string): added to the schema; files "
+        "written from now on have the column(s), earlier rows have them null"]
+    # msgpack, a field first seen null then typed by a later value: a string, as at the start.
+    decoder = Decoder("msgpack", None)
+    decoder.table(records([msgpack.packb({"id": 1})]))
+    table, _ = decoder.table(records([msgpack.packb({"id": 2, "n": None, "tag": "a"})]))
+    assert table.schema.names[6:] == ["id", "n", "tag"]
+    assert table.schema.field("n").type == pa.string()
+    assert table.column("tag").to_pylist() == ["a"]
 
 
 def test_malformed_records_are_rejected_with_the_reason_and_the_rest_kept():

@@ -294,3 +294,35 @@ def test_sinks_follow_the_lane_policy_main_by_default_one_lane_or_all(broker, tm
     finally:
         service.close()
     assert {name: exported(name) for name in want} == want
+
+
+def test_a_field_first_seen_after_the_first_batch_is_exported_not_dropped(broker, tmp_path):
+    """No declared schema: the columns come from the first batch, one record without
+    `order_id`; then 2 000 records with it.  The field is a column of the files written
+    from then on (the first record's row has it null), logged once, and pyarrow.dataset
+    reading all the files with their schemas merged by name has every value."""
+    out, topic = tmp_path / "export", "evolving"
+    service = Service(tmp_path, "sinks", sinks_config(broker, {
+        "evolving-export": parquet_sink(topic, out, **{"flush.size": 500})}))
+    producer = confluent_kafka.Producer({"bootstrap.servers": broker.bootstrap})
+    try:
+        service.start()
+        producer.produce(topic, json.dumps({"id": 0, "item": "book"}).encode(), partition=0)
+        producer.flush(30)
+        wait_for(lambda: service.metric("databus_sink_records_in_total",
+                                        sink="evolving-export") == 1, "the first record",
+                 timeout=60, log=service.log)
+        for i in range(1, 2001):
+            producer.produce(topic, json.dumps({"id": i, "item": "book",
+                                                "order_id": f"o-{i}"}).encode(), partition=0)
+        producer.flush(30)
+        wait_for(lambda: service.metric("databus_sink_records_in_total",
+                                        sink="evolving-export") == 2001, "the others",
+                 timeout=60, log=service.log)
+        assert service.stop() == 0
+    finally:
+        service.close()
+    table = read_export(out).sort_by("id")
+    assert table.column("id").to_pylist() == list(range(2001))
+    assert table.column("order_id").to_pylist() == [None] + [f"o-{i}" for i in range(1, 2001)]
+    assert service.log().count("new value field(s) order_id (string)") == 1, service.log()
