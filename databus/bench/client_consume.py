@@ -2,8 +2,10 @@
 kafka-python, on the same broker.
 
 Fills a topic with ``--records`` values (librdkafka producer), then each client reads all of
-it from the beginning with manual assignment (no group): librdkafka's ``consume()`` in
-batches, aiokafka's and ours ``getmany``, kafka-python's ``poll``.  Records/s of the read
+it from the beginning with manual assignment (no group), each at its own defaults (Kafka's
+fetch settings; the calls each client's docs show): librdkafka's ``consume(500, 1.0)``,
+ours ``poll(1.0)``, aiokafka's ``getmany()``, kafka-python's ``poll()``.  ``--tuned`` adds
+rows with the same large fetch settings for every client after them.  Records/s of the read
 alone, and the ratios to librdkafka's and aiokafka's.  Ours runs twice, each in a child
 process: with the C extension and with the pure-Python code (peers.py).  A client that is
 not installed gets a skipped row (without confluent-kafka the fill is written by databus's
@@ -28,14 +30,29 @@ def add_arguments(parser) -> None:
                         help=f"comma-separated subset of {','.join(CLIENTS)}")
     parser.add_argument("--rounds", type=int, default=1,
                         help="repeat the reads, clients alternating; each client's best round")
+    parser.add_argument("--columnar", action="store_true",
+                        help="rows/s into an Arrow table: ours getmany_columns(), librdkafka's "
+                             "consume() and aiokafka's getmany() building the same columns in "
+                             "Python (needs pyarrow)")
+    parser.add_argument("--tuned", action="store_true",
+                        help="after the rows at every client's defaults, rows with the same "
+                             "large fetch settings for every client (peers.TUNED_FETCH)")
 
 
 NAMES = {
     LIBRDKAFKA: "librdkafka (confluent-kafka consume())",
-    OURS_C: "databus.client Consumer.getmany(), C extension",
+    OURS_C: "databus.client Consumer.poll(), C extension",
     AIOKAFKA: "aiokafka AIOKafkaConsumer.getmany()",
-    OURS_PURE: "databus.client Consumer.getmany(), pure Python",
+    OURS_PURE: "databus.client Consumer.poll(), pure Python",
     KAFKA_PYTHON: "kafka-python KafkaConsumer.poll()",
+}
+
+
+COLUMNAR_NAMES = {
+    LIBRDKAFKA: "librdkafka consume() + Arrow columns built in Python",
+    OURS_C: "databus.client getmany_columns() -> Arrow, C extension",
+    AIOKAFKA: "aiokafka getmany() + Arrow columns built in Python",
+    OURS_PURE: "databus.client getmany_columns() -> Arrow, pure Python",
 }
 
 
@@ -46,14 +63,31 @@ def run(args) -> int:
         fill_topic(bootstrap, topic, args.records, args.record_size,
                    compression=args.compression)
         common = (bootstrap, topic, args.partitions, args.records)
-        runners = {
-            LIBRDKAFKA: lambda: consume_all(*common),
-            AIOKAFKA: lambda: peers.aiokafka_consume(*common),
-            KAFKA_PYTHON: lambda: peers.kafka_python_consume(*common),
-            OURS_C: lambda: peers.in_child(False, peers.ours_consume, *common)[0],
-            OURS_PURE: lambda: peers.in_child(True, peers.ours_consume, *common)[0],
-        }
-        return client_rows(
-            args, NAMES, runners,
-            f"databus bench client-consume: {args.records:,} x {args.record_size} B, "
-            f"{args.partitions} partitions, compression {args.compression}")
+        title = (f"databus bench client-consume: {args.records:,} x {args.record_size} B, "
+                 f"{args.partitions} partitions, compression {args.compression}")
+        if args.columnar:
+            return client_rows(args, COLUMNAR_NAMES, {
+                LIBRDKAFKA: lambda: peers.librdkafka_consume_columns(*common),
+                AIOKAFKA: lambda: peers.aiokafka_consume_columns(*common),
+                OURS_C: lambda: peers.in_child(False, peers.ours_consume_columns, *common)[0],
+                OURS_PURE: lambda: peers.in_child(True, peers.ours_consume_columns, *common)[0],
+            }, title + ", into Arrow tables, every client at its defaults",
+                clients=[c for c in args.clients.split(",") if c in COLUMNAR_NAMES])
+        status = client_rows(args, NAMES, _runners(common, tuned=False),
+                             title + ", every client at its defaults")
+        if args.tuned:
+            status |= client_rows(args, NAMES, _runners(common, tuned=True),
+                                  title + ", tuned: fetch.max.bytes 64 MiB, "
+                                  "max.partition.fetch.bytes 8 MiB, fetch.max.wait.ms 100, "
+                                  "batches of 100k")
+        return status
+
+
+def _runners(common: tuple, *, tuned: bool) -> dict:
+    return {
+        LIBRDKAFKA: lambda: consume_all(*common, tuned=tuned),
+        AIOKAFKA: lambda: peers.aiokafka_consume(*common, tuned),
+        KAFKA_PYTHON: lambda: peers.kafka_python_consume(*common, tuned),
+        OURS_C: lambda: peers.in_child(False, peers.ours_consume, *common, tuned)[0],
+        OURS_PURE: lambda: peers.in_child(True, peers.ours_consume, *common, tuned)[0],
+    }

@@ -1,10 +1,13 @@
 """``databus bench client-produce``: our trio producer beside librdkafka, aiokafka and
 kafka-python, on the same broker.
 
-Every client sends ``--records`` values of ``--record-size`` bytes to a fresh topic with the
-same settings (Kafka's defaults unless given: linger.ms 5, batch.size 16384, acks all,
-idempotence on for ours as for Java's default), one ``send``/``produce`` call per record,
-and the time runs until every record is acknowledged.  The ratio columns are each client's
+Every client sends ``--records`` values of ``--record-size`` bytes to a fresh topic, one
+``send``/``produce`` call per record (awaited for ours and aiokafka), and the time runs until
+every record is acknowledged.  Each client runs at its own defaults (ours: linger.ms 5,
+batch.size 1,000,000, acks all, idempotence on; librdkafka's: linger.ms 5, batch.size
+1,000,000, acks all; aiokafka's: linger_ms 0, max_batch_size 16384, acks 1; kafka-python's:
+linger_ms 0, batch_size 16384, acks 1) unless ``--linger-ms``, ``--batch-size`` or
+``--acks`` set one for every client.  The ratio columns are each client's
 rate over librdkafka's and over aiokafka's.  Ours runs twice, each in a child process: with
 the C extension and with the pure-Python code (DATABUS_PURE_PYTHON=1); see peers.py.  The
 broker is a subprocess started here (``--bootstrap-server`` to use another), so a client and
@@ -27,9 +30,9 @@ def add_arguments(parser) -> None:
     add_bench_options(parser, records=200_000)
     parser.add_argument("--partitions", type=int, default=4)
     parser.add_argument("--compression", default="none", help="compression.type for both")
-    parser.add_argument("--linger-ms", type=int, default=5)
-    parser.add_argument("--batch-size", type=int, default=16384)
-    parser.add_argument("--acks", default="all")
+    parser.add_argument("--linger-ms", type=int, help="for every client (default: each one's)")
+    parser.add_argument("--batch-size", type=int, help="for every client (default: each one's)")
+    parser.add_argument("--acks", help="for every client (default: each one's)")
     parser.add_argument("--clients", default=",".join(CLIENTS),
                         help=f"comma-separated subset of {','.join(CLIENTS)}")
     parser.add_argument("--rounds", type=int, default=1,
@@ -46,8 +49,9 @@ NAMES = {
 
 
 def run(args) -> int:
-    kafka_config = {"linger.ms": args.linger_ms, "batch.size": args.batch_size,
-                    "acks": args.acks, "compression.type": args.compression}
+    kafka_config = {key: value for key, value in (
+        ("linger.ms", args.linger_ms), ("batch.size", args.batch_size), ("acks", args.acks),
+        ("compression.type", args.compression)) if value is not None}
     settings = {"acks": args.acks, "linger_ms": args.linger_ms, "batch_size": args.batch_size,
                 "compression": args.compression}
     with broker_for(args) as (bootstrap, _cpu):
@@ -70,5 +74,7 @@ def run(args) -> int:
         return client_rows(
             args, NAMES, {c: runner(c) for c in CLIENTS},
             f"databus bench client-produce: {args.records:,} x {args.record_size} B, "
-            f"{args.partitions} partitions, acks={args.acks}, linger.ms={args.linger_ms}, "
-            f"batch.size={args.batch_size}, compression {args.compression}")
+            f"{args.partitions} partitions, compression {args.compression}, "
+            + ", ".join(f"{key}={value}" for key, value in kafka_config.items()
+                        if key != "compression.type")
+            + (" for every client" if len(kafka_config) > 1 else "every client at its defaults"))

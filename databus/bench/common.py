@@ -149,19 +149,24 @@ def bench_topic(bootstrap: str, topic: str, partitions: int, keep: bool = False,
 
 
 def produce_records(bootstrap: str, topic: str, records: int, record_size: int, *,
-                    acks: str = "1", compression: str = "none", linger_ms: int = 5,
-                    batch_size: int = 1_000_000, api: str = "batch") -> float:
-    """Produce ``records`` values of ``record_size`` bytes; the seconds until all are acked."""
+                    acks: str | None = "1", compression: str = "none",
+                    linger_ms: int | None = 5, batch_size: int | None = 1_000_000,
+                    api: str = "batch") -> float:
+    """Produce ``records`` values of ``record_size`` bytes; the seconds until all are acked.
+    ``acks``, ``linger_ms``, ``batch_size`` None: librdkafka's defaults (all, 5, 1,000,000)."""
     from confluent_kafka import Producer
 
     errors = []
-    producer = Producer({
-        "bootstrap.servers": bootstrap, "acks": acks, "compression.type": compression,
-        "linger.ms": linger_ms, "batch.size": batch_size,
+    config = {
+        "bootstrap.servers": bootstrap, "compression.type": compression,
         "queue.buffering.max.messages": 2_000_000, "queue.buffering.max.kbytes": 1_048_576,
         "delivery.report.only.error": True,
         "on_delivery": lambda err, msg: errors.append(err),
-    })
+    }
+    for key, value in (("acks", acks), ("linger.ms", linger_ms), ("batch.size", batch_size)):
+        if value is not None:
+            config[key] = value
+    producer = Producer(config)
     value = os.urandom(record_size)
     poll = producer.poll
     start = time.perf_counter()
@@ -233,19 +238,29 @@ def fill_topic(bootstrap: str, topic: str, records: int, record_size: int, *,
                                       config)
 
 
-def consume_all(bootstrap: str, topic: str, partitions: int, records: int) -> float:
-    """Read ``records`` records from the start of every partition; the seconds it took."""
+def consume_all(bootstrap: str, topic: str, partitions: int, records: int, *,
+                tuned: bool = True) -> float:
+    """Read ``records`` records from the start of every partition; the seconds it took.
+
+    ``tuned``: large fetches, a short long poll and a large prefetch queue, batches of
+    10,000 (the other benches' reader); else librdkafka's defaults, ``consume(500, 1.0)``
+    (500: Kafka's max.poll.records, our poll()'s batch)."""
     from confluent_kafka import Consumer, TopicPartition
 
-    consumer = Consumer({
+    config = {
         "bootstrap.servers": bootstrap, "group.id": f"bench-{time.time_ns()}",
         "enable.auto.commit": False, "enable.partition.eof": False,
-        "fetch.max.bytes": 64 * 1024 * 1024, "max.partition.fetch.bytes": 8 * 1024 * 1024,
-        "queued.max.messages.kbytes": 1024 * 1024, "fetch.wait.max.ms": 100,
-        # librdkafka's default (1000 ms) idles the fetcher for a second whenever its
-        # prefetch queue is above queued.min.messages: the consumer, not the broker, waits
-        "fetch.queue.backoff.ms": 5,
-    })
+    }
+    if tuned:
+        config |= {
+            "fetch.max.bytes": 64 * 1024 * 1024, "max.partition.fetch.bytes": 8 * 1024 * 1024,
+            "queued.max.messages.kbytes": 1024 * 1024, "fetch.wait.max.ms": 100,
+            # librdkafka's default (1000 ms) idles the fetcher for a second whenever its
+            # prefetch queue is above queued.min.messages: the consumer, not the broker, waits
+            "fetch.queue.backoff.ms": 5,
+        }
+    batch, timeout = (10_000, 0.1) if tuned else (500, 1.0)
+    consumer = Consumer(config)
     try:
         consumer.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
         seen = 0
@@ -253,8 +268,8 @@ def consume_all(bootstrap: str, topic: str, partitions: int, records: int) -> fl
         deadline = start + 600
         consume = consumer.consume
         while seen < records:
-            batch = consume(num_messages=10_000, timeout=0.1)
-            seen += len(batch)
+            got = consume(num_messages=batch, timeout=timeout)
+            seen += len(got)
             if time.perf_counter() > deadline:
                 raise RuntimeError(f"only {seen} of {records} records arrived in 600 s")
         return time.perf_counter() - start

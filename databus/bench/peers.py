@@ -71,7 +71,17 @@ def in_child(pure: bool, fn, *args):
     with _environment(pure), ProcessPoolExecutor(
         max_workers=1, mp_context=multiprocessing.get_context("spawn")
     ) as pool:
-        return pool.submit(fn, *args).result()
+        return pool.submit(_settled, fn, *args).result()
+
+
+def _settled(fn, *args):
+    """``fn(*args)`` after the child's first full garbage collection: a fresh process's
+    first one walks everything its imports made (0.1-0.3 s here, once per process), which
+    the peers, run in the bench's own long-lived process, paid before their clocks start."""
+    import gc
+
+    gc.collect()
+    return fn(*args)
 
 
 def ours_produce(bootstrap, topic, records, record_size, kafka_config) -> tuple[float, str]:
@@ -85,38 +95,140 @@ def ours_produce(bootstrap, topic, records, record_size, kafka_config) -> tuple[
     return trio.run(produce_ours, bootstrap, topic, records, record_size, config), implementation()
 
 
-def ours_consume(bootstrap, topic, partitions, records) -> tuple[float, str]:
+# The fetch settings of the "tuned" rows (--tuned): large fetches, a short long poll and
+# large poll batches, the same for every client.  The default rows set none of them.
+TUNED_FETCH = {"fetch.max.bytes": 64 * 1024 * 1024,
+               "max.partition.fetch.bytes": 8 * 1024 * 1024, "fetch.max.wait.ms": 100}
+TUNED_MAX_RECORDS = 100_000
+
+
+def ours_consume(bootstrap, topic, partitions, records, tuned=False) -> tuple[float, str]:
     import trio
 
     from databus.protocol.speedups import implementation
 
-    return trio.run(consume_ours, bootstrap, topic, partitions, records), implementation()
+    return (trio.run(consume_ours, bootstrap, topic, partitions, records, tuned),
+            implementation())
 
 
-async def consume_ours(bootstrap: str, topic: str, partitions: int, records: int) -> float:
+async def consume_ours(bootstrap: str, topic: str, partitions: int, records: int,
+                       tuned: bool = False) -> float:
+    """At the defaults: ``poll(1.0)`` as docs/client.md shows it (max.poll.records 500);
+    ``tuned``: TUNED_FETCH and ``getmany`` of up to TUNED_MAX_RECORDS."""
     import trio
 
     from databus.client import Consumer
 
-    config = {"auto.offset.reset": "earliest", "fetch.max.bytes": 64 * 1024 * 1024,
-              "max.partition.fetch.bytes": 8 * 1024 * 1024, "max.poll.records": 100_000,
-              "fetch.max.wait.ms": 100}
+    config = {"auto.offset.reset": "earliest"}
+    if tuned:
+        config |= TUNED_FETCH | {"max.poll.records": TUNED_MAX_RECORDS}
     async with Consumer(bootstrap, config) as consumer:
         consumer.assign([(topic, p) for p in range(partitions)])
         seen = 0
         start = trio.current_time()
         with trio.fail_after(600):
             while seen < records:
-                got = await consumer.getmany(timeout=1.0)
-                seen += sum(len(v) for v in got.values())
+                seen += len(await consumer.poll(1.0))
         return trio.current_time() - start
 
 
-def client_rows(args, names: dict[str, str], runners: dict, title: str) -> int:
-    """Run the chosen clients ``--rounds`` times, alternating; print each one's best round.
+def ours_consume_columns(bootstrap, topic, partitions, records) -> tuple[float, str]:
+    import trio
+
+    from databus.protocol.speedups import implementation
+
+    return trio.run(consume_ours_columns, bootstrap, topic, partitions, records), implementation()
+
+
+async def consume_ours_columns(bootstrap: str, topic: str, partitions: int, records: int) -> float:
+    """``getmany_columns(timeout=1.0)`` at the defaults, each result made one Arrow table."""
+    import trio
+
+    from databus.client import Consumer, arrow_table
+
+    async with Consumer(bootstrap, {"auto.offset.reset": "earliest"}) as consumer:
+        consumer.assign([(topic, p) for p in range(partitions)])
+        seen = 0
+        start = trio.current_time()
+        with trio.fail_after(600):
+            while seen < records:
+                got = await consumer.getmany_columns(timeout=1.0)
+                seen += arrow_table(got.values()).num_rows
+        return trio.current_time() - start
+
+
+def arrow_from_records(rows) -> object:
+    """The columns databus's Arrow table has, built in Python from (topic, partition,
+    offset, timestamp, key, value, headers) tuples: what a peer client's user writes."""
+    import pyarrow as pa
+
+    topics, parts, offsets, stamps, keys, values, headers = zip(*rows) if rows else ([],) * 7
+    return pa.table({
+        "topic": pa.array(topics, pa.string()).dictionary_encode(),
+        "partition": pa.array(parts, pa.int32()), "offset": pa.array(offsets, pa.int64()),
+        "timestamp": pa.array(stamps, pa.int64()), "key": pa.array(keys, pa.binary()),
+        "value": pa.array(values, pa.binary()),
+        "headers": pa.array([[{"key": k, "value": v} for k, v in h or ()] for h in headers],
+                            pa.list_(pa.struct([("key", pa.string()), ("value", pa.binary())]))),
+    })
+
+
+def aiokafka_consume_columns(bootstrap, topic, partitions, records) -> float:
+    """aiokafka's ``getmany()`` at its defaults, each result made an Arrow table in Python."""
+    import asyncio
+
+    from aiokafka import AIOKafkaConsumer, TopicPartition
+
+    async def main() -> float:
+        consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, group_id=None,
+                                    enable_auto_commit=False, auto_offset_reset="earliest")
+        await consumer.start()
+        try:
+            consumer.assign([TopicPartition(topic, p) for p in range(partitions)])
+            seen = 0
+            start = time.perf_counter()
+            while seen < records:
+                got = await consumer.getmany(timeout_ms=1000)
+                seen += arrow_from_records([
+                    (m.topic, m.partition, m.offset, m.timestamp, m.key, m.value, m.headers)
+                    for batch in got.values() for m in batch]).num_rows
+                if time.perf_counter() - start > 600:
+                    raise TimeoutError(f"aiokafka read {seen} of {records} records in 600 s")
+            return time.perf_counter() - start
+        finally:
+            await consumer.stop()
+
+    return asyncio.run(main())
+
+
+def librdkafka_consume_columns(bootstrap, topic, partitions, records) -> float:
+    """librdkafka's ``consume(500, 1.0)`` at its defaults, each result an Arrow table."""
+    from confluent_kafka import Consumer, TopicPartition
+
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"bench-{time.time_ns()}",
+                         "enable.auto.commit": False, "enable.partition.eof": False})
+    try:
+        consumer.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
+        seen = 0
+        start = time.perf_counter()
+        while seen < records:
+            seen += arrow_from_records([
+                (m.topic(), m.partition(), m.offset(), m.timestamp()[1], m.key(), m.value(),
+                 m.headers()) for m in consumer.consume(num_messages=500, timeout=1.0)]).num_rows
+            if time.perf_counter() - start > 600:
+                raise TimeoutError(f"librdkafka read {seen} of {records} records in 600 s")
+        return time.perf_counter() - start
+    finally:
+        consumer.close()
+
+
+def client_rows(args, names: dict[str, str], runners: dict, title: str,
+                clients: list[str] | None = None) -> int:
+    """Run the chosen clients (``clients``, else ``--clients``) ``--rounds`` times,
+    alternating; print each one's best round.
 
     ``names`` maps a client to its row name, ``runners`` to a function returning seconds."""
-    chosen = [c for c in args.clients.split(",") if c]
+    chosen = clients if clients is not None else [c for c in args.clients.split(",") if c]
     unknown = sorted(set(chosen) - set(CLIENTS))
     if unknown:
         raise SystemExit(f"unknown --clients {','.join(unknown)} (known: {','.join(CLIENTS)})")
@@ -139,17 +251,29 @@ def client_rows(args, names: dict[str, str], runners: dict, title: str) -> int:
 
 # -- aiokafka -------------------------------------------------------------------------------
 
-def aiokafka_produce(bootstrap, topic, records, record_size, *, acks, linger_ms, batch_size,
-                     compression) -> float:
+def _settings(acks, linger_ms, batch_size, batch_size_name: str) -> dict:
+    """The keyword arguments of a Python client for the settings given (None: its default)."""
+    out = {}
+    if acks is not None:
+        out["acks"] = acks if acks == "all" else int(acks)
+    if linger_ms is not None:
+        out["linger_ms"] = linger_ms
+    if batch_size is not None:
+        out[batch_size_name] = batch_size
+    return out
+
+
+def aiokafka_produce(bootstrap, topic, records, record_size, *, acks=None, linger_ms=None,
+                     batch_size=None, compression="none") -> float:
     import asyncio
 
     from aiokafka import AIOKafkaProducer
 
     async def main() -> float:
         producer = AIOKafkaProducer(
-            bootstrap_servers=bootstrap, acks=acks if acks == "all" else int(acks),
-            linger_ms=linger_ms, max_batch_size=batch_size,
+            bootstrap_servers=bootstrap,
             compression_type=None if compression == "none" else compression,
+            **_settings(acks, linger_ms, batch_size, "max_batch_size"),
         )
         await producer.start()
         try:
@@ -169,16 +293,19 @@ def aiokafka_produce(bootstrap, topic, records, record_size, *, acks, linger_ms,
     return asyncio.run(main())
 
 
-def aiokafka_consume(bootstrap, topic, partitions, records) -> float:
+def aiokafka_consume(bootstrap, topic, partitions, records, tuned=False) -> float:
+    """At its defaults: ``getmany(timeout_ms=1000)`` (no max_records: all that is buffered)."""
     import asyncio
 
     from aiokafka import AIOKafkaConsumer, TopicPartition
 
     async def main() -> float:
+        settings = {}
+        if tuned:
+            settings = {key.replace(".", "_"): value for key, value in TUNED_FETCH.items()}
         consumer = AIOKafkaConsumer(
             bootstrap_servers=bootstrap, group_id=None, enable_auto_commit=False,
-            auto_offset_reset="earliest", fetch_max_bytes=64 * 1024 * 1024,
-            max_partition_fetch_bytes=8 * 1024 * 1024, fetch_max_wait_ms=100,
+            auto_offset_reset="earliest", **settings,
         )
         await consumer.start()
         try:
@@ -186,7 +313,8 @@ def aiokafka_consume(bootstrap, topic, partitions, records) -> float:
             seen = 0
             start = time.perf_counter()
             while seen < records:
-                got = await consumer.getmany(timeout_ms=1000, max_records=100_000)
+                got = await consumer.getmany(timeout_ms=1000,
+                                             max_records=TUNED_MAX_RECORDS if tuned else None)
                 seen += sum(len(v) for v in got.values())
                 if time.perf_counter() - start > 600:
                     raise TimeoutError(f"aiokafka read {seen} of {records} records in 600 s")
@@ -199,14 +327,14 @@ def aiokafka_consume(bootstrap, topic, partitions, records) -> float:
 
 # -- kafka-python ---------------------------------------------------------------------------
 
-def kafka_python_produce(bootstrap, topic, records, record_size, *, acks, linger_ms, batch_size,
-                         compression) -> float:
+def kafka_python_produce(bootstrap, topic, records, record_size, *, acks=None, linger_ms=None,
+                         batch_size=None, compression="none") -> float:
     from kafka import KafkaProducer
 
     producer = KafkaProducer(
-        bootstrap_servers=bootstrap, acks=acks if acks == "all" else int(acks),
-        linger_ms=linger_ms, batch_size=batch_size,
+        bootstrap_servers=bootstrap,
         compression_type=None if compression == "none" else compression,
+        **_settings(acks, linger_ms, batch_size, "batch_size"),
     )
     try:
         value = os.urandom(record_size)
@@ -223,20 +351,22 @@ def kafka_python_produce(bootstrap, topic, records, record_size, *, acks, linger
         producer.close()
 
 
-def kafka_python_consume(bootstrap, topic, partitions, records) -> float:
+def kafka_python_consume(bootstrap, topic, partitions, records, tuned=False) -> float:
     from kafka import KafkaConsumer, TopicPartition
 
+    settings = {}
+    if tuned:
+        settings = {key.replace(".", "_"): value for key, value in TUNED_FETCH.items()}
     consumer = KafkaConsumer(
         bootstrap_servers=bootstrap, group_id=None, enable_auto_commit=False,
-        auto_offset_reset="earliest", fetch_max_bytes=64 * 1024 * 1024,
-        max_partition_fetch_bytes=8 * 1024 * 1024, fetch_max_wait_ms=100,
+        auto_offset_reset="earliest", **settings,
     )
     try:
         consumer.assign([TopicPartition(topic, p) for p in range(partitions)])
         seen = 0
         start = time.perf_counter()
         while seen < records:
-            got = consumer.poll(timeout_ms=1000, max_records=100_000)
+            got = consumer.poll(timeout_ms=1000, max_records=TUNED_MAX_RECORDS if tuned else None)
             seen += sum(len(v) for v in got.values())
             if time.perf_counter() - start > 600:
                 raise TimeoutError(f"kafka-python read {seen} of {records} records in 600 s")

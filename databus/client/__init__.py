@@ -10,6 +10,7 @@ The names below are the client's public surface: console tools, the sidecar's us
 plugins import from ``databus.client``, never from its modules (tests/test_layering.py).
 """
 
+from ..protocol.columns import RecordColumns, arrow_table
 from ..protocol.types import TopicPartition
 from . import errors
 from .admin import Admin
@@ -47,8 +48,10 @@ __all__ = [
     "Producer",
     "ProducerConfig",
     "ProducerStatistics",
+    "RecordColumns",
     "RecordMetadata",
     "RecordReader",
+    "arrow_table",
     "ShareConsumer",
     "ShareConsumerConfig",
     "SyncAdmin",

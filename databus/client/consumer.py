@@ -30,6 +30,7 @@ from typing import Any
 
 import trio
 
+from ..protocol.columns import RecordColumns
 from ..protocol.types import TopicPartition
 from . import errors
 from .backoff import ExponentialBackoff
@@ -43,6 +44,7 @@ from .offsets import EARLIEST, LATEST, list_offsets
 from .subscription import SubscriptionState
 
 log = logging.getLogger(__name__)
+_ALL = 2**62  # getmany_columns' default record limit: none
 
 __all__ = ["Consumer", "ConsumerRecord", "ConsumerStatistics"]
 
@@ -359,6 +361,24 @@ class Consumer(ClientLifecycle):
         self, *partitions: TopicPartition, timeout: float = 0.0, max_records: int | None = None
     ) -> dict[TopicPartition, list[ConsumerRecord]]:
         """Like poll, grouped by partition, optionally limited to ``partitions``."""
+        self._fetcher.use_columns(False)
+        return await self._drain(partitions, timeout, max_records)
+
+    async def getmany_columns(
+        self, *partitions: TopicPartition, timeout: float = 0.0, max_records: int | None = None
+    ) -> dict[TopicPartition, RecordColumns]:
+        """Like getmany, but each partition's records as columns (a RecordColumns: offsets,
+        timestamps, keys, values, headers in buffers, ``to_arrow()`` for a pyarrow
+        RecordBatch; ``arrow_table(result.values())`` for one Table): fetched batches are
+        decoded straight into them, no Python object per record.  One RecordColumns per
+        partition: the rest of one fetch of it, or at most ``max_records`` records in all
+        when given (not ``max.poll.records``: a column batch costs the same to hand out
+        whatever its length, so it is as long as a fetch makes it).  A consumer switching
+        between getmany and getmany_columns fetches what it had buffered again."""
+        self._fetcher.use_columns(True)
+        return await self._drain(partitions, timeout, max_records or _ALL)
+
+    async def _drain(self, partitions, timeout: float, max_records: int | None) -> dict:
         self._check_open()
         if self._group is not None:
             self._group.last_poll = trio.current_time()
@@ -474,9 +494,7 @@ class Consumer(ClientLifecycle):
     def statistics(self) -> ConsumerStatistics:
         return ConsumerStatistics(
             assigned_partitions=len(self._subscriptions.partitions),
-            buffered_records=sum(
-                len(f.records) - f.index for f in self._fetcher.buffer.values()
-            ),
+            buffered_records=self._fetcher.buffered_records(),
             fetches_in_flight=len(self._fetcher.in_flight_nodes),
             member_id=self._group.member_id if self._group else None,
             generation_id=self._group.generation_id if self._group else None,

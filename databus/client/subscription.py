@@ -26,6 +26,9 @@ class PartitionState:
     # until the application seeks; separate from ``paused`` so a seek is enough, as in Kafka
     awaiting_seek: bool = False
     high_watermark: int = -1
+    # where the records this consumer may read end at the broker (the high watermark, or the
+    # last stable offset under read_committed), from the last Fetch response; -1 unknown
+    readable_end: int = -1
     epoch: int = 0  # bumps on every seek so stale fetches are dropped
 
 

@@ -601,6 +601,311 @@ py_decode_columns(PyObject *self, PyObject *args)
     Py_RETURN_NONE;
 }
 
+/* ---- decode into column buffers ------------------------------------------------------- */
+
+/* The column buffers of columns.ColumnBuffers, in its order: bytearrays the decoder appends
+ * to, no Python object per record.  Offsets arrays of the binary columns start with a 0. */
+enum { B_OFFSET, B_TIMESTAMP, B_KEY_OFFSETS, B_KEY_DATA, B_KEY_VALID, B_VALUE_OFFSETS,
+       B_VALUE_DATA, B_VALUE_VALID, B_HEADER_OFFSETS, B_HKEY_OFFSETS, B_HKEY_DATA,
+       B_HVALUE_OFFSETS, B_HVALUE_DATA, B_HVALUE_VALID, B_COUNT };
+
+static int
+ba_append(PyObject *ba, const void *src, Py_ssize_t n)
+{
+    Py_ssize_t size = PyByteArray_GET_SIZE(ba);
+    if (PyByteArray_Resize(ba, size + n) < 0)
+        return -1;
+    if (n)
+        memcpy(PyByteArray_AS_STRING(ba) + size, src, (size_t)n);
+    return 0;
+}
+
+/* Append the next end offset of a binary column: its data's length, as int32. */
+static int
+ba_append_end(PyObject *offsets, PyObject *data)
+{
+    Py_ssize_t len = PyByteArray_GET_SIZE(data);
+    if (len > INT32_MAX) {
+        PyErr_SetString(PyExc_OverflowError, "a column's data passed 2 GiB");
+        return -1;
+    }
+    int32_t end = (int32_t)len;
+    return ba_append(offsets, &end, 4);
+}
+
+/* Validity bit ``index`` of an Arrow bitmap (LSB first), growing it a byte at a time. */
+static int
+bitmap_append(PyObject *bitmap, Py_ssize_t index, int valid)
+{
+    if ((index & 7) == 0) {
+        uint8_t zero = 0;
+        if (ba_append(bitmap, &zero, 1) < 0)
+            return -1;
+    }
+    if (valid)
+        PyByteArray_AS_STRING(bitmap)[index >> 3] |= (char)(1 << (index & 7));
+    return 0;
+}
+
+/* Strict UTF-8, as bytes.decode("utf-8"): no overlong forms, surrogates or > U+10FFFF. */
+static int
+valid_utf8(const uint8_t *s, int64_t n)
+{
+    int64_t i = 0;
+    while (i < n) {
+        uint8_t c = s[i];
+        if (c < 0x80) {
+            i++;
+            continue;
+        }
+        int more;
+        uint32_t cp;
+        if (c >= 0xC2 && c <= 0xDF) {
+            more = 1;
+            cp = c & 0x1F;
+        } else if (c >= 0xE0 && c <= 0xEF) {
+            more = 2;
+            cp = c & 0x0F;
+        } else if (c >= 0xF0 && c <= 0xF4) {
+            more = 3;
+            cp = c & 0x07;
+        } else {
+            return 0;
+        }
+        if (i + more >= n)
+            return 0;
+        for (int k = 1; k <= more; k++) {
+            if ((s[i + k] & 0xC0) != 0x80)
+                return 0;
+            cp = (cp << 6) | (s[i + k] & 0x3F);
+        }
+        if ((more == 2 && (cp < 0x800 || (cp >= 0xD800 && cp <= 0xDFFF))) ||
+            (more == 3 && (cp < 0x10000 || cp > 0x10FFFF)))
+            return 0;
+        i += more + 1;
+    }
+    return 1;
+}
+
+/* One binary field (key or value) at *pos: null (-1) or bytes, clamped at the payload's end
+ * as records._decode_payload's slice is. */
+static int
+append_binary(const uint8_t *buf, i128 end, i128 *pos, PyObject *offsets, PyObject *data,
+              PyObject *valid, Py_ssize_t row, Py_ssize_t batch_pos, long long index,
+              const char *what)
+{
+    int64_t n;
+    if (*pos >= end)
+        return index_error();
+    if (buf[*pos] == 1) {
+        *pos += 1;
+        if (bitmap_append(valid, row, 0) < 0)
+            return -1;
+    } else {
+        if (read_varint(buf, end, pos, &n) < 0)
+            return -1;
+        if (n < 0)
+            return corrupt(batch_pos, "record %lld has %s length %lld", index, what, (long long)n);
+        i128 from = *pos > end ? end : *pos;
+        i128 stop = *pos + n > end ? end : *pos + n;
+        if (ba_append(data, buf + from, (Py_ssize_t)(stop - from)) < 0 ||
+            bitmap_append(valid, row, 1) < 0)
+            return -1;
+        *pos += n;
+    }
+    return ba_append_end(offsets, data);
+}
+
+/* Back to the sizes in ``saved``, the validity bits of rows >= ``row`` and header values >=
+ * ``entry`` cleared (a bitmap's last byte is shared with the rows kept). */
+static int
+rollback(PyObject **b, const Py_ssize_t *saved, Py_ssize_t row, Py_ssize_t entry)
+{
+    for (int i = 0; i < B_COUNT; i++)
+        if (PyByteArray_Resize(b[i], saved[i]) < 0)
+            return -1;
+    const int bitmaps[3] = {B_KEY_VALID, B_VALUE_VALID, B_HVALUE_VALID};
+    for (int k = 0; k < 3; k++) {
+        Py_ssize_t bit = bitmaps[k] == B_HVALUE_VALID ? entry : row;
+        if ((bit & 7) && (bit >> 3) < saved[bitmaps[k]])
+            PyByteArray_AS_STRING(b[bitmaps[k]])[bit >> 3] &= (char)((1 << (bit & 7)) - 1);
+    }
+    return 0;
+}
+
+PyDoc_STRVAR(decode_buffers_doc,
+"decode_buffers(data, base_offset, base_ts, log_append_ts, count, batch_pos, lo, hi, buffers)\n"
+"    -> int\n\n"
+"Appends the records with lo <= offset < hi to the 14 column bytearrays of\n"
+"columns.ColumnBuffers (no Python object per record); how many it appended.  The same\n"
+"checks and errors as decode_records (every record is checked, wanted or not); after an\n"
+"error the buffers hold a partial record (the caller restores them).");
+
+static PyObject *
+py_decode_buffers(PyObject *self, PyObject *args)
+{
+    Py_buffer data;
+    long long base_offset, base_ts, count;
+    PyObject *log_append_ts, *lo_obj, *hi_obj, *list;
+    Py_ssize_t batch_pos;
+    PyObject *b[B_COUNT];
+    if (check_configured() < 0)
+        return NULL;
+    if (!PyArg_ParseTuple(args, "y*LLOLnOOO!", &data, &base_offset, &base_ts, &log_append_ts,
+                          &count, &batch_pos, &lo_obj, &hi_obj, &PyList_Type, &list))
+        return NULL;
+    i128 lo, hi;
+    long long appended = 0;
+    int rc = -1;
+    if (parse_i128(lo_obj, &lo) < 0 || parse_i128(hi_obj, &hi) < 0)
+        goto done;
+    if (PyList_GET_SIZE(list) != B_COUNT) {
+        PyErr_SetString(PyExc_TypeError, "buffers must be a list of 14 bytearrays");
+        goto done;
+    }
+    for (int i = 0; i < B_COUNT; i++) {
+        b[i] = PyList_GET_ITEM(list, i);
+        if (!PyByteArray_CheckExact(b[i])) {
+            PyErr_SetString(PyExc_TypeError, "buffers must be a list of 14 bytearrays");
+            goto done;
+        }
+    }
+    if (log_append_ts != Py_None && !PyLong_CheckExact(log_append_ts)) {
+        PyErr_SetString(PyExc_TypeError, "log_append_ts must be an int or None");
+        goto done;
+    }
+    long long append_ts = 0;
+    if (log_append_ts != Py_None) {
+        append_ts = PyLong_AsLongLong(log_append_ts);
+        if (append_ts == -1 && PyErr_Occurred())
+            goto done;
+    }
+    const uint8_t *buf = data.buf;
+    i128 end = data.len, pos = 0;
+    int64_t length, tsd, od, n;
+    for (long long index = 0; index < count; index++) {
+        if (read_varint(buf, end, &pos, &length) < 0)
+            goto done;
+        i128 record_end = pos + length;
+        if (length < 6 || record_end > end) {
+            corrupt(batch_pos, "record %lld has invalid length %lld", index, (long long)length);
+            goto done;
+        }
+        pos += 1; /* attributes: unused */
+        if (read_varint(buf, end, &pos, &tsd) < 0 || read_varint(buf, end, &pos, &od) < 0)
+            goto done;
+        i128 offset = (i128)base_offset + od;
+        /* A record out of [lo, hi) is decoded and checked all the same (the same errors as
+         * decode_records), then taken back out of the buffers. */
+        Py_ssize_t saved[B_COUNT];
+        for (int i = 0; i < B_COUNT; i++)
+            saved[i] = PyByteArray_GET_SIZE(b[i]);
+        Py_ssize_t row = saved[B_OFFSET] / 8;
+        if (append_binary(buf, end, &pos, b[B_KEY_OFFSETS], b[B_KEY_DATA], b[B_KEY_VALID], row,
+                          batch_pos, index, "key") < 0 ||
+            append_binary(buf, end, &pos, b[B_VALUE_OFFSETS], b[B_VALUE_DATA], b[B_VALUE_VALID],
+                          row, batch_pos, index, "value") < 0)
+            goto done;
+        if (pos >= end) {
+            index_error();
+            goto done;
+        }
+        int64_t headers = 0;
+        if (buf[pos] == 0) {
+            pos += 1;
+        } else {
+            if (decode_zigzag_slow(buf, end, &pos, &headers) < 0)
+                goto done;
+            if (headers < 0) {
+                corrupt(batch_pos, "record %lld has header count %lld", index, (long long)headers);
+                goto done;
+            }
+        }
+        for (int64_t i = 0; i < headers; i++) {
+            if (decode_zigzag_slow(buf, end, &pos, &n) < 0)
+                goto done;
+            if (n < 0) {
+                corrupt(batch_pos, "record %lld has a header key of length %lld", index,
+                        (long long)n);
+                goto done;
+            }
+            if (pos + n > end) {
+                corrupt(batch_pos, "record %lld has a header key past the batch end", index);
+                goto done;
+            }
+            if (!valid_utf8(buf + pos, n)) {
+                corrupt(batch_pos, "record %lld has a header key that is not UTF-8", index);
+                goto done;
+            }
+            if (ba_append(b[B_HKEY_DATA], buf + pos, (Py_ssize_t)n) < 0 ||
+                ba_append_end(b[B_HKEY_OFFSETS], b[B_HKEY_DATA]) < 0)
+                goto done;
+            pos += n;
+            if (decode_zigzag_slow(buf, end, &pos, &n) < 0)
+                goto done;
+            Py_ssize_t entry = PyByteArray_GET_SIZE(b[B_HVALUE_OFFSETS]) / 4 - 1;
+            if (n >= 0) {
+                i128 from = pos > end ? end : pos;
+                i128 stop = pos + n > end ? end : pos + n;
+                if (ba_append(b[B_HVALUE_DATA], buf + from, (Py_ssize_t)(stop - from)) < 0 ||
+                    bitmap_append(b[B_HVALUE_VALID], entry, 1) < 0)
+                    goto done;
+                pos += n;
+            } else if (n == -1) {
+                if (bitmap_append(b[B_HVALUE_VALID], entry, 0) < 0)
+                    goto done;
+            } else {
+                corrupt(batch_pos, "record %lld has a header value of length %lld", index,
+                        (long long)n);
+                goto done;
+            }
+            if (ba_append_end(b[B_HVALUE_OFFSETS], b[B_HVALUE_DATA]) < 0)
+                goto done;
+        }
+        if (pos != record_end) {
+            PyObject *took = i128_to_py((i128)length + pos - record_end);
+            if (took != NULL) {
+                corrupt(batch_pos, "record %lld declares %lld bytes but its fields take %S",
+                        index, (long long)length, took);
+                Py_DECREF(took);
+            }
+            goto done;
+        }
+        if (offset < lo || offset >= hi) {
+            if (rollback(b, saved, row, saved[B_HVALUE_OFFSETS] / 4 - 1) < 0)
+                goto done;
+            continue;
+        }
+        if (offset > INT64_MAX || offset < INT64_MIN) {
+            PyErr_SetString(PyExc_OverflowError, "offset does not fit 64 bits");
+            goto done;
+        }
+        int64_t off64 = (int64_t)offset;
+        i128 ts128 = log_append_ts == Py_None ? (i128)base_ts + tsd : (i128)append_ts;
+        if (ts128 > INT64_MAX || ts128 < INT64_MIN) {
+            PyErr_SetString(PyExc_OverflowError, "timestamp does not fit 64 bits");
+            goto done;
+        }
+        int64_t ts64 = (int64_t)ts128;
+        int32_t header_end = (int32_t)(PyByteArray_GET_SIZE(b[B_HKEY_OFFSETS]) / 4 - 1);
+        if (ba_append(b[B_OFFSET], &off64, 8) < 0 || ba_append(b[B_TIMESTAMP], &ts64, 8) < 0 ||
+            ba_append(b[B_HEADER_OFFSETS], &header_end, 4) < 0)
+            goto done;
+        appended++;
+    }
+    if (pos != end) {
+        corrupt(batch_pos, "%lld bytes left after its %lld records", (long long)(end - pos),
+                count);
+        goto done;
+    }
+    rc = 0;
+done:
+    PyBuffer_Release(&data);
+    if (rc < 0)
+        return NULL;
+    return PyLong_FromLongLong(appended);
+}
+
 /* ---- encode --------------------------------------------------------------------------- */
 
 typedef struct {
@@ -1187,6 +1492,7 @@ static PyMethodDef methods[] = {
     {"decode_records", py_decode_records, METH_VARARGS, decode_records_doc},
     {"decode_consumer", py_decode_consumer, METH_VARARGS, decode_consumer_doc},
     {"decode_columns", py_decode_columns, METH_VARARGS, decode_columns_doc},
+    {"decode_buffers", py_decode_buffers, METH_VARARGS, decode_buffers_doc},
     {"encode_records", py_encode_records, METH_VARARGS, encode_records_doc},
     {"append_record", (PyCFunction)(void (*)(void))py_append_record, METH_FASTCALL,
      append_record_doc},

@@ -42,7 +42,8 @@ PRODUCER_MEANINGS = {
     "acks": "Acknowledgement required before a message is reported delivered: `all` (-1), "
     "`1` (the leader) or `0` (none; offset -1).",
     "linger.ms": "How long a batch may wait for more messages before it is sent.",
-    "batch.size": "Bytes at which a partition's batch is sent without waiting for linger.ms.",
+    "batch.size": "Bytes at which a partition's batch is sent without waiting for linger.ms "
+                  "(librdkafka's 1,000,000, not Java's 16384: docs/client.md).",
     "buffer.memory": "Set by the sidecar from `sidecar.buffer.memory`; not allowed per stream.",
     "max.block.ms": "How long a message may wait for buffer room (and topic metadata) before "
     "it is answered with BUFFER_EXHAUSTED.",

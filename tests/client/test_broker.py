@@ -451,3 +451,57 @@ async def test_record_reader_reads_scattered_offsets_from_big_batches(broker, to
             return sync_reader.read(wanted)
 
     assert await trio.to_thread.run_sync(read_blocking) == got
+
+
+async def test_a_parked_long_poll_does_not_hold_back_another_partitions_records(broker, topic):
+    """Partition 0 holds 12 batches, fetched one per Fetch (max.partition.fetch.bytes 1);
+    partition 1 is empty, so a Fetch carrying only it parks at the broker for
+    fetch.max.wait.ms (here 5 minutes).  One Fetch in flight per broker: such a Fetch, sent
+    while partition 0's batch was being handed out, would hold partition 0's next batch
+    behind it.  Every poll must instead hand out partition 0's next record from the response
+    that carried it (the poll's timeout, 30 s, is only a limit for the failure to show)."""
+    await create(broker.bootstrap, topic, partitions=2)
+    async with Producer(broker.bootstrap, {"linger.ms": 0}) as p:
+        for i in range(12):
+            await p.send(topic, b"v%d" % i, partition=0)
+            await p.flush()  # one batch per record
+    config = {"auto.offset.reset": "earliest", "fetch.max.wait.ms": 300_000,
+              "max.partition.fetch.bytes": 1, "max.poll.records": 1}
+    async with Consumer(broker.bootstrap, config) as c:
+        c.assign([(topic, 0), (topic, 1)])
+        for i in range(12):
+            got = await c.poll(30.0)
+            assert [(r.partition, r.offset, r.value) for r in got] == [(0, i, b"v%d" % i)], (
+                f"record {i} of partition 0 not handed out: {got}")
+
+
+async def test_getmany_columns_hands_out_what_poll_does(broker, topic):
+    """The same records, read as columns (then as records again after a seek: the switch
+    refetches) from a real broker; the Arrow table has one row per record."""
+    from databus.client import arrow_table
+
+    await create(broker.bootstrap, topic, partitions=2)
+    messages = sample(40, partitions=2)
+    async with Producer(broker.bootstrap, {"compression.type": "zstd"}) as p:
+        for m in messages:
+            await p.send(topic, m.value, key=m.key, headers=m.headers, timestamp_ms=m.timestamp,
+                         partition=m.partition)
+    async with Consumer(broker.bootstrap, {"auto.offset.reset": "earliest"}) as c:
+        c.assign([(topic, 0), (topic, 1)])
+        rows, tables = [], 0
+        with trio.fail_after(30):
+            while len(rows) < len(messages):
+                got = await c.getmany_columns(timeout=5.0)
+                for (_, partition), columns in got.items():
+                    rows += [(partition, *row) for row in columns.rows()]
+                tables += arrow_table(got.values()).num_rows
+        c.seek_to_beginning()
+        records = []
+        with trio.fail_after(30):
+            while len(records) < len(messages):
+                records += await c.poll(5.0)
+    assert tables == len(rows) == len(messages)
+    assert sorted(rows) == sorted(
+        (r.partition, r.offset, r.timestamp, r.key, r.value, r.headers) for r in records)
+    assert sorted((r[0], r[2], r[3], r[4], r[5]) for r in rows) == sorted(
+        (m.partition, m.timestamp, m.key, m.value, m.headers) for m in messages)

@@ -8,10 +8,10 @@ from databus.client.config import ConsumerConfig, ProducerConfig
 from databus.client.errors import ConfigError
 
 
-def test_producer_defaults_are_kafkas():
+def test_producer_defaults_are_kafkas_but_batch_size():
     cfg = ProducerConfig.from_kafka({})
     assert cfg.linger_ms == 5
-    assert cfg.batch_size == 16384
+    assert cfg.batch_size == 1_000_000  # librdkafka's (defaults.BATCH_SIZE)
     assert cfg.buffer_memory == 32 * 1024 * 1024
     assert cfg.max_block_ms == 60000
     assert cfg.acks == -1

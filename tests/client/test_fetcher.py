@@ -8,7 +8,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from databus.client.fetcher import decode_fetched
+from databus.client.fetcher import decode_fetched, decode_fetched_columns
+from databus.protocol import records as records_module
+from databus.protocol import speedups
 from databus.protocol.records import CorruptRecordError, Record, build_batch
 
 
@@ -89,3 +91,68 @@ def test_a_decompression_bomb_is_refused_without_inflating_it():
     assert isinstance(caught.value.__cause__, DecompressedTooLargeError)
     records, _ = decode_fetched("t", 0, bomb, 0, max_decompressed=5 << 20)  # within it
     assert len(records[0].value) == 4 << 20
+
+
+# -- columns: the same records as the per-record path ----------------------------------------
+
+fetch_record_st = st.tuples(
+    st.one_of(st.none(), st.binary(max_size=30)),  # key
+    st.one_of(st.none(), st.binary(max_size=60)),  # value
+    st.lists(st.tuples(st.text(max_size=5), st.one_of(st.none(), st.binary(max_size=6))),
+             max_size=3).map(tuple),  # headers
+    st.integers(0, 2**41),  # timestamp
+    st.integers(1, 3),  # step to the next offset: more than 1 is a compacted gap
+)
+batch_st = st.tuples(
+    st.lists(fetch_record_st, min_size=1, max_size=8),
+    st.sampled_from([0, 1, 2, 3, 4]),  # every codec
+    st.sampled_from(["plain", "committed", "aborted"]),  # transactions end with a marker
+    st.booleans(),  # LogAppendTime
+)
+
+
+def fetch_response(batches) -> tuple[bytes, list[tuple[int, int]]]:
+    """Records of a Fetch response: the batches one after the other, a transaction's batch
+    followed by its COMMIT or ABORT marker; and the response's aborted transactions."""
+    data, aborted, offset = b"", [], 0
+    for producer_id, (recs, codec, kind, log_append) in enumerate(batches, start=1):
+        records, at = [], offset
+        for key, value, headers, ts, step in recs:
+            records.append(Record(at, ts, key, value, headers))
+            at += step
+        transactional = kind != "plain"
+        data += build_batch(records, base_offset=offset, codec=codec,
+                            timestamp_type=int(log_append), transactional=transactional,
+                            producer_id=producer_id if transactional else -1,
+                            producer_epoch=0 if transactional else -1)
+        offset = records[-1].offset + 1
+        if transactional:
+            if kind == "aborted":
+                aborted.append((producer_id, records[0].offset))
+            data += control(offset, 0 if kind == "aborted" else 1, producer_id)
+            offset += 1
+    return data, aborted
+
+
+@settings(max_examples=150, deadline=None)
+@given(batches=st.lists(batch_st, min_size=1, max_size=5), skip=st.integers(0, 12),
+       read_committed=st.booleans(), cut=st.integers(0, 40))
+def test_columns_hold_the_records_the_record_path_hands_out(batches, skip, read_committed, cut):
+    data, aborted = fetch_response(batches)
+    data = data[: len(data) - cut]  # the broker may cut the last batch at the fetch size
+    kw = {"aborted": aborted if read_committed else None}
+    saved = records_module._native
+    try:
+        for implementation in (speedups.native, None):
+            records_module.use_native(implementation)
+            records, next_offset = decode_fetched("t", 2, data, skip, **kw)
+            columns, next_columns = decode_fetched_columns("t", 2, data, skip, **kw)
+            expected = [(r.offset, r.timestamp, r.key, r.value, r.headers) for r in records]
+            assert list(columns.rows()) == expected
+            assert next_columns == next_offset
+            arrow = columns.to_arrow().to_pylist()
+            assert [(row["topic"], row["partition"], row["offset"], row["timestamp"], row["key"],
+                     row["value"], tuple((h["key"], h["value"]) for h in row["headers"]))
+                    for row in arrow] == [("t", 2, *record) for record in expected]
+    finally:
+        records_module.use_native(saved)

@@ -22,6 +22,7 @@ from hypothesis import strategies as st
 from databus.client import partitioners
 from databus.client.fetcher import ConsumerRecord
 from databus.protocol import records, speedups
+from databus.protocol.columns import ColumnBuffers
 from databus.protocol.records import (
     HEADER_SIZE,
     BatchBuilder,
@@ -261,7 +262,10 @@ def _decoders(batch: bytes, min_offset: int):
         _, consumer = decode_consumer_records(batch, 0, ConsumerRecord, "t", 3, min_offset)
         columns: tuple[list, list, list, list, list] = ([], [], [], [], [])
         _, appended = decode_columns(batch, 0, min_offset, min_offset + 5, columns)
-        return recs, [type(r) for r in recs], consumer, [type(r) for r in consumer], columns, appended
+        buffers = ColumnBuffers()
+        _, in_buffers = buffers.append_batch(batch, 0, min_offset, min_offset + 5)
+        return (recs, [type(r) for r in recs], consumer, [type(r) for r in consumer], columns,
+                appended, [bytes(b) for b in buffers.buffers], in_buffers)
 
     return run
 
@@ -302,12 +306,35 @@ def _decode_unchecked(batch: bytes, min_offset: int = 0):
     return run
 
 
+def _buffers_unchecked(batch: bytes, min_offset: int = 0):
+    def run():
+        # buffers that already hold a record (a null key: bit 0 of the validity bytes
+        # cleared): after an error they must hold just that, byte for byte
+        buffers = ColumnBuffers()
+        buffers.append_batch(build_batch([(None, b"v", (("h", None),), 5)]), 0, 0, 2**63)
+        before = [bytes(b) for b in buffers.buffers]
+        try:
+            _, appended = buffers.append_batch(batch, 0, min_offset, 2**63, verify_crc=False)
+        except Exception:
+            assert [bytes(b) for b in buffers.buffers] == before
+            raise
+        return [bytes(b) for b in buffers.buffers], appended
+
+    return run
+
+
 @needs_ext
 @settings(max_examples=600, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(payload=st.binary(max_size=80), count=st.integers(0, 6))
 def test_hostile_bytes_give_the_same_error(payload, count):
     c, py = run_both(_decode_unchecked(_with_payload(payload, count)))
     assert c == py
+    buffers_c, buffers_py = run_both(_buffers_unchecked(_with_payload(payload, count)))
+    assert buffers_c == buffers_py
+    # the column buffers fail exactly where the record decoders fail, with their error
+    assert (buffers_c[0] == "ok") == (c[0] == "ok")
+    if c[0] != "ok":
+        assert buffers_c == c
 
 
 @needs_ext

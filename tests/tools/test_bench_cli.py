@@ -70,6 +70,9 @@ def test_the_shadow_really_hides_confluent_kafka(without_confluent_kafka):
     ("client-consume", ["--records", "3000", "--partitions", "2",
                         "--clients", "librdkafka,databus-pure,kafka-python"],
      "librdkafka (confluent-kafka consume())"),
+    ("client-consume", ["--records", "3000", "--partitions", "2", "--columnar",
+                        "--clients", "librdkafka,databus-c"],
+     "librdkafka consume() + Arrow columns built in Python"),
 ])
 def test_benches_run_without_confluent_kafka_and_clean_up(broker, without_confluent_kafka,
                                                           name, options, skipped):
@@ -79,8 +82,10 @@ def test_benches_run_without_confluent_kafka_and_clean_up(broker, without_conflu
     assert result.returncode == 0, result.stderr[-3000:]
     assert f"{skipped}: skipped: confluent-kafka is not installed ({HINT})" in result.stdout
     assert "records/s" in result.stdout  # the rest ran and printed its table
-    if name == "client-consume":  # the rows --clients asked for
-        assert "Consumer.getmany(), pure Python" in result.stdout
+    if "--columnar" in options:
+        assert "databus.client getmany_columns() -> Arrow, C extension" in result.stdout
+    elif name == "client-consume":  # the rows --clients asked for
+        assert "Consumer.poll(), pure Python" in result.stdout
         assert "kafka-python KafkaConsumer.poll()" in result.stdout
     assert topics(broker) == before  # the bench's topics were deleted
 
