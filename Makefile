@@ -7,7 +7,7 @@ BIN := $(VENV)/bin
 # once) and every Spark test on one worker (one Spark session).  PYTEST_ARGS= runs serially.
 PYTEST_ARGS ?= -n 2 --dist loadgroup
 
-.PHONY: run test test-pure install install-test lint clean browser fault-tools verify
+.PHONY: run test test-pure install install-test lint clean browser burrow fault-tools verify
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -58,6 +58,23 @@ browser:
 	  else echo "tests/console need chromium: apt-get install chromium chromium-driver"; fi; \
 	fi
 
+# tests/tools/test_burrow.py runs Debian's Burrow, which needs a ZooKeeper for itself; like
+# browser: apt waits for the dpkg lock and is tried a few times, and the run goes on (the
+# test skips, saying why) if the packages still cannot be installed.
+burrow:
+	@if [ ! -x /usr/bin/Burrow ] || [ ! -f /usr/share/java/zookeeper.jar ]; then \
+	  if [ "$$(id -u)" = 0 ]; then \
+	    try=1; until $(APT) -qq update && DEBIAN_FRONTEND=noninteractive \
+	        $(APT) install -y -qq --no-install-recommends burrow zookeeper; do \
+	      if [ $$try -ge $(APT_TRIES) ]; then \
+	        echo "could not install burrow after $(APT_TRIES) tries: tests/tools/test_burrow.py will skip"; \
+	        break; \
+	      fi; \
+	      try=$$((try + 1)); sleep $(APT_RETRY_PAUSE); \
+	    done; \
+	  else echo "tests/tools/test_burrow.py needs: apt-get install burrow zookeeper"; fi; \
+	fi
+
 # databus verify's partition fault sets iptables rules (a fresh CI machine has no iptables;
 # root installs it, others get the other faults).
 fault-tools:
@@ -74,7 +91,7 @@ VERIFY_SEED ?=
 verify: install fault-tools
 	$(BIN)/databus verify --time $(VERIFY_TIME) $(if $(VERIFY_SEED),--seed $(VERIFY_SEED))
 
-test: install-test browser fault-tools
+test: install-test browser fault-tools burrow
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 
 # The whole suite on the pure-Python code instead of the C extension (databus/protocol/

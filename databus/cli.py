@@ -52,6 +52,7 @@ BENCHMARKS: dict[str, tuple[str, str]] = {
     "parquet": ("databus.bench.parquet", "records/s of JSON records exported to Parquet by the sinks runtime"),
     "lanes": ("databus.bench.lanes", "the lanes route plugin's cost per message (no lane, live lane, unknown lane)"),
     "index": ("databus.bench.index", "an index's build rate and point-query latency (messages fetched)"),
+    "iceberg": ("databus.bench.iceberg", "records/s into an Iceberg table beside the parquet sink, same run"),
     "records": ("databus.bench.records", "RecordBatch v2 encode/decode cost per record"),
     "storage": ("databus.bench.storage", "log append (with/without group-commit fsync) and read throughput"),
     "produce": ("databus.bench.produce", "produce throughput against the broker (librdkafka)"),

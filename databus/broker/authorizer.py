@@ -120,6 +120,8 @@ REQUEST_CHECKS = {
     ApiKey.ALTER_SHARE_GROUP_OFFSETS: _group(Operation.ALTER),
     ApiKey.DELETE_SHARE_GROUP_OFFSETS: _group(Operation.DELETE),
     ApiKey.DESCRIBE_CLUSTER: _cluster(Operation.DESCRIBE),
+    ApiKey.ALTER_PARTITION_REASSIGNMENTS: _cluster(Operation.ALTER),
+    ApiKey.LIST_PARTITION_REASSIGNMENTS: _cluster(Operation.DESCRIBE),
     ApiKey.INIT_PRODUCER_ID: _init_producer_id,
     ApiKey.ADD_OFFSETS_TO_TXN: _transactional_id(Operation.READ),
     ApiKey.END_TXN: _transactional_id(),

@@ -38,7 +38,7 @@ import trio
 
 from databus.internal_topics import is_kafka_internal
 from databus.storage.acls import AclStore
-from databus.storage.config import LogConfig
+from databus.storage.config import INERT_TOPIC_CONFIGS, LogConfig
 from databus.storage.credentials import CredentialStore
 from databus.storage.errors import KafkaStorageError, UnknownTopicError
 from databus.storage.health import StorageHealth
@@ -51,6 +51,7 @@ from .coordinator.consumer_group import ConsumerGroupConfig
 from .coordinator.group_state import CoordinatorConfig
 from .coordinator.service import GroupService
 from .durability import GroupCommit
+from .dynamic_config import DynamicBrokerConfigs
 from .fetch_sessions import FetchSessionCache
 from .notify import AppendNotifier
 from .producer_ids import ProducerIdAllocator
@@ -70,11 +71,18 @@ class Broker:
     """One broker.  Create, then ``await nursery.start(broker.run)``."""
 
     def __init__(self, config: BrokerConfig, data_dir: str | os.PathLike | None = None) -> None:
-        self.config = config
         directory = data_dir or config.log_dir
         if not directory:
             raise ValueError("the broker needs a data directory (--data-dir or log.dirs)")
         self.data_dir = Path(directory)
+        # The config as started (-o, the file), and the dynamic broker configs set since by
+        # (Incremental)AlterConfigs (persisted): ``config`` is the one in force.
+        self.static_config = config
+        self.dynamic_configs = DynamicBrokerConfigs.load(self.data_dir)
+        config = self.dynamic_configs.applied_to(config)
+        self.config = config
+        # called with the new BrokerConfig when a dynamic broker config changes it
+        self.config_listeners: list = []
         # Set by the schema registry when this broker serves one (schema.registry.listen):
         # Produce asks it about topics with confluent.*.schema.validation on.
         self.schema_validator = None
@@ -92,7 +100,8 @@ class Broker:
             allow_if_no_acl=config.allow_everyone_if_no_acl_found,
         )
 
-        self.default_log_config = LogConfig.from_topic_config(config.topic_defaults())
+        self.default_log_config = LogConfig.from_topic_config(
+            self.dynamic_configs.topic_defaults(config))
         self.log_manager = LogManager(
             self.data_dir, self.default_log_config,
             checkpoint_interval_ms=config.log_flush_offset_checkpoint_interval_ms,
@@ -192,7 +201,33 @@ class Broker:
         """Every topic config key -> (effective value, whether the topic overrides it)."""
         overrides = self.log_manager.topics()[name].config
         effective = self.log_manager.topic_config(name).to_topic_config()
+        for key, inert in INERT_TOPIC_CONFIGS.items():  # accepted, no effect: as stored
+            effective[key] = overrides.get(key, inert.default)
         return {key: (value, key in overrides) for key, value in effective.items()}
+
+    def set_dynamic_configs(self, configs: dict[str, str], *, per_broker: bool,
+                            validate_only: bool = False) -> None:
+        """Replace this node's (``per_broker``) or the cluster-wide dynamic broker configs
+        with ``configs``: checked as Kafka does (DynamicConfigError, InvalidConfigError),
+        persisted, then applied (see dynamic_config.py)."""
+        dynamic = self.dynamic_configs
+        config = dynamic.check(self.static_config, configs, per_broker=per_broker)
+        trial = DynamicBrokerConfigs(dynamic.data_dir,
+                                     configs if per_broker else dynamic.per_broker,
+                                     dynamic.cluster if per_broker else configs)
+        defaults = LogConfig.from_topic_config(trial.topic_defaults(config))  # validates
+        if validate_only:
+            return
+        trial.save()
+        self.dynamic_configs = trial
+        self.config = config
+        self.default_log_config = defaults
+        self.log_manager.set_default_config(defaults)
+        for listener in self.config_listeners:
+            listener(config)
+        log.info("dynamic broker configs (%s) are now %s",
+                 f"node {self.node_id}" if per_broker else "cluster-wide",
+                 dict(sorted(configs.items())) or "none")
 
     def create_topic(self, name: str, partitions: int | None = None,
                      configs: dict[str, str] | None = None):

@@ -37,6 +37,7 @@ import trio
 
 from databus.protocol.addresses import format_host_port
 from databus.protocol.api_keys import ApiKey
+from databus.protocol.error_downgrades import downgrade_response
 from databus.protocol.framing import (
     FrameBuffer,
     FramingError,
@@ -247,6 +248,11 @@ class _Connection:
                         parts = [encode_response(header.api_key, 0, header.correlation_id,
                                                  result.body)]
                     else:
+                        if not isinstance(result, RawResponse):
+                            # the one place error codes newer than the request's version
+                            # are mapped down (raw encoders apply the same table themselves)
+                            result = downgrade_response(header.api_key, header.api_version,
+                                                        result)
                         parts = _frame_parts(header, result)
                     await self._send(parts)
         except (trio.BrokenResourceError, trio.ClosedResourceError):
@@ -295,6 +301,7 @@ class Server:
         self.request_memory = RequestMemory(config.queued_max_request_bytes)
         self.connection_limits = ConnectionLimits(config.max_connections,
                                                   config.max_connections_per_ip)
+        broker.config_listeners.append(self._reconfigure)
 
     async def serve(self, listeners, host: str = "", *,
                     task_status=trio.TASK_STATUS_IGNORED):
@@ -340,6 +347,12 @@ class Server:
             for endpoint in endpoints:
                 for listener in endpoint.sockets:
                     await trio.aclose_forcefully(listener)
+
+    def _reconfigure(self, config) -> None:
+        """max.connections(.per.ip) changed by a dynamic broker config: from the next
+        connection on."""
+        self.connection_limits.max_connections = config.max_connections
+        self.connection_limits.max_per_ip = config.max_connections_per_ip
 
     def stop(self) -> None:
         """Stop accepting; ``serve`` returns once connections have drained."""

@@ -33,6 +33,9 @@ import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from .api_keys import ApiKey
+from .error_downgrades import downgrade
+
 _I16 = struct.Struct(">h")
 _I32 = struct.Struct(">i")
 _PARTITION_HEAD = struct.Struct(">ihqq")  # index, error, high watermark, last stable offset
@@ -81,7 +84,7 @@ def encode_fetch_body(
     parts: list = []
     head = bytearray(_I32.pack(throttle_time_ms))
     if version >= 7:
-        head += _I16.pack(error_code) + _I32.pack(session_id)
+        head += _I16.pack(downgrade(ApiKey.FETCH, version, error_code)) + _I32.pack(session_id)
 
     def array_len(n: int) -> bytes:
         return _uvarint(n + 1) if flexible else _I32.pack(n)
@@ -96,9 +99,8 @@ def encode_fetch_body(
         head += name.bytes if isinstance(name, uuid.UUID) else string(name)
         head += array_len(len(partitions))
         for p in partitions:
-            head += _PARTITION_HEAD.pack(
-                p.index, p.error_code, p.high_watermark, p.last_stable_offset
-            )
+            code = downgrade(ApiKey.FETCH, version, p.error_code) if p.error_code else 0
+            head += _PARTITION_HEAD.pack(p.index, code, p.high_watermark, p.last_stable_offset)
             if version >= 5:
                 head += _I64.pack(p.log_start_offset)
             aborted = p.aborted_transactions

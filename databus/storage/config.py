@@ -17,6 +17,12 @@ codec are recompressed on append), min.insync.replicas (accepted; a single node 
 replica) and Confluent Server's confluent.{key,value}.schema.validation and
 confluent.{key,value}.subject.name.strategy (checked on produce against the broker's schema
 registry, docs/schemas.md).
+
+Every other topic config Kafka 3.9/4.x knows (``INERT_TOPIC_CONFIGS``: replication, tiered
+storage, preallocation, the deprecated ``message.format.version``, ...) is accepted,
+validated by type, stored as an override and reported back, but changes nothing here (the
+``note`` says why; DescribeConfigs sends it as the entry's documentation).  A name Kafka
+does not know is still refused.
 """
 
 from __future__ import annotations
@@ -94,7 +100,11 @@ class LogConfig:
         for key, raw in overrides.items():
             spec = _SPECS.get(key)
             if spec is None:
-                raise InvalidConfigError(f"unknown topic config {key!r}")
+                inert = INERT_TOPIC_CONFIGS.get(key)
+                if inert is None:
+                    raise InvalidConfigError(f"unknown topic config {key!r}")
+                inert.check(key, str(raw).strip())  # validated, stored, no effect
+                continue
             changes[spec.field] = spec.parse(key, raw)
         return dataclasses.replace(base, **changes)
 
@@ -224,14 +234,66 @@ _SPECS: dict[str, _Spec] = {
                                                    _subject_name_strategy),
 }
 
+
+@dataclass(frozen=True)
+class InertConfig:
+    """A topic config Kafka knows that has no effect here: its Kafka default, its check, and
+    why it changes nothing."""
+
+    default: str
+    check: Callable[[str, str], Any]
+    note: str
+
+
+def _any_text(key: str, text: str) -> str:
+    return text
+
+
+_ONE_NODE = "Accepted for Kafka compatibility; no effect on a single node (one replica)."
+_NO_TIERED = "Accepted for Kafka compatibility; no effect: there is no tiered storage."
+_DEPRECATED = ("Deprecated by Kafka (removed in 4.0) and ignored there since 3.0; accepted "
+               "and ignored here too.")
+INERT_TOPIC_CONFIGS: dict[str, InertConfig] = {
+    "compression.gzip.level": InertConfig("-1", _integer(-1, 9),
+        "Accepted; no effect here: batches recompressed to gzip use level 6."),
+    "compression.lz4.level": InertConfig("9", _integer(1, 17),
+        "Accepted; no effect here: batches recompressed to lz4 use the fast compressor."),
+    "compression.zstd.level": InertConfig("3", _integer(-131072, 22),
+        "Accepted; no effect here: batches recompressed to zstd use level 3."),
+    "segment.jitter.ms": InertConfig("0", _integer(0),
+        "Accepted; no effect here: segments roll at segment.ms without jitter."),
+    "preallocate": InertConfig("false", _boolean,
+        "Accepted; no effect here: segment files are never preallocated."),
+    "unclean.leader.election.enable": InertConfig("false", _boolean, _ONE_NODE),
+    "leader.replication.throttled.replicas": InertConfig("", _any_text, _ONE_NODE),
+    "follower.replication.throttled.replicas": InertConfig("", _any_text, _ONE_NODE),
+    "message.format.version": InertConfig("3.0-IV1", _any_text, _DEPRECATED),
+    "message.downconversion.enable": InertConfig("true", _boolean, _DEPRECATED),
+    "message.timestamp.difference.max.ms": InertConfig(str(LONG_MAX), _integer(0),
+        "Deprecated by Kafka (use message.timestamp.before.max.ms / after.max.ms); accepted, "
+        "no effect here: timestamps are not checked."),
+    "message.timestamp.before.max.ms": InertConfig(str(LONG_MAX), _integer(0),
+        "Accepted; no effect here: timestamps are not checked."),
+    "message.timestamp.after.max.ms": InertConfig(str(LONG_MAX), _integer(0),
+        "Accepted; no effect here: timestamps are not checked."),
+    "remote.storage.enable": InertConfig("false", _boolean, _NO_TIERED),
+    "local.retention.ms": InertConfig("-2", _integer(-2), _NO_TIERED),
+    "local.retention.bytes": InertConfig("-2", _integer(-2), _NO_TIERED),
+    "remote.log.copy.disable": InertConfig("false", _boolean, _NO_TIERED),
+    "remote.log.delete.on.disable": InertConfig("false", _boolean, _NO_TIERED),
+}
+
+# the configs that act here (rendered by to_topic_config); every name Kafka knows
 TOPIC_CONFIG_NAMES = tuple(_SPECS)
+KNOWN_TOPIC_CONFIG_NAMES = TOPIC_CONFIG_NAMES + tuple(INERT_TOPIC_CONFIGS)
 
 
 # IncrementalAlterConfigs operations (Kafka's AlterConfigOp.OpType)
 OP_SET, OP_DELETE, OP_APPEND, OP_SUBTRACT = 0, 1, 2, 3
 CONFIG_OPS = {OP_SET: "SET", OP_DELETE: "DELETE", OP_APPEND: "APPEND", OP_SUBTRACT: "SUBTRACT"}
 # Topic configs of Kafka's LIST type (the only ones APPEND/SUBTRACT apply to)
-LIST_CONFIGS = frozenset({"cleanup.policy"})
+LIST_CONFIGS = frozenset({"cleanup.policy", "leader.replication.throttled.replicas",
+                          "follower.replication.throttled.replicas"})
 
 
 def apply_config_ops(overrides: Mapping[str, str], effective: Mapping[str, str],
@@ -244,7 +306,7 @@ def apply_config_ops(overrides: Mapping[str, str], effective: Mapping[str, str],
     ``LogConfig.from_topic_config`` on the result."""
     result = dict(overrides)
     for name, op, value in ops:
-        if name not in _SPECS:
+        if name not in _SPECS and name not in INERT_TOPIC_CONFIGS:
             raise InvalidConfigError(f"unknown topic config {name!r}")
         if op == OP_SET:
             if value is None:

@@ -202,7 +202,8 @@ class LogManager:
             return config.overrides_against(self.default_config), config
         effective = LogConfig.from_topic_config(config, base=self.default_config)
         rendered = effective.to_topic_config()
-        return {key: rendered[key] for key in config}, effective
+        # configs with no effect here (storage.config.INERT_TOPIC_CONFIGS) keep their text
+        return {key: rendered.get(key, str(config[key]).strip()) for key in config}, effective
 
     def create_topic(self, name: str, partitions: int,
                      config: Mapping[str, str] | LogConfig | None = None) -> TopicInfo:
@@ -265,6 +266,16 @@ class LogManager:
             if topic == name:
                 plog.config = effective
         return info
+
+    def set_default_config(self, default: LogConfig) -> None:
+        """New broker-level defaults (a dynamic broker config changed a ``log.*`` setting):
+        every topic's effective config is recomputed over them and applied to its live
+        logs, as alter_topic_config does (the topics' overrides still win)."""
+        self.default_config = default
+        for name, info in self._topics.items():
+            self._configs[name] = LogConfig.from_topic_config(info.config, base=default)
+        for (topic, _), plog in self._logs.items():
+            plog.config = self._configs[topic]
 
     def delete_topic(self, name: str) -> None:
         info = self._topics.pop(name, None)

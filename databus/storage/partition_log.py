@@ -536,6 +536,28 @@ class PartitionLog:
                     return max(h.base_offset, self.log_start_offset), top
         return None
 
+    def legacy_offsets_before(self, timestamp: int, max_offsets: int) -> list[int]:
+        """ListOffsets v0's answer (Kafka's legacyFetchOffsetsBefore): segment boundaries,
+        newest first, at most ``max_offsets`` of them.  Each segment counts with its base
+        offset (the log start offset for the first) and its file's last modification; a
+        non-empty active segment adds the log end offset, "modified" now.  Latest (-1) starts
+        from the newest of them, earliest (-2) from the oldest, a timestamp from the newest
+        modified at or before it."""
+        points = [(max(seg.base_offset, self.log_start_offset), _modified_ms(seg))
+                  for seg in self.segments]
+        if self.active_segment.size > 0:
+            points.append((self.log_end_offset, self._now_ms()))
+        if timestamp == -1:
+            start = len(points) - 1
+        elif timestamp == -2:
+            start = 0
+        else:
+            start = len(points) - 1
+            while start >= 0 and points[start][1] > timestamp:
+                start -= 1
+        count = max(0, min(max_offsets, start + 1))
+        return [points[start - i][0] for i in range(count)]
+
     # -- DeleteRecords ----------------------------------------------------------------------
 
     def delete_records_before(self, offset: int) -> int:
@@ -702,3 +724,9 @@ def _set_log_append_time(buf: bytearray, pos: int, h: BatchHeader, now_ms: int) 
     crc = _crc32c.crc32c(memoryview(buf)[pos + CRC_START: pos + h.size])
     _U32.pack_into(buf, pos + 17, crc)
 
+
+def _modified_ms(segment: Segment) -> int:
+    try:
+        return int(os.stat(segment.log_path).st_mtime * 1000)
+    except OSError:  # removed by retention meanwhile: as old as can be
+        return -1

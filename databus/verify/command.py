@@ -1,7 +1,7 @@
 """``databus verify``: run Jepsen's Kafka queue workload under faults and check the history.
 
     databus verify [--time 60] [--seed N] [--faults kill,pause,hang-kill]
-                   [--bootstrap HOST:PORT] [--history FILE] [--unsafe acks0|no-idempotence]
+                   [--bootstrap-server HOST:PORT] [--history FILE] [--unsafe acks0|no-idempotence]
 
 Without ``--bootstrap`` it starts the built-in broker in a temporary directory and the
 nemesis kills and pauses it on a schedule the seed fixes; with ``--bootstrap`` it runs
@@ -41,7 +41,7 @@ def add_arguments(parser) -> None:
                         help=f"comma-separated fault kinds among {', '.join(KINDS)}; "
                              "'none' for none (default: all that can run here: partition "
                              "needs root and iptables)")
-    parser.add_argument("--bootstrap", metavar="HOST:PORT",
+    parser.add_argument("--bootstrap", "--bootstrap-server", dest="bootstrap", metavar="HOST:PORT",
                         help="an existing Kafka cluster (no faults injected); default: start the "
                              "built-in broker")
     parser.add_argument("--topic", default=None, help="topic to use (default verify-SEED)")

@@ -10,6 +10,7 @@ from __future__ import annotations
 import datetime
 import struct
 import sys
+import time
 import uuid
 
 import pytest
@@ -28,7 +29,7 @@ BROKER_MODULES = {
     "databus.broker.handlers.list_offsets", "databus.broker.handlers.admin",
     "databus.broker.handlers.init_producer_id",
     "databus.broker.handlers.delete_records", "databus.broker.handlers.partitions",
-    "databus.broker.handlers.telemetry",
+    "databus.broker.handlers.telemetry", "databus.broker.handlers.reassignments",
 }
 TABLE = handler_table()
 OURS = [r for r in TABLE.values() if r.handler.__module__ in BROKER_MODULES]
@@ -158,10 +159,65 @@ def ex_fetch(client, v):
     assert parse_header(p.records).base_offset == 0
 
 
+def list_offsets_v0(client, topic: str, partitions) -> bytes:
+    """A hand-encoded ListOffsets v0 (kio has no schema) and its answer after the
+    correlation id: ``partitions`` are (partition, timestamp, max_num_offsets)."""
+    name = topic.encode()
+    body = struct.pack(">ii", -1, 1) + struct.pack(">h", len(name)) + name \
+        + struct.pack(">i", len(partitions)) + b"".join(struct.pack(">iqi", *p) for p in partitions)
+    head = struct.pack(">hhih", 2, 0, 4243, 4) + b"wire"
+    client.send_raw(struct.pack(">i", len(head) + len(body)) + head + body)
+    frame = client.read_frame()
+    assert frame[:4] == struct.pack(">i", 4243)
+    return frame[4:]
+
+
+def ex_list_offsets_v0(client, topic):
+    def golden(*partitions):  # (partition, error, offsets) -> the v0 answer's bytes
+        name = topic.encode()
+        return struct.pack(">ih", 1, len(name)) + name + struct.pack(">i", len(partitions)) \
+            + b"".join(struct.pack(f">ihi{len(o)}q", p, e, len(o), *o) for p, e, o in partitions)
+
+    assert list_offsets_v0(client, topic, [(0, -1, 1)]) == golden((0, 0, [5]))
+    assert list_offsets_v0(client, topic, [(0, -2, 1)]) == golden((0, 0, [0]))
+    # latest with room for more: the log end, then the (one) segment's base, newest first
+    assert list_offsets_v0(client, topic, [(0, -1, 10), (0, -2, 10)]) == golden(
+        (0, 0, [5, 0]), (0, 0, [0]))
+    # v0 knows no MAX_TIMESTAMP; partition 7 does not exist
+    assert list_offsets_v0(client, topic, [(0, -3, 1), (7, -1, 1)]) == golden(
+        (0, ErrorCode.unsupported_version, []), (7, ErrorCode.unknown_topic_or_partition, []))
+
+
+def test_list_offsets_v0_lists_segment_boundaries_newest_first(client):
+    topic = "wire-lo-v0-segments"
+    create_topic(client, topic, configs=[("segment.bytes", "100")])
+    for _ in range(3):  # each batch is over 100 bytes: one segment each
+        produce(client, topic, a_batch(2))
+    after_writes = int(time.time() * 1000) + 1
+    time.sleep(0.01)  # the queries' "now" is later than after_writes
+
+    def offsets(timestamp, most=10):
+        frame = list_offsets_v0(client, topic, [(0, timestamp, most)])
+        pos = 4 + 2 + len(topic) + 4 + 4
+        error, count = struct.unpack_from(">hi", frame, pos)
+        assert error == ErrorCode.none
+        return list(struct.unpack_from(f">{count}q", frame, pos + 6))
+
+    assert offsets(-1) == [6, 4, 2, 0]  # the log end, then each segment's base
+    assert offsets(-1, most=2) == [6, 4]
+    assert offsets(-2) == [0]
+    # by time: the segments last written before it (the log end counts as written now)
+    assert offsets(after_writes) == [4, 2, 0]
+    assert offsets(1) == []
+
+
 def ex_list_offsets(client, v):
     topic = f"wire-lo-{v}"
     metadata(client, [topic])
     produce(client, topic, a_batch(5))
+    if v == 0:
+        ex_list_offsets_v0(client, topic)
+        return
     mod = req(2, v)
 
     def answer(ts):
@@ -453,6 +509,42 @@ def ex_push_telemetry(client, v):
     assert push(7, terminating=True) == ErrorCode.none
 
 
+def ex_alter_partition_reassignments(client, v):
+    topic = f"wire-apr-{v}"
+    create_topic(client, topic, 2)
+    node = metadata(client, [topic]).brokers[0].node_id
+    mod = req(45, v)
+
+    def alter(*partitions, name=topic):
+        response = client.request(make(45, v, timeout=10000 * MS,
+                                       allow_replication_factor_change=True, topics=(
+            build(mod.ReassignableTopic, name=name, partitions=tuple(
+                build(mod.ReassignablePartition, partition_index=p, replicas=r)
+                for p, r in partitions)),)))
+        assert response.error_code == ErrorCode.none
+        (topic_result,) = response.responses
+        return [(p.partition_index, p.error_code) for p in topic_result.partitions]
+
+    # to this node (where it is): done at once; another node, empty, twice: refused
+    assert alter((0, (node,)), (1, (node + 1,)), (1, ()), (0, (node, node))) == [
+        (0, ErrorCode.none), (1, ErrorCode.invalid_replica_assignment),
+        (1, ErrorCode.invalid_replica_assignment), (0, ErrorCode.invalid_replica_assignment)]
+    assert alter((2, (node,))) == [(2, ErrorCode.unknown_topic_or_partition)]
+    assert alter((0, (node,)), name="wire-apr-none") == [
+        (0, ErrorCode.unknown_topic_or_partition)]
+    assert alter((0, None)) == [(0, ErrorCode.no_reassignment_in_progress)]  # cancel
+
+
+def ex_list_partition_reassignments(client, v):
+    topic = f"wire-lpr-{v}"
+    create_topic(client, topic)
+    mod = req(46, v)
+    for topics in (None, (build(mod.ListPartitionReassignmentsTopics, name=topic,
+                                partition_indexes=(0,)),)):
+        response = client.request(make(46, v, timeout=10000 * MS, topics=topics))
+        assert (response.error_code, response.topics) == (ErrorCode.none, ())
+
+
 EXERCISES = {
     18: ex_api_versions, 3: ex_metadata, 0: ex_produce, 1: ex_fetch, 2: ex_list_offsets,
     19: ex_create_topics, 20: ex_delete_topics, 37: ex_create_partitions,
@@ -460,7 +552,8 @@ EXERCISES = {
     33: ex_alter_configs, 44: ex_incremental_alter_configs, 35: ex_describe_log_dirs,
     21: ex_delete_records, 23: ex_offset_for_leader_epoch, 61: ex_describe_producers,
     75: ex_describe_topic_partitions, 71: ex_get_telemetry_subscriptions,
-    72: ex_push_telemetry,
+    72: ex_push_telemetry, 45: ex_alter_partition_reassignments,
+    46: ex_list_partition_reassignments,
 }
 
 

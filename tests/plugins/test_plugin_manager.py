@@ -64,7 +64,7 @@ def test_allow_list_filters_third_party_plugins_only(broken_dist, monkeypatch):
     assert not pm.failures  # the broken ones were never imported
     monkeypatch.setenv("DATABUS_LOAD_PLUGINS", "")
     names = {info.name for info in get_plugin_manager().info()}
-    assert names == {"partitioners", "parquet", "index", "lanes"}  # the built-ins
+    assert names == {"partitioners", "parquet", "index", "lanes", "iceberg"}  # the built-ins
 
 
 class RaisingRoute:

@@ -1,6 +1,6 @@
 import pytest
 
-from databus.storage.config import TOPIC_CONFIG_NAMES, LogConfig
+from databus.storage.config import KNOWN_TOPIC_CONFIG_NAMES, TOPIC_CONFIG_NAMES, LogConfig
 from databus.storage.errors import InvalidConfigError
 
 
@@ -84,3 +84,15 @@ def test_config_ops_refuse_unknown_names_and_list_ops_on_scalars(name, op, fragm
 
     with pytest.raises(InvalidConfigError, match=fragment.replace(".", r"\.")):
         apply_config_ops({}, LogConfig().to_topic_config(), [(name, op, "1")])
+
+
+def test_configs_kafka_knows_but_that_act_not_here_are_validated_and_ignored():
+    base = LogConfig(retention_ms=1000)
+    c = LogConfig.from_topic_config({"message.format.version": "0.10.0", "preallocate": "true",
+                                     "retention.ms": "5"}, base=base)
+    assert c == LogConfig(retention_ms=5)  # only retention.ms acts
+    with pytest.raises(InvalidConfigError, match="preallocate"):
+        LogConfig.from_topic_config({"preallocate": "maybe"})
+    with pytest.raises(InvalidConfigError, match="retention.mss"):
+        LogConfig.from_topic_config({"retention.mss": "1"})
+    assert "message.format.version" in KNOWN_TOPIC_CONFIG_NAMES

@@ -8,17 +8,19 @@ stored durably in ``__share_group_state``; a group's overrides are DYNAMIC_GROUP
 
 One node: a replication factor other than 1 (or -1, "broker default") is
 INVALID_REPLICATION_FACTOR, manual replica assignments may only name this node.  Topic
-configs use Kafka's topic config names (validated by storage's LogConfig); DescribeConfigs
-reports a topic's overrides as DYNAMIC_TOPIC_CONFIG and the rest as DEFAULT_CONFIG, and the
-broker resource lists the ``-o`` settings by their Kafka names.  Internal topics (``__``)
-cannot be created, deleted or grown by clients.
+configs use Kafka's topic config names (validated by storage's LogConfig; the ones that have
+no effect here are accepted and say so in their documentation).  DescribeConfigs reports
+each value's source and, with ``include_synonyms``, every place a value for it is set, in
+Kafka's precedence order (config_sources.py: one model for topic, broker and group
+configs).  Internal topics (``__``) cannot be created, deleted or grown by clients.
 
 AlterConfigs replaces a topic's overrides with the given set; IncrementalAlterConfigs applies
 SET/DELETE/APPEND/SUBTRACT to them (storage's ``apply_config_ops``).  Either way the result
 is validated as a whole (``INVALID_CONFIG`` naming the key and value), then persisted and
-applied to the live logs (``validate_only`` stops after the validation).  Broker configs are
-static (``-o`` / the config file): changing one is refused with ``INVALID_REQUEST``, as Kafka
-refuses a broker config that is not dynamically updatable.
+applied to the live logs (``validate_only`` stops after the validation).  Broker configs:
+Kafka's dynamic ones, per broker (resource name = the node id) or cluster-wide (name ""),
+are stored and applied where the broker uses them (dynamic_config.py); any other is refused
+with ``INVALID_REQUEST`` ("Cannot update these configs dynamically"), as Kafka does.
 """
 
 from __future__ import annotations
@@ -38,20 +40,26 @@ from databus.storage.acls import CLUSTER_NAME, Operation, ResourceType
 from ..api import RequestContext, handles
 from ..broker import is_internal_topic
 from ..config import BrokerConfig
+from ..config_sources import (
+    KAFKA_BROKER_DEFAULTS,
+    TOPIC_CONFIG_SYNONYMS,
+    Layers,
+    Source,
+    Synonym,
+    broker_config_synonyms,
+    source_of,
+)
+from ..dynamic_config import DynamicConfigError, is_dynamic
 from ..errors import error_code_for
 from ..operations import authorized_operations
 
 log = logging.getLogger(__name__)
 
 
-# DescribeConfigs resource types and config sources (Kafka's ConfigResource / ConfigSource)
+# DescribeConfigs resource types (Kafka's ConfigResource); sources: config_sources.Source
 RESOURCE_TOPIC = 2
 RESOURCE_BROKER = 4
 RESOURCE_GROUP = 32
-SOURCE_DYNAMIC_TOPIC = 1
-SOURCE_STATIC_BROKER = 4
-SOURCE_DEFAULT = 5
-SOURCE_DYNAMIC_GROUP = 8
 NO_THROTTLE = datetime.timedelta(0)
 SENSITIVE = frozenset(info.alias for info in BrokerConfig.model_fields.values()
                       if info.annotation == SecretStr | None)
@@ -100,7 +108,7 @@ class _Refused(Exception):
 def _config_entries(module_cls, broker, name: str) -> tuple:
     return tuple(
         build(module_cls, name=key, value=value, read_only=False,
-              config_source=SOURCE_DYNAMIC_TOPIC if overridden else SOURCE_DEFAULT,
+              config_source=Source.DYNAMIC_TOPIC_CONFIG if overridden else Source.DEFAULT_CONFIG,
               is_sensitive=False)
         for key, (value, overridden) in sorted(broker.topic_configs(name).items())
     )
@@ -229,20 +237,78 @@ def _config_refusal(ctx: RequestContext, resource, operation: Operation) -> Erro
     return None if ctx.cluster_allowed(operation) else ErrorCode.cluster_authorization_failed
 
 
-def _broker_config_entries(config: BrokerConfig) -> dict[str, tuple[str | None, int]]:
-    """Kafka name -> (value, source) of every broker setting."""
-    entries = {}
-    explicit = config.model_fields_set
+def _text(value) -> str | None:
+    if isinstance(value, SecretStr):
+        return None  # a password: sensitive, never sent (Kafka sends null too)
+    if isinstance(value, bool):
+        return str(value).lower()
+    return None if value is None else str(value)
+
+
+def _layers(broker) -> Layers:
+    """The broker-level values by source: dynamic (this node, cluster-wide), the static
+    config as started (-o, the file) and the defaults (BrokerConfig's, then Kafka's for the
+    topic-config synonyms it does not model)."""
+    static, default = {}, {}
+    config = broker.static_config
     for name, info in BrokerConfig.model_fields.items():
         alias = info.alias or info.serialization_alias or name
-        value = getattr(config, name)
-        if isinstance(value, SecretStr):
-            text = None  # a password: sensitive, never sent (Kafka sends null too)
-        elif isinstance(value, bool):
-            text = str(value).lower()
-        else:
-            text = None if value is None else str(value)
-        entries[alias] = (text, SOURCE_STATIC_BROKER if name in explicit else SOURCE_DEFAULT)
+        (static if name in config.model_fields_set else default)[alias] = _text(
+            getattr(config, name))
+    for name, value in KAFKA_BROKER_DEFAULTS.items():
+        default.setdefault(name, value)
+    dynamic = broker.dynamic_configs
+    return Layers(dynamic.per_broker, dynamic.cluster, static, default)
+
+
+def _is_sensitive(name: str) -> bool:
+    return name in SENSITIVE or "password" in name or name.endswith("sasl.jaas.config")
+
+
+class _Entry:
+    """One DescribeConfigs entry: its value in force and where values for it are set."""
+
+    __slots__ = ("name", "value", "synonyms", "read_only", "documentation")
+
+    def __init__(self, name: str, value: str | None, synonyms: tuple[Synonym, ...],
+                 read_only: bool = False, documentation: str | None = None) -> None:
+        self.name, self.value, self.synonyms = name, value, synonyms
+        self.read_only, self.documentation = read_only, documentation
+
+
+def _topic_entries(broker, topic: str) -> list[_Entry]:
+    from databus.storage.config import INERT_TOPIC_CONFIGS
+
+    layers = _layers(broker)
+    entries = []
+    for key, (value, overridden) in broker.topic_configs(topic).items():
+        own = Synonym(key, value, Source.DYNAMIC_TOPIC_CONFIG) if overridden else None
+        inert = INERT_TOPIC_CONFIGS.get(key)
+        entries.append(_Entry(key, value,
+                              layers.synonyms(TOPIC_CONFIG_SYNONYMS.get(key, ()), own),
+                              documentation=inert.note if inert else None))
+    return entries
+
+
+def _broker_entries(broker) -> list[_Entry]:
+    layers = _layers(broker)
+    names = {*layers.default, *layers.static, *layers.cluster, *layers.per_broker}
+    entries = []
+    for name in names:
+        own = layers.synonyms((name,))
+        value = own[0].value if own else None
+        entries.append(_Entry(name, value, layers.synonyms(broker_config_synonyms(name)),
+                              read_only=not is_dynamic(name)))
+    return entries
+
+
+def _group_entries(broker, group: str) -> list[_Entry]:
+    layers = _layers(broker)
+    overrides = broker.shares.group_configs.get(group, {})
+    entries = []
+    for key, value in broker.shares.group_config(group).items():
+        own = Synonym(key, value, Source.DYNAMIC_GROUP_CONFIG) if key in overrides else None
+        entries.append(_Entry(key, value, layers.synonyms((f"group.{key}",), own)))
     return entries
 
 
@@ -253,7 +319,7 @@ async def describe_configs(ctx: RequestContext, request) -> object:
     results = []
     for resource in request.resources:
         keys = set(resource.configuration_keys) if resource.configuration_keys else None
-        code, message, entries = ErrorCode.none, None, {}
+        code, message, entries = ErrorCode.none, None, []
         refused = _config_refusal(ctx, resource, Operation.DESCRIBE_CONFIGS)
         if refused is not None:
             code = refused
@@ -263,33 +329,35 @@ async def describe_configs(ctx: RequestContext, request) -> object:
                 code = ErrorCode.unknown_topic_or_partition
                 message = f"no topic {resource.resource_name!r}"
             else:
-                entries = {
-                    key: (value, SOURCE_DYNAMIC_TOPIC if overridden else SOURCE_DEFAULT)
-                    for key, (value, overridden) in broker.topic_configs(info.name).items()
-                }
+                entries = _topic_entries(broker, info.name)
         elif resource.resource_type == RESOURCE_BROKER:
             if resource.resource_name not in ("", str(broker.node_id)):
                 code = ErrorCode.invalid_request
                 message = f"no broker {resource.resource_name!r}; this is node {broker.node_id}"
             else:
-                entries = _broker_config_entries(broker.config)
+                entries = _broker_entries(broker)
         elif resource.resource_type == RESOURCE_GROUP:
-            overrides = broker.shares.group_configs.get(resource.resource_name, {})
-            entries = {
-                key: (value, SOURCE_DYNAMIC_GROUP if key in overrides else SOURCE_DEFAULT)
-                for key, value in broker.shares.group_config(resource.resource_name).items()
-            }
+            entries = _group_entries(broker, resource.resource_name)
         else:
             code = ErrorCode.invalid_request
             message = f"resource type {resource.resource_type} is not supported"
+        synonyms = getattr(request, "include_synonyms", False)
+        documentation = getattr(request, "include_documentation", False)
         configs = tuple(
-            build(module.DescribeConfigsResourceResult, name=key, value=value,
-                  read_only=resource.resource_type == RESOURCE_BROKER,
-                  config_source=source, is_default=source == SOURCE_DEFAULT,
-                  is_sensitive=key in SENSITIVE, synonyms=(), config_type=0,
-                  documentation=None)
-            for key, (value, source) in sorted(entries.items())
-            if keys is None or key in keys
+            build(module.DescribeConfigsResourceResult, name=entry.name,
+                  value=None if _is_sensitive(entry.name) else entry.value,
+                  read_only=entry.read_only, config_source=source_of(entry.synonyms),
+                  is_default=source_of(entry.synonyms) == Source.DEFAULT_CONFIG,
+                  is_sensitive=_is_sensitive(entry.name),
+                  synonyms=tuple(
+                      build(module.DescribeConfigsSynonym, name=syn.name,
+                            value=None if _is_sensitive(syn.name) else syn.value,
+                            source=syn.source)
+                      for syn in entry.synonyms) if synonyms else (),
+                  config_type=0,
+                  documentation=entry.documentation if documentation else None)
+            for entry in sorted(entries, key=lambda e: e.name)
+            if keys is None or entry.name in keys
         )
         results.append(build(
             module.DescribeConfigsResult, error_code=code, error_message=message,
@@ -330,6 +398,37 @@ def _incremental(broker, info, configs) -> dict[str, str]:
     effective = {key: value for key, (value, _) in broker.topic_configs(info.name).items()}
     return apply_config_ops(info.config, effective,
                             [(c.name, c.config_operation, c.value) for c in configs])
+
+
+def _broker_configs(broker, configs, per_broker: bool, new_overrides) -> dict[str, str]:
+    """The node's (``per_broker``) or the cluster-wide dynamic broker configs after the
+    change: AlterConfigs gives the whole set, IncrementalAlterConfigs operations on the
+    current one (APPEND/SUBTRACT on the value in force, a comma-separated list)."""
+    from databus.storage.config import OP_APPEND, OP_DELETE, OP_SET, OP_SUBTRACT
+
+    if new_overrides is _replacement:
+        return _replacement(broker, None, configs)
+    _no_duplicate_keys(configs)
+    result = dict(broker.dynamic_configs.layer(per_broker))
+    in_force = {entry.name: entry.value for entry in _broker_entries(broker)}
+    for c in configs:
+        if c.config_operation == OP_SET and c.value is not None:
+            result[c.name] = c.value
+        elif c.config_operation == OP_DELETE:
+            result.pop(c.name, None)
+        elif c.config_operation in (OP_APPEND, OP_SUBTRACT) and c.value is not None:
+            current = [v.strip() for v in (result.get(c.name) or in_force.get(c.name) or
+                                           "").split(",") if v.strip()]
+            given = [v.strip() for v in c.value.split(",") if v.strip()]
+            merged = (list(dict.fromkeys(current + given)) if c.config_operation == OP_APPEND
+                      else [v for v in current if v not in given])
+            result[c.name] = ",".join(merged)
+        else:
+            raise _Refused(ErrorCode.invalid_request,
+                           f"config operation {c.config_operation} with value {c.value!r} "
+                           f"for {c.name} (0 SET and 2 APPEND / 3 SUBTRACT take a value, "
+                           "1 DELETE none)")
+    return result
 
 
 def _group_overrides(broker, resource, new_overrides) -> dict[str, str]:
@@ -378,11 +477,14 @@ async def _alter_resource(broker, resource, new_overrides, validate_only: bool) 
         if name not in ("", str(broker.node_id)):
             raise _Refused(ErrorCode.invalid_request,
                            f"no broker {name!r}; this is node {broker.node_id}")
-        if resource.configs:
-            keys = ", ".join(sorted({c.name for c in resource.configs}))
-            raise _Refused(ErrorCode.invalid_request,
-                           f"Cannot update these configs dynamically: {keys} (broker configs "
-                           "are static here: set them with -o KEY=VALUE and restart)")
+        per_broker = name != ""  # "" is the cluster-wide default, as in Kafka
+        configs = _broker_configs(broker, resource.configs, per_broker, new_overrides)
+        try:
+            broker.set_dynamic_configs(configs, per_broker=per_broker,
+                                       validate_only=validate_only)
+        except DynamicConfigError as exc:
+            raise _Refused(ErrorCode.invalid_config if exc.invalid_config
+                           else ErrorCode.invalid_request, str(exc)) from exc
     elif resource.resource_type == RESOURCE_GROUP:
         if not name:
             raise _Refused(ErrorCode.invalid_group_id, "the group id is empty")

@@ -1,0 +1,226 @@
+"""The Iceberg sink object the runtime drives (hookspecs.databus_sink): records decoded into
+Arrow as they come, kept per table, and committed as one snapshot per table every
+``commit.interval.ms`` (or ``commit.max.records``, or when partitions are revoked).
+
+Exactly once: a partition's records count as durable only once the snapshot holding them,
+with the partition's next offset in its summary, is committed; ``open`` reads where to
+resume from the table's snapshots, not from the group's offsets (a kill -9 between the
+catalog commit and the group's commit would otherwise write records twice).  Files a killed
+commit left behind are deleted when the table is first opened (tables.remove_orphans).
+
+A table that cannot take a batch (a type change Iceberg does not allow) stops: the error,
+naming the field, is logged; its records are no longer taken (nothing of them is reported
+durable, so they stay in Kafka for when the table is fixed and the sink restarted) while
+the sink's other tables go on.  A commit that fails otherwise (the catalog down, a full
+disk) keeps its batch and is tried again, with a backoff, while the other tables go on; past
+twice ``commit.max.records`` waiting the sink raises and the runtime restarts it from the
+tables' offsets.  Blocking work runs in a worker thread.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass, field
+
+import pyarrow as pa
+
+# pyiceberg's catalog and writer, imported with the sink (when the configuration is read):
+# importing them in ``open`` would hold up the group's join long enough to miss heartbeats.
+import pyiceberg.catalog.sql  # noqa: F401
+import pyiceberg.io.pyarrow  # noqa: F401
+import pyiceberg.table  # noqa: F401
+import trio
+
+from . import tables
+from .decode import KAFKA_FIELDS, Decoder, declared_fields
+from .options import Options
+from .schema import IncompatibleField
+
+log = logging.getLogger("databus_plugins.iceberg")
+
+RETRY_BACKOFF_S = (1.0, 60.0)
+FAILED_LOG_INTERVAL_S = 60.0
+
+
+@dataclass
+class _Table:
+    name: str
+    table: object | None = None  # pyiceberg Table; None until created by the first commit
+    # (rows or None, partition, next offset): in the order taken; None when every record
+    # of the write was dead-lettered (its offsets still move the table's on)
+    chunks: list[tuple[pa.Table | None, tuple[str, int], int]] = field(default_factory=list)
+    rows: int = 0
+    taken: dict[tuple[str, int], int] = field(default_factory=dict)  # next offset handed
+    last_commit: float = field(default_factory=time.monotonic)
+    failed: str | None = None  # a refused schema change: the table is stopped
+    failed_logged: float = 0.0
+    retry_at: float = 0.0  # after a failed commit
+    failures: int = 0
+    cleaned: bool = False
+
+
+class IcebergSink:
+    def __init__(self, options: Options) -> None:
+        self.options = options
+        self.declared = declared_fields(options.schema) if options.schema else None
+        self.decoder = Decoder(options.format)
+        self.catalog = None
+        self.tables: dict[str, _Table] = {}
+        self.parts: dict[tuple[str, int], str] = {}  # partition -> table name
+        self.durable: dict[tuple[str, int], int] = {}
+        self.commits = 0
+
+    # -- the sink methods ------------------------------------------------------------------
+
+    async def open(self, tp, committed):
+        return await trio.to_thread.run_sync(self._open, tuple(tp), committed)
+
+    async def write(self, tp, records):
+        return await trio.to_thread.run_sync(self._write, tuple(tp), records)
+
+    async def flush(self, partitions, force):
+        return await trio.to_thread.run_sync(self._flush, partitions, force)
+
+    async def close(self, partitions):
+        for tp in partitions:
+            tp = tuple(tp)
+            self.durable.pop(tp, None)
+            name = self.parts.pop(tp, None)
+            state = self.tables.get(name)
+            if state is not None:
+                state.taken.pop(tp, None)
+                if name not in self.parts.values():
+                    del self.tables[name]
+
+    async def aclose(self):
+        self.tables.clear()
+        self.parts.clear()
+
+    # -- the work (worker thread) ----------------------------------------------------------
+
+    def _open(self, tp, committed):
+        if self.catalog is None:
+            self.catalog = tables.open_catalog(self.options.catalog)
+        name = self.options.table_name(tp[0])
+        state = self.tables.get(name)
+        if state is None:
+            state = self.tables[name] = _Table(name)
+        if state.table is None:
+            state.table = tables.load_table(self.catalog, name)
+        else:
+            state.table.refresh()
+        self.parts[tp] = name
+        start = None
+        if state.table is not None:
+            if not state.cleaned:
+                removed = tables.remove_orphans(state.table, self.options.orphan_min_age_ms)
+                if removed:
+                    log.info("%s: removed %d file(s) of an unfinished commit", name,
+                             len(removed))
+                state.cleaned = True
+            start = tables.table_offsets(state.table).get(tp)
+        if start is not None and start != committed:
+            log.info("%s-%d: resuming at offset %d, where table %s's snapshots end (the "
+                     "group's committed offset: %s)", tp[0], tp[1], start, name, committed)
+        self.durable[tp] = start if start is not None else committed
+        return start
+
+    def _write(self, tp, records):
+        state = self.tables[self.parts[tp]]
+        if state.failed is not None:
+            now = time.monotonic()
+            if now - state.failed_logged >= FAILED_LOG_INTERVAL_S:
+                log.error("table %s is stopped: %s", state.name, state.failed)
+                state.failed_logged = now
+            return None  # not taken: nothing of it is reported durable
+        table, rejected = self.decoder.table(records)
+        state.chunks.append((table, tp, records[-1].offset + 1))
+        state.rows += table.num_rows if table is not None else 0
+        state.taken[tp] = records[-1].offset + 1
+        return rejected
+
+    def _flush(self, partitions, force: bool):
+        now = time.monotonic()
+        asked = {tuple(tp) for tp in partitions}
+        for state in list(self.tables.values()):
+            if state.failed is not None or not self._pending(state):
+                continue
+            due = (state.rows >= self.options.commit_max_records
+                   or now - state.last_commit >= self.options.commit_interval_ms / 1000
+                   or (force and asked & set(state.taken)))
+            if due and (force or now >= state.retry_at):
+                self._commit(state, now)
+        return {tp: n for tp, n in self.durable.items() if n is not None and tp in asked}
+
+    def _pending(self, state: _Table) -> bool:
+        return any(self.durable.get(tp) is None or n > self.durable[tp]
+                   for tp, n in state.taken.items())
+
+    def _commit(self, state: _Table, now: float) -> None:
+        """Commit what the table has taken: one snapshot, or one per run of batches whose
+        types can share a table (a run stops where a field changes type, so the snapshots
+        before a refused change still commit)."""
+        while state.chunks:
+            run = _run(state.chunks)
+            if not self._commit_run(state, run, now):
+                return
+            del state.chunks[:len(run)]
+            state.rows -= sum(t.num_rows for t, _tp, _n in run if t is not None)
+        state.failures = 0
+        state.last_commit = now
+
+    def _commit_run(self, state: _Table, run, now: float) -> bool:
+        tables_ = [t for t, _tp, _n in run if t is not None]
+        taken: dict[tuple[str, int], int] = {}
+        for _t, tp, offset in run:
+            taken[tp] = offset
+        try:
+            batch = (pa.concat_tables(tables_, promote_options="permissive") if tables_
+                     else pa.schema(KAFKA_FIELDS).empty_table())
+            if state.table is None:
+                value_fields = self.declared or list(batch.schema)[len(KAFKA_FIELDS):]
+                state.table = tables.create_table(self.catalog, state.name, value_fields,
+                                                  self.options)
+                log.info("created table %s (%s)", state.name, ", ".join(
+                    f"{f.name} {f.field_type}" for f in state.table.schema().fields))
+            state.table = tables.commit(state.table, batch, taken, self.options.evolve)
+        except IncompatibleField as exc:
+            state.failed = str(exc)
+            state.failed_logged = now
+            state.chunks.clear()
+            state.rows = 0
+            log.error("table %s is stopped: %s; its records stay in Kafka (from offsets %s) "
+                      "and the sink's other tables go on", state.name, exc,
+                      {f"{t}-{p}": self.durable.get((t, p)) for t, p in sorted(state.taken)})
+            return False
+        except Exception as exc:
+            state.failures += 1
+            delay = min(RETRY_BACKOFF_S[0] * 2 ** (state.failures - 1), RETRY_BACKOFF_S[1])
+            state.retry_at = now + delay
+            if state.rows > 2 * self.options.commit_max_records:
+                raise RuntimeError(f"table {state.name}: commits fail ({exc}) and "
+                                   f"{state.rows} records wait") from exc
+            log.error("table %s: commit failed (%s: %s); the batch is kept and tried again "
+                      "in %.0f s", state.name, type(exc).__name__, exc, delay)
+            return False
+        for tp, offset in taken.items():
+            if tp in self.parts:
+                self.durable[tp] = offset
+        self.commits += 1
+        return True
+
+
+
+def _run(chunks) -> list:
+    """The longest prefix of ``chunks`` whose tables' schemas unify."""
+    schemas_ = []
+    for i, (table, _tp, _n) in enumerate(chunks):
+        if table is None:
+            continue
+        try:
+            pa.unify_schemas([*schemas_, table.schema], promote_options="permissive")
+        except (pa.ArrowInvalid, pa.ArrowTypeError):
+            return chunks[:i]
+        schemas_ = [pa.unify_schemas([*schemas_, table.schema], promote_options="permissive")]
+    return list(chunks)

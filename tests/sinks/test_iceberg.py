@@ -1,0 +1,354 @@
+"""The iceberg sink with real processes: a ``databus broker``, ``databus sinks`` subprocesses
+as users run them, records produced by confluent-kafka, the tables read back with
+pyiceberg: every record exactly once (also across kill -9 and a group whose offsets lag the
+table's), the offsets in the snapshot summaries, schema evolution, and a refused type change
+that stops its table alone."""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+import random
+import subprocess
+import sys
+import threading
+import time
+
+import confluent_kafka
+import pyarrow as pa
+import pytest
+from pyiceberg.catalog import load_catalog
+from pyiceberg.exceptions import NoSuchTableError
+
+from tests.helpers.broker import BrokerProcess
+
+from .harness import BROKER_OPTIONS, Service, produce_json, sinks_config, wait_for
+
+N = 20_000
+# Short sessions (the broker allows them here): a killed sink's partitions move on quickly.
+CONSUMER = {"session.timeout.ms": 3000, "heartbeat.interval.ms": 300}
+
+
+@pytest.fixture(scope="module")
+def broker(tmp_path_factory):
+    options = {**BROKER_OPTIONS, "group.min.session.timeout.ms": 1000}
+    with BrokerProcess(tmp_path_factory.mktemp("broker"), options=options) as running:
+        yield running
+
+
+@functools.cache
+def catalog(path):
+    # (the sink's catalog is called databus: a SQL catalog keeps its tables under that name)
+    return load_catalog("databus", type="sql", uri=f"sqlite:///{path}/catalog.db",
+                        warehouse=f"file://{path}/warehouse")
+
+
+def load(path, name):
+    if not (path / "catalog.db").exists():
+        return None  # the sink has not opened its catalog yet
+    try:
+        return catalog(path).load_table(name)
+    except NoSuchTableError:
+        return None
+
+
+def scan(path, name) -> pa.Table | None:
+    table = load(path, name)
+    return None if table is None else table.scan().to_arrow()
+
+
+def rows(path, name) -> int:
+    table = load(path, name)
+    snapshot = None if table is None else table.current_snapshot()
+    return 0 if snapshot is None else int(snapshot.summary["total-records"])
+
+
+def iceberg_sink(topics, path, consumer=None, **config) -> dict:
+    return {"plugin": "iceberg", "topics": topics, "consumer": consumer or CONSUMER,
+            "config": {"path": str(path), "namespace": "db", "commit.interval.ms": 300,
+                       **config}}
+
+
+def summary_offsets(snapshot) -> dict:
+    return json.loads(snapshot.summary["databus.offsets"])
+
+
+def assert_exactly_once(table: pa.Table, topic: str, ids, partitions: int = 4) -> None:
+    """Every id once, with its key, in the partition it was produced to, and each
+    partition's offsets 0..n-1 each once (no gap, no duplicate)."""
+    table = table.filter(pa.compute.equal(table.column("topic"), topic))
+    got = table.column("id").to_pylist()
+    assert len(got) == len(ids), (len(got), len(ids))
+    assert sorted(got) == sorted(ids)
+    keys = table.column("key").to_pylist()
+    assert all(k == b"%d" % i for k, i in zip(keys, got))
+    by_partition: dict[int, list[int]] = {}
+    for p, o, i in zip(table.column("partition").to_pylist(),
+                       table.column("offset").to_pylist(), got):
+        assert p == i % partitions
+        by_partition.setdefault(p, []).append(o)
+    for offsets in by_partition.values():
+        assert sorted(offsets) == list(range(len(offsets)))
+
+
+def rewind_group(bootstrap: str, group: str, topic: str, partitions: int = 4) -> None:
+    """Commit offset 0 for every partition: the group now disagrees with the table."""
+    consumer = confluent_kafka.Consumer({"bootstrap.servers": bootstrap, "group.id": group,
+                                         "enable.auto.commit": False})
+    try:
+        consumer.commit(offsets=[confluent_kafka.TopicPartition(topic, p, 0)
+                                 for p in range(partitions)], asynchronous=False)
+    finally:
+        consumer.close()
+
+
+def test_records_land_exactly_once_with_offsets_in_the_snapshots_and_resume_from_the_table(
+        broker, tmp_path):
+    path = tmp_path / "iceberg"
+    produce_json(broker.bootstrap, "ice-orders", range(N))
+    service = Service(tmp_path, "sinks", sinks_config(broker, {
+        "ice-orders": iceberg_sink(["ice-orders"], path)}))
+    try:
+        service.start()
+        wait_for(lambda: rows(path, "db.ice-orders") >= N, "the table", timeout=120,
+                 log=service.log)
+        assert service.stop() == 0
+        table = load(path, "db.ice-orders")
+        data = table.scan().to_arrow()
+        assert_exactly_once(data, "ice-orders", list(range(N)))
+        row = data.filter(pa.compute.equal(data.column("id"), 7)).to_pylist()[0]
+        assert row["name"] == "name-7" and row["amount"] == 7 / 4 and row["headers"] == []
+        assert str(table.spec().fields[0].transform) == "hour"
+        assert [f.name for f in table.schema().fields][:6] == [
+            "topic", "partition", "offset", "timestamp", "key", "headers"]
+        # Every snapshot holds the offsets it took the table to; they only move forward, and
+        # the current one's are the partitions' ends.
+        snapshots = table.snapshots()
+        assert summary_offsets(table.current_snapshot()) == {
+            "ice-orders": {str(p): N // 4 for p in range(4)}}
+        seen: dict[str, int] = {}
+        for snapshot in snapshots:
+            for p, n in summary_offsets(snapshot)["ice-orders"].items():
+                assert n >= seen.get(p, 0)
+                seen[p] = n
+        assert sum(int(s.summary["added-records"]) for s in snapshots) == N
+
+        # The group's committed offsets now lag the table's (as after a kill -9 between the
+        # catalog commit and the group's): the sink resumes where the table ends.
+        rewind_group(broker.bootstrap, "databus-sink-ice-orders", "ice-orders")
+        produce_json(broker.bootstrap, "ice-orders", range(N, N + 4000))
+        service.start()
+        wait_for(lambda: rows(path, "db.ice-orders") >= N + 4000, "the new records",
+                 timeout=120, log=service.log)
+        assert service.stop() == 0
+        assert_exactly_once(scan(path, "db.ice-orders"), "ice-orders", list(range(N + 4000)))
+        assert "where table db.ice-orders's snapshots end" in service.log()
+    finally:
+        service.close()
+
+
+def referenced_data_files(table) -> set[str]:
+    return {task.file.file_path.removeprefix("file://") for task in table.scan().plan_files()}
+
+
+def data_files_on_disk(path) -> set[str]:
+    out = set()
+    for folder, _dirs, names in os.walk(path / "warehouse"):
+        out.update(os.path.join(folder, n) for n in names
+                   if n.endswith(".parquet") and os.sep + "data" + os.sep in folder + os.sep)
+    return out
+
+
+def test_kill_9_of_the_sink_in_a_loop_while_producing_leaves_every_record_once(
+        broker, tmp_path):
+    cycles = int(os.environ.get("DATABUS_ICEBERG_KILL_CYCLES", "5"))
+    path = tmp_path / "iceberg"
+    # Commits every 100 ms, so the kills land before, in and after commits.
+    consumer = CONSUMER
+    service = Service(tmp_path, "sinks", sinks_config(broker, {
+        "ice-kill": iceberg_sink(["ice-kill"], path, consumer,
+                                 **{"commit.interval.ms": 100})}))
+    produced = [0]
+    stop = threading.Event()
+
+    def producer():
+        # One producer, some hundred records a second: the sink commits all the time, and
+        # (on a busy machine too) catches up at the end.
+        out = confluent_kafka.Producer({"bootstrap.servers": broker.bootstrap,
+                                        "enable.idempotence": True, "linger.ms": 20})
+        while not stop.is_set():
+            first = produced[0]
+            for i in range(first, first + 250):
+                out.produce("ice-kill", json.dumps(
+                    {"id": i, "name": f"name-{i}", "amount": i / 4}).encode(),
+                    key=b"%d" % i, partition=i % 4)
+            assert out.flush(60) == 0
+            produced[0] = first + 250
+            time.sleep(0.4)
+
+    thread = threading.Thread(target=producer, daemon=True)
+    thread.start()
+    rng = random.Random(39)
+    try:
+        for _ in range(cycles):
+            before = rows(path, "db.ice-kill")
+            service.start()
+            # This run commits something of its own, then dies at a random moment.
+            wait_for(lambda before=before: rows(path, "db.ice-kill") > before,
+                     "a commit", timeout=60, log=service.log)
+            time.sleep(rng.uniform(0, 1.0))
+            service.kill9()
+        stop.set()
+        thread.join(60)
+        total = produced[0]
+        service.start()
+        while (done := rows(path, "db.ice-kill")) < total:  # as long as it moves on
+            wait_for(lambda done=done: rows(path, "db.ice-kill") > done, "progress",
+                     timeout=120, log=service.log)
+        assert service.stop() == 0
+    finally:
+        stop.set()
+        service.close()
+    table = load(path, "db.ice-kill")
+    assert_exactly_once(table.scan().to_arrow(), "ice-kill", list(range(total)))
+    # The files of the commits the kills cut short are gone: every data file is the table's.
+    assert data_files_on_disk(path) == referenced_data_files(table)
+
+
+def test_a_new_field_mid_stream_reads_null_in_old_rows(broker, tmp_path):
+    path = tmp_path / "iceberg"
+    service = Service(tmp_path, "sinks", sinks_config(broker, {
+        "ice-evolve": iceberg_sink(["ice-evolve"], path)}))
+    try:
+        service.start()
+        produce_json(broker.bootstrap, "ice-evolve", range(100))
+        wait_for(lambda: rows(path, "db.ice-evolve") >= 100, "the first records",
+                 log=service.log)
+        producer = confluent_kafka.Producer({"bootstrap.servers": broker.bootstrap})
+        for i in range(100, 200):
+            producer.produce("ice-evolve", json.dumps(
+                {"id": i, "name": f"name-{i}", "amount": i / 4, "color": f"c{i}"}).encode(),
+                key=b"%d" % i, partition=i % 4)
+        assert producer.flush(30) == 0
+        wait_for(lambda: rows(path, "db.ice-evolve") >= 200, "the new records",
+                 log=service.log)
+        assert service.stop() == 0
+    finally:
+        service.close()
+    table = load(path, "db.ice-evolve")
+    assert table.schema().find_field("color").optional
+    data = table.scan().to_arrow()
+    assert_exactly_once(data, "ice-evolve", list(range(200)))
+    colors = dict(zip(data.column("id").to_pylist(), data.column("color").to_pylist()))
+    assert all(colors[i] is None for i in range(100))
+    assert all(colors[i] == f"c{i}" for i in range(100, 200))
+
+
+def test_an_int_column_is_promoted_and_a_refused_change_stops_only_its_table(
+        broker, tmp_path):
+    path = tmp_path / "iceberg"
+    producer = confluent_kafka.Producer({"bootstrap.servers": broker.bootstrap})
+
+    def send(topic, i, doc):
+        producer.produce(topic, json.dumps({"id": i, **doc}).encode(), key=b"%d" % i,
+                         partition=i % 4)
+
+    service = Service(tmp_path, "sinks", sinks_config(broker, {
+        # one sink, two tables: a refused change in one leaves the other flowing
+        "ice-two": iceberg_sink(["ice-good", "ice-bad"], path,
+                                schema={"id": "int64", "qty": "int32", "amount": "double"}),
+    }))
+    try:
+        service.start()
+        for i in range(40):
+            send("ice-good", i, {"qty": i, "amount": i / 2})
+            send("ice-bad", i, {"qty": i, "amount": i / 2})
+        assert producer.flush(30) == 0
+        wait_for(lambda: rows(path, "db.ice-good") >= 40 and rows(path, "db.ice-bad") >= 40,
+                 "the first records", log=service.log)
+        assert str(load(path, "db.ice-good").schema().find_field("qty").field_type) == "int"
+        # qty outgrows int: promoted to long (Iceberg allows it); amount turns into a
+        # string in ice-bad: refused, that table stops.
+        for i in range(40, 80):
+            send("ice-good", i, {"qty": i << 33, "amount": i / 2})
+            send("ice-bad", i, {"qty": i, "amount": f"{i / 2} EUR"})
+        assert producer.flush(30) == 0
+        wait_for(lambda: "table db.ice-bad is stopped: field 'amount'" in service.log(),
+                 "the refusal", log=service.log)
+        wait_for(lambda: rows(path, "db.ice-good") >= 80, "ice-good", log=service.log)
+        for i in range(80, 120):  # the other table keeps flowing
+            send("ice-good", i, {"qty": i, "amount": i / 2})
+        assert producer.flush(30) == 0
+        wait_for(lambda: rows(path, "db.ice-good") >= 120, "ice-good after the refusal",
+                 log=service.log)
+        assert service.stop() == 0
+    finally:
+        service.close()
+    assert "the table has double, the records have string" in service.log()
+    good = load(path, "db.ice-good")
+    assert str(good.schema().find_field("qty").field_type) == "long"
+    data = good.scan().to_arrow()
+    assert_exactly_once(data, "ice-good", list(range(120)))
+    qty = dict(zip(data.column("id").to_pylist(), data.column("qty").to_pylist()))
+    assert qty[5] == 5 and qty[50] == 50 << 33
+    # Nothing lost: ice-bad holds the records before the change, and its offsets (and the
+    # group's) stop there, so the rest stays in Kafka for when the table is fixed.
+    bad = load(path, "db.ice-bad")
+    assert_exactly_once(bad.scan().to_arrow(), "ice-bad", list(range(40)))
+    assert summary_offsets(bad.current_snapshot()) == {
+        "ice-bad": {str(p): 10 for p in range(4)}}
+    consumer = confluent_kafka.Consumer({"bootstrap.servers": broker.bootstrap,
+                                         "group.id": "databus-sink-ice-two"})
+    try:
+        committed = consumer.committed([confluent_kafka.TopicPartition("ice-bad", p)
+                                        for p in range(4)], timeout=10)
+    finally:
+        consumer.close()
+    assert all(tp.offset <= 10 for tp in committed)
+
+
+def test_iceberg_show_compact_and_expire_keep_the_records_and_the_offsets(broker, tmp_path):
+    path = tmp_path / "iceberg"
+    config = sinks_config(broker, {"ice-care": iceberg_sink(["ice-care"], path)})
+    service = Service(tmp_path, "sinks", config)
+    try:
+        service.start()
+        for start in range(0, 400, 100):  # a few commits, so a few small files
+            produce_json(broker.bootstrap, "ice-care", range(start, start + 100))
+            wait_for(lambda start=start: rows(path, "db.ice-care") >= start + 100,
+                     "a commit", log=service.log)
+        assert service.stop() == 0
+        before = load(path, "db.ice-care")
+        files_before = len(referenced_data_files(before))
+        assert files_before > 4
+
+        def cli(*args):
+            done = subprocess.run(
+                [sys.executable, "-m", "databus.cli", "iceberg", *args, "-c",
+                 str(service.path)], capture_output=True, text=True, timeout=120,
+                env={**os.environ, "COLUMNS": "200"})
+            assert done.returncode == 0, done.stderr
+            return done.stdout
+
+        shown = cli("show")
+        assert "db.ice-care" in shown and "hour(timestamp)" in shown
+        assert "resumes at: ice-care-0:100, ice-care-1:100, ice-care-2:100, ice-care-3:100" \
+            in shown
+        assert "rewrote" in cli("compact", "db.ice-care")
+        assert "expired" in cli("expire", "--older-than", "PT0S", "--retain-last", "1")
+        after = load(path, "db.ice-care")
+        assert len(after.snapshots()) == 1
+        # one file per Iceberg partition (hour) at most: here one hour, perhaps two
+        assert len(referenced_data_files(after)) < files_before
+        assert data_files_on_disk(path) == referenced_data_files(after)
+        assert_exactly_once(after.scan().to_arrow(), "ice-care", list(range(400)))
+        # The compaction's snapshot carries the offsets: a restart goes on from them.
+        produce_json(broker.bootstrap, "ice-care", range(400, 500))
+        service.start()
+        wait_for(lambda: rows(path, "db.ice-care") >= 500, "the new records",
+                 log=service.log)
+        assert service.stop() == 0
+    finally:
+        service.close()
+    assert_exactly_once(scan(path, "db.ice-care"), "ice-care", list(range(500)))
