@@ -612,6 +612,22 @@ class MirrorConfig(TopicSelection):
         description="Compacted topic on the target holding each source partition's progress "
         "(last source offset written, and the target offset it landed at).",
     )
+    exactly_once: bool | None = Field(
+        None,
+        alias="exactly.once",
+        description="Copy in transactions on the target (each transaction holds the copied "
+        "records and the progress that covers them; read_committed consumers of the target "
+        "see every source record once). Unset: on when the target supports transactions, "
+        "else at-least-once (logged). `true`: refuse to run without them. `false`: "
+        "at-least-once (a crash copies what was in flight again).",
+    )
+    transaction_boundary_interval_ms: int = Field(
+        100,
+        alias="transaction.boundary.interval.ms",
+        gt=0,
+        description="Exactly-once: how long a transaction gathers copied records before it "
+        "commits (read_committed consumers of the target see them at the commit).",
+    )
     consumer: dict[str, Any] = Field(
         default_factory=dict,
         description="Kafka consumer keys for reading the source (e.g. `fetch.max.bytes`, "
@@ -620,7 +636,8 @@ class MirrorConfig(TopicSelection):
     producer: dict[str, Any] = Field(
         default_factory=dict,
         description="Kafka producer keys for writing the target (e.g. `linger.ms`, "
-        "`batch.size`, `compression.type`); `acks` is always all and idempotence always on.",
+        "`batch.size`, `compression.type`); `acks` is always all and idempotence always on; "
+        "`transactional.id` is the mirror's own (exactly-once).",
     )
 
     @field_validator("name")
@@ -674,7 +691,7 @@ class MirrorConfig(TopicSelection):
         for key in ("bootstrap.servers", "group.id", "enable.auto.commit"):
             if key in self.consumer:
                 problems.append(f"consumer: {key} is set by the mirror")
-        for key in ("bootstrap.servers",):
+        for key in ("bootstrap.servers", "transactional.id"):
             if key in self.producer:
                 problems.append(f"producer: {key} is set by the mirror")
         if str(self.producer.get("acks", "all")).lower() not in ("all", "-1"):
@@ -1431,6 +1448,21 @@ def part_bootstrap(config: DatabusConfig, cluster: str | None, what: str,
         raise ConfigError(f"{what}: the built-in broker listens on port 0 (a free port chosen "
                           "at start): pass its address with --bootstrap-server")
     return format_host_port(host, port)
+
+
+def broker_registry_url(config: DatabusConfig) -> str | None:
+    """The schema registry the file's broker section serves (``schema.registry.listen``),
+    as a URL clients use (a wildcard host is reached on 127.0.0.1); None without one or
+    when it listens on port 0 (known only once started)."""
+    listen = (config.broker.options or {}).get("schema.registry.listen")
+    if not listen:
+        return None
+    host, _, port = str(listen).rpartition(":")
+    if port in ("", "0"):
+        return None
+    if host in ("", "0.0.0.0", "::", "[::]"):
+        host = "127.0.0.1"
+    return f"http://{host}:{port}"
 
 
 def part_security(config: DatabusConfig, cluster: str | None, what: str) -> dict[str, Any]:
