@@ -688,9 +688,9 @@ class DatabusConfig(_Model):
                     self.stream_producer_settings(name)
                 except ConfigError as exc:
                     problems.append(str(exc))
-            for name in [None, *self.streams]:
+            for stream in [None, *self.streams]:
                 try:
-                    self.stream_consumer_settings(name)
+                    self.stream_consumer_settings(stream)
                 except ConfigError as exc:
                     problems.append(str(exc))
         if self.broker.options:

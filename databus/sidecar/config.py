@@ -42,7 +42,7 @@ class ConsumeSettings(_Model):
         "time counts as nacked (reason `ack timeout`).",
     )
     retry_levels: list[str | int] = Field(
-        default_factory=lambda: list(DEFAULT_RETRY_LEVELS),
+        default_factory=lambda: list[str | int](DEFAULT_RETRY_LEVELS),
         alias="retry.levels",
         min_length=1,
         description="Redelivery delays: the Nth failed delivery of a message is retried "
