@@ -436,6 +436,22 @@ class MirrorConfig(TopicSelection):
         description="Compacted topic on the target holding each source partition's progress "
         "(last source offset written, and the target offset it landed at).",
     )
+    exactly_once: bool | None = Field(
+        None,
+        alias="exactly.once",
+        description="Copy in transactions on the target (each transaction holds the copied "
+        "records and the progress that covers them; read_committed consumers of the target "
+        "see every source record once). Unset: on when the target supports transactions, "
+        "else at-least-once (logged). `true`: refuse to run without them. `false`: "
+        "at-least-once (a crash copies what was in flight again).",
+    )
+    transaction_boundary_interval_ms: int = Field(
+        100,
+        alias="transaction.boundary.interval.ms",
+        gt=0,
+        description="Exactly-once: how long a transaction gathers copied records before it "
+        "commits (read_committed consumers of the target see them at the commit).",
+    )
     consumer: dict[str, Any] = Field(
         default_factory=dict,
         description="Kafka consumer keys for reading the source (e.g. `fetch.max.bytes`, "
@@ -444,7 +460,8 @@ class MirrorConfig(TopicSelection):
     producer: dict[str, Any] = Field(
         default_factory=dict,
         description="Kafka producer keys for writing the target (e.g. `linger.ms`, "
-        "`batch.size`, `compression.type`); `acks` is always all and idempotence always on.",
+        "`batch.size`, `compression.type`); `acks` is always all and idempotence always on; "
+        "`transactional.id` is the mirror's own (exactly-once).",
     )
 
     @field_validator("name")
@@ -498,7 +515,7 @@ class MirrorConfig(TopicSelection):
         for key in ("bootstrap.servers", "group.id", "enable.auto.commit"):
             if key in self.consumer:
                 problems.append(f"consumer: {key} is set by the mirror")
-        for key in ("bootstrap.servers",):
+        for key in ("bootstrap.servers", "transactional.id"):
             if key in self.producer:
                 problems.append(f"producer: {key} is set by the mirror")
         if str(self.producer.get("acks", "all")).lower() not in ("all", "-1"):

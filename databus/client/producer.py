@@ -554,6 +554,12 @@ class Producer:
         self._transactions().begin()
         self._failed_at_begin = self.failed
 
+    async def add_partitions_to_transaction(self, partitions) -> None:
+        """Add ``partitions`` ((topic, partition) pairs) to the open transaction in one
+        request, ahead of sending to them (a send to a partition not yet added adds it
+        alone, one request each: Kafka's producer batches them likewise)."""
+        await self._transactions().add_partitions(partitions)
+
     async def send_offsets_to_transaction(self, offsets, group_id: str) -> None:
         """Commit ``{(topic, partition): next offset}`` of consumer group ``group_id`` with
         this transaction (the consume-transform-produce loop)."""

@@ -156,7 +156,8 @@ async def status_rows(config: DatabusConfig, mirror) -> list[list]:
     naming = TopicNaming.from_config(mirror, source.region)
     with trio.fail_after(60):
         syncs = await read_offset_syncs(target.bootstrap_servers, mirror.offset_syncs_topic,
-                                        mirror.name, target.connection_settings())
+                                        mirror.name, target.connection_settings(),
+                                        stable=True)
         async with Admin(source.bootstrap_servers, source.connection_settings()) as admin:
             topics = naming.select(await admin.list_topics())
             described = await admin.describe_topics(topics) if topics else {}
@@ -195,7 +196,7 @@ def _rows_from_metrics(address: str, only: str | None) -> list[list]:
             values.setdefault(key, {})[sample.name] = sample.value
     rows = []
     for (mirror, topic, partition), v in sorted(values.items()):
-        lag = int(v.get("databus_mirror_lag_records", 0))
+        lag = int(v["databus_mirror_lag_records"]) if "databus_mirror_lag_records" in v else "-"
         stopped = v.get("databus_mirror_partition_stopped", 0) == 1
         rows.append([mirror, topic, partition, "-", "-", lag, "-", "-",
                      "STOPPED (see the mirror's log)" if stopped else "running",
@@ -230,7 +231,8 @@ async def _translate(config: DatabusConfig, args) -> int:
                   f"mirrored by {mirror.name}", file=sys.stderr)
             return 1
         syncs = await read_offset_syncs(target.bootstrap_servers, mirror.offset_syncs_topic,
-                                        mirror.name, target.connection_settings())
+                                        mirror.name, target.connection_settings(),
+                                        stable=True)
         translated = await translate_offsets(target.bootstrap_servers, naming, mirror.source,
                                              syncs, committed, target.connection_settings())
     rows = [[args.group, tp[0], tp[1], committed[tp], ttp[0],

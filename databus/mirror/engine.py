@@ -6,8 +6,15 @@ Tasks of a running mirror (``MirrorEngine.run``):
 * copy      ``Consumer.getmany`` on the assigned source partitions (``assign``, no group:
             adding a topic never rebalances anything) -> loop check -> ``send_batch`` to the
             same partition of the target topic, with a provenance header per record;
-* progress  after the target acknowledged, the new position of each partition is written to
-            the offset-syncs topic (at most one write in flight per partition);
+* progress  exactly-once (the default where the target has transactions): the copy runs in
+            transactions of ``transaction.boundary.interval.ms``; each one ends with the
+            progress of every partition it moved, written to the offset-syncs topic in the
+            same transaction, then commits.  The transactional id is the mirror's
+            (``transactional_id``): a mirror process starting fences any older one, whose
+            open transaction is aborted, and it resumes from the committed progress.
+            At-least-once: after the target acknowledged, the new position of each
+            partition is written to the offset-syncs topic (at most one write in flight per
+            partition);
 * discover  every ``metadata.max.age.ms`` (the consumer's): list the source topics, create
             missing target topics with the source's partition count and configs, grow
             partitions, assign the new partitions;
@@ -15,11 +22,14 @@ Tasks of a running mirror (``MirrorEngine.run``):
             cluster going unreachable or coming back is logged once per change;
 * groups    with ``sync.group.offsets``: translated group offsets committed on the target.
 
-Failures: the producer retries within ``delivery.timeout.ms``; a batch that still fails
-with a retriable error rewinds its partition to the acknowledged position once everything in
-flight for it has settled, and reading starts again from there (forever, with backoff).  A
-record the target refuses (non-retriable: too large, ...) or a target topic that is gone
-stops that partition: logged, shown by the status table and the metrics, never skipped.
+Failures: the producer retries within ``delivery.timeout.ms``.  Exactly-once: a batch that
+still fails, or a commit that does, abandons the transaction; the mirror starts again from
+the committed progress (a new producer, fencing the old one's transaction).  At-least-once:
+a batch that still fails with a retriable error rewinds its partition to the acknowledged
+position once everything in flight for it has settled, and reading starts again from there
+(forever, with backoff).  A record the target refuses (non-retriable: too large, ...) or a
+target topic that is gone stops that partition: logged, shown by the status table and the
+metrics, never skipped.
 """
 
 from __future__ import annotations
@@ -36,7 +46,10 @@ from databus.client import Admin, Consumer, Producer
 from databus.client import errors as kerrors
 from databus.client.backoff import ExponentialBackoff
 from databus.client.config import AdminConfig
+from databus.client.offsets import LATEST, list_offsets
+from databus.client.transactions import TransactionError
 from databus.config import ClusterConfig, MirrorConfig, resolve_references
+from databus.protocol.api_keys import ApiKey
 from databus.protocol.types import TopicPartition
 
 from . import progress as prog
@@ -60,6 +73,13 @@ COPIED_TOPIC_CONFIGS = (
 # always.
 CONSUMER_DEFAULTS = {"max.poll.records": 10000, "fetch.max.wait.ms": 100}
 PRODUCER_DEFAULTS = {"linger.ms": 10, "batch.size": 262144}
+# Exactly-once: a transaction left open by a mirror killed mid-copy holds back every
+# read_committed reader of its partitions (the progress topic's too, shared by the mirrors of
+# a target) until it is aborted: by the mirror's restart, else by this timeout (Kafka
+# Streams' exactly-once default).
+TRANSACTIONAL_PRODUCER_DEFAULTS = {"transaction.timeout.ms": 10000}
+TRANSACTION_APIS = ("INIT_PRODUCER_ID", "ADD_PARTITIONS_TO_TXN", "END_TXN")
+POSITION_SWEEP_INTERVAL = 1.0  # seconds between looks for positions moved without records
 HEALTH_INTERVAL = 5.0
 RETRY_BACKOFF = (0.2, 10.0)  # seconds: first and longest wait between attempts
 
@@ -72,6 +92,21 @@ def _admin_settings(*overrides: Mapping[str, Any]) -> dict[str, Any]:
     for settings in overrides:
         out.update({k: v for k, v in settings.items() if k in keys and k != "bootstrap.servers"})
     return out
+
+
+def transactional_id(mirror: str) -> str:
+    """The transactional id of a mirror's target producer: one per mirror, the same in every
+    process that runs it, so a new process fences the old one."""
+    return f"databus-mirror-{mirror}"
+
+
+class TransactionAbandoned(Exception):
+    """Exactly-once: the open transaction cannot commit; start again from the committed
+    progress (``MirrorEngine.run`` does, with backoff)."""
+
+
+class TransactionsUnsupported(Exception):
+    """``exactly.once: true`` and the target has no transactions."""
 
 
 def retriable(error: BaseException) -> bool:
@@ -114,6 +149,7 @@ class _Partition:
         "header_prefix",
         "progress",
         "rewinding",
+        "sent_end",
         "stats",
         "stopped",
         "sync_in_flight",
@@ -130,6 +166,20 @@ class _Partition:
         self.rewinding = False
         self.sync_in_flight = False
         self.header_prefix: bytes = header_prefix
+        # last source offset handed to the producer (or passed over): the end of the
+        # copy not yet in the progress topic, what a crash would copy again (at-least-once)
+        self.sent_end = progress.acked.source_offset
+
+    def refresh_stats(self) -> None:
+        """Mirrored position, lag and in-flight span from the recorded progress (what a
+        restart resumes from) and the last known source high watermark."""
+        synced = self.progress.synced
+        stats = self.stats
+        stats.mirrored = synced.source_offset + 1
+        stats.target_offset = synced.target_offset
+        stats.in_flight = max(self.sent_end - synced.source_offset, 0)
+        if stats.source_end >= 0:
+            stats.lag = max(stats.source_end - max(stats.mirrored, 0), 0)
 
 
 class MirrorEngine:
@@ -149,23 +199,43 @@ class MirrorEngine:
         self.producer_config = {**PRODUCER_DEFAULTS, **target_security,
                                 **resolve_references(mirror.producer),
                                 "acks": "all", "enable.idempotence": True}
+        self.transactional_producer_config = {
+            **PRODUCER_DEFAULTS, **TRANSACTIONAL_PRODUCER_DEFAULTS, **target_security,
+            **resolve_references(mirror.producer), "acks": "all", "enable.idempotence": True,
+            "transactional.id": transactional_id(mirror.name)}
+        # None until the first run looked at the target (the exactly.once setting, else
+        # whether the target has transactions)
+        self.exactly_once: bool | None = None
+        # partitions stopped by a refused record, kept across restarts from the committed
+        # progress (a new MirrorEngine, after a config change, tries them again)
+        self.stopped: dict[TopicPartition, str] = {}
         shared = _admin_settings(mirror.consumer, mirror.producer)
         self.source_admin_config = {**shared, **source_security}
         self.admin_config = {**shared, **target_security}  # the target's (progress, groups)
-        self.parts: dict[TopicPartition, _Partition] = {}
-        self.topic_partitions: dict[str, int] = {}  # source topic -> partitions mirrored
-        self.syncs: dict[TopicPartition, prog.OffsetSync] = {}
         self.target_prefix = provenance.prefix(mirror.target)
         self.source_health = _Reachability(self.stats, "source", mirror.source, mirror.name)
         self.target_health = _Reachability(self.stats, "target", mirror.target, mirror.name)
-        self._progress_wakeup = trio.Event()
-        self._assigned = trio.Event()
-        self._first_scan_done = False
         self.producer: Producer | None = None
         self.consumer: Consumer | None = None
         self.source_admin: Admin | None = None
         self.target_admin: Admin | None = None
+        self._reset()
+
+    def _reset(self) -> None:
+        """The state of one run (a restart from the committed progress begins afresh)."""
+        self.parts: dict[TopicPartition, _Partition] = {}
+        self.topic_partitions: dict[str, int] = {}  # source topic -> partitions mirrored
+        self.syncs: dict[TopicPartition, prog.OffsetSync] = {}
+        self._progress_wakeup = trio.Event()
+        self._assigned = trio.Event()
+        self._first_scan_done = False
         self._nursery: trio.Nursery | None = None
+        self._txn_failure: BaseException | None = None
+        self._txn_acked: list[tuple[_Partition, prog.Chunk, int, int]] = []
+        self._next_sweep = 0.0
+        # added to every transaction with its records' partitions (else a progress write
+        # adds its partition alone)
+        self._progress_tps: list[TopicPartition] = []
 
     @property
     def name(self) -> str:
@@ -174,25 +244,100 @@ class MirrorEngine:
     # -- lifecycle ----------------------------------------------------------------------------
 
     async def run(self, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
-        """Run until cancelled.  ``started()`` once progress is loaded and copying begins."""
+        """Run until cancelled.  ``started()`` once progress is loaded and copying begins.
+        Exactly-once, a transaction that cannot commit starts the run again from the
+        committed progress."""
         m = self.mirror
         log.info("mirror %s: %s -> %s starting", m.name, m.source, m.target)
+        backoff = ExponentialBackoff(*(int(s * 1000) for s in RETRY_BACKOFF))
+        attempt = 0
+        while True:
+            try:
+                await self._run_once(task_status)
+            except* TransactionAbandoned as group:
+                exc = group.exceptions[0]
+                self.stats.transactions_aborted += 1
+                delay = backoff.backoff_ms(attempt) / 1000
+                attempt += 1
+                log.warning("mirror %s: transaction abandoned (%s); starting again from the "
+                            "committed progress in %.1fs", m.name, exc, delay)
+                await trio.sleep(delay)
+                self._reset()
+                task_status = trio.TASK_STATUS_IGNORED
+
+    async def _run_once(self, task_status) -> None:
+        m = self.mirror
         async with (
             Admin(self.source.bootstrap_servers, self.source_admin_config) as self.source_admin,
             Admin(self.target.bootstrap_servers, self.admin_config) as self.target_admin,
-            Producer(self.target.bootstrap_servers, self.producer_config) as self.producer,
-            Consumer(self.source.bootstrap_servers, self.consumer_config) as self.consumer,
         ):
-            await self._retry(self._load_progress, self.target_health)
-            async with trio.open_nursery() as nursery:
-                self._nursery = nursery
-                await nursery.start(self._discover_loop)
-                nursery.start_soon(self._copy_loop)
-                nursery.start_soon(self._progress_loop)
-                nursery.start_soon(self._health_loop)
-                if m.sync_group_offsets:
-                    nursery.start_soon(self._group_sync_loop)
-                task_status.started()
+            if self.exactly_once is None:
+                self.exactly_once = await self._retry(self._target_has_transactions,
+                                                      self.target_health)
+                self.stats.exactly_once = self.exactly_once
+            consumer_config = self.consumer_config
+            if self.exactly_once:
+                # aborted source transactions are not copied (they would commit on the
+                # target); the mirror's consumer: may say otherwise
+                consumer_config = {"isolation.level": "read_committed", **consumer_config}
+            async with (
+                Consumer(self.source.bootstrap_servers, consumer_config) as self.consumer,
+                # innermost: closed at once when a transaction is abandoned
+                Producer(self.target.bootstrap_servers,
+                         self.transactional_producer_config if self.exactly_once
+                         else self.producer_config) as self.producer,
+            ):
+                if self.exactly_once:
+                    # fences an older process of this mirror and aborts what it left open,
+                    # so the progress read next is final
+                    await self._retry(self._init_transactions, self.target_health)
+                await self._retry(self._load_progress, self.target_health)
+                try:
+                    async with trio.open_nursery() as nursery:
+                        self._nursery = nursery
+                        await nursery.start(self._discover_loop)
+                        if self.exactly_once:
+                            nursery.start_soon(self._transaction_loop)
+                        else:
+                            nursery.start_soon(self._copy_loop)
+                            nursery.start_soon(self._progress_loop)
+                        nursery.start_soon(self._health_loop)
+                        if m.sync_group_offsets:
+                            nursery.start_soon(self._group_sync_loop)
+                        task_status.started()
+                except* TransactionAbandoned:
+                    # Closed at once, not flushed: what is queued belongs to a transaction
+                    # that will be aborted (the next InitProducerId does it).
+                    await self.producer.close()
+                    raise
+
+    async def _target_has_transactions(self) -> bool:
+        """The ``exactly.once`` setting, else whether the target speaks the transaction
+        APIs (ApiVersions)."""
+        wanted = self.mirror.exactly_once
+        if wanted is False:
+            log.info("mirror %s: at-least-once (exactly.once: false)", self.name)
+            return False
+        connection = await self.target_admin.cluster.any_connection()
+        missing = [name for name in TRANSACTION_APIS
+                   if getattr(ApiKey, name) not in connection.broker_versions]
+        if not missing:
+            log.info("mirror %s: exactly-once (transactional id %s)", self.name,
+                     transactional_id(self.name))
+            return True
+        if wanted:
+            raise TransactionsUnsupported(
+                f"mirror {self.name}: exactly.once is true but target {self.mirror.target} "
+                f"does not support transactions (no {', '.join(missing)})")
+        log.warning("mirror %s: target %s does not support transactions (no %s): copying "
+                    "at-least-once", self.name, self.mirror.target, ", ".join(missing))
+        return False
+
+    async def _init_transactions(self) -> None:
+        try:
+            await self.producer.init_transactions()
+        except TransactionError as exc:  # fatal for this producer: start afresh
+            raise TransactionAbandoned(f"init_transactions: {exc}") from exc
 
     async def _retry(self, fn, health: _Reachability):
         backoff = ExponentialBackoff(*(int(s * 1000) for s in RETRY_BACKOFF))
@@ -219,6 +364,10 @@ class MirrorEngine:
         self.syncs = await read_offset_syncs(
             self.target.bootstrap_servers, topic, self.name, self.admin_config
         )
+        # the producer's view of it (its metadata request creates it where the cluster
+        # creates topics on first use); with one partition, every progress record goes there
+        partitions = await self.producer.partitions_for(topic)
+        self._progress_tps = [(topic, partitions[0])] if len(partitions) == 1 else []
         log.info("mirror %s: progress of %d partition(s) read from %s", self.name,
                  len(self.syncs), topic)
 
@@ -249,6 +398,7 @@ class MirrorEngine:
         if fut.exception() is None:
             part.progress.synced = sync
             self.syncs[part.tp] = sync
+            part.refresh_stats()
         if part.progress.dirty:
             self._progress_wakeup.set()
 
@@ -297,6 +447,8 @@ class MirrorEngine:
             self.consumer.assign(list(self.parts))
             for part in grown:
                 self._seek_start(part, new_topic=self._first_scan_done)
+                if part.stopped:
+                    self.consumer.pause(part.tp)
             self._assigned.set()
             log.info("mirror %s: copying %d new partition(s): %s", self.name, len(grown),
                      ", ".join(f"{t}-{p}" for t, p in (x.tp for x in grown)))
@@ -313,11 +465,12 @@ class MirrorEngine:
         progress.on_ack = lambda chunk, start, count, first, append_ms, p=part: self._acked(
             p, chunk, start, count, append_ms)
         progress.on_failure = lambda exc, p=part: self._failed(p, exc)
-        if progress.acked.source_offset >= 0:
-            stats.mirrored = progress.acked.source_offset + 1
-            stats.target_offset = progress.acked.target_offset
+        stats.error = None
+        part.refresh_stats()
         self.parts[tp] = part
-        if partition >= target_count:
+        if tp in self.stopped:
+            self._stop(part, self.stopped[tp])
+        elif partition >= target_count:
             self._stop(part, f"target topic {part.target_topic} has {target_count} partition(s), "
                              f"so source partition {partition} has no counterpart there")
         return part
@@ -401,6 +554,101 @@ class MirrorEngine:
             for tp, records in batches.items():
                 if records:
                     await self._copy(tp, records)
+            await self._sweep_positions()
+
+    async def _transaction_loop(self) -> None:
+        """Exactly-once: copy for ``transaction.boundary.interval.ms``, then write the
+        progress of every partition that moved and commit, all in one transaction."""
+        while True:
+            if not self.parts:
+                await self._assigned.wait()
+                self._assigned = trio.Event()
+                continue
+            try:
+                await self._transaction()
+            except (kerrors.KafkaError, OSError) as exc:
+                raise TransactionAbandoned(str(exc) or type(exc).__name__) from exc
+
+    async def _transaction(self) -> None:
+        consumer = self.consumer
+        self.producer.begin_transaction()
+        deadline = trio.current_time() + self.mirror.transaction_boundary_interval_ms / 1000
+        while self._txn_failure is None:
+            timeout = deadline - trio.current_time()
+            if timeout <= 0:
+                break
+            try:
+                batches = await consumer.getmany(timeout=timeout)
+            except kerrors.KafkaError as exc:
+                self.source_health.failed(exc)
+                await trio.sleep(min(RETRY_BACKOFF[0], max(timeout, 0)))
+                continue
+            if batches:
+                # the target partitions of the poll and the progress topic, in one request
+                await self.producer.add_partitions_to_transaction(
+                    self._progress_tps + [
+                        (self.parts[tp].target_topic, tp[1]) for tp in batches
+                        if tp in self.parts and not self.parts[tp].stopped])
+            for tp, records in batches.items():
+                if records:
+                    await self._copy(tp, records)
+        await self._sweep_positions()
+        await self._commit()
+
+    async def _commit(self) -> None:
+        """Write the progress of every partition that moved, then commit.  The progress
+        names the last source offset copied (what a restart resumes after) and, as its
+        target offset, the last one already acknowledged: not waiting for the rest keeps
+        the commit to one flush.  That target offset may be a little behind (offset
+        translation stays conservative with it: a failed-over group may re-read, never
+        skip); the next transaction writes the exact one."""
+        producer = self.producer
+        synced = []
+        for part in self.parts.values():
+            progress = part.progress
+            sync = prog.OffsetSync(part.sent_end, progress.acked.target_offset)
+            if part.sent_end >= 0 and sync != progress.synced:
+                await producer.send(self.mirror.offset_syncs_topic, prog.encode_value(sync),
+                                    key=prog.encode_key(self.name, *part.tp))
+                synced.append((part, sync))
+        await producer.flush()
+        if self._txn_failure is not None:
+            raise self._txn_failure
+        await producer.commit_transaction()
+        self.target_health.ok()
+        now_ms = time.time() * 1000
+        for part, chunk, start, count in self._txn_acked:
+            self._count(part, chunk, start, count, now_ms)
+        self._txn_acked.clear()
+        for part, sync in synced:
+            part.progress.synced = sync
+            self.syncs[part.tp] = sync
+            part.refresh_stats()
+        self.stats.transactions_committed += 1
+
+    async def _sweep_positions(self) -> None:
+        """Move the progress of partitions whose read position passed offsets that hold no
+        record to copy (control batches, aborted transactions, compacted gaps at the end of
+        the log), so a caught-up partition's progress reaches the source's end.  Runs in
+        the copy task, between polls: every record read is registered by then."""
+        now = trio.current_time()
+        if now < self._next_sweep:
+            return
+        self._next_sweep = now + POSITION_SWEEP_INTERVAL
+        moved = False
+        for part in list(self.parts.values()):
+            if part.stopped or part.rewinding or part.progress.failure:
+                continue
+            try:
+                position = await self.consumer.position(part.tp)
+            except (kerrors.KafkaError, OSError):
+                continue  # no position yet
+            if position - 1 > part.sent_end:
+                part.sent_end = position - 1
+                part.progress.add([], [], position - 1)
+                moved = True
+        if moved:
+            self._progress_wakeup.set()
 
     async def _copy(self, tp: TopicPartition, records) -> None:
         part = self.parts.get(tp)
@@ -440,6 +688,7 @@ class MirrorEngine:
     async def _send(self, part: _Partition, out, offsets, stamps, size, end) -> None:
         if end < 0 and not out:
             return
+        part.sent_end = max(part.sent_end, end)
         chunk = part.progress.add(offsets, stamps, end)
         if not out:
             self._progress_wakeup.set()
@@ -453,22 +702,32 @@ class MirrorEngine:
                 continue  # the target is slow or away: keep waiting for room, never drop
 
     def _acked(self, part: _Partition, chunk, start: int, count: int, append_ms: int) -> None:
+        if self.exactly_once:
+            self._txn_acked.append((part, chunk, start, count))  # counted at the commit
+            return
+        self._count(part, chunk, start, count,
+                    append_ms if append_ms >= 0 else time.time() * 1000)
+        self._progress_wakeup.set()
+
+    def _count(self, part: _Partition, chunk, start: int, count: int, visible_ms: float) -> None:
+        """Records that readers of the target can now see (acknowledged; exactly-once:
+        committed), at ``visible_ms``."""
         stats = part.stats
         stats.records += count
         stats.bytes += chunk.size * count // max(len(chunk.offsets), 1)
-        now_ms = append_ms if append_ms >= 0 else time.time() * 1000
         observe = stats.latency.observe
         for ts in chunk.timestamps[start:start + count]:
-            observe(max(now_ms - ts, 0) / 1000)
-        acked = part.progress.acked
-        stats.mirrored = acked.source_offset + 1
-        stats.target_offset = acked.target_offset
-        if stats.source_end >= 0:
-            stats.lag = max(stats.source_end - stats.mirrored, 0)
-        self._progress_wakeup.set()
+            observe(max(visible_ms - ts, 0) / 1000)
 
     def _failed(self, part: _Partition, exc: BaseException) -> None:
         part.stats.errors += 1
+        if self.exactly_once:
+            # the transaction cannot commit: the loop abandons it at its end
+            if self._txn_failure is None:
+                self._txn_failure = exc
+            if not retriable(exc):
+                self.stopped[part.tp] = f"the target refused a record: {exc}"
+            return
         if retriable(exc):
             log.warning("mirror %s: delivery to %s-%d failed (%s); reading %s-%d again from "
                         "offset %s", self.name, part.target_topic, part.tp[1], exc, *part.tp,
@@ -490,6 +749,7 @@ class MirrorEngine:
             return
         await trio.sleep(RETRY_BACKOFF[0])
         part.progress.rewind()
+        part.sent_end = part.progress.acked.source_offset
         self._seek_start(part, new_topic=True)
         part.rewinding = False
         self.consumer.resume(part.tp)
@@ -509,8 +769,8 @@ class MirrorEngine:
 
     async def _health_loop(self) -> None:
         while True:
-            await trio.sleep(HEALTH_INTERVAL)
             await self.refresh_lag()
+            await trio.sleep(HEALTH_INTERVAL)
 
     async def refresh_lag(self) -> None:
         tps = list(self.parts)
@@ -522,10 +782,10 @@ class MirrorEngine:
             else:
                 self.source_health.ok()
                 for tp, end in ends.items():
-                    stats = self.parts[tp].stats
-                    stats.source_end = end
-                    mirrored = max(stats.mirrored, 0)
-                    stats.lag = max(end - mirrored, 0)
+                    part = self.parts.get(tp)
+                    if part is not None:
+                        part.stats.source_end = end
+                        part.refresh_stats()
         try:
             await self.target_admin.describe_topics([self.mirror.offset_syncs_topic])
         except (kerrors.KafkaError, OSError) as exc:
@@ -589,10 +849,15 @@ class MirrorEngine:
 
 
 async def read_offset_syncs(bootstrap: str, topic: str, mirror: str,
-                            settings: Mapping[str, Any] | None = None,
-                            ) -> dict[TopicPartition, prog.OffsetSync]:
-    """Read the offset-syncs topic from the beginning to its current end."""
-    config = {**(settings or {}), "enable.auto.commit": False, "auto.offset.reset": "earliest"}
+                            settings: Mapping[str, Any] | None = None, *,
+                            stable: bool = False) -> dict[TopicPartition, prog.OffsetSync]:
+    """Read the committed records of the offset-syncs topic (read_committed: an aborted
+    transaction's progress never counts) from the beginning to its current end: the high
+    watermark, waiting for transactions still open there (a starting mirror, whose own were
+    just aborted, must see all its committed progress), or with ``stable`` the last stable
+    offset (what is committed now: ``mirror status``)."""
+    config = {**(settings or {}), "enable.auto.commit": False, "auto.offset.reset": "earliest",
+              "isolation.level": "read_committed"}
     async with Admin(bootstrap, settings or {}) as admin:
         described = (await admin.describe_topics([topic])).get(topic)
         if not hasattr(described, "partitions"):
@@ -600,7 +865,9 @@ async def read_offset_syncs(bootstrap: str, topic: str, mirror: str,
                 return {}
             raise described
         tps = [(topic, p.partition) for p in described.partitions]
-        ends = await admin.list_offsets(tps, "latest")
+        ends = {tp: off for tp, (off, _) in (await list_offsets(
+            admin.cluster, dict.fromkeys(tps, LATEST), timeout=30,
+            isolation_level=1 if stable else 0)).items()}
     wanted = {tp: end for tp, end in ends.items() if end > 0}
     records: list[tuple[bytes | None, bytes | None]] = []
     if wanted:
@@ -609,10 +876,12 @@ async def read_offset_syncs(bootstrap: str, topic: str, mirror: str,
             consumer.seek_to_beginning(*wanted)
             remaining = dict(wanted)
             while remaining:
-                for tp, batch in (await consumer.getmany(timeout=1.0)).items():
+                for batch in (await consumer.getmany(timeout=1.0)).values():
                     records.extend((r.key, r.value) for r in batch)
-                    if batch and batch[-1].offset + 1 >= remaining.get(tp, 0):
-                        remaining.pop(tp, None)
+                # the position, not the last record: a transaction's marker ends the log
+                for tp, end in list(remaining.items()):
+                    if await consumer.position(tp) >= end:
+                        del remaining[tp]
     return prog.read_syncs(records, mirror)
 
 
@@ -636,7 +905,7 @@ async def translate_offsets(
     if not searches:
         return out
     config = {**(settings or {}), "enable.auto.commit": False, "auto.offset.reset": "earliest",
-              "max.poll.records": 500}
+              "max.poll.records": 500, "isolation.level": "read_committed"}
     async with Consumer(target_bootstrap, config) as consumer:
         target_tps = {tp: (naming.target_topic(tp[0]), tp[1]) for tp in searches}
         consumer.assign(list(target_tps.values()))

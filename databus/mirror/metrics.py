@@ -19,6 +19,7 @@ class PartitionStats:
         "bytes",
         "error",
         "errors",
+        "in_flight",
         "lag",
         "latency",
         "mirrored",
@@ -30,9 +31,10 @@ class PartitionStats:
 
     def __init__(self) -> None:
         self.records = self.bytes = self.skipped = self.errors = 0
-        self.lag = 0
+        self.lag = 0             # source_end minus the recorded progress
+        self.in_flight = 0       # source offsets copied beyond the recorded progress
         self.source_end = -1     # source high watermark at the last lag check
-        self.mirrored = -1       # next source offset not yet acknowledged by the target
+        self.mirrored = -1       # next source offset not in the recorded progress
         self.target_offset = -1  # where the last acknowledged copy landed
         self.latency = LatencyHistogram()
         self.error: str | None = None  # set when the partition stopped
@@ -45,6 +47,9 @@ class MirrorStats:
         self.reachable = {"source": False, "target": False}
         self.errors = 0  # failures not tied to a partition (topic creation, group sync, ...)
         self.group_offsets_synced = 0
+        self.exactly_once: bool | None = None  # None until the mirror looked at the target
+        self.transactions_committed = 0
+        self.transactions_aborted = 0
 
     def partition(self, topic: str, partition: int) -> PartitionStats:
         key = (topic, partition)
@@ -96,8 +101,14 @@ class _Collector:
         fams = {attr: CounterMetricFamily(name, doc, labels=PARTITION_LABELS)
                 for attr, (name, doc) in counters.items()}
         lag = GaugeMetricFamily("databus_mirror_lag_records",
-                                "Source high watermark minus the mirrored offset",
+                                "Source high watermark minus the next offset of the recorded "
+                                "(exactly-once: committed) progress",
                                 labels=PARTITION_LABELS)
+        in_flight = GaugeMetricFamily(
+            "databus_mirror_in_flight_records",
+            "Source offsets copied (or being copied) beyond the recorded progress: what a "
+            "crash now would copy again in at-least-once mode (exactly-once: the open "
+            "transaction's, aborted by a crash)", labels=PARTITION_LABELS)
         stopped = GaugeMetricFamily("databus_mirror_partition_stopped",
                                     "1 when the target refused a record and the partition stopped",
                                     labels=PARTITION_LABELS)
@@ -114,22 +125,38 @@ class _Collector:
         synced = CounterMetricFamily("databus_mirror_group_offsets_synced",
                                      "Group offsets committed on the target by sync.group.offsets",
                                      labels=["mirror"])
+        exactly_once = GaugeMetricFamily(
+            "databus_mirror_exactly_once",
+            "1 when the mirror copies in transactions, 0 when at-least-once", labels=["mirror"])
+        txns = CounterMetricFamily("databus_mirror_transactions",
+                                   "Exactly-once: transactions committed or abandoned (aborted, "
+                                   "the copy started again from the committed progress)",
+                                   labels=["mirror", "result"])
         for name, ms in sorted(self.m.mirrors.items()):
             for (topic, partition), ps in sorted(ms.partitions.items()):
                 labels = [name, ms.source, ms.target, topic, str(partition)]
                 for attr, fam in fams.items():
                     fam.add_metric(labels, getattr(ps, attr))
-                lag.add_metric(labels, ps.lag)
+                if ps.source_end >= 0:  # unknown until the source's end was read once
+                    lag.add_metric(labels, ps.lag)
+                in_flight.add_metric(labels, ps.in_flight)
                 stopped.add_metric(labels, 1 if ps.error else 0)
                 latency.add_metric(labels, ps.latency.buckets(), ps.latency.total)
             for role in ("source", "target"):
                 reachable.add_metric([name, role, getattr(ms, role)], int(ms.reachable[role]))
             errors.add_metric([name], ms.errors)
             synced.add_metric([name], ms.group_offsets_synced)
+            if ms.exactly_once is not None:
+                exactly_once.add_metric([name], int(ms.exactly_once))
+            txns.add_metric([name, "committed"], ms.transactions_committed)
+            txns.add_metric([name, "aborted"], ms.transactions_aborted)
         yield from fams.values()
         yield lag
+        yield in_flight
         yield stopped
         yield latency
         yield reachable
         yield errors
         yield synced
+        yield exactly_once
+        yield txns

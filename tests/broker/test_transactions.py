@@ -231,6 +231,44 @@ async def test_our_transactional_producer(broker):
         consumer.close()
 
 
+async def test_partitions_added_to_a_transaction_in_one_request(broker):
+    """add_partitions_to_transaction: several partitions of two topics added at once; the
+    abort reaches each of them (its marker), the commit too."""
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    from databus.client import Producer
+
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+    for future in admin.create_topics([NewTopic("tx-many-a", 3), NewTopic("tx-many-b", 1)]
+                                      ).values():
+        future.result(10)
+    tps = [("tx-many-a", 0), ("tx-many-a", 1), ("tx-many-a", 2), ("tx-many-b", 0)]
+    async with Producer(broker.bootstrap, {"transactional.id": "many-tx"}) as producer:
+        await producer.init_transactions()
+        for commit in (False, True):
+            producer.begin_transaction()
+            await producer.add_partitions_to_transaction(tps)
+            for topic, partition in tps:
+                await producer.send(topic, b"c" if commit else b"a", partition=partition)
+            await (producer.commit_transaction() if commit else producer.abort_transaction())
+    got = await trio.to_thread.run_sync(lambda: [g.value for g in confluent_consume(
+        broker.bootstrap, "tx-many-a", 3, None, timeout=30,
+        **{"isolation.level": "read_committed"})])
+    assert got == [b"c"] * 3
+    assert await trio.to_thread.run_sync(committed, broker, "tx-many-b", 1) == [b"c"]
+    # every partition holds: the aborted record, its ABORT marker, the committed record and
+    # its COMMIT marker, so each was in both transactions
+    probe = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": "many-probe"})
+    try:
+        for topic, partition in tps:
+            low, high = await trio.to_thread.run_sync(
+                lambda t=topic, p=partition: probe.get_watermark_offsets(
+                    TopicPartition(t, p), timeout=10))
+            assert (low, high) == (0, 4), (topic, partition)
+    finally:
+        probe.close()
+
+
 def test_kafka_python_and_aiokafka_transactions(broker):
     """The two other Python clients' transactional producers and read_committed consumers."""
     import asyncio

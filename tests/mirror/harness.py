@@ -40,9 +40,12 @@ class MirrorProcess:
         self.log_path = config.with_suffix(".log")
         self.process: subprocess.Popen | None = None
         self.kills = 0
+        self.log_start = 0  # where the current process's lines begin in the log
+
 
     def start(self) -> MirrorProcess:
         with open(self.log_path, "ab") as log:
+            self.log_start = log.tell()
             self.process = subprocess.Popen(
                 [sys.executable, "-m", "databus.cli", "mirror", "-c", str(self.config),
                  *self.args],
@@ -68,11 +71,19 @@ class MirrorProcess:
     def log_text(self) -> str:
         return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
 
-    def metrics(self) -> str:
-        """Its /metrics page (``metrics_listen`` set in its config), once it serves it."""
-        wait_for(lambda: "metrics on http://" in self.log_text(), "the mirror's metrics",
+    def metrics_url(self) -> str:
+        """http://HOST:PORT/metrics of the current process (``metrics_listen`` set in its
+        config), once it serves it."""
+        def current() -> str:
+            return self.log_text()[self.log_start:]
+
+        wait_for(lambda: "metrics on http://" in current(), "the mirror's metrics",
                  timeout=30, log=self.log_text)
-        url = self.log_text().split("metrics on ", 1)[1].split()[0]
+        return current().split("metrics on ", 1)[1].split()[0]
+
+    def metrics(self) -> str:
+        """Its /metrics page."""
+        url = self.metrics_url()
         with urllib.request.urlopen(url, timeout=10) as response:
             return response.read().decode()
 

@@ -12,5 +12,6 @@ def test_bench_mirror_runs():
          "--records", "2000", "--rate", "500", "--seconds", "1", "--partitions", "2"],
         capture_output=True, text=True, env=_child_env(), timeout=180, check=False)
     assert result.returncode == 0, result.stderr
-    assert "mirror A -> B, backlog" in result.stdout and "2,000" in result.stdout
+    assert "mirror A -> B, exactly-once, backlog" in result.stdout and "2,000" in result.stdout
+    assert "mirror A -> B, at-least-once, backlog" in result.stdout
     assert "paced 500/s" in result.stdout

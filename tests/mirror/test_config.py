@@ -50,6 +50,10 @@ def test_defaults():
     m = parse_config({"clusters": CLUSTERS, "mirrors": [mirror()]}).mirrors[0]
     assert m.rename == "{source}.{topic}" and m.start == "earliest"
     assert not m.sync_group_offsets and m.offset_syncs_topic == "databus-mirror-offset-syncs"
+    # exactly-once unless said otherwise: decided by the target's transaction support
+    assert m.exactly_once is None and m.transaction_boundary_interval_ms == 100
+    off = parse_config({"clusters": CLUSTERS, "mirrors": [mirror(**{"exactly.once": False})]})
+    assert off.mirrors[0].exactly_once is False
 
 
 @pytest.mark.parametrize("fields, message", [
@@ -63,6 +67,9 @@ def test_defaults():
     ({"name": "a b"}, "mirror name 'a b' may only contain"),
     ({"producer": {"acks": 1}}, "acks must be all"),
     ({"producer": {"enable.idempotence": False}}, "enable.idempotence must stay true"),
+    ({"producer": {"transactional.id": "t"}}, "producer: transactional.id is set by the mirror"),
+    ({"transaction.boundary.interval.ms": 0}, "transaction.boundary.interval.ms"),
+    ({"exactly.once": "sometimes"}, "exactly.once"),
     ({"producer": {"linger.ms": -1}}, "producer: invalid value for 'linger.ms'"),
     ({"consumer": {"group.id": "g"}}, "consumer: group.id is set by the mirror"),
     ({"consumer": {"fetch.mx.bytes": 1}}, "fetch.mx.bytes"),
