@@ -19,6 +19,10 @@ class ConfigError(ValueError):
     """sidecar.yaml (or a flag) is invalid; the message names every problem and where."""
 
 
+# Cluster names used by mirrors and regions: they go into provenance headers and topic names.
+LABEL = re.compile(r"^[A-Za-z0-9._-]+$")
+
+
 class Model(BaseModel):
     model_config = ConfigDict(extra="forbid", populate_by_name=True, frozen=True)
 

@@ -40,7 +40,7 @@ RULES = [
     # them (no import loop between the config and a part's commands)
     *((model, ("databus.config",), ()) for model in (
         "databus.config_base", "databus.sidecar.config", "databus.sinks.config",
-        "databus.lanes.config", "databus.lanes.model")),
+        "databus.lanes.config", "databus.lanes.model", "databus.mirror.config")),
 ]
 
 
@@ -154,6 +154,7 @@ def test_layering():
     ("databus.protocol.records", "trio"),
     ("databus.lanes.config", "databus.config"),
     ("databus.sinks.config", "databus.config"),
+    ("databus.mirror.config", "databus.config"),
 ])
 def test_each_rule_refuses_a_wrong_import(module, target):
     """The rules themselves: a deliberately wrong import is reported."""

@@ -138,10 +138,10 @@ def render() -> str:
         DefaultRoute,
         EmbeddedBrokerConfig,
         IndexConfig,
-        MirrorConfig,
         SidecarSettings,
     )
     from databus.lanes.config import LanesConfig
+    from databus.mirror.config import MirrorConfig
     from databus.sidecar.config import (
         ConsumeSettings,
         DelayConfig,
