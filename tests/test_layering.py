@@ -28,8 +28,9 @@ RULES = [
     # the client's public surface is its package (databus/client/__init__.py), not its modules
     ("databus.tools", ("databus.client.",), ()),
     # the web console is a tool too: the client's public surface, never the broker
+    # ... and its index panel is the index plugin's, by hook (databus_console_indexes)
     ("databus.console", ("databus.broker", "databus.client.", "databus.protocol",
-                         "databus.sidecar", "databus.storage"), ()),
+                         "databus.sidecar", "databus.storage", "databus.index"), ()),
     ("databus.protocol", ("trio", "databus.broker", "databus.client", "databus.sidecar",
                           "databus.storage"), ()),
     ("databus.storage", ("trio", "databus.broker", "databus.client", "databus.sidecar"), ()),
@@ -155,6 +156,7 @@ def test_layering():
     ("databus.lanes.config", "databus.config"),
     ("databus.sinks.config", "databus.config"),
     ("databus.mirror.config", "databus.config"),
+    ("databus.console.server", "databus.index"),
 ])
 def test_each_rule_refuses_a_wrong_import(module, target):
     """The rules themselves: a deliberately wrong import is reported."""
