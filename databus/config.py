@@ -904,6 +904,21 @@ def part_bootstrap(config: DatabusConfig, cluster: str | None, what: str,
     return format_host_port(host, port)
 
 
+def broker_registry_url(config: DatabusConfig) -> str | None:
+    """The schema registry the file's broker section serves (``schema.registry.listen``),
+    as a URL clients use (a wildcard host is reached on 127.0.0.1); None without one or
+    when it listens on port 0 (known only once started)."""
+    listen = (config.broker.options or {}).get("schema.registry.listen")
+    if not listen:
+        return None
+    host, _, port = str(listen).rpartition(":")
+    if port in ("", "0"):
+        return None
+    if host in ("", "0.0.0.0", "::", "[::]"):
+        host = "127.0.0.1"
+    return f"http://{host}:{port}"
+
+
 def part_security(config: DatabusConfig, cluster: str | None, what: str) -> dict[str, Any]:
     """The TLS/SASL settings (secrets resolved) of a part's cluster; none for the built-in
     broker (PLAINTEXT)."""

@@ -185,11 +185,14 @@ def databus_config_reloaded(old, new):
 
 
 @hookspec(firstresult=True)
-def databus_sink(name, config):
+def databus_sink(name, config, schema_registry_url):
     """Make the sink called ``name``, or return None if this plugin has no such name.
 
     :param name: the sink's ``plugin`` setting in ``sinks:``, e.g. ``"parquet"``.
     :param config: the sink's ``config:`` mapping in ``sinks:`` (empty if not set).
+    :param schema_registry_url: the schema registry of the file's broker section
+        (``schema.registry.listen``), or None: a default for sinks that read schemas
+        (an implementation may leave this argument out).
     :returns: a sink object (methods below), or None.
 
     When: once per sink per (re)configuration, and again when the runtime restarts a sink

@@ -178,12 +178,14 @@ def make_partitioner(
 SINK_METHODS = ("open", "write", "flush", "close", "aclose")
 
 
-def make_sink(pm: PluginManager, name: str, config: dict[str, Any]) -> tuple[str, Any]:
+def make_sink(pm: PluginManager, name: str, config: dict[str, Any],
+              schema_registry_url: str | None = None) -> tuple[str, Any]:
     """(plugin name, sink object) for a sink's ``plugin`` setting (hookspecs.databus_sink).
 
     Raises ValueError naming the choices when no plugin makes ``name``, PluginError when the
     plugin's factory raises or returns an object without the sink methods."""
-    found = pm.call_first("databus_sink", name=name, config=dict(config))
+    found = pm.call_first("databus_sink", name=name, config=dict(config),
+                          schema_registry_url=schema_registry_url)
     if found is None:
         known = ", ".join(pm.sink_names()) or "none loaded"
         raise ValueError(f"unknown sink plugin {name!r} (available: {known})")

@@ -97,18 +97,15 @@ def registry_url(args) -> str:
         return args.registry.rstrip("/")
     path = args.config or ("sidecar.yaml" if os.path.exists("sidecar.yaml") else None)
     if path:
-        from databus.config import ConfigError, load_config
+        from databus.config import ConfigError, broker_registry_url, load_config
 
         try:
             config = load_config(path)
         except (ConfigError, OSError) as exc:
             raise SchemasToolError(f"{path}: {exc}") from None
-        listen = (config.broker.options or {}).get("schema.registry.listen")
-        if listen:
-            host, _, port = str(listen).rpartition(":")
-            if host in ("", "0.0.0.0", "::", "[::]"):
-                host = "127.0.0.1"
-            return f"http://{host}:{port}"
+        url = broker_registry_url(config)
+        if url:
+            return url
         if args.config:
             raise SchemasToolError(f"{path}: its broker section sets no "
                                    "schema.registry.listen; give --registry URL")

@@ -28,7 +28,7 @@ from typing import Any
 import trio
 
 from databus.client import AuthenticationError, Consumer, KafkaError, Producer
-from databus.config import DatabusConfig
+from databus.config import DatabusConfig, broker_registry_url
 from databus.lanes.model import DEFAULT_TEMPLATE
 from databus.plugins import PluginError, PluginManager, make_sink
 from databus.sinks.config import SinkConfig
@@ -50,9 +50,10 @@ class SinkRunner:
     def __init__(
         self, name: str, spec: SinkConfig, bootstrap: str, pm: PluginManager,
         plugin: str, sink: Any, *, security: dict | None = None,
-        lane_template: str = DEFAULT_TEMPLATE,
+        lane_template: str = DEFAULT_TEMPLATE, registry: str | None = None,
     ) -> None:
         self.name = name
+        self.registry = registry  # the file's schema registry (a plugin's default)
         self.spec = spec
         self.lane_template = lane_template  # (lane topics' names: sidecar.yaml's lanes.topic)
         self.bootstrap = bootstrap
@@ -86,7 +87,8 @@ class SinkRunner:
                 self._next_sink = None
                 try:
                     if sink is None:
-                        self.plugin, sink = make_sink(self.pm, self.spec.plugin, self.spec.config)
+                        self.plugin, sink = make_sink(self.pm, self.spec.plugin, self.spec.config,
+                                                     self.registry)
                     await self._run_once(sink)
                     failures = 0
                 except Exception as exc:
@@ -309,6 +311,7 @@ class _Planned:
     bootstrap: str
     security: dict = field(default_factory=dict)  # the cluster's TLS/SASL client settings
     lane_template: str = DEFAULT_TEMPLATE
+    registry: str | None = None  # the file's schema registry URL (broker section)
     plugin: str | None = None  # None: unchanged, keep the running runner
     sink: Any = None
 
@@ -335,18 +338,20 @@ class SinkSupervisor:
         sinks = config.all_sinks()
         bootstraps = self.bootstrap_map(config) if sinks else {}
         template = config.lanes.topic if config.lanes is not None else DEFAULT_TEMPLATE
+        registry = broker_registry_url(config)
         for name, spec in sinks.items():
             cluster = config.resolve_cluster(spec.cluster, f"sink {name!r}")
             known = config.clusters.get(cluster)
             planned = _Planned(spec, bootstraps[cluster],
                                known.connection_settings() if known is not None else {},
-                               lane_template=template)
+                               lane_template=template, registry=registry)
             running = self.runners.get(name)
             if running is None or (running.spec, running.bootstrap, running.security,
-                                   running.lane_template) != (
-                    spec, planned.bootstrap, planned.security, template):
+                                   running.lane_template, running.registry) != (
+                    spec, planned.bootstrap, planned.security, template, registry):
                 try:
-                    planned.plugin, planned.sink = make_sink(self.pm, spec.plugin, spec.config)
+                    planned.plugin, planned.sink = make_sink(self.pm, spec.plugin, spec.config,
+                                                             registry)
                 except (ValueError, PluginError) as exc:
                     raise ValueError(f"sink {name!r}: {exc}") from None
             plan[name] = planned
@@ -366,6 +371,7 @@ class SinkSupervisor:
                 runner = SinkRunner(
                     name, planned.spec, planned.bootstrap, self.pm, planned.plugin, planned.sink,
                     security=planned.security, lane_template=planned.lane_template,
+                    registry=planned.registry,
                 )
                 self.runners[name] = runner
                 await self._nursery.start(runner.run)

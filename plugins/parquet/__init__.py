@@ -11,7 +11,7 @@
 Registered through the ``databus`` entry-point group (``parquet =
 "databus_plugins.parquet"``) like any third-party plugin; needs pyarrow (``pip install
 databus[parquet]``).  Modules: ``layout`` (pure: options, names, Hive directories, rolling),
-``decode`` (records -> Arrow), ``target`` (local or filesystem-URL writes), ``sink`` (the
+``decode`` (records -> Arrow), ``registry`` (columns from a schema registry subject, values in Confluent's wire format), ``target`` (local or filesystem-URL writes), ``sink`` (the
 sink object).  Users' documentation: docs/parquet.md.
 """
 
@@ -28,12 +28,12 @@ def databus_sink_names():
 
 
 @hookimpl
-def databus_sink(name, config):
+def databus_sink(name, config, schema_registry_url):
     if name != NAME:
         return None
     from . import layout
 
-    options = layout.parse_options(config)
+    options = layout.parse_options(config, schema_registry_url)
     try:
         from .sink import ParquetSink
     except ImportError as exc:  # pyarrow is an extra

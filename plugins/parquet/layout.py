@@ -38,7 +38,8 @@ DEFAULTS: dict[str, Any] = {
     "rotate.schedule.interval.ms": None,
     "partition.by": "hour",
     "parquet.codec": "snappy",
-}
+    "schema.registry.url": None,  # Confluent's name: values in its wire format, columns from
+}                                 # the subject {topic}-value
 
 
 @dataclass(frozen=True)
@@ -52,10 +53,14 @@ class Options:
     rotate_schedule_interval_ms: int | None
     partition_by: str
     codec: str
+    registry_url: str | None = None
+    registry_is_default: bool = False  # the file's: used for topics whose subject exists
 
 
-def parse_options(config: Mapping[str, Any]) -> Options:
-    """Validate the sink's ``config:``; ValueError names every problem."""
+def parse_options(config: Mapping[str, Any], file_registry: str | None = None) -> Options:
+    """Validate the sink's ``config:``; ValueError names every problem.  ``file_registry``:
+    the registry of the file's broker section, the default of ``schema.registry.url`` when
+    the values are not otherwise described (no ``format``, no ``schema``)."""
     problems = []
     unknown = sorted(set(config) - set(DEFAULTS))
     if unknown:
@@ -86,6 +91,18 @@ def parse_options(config: Mapping[str, Any]) -> Options:
             isinstance(k, str) and isinstance(v, str) for k, v in schema.items()
         ):
             problems.append("schema must map field names to type names, e.g. {id: int64}")
+    registry = merged["schema.registry.url"]
+    by_default = (registry is None and bool(file_registry) and "format" not in config
+                  and "schema" not in config)
+    if by_default:
+        registry = file_registry
+    if registry is not None:
+        if not isinstance(registry, str) or not registry.startswith(("http://", "https://")):
+            problems.append(f"schema.registry.url must be an http(s) URL, got {registry!r}")
+        for key in ("format", "schema"):
+            if key in config:  # the registry gives both: saying otherwise is a mistake
+                problems.append(f"{key} does not apply with schema.registry.url (values are "
+                                "read in Confluent's wire format, columns from the registry)")
     if problems:
         raise ValueError("parquet: " + "; ".join(problems))
     return Options(
@@ -95,6 +112,8 @@ def parse_options(config: Mapping[str, Any]) -> Options:
         rotate_interval_ms=merged["rotate.interval.ms"],
         rotate_schedule_interval_ms=merged["rotate.schedule.interval.ms"],
         partition_by=merged["partition.by"], codec=merged["parquet.codec"],
+        registry_url=registry.rstrip("/") if registry else None,
+        registry_is_default=by_default,
     )
 
 

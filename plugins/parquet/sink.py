@@ -89,7 +89,17 @@ class ParquetSink:
     def _decoder(self, topic: str) -> Decoder:
         decoder = self.decoders.get(topic)
         if decoder is None:
-            decoder = self.decoders[topic] = Decoder(self.options.format, self.schema, topic)
+            if self.options.registry_url:
+                from .registry import RegistryDecoder, has_subject
+
+                decoder = RegistryDecoder(self.options.registry_url, topic)
+                if self.options.registry_is_default and not has_subject(
+                        self.options.registry_url, decoder.subject):
+                    # The file's registry has no schema for this topic: plain values.
+                    decoder = Decoder(self.options.format, self.schema, topic)
+            else:
+                decoder = Decoder(self.options.format, self.schema, topic)
+            self.decoders[topic] = decoder
         return decoder
 
     def _write(self, tp, records):
