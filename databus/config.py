@@ -23,6 +23,20 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+# What every part's model shares; re-exported here, the name most commands import them by.
+from databus.config_base import (  # noqa: F401
+    CONNECTION_KEY_PREFIXES,
+    ConfigError,
+    TopicSelection,
+    describe_security,
+    is_secret_key,
+    parse_duration_ms,
+    resolve_references,
+)
+from databus.config_base import LABEL as _LABEL
+from databus.config_base import Model as _Model
+from databus.lanes.config import LanesConfig
+from databus.mirror.config import MirrorConfig
 from databus.protocol import defaults
 from databus.protocol.addresses import format_host_port, parse_host_port, parse_host_port_list
 
@@ -33,6 +47,16 @@ from databus.protocol.sidecar_wire import (  # noqa: F401
     SOCKET_ENV,
     default_socket_path,
 )
+from databus.sidecar.config import (
+    CONSUME_SETTINGS_KEYS,
+    RESERVED_STREAM_CONSUMER_KEYS,
+    STREAM_CONSUMER_DEFAULTS,
+    ConsumeSettings,
+    DelayConfig,
+    StreamConfig,
+    TransactionsConfig,
+)
+from databus.sinks.config import SinkConfig
 
 EMBEDDED_CLUSTER = "local"
 # Keys of the producer mappings that the sidecar owns rather than the Kafka client.
@@ -41,61 +65,6 @@ SIDECAR_PRODUCER_KEYS = ("partitioner", "partitioner.config")
 RESERVED_PRODUCER_KEYS = ("buffer.memory", "bootstrap.servers")
 
 
-# Kafka client keys about reaching a cluster (TLS, SASL) rather than producing or consuming:
-# a cluster's values of them apply to every client of it (producers, mirrors, sinks).
-CONNECTION_KEY_PREFIXES = ("security.protocol", "sasl.", "ssl.")
-_REFERENCE = re.compile(r"\$\{(env|file):([^}]*)\}")
-
-
-def is_secret_key(key: str) -> bool:
-    """Keys whose values are never shown (logs, reload diffs, CLI output)."""
-    last = key.rsplit(".", 1)[-1].lower()
-    return last in ("password", "token", "secret") or key.endswith("jaas.config")
-
-
-def describe_security(settings: Mapping[str, Any]) -> str:
-    """``SASL_SSL, SCRAM-SHA-512 as sidecar``: how client ``settings`` reach a cluster, for
-    start-up lines; "" for PLAINTEXT.  Never a secret."""
-    protocol = str(settings.get("security.protocol", "PLAINTEXT")).upper()
-    if protocol == "PLAINTEXT":
-        return ""
-    if protocol.startswith("SASL"):
-        mechanism = settings.get("sasl.mechanism") or settings.get("sasl.mechanisms") or "PLAIN"
-        user = settings.get("sasl.username")
-        return f"{protocol}, {mechanism}" + (f" as {user}" if user else "")
-    return protocol
-
-
-def resolve_references(settings: Mapping[str, Any], where: str = "") -> dict[str, Any]:
-    """``${env:NAME}`` and ``${file:/path}`` in string values replaced by the environment
-    variable / the file's content (without its final newline), as Kafka's config providers
-    do; everything else as given.  ConfigError names the key and the reference (never a
-    value) when a variable is unset or a file unreadable."""
-    out: dict[str, Any] = {}
-    for key, value in settings.items():
-        if isinstance(value, str) and "${" in value:
-            def replace(match, key=key):
-                kind, ref = match.group(1), match.group(2)
-                if kind == "env":
-                    if ref not in os.environ:
-                        raise ConfigError(f"{where}{key}: environment variable {ref} is not set")
-                    return os.environ[ref]
-                try:
-                    return Path(ref).read_text().removesuffix("\n")
-                except OSError as exc:
-                    raise ConfigError(f"{where}{key}: cannot read {ref}: {exc.strerror}") from None
-            value = _REFERENCE.sub(replace, value)
-        out[key] = value
-    return out
-
-
-# Cluster names used by mirrors and regions: they go into provenance headers and topic names.
-_LABEL = re.compile(r"^[A-Za-z0-9._-]+$")
-RENAME_FIELDS = ("source", "region", "topic")
-
-
-class ConfigError(ValueError):
-    """sidecar.yaml (or a flag) is invalid; the message names every problem and where."""
 
 
 def group_id(group: str | int) -> int:
@@ -114,10 +83,6 @@ def group_id(group: str | int) -> int:
 def _listen_address(value: str, field: str) -> tuple[str, int]:
     """The sidecar's listeners: a host is required, port 0 picks a free port."""
     return parse_host_port(value, allow_port_zero=True, require_host=True, what=field)
-
-
-class _Model(BaseModel):
-    model_config = ConfigDict(extra="forbid", populate_by_name=True, frozen=True)
 
 
 class AppToken(_Model):
@@ -361,112 +326,6 @@ class ClusterConfig(BaseModel):
         return resolve_references(keys, "clusters: ")
 
 
-# --- consuming through the sidecar ---------------------------------------------------------
-
-# RocketMQ's delay levels (messageDelayLevel): the Nth failed delivery of a message is
-# retried after the Nth level (the last one repeats).
-DEFAULT_RETRY_LEVELS = "1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h".split()
-_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d)?\s*$")
-_UNIT_MS = {"ms": 1, "s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000, None: 1}
-
-
-def parse_duration_ms(value: Any) -> int:
-    """``"1s"``, ``"5m"``, ``"2h"``, ``"250ms"`` or a number of ms -> ms."""
-    if isinstance(value, bool):
-        raise ValueError(f"not a duration: {value!r}")
-    if isinstance(value, (int, float)):
-        if value < 0:
-            raise ValueError(f"a duration cannot be negative: {value!r}")
-        return int(value)
-    match = _DURATION.match(str(value))
-    if not match:
-        raise ValueError(f"not a duration: {value!r} (write e.g. 500ms, 1s, 5m, 2h)")
-    return int(float(match.group(1)) * _UNIT_MS[match.group(2)])
-
-
-# Consumer keys the sidecar sets itself for a subscription's group member.
-RESERVED_STREAM_CONSUMER_KEYS = ("group.id", "enable.auto.commit", "bootstrap.servers")
-# Where a group member's defaults differ from Kafka's consumer: start at the beginning of a
-# topic the group never read (a message sent before the first subscriber is not lost), and
-# commit every second (what a crash redelivers is what was not committed).
-STREAM_CONSUMER_DEFAULTS = {"auto.offset.reset": "earliest", "auto.commit.interval.ms": 1000}
-
-
-class ConsumeSettings(_Model):
-    """How the sidecar consumes a stream for its subscribers: under a stream's or the
-    top-level `consumer:`, beside Kafka consumer keys."""
-
-    max_attempts: int = Field(
-        16,
-        alias="max.attempts",
-        ge=1,
-        description="Deliveries of a message before a nack (or ack timeout) sends it to the "
-        "group's dead-letter topic `GROUP.dlq` instead of the retry topic `GROUP.retry`.",
-    )
-    ack_timeout_ms: int = Field(
-        30000,
-        alias="ack.timeout.ms",
-        gt=0,
-        description="A message handed to an app and neither acked nor nacked within this "
-        "time counts as nacked (reason `ack timeout`).",
-    )
-    retry_levels: list[str | int] = Field(
-        default_factory=lambda: list(DEFAULT_RETRY_LEVELS),
-        alias="retry.levels",
-        min_length=1,
-        description="Redelivery delays: the Nth failed delivery of a message is retried "
-        "after the Nth level (the last one repeats). Default RocketMQ's levels, "
-        "`1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h`.",
-    )
-
-    @field_validator("retry_levels")
-    @classmethod
-    def _levels(cls, v: list[str | int]) -> list[str | int]:
-        for level in v:
-            parse_duration_ms(level)
-        return v
-
-    @property
-    def retry_levels_ms(self) -> tuple[int, ...]:
-        return tuple(parse_duration_ms(level) for level in self.retry_levels)
-
-
-CONSUME_SETTINGS_KEYS = tuple(
-    field.alias or name for name, field in ConsumeSettings.model_fields.items()
-)
-
-
-class StreamConfig(BaseModel):
-    """A stream: a logical name apps send to, mapped to a cluster and a topic, with producer
-    keys overriding the ``producer:`` defaults for this stream."""
-
-    model_config = ConfigDict(extra="allow", frozen=True, populate_by_name=True)
-
-    cluster: str | None = Field(
-        None,
-        description="Cluster name from `clusters:`; may be omitted when there is one cluster "
-        "(or none: then the built-in broker of `databus up`).",
-    )
-    topic: str | None = Field(
-        None, description="Topic to write; default: the stream's name."
-    )
-    ordering: Literal["partition", "none"] = Field(
-        "partition",
-        description="For subscribers (docs/consuming.md): `partition` hands each partition "
-        "to one app of a group at a time, in order; `none` is queue mode: any app of the "
-        "group gets any message (a share group where the cluster serves them).",
-    )
-    consumer: dict[str, Any] = Field(
-        default_factory=dict,
-        description="For subscribers: Kafka consumer keys and `max.attempts`, "
-        "`ack.timeout.ms`, `retry.levels`, overriding the top-level `consumer:`.",
-    )
-
-    @property
-    def producer_settings(self) -> dict[str, Any]:
-        return dict(self.model_extra or {})
-
-
 class DefaultRoute(_Model):
     """Where messages for a stream that is not listed under ``streams:`` go."""
 
@@ -526,305 +385,6 @@ class EmbeddedBrokerConfig(_Model):
         for option in broker_option_args(options):
             args += ["-o", option]
         return args
-
-
-class TopicSelection(_Model):
-    """The topics a mirror, sink or index reads: by exact name and/or by a regex."""
-
-    topics: list[str] = Field(
-        default_factory=list,
-        description="Topics by exact name (a list, or a comma-separated string as in Kafka "
-        "Connect).",
-    )
-    topics_regex: str | None = Field(
-        None,
-        alias="topics.regex",
-        description="Every topic whose whole name matches this regular expression (checked "
-        "again every `metadata.max.age.ms` of the consumer, so new topics are picked up).",
-    )
-
-    @field_validator("topics", mode="before")
-    @classmethod
-    def _topics(cls, v: Any) -> Any:
-        """``topics`` as a list, or a comma-separated string as in Kafka Connect."""
-        if isinstance(v, str):
-            return [t.strip() for t in v.split(",") if t.strip()]
-        return v
-
-    @field_validator("topics_regex")
-    @classmethod
-    def _topics_regex(cls, v: str | None) -> str | None:
-        if v is not None:
-            _compile(v)
-        return v
-
-    def _require_topics(self, *, exactly_one: bool) -> None:
-        if exactly_one and bool(self.topics) == (self.topics_regex is not None):
-            raise ValueError("set exactly one of topics and topics.regex")
-        if not self.topics and self.topics_regex is None:
-            raise ValueError("set `topics` and/or `topics.regex`")
-
-
-class MirrorConfig(TopicSelection):
-    """A mirror: copy the matched topics of cluster ``source`` to cluster ``target``."""
-
-    name: str = Field(
-        description="Unique name (letters, digits, `.`, `_`, `-`): it keys the mirror's "
-        "progress on the target, its metrics and `databus mirror` commands.",
-    )
-    source: str = Field(description="Cluster name (from `clusters:`) to read from.")
-    target: str = Field(description="Cluster name (from `clusters:`) to write to.")
-    topics_exclude: list[str] = Field(
-        default_factory=list,
-        alias="topics.exclude",
-        description="Regexes (whole name); a matching topic is never mirrored. Topics whose "
-        "name starts with `__` and the progress topic are always excluded.",
-    )
-    rename: str = Field(
-        "{source}.{topic}",
-        description="Target topic name template: `{source}` (the source cluster's name), "
-        "`{region}` (its region) and `{topic}`. `{topic}` keeps names (active-active).",
-    )
-    start: Literal["earliest", "latest"] = Field(
-        "earliest",
-        description="Where a source partition with no progress on the target starts.",
-    )
-    sync_group_offsets: bool = Field(
-        False,
-        alias="sync.group.offsets",
-        description="Commit translated offsets on the target for source groups (matching "
-        "`groups.regex`) that have no active members there, so consumers can fail over.",
-    )
-    sync_group_offsets_interval_ms: int = Field(
-        60000,
-        alias="sync.group.offsets.interval.ms",
-        gt=0,
-        description="How often group offsets are translated and committed on the target.",
-    )
-    groups_regex: str = Field(
-        ".*",
-        alias="groups.regex",
-        description="Groups (whole name) whose offsets `sync.group.offsets` translates.",
-    )
-    offset_syncs_topic: str = Field(
-        "databus-mirror-offset-syncs",
-        alias="offset.syncs.topic",
-        description="Compacted topic on the target holding each source partition's progress "
-        "(last source offset written, and the target offset it landed at).",
-    )
-    exactly_once: bool | None = Field(
-        None,
-        alias="exactly.once",
-        description="Copy in transactions on the target (each transaction holds the copied "
-        "records and the progress that covers them; read_committed consumers of the target "
-        "see every source record once). Unset: on when the target supports transactions, "
-        "else at-least-once (logged). `true`: refuse to run without them. `false`: "
-        "at-least-once (a crash copies what was in flight again).",
-    )
-    transaction_boundary_interval_ms: int = Field(
-        100,
-        alias="transaction.boundary.interval.ms",
-        gt=0,
-        description="Exactly-once: how long a transaction gathers copied records before it "
-        "commits (read_committed consumers of the target see them at the commit).",
-    )
-    consumer: dict[str, Any] = Field(
-        default_factory=dict,
-        description="Kafka consumer keys for reading the source (e.g. `fetch.max.bytes`, "
-        "`metadata.max.age.ms`); not `bootstrap.servers`, `group.id`, `enable.auto.commit`.",
-    )
-    producer: dict[str, Any] = Field(
-        default_factory=dict,
-        description="Kafka producer keys for writing the target (e.g. `linger.ms`, "
-        "`batch.size`, `compression.type`); `acks` is always all and idempotence always on; "
-        "`transactional.id` is the mirror's own (exactly-once).",
-    )
-
-    @field_validator("name")
-    @classmethod
-    def _name(cls, v: str) -> str:
-        if not _LABEL.match(v):
-            raise ValueError(f"mirror name {v!r} may only contain letters, digits, '.', '_', '-'")
-        return v
-
-    @field_validator("groups_regex")
-    @classmethod
-    def _regex(cls, v: str) -> str:
-        _compile(v)
-        return v
-
-    @field_validator("topics_exclude")
-    @classmethod
-    def _regexes(cls, v: list[str]) -> list[str]:
-        for pattern in v:
-            _compile(pattern)
-        return v
-
-    @field_validator("rename")
-    @classmethod
-    def _rename(cls, v: str) -> str:
-        import string
-
-        try:
-            fields = [f for _, f, _, _ in string.Formatter().parse(v) if f is not None]
-        except ValueError as exc:
-            raise ValueError(f"rename {v!r}: {exc}") from None
-        unknown = [f for f in fields if f not in RENAME_FIELDS]
-        if unknown:
-            raise ValueError(
-                f"rename {v!r}: unknown field(s) {', '.join(map(repr, unknown))} (known: "
-                + ", ".join("{" + f + "}" for f in RENAME_FIELDS) + ")"
-            )
-        if "topic" not in fields:
-            raise ValueError(f"rename {v!r} must contain {{topic}}")
-        return v
-
-    @model_validator(mode="after")
-    def _check(self) -> MirrorConfig:
-        try:
-            self._require_topics(exactly_one=False)
-        except ValueError as exc:
-            raise ValueError(f"mirror {self.name!r}: {exc}") from None
-        if self.source == self.target:
-            raise ValueError(f"mirror {self.name!r}: source and target are the same cluster")
-        problems = []
-        for key in ("bootstrap.servers", "group.id", "enable.auto.commit"):
-            if key in self.consumer:
-                problems.append(f"consumer: {key} is set by the mirror")
-        for key in ("bootstrap.servers", "transactional.id"):
-            if key in self.producer:
-                problems.append(f"producer: {key} is set by the mirror")
-        if str(self.producer.get("acks", "all")).lower() not in ("all", "-1"):
-            problems.append("producer: acks must be all (a mirror never loses an acked write)")
-        if self.producer.get("enable.idempotence", True) is not True:
-            problems.append("producer: enable.idempotence must stay true")
-        if not problems:
-            from databus.client.config import ConsumerConfig, ProducerConfig
-            from databus.client.errors import ConfigError as ClientConfigError
-
-            for what, model, settings in (("consumer", ConsumerConfig, self.consumer),
-                                          ("producer", ProducerConfig, self.producer)):
-                try:
-                    model.from_kafka(settings)
-                except ClientConfigError as exc:
-                    problems.append(f"{what}: {exc}")
-        if problems:
-            raise ValueError(f"mirror {self.name!r}: " + "; ".join(problems))
-        return self
-
-
-def _compile(pattern: str) -> re.Pattern:
-    try:
-        return re.compile(pattern)
-    except re.error as exc:
-        raise ValueError(f"invalid regex {pattern!r}: {exc}") from None
-
-
-# Consumer keys the sinks runtime sets itself (the group and offset handling are what make
-# its exactly-once commits work).
-RESERVED_SINK_CONSUMER_KEYS = ("group.id", "enable.auto.commit", "bootstrap.servers")
-# A sink consumer's defaults where they differ from Kafka's consumer defaults: like Kafka
-# Connect's sink consumers, start at the beginning of a topic the group has never read; hand
-# plugins larger batches (they decode and write in batches); and long-poll for 100 ms, not
-# 500: while a Fetch for a partition at its log end waits, the consumer sends no Fetch for
-# the partitions it is draining (one Fetch in flight per broker), and a 500 ms wait cut
-# `databus bench parquet`'s export rate by two thirds.
-SINK_CONSUMER_DEFAULTS = {
-    "auto.offset.reset": "earliest", "max.poll.records": 5000, "fetch.max.wait.ms": 100,
-}
-
-
-class SinkConfig(TopicSelection):
-    """A sink: a consumer-side plugin fed from topics by a consumer group of its own."""
-
-    plugin: str = Field(
-        description="Name of the sink plugin (`parquet`, or a third-party plugin's name; "
-        "`databus plugins` lists them)."
-    )
-    cluster: str | None = Field(
-        None, description="Cluster to consume from, by the rules of a stream's `cluster`."
-    )
-    group_id: str | None = Field(
-        None,
-        alias="group.id",
-        description="Consumer group; default `databus-sink-NAME`. Sidecars running the same "
-        "sink share its partitions through this group.",
-    )
-    dead_letter_topic: str | None = Field(
-        None,
-        alias="errors.deadletterqueue.topic.name",
-        description="Topic for records the plugin rejects (each with the reason in the "
-        "header `__connect.errors.exception.message`, as Kafka Connect does); default "
-        "`NAME.dlq`.",
-    )
-    consumer: dict[str, Any] = Field(
-        default_factory=dict,
-        description="Kafka consumer keys for this sink's consumer (`max.poll.records`, "
-        "`session.timeout.ms`, ...). Defaults as Kafka's, except `auto.offset.reset: "
-        "earliest`, `max.poll.records: 5000` and `fetch.max.wait.ms: 100`; `group.id`, `enable.auto.commit` and "
-        "`bootstrap.servers` are set by the runtime.",
-    )
-    config: dict[str, Any] = Field(
-        default_factory=dict, description="The plugin's own options (see its documentation)."
-    )
-    lanes: str = Field(
-        "main",
-        description="Which swimlanes the sink reads (docs/lanes.md), as a `LaneConsumer` "
-        "would: `main` (the main lane: the topics themselves; a `topics.regex` never matches "
-        "a lane topic such as `orders.lane.x`), a lane name (only that lane's topics of the "
-        "sink's topics), or `all` (the topics and every lane topic of them, existing or made "
-        "later). Lane topics are named by `lanes.topic` of this file. A lane called `main` "
-        "or `all` cannot be chosen here.",
-    )
-
-    @field_validator("lanes")
-    @classmethod
-    def _lanes(cls, v: str) -> str:
-        from databus.lanes.model import check_reader_lanes
-
-        return check_reader_lanes(v)
-
-    def selection(self, lane_template: str) -> tuple[list[str], str | None]:
-        """(topics, None) or ([], regex): what this sink's consumer subscribes to."""
-        from databus.lanes.model import reader_selection
-
-        return reader_selection(self.topics, self.topics_regex, self.lanes, lane_template)
-
-    @model_validator(mode="after")
-    def _one_source(self) -> SinkConfig:
-        self._require_topics(exactly_one=True)
-        reserved = [k for k in self.consumer if k in RESERVED_SINK_CONSUMER_KEYS]
-        if reserved:
-            raise ValueError(
-                f"consumer: {', '.join(reserved)} cannot be set here (the sinks runtime sets "
-                "them; the sink's group is its `group.id`)"
-            )
-        self.consumer_config("sink")
-        return self
-
-    def consumer_config(self, name: str, security: Mapping[str, Any] | None = None):
-        """The client's ConsumerConfig of this sink's consumer (named ``name``); ``security``:
-        its cluster's TLS/SASL settings (ClusterConfig.connection_settings)."""
-        from databus.client import ConsumerConfig, errors
-
-        settings = {
-            **SINK_CONSUMER_DEFAULTS,
-            "client.id": f"databus-sink-{name}",
-            **(security or {}),
-            **resolve_references(self.consumer),
-            "group.id": self.group(name),
-            "enable.auto.commit": False,
-        }
-        try:
-            return ConsumerConfig.from_kafka(settings)
-        except errors.ConfigError as exc:
-            raise ValueError(f"consumer: {exc}") from None
-
-    def group(self, name: str) -> str:
-        return self.group_id or f"databus-sink-{name}"
-
-    def dead_letters(self, name: str) -> str:
-        return self.dead_letter_topic or f"{name}.dlq"
 
 
 # An index field's source: ``key``, ``header.NAME``, or ``value.PATH`` (a dotted path into a
@@ -905,112 +465,6 @@ class IndexConfig(TopicSelection):
             "config": {"index": name, "path": self.db_path(name), "fields": dict(self.fields),
                        "format": self.format, "recent.entries": self.recent_entries},
         })
-
-
-class LanesConfig(_Model):
-    """Swimlanes (docs/lanes.md): a message whose lane header names a live lane goes to that
-    lane's topic instead of the stream's topic."""
-
-    cluster: str | None = Field(
-        None, description="Cluster holding the lane registry, by the rules of a stream's "
-        "`cluster`. Lanes apply to the streams sent to this cluster.",
-    )
-    header: str = Field(
-        "databus-lane", description="Header carrying a message's lane (what "
-        "`Client.send(..., lane=...)` sets).",
-    )
-    topic: str = Field(
-        "{topic}.lane.{lane}", description="Lane topic name template: `{topic}` (the "
-        "stream's topic) and `{lane}`; created on first use with the lane's partitions and "
-        "retention.",
-    )
-    unknown: Literal["main", "reject"] = Field(
-        "main", description="A message of an unknown or expired lane: `main` sends it to the "
-        "stream's topic (header kept); `reject` fails it (the app's future raises "
-        "PluginFailedError naming the lane).",
-    )
-    registry_topic: str = Field(
-        "databus-lanes", alias="registry.topic",
-        description="Compacted topic (one partition) holding the lanes, their consumers' "
-        "heartbeats and expiry claims; shared by every sidecar and `databus lanes` (keep it "
-        "out of mirrors: each region has its own lanes).",
-    )
-    expiry_check_ms: int = Field(
-        1000, alias="expiry.check.ms", gt=0,
-        description="How often the sidecar looks for expired lanes to clean up (their topics "
-        "deleted; exactly one sidecar does it).",
-    )
-
-    @field_validator("topic")
-    @classmethod
-    def _template(cls, v: str) -> str:
-        from databus.lanes.model import check_template
-
-        return check_template(v)
-class _GroupService(_Model):
-    """What the sidecar's cluster-wide services (delay, transactions) share: each runs as one
-    consumer group per cluster, with its own group consumer and producer."""
-
-    clusters: list[str] | None = Field(
-        None,
-        description="Clusters this sidecar runs the service for; default every configured "
-        "cluster (or the built-in broker).",
-    )
-    consumer: dict[str, Any] = Field(
-        default_factory=dict,
-        description="Kafka consumer keys for the service's group consumer, over its defaults "
-        "`session.timeout.ms: 6000` (how soon a dead sidecar's share moves to another: the "
-        "broker's `group.min.session.timeout.ms` is the floor), `heartbeat.interval.ms: 500` "
-        "(lowered to a third of a session set below it) and "
-        "`partition.assignment.strategy: cooperative-sticky` (docs/delayed.md, "
-        "docs/transactions.md).",
-    )
-    producer: dict[str, Any] = Field(
-        default_factory=dict,
-        description="Kafka producer keys for the service's producer (default acks=all, "
-        "idempotent).",
-    )
-
-
-class DelayConfig(_GroupService):
-    """The delay service (docs/delayed.md): delivers delayed messages at their time."""
-
-    enabled: bool = Field(
-        False,
-        description="Run the delay service in this sidecar. Sidecars running it share the "
-        "delayed messages of a cluster through one consumer group; at least one must run it "
-        "for delayed messages to be delivered.",
-    )
-    group_id: str = Field(
-        "databus-delay", alias="group.id",
-        description="Consumer group of the delay services of a cluster.",
-    )
-
-
-class TransactionsConfig(_GroupService):
-    """The half-message service (docs/transactions.md): apps' transactions with check-back."""
-
-    enabled: bool = Field(
-        False,
-        description="Run the half-message service in this sidecar: settle apps' "
-        "transactions (`client.transaction(...)`) and pass check-backs to this sidecar's "
-        "apps. At least one sidecar per cluster must run it; every sidecar whose apps "
-        "register check callbacks should.",
-    )
-    group_id: str = Field(
-        "databus-txn", alias="group.id",
-        description="Consumer group of the half-message services of a cluster.",
-    )
-    check_ms: int = Field(
-        60_000, alias="check.ms", ge=1,
-        description="A transaction neither committed nor rolled back this long after its "
-        "first message is checked: an app of its producer group is asked (its check "
-        "callback), and again every `check.ms`.",
-    )
-    max_checks: int = Field(
-        15, alias="max.checks", ge=0,
-        description="Unanswered checks after which a transaction is rolled back (and logged).",
-    )
 
 
 class DatabusConfig(_Model):
@@ -1101,9 +555,9 @@ class DatabusConfig(_Model):
                     self.stream_producer_settings(name)
                 except ConfigError as exc:
                     problems.append(str(exc))
-            for name in [None, *self.streams]:
+            for stream in [None, *self.streams]:
                 try:
-                    self.stream_consumer_settings(name)
+                    self.stream_consumer_settings(stream)
                 except ConfigError as exc:
                     problems.append(str(exc))
         if self.broker.options:

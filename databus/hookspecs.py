@@ -255,3 +255,18 @@ def databus_http_routes(current_config, bootstrap):
 
     When: once, when the metrics listener starts; each ``serve`` runs for the listener's life.
     """
+
+
+@hookspec(firstresult=True)
+def databus_console_indexes():
+    """The web console's index panel (its status table and search box).
+
+    :returns: an object with ``status_rows(config, bootstrap)`` (async; rows of
+        ``STATUS_COLUMNS``), ``index_topics(config, name)``, ``bootstrap_for(config, name,
+        default)``, ``query_async(config, bootstrap, index, field, value, settings=, limit=)``
+        and the exception ``IndexQueryError`` that a bad query raises; None if this plugin
+        serves no indexes.
+
+    When: each time the console shows or searches a configuration's indexes.  The first
+    non-None result is used.
+    """

@@ -15,7 +15,7 @@ from __future__ import annotations
 import importlib.metadata
 import logging
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -148,7 +148,7 @@ def allow_list_from_env() -> set[str] | None:
     return {name.strip() for name in raw.split(",") if name.strip()}
 
 
-def get_plugin_manager(extra_plugins: list[tuple[str, object]] = ()) -> PluginManager:
+def get_plugin_manager(extra_plugins: Sequence[tuple[str, object]] = ()) -> PluginManager:
     """A manager with the entry-point plugins (filtered by the allow-list) loaded, plus
     ``extra_plugins`` as (name, plugin) pairs registered after them (tests, embedding)."""
     pm = PluginManager()

@@ -3,7 +3,8 @@ protocol/, the broker and the client never import each other, the tools use neit
 internals, protocol/ and storage/ stay free of trio; the sidecar is one part (never the
 broker, console, mirror, sinks or the host assembly of databus/up/); nothing under databus/
 imports the plugins; no part imports databus.tools; protocol/'s C names no upper layer's
-type; and every import made only for type checkers names something that exists (no test
+type; the parts' config models never import databus.config, which assembles them;
+and every import made only for type checkers names something that exists (no test
 would ever run it otherwise).  Each rule is shown to fail on a deliberately wrong import."""
 
 from __future__ import annotations
@@ -27,14 +28,20 @@ RULES = [
     # the client's public surface is its package (databus/client/__init__.py), not its modules
     ("databus.tools", ("databus.client.",), ()),
     # the web console is a tool too: the client's public surface, never the broker
+    # ... and its index panel is the index plugin's, by hook (databus_console_indexes)
     ("databus.console", ("databus.broker", "databus.client.", "databus.protocol",
-                         "databus.sidecar", "databus.storage"), ()),
+                         "databus.sidecar", "databus.storage", "databus.index"), ()),
     ("databus.protocol", ("trio", "databus.broker", "databus.client", "databus.sidecar",
                           "databus.storage"), ()),
     ("databus.storage", ("trio", "databus.broker", "databus.client", "databus.sidecar"), ()),
     # the sidecar is one part: `databus up` (databus.up) assembles it with the others
     ("databus.sidecar", ("databus.broker", "databus.console", "databus.mirror",
                          "databus.sinks", "databus.up"), ()),
+    # config by owner: each part's section model sits below databus.config, which assembles
+    # them (no import loop between the config and a part's commands)
+    *((model, ("databus.config",), ()) for model in (
+        "databus.config_base", "databus.sidecar.config", "databus.sinks.config",
+        "databus.lanes.config", "databus.lanes.model", "databus.mirror.config")),
 ]
 
 
@@ -146,6 +153,10 @@ def test_layering():
     ("databus.sinks.command", "databus.up.commands"),
     ("databus.broker.server", "databus.client.admin"),
     ("databus.protocol.records", "trio"),
+    ("databus.lanes.config", "databus.config"),
+    ("databus.sinks.config", "databus.config"),
+    ("databus.mirror.config", "databus.config"),
+    ("databus.console.server", "databus.index"),
 ])
 def test_each_rule_refuses_a_wrong_import(module, target):
     """The rules themselves: a deliberately wrong import is reported."""

@@ -21,9 +21,9 @@ def run(args) -> int:
     from databus_plugins.lanes.service import LaneService
 
     from databus.cli_helpers.table import Column, print_table
-    from databus.config import LanesConfig
     from databus.hookspecs import RoutedMessage
     from databus.lanes import model
+    from databus.lanes.config import LanesConfig
 
     from .common import best_seconds
 

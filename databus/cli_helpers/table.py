@@ -21,6 +21,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from typing import Literal
 
 # Wide enough for any table: the width at which a table is measured at its natural size.
 _UNLIMITED = 1_000_000
@@ -29,7 +30,7 @@ _UNLIMITED = 1_000_000
 @dataclass(frozen=True)
 class Column:
     header: str
-    justify: str = "left"  # "left" or "right"
+    justify: Literal["left", "right"] = "left"
     min_width: int = 0  # plain columns: pad to at least this (Kafka's %-15s)
     style: str | None = None  # rich only
 
@@ -48,13 +49,13 @@ def print_table(columns: Sequence[Column | str], rows: Iterable[Sequence], *,
     no borders (a key/value listing); the headers then only name the columns."""
     out = to if to is not None else console()
     cols = [c if isinstance(c, Column) else Column(c) for c in columns]
-    rows = [list(row) for row in rows]
+    lists = [list(row) for row in rows]
     if out.is_terminal:
-        table = _rich_table(cols, rows, title, grid)
+        table = _rich_table(cols, lists, title, grid)
         if natural_width(out, table) <= out.width:
             out.print(table, crop=False)
             return
-    out.out(render_plain(cols, rows, title=title, grid=grid),
+    out.out(render_plain(cols, lists, title=title, grid=grid),
             highlight=False)
 
 

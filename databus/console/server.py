@@ -42,15 +42,26 @@ class ConfigStatus:
         """Index name -> its fields (the search box's choices)."""
         return {name: list(index.fields) for name, index in self.config.indexes.items()}
 
+    def _index_api(self):
+        """The index plugin's panel (hook databus_console_indexes, asked once); None when no
+        loaded plugin serves indexes."""
+        if not hasattr(self, "_indexes_api"):
+            from databus.plugins import get_plugin_manager
+
+            self._indexes_api = get_plugin_manager().hook.databus_console_indexes()
+        return self._indexes_api
+
     async def search(self, view, index: str, field: str, value: str, limit: int = 20) -> list:
         """The messages of ``index`` whose ``field`` is ``value``, newest first; read as
         ``view`` (the request's ClusterView) reads when the index is on its cluster."""
-        import databus.index
-
         from .cluster import ConsoleError
 
+        indexes = self._index_api()
+        if indexes is None:
+            raise ConsoleError("no plugin serves indexes (is the index plugin loaded? "
+                               "`databus plugins` lists them)")
         # An index on the built-in broker has no cluster entry: it is the console's cluster.
-        bootstrap = databus.index.bootstrap_for(
+        bootstrap = indexes.bootstrap_for(
             self.config, index, None if self.config.clusters else self.bootstrap)
         settings = view.client_config() if bootstrap == view.bootstrap else None
         if settings is None and view.user is not None:
@@ -58,9 +69,9 @@ class ConfigStatus:
             raise ConsoleError(f"index {index!r} is on another cluster than the console's: "
                                "not searchable after a login")
         try:
-            return await databus.index.query_async(self.config, bootstrap, index, field, value,
-                                                   settings=settings, limit=limit)
-        except databus.index.IndexQueryError as exc:
+            return await indexes.query_async(self.config, bootstrap, index, field, value,
+                                             settings=settings, limit=limit)
+        except indexes.IndexQueryError as exc:
             raise ConsoleError(str(exc)) from None
         except FileNotFoundError:
             raise ConsoleError(f"index {index!r} is not built yet (its builder runs where "
@@ -93,21 +104,18 @@ class ConfigStatus:
             topics.add(row[6])
         return topics or None
 
-    def _index_topics(self, name: str, view) -> set[str] | None:
-        import databus.index
-
-        bootstrap = databus.index.bootstrap_for(
+    def _index_topics(self, indexes, name: str, view) -> set[str] | None:
+        bootstrap = indexes.bootstrap_for(
             self.config, name, None if self.config.clusters else self.bootstrap)
         if bootstrap != view.bootstrap:
             return None
-        return databus.index.index_topics(self.config, name)
+        return indexes.index_topics(self.config, name)
 
     async def tables(self, view) -> list[dict]:
         """The tables; the sinks' groups are read as ``view`` (the request's ClusterView)
         reads the console's cluster, mirrors and indexes with the configuration's settings
         (after a login, only their rows about topics on the console's cluster that the
         user's own Metadata lists)."""
-        import databus.index
         from databus.client import Admin
         from databus.mirror.command import STATUS_COLUMNS as MIRROR_COLUMNS
         from databus.mirror.command import status_rows as mirror_rows
@@ -129,11 +137,12 @@ class ConfigStatus:
                 rows = [row for row in rows
                         if self._shown(self._mirror_topics(mirror, row, view), visible)]
             mirrors += rows
-        indexes = (await databus.index.status_rows(config, self.bootstrap)
-                   if config.indexes else [])
+        api = self._index_api()
+        indexes = (await api.status_rows(config, self.bootstrap)
+                   if api is not None and config.indexes else [])
         if visible is not None:
-            indexes = [row for row in indexes if self._shown(self._index_topics(row[0], view),
-                                                             visible)]
+            indexes = [row for row in indexes
+                       if self._shown(self._index_topics(api, row[0], view), visible)]
         sinks = []
         # Every sink as the runtime runs them: an index's builder is a sink too (index.NAME).
         if config.all_sinks():
@@ -165,8 +174,10 @@ class ConfigStatus:
              "empty": ("no mirror rows about topics you may describe" if config.mirrors
                        else "no mirrors in the configuration"),
              "charts": self._charts("mirror", mirror_lag)},
-            {"id": "indexes", "title": "Indexes", "columns": databus.index.STATUS_COLUMNS,
-             "rows": indexes, "empty": ("no index rows about topics you may describe"
+            {"id": "indexes", "title": "Indexes",
+             "columns": api.STATUS_COLUMNS if api is not None else ("index",),
+             "rows": indexes, "empty": ("no plugin serves indexes" if api is None else
+                                        "no index rows about topics you may describe"
                                         if config.indexes else
                                         "no indexes in the configuration"),
              "charts": self._charts("index", index_lag)},

@@ -64,7 +64,8 @@ def add_arguments(parser) -> None:
 def _settings(args):
     """(bootstrap, LanesConfig) from the file and the flags."""
     from databus.cli_helpers.options import DEFAULT_BOOTSTRAP
-    from databus.config import ConfigError, LanesConfig, find_config, load_config, part_bootstrap
+    from databus.config import ConfigError, find_config, load_config, part_bootstrap
+    from databus.lanes.config import LanesConfig
 
     path = find_config(args.config)
     lanes, bootstrap = LanesConfig(), None

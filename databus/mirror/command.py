@@ -20,8 +20,7 @@ from pathlib import Path
 import trio
 
 from databus.config import ConfigError, DatabusConfig, load_config
-from databus.protocol.addresses import parse_host_port
-from databus.startup import StartupError, open_tcp_listeners
+from databus.startup import StartupError
 
 log = logging.getLogger("databus.mirror")
 
@@ -91,29 +90,23 @@ class _Reloader:
 async def _run(config: DatabusConfig, args) -> int:
     from databus.service.metrics import serve_http
     from databus.service.reload import watch_config
+    from databus.service.run import log_metrics_address, open_metrics_listeners, stop_on_signals
 
     from .supervisor import MirrorSupervisor
 
     listen = args.metrics_listen if args.metrics_listen is not None else config.sidecar.metrics_listen
-    listeners = []
-    if listen and listen != "none":
-        host, port = parse_host_port(listen, allow_port_zero=True, what="--metrics-listen")
-        listeners = await open_tcp_listeners(host, port, setting="--metrics-listen")
+    listeners = await open_metrics_listeners(listen, "--metrics-listen")
     supervisor = MirrorSupervisor(config)
     async with trio.open_nursery() as nursery:
         await nursery.start(supervisor.serve)
         if listeners:
             nursery.start_soon(serve_http, supervisor.metrics, listeners, lambda: (True, "ok"))
-            addr = listeners[0].socket.getsockname()
-            log.info("metrics on http://%s:%d/metrics", addr[0], addr[1])
+            log_metrics_address(log, listeners)
         nursery.start_soon(watch_config, _Reloader(Path(args.config), config, supervisor))
         log.info("running %d mirror(s): %s", len(config.mirrors),
                  ", ".join(f"{m.name} ({m.source} -> {m.target})" for m in config.mirrors))
         with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
-            async for signum in signals:
-                log.info("%s: stopping", signal.Signals(signum).name)
-                break
-        nursery.cancel_scope.cancel()
+            await stop_on_signals(signals, nursery.cancel_scope, log)
     return 0
 
 

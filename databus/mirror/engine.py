@@ -48,7 +48,8 @@ from databus.client.backoff import ExponentialBackoff
 from databus.client.config import AdminConfig
 from databus.client.offsets import LATEST, list_offsets
 from databus.client.transactions import TransactionError
-from databus.config import ClusterConfig, MirrorConfig, resolve_references
+from databus.config import ClusterConfig, resolve_references
+from databus.mirror.config import MirrorConfig
 from databus.protocol.api_keys import ApiKey
 from databus.protocol.types import TopicPartition
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from databus.config import MirrorConfig
+from databus.mirror.config import MirrorConfig
 
 
 @dataclass(frozen=True)

@@ -13,7 +13,8 @@ import logging
 import trio
 
 from databus.client.backoff import ExponentialBackoff
-from databus.config import DatabusConfig, MirrorConfig
+from databus.config import DatabusConfig
+from databus.mirror.config import MirrorConfig
 
 from .engine import RETRY_BACKOFF, MirrorEngine
 from .metrics import MirrorMetrics

@@ -60,7 +60,7 @@ def recorder(role: str) -> Recorder | None:
 
 def read(directory: str, role: str) -> list[list[str]]:
     """Every line ``role`` processes wrote under ``directory``, split into fields."""
-    rows = []
+    rows: list[list[str]] = []
     for name in sorted(os.listdir(directory)) if os.path.isdir(directory) else ():
         if name.startswith(role + "-") and name.endswith(".tsv"):
             with open(os.path.join(directory, name)) as f:

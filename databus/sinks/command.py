@@ -96,10 +96,10 @@ async def _main(path, config, bootstrap: str | None) -> int:
 
     from databus.config import EMBEDDED_CLUSTER
     from databus.plugins import PluginError, get_plugin_manager
-    from databus.protocol.addresses import parse_host_port
     from databus.service.http import serve_metrics
     from databus.service.reload import watch_config
-    from databus.startup import StartupError, open_tcp_listeners
+    from databus.service.run import log_metrics_address, open_metrics_listeners, stop_on_signals
+    from databus.startup import StartupError
 
     from .metrics import SinkMetrics
     from .runtime import SinkSupervisor
@@ -116,10 +116,8 @@ async def _main(path, config, bootstrap: str | None) -> int:
                                 stop_timeout=config.sidecar.shutdown_timeout_ms / 1000)
     try:
         plan = supervisor.prepare(config)
-        listeners = []
-        if config.sidecar.metrics_listen:
-            host, port = parse_host_port(config.sidecar.metrics_listen, allow_port_zero=True)
-            listeners = await open_tcp_listeners(host, port, setting="sidecar.metrics_listen")
+        listeners = await open_metrics_listeners(config.sidecar.metrics_listen,
+                                                 "sidecar.metrics_listen")
     except (ValueError, PluginError, StartupError) as exc:
         print(f"{PROG}: cannot start: {exc}", file=sys.stderr)
         return 1
@@ -134,21 +132,19 @@ async def _main(path, config, bootstrap: str | None) -> int:
                     lambda: (False, "stopping") if stopping else (True, "ok"),
                     lambda: service.config, bootstrap, pm,
                 )
-                host, port = listeners[0].socket.getsockname()[:2]
-                log.info("metrics on http://%s:%d/metrics", host, port)
+                log_metrics_address(log, listeners)
             await nursery.start(supervisor.serve, plan)
             nursery.start_soon(watch_config, service)
             log.info("databus sinks is up: %s (config %s; kill -HUP %d reloads it)",
                      ", ".join(config.all_sinks()) or "no sinks", os.path.abspath(path), os.getpid())
-            async for signum in signals:
-                if stopping:
-                    status = 130
-                    break
+
+            def drain() -> None:
+                nonlocal stopping
                 stopping = True
-                log.info("%s: stopping the sinks (again to stop at once)",
-                         signal.Signals(signum).name)
                 nursery.start_soon(_stop_then_cancel, supervisor, nursery.cancel_scope)
-            nursery.cancel_scope.cancel()
+
+            status = await stop_on_signals(signals, nursery.cancel_scope, log, drain=drain,
+                                           what="stopping the sinks")
     log.info("databus sinks stopped")
     return status
 

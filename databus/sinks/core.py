@@ -78,7 +78,7 @@ class SinkProgress:
         docstring); reports for partitions no longer owned are ignored."""
         out: dict[TopicPartition, int] = {}
         for tp, offset in (reported or {}).items():
-            tp = (str(tp[0]), int(tp[1]))
+            tp = TopicPartition(str(tp[0]), int(tp[1]))
             progress = self.partitions.get(tp)
             if progress is None:
                 continue

@@ -28,9 +28,10 @@ from typing import Any
 import trio
 
 from databus.client import AuthenticationError, Consumer, KafkaError, Producer
-from databus.config import DatabusConfig, SinkConfig, broker_registry_url
+from databus.config import DatabusConfig, broker_registry_url
 from databus.lanes.model import DEFAULT_TEMPLATE
 from databus.plugins import PluginError, PluginManager, make_sink
+from databus.sinks.config import SinkConfig
 
 from .core import PluginReportError, SinkProgress, TopicPartition, dead_letter_headers
 

@@ -134,19 +134,21 @@ def render() -> str:
     from databus.config import (
         ClusterConfig,
         ConsoleSettings,
-        ConsumeSettings,
         DatabusConfig,
         DefaultRoute,
-        DelayConfig,
         EmbeddedBrokerConfig,
         IndexConfig,
-        LanesConfig,
-        MirrorConfig,
         SidecarSettings,
-        SinkConfig,
+    )
+    from databus.lanes.config import LanesConfig
+    from databus.mirror.config import MirrorConfig
+    from databus.sidecar.config import (
+        ConsumeSettings,
+        DelayConfig,
         StreamConfig,
         TransactionsConfig,
     )
+    from databus.sinks.config import SinkConfig
 
     out = [
         "# Configuration",

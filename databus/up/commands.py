@@ -142,6 +142,7 @@ async def _main(prog: str, path, config, with_broker: bool, overrides=None) -> i
     from databus.gc_tuning import tune_for_service
     from databus.plugins import PluginError, get_plugin_manager
     from databus.protocol.addresses import format_host_port
+    from databus.service.run import stop_on_signals
     from databus.startup import StartupError, leaves
 
     from .embedded_broker import BrokerExited, run_broker_process
@@ -195,15 +196,10 @@ async def _main(prog: str, path, config, with_broker: bool, overrides=None) -> i
                         nursery.start_soon(_check_login, prog, name, cluster)
                 tune_for_service()  # start-up is done: freeze what it made
 
-                async for signum in signals:
-                    if not sidecar.stopping:
-                        name = signal.Signals(signum).name
-                        log.info("%s: draining (again to stop at once)", name)
-                        sidecar.request_stop()
-                    else:
-                        nursery.cancel_scope.cancel()
-                        status = 130
-                        break
+                status = await stop_on_signals(signals, nursery.cancel_scope, log,
+                                               drain=sidecar.request_stop,
+                                               draining=lambda: sidecar.stopping,
+                                               what="draining")
         except* BrokerExited as group:
             for exc in leaves(group):
                 failed(exc)

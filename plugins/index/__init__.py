@@ -41,6 +41,18 @@ def databus_http_routes(current_config, bootstrap):
 
 
 @hookimpl
+def databus_console_indexes():
+    from types import SimpleNamespace
+
+    from .command import STATUS_COLUMNS, index_topics, status_rows
+    from .query import IndexQueryError, bootstrap_for, query_async
+
+    return SimpleNamespace(
+        STATUS_COLUMNS=STATUS_COLUMNS, status_rows=status_rows, index_topics=index_topics,
+        bootstrap_for=bootstrap_for, query_async=query_async, IndexQueryError=IndexQueryError)
+
+
+@hookimpl
 def databus_sink_names():
     return [NAME]
 

@@ -6,9 +6,9 @@ import time
 
 import trio
 
-from databus.config import LanesConfig
 from databus.hookspecs import Rejected, RoutedMessage
 from databus.lanes import model
+from databus.lanes.config import LanesConfig
 from databus.protocol.sidecar_wire import ErrorCode
 
 from .service import LOAD_TIMEOUT_S, LaneService, start

@@ -20,8 +20,8 @@ from dataclasses import dataclass
 import trio
 
 from databus.client import Admin
-from databus.config import LanesConfig
 from databus.lanes import model
+from databus.lanes.config import LanesConfig
 from databus.lanes.registry import (
     RegistryFollower,
     RegistryWriter,

@@ -83,3 +83,23 @@ def test_command_line_settings_are_connection_settings_only(tmp_path, monkeypatc
     for settings in ({}, {"security.protocol": "SSL"}):
         with pytest.raises(ConfigError, match="needs a SASL cluster"):
             check_login(settings)
+
+
+def test_the_index_panel_is_the_index_plugins_by_hook(monkeypatch):
+    """The console names no index code: its panel comes from the databus_console_indexes
+    hook (the built-in index plugin answers it); with no plugin answering, a search says so
+    and the Indexes table has no rows."""
+    import trio
+
+    import databus.plugins
+    from databus.console.cluster import ConsoleError
+    from databus.console.server import ConfigStatus
+
+    config = parse_config({"indexes": {"orders": {"topics": ["orders"], "fields": ["id"]}}})
+    assert ConfigStatus(config, "127.0.0.1:9")._index_api().STATUS_COLUMNS[0] == "index"
+
+    # a manager with no plugin registered (the built-ins always load from entry points)
+    monkeypatch.setattr(databus.plugins, "get_plugin_manager", databus.plugins.PluginManager)
+    status = ConfigStatus(config, "127.0.0.1:9")
+    with pytest.raises(ConsoleError, match="no plugin serves indexes"):
+        trio.run(status.search, None, "orders", "id", "7")

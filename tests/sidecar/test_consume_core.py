@@ -8,7 +8,7 @@ from typing import NamedTuple
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from databus.config import parse_duration_ms
+from databus.config_base import parse_duration_ms
 from databus.sidecar.consume.core import (
     ACCEPT,
     H_ATTEMPT,

@@ -157,8 +157,8 @@ def test_every_step_leaves_the_lead_for_the_services_lag():
 
 
 def test_the_group_consumer_defaults_give_way_to_the_configuration():
-    from databus.config import DelayConfig, TransactionsConfig
     from databus.sidecar.background import CONSUMER_DEFAULTS, group_consumer_config
+    from databus.sidecar.config import DelayConfig, TransactionsConfig
 
     # one set of defaults for the delay and the half-message services, as documented
     for service in (DelayConfig, TransactionsConfig):

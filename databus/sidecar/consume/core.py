@@ -51,8 +51,9 @@ from collections.abc import Hashable, Iterable
 from itertools import repeat
 from typing import Any, NamedTuple
 
-from databus.config import DEFAULT_RETRY_LEVELS, parse_duration_ms
+from databus.config_base import parse_duration_ms
 from databus.protocol.sidecar_wire import TAG_HEADER
+from databus.sidecar.config import DEFAULT_RETRY_LEVELS
 
 # Headers on retry and dead-letter copies (ASCII values, readable by any Kafka tool).
 H_ATTEMPT = "databus-attempt"  # the attempt the copy will be delivered as (retry), or was (DLQ)
