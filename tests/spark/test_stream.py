@@ -47,14 +47,21 @@ def _run_until_some_rows_then_stop(df, out, checkpoint):
 def test_restarts_while_records_arrive_write_each_record_once(spark, spark_broker, tmp_path):
     topic = "spark-stream-restarts"
     create_topic(spark_broker.bootstrap, topic, 2)
-    total, chunk = 600, 40
+    chunk, max_chunks = 40, 200
+    # Records keep arriving until the restarts are done, however long Spark takes on a busy
+    # machine (a fixed few seconds of sends could end before the continuous run started, and
+    # it would then wait for rows that never come); bounded at max_chunks all the same.
+    stop = threading.Event()
+    produced = [0]
 
     def keep_producing():
-        for start in range(0, total, chunk):
+        while not stop.is_set() and produced[0] < chunk * max_chunks:
+            start = produced[0]
             produce(spark_broker.bootstrap, topic, [
                 {"value": json.dumps({"id": i}).encode(), "partition": i % 2}
                 for i in range(start, start + chunk)
             ])
+            produced[0] = start + chunk
             time.sleep(0.4)
 
     producing = threading.Thread(target=keep_producing)
@@ -69,7 +76,9 @@ def test_restarts_while_records_arrive_write_each_record_once(spark, spark_broke
         _run_available_now(df, out, checkpoint)
         _run_available_now(df, out, checkpoint)
     finally:
+        stop.set()
         producing.join()
+    total = produced[0]
     _run_available_now(df, out, checkpoint)  # catch up with the rest
 
     rows = spark.read.parquet(str(out)).collect()
