@@ -1,0 +1,238 @@
+"""Values in Confluent's wire format, without I/O: what typed streams (docs/schemas.md,
+"Typed streams") do to each message, and what reads it back.
+
+    codec = Codec(schema_id, "AVRO", schema_text)
+    data = codec.encode({"order_id": 1, "item": "pen"})  # b"\\0" + id + Avro body
+    codec.decode(data)                                    # the dict again
+
+The wire format is Confluent's: a magic byte 0, the schema id as 4 bytes big-endian, then
+the body — Avro's binary encoding (what ``AvroSerializer`` writes, read by
+``AvroDeserializer``) or the JSON text (``JSONSerializer`` / ``JSONDeserializer``).
+
+``encode`` checks the value against the schema first and raises ``RecordError`` naming the
+field (a JSON path, ``$.items[2].sku``) and the rule it broke (``type``, ``required``,
+``unknown field``, ``enum``, ``range``, JSON Schema's keyword ...): an app is told what to
+fix, not that "the serializer failed".  A record field the Avro schema does not have is
+refused rather than dropped (Avro's writer would skip it silently: data lost).
+
+``parse_input`` turns what an app sent into a value: a msgpack map or array (what the SDK
+sends for a dict or list) or JSON text.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import math
+import struct
+from typing import Any
+
+import fastavro
+import msgpack
+
+MAGIC = 0
+_HEADER = struct.Struct(">bI")
+FORMATS = ("AVRO", "JSON")
+INPUTS = ("auto", "json", "msgpack")
+
+_INT_RANGE = {"int": (-(2**31), 2**31 - 1), "long": (-(2**63), 2**63 - 1)}
+
+
+class RecordError(ValueError):
+    """A value the schema does not take: ``path`` (``$`` is the value itself) and ``rule``."""
+
+    def __init__(self, path: str, rule: str, detail: str) -> None:
+        super().__init__(f"{path}: {detail} (rule: {rule})")
+        self.path = path
+        self.rule = rule
+        self.detail = detail
+
+
+def parse_input(data: bytes | None, how: str = "auto") -> Any:
+    """The value an app sent: msgpack or JSON text.  ``auto`` takes a first byte that opens
+    a msgpack map or array (0x80-0x9f, 0xdc-0xdf: never the start of JSON text) as msgpack,
+    anything else as JSON; a scalar in msgpack needs ``how="msgpack"``."""
+    if data is None:
+        raise RecordError("$", "type", "no value (a typed stream's message needs one)")
+    if how == "auto":
+        first = data[0] if data else 0
+        how = "msgpack" if 0x80 <= first <= 0x9F or 0xDC <= first <= 0xDF else "json"
+    if how == "msgpack":
+        try:
+            return msgpack.unpackb(data, raw=False, strict_map_key=False)
+        except (ValueError, msgpack.ExtraData, msgpack.FormatError, msgpack.StackError) as exc:
+            raise RecordError("$", "msgpack", f"not msgpack: {exc}") from None
+    try:
+        return json.loads(data)
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise RecordError("$", "json", f"not JSON text: {exc}") from None
+
+
+def header(data: bytes) -> int:
+    """The schema id of a wire-format value; ValueError if it is not in the format."""
+    if len(data) < 5 or data[0] != MAGIC:
+        raise ValueError("not in Confluent's wire format (no magic byte 0 and schema id)")
+    return _HEADER.unpack_from(data)[1]
+
+
+class Codec:
+    """One schema (an id is immutable, so is this): check, encode, decode."""
+
+    def __init__(self, schema_id: int, schema_type: str, text: str) -> None:
+        if schema_type not in FORMATS:
+            raise ValueError(f"typed streams take AVRO and JSON schemas, not {schema_type}")
+        self.id = schema_id
+        self.type = schema_type
+        self._prefix = _HEADER.pack(MAGIC, schema_id)
+        obj = json.loads(text)
+        if schema_type == "AVRO":
+            self._names: dict[str, Any] = {}
+            self._avro = fastavro.parse_schema(obj, named_schemas=self._names)
+        else:
+            import jsonschema.validators
+
+            cls = jsonschema.validators.validator_for(obj, default=jsonschema.Draft7Validator)
+            self._validator = cls(obj)
+
+    def check(self, value: Any) -> None:
+        """Raises RecordError if the schema does not take ``value``."""
+        if self.type == "AVRO":
+            _check_avro(self._avro, value, "$", self._names)
+            return
+        errors = list(self._validator.iter_errors(value))
+        if errors:
+            import jsonschema.exceptions
+
+            error = jsonschema.exceptions.best_match(errors)
+            raise RecordError(error.json_path, str(error.validator), error.message)
+
+    def encode(self, value: Any) -> bytes:
+        self.check(value)
+        if self.type == "AVRO":
+            out = io.BytesIO()
+            out.write(self._prefix)
+            fastavro.schemaless_writer(out, self._avro, value)
+            return out.getvalue()
+        try:
+            body = json.dumps(value, separators=(",", ":"), allow_nan=False).encode()
+        except (TypeError, ValueError) as exc:
+            raise RecordError("$", "json", f"not representable as JSON: {exc}") from None
+        return self._prefix + body
+
+    def decode(self, data: bytes) -> Any:
+        if header(data) != self.id:
+            raise ValueError(f"written with schema id {header(data)}, not {self.id}")
+        if self.type == "AVRO":
+            return fastavro.schemaless_reader(io.BytesIO(data[5:]), self._avro, None)
+        return json.loads(data[5:])
+
+
+# -- Avro: the value walked beside its schema, each refusal naming a path and a rule -------
+
+def _avro_name(schema: Any) -> str:
+    if isinstance(schema, str):
+        return schema
+    if isinstance(schema, list):
+        return "union [" + ", ".join(_avro_name(s) for s in schema) + "]"
+    return str(schema.get("name") or schema.get("type"))
+
+
+def _got(value: Any) -> str:
+    shown = repr(value)
+    if len(shown) > 60:
+        shown = shown[:57] + "..."
+    return f"{type(value).__name__} {shown}"
+
+
+def _check_avro(schema: Any, value: Any, path: str, names: dict) -> None:
+    if isinstance(schema, str):
+        named = names.get(schema)
+        if named is not None:
+            return _check_avro(named, value, path, names)
+        return _check_primitive(schema, value, path)
+    if isinstance(schema, list):
+        for branch in schema:
+            try:
+                _check_avro(branch, value, path, names)
+                return None
+            except RecordError:
+                continue
+        raise RecordError(path, "type", f"expected {_avro_name(schema)}, got {_got(value)}")
+    kind = schema.get("type")
+    if schema.get("logicalType") and kind in ("int", "long", "bytes", "fixed", "string"):
+        # timestamps, dates, decimals, uuids: fastavro takes their Python types too
+        # (datetime, Decimal, UUID); its writer judges those
+        if not isinstance(value, (int, str, bytes)) or isinstance(value, bool):
+            return None
+    if kind == "record" or kind == "error":
+        if not isinstance(value, dict):
+            raise RecordError(path, "type", f"expected record {schema.get('name')}, "
+                              f"got {_got(value)}")
+        known = set()
+        for field in schema["fields"]:
+            name = field["name"]
+            known.add(name)
+            where = f"{path}.{name}"
+            if name not in value:
+                if "default" not in field:
+                    raise RecordError(where, "required",
+                                      f"missing, and the schema gives it no default")
+                continue
+            _check_avro(field["type"], value[name], where, names)
+        extra = [k for k in value if k not in known]
+        if extra:
+            raise RecordError(f"{path}.{extra[0]}", "unknown field",
+                              f"not a field of record {schema.get('name')} (it would be "
+                              "dropped)")
+        return None
+    if kind == "enum":
+        if value not in schema["symbols"]:
+            raise RecordError(path, "enum", f"{_got(value)} is not one of "
+                              f"{schema['symbols']}")
+        return None
+    if kind == "array":
+        if not isinstance(value, (list, tuple)):
+            raise RecordError(path, "type", f"expected array, got {_got(value)}")
+        for i, item in enumerate(value):
+            _check_avro(schema["items"], item, f"{path}[{i}]", names)
+        return None
+    if kind == "map":
+        if not isinstance(value, dict):
+            raise RecordError(path, "type", f"expected map, got {_got(value)}")
+        for key, item in value.items():
+            if not isinstance(key, str):
+                raise RecordError(path, "type", f"map keys are strings, got {_got(key)}")
+            _check_avro(schema["values"], item, f"{path}.{key}", names)
+        return None
+    if kind == "fixed":
+        if not isinstance(value, (bytes, bytearray)) or len(value) != schema["size"]:
+            raise RecordError(path, "fixed size", f"expected {schema['size']} bytes, got "
+                              f"{_got(value)}")
+        return None
+    return _check_avro(kind, value, path, names)
+
+
+def _check_primitive(kind: str, value: Any, path: str) -> None:
+    ok: bool
+    if kind == "null":
+        ok = value is None
+    elif kind == "boolean":
+        ok = isinstance(value, bool)
+    elif kind in ("int", "long"):
+        ok = isinstance(value, int) and not isinstance(value, bool)
+        if ok:
+            low, high = _INT_RANGE[kind]
+            if not low <= value <= high:
+                raise RecordError(path, "range", f"{value} does not fit Avro's {kind}")
+    elif kind in ("float", "double"):
+        ok = (isinstance(value, (int, float)) and not isinstance(value, bool)
+              and (kind == "double" or not isinstance(value, float) or math.isinf(value)
+                   or math.isnan(value) or abs(value) <= 3.4028234663852886e38))
+    elif kind == "string":
+        ok = isinstance(value, str)
+    elif kind == "bytes":
+        ok = isinstance(value, (bytes, bytearray))
+    else:
+        raise RecordError(path, "type", f"unknown Avro type {kind!r}")
+    if not ok:
+        raise RecordError(path, "type", f"expected {kind}, got {_got(value)}")
