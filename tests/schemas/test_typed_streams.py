@@ -21,7 +21,7 @@ from confluent_kafka.serialization import MessageField, SerializationContext
 from databus import Client, InvalidRecordError
 from databus.config_base import ConfigError
 from databus.sidecar.config import StreamSchema
-from databus.sidecar.produce.typed import TypedStream
+from databus.sidecar.typed import TypedStream
 from tests.helpers.processes import start_databus, stop, wait_for_log
 from tests.helpers.wait import wait_for
 
@@ -198,3 +198,22 @@ def test_a_file_the_subject_refuses_rejects_the_config(registry, tmp_path):
             await missing.start()
 
     trio.run(main)
+
+
+def test_subscribers_get_the_records_decoded(registry, sidecar):
+    """Through the sidecar a typed stream's subscriber gets each record back as the dict
+    it was sent as (msgpack); the topic holds the wire format (the tests above)."""
+    with Client(sidecar) as client:
+        client.send("events", {"kind": "view", "at": 11}).result(30)
+        with client.subscribe("events", "typed-events-app") as subscription:
+            got = []
+
+            def arrived():
+                message = subscription.poll(0.5)
+                if message is not None:
+                    got.append(message.data)
+                    message.ack()
+                return {"kind": "view", "at": 11} in got
+            wait_for(arrived, "the decoded event", 60)
+    # (the earlier tests' events come first when they ran)
+    assert all(set(event) == {"kind", "at"} for event in got), got

@@ -54,7 +54,7 @@ from ..delay.core import (
     parse_due,
 )
 from ..half.core import COMMIT, HALF_TOPIC, ROLLBACK, end_headers, half_headers
-from .typed import TypedStream
+from ..typed import TypedStream
 from .upstream import ProducerHandle, ProducerPool, error_code_of, is_kafka_error
 
 log = logging.getLogger("databus.sidecar.produce.router")

@@ -14,10 +14,12 @@ does not stop a stream that has its schema.
 
 from __future__ import annotations
 
+import json
 import logging
 import math
 from pathlib import Path
 
+import msgpack
 import trio
 
 from databus.config_base import ConfigError
@@ -29,9 +31,9 @@ from databus.schemas.client import (
     RegistryUnavailable,
     guess_type,
 )
-from databus.schemas.serde import Codec, RecordError, parse_input
+from databus.schemas.serde import Codec, RecordError, header, parse_input
 
-from ..config import StreamSchema
+from .config import StreamSchema
 
 log = logging.getLogger("databus.sidecar.typed")
 
@@ -138,3 +140,72 @@ class TypedStream:
             raise Rejected(ErrorCode.INVALID_RECORD,
                            f"subject {self.subject!r} version {self.version} (id {codec.id}) "
                            f"refuses the value: {exc}") from None
+
+
+class TypedReader:
+    """A typed stream's values for subscribers: each record's schema (by the id in its
+    wire-format header, fetched once: ids never change) decodes it, and the app gets the
+    value as it would send it — msgpack (a dict for the SDK), or JSON text for a stream
+    whose ``input`` is ``json``.  A value not in the wire format, or whose id the registry
+    does not know, is handed over as stored (logged once per stream)."""
+
+    def __init__(self, stream: str, settings: StreamSchema, default_registry: str | None
+                 ) -> None:
+        self.stream = stream
+        self.json = settings.input == "json"
+        self.client = RegistryClient(settings.registry_url or default_registry
+                                     or DEFAULT_REGISTRY, settings.basic_auth)
+        self._codecs: dict[int, Codec | None] = {}  # None: the registry has no such id
+        self._warned = False
+
+    async def prepare(self, records) -> None:
+        """Fetch the schemas of the ids among ``records`` not seen yet."""
+        wanted = set()
+        for record in records:
+            value = record.value
+            if value and len(value) >= 5 and value[0] == 0:
+                schema_id = header(value)
+                if schema_id not in self._codecs:
+                    wanted.add(schema_id)
+        for schema_id in wanted:
+            try:
+                answer = await trio.to_thread.run_sync(self.client.schema, schema_id)
+                self._codecs[schema_id] = Codec(schema_id, answer.get("schemaType") or "AVRO",
+                                                answer["schema"])
+            except RegistryRefused as exc:
+                self._codecs[schema_id] = None
+                self._warn(f"schema id {schema_id}: {exc}")
+            except (RegistryUnavailable, ValueError) as exc:
+                self._warn(f"schema id {schema_id}: {exc}")  # asked again next time
+
+    def decode(self, value: bytes | None) -> bytes | None:
+        if not value or len(value) < 5 or value[0] != 0:
+            if value:
+                self._warn("a value not in Confluent's wire format is handed over as stored")
+            return value
+        codec = self._codecs.get(header(value))
+        if codec is None:
+            return value
+        try:
+            decoded = codec.decode(value)
+        except (ValueError, EOFError, IndexError, TypeError) as exc:
+            self._warn(f"a value schema id {codec.id} does not decode: {exc}")
+            return value
+        if self.json:
+            return json.dumps(decoded, separators=(",", ":"), default=_json_default).encode()
+        return msgpack.packb(decoded, use_bin_type=True, default=_msgpack_default)
+
+    def _warn(self, problem: str) -> None:
+        if not self._warned:
+            self._warned = True
+            log.warning("stream %r: %s (logged once)", self.stream, problem)
+
+
+def _json_default(value):
+    if isinstance(value, (bytes, bytearray)):
+        return value.decode("latin-1")
+    return str(value)  # datetimes, decimals, uuids of Avro's logical types
+
+
+def _msgpack_default(value):
+    return str(value)
