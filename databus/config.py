@@ -845,7 +845,12 @@ def _absolute_paths(config: DatabusConfig, base_dir: Path) -> DatabusConfig:
     broker = config.broker.model_copy(update={"data_dir": absolute(config.broker.data_dir)})
     indexes = {name: index.model_copy(update={"path": absolute(index.path)})
                for name, index in config.indexes.items()}
-    return config.model_copy(update={"sidecar": sidecar, "broker": broker, "indexes": indexes})
+    streams = {name: stream.model_copy(update={"schema_": stream.schema_.model_copy(
+                   update={"file": absolute(stream.schema_.file)})})
+               if stream.schema_ is not None and stream.schema_.file else stream
+               for name, stream in config.streams.items()}
+    return config.model_copy(update={"sidecar": sidecar, "broker": broker, "indexes": indexes,
+                                     "streams": streams})
 
 
 # The configuration used when there is no file at all (no -c, no ./sidecar.yaml): every

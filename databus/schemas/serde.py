@@ -176,7 +176,7 @@ def _check_avro(schema: Any, value: Any, path: str, names: dict) -> None:
             if name not in value:
                 if "default" not in field:
                     raise RecordError(where, "required",
-                                      f"missing, and the schema gives it no default")
+                                      "missing, and the schema gives it no default")
                 continue
             _check_avro(field["type"], value[name], where, names)
         extra = [k for k in value if k not in known]

@@ -79,7 +79,8 @@ class StreamSchema(_Model):
     )
     file: str | None = Field(
         None,
-        description="A schema file (Avro `.avsc`, JSON Schema `.json`) the sidecar registers "
+        description="A schema file (Avro `.avsc`, JSON Schema `.json`; relative to the config "
+        "file) the sidecar registers "
         "under the subject when the config is applied (an existing identical schema keeps its "
         "id; one the subject's compatibility refuses rejects the config).",
     )
