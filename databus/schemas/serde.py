@@ -236,3 +236,55 @@ def _check_primitive(kind: str, value: Any, path: str) -> None:
         raise RecordError(path, "type", f"unknown Avro type {kind!r}")
     if not ok:
         raise RecordError(path, "type", f"expected {kind}, got {_got(value)}")
+
+
+# -- what fields a schema has (the index checks its value paths against it) ----------------
+
+def field_paths(schema_type: str, text: str) -> set[tuple[str, ...]]:
+    """Every field path of a record schema, nested records and objects included
+    (``("order", "id")``); a union with null is looked through."""
+    obj = json.loads(text)
+    out: set[tuple[str, ...]] = set()
+    if schema_type == "AVRO":
+        names: dict[str, Any] = {}
+        _avro_paths(fastavro.parse_schema(obj, named_schemas=names), (), names, out, set())
+    elif schema_type == "JSON":
+        _json_paths(obj, (), obj, out, 0)
+    return out
+
+
+def _avro_paths(schema: Any, prefix: tuple[str, ...], names: dict, out: set,
+                seen: set) -> None:
+    if isinstance(schema, str) and schema in names:
+        if schema in seen:  # a recursive type: its paths are already there
+            return
+        seen = seen | {schema}
+        schema = names[schema]
+    if isinstance(schema, list):
+        for branch in schema:
+            _avro_paths(branch, prefix, names, out, seen)
+        return
+    if isinstance(schema, dict) and schema.get("type") in ("record", "error"):
+        for field in schema["fields"]:
+            path = (*prefix, field["name"])
+            out.add(path)
+            _avro_paths(field["type"], path, names, out, seen | {schema.get("name")})
+
+
+def _json_paths(schema: Any, prefix: tuple[str, ...], root: Any, out: set, depth: int) -> None:
+    if not isinstance(schema, dict) or depth > 32:
+        return
+    ref = schema.get("$ref")
+    if isinstance(ref, str) and ref.startswith("#"):
+        target: Any = root
+        for part in ref[1:].strip("/").split("/"):
+            if part:
+                target = target.get(part) if isinstance(target, dict) else None
+        _json_paths(target, prefix, root, out, depth + 1)
+    for key in ("allOf", "anyOf", "oneOf"):
+        for branch in schema.get(key) or ():
+            _json_paths(branch, prefix, root, out, depth + 1)
+    for name, spec in (schema.get("properties") or {}).items():
+        path = (*prefix, name)
+        out.add(path)
+        _json_paths(spec, path, root, out, depth + 1)
