@@ -12,8 +12,8 @@ import confluent_kafka
 from confluent_kafka.schema_registry import SchemaRegistryClient
 from confluent_kafka.schema_registry.avro import AvroSerializer
 from confluent_kafka.serialization import MessageField, SerializationContext
-
 from databus_plugins.index.store import IndexStore
+
 from tests.helpers.broker import BrokerProcess
 
 from .harness import BROKER_OPTIONS, CONSUMER, Service, sinks_config, wait_for
@@ -24,7 +24,7 @@ ORDER = {"type": "record", "name": "Order", "fields": [
     {"name": "at", "type": {"type": "long", "logicalType": "timestamp-millis"}},
     {"name": "address", "type": ["null", {"type": "record", "name": "Address", "fields": [
         {"name": "city", "type": "string"}]}], "default": None}]}
-T0 = datetime.datetime(2026, 12, 2, tzinfo=datetime.timezone.utc)
+T0 = datetime.datetime(2026, 12, 2, tzinfo=datetime.UTC)
 
 
 def test_wire_format_values_are_indexed_by_their_schema(tmp_path):
