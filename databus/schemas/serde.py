@@ -38,6 +38,27 @@ INPUTS = ("auto", "json", "msgpack")
 _INT_RANGE = {"int": (-(2**31), 2**31 - 1), "long": (-(2**63), 2**63 - 1)}
 
 
+def _compiled_writer():
+    """fastavro's compiled ``write_data`` into a bytearray, with the schema parsed once:
+    schemaless_writer parses the schema again at every call (half its time).  Checked on a
+    known value; None (schemaless_writer then) where fastavro is not compiled or differs."""
+    try:
+        from fastavro._write import write_data
+
+        data = bytearray()
+        write_data(data, {"a": 1}, fastavro.parse_schema(
+            {"type": "record", "name": "_", "fields": [{"name": "a", "type": "long"}]}), {},
+            "", dict(_WRITE_OPTIONS))
+        return write_data if bytes(data) == b"\x02" else None
+    except Exception:  # noqa: BLE001 - any trouble: the public path
+        return None
+
+
+_WRITE_OPTIONS = {"strict": False, "strict_allow_default": False,
+                  "disable_tuple_notation": False}
+_write_data = _compiled_writer()
+
+
 class RecordError(ValueError):
     """A value the schema does not take: ``path`` (``$`` is the value itself) and ``rule``."""
 
@@ -88,6 +109,7 @@ class Codec:
         if schema_type == "AVRO":
             self._names: dict[str, Any] = {}
             self._avro = fastavro.parse_schema(obj, named_schemas=self._names)
+            self._fits = _avro_predicate(self._avro, self._names, {})
         else:
             import jsonschema.validators
 
@@ -97,7 +119,8 @@ class Codec:
     def check(self, value: Any) -> None:
         """Raises RecordError if the schema does not take ``value``."""
         if self.type == "AVRO":
-            _check_avro(self._avro, value, "$", self._names)
+            if not self._fits(value):  # (the walk that names the field: only on a refusal)
+                _check_avro(self._avro, value, "$", self._names)
             return
         errors = list(self._validator.iter_errors(value))
         if errors:
@@ -109,6 +132,10 @@ class Codec:
     def encode(self, value: Any) -> bytes:
         self.check(value)
         if self.type == "AVRO":
+            if _write_data is not None:
+                data = bytearray(self._prefix)
+                _write_data(data, value, self._avro, self._names, "", _WRITE_OPTIONS)
+                return bytes(data)
             out = io.BytesIO()
             out.write(self._prefix)
             fastavro.schemaless_writer(out, self._avro, value)
@@ -125,6 +152,84 @@ class Codec:
         if self.type == "AVRO":
             return fastavro.schemaless_reader(io.BytesIO(data[5:]), self._avro, None)
         return json.loads(data[5:])
+
+
+# -- Avro: a predicate compiled once per schema (the common case: the value fits), then the
+# walk that names the field and the rule of a refusal.  The predicate never takes what the
+# walk refuses; it may refuse what the walk takes (an int subclass, say): then the walk
+# decides, only slower.
+
+_FLOAT_MAX = 3.4028234663852886e38
+
+
+def _avro_predicate(schema: Any, names: dict, done: dict):
+    if isinstance(schema, str):
+        if schema in names:
+            if schema not in done:
+                done[schema] = None  # (recursive types: looked up when called)
+                done[schema] = _avro_predicate(names[schema], names, done)
+            return lambda v: done[schema](v)
+        return _PRIMITIVE_PREDICATES.get(schema, lambda v: False)
+    if isinstance(schema, list):
+        branches = [_avro_predicate(b, names, done) for b in schema]
+        return lambda v: any(fits(v) for fits in branches)
+    kind = schema.get("type")
+    if schema.get("logicalType") and kind in ("int", "long", "bytes", "fixed", "string"):
+        base = _avro_predicate({k: x for k, x in schema.items() if k != "logicalType"}
+                               if kind == "fixed" else kind, names, done)
+        return lambda v: (not isinstance(v, (int, str, bytes)) or isinstance(v, bool)
+                          or base(v))
+    if kind in ("record", "error"):
+        fields = [(f["name"], _avro_predicate(f["type"], names, done), "default" in f)
+                  for f in schema["fields"]]
+        known = frozenset(f["name"] for f in schema["fields"])
+
+        def record(v) -> bool:
+            if type(v) is not dict:
+                return False
+            for name, fits, has_default in fields:
+                if name in v:
+                    if not fits(v[name]):
+                        return False
+                elif not has_default:
+                    return False
+            return known.issuperset(v)
+        return record
+    if kind == "enum":
+        symbols = frozenset(schema["symbols"])
+        return lambda v: type(v) is str and v in symbols
+    if kind == "array":
+        items = _avro_predicate(schema["items"], names, done)
+        return lambda v: type(v) in (list, tuple) and all(items(x) for x in v)
+    if kind == "map":
+        values = _avro_predicate(schema["values"], names, done)
+        return lambda v: type(v) is dict and all(
+            type(k) is str and values(x) for k, x in v.items())
+    if kind == "fixed":
+        size = schema["size"]
+        return lambda v: type(v) in (bytes, bytearray) and len(v) == size
+    return _avro_predicate(kind, names, done)
+
+
+def _fits_int(v) -> bool:
+    return type(v) is int and -(2**31) <= v <= 2**31 - 1
+
+
+def _fits_long(v) -> bool:
+    return type(v) is int and -(2**63) <= v <= 2**63 - 1
+
+
+_PRIMITIVE_PREDICATES = {
+    "null": lambda v: v is None,
+    "boolean": lambda v: type(v) is bool,
+    "int": _fits_int,
+    "long": _fits_long,
+    "float": lambda v: type(v) is float and (abs(v) <= _FLOAT_MAX or v != v
+                                             or math.isinf(v)) or _fits_long(v),
+    "double": lambda v: type(v) is float or _fits_long(v),
+    "string": lambda v: type(v) is str,
+    "bytes": lambda v: type(v) in (bytes, bytearray),
+}
 
 
 # -- Avro: the value walked beside its schema, each refusal naming a path and a rule -------

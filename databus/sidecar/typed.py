@@ -130,16 +130,28 @@ class TypedStream:
                            f"{self.subject!r} yet: {self._problem}")
         return self.codec
 
-    async def encode(self, value: bytes | None) -> bytes:
-        """``value`` (msgpack or JSON) in the wire format; Rejected(INVALID_RECORD) naming
-        the field and the rule when the schema does not take it."""
-        codec = await self.current()
+    def fresh(self) -> bool:
+        """Whether the codec in hand may be used without asking the registry first."""
+        return self.codec is not None and (trio.current_time() - self._checked
+                                           <= self.settings.latest_cache_ttl_sec)
+
+    def encode(self, value: bytes | None) -> bytes:
+        """``value`` (msgpack or JSON) in the wire format, with the codec in hand (when
+        ``fresh()``); Rejected(INVALID_RECORD) naming the field and the rule when the
+        schema does not take it."""
+        codec = self.codec
+        assert codec is not None
         try:
             return codec.encode(parse_input(value, self.settings.input))
         except RecordError as exc:
             raise Rejected(ErrorCode.INVALID_RECORD,
                            f"subject {self.subject!r} version {self.version} (id {codec.id}) "
                            f"refuses the value: {exc}") from None
+
+    async def encode_later(self, value: bytes | None) -> bytes:
+        """``encode`` after looking "latest" up again (its TTL passed, or no codec yet)."""
+        await self.current()
+        return self.encode(value)
 
 
 class TypedReader:

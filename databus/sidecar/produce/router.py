@@ -223,7 +223,7 @@ async def place_frame(
     routes = table.routes
     groups: dict[tuple, Group] = {}
     last_partition = last_topic = last_route = None
-    current = route = None  # the stream of the previous message, and its route
+    current = route = typed = None  # the previous message's stream, its route and schema
     k = 0  # where the last run in C ended (runs look for their message from there on)
     pairs = zip(messages, sizes)
     for message, size in pairs:
@@ -240,10 +240,16 @@ async def place_frame(
                 sticky = producer.sticky_partitions
                 runs = sticky is not None and _place_run is not None
                 # The common case needs only the partitioner's plain function.
-                simple = partitions is not None and route.typed is None and (
-                    not route.route_fns or route.headers_only)
+                simple = partitions is not None and (not route.route_fns or route.headers_only)
                 plain = not route.route_fns
                 count = len(partitions) if partitions else 0
+                typed = route.typed
+                if typed is not None:
+                    runs = False  # (the runs in C would take the values unencoded)
+            if typed is not None and not (headers and headers[0][0] in _NOT_APP_VALUES):
+                # a typed stream's value checked and encoded (Rejected: this message only)
+                value = typed.encode(value) if typed.fresh() else await typed.encode_later(
+                    value)
             # The fast path: no explicit partition, a small message, and either no route
             # functions (then no header but the special ones of delayed and half messages
             # matters) or none that look at headers and no headers at all.
@@ -378,11 +384,9 @@ async def _place(route: Route, stream, key, value, headers, partition, now_ms: i
     """The careful path for one message: route plugins, the topic's metadata (waited
     for), an explicit partition's existence, the size against the producer's limit.
     Returns (topic, key, value, headers, partition); raises Rejected, PluginError or
-    _Dropped.  A typed stream's value is encoded first, so route plugins see what the
-    topic will hold (an end record or a delay cancel carries no app value)."""
+    _Dropped.  (A typed stream's value comes encoded: route plugins see what the topic
+    will hold.)"""
     topic = route.topic
-    if route.typed is not None and not (headers and headers[0][0] in _NOT_APP_VALUES):
-        value = await route.typed.encode(value)
     if route.route_fns:
         msg = RoutedMessage(stream, topic, key, value, headers, partition)
         for plugin, fn in route.route_fns:
