@@ -70,7 +70,7 @@ if not os.environ.get("DATABUS_NO_EXTENSION"):
             [f"databus/protocol/{name}.c"],
             extra_compile_args=["-O2", "-std=c11", "-Wall", "-Wno-unused-parameter"],
         )
-        for name in ("_speedups", "_sidecar_speedups", "_json_speedups")
+        for name in ("_speedups", "_sidecar_speedups", "_json_speedups", "_avro_speedups")
     ]
 
 setup(packages=packages, ext_modules=extensions, cmdclass={"build_ext": OptionalBuildExt})

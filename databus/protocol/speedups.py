@@ -18,8 +18,13 @@ and the SDK's outbox, which also resolves the futures of delivered reports
 values in one call without decoding the rest (the index's field extraction,
 plugins/index/fields.py); anything it is not sure of it leaves to ``json.loads``.
 
+``databus.protocol._avro_speedups`` (C, built beside them) checks many msgpack values against
+one Avro schema and writes them in Confluent's wire format in one call (typed streams'
+batch path, databus/schemas/serde.py ``Codec.encode_many``); what it is not sure of it
+leaves to serde.py's per-record path.
+
 ``DATABUS_PURE_PYTHON=1`` (any value but empty or ``0``) forces the pure-Python code, read
-once at import, for all three; so does an extension that failed to build or import.
+once at import, for all four; so does an extension that failed to build or import.
 """
 
 from __future__ import annotations
@@ -45,6 +50,7 @@ def load_native(environ=os.environ, name: str = "_speedups") -> ModuleType | Non
 native: ModuleType | None = load_native()
 sidecar_native: ModuleType | None = load_native(name="_sidecar_speedups")
 json_native: ModuleType | None = load_native(name="_json_speedups")
+avro_native: ModuleType | None = load_native(name="_avro_speedups")
 
 
 def implementation() -> str:

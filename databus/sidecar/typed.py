@@ -148,10 +148,19 @@ class TypedStream:
                            f"subject {self.subject!r} version {self.version} (id {codec.id}) "
                            f"refuses the value: {exc}") from None
 
-    async def encode_later(self, value: bytes | None) -> bytes:
-        """``encode`` after looking "latest" up again (its TTL passed, or no codec yet)."""
-        await self.current()
-        return self.encode(value)
+    def encode_many(self, values: list) -> list:
+        """``encode`` for a frame's values of this stream in one call (the codec's batch
+        path): each item the wire-format bytes or the Rejected(INVALID_RECORD) of that
+        message only."""
+        codec = self.codec
+        assert codec is not None
+        out = codec.encode_many(values, self.settings.input)
+        for i, done in enumerate(out):
+            if isinstance(done, RecordError):
+                out[i] = Rejected(ErrorCode.INVALID_RECORD,
+                                  f"subject {self.subject!r} version {self.version} (id "
+                                  f"{codec.id}) refuses the value: {done}")
+        return out
 
 
 class TypedReader:
