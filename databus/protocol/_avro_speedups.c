@@ -433,6 +433,25 @@ static int write_value(In *in, PyObject *node, Out *o, int depth) {
     }
 }
 
+/* One value: a new reference to its wire-format bytes, Py_None (new reference) where
+ * serde.py must decide, or NULL with a Python error. */
+static PyObject *encode_one(PyObject *program, Py_buffer *prefix, int automatic, PyObject *v,
+                            Out *o) {
+    unsigned char first = PyBytes_Check(v) && PyBytes_GET_SIZE(v) ? *PyBytes_AS_STRING(v) : 0;
+    if (PyBytes_Check(v) && (!automatic || (first >= 0x80 && first <= 0x9f) ||
+                             (first >= 0xdc && first <= 0xdf))) {
+        In in = {(const unsigned char *)PyBytes_AS_STRING(v),
+                 (const unsigned char *)PyBytes_AS_STRING(v) + PyBytes_GET_SIZE(v)};
+        o->len = 0;
+        if (out_bytes(o, prefix->buf, prefix->len) < 0) return PyErr_NoMemory();
+        int r = write_value(&in, program, o, 0);
+        if (r < 0) return PyErr_Occurred() ? NULL : PyErr_NoMemory();
+        if (r == 1 && in.p == in.end)  /* (trailing bytes: msgpack's ExtraData) */
+            return PyBytes_FromStringAndSize((const char *)o->data, o->len);
+    }
+    return Py_NewRef(Py_None);
+}
+
 /* encode_many(program, prefix, values, auto) -> list: each value's wire-format bytes (prefix,
  * then the Avro body), or None where serde.py's per-record path must decide.  ``auto``: only
  * a value opening with a msgpack map or array is msgpack (parse_input's rule), others JSON. */
@@ -448,29 +467,13 @@ static PyObject *encode_many(PyObject *self, PyObject *args) {
     Out o = {NULL, 0, 0};
     if (!result) goto fail;
     for (Py_ssize_t i = 0; i < n; i++) {
-        PyObject *v = PyList_GET_ITEM(values, i), *item = NULL;
-        unsigned char first = PyBytes_Check(v) && PyBytes_GET_SIZE(v) ? *PyBytes_AS_STRING(v) : 0;
-        if (PyBytes_Check(v) && (!automatic || (first >= 0x80 && first <= 0x9f) ||
-                                 (first >= 0xdc && first <= 0xdf))) {
-            In in = {(const unsigned char *)PyBytes_AS_STRING(v),
-                     (const unsigned char *)PyBytes_AS_STRING(v) + PyBytes_GET_SIZE(v)};
-            o.len = 0;
-            if (out_bytes(&o, prefix.buf, prefix.len) < 0) goto nomem;
-            int r = write_value(&in, program, &o, 0);
-            if (r < 0) goto nomem;
-            if (r == 1 && in.p == in.end) {  /* (trailing bytes: msgpack's ExtraData) */
-                item = PyBytes_FromStringAndSize((const char *)o.data, o.len);
-                if (!item) goto fail;
-            }
-        }
-        if (!item) item = Py_NewRef(Py_None);
+        PyObject *item = encode_one(program, &prefix, automatic, PyList_GET_ITEM(values, i), &o);
+        if (!item) goto fail;
         PyList_SET_ITEM(result, i, item);
     }
     PyMem_Free(o.data);
     PyBuffer_Release(&prefix);
     return result;
-nomem:
-    if (!PyErr_Occurred()) PyErr_NoMemory();
 fail:
     PyMem_Free(o.data);
     PyBuffer_Release(&prefix);
@@ -478,9 +481,77 @@ fail:
     return NULL;
 }
 
+/* encode_stream(messages, stream, program, prefix, auto, skip) -> list of indices: the
+ * sidecar's frame (message tuples: id, stream, value, key, headers, ...) with the values of
+ * ``stream``'s messages replaced, in place, by their wire-format bytes; the indices returned
+ * are those of its messages left to serde.py's per-record path.  A message whose first
+ * header's name is in ``skip`` carries no app value (router.py) and is left as it is. */
+static PyObject *encode_stream(PyObject *self, PyObject *args) {
+    PyObject *messages, *stream, *program, *skip;
+    Py_buffer prefix;
+    int automatic;
+    if (!PyArg_ParseTuple(args, "O!OO!y*pO!", &PyList_Type, &messages, &stream, &PyTuple_Type,
+                          &program, &prefix, &automatic, &PyTuple_Type, &skip))
+        return NULL;
+    PyObject *undone = PyList_New(0);
+    Out o = {NULL, 0, 0};
+    if (!undone) goto fail;
+    for (Py_ssize_t i = 0; i < PyList_GET_SIZE(messages); i++) {
+        PyObject *m = PyList_GET_ITEM(messages, i);
+        if (!PyTuple_Check(m) || PyTuple_GET_SIZE(m) < 5) {
+            PyErr_SetString(PyExc_TypeError, "a message is a tuple (id, stream, value, key, "
+                            "headers, ...)");
+            goto fail;
+        }
+        PyObject *name = PyTuple_GET_ITEM(m, 1);
+        if (name != stream) {
+            int eq = PyObject_RichCompareBool(name, stream, Py_EQ);
+            if (eq < 0) goto fail;
+            if (!eq) continue;
+        }
+        PyObject *headers = PyTuple_GET_ITEM(m, 4);
+        if (headers != Py_None && PySequence_Check(headers) && PySequence_Size(headers) > 0) {
+            PyObject *h = PySequence_GetItem(headers, 0);
+            if (!h) goto fail;
+            PyObject *hname = PySequence_Check(h) ? PySequence_GetItem(h, 0) : NULL;
+            Py_DECREF(h);
+            if (!hname) { PyErr_Clear(); continue; }
+            int in_skip = PySequence_Contains(skip, hname);
+            Py_DECREF(hname);
+            if (in_skip < 0) goto fail;
+            if (in_skip) continue;
+        }
+        PyObject *done = encode_one(program, &prefix, automatic, PyTuple_GET_ITEM(m, 2), &o);
+        if (!done) goto fail;
+        if (done == Py_None) {
+            Py_DECREF(done);
+            PyObject *index = PyLong_FromSsize_t(i);
+            if (!index || PyList_Append(undone, index) < 0) { Py_XDECREF(index); goto fail; }
+            Py_DECREF(index);
+            continue;
+        }
+        Py_ssize_t size = PyTuple_GET_SIZE(m);
+        PyObject *copy = PyTuple_New(size);
+        if (!copy) { Py_DECREF(done); goto fail; }
+        for (Py_ssize_t k = 0; k < size; k++)
+            PyTuple_SET_ITEM(copy, k, k == 2 ? done : Py_NewRef(PyTuple_GET_ITEM(m, k)));
+        PyList_SetItem(messages, i, copy);  /* (steals copy, drops m) */
+    }
+    PyMem_Free(o.data);
+    PyBuffer_Release(&prefix);
+    return undone;
+fail:
+    PyMem_Free(o.data);
+    PyBuffer_Release(&prefix);
+    Py_XDECREF(undone);
+    return NULL;
+}
+
 static PyMethodDef methods[] = {
     {"encode_many", encode_many, METH_VARARGS,
      "encode_many(program, prefix, values, auto) -> list of wire-format bytes or None"},
+    {"encode_stream", encode_stream, METH_VARARGS,
+     "encode_stream(messages, stream, program, prefix, auto, skip) -> indices left undone"},
     {NULL, NULL, 0, NULL},
 };
 

@@ -170,6 +170,30 @@ class Codec:
                     out[i] = exc
         return out
 
+    def encode_frame(self, messages: list, stream: str, how: str, skip: tuple) -> list:
+        """``encode_many`` for the sidecar's frame as it is (router.py): in ``messages``
+        (tuples: id, stream, value, key, headers, ...) the values of ``stream``'s messages
+        are replaced by their encodings, in place; a message whose first header is named in
+        ``skip`` has no app value and is left alone.  Returns (index, RecordError) for each
+        value refused.  One pass in C over the frame where it can."""
+        undone: list[int]
+        if self._program is not None and how != "json":
+            undone = avro_native.encode_stream(messages, stream, self._program, self._prefix,
+                                               how == "auto", skip)
+        else:
+            undone = [i for i, m in enumerate(messages) if m[1] == stream and not (
+                m[4] and m[4][0][0] in skip)]
+        refused = []
+        for i in undone:
+            message = messages[i]
+            try:
+                value = self.encode(parse_input(message[2], how))
+            except RecordError as exc:
+                refused.append((i, exc))
+                continue
+            messages[i] = (message[0], message[1], value, *message[3:])
+        return refused
+
     def decode(self, data: bytes) -> Any:
         if header(data) != self.id:
             raise ValueError(f"written with schema id {header(data)}, not {self.id}")

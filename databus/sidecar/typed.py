@@ -144,23 +144,21 @@ class TypedStream:
         try:
             return codec.encode(parse_input(value, self.settings.input))
         except RecordError as exc:
-            raise Rejected(ErrorCode.INVALID_RECORD,
-                           f"subject {self.subject!r} version {self.version} (id {codec.id}) "
-                           f"refuses the value: {exc}") from None
+            raise self._refusal(codec, exc) from None
 
-    def encode_many(self, values: list) -> list:
-        """``encode`` for a frame's values of this stream in one call (the codec's batch
-        path): each item the wire-format bytes or the Rejected(INVALID_RECORD) of that
-        message only."""
+    def encode_frame(self, messages: list, skip: tuple) -> list:
+        """This stream's values in a sidecar frame encoded in place with the codec in hand
+        (when ``fresh()``; serde.py ``Codec.encode_frame``); returns (index, Rejected) for
+        each message the schema refuses: INVALID_RECORD naming the field and the rule."""
         codec = self.codec
         assert codec is not None
-        out = codec.encode_many(values, self.settings.input)
-        for i, done in enumerate(out):
-            if isinstance(done, RecordError):
-                out[i] = Rejected(ErrorCode.INVALID_RECORD,
-                                  f"subject {self.subject!r} version {self.version} (id "
-                                  f"{codec.id}) refuses the value: {done}")
-        return out
+        return [(i, self._refusal(codec, exc)) for i, exc in
+                codec.encode_frame(messages, self.stream, self.settings.input, skip)]
+
+    def _refusal(self, codec: Codec, exc: RecordError) -> Rejected:
+        return Rejected(ErrorCode.INVALID_RECORD,
+                        f"subject {self.subject!r} version {self.version} (id {codec.id}) "
+                        f"refuses the value: {exc}")
 
 
 class TypedReader:

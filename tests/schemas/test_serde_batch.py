@@ -177,3 +177,25 @@ def test_json_schema_batch():
         "n": {"type": "integer"}}, "required": ["n"]}))
     values = [msgpack.packb({"n": 1}), b'{"n": "x"}', b"{}"]
     assert batch(codec, values) == [per_record(codec, v) for v in values]
+
+
+def test_a_frame_encoded_in_place():
+    """``encode_frame`` (the sidecar's path, router.py): only the stream's messages with an
+    app value change, each to what the per-record path writes; refusals come back with
+    their index and the checker's field and rule."""
+    codec = Codec(12, "AVRO", json.dumps(ORDER))
+    good, bad = msgpack.packb(GOOD), msgpack.packb({**GOOD, "status": "LOST"})
+    cancel = [("databus-delay-cancel", b"x")]
+    frame = [(1, "orders", good, None, None, None, None),
+             (2, "other", good, b"k", None, None, None),
+             (3, "orders", bad, None, None, None, None),
+             (4, "orders", b'{"order_id": 4, "item": "ink"}', None, None, None, None),
+             (5, "orders", b"", None, cancel, None, None),
+             (6, "orders", good, b"k", [("h", b"v")], 0, 17)]
+    before = list(frame)
+    refused = codec.encode_frame(frame, "orders", "auto", ("databus-delay-cancel",))
+    assert [(i, exc.path, exc.rule) for i, exc in refused] == [(2, "$.status", "enum")]
+    assert frame[0] == (1, "orders", codec.encode(GOOD), None, None, None, None)
+    assert frame[1] is before[1] and frame[2] is before[2] and frame[4] is before[4]
+    assert frame[3][2] == codec.encode({"order_id": 4, "item": "ink"})
+    assert frame[5] == (6, "orders", codec.encode(GOOD), b"k", [("h", b"v")], 0, 17)

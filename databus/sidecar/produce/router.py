@@ -304,41 +304,33 @@ async def place_frame(
 
 async def _encode_typed(typed: dict[str, TypedStream], messages: list[tuple],
                         sizes: list[int], answers: Answers) -> tuple[list, list]:
-    """The frame with its typed streams' values checked and encoded, a stream's values in
-    one call (typed.py ``encode_many``: C for Avro's msgpack), before routing (so route
-    plugins and the runs in C see what the topic gets); a value the schema refuses is
-    answered INVALID_RECORD here and leaves the frame, the others go on.  Waits only when a
-    stream's "latest" is due to be asked again."""
-    at: dict[str, list[int]] = {}
-    for i, message in enumerate(messages):
-        if message[1] in typed:
-            headers = message[4]
-            if not (headers and headers[0][0] in _NOT_APP_VALUES):
-                at.setdefault(message[1], []).append(i)
-    if not at:
-        return messages, sizes
+    """The frame with its typed streams' values checked and encoded (typed.py: for Avro's
+    msgpack, one pass in C over the frame per typed stream), before routing, so route
+    plugins and the runs in C see what the topic gets.  A value the schema refuses is
+    answered INVALID_RECORD here and leaves the frame; the others go on.  Waits only when
+    a stream with messages here is due to ask the registry for "latest" again."""
     messages = list(messages)
-    refused: set[int] = set()
-    for stream, where in at.items():
-        stream_typed = typed[stream]
-        try:
-            if not stream_typed.fresh():
+    refused: list = []
+    for stream, stream_typed in typed.items():
+        if not stream_typed.fresh():
+            mine = [i for i, m in enumerate(messages) if m[1] == stream and not (
+                m[4] and m[4][0][0] in _NOT_APP_VALUES)]
+            if not mine:
+                continue
+            try:
                 await stream_typed.current()
-            out = stream_typed.encode_many([messages[i][2] for i in where])
-        except Rejected as exc:  # no schema yet: all of this stream's messages
-            out = [exc] * len(where)
-        for i, done in zip(where, out):
-            if isinstance(done, Rejected):
-                unplaced(answers, messages[i][0], sizes[i], done, None)
-                refused.add(i)
-            else:
-                message = messages[i]
-                messages[i] = (message[0], message[1], done, *message[3:])
-    if refused:
-        keep = [i for i in range(len(messages)) if i not in refused]
-        messages = [messages[i] for i in keep]
-        sizes = [sizes[i] for i in keep]
-    return messages, sizes
+            except Rejected as exc:  # no schema yet: all of this stream's messages
+                refused += [(i, exc) for i in mine]
+                continue
+        refused += stream_typed.encode_frame(messages, _NOT_APP_VALUES)
+    if not refused:
+        return messages, sizes
+    gone = set()
+    for i, exc in refused:
+        unplaced(answers, messages[i][0], sizes[i], exc, None)
+        gone.add(i)
+    keep = [i for i in range(len(messages)) if i not in gone]
+    return [messages[i] for i in keep], [sizes[i] for i in keep]
 
 
 def unplaced(answers: Answers, id_: int, size: int, exc: Exception, route: Route | None) -> None:
