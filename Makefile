@@ -16,7 +16,8 @@ $(BIN)/python:
 # The stamp files make re-runs instant; a change to the packaging or to the C extension's
 # source re-installs (an editable install builds the extension once, in place).
 BUILD_INPUTS := pyproject.toml setup.py databus/protocol/_speedups.c \
-	databus/protocol/_sidecar_speedups.c databus/protocol/_json_speedups.c
+	databus/protocol/_sidecar_speedups.c databus/protocol/_json_speedups.c \
+	databus/protocol/_avro_speedups.c
 
 $(VENV)/.installed: $(BUILD_INPUTS) | $(BIN)/python
 	$(BIN)/python -m pip install --quiet -e .
@@ -107,4 +108,5 @@ lint: install-test
 
 clean:
 	rm -rf $(VENV) .pytest_cache build *.egg-info databus/protocol/_speedups.*.so \
-		databus/protocol/_sidecar_speedups.*.so databus/protocol/_json_speedups.*.so
+		databus/protocol/_sidecar_speedups.*.so databus/protocol/_json_speedups.*.so \
+		databus/protocol/_avro_speedups.*.so

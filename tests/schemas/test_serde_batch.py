@@ -179,11 +179,17 @@ def test_json_schema_batch():
     assert batch(codec, values) == [per_record(codec, v) for v in values]
 
 
-def test_a_frame_encoded_in_place():
-    """``encode_frame`` (the sidecar's path, router.py): only the stream's messages with an
-    app value change, each to what the per-record path writes; refusals come back with
-    their index and the checker's field and rule."""
+@pytest.mark.parametrize("native", [True, False], ids=["C", "per-record"])
+def test_a_frame_encoded_in_place(native, monkeypatch):
+    """``encode_frame`` (the sidecar's path, router.py), with the C pass and without it:
+    only the stream's messages with an app value change, each to what the per-record path
+    writes; refusals come back with their index and the checker's field and rule."""
+    if native and avro_native is None:
+        pytest.skip("the C extension is not built here: the per-record case covers it")
+    if not native:
+        monkeypatch.setattr("databus.schemas.serde.avro_native", None)
     codec = Codec(12, "AVRO", json.dumps(ORDER))
+    assert (codec._program is not None) == native
     good, bad = msgpack.packb(GOOD), msgpack.packb({**GOOD, "status": "LOST"})
     cancel = [("databus-delay-cancel", b"x")]
     frame = [(1, "orders", good, None, None, None, None),
