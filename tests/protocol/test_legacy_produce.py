@@ -33,8 +33,11 @@ def test_a_request_is_read_to_its_partitions():
 @pytest.mark.parametrize("version", [0, 1, 2])
 def test_every_partition_gets_the_error_in_the_versions_layout(version):
     body = legacy_produce_error_body(version, parse_legacy_produce(request(version)))
-    partition = (lambda i: struct.pack(">ihq", i, ErrorCode.unsupported_version, -1)
-                 + (struct.pack(">q", -1) if version >= 2 else b""))
+
+    def partition(i):
+        return (struct.pack(">ihq", i, ErrorCode.unsupported_version, -1)
+                + (struct.pack(">q", -1) if version >= 2 else b""))
+
     assert body == (struct.pack(">i", 2)
                     + struct.pack(">h", 1) + b"a" + struct.pack(">i", 2) + partition(0)
                     + partition(4)
