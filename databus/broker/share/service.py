@@ -558,12 +558,33 @@ class ShareService:
 
         Partitions in ``wanted`` (named by the request) are answered even when empty;
         those in ``refused`` (the caller may not read them) are answered with their error,
-        nothing acquired."""
+        nothing acquired.
+
+        Kafka's rules for what one ShareFetch may take (DelayedShareFetch, ShareFetchUtils):
+        - the partitions are visited from a point that rotates with the session epoch
+          (round robin), so one busy partition does not always come first;
+        - ``max_bytes`` is split evenly over the partitions read (the uniform
+          PartitionMaxBytesStrategy) and bounds the answer: only the answer's first batch
+          may exceed it (a log read gives at least one batch, then stops at the limit);
+        - ``max_records`` is shared by all partitions of the request;
+        - a share-partition is initialised asynchronously by its first fetch (its state
+          read from the share coordinator), and the fetch completes as soon as a partition
+          that is ready has records: so a share-partition that this very fetch initialises
+          is read only while nothing has been acquired yet (the first ShareFetch of a
+          member with two fresh partitions gets one partition's records, as from Kafka).
+        """
         names = self.topic_names_by_id()
         now = self.clock()
         results = []
+        ordered = sorted(session.partitions, key=lambda k: (str(k[0]), k[1]))
+        if ordered:
+            turn = (session.epoch - 1) % len(ordered)  # the request's epoch: 0 opens
+            ordered = ordered[turn:] + ordered[:turn]
+        readable = [k for k in ordered if not (refused and k in refused)]
+        per_partition = max(max_bytes // max(len(readable), 1), 1)
         budget = max_bytes
-        for topic_id, partition in sorted(session.partitions, key=lambda k: (str(k[0]), k[1])):
+        acquired_any = False
+        for topic_id, partition in ordered:
             result = PartitionFetch(topic_id, partition)
             if refused and (topic_id, partition) in refused:
                 result.error = refused[(topic_id, partition)]
@@ -576,52 +597,99 @@ class ShareService:
                                 else ErrorCode.unknown_topic_or_partition)
                 results.append(result)
                 continue
-            if max_records > 0 and budget > 0:
-                taken = self._acquire_partition(session, topic, topic_id, partition, now,
-                                                max_records, budget, result)
+            fresh = (session.group_id, topic_id, partition) not in self.partitions
+            sp = self.share_partition(session.group_id, topic_id, partition, topic)
+            if fresh and acquired_any:
+                pass  # initialised now, read from the next fetch on (see above)
+            elif max_records > 0 and budget > 0:
+                limit = min(per_partition, budget)
+                taken = self._acquire_partition(session, sp, topic, partition, now,
+                                                max_records, limit, result,
+                                                may_exceed=not acquired_any)
                 max_records -= taken
                 budget -= len(result.records)
+                acquired_any = acquired_any or taken > 0
             if result.acquired or (topic_id, partition) in wanted:
                 results.append(result)
         return results
 
-    def _acquire_partition(self, session: ShareSession, topic: str, topic_id: uuid.UUID,
-                           partition: int, now: int, max_records: int, budget: int,
-                           result: PartitionFetch) -> int:
-        sp = self.share_partition(session.group_id, topic_id, partition, topic)
+    def _acquire_partition(self, session: ShareSession, sp: SharePartition, topic: str,
+                           partition: int, now: int, max_records: int, limit: int,
+                           result: PartitionFetch, *, may_exceed: bool) -> int:
+        """Acquire from one share-partition into ``result``: batches up to ``limit`` bytes
+        (the first one of the answer whatever its size when ``may_exceed``); the number of
+        records acquired.  Under ``share.isolation.level=read_committed`` the log is read
+        only below its last stable offset and aborted transactions' batches are archived
+        as gaps, never acquired (Kafka's rule)."""
         plog = self.broker.get_log(topic, partition)
         if plog.log_start_offset > sp.start_offset:
             sp.move_start(plog.log_start_offset)  # retention removed what was not done
+        committed = (self.group_config(session.group_id)["share.isolation.level"]
+                     == "read_committed")
+        upper = plog.last_stable_offset if committed else plog.log_end_offset
         offset = sp.next_fetch_offset()
         taken, used = 0, 0
         parts: list = []
         # read a chunk at a time until enough is acquired: the fetch's max_bytes (50 MB from
         # librdkafka) is a bound, not a read size
-        while taken < max_records and used < budget and offset < plog.log_end_offset:
+        while taken < max_records and offset < upper:
+            room = limit - used
+            first_of_answer = may_exceed and not parts
+            if room <= 0 and not first_of_answer:
+                break
             if offset >= sp.end_offset and not sp.can_acquire_new():
                 break  # the window is full and nothing before it is available
-            data = plog.read(offset, max(min(READ_CHUNK_BYTES, budget - used), 1))
+            data = plog.read(offset, max(min(READ_CHUNK_BYTES, room), 1),
+                             max_offset=upper if committed else None)
             headers = list(iter_headers(data))
             if not headers:
                 break
-            batches = [(h.base_offset, h.last_offset) for _, h in headers]
-            gaps = [(h.base_offset, h.last_offset) for _, h in headers if h.is_control]
+            # offer only the batches that fit what is left (the first of the answer always)
+            offered, size = [], 0
+            for pos, h in headers:
+                if size + h.size > room and not (first_of_answer and not offered):
+                    break
+                offered.append((pos, h))
+                size += h.size
+            if not offered:
+                break
+            batches = [(h.base_offset, h.last_offset) for _, h in offered]
+            gaps = [(h.base_offset, h.last_offset) for _, h in offered if h.is_control]
+            if committed:
+                gaps += self._aborted_batches(plog, offered)
             acquired = sp.acquire(session.member_id, batches, now, max_records - taken,
                                   gaps=gaps)
             if acquired:
                 # only the batches holding acquired records go back (the client delivers
                 # nothing outside the acquired ranges; sending less saves the bytes)
                 view = memoryview(data)
-                for pos, h in headers:
+                for pos, h in offered:
                     if any(r.first_offset <= h.last_offset and h.base_offset <= r.last_offset
                            for r in acquired):
                         parts.append(view[pos:pos + h.size])
                         used += h.size
                 result.acquired.extend(acquired)
                 taken += sum(r.last_offset - r.first_offset + 1 for r in acquired)
-            offset = max(headers[-1][1].next_offset, sp.start_offset)
+            offset = max(offered[-1][1].next_offset, sp.start_offset)
         result.records = b"".join(parts)
         return taken
+
+    @staticmethod
+    def _aborted_batches(plog, offered) -> list[tuple[int, int]]:
+        """(first, last) of the offered transactional batches that belong to an aborted
+        transaction (read_committed: archived like gaps, as Kafka archives them)."""
+        first = offered[0][1].base_offset
+        last = offered[-1][1].next_offset
+        aborted = plog.aborted_transactions(first, last)
+        if not aborted:
+            return []
+        out = []
+        for _, h in offered:
+            if h.is_transactional and not h.is_control and any(
+                    a.producer_id == h.producer_id and a.first_offset <= h.base_offset
+                    <= a.last_offset for a in aborted):
+                out.append((h.base_offset, h.last_offset))
+        return out
 
     async def wait_for_records(self, session: ShareSession, deadline: float) -> None:
         """Sleep until an append to one of the session's partitions, records becoming
