@@ -69,6 +69,10 @@ class AcknowledgeType(IntEnum):
     RENEW = 4
 
 
+# why records were archived, for a dead-letter topic (share/dlq.py's DeadReason)
+DEAD_REJECTED = 0
+DEAD_DELIVERY_COUNT = 1
+
 # Kafka's group.share.* broker defaults (GroupCoordinatorConfig / ShareGroupConfig).
 DEFAULT_RECORD_LOCK_DURATION_MS = 30_000
 DEFAULT_DELIVERY_COUNT_LIMIT = 5
@@ -148,6 +152,10 @@ class SharePartition:
         # (the records may have been acknowledged or re-acquired since)
         self._locks: list[tuple[int, int, int]] = []
         self.dirty = False
+        # (first, last, delivery count, reason) of records archived by a REJECT or by the
+        # delivery count limit, while the group has a dead-letter topic (KIP-1191): the
+        # caller takes them with ``take_dead``; None: not collected
+        self.dead: list[tuple[int, int, int, int]] | None = None
         for batch in sorted(batches, key=lambda b: b.first_offset):
             if batch.last_offset < self.start_offset:
                 continue
@@ -391,6 +399,8 @@ class SharePartition:
             elif kind == AcknowledgeType.RELEASE:
                 self._release(run)
             else:  # REJECT, GAP
+                if kind == AcknowledgeType.REJECT and self.dead is not None:
+                    self.dead.append((run.first, run.last, run.count, DEAD_REJECTED))
                 self._finish(run, RecordState.ARCHIVED)
         self._merge(i, j)
 
@@ -414,9 +424,19 @@ class SharePartition:
     def _release(self, run: _Run) -> None:
         """Back to AVAILABLE, or ARCHIVED once delivered ``delivery_count_limit`` times."""
         if run.count >= self.config.delivery_count_limit:
+            if self.dead is not None:
+                self.dead.append((run.first, run.last, run.count, DEAD_DELIVERY_COUNT))
             self._finish(run, RecordState.ARCHIVED)
         else:
             self._finish(run, RecordState.AVAILABLE)
+
+    def take_dead(self) -> list[tuple[int, int, int, int]]:
+        """The dead letters collected since the last call (see ``dead``)."""
+        dead = self.dead
+        if not dead:
+            return []
+        self.dead = []
+        return dead
 
     # -- locks -----------------------------------------------------------------------------
 

@@ -36,6 +36,14 @@ from databus.protocol.records import build_batch, iter_headers
 
 from ..coordinator.offsets_topic import partition_for
 from ..coordinator.replay import log_records
+from .dlq import (
+    DLQ_COPY_CONFIG,
+    DLQ_TOPIC_CONFIG,
+    DeadLetter,
+    DeadLetterWriter,
+    DeadReason,
+    check_topic_name,
+)
 from .group_state import (
     HeartbeatRequest,
     HeartbeatResult,
@@ -102,6 +110,8 @@ class ShareConfig:
     max_size: int = 200
     max_share_sessions: int = 2000
     state_topic_num_partitions: int = 50
+    dlq_topic_prefix: str = "dlq."  # errors.deadletterqueue.topic.name.prefix
+    dlq_auto_create: bool = True  # errors.deadletterqueue.auto.create.topics.enable
 
 
 _DURATION = re.compile(
@@ -154,6 +164,8 @@ def group_config_checks(config: ShareConfig) -> dict[str, Callable[[str], None]]
         "share.partition.max.record.locks": _bounded(100, 10_000),
         "share.session.timeout.ms": _bounded(1, 2**31 - 1),
         "share.heartbeat.interval.ms": _bounded(1, 2**31 - 1),
+        DLQ_TOPIC_CONFIG: lambda value: check_topic_name(value, config.dlq_topic_prefix),
+        DLQ_COPY_CONFIG: _one_of("true", "false"),
     }
 
 
@@ -186,6 +198,8 @@ def group_config_defaults(config: ShareConfig) -> dict[str, str]:
         "share.partition.max.record.locks": str(config.partition_max_record_locks),
         "share.session.timeout.ms": str(config.session_timeout_ms),
         "share.heartbeat.interval.ms": str(config.heartbeat_interval_ms),
+        DLQ_TOPIC_CONFIG: "",
+        DLQ_COPY_CONFIG: "false",
     }
 
 
@@ -258,6 +272,9 @@ class ShareService:
         self._write_wanted = trio.Event()
         self._next_round = _Round()
         self._changed = trio.Event()  # records became available (release, expiry)
+        self.dead_letters = DeadLetterWriter(broker, self.dlq_target,
+                                             prefix=self.config.dlq_topic_prefix,
+                                             auto_create=self.config.dlq_auto_create)
 
     # -- lifecycle --------------------------------------------------------------------------
 
@@ -270,6 +287,7 @@ class ShareService:
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(self._timer_loop)
                 nursery.start_soon(self._writer_loop)
+                nursery.start_soon(self.dead_letters.run)
                 task_status.started(self)
         finally:
             for gone in self.coordinator.fail_all():
@@ -341,9 +359,31 @@ class ShareService:
         value = encode_config_value(overrides) if overrides else None
         await self._append_durably(group_id, [(encode_key(ConfigKey(group_id)), value)])
         new = self.partition_config(group_id)
+        collect = self.dlq_target(group_id) is not None
         for (group, _, _), sp in self.partitions.items():
             if group == group_id:
                 sp.config = new
+                sp.dead = (sp.dead or []) if collect else None
+
+    def dlq_target(self, group_id: str) -> tuple[str, bool] | None:
+        """(dead-letter topic, copy the records?) of the group, None without one."""
+        configs = self.group_configs.get(group_id)
+        if not configs or not configs.get(DLQ_TOPIC_CONFIG):
+            return None
+        return configs[DLQ_TOPIC_CONFIG], configs.get(DLQ_COPY_CONFIG, "false") == "true"
+
+    def _send_dead(self, key: PartitionKey, sp: SharePartition) -> None:
+        """Hand the records ``sp`` archived for the dead-letter topic to its writer."""
+        dead = sp.take_dead()
+        if not dead:
+            return
+        group_id, topic_id, partition = key
+        topic = self.topic_names_by_id().get(topic_id)
+        if topic is None:
+            return
+        self.dead_letters.offer([
+            DeadLetter(group_id, topic, partition, first, last, count, DeadReason(reason))
+            for first, last, count, reason in dead])
 
     # -- membership -------------------------------------------------------------------------
 
@@ -357,9 +397,10 @@ class ShareService:
         """Release what the member holds and close its session."""
         self.sessions.pop((gone.group_id, gone.member_id), None)
         released = 0
-        for (group, _, _), sp in self.partitions.items():
-            if group == gone.group_id:
+        for key, sp in self.partitions.items():
+            if key[0] == gone.group_id:
                 released += sp.release_member(gone.member_id)
+                self._send_dead(key, sp)
         if released:
             log.info("share group %s: member %s gone, %d records released", gone.group_id,
                      gone.member_id, released)
@@ -395,6 +436,8 @@ class ShareService:
             sp = SharePartition(self._reset_offset(group_id, topic, partition), config)
             sp.dirty = True  # the start offset chosen now must survive a crash
             self.created += 1
+        if self.dlq_target(group_id) is not None:
+            sp.dead = []
         self.partitions[key] = sp
         return sp
 
@@ -447,8 +490,11 @@ class ShareService:
         return session
 
     def _release_member_records(self, group_id: str, member_id: str) -> None:
-        released = sum(sp.release_member(member_id)
-                       for (group, _, _), sp in self.partitions.items() if group == group_id)
+        released = 0
+        for key, sp in self.partitions.items():
+            if key[0] == group_id:
+                released += sp.release_member(member_id)
+                self._send_dead(key, sp)
         if released:
             self._records_changed()
 
@@ -478,6 +524,8 @@ class ShareService:
                 error = code
             released = released or (
                 code == ErrorCode.none and AcknowledgeType.RELEASE in batch.types)
+        if sp.dead:
+            self._send_dead((group_id, topic_id, partition), sp)
         if released or sp.start_offset != start:
             # records to redeliver, or room in the window for new ones: fetchers waiting
             # on this partition may acquire now
@@ -742,7 +790,11 @@ class ShareService:
             log.info("share group %s: member %s session timed out", gone.group_id,
                      gone.member_id)
             self._member_gone(gone)
-        expired = sum(sp.expire_locks(now_ms) for sp in self.partitions.values())
+        expired = 0
+        for key, sp in self.partitions.items():
+            expired += sp.expire_locks(now_ms)
+            if sp.dead:
+                self._send_dead(key, sp)
         if expired:
             log.info("%d acquisition locks expired", expired)
             self._records_changed()
