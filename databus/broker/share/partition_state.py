@@ -60,7 +60,7 @@ FINAL_STATES = (RecordState.ACKNOWLEDGED, RecordState.ARCHIVED)
 
 
 class AcknowledgeType(IntEnum):
-    """ShareFetch/ShareAcknowledge acknowledge types (RENEW is v2, not served)."""
+    """ShareFetch/ShareAcknowledge acknowledge types (RENEW from v2, KIP-1222)."""
 
     GAP = 0
     ACCEPT = 1
@@ -68,6 +68,10 @@ class AcknowledgeType(IntEnum):
     REJECT = 3
     RENEW = 4
 
+
+_SETTLE_TYPES = frozenset((AcknowledgeType.GAP, AcknowledgeType.ACCEPT,
+                           AcknowledgeType.RELEASE, AcknowledgeType.REJECT))
+_RENEW_TYPES = _SETTLE_TYPES | {AcknowledgeType.RENEW}
 
 # why records were archived, for a dead-letter topic (share/dlq.py's DeadReason)
 DEAD_REJECTED = 0
@@ -359,14 +363,17 @@ class SharePartition:
     # -- acknowledgement -------------------------------------------------------------------
 
     def acknowledge(self, member_id: str, first: int, last: int,
-                    types: Sequence[int]) -> ErrorCode:
+                    types: Sequence[int], *, now_ms: int = 0,
+                    renew: bool = False) -> ErrorCode:
         """Apply one acknowledgement batch of ``member_id``: one type for the whole range or
         one per offset.  All or nothing: if any offset is not ACQUIRED by this member the
-        batch is INVALID_RECORD_STATE and changes nothing."""
+        batch is INVALID_RECORD_STATE and changes nothing.  RENEW (KIP-1222, only when
+        ``renew`` allows it) keeps the records ACQUIRED by the member with a new lock from
+        ``now_ms``, delivery count unchanged."""
         if last < first or not types or len(types) not in (1, last - first + 1):
             return ErrorCode.invalid_request
-        if any(t not in (AcknowledgeType.GAP, AcknowledgeType.ACCEPT,
-                         AcknowledgeType.RELEASE, AcknowledgeType.REJECT) for t in types):
+        allowed = _RENEW_TYPES if renew else _SETTLE_TYPES
+        if any(t not in allowed for t in types):
             return ErrorCode.invalid_request
         if first < self.start_offset or last >= self.end_offset:
             return ErrorCode.invalid_record_state
@@ -380,19 +387,26 @@ class SharePartition:
             pos = run.last + 1
             k += 1
         if len(types) == 1:
-            self._settle(first, last, types[0])
+            self._settle(first, last, types[0], now_ms)
         else:
             # one call per stretch of equal types, so a batch of alike types stays a range
             offset = first
             for kind, group in itertools.groupby(types):
                 n = sum(1 for _ in group)
-                self._settle(offset, offset + n - 1, kind)
+                self._settle(offset, offset + n - 1, kind, now_ms)
                 offset += n
         self._advance_start()
         return ErrorCode.none
 
-    def _settle(self, first: int, last: int, kind: int) -> None:
+    def _settle(self, first: int, last: int, kind: int, now_ms: int = 0) -> None:
         i, j = self._span(first, last)
+        if kind == AcknowledgeType.RENEW:
+            deadline = now_ms + self.config.record_lock_duration_ms
+            for run in self._runs[i:j]:
+                run.deadline = deadline
+            heapq.heappush(self._locks, (deadline, first, last))
+            self._merge(i, j)
+            return
         for run in self._runs[i:j]:
             if kind == AcknowledgeType.ACCEPT:
                 self._finish(run, RecordState.ACKNOWLEDGED)

@@ -164,6 +164,7 @@ def group_config_checks(config: ShareConfig) -> dict[str, Callable[[str], None]]
         "share.partition.max.record.locks": _bounded(100, 10_000),
         "share.session.timeout.ms": _bounded(1, 2**31 - 1),
         "share.heartbeat.interval.ms": _bounded(1, 2**31 - 1),
+        "share.renew.acknowledge.enable": _one_of("true", "false"),
         DLQ_TOPIC_CONFIG: lambda value: check_topic_name(value, config.dlq_topic_prefix),
         DLQ_COPY_CONFIG: _one_of("true", "false"),
     }
@@ -198,6 +199,7 @@ def group_config_defaults(config: ShareConfig) -> dict[str, str]:
         "share.partition.max.record.locks": str(config.partition_max_record_locks),
         "share.session.timeout.ms": str(config.session_timeout_ms),
         "share.heartbeat.interval.ms": str(config.heartbeat_interval_ms),
+        "share.renew.acknowledge.enable": "true",
         DLQ_TOPIC_CONFIG: "",
         DLQ_COPY_CONFIG: "false",
     }
@@ -505,9 +507,13 @@ class ShareService:
     # -- acknowledgements -------------------------------------------------------------------
 
     def acknowledge(self, group_id: str, member_id: str, topic_id: uuid.UUID, partition: int,
-                    batches: Iterable[AckBatch]) -> ErrorCode:
+                    batches: Iterable[AckBatch], *, renew: bool = False) -> ErrorCode:
         """Apply one partition's acknowledgement batches (in memory; ``persist`` makes them
-        durable).  The first failing batch's error is the partition's."""
+        durable).  The first failing batch's error is the partition's.  ``renew``: the
+        request's version knows RENEW (v2, KIP-1222); the group's
+        ``share.renew.acknowledge.enable`` may still refuse it (INVALID_REQUEST)."""
+        renew = renew and self.group_config(group_id)["share.renew.acknowledge.enable"] == "true"
+        now = self.clock()
         names = self.topic_names_by_id()
         topic = names.get(topic_id)
         if topic is None:
@@ -519,7 +525,8 @@ class ShareService:
         released = False
         start = sp.start_offset
         for batch in batches:
-            code = sp.acknowledge(member_id, batch.first_offset, batch.last_offset, batch.types)
+            code = sp.acknowledge(member_id, batch.first_offset, batch.last_offset, batch.types,
+                                  now_ms=now, renew=renew)
             if code != ErrorCode.none and error == ErrorCode.none:
                 error = code
             released = released or (
