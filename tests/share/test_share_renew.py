@@ -116,3 +116,38 @@ def test_record_limit_mode_takes_max_records_and_an_unknown_mode_is_refused(brok
         member.session_epoch = 0
         assert acquired(member.fetch(version=2, max_records=3, share_acquire_mode=1)) == [
             (0, 2, 1)]
+
+
+def test_our_share_consumer_renews_a_slow_record_then_accepts_it(broker):
+    import trio
+
+    from databus.client import AcknowledgeType, ShareConsumer
+
+    topic, group = new_group(broker)
+
+    async def main() -> tuple[list, dict, list]:
+        others: list = []
+        with trio.fail_after(30):
+            async with ShareConsumer(broker.bootstrap, {
+                    "group.id": group, "share.acknowledgement.mode": "explicit",
+                    "share.acquire.mode": "record_limit"}) as sc:
+                sc.subscribe([topic])
+                records: list = []
+                while not records:
+                    records = await sc.poll(0.5)
+                with RawClient(broker.bootstrap) as client:
+                    other = joined(client, group, topic)
+                    # 3 s of work on the record, renewing every 0.5 s: past the 2 s lock
+                    for _ in range(6):
+                        sc.acknowledge(records[0], AcknowledgeType.RENEW)
+                        assert all(e is None for e in (await sc.commit()).values())
+                        await trio.sleep(0.5)
+                        others += acquired(other.fetch(max_wait_ms=0, version=2))
+                sc.acknowledge(records[0], AcknowledgeType.ACCEPT)
+                results = await sc.commit()
+        return records, results, others
+
+    records, results, others = trio.run(main)
+    assert [(r.offset, r.delivery_count) for r in records] == [(0, 1)]
+    assert others == [], "the renewed record went to another member"
+    assert list(results.values()) == [None]

@@ -96,6 +96,11 @@ async def share_group_heartbeat(ctx: RequestContext, request):
         client_id=ctx.client_id or "",
         client_host="/" + ctx.client_host if ctx.client_host else "",
     ))
+    if service.membership_changed:
+        # the new epochs and assignment are durable before the member hears of them
+        error = await service.persist()
+        if error != ErrorCode.none:
+            return _response(ctx, error_code=error)
     assignment = None
     if result.assignment is not None:
         topics = ctx.broker.log_manager.topics()

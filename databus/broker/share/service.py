@@ -62,14 +62,17 @@ from .partition_state import (
 from .state_topic import (
     SHARE_STATE_TOPIC,
     ConfigKey,
+    MembershipKey,
     ShareStateRecordError,
     StateKey,
     StateValue,
     decode_config_value,
     decode_key,
+    decode_membership_value,
     decode_state_value,
     encode_config_value,
     encode_key,
+    encode_membership_value,
     encode_state_value,
 )
 
@@ -270,6 +273,7 @@ class ShareService:
         self.loaded = False
         self.writes = 0  # rounds written (for tests and the bench)
         self.created = 0  # share-partitions initialised by auto offset reset
+        self.restored_members = 0  # members kept across the last restart
         self._rearm = trio.Event()
         self._write_wanted = trio.Event()
         self._next_round = _Round()
@@ -306,6 +310,7 @@ class ShareService:
 
     def replay(self) -> None:
         records = 0
+        memberships = {}
         for partition in range(self.num_partitions):
             plog = self.broker.get_log(SHARE_STATE_TOPIC, partition)
             if plog is None:
@@ -322,6 +327,11 @@ class ShareService:
                             self.durable.pop(pkey, None)
                         else:
                             self.durable[pkey] = decode_state_value(value)
+                    elif isinstance(decoded, MembershipKey):
+                        if value is None:
+                            memberships.pop(decoded.group_id, None)
+                        else:
+                            memberships[decoded.group_id] = decode_membership_value(value)
                     elif value is None:
                         self.group_configs.pop(decoded.group_id, None)
                     else:
@@ -333,6 +343,11 @@ class ShareService:
             self.coordinator.ensure_group(group_id)
         for group_id in self.group_configs:
             self.coordinator.ensure_group(group_id)
+        now = self.clock()
+        for group_id, image in memberships.items():
+            self.coordinator.restore(group_id, image, now)
+        self.coordinator.dirty.clear()
+        self.restored_members = sum(len(image.members) for image in memberships.values())
         log.info("loaded the state of %d share-partitions from %d records of %s",
                  len(self.durable), records, SHARE_STATE_TOPIC)
 
@@ -390,10 +405,17 @@ class ShareService:
     # -- membership -------------------------------------------------------------------------
 
     def heartbeat(self, request: HeartbeatRequest) -> HeartbeatResult:
+        """One heartbeat; if it changed the group's membership, ``membership_changed`` and
+        the caller waits for ``persist`` before answering (a member must not be told an
+        epoch that a crash could take back)."""
         topics = {name: info.partitions for name, info in self.broker.log_manager.topics().items()}
         result = self.coordinator.heartbeat(self.clock(), request, topics)
         self._rearm.set()
         return result
+
+    @property
+    def membership_changed(self) -> bool:
+        return bool(self.coordinator.dirty)
 
     def _member_gone(self, gone: MemberGone) -> None:
         """Release what the member holds and close its session."""
@@ -574,6 +596,12 @@ class ShareService:
     async def _write_dirty(self) -> None:
         by_partition: dict[int, list[tuple[bytes, bytes | None]]] = {}
         now = self.clock()
+        dirty, self.coordinator.dirty = self.coordinator.dirty, set()
+        for group_id in sorted(dirty):
+            image = self.coordinator.export(group_id)
+            value = encode_membership_value(image) if image is not None else None
+            by_partition.setdefault(self._state_partition(group_id), []).append(
+                (encode_key(MembershipKey(group_id)), value))
         for (group_id, topic_id, partition), sp in self.partitions.items():
             if not sp.dirty:
                 continue
@@ -797,6 +825,8 @@ class ShareService:
             log.info("share group %s: member %s session timed out", gone.group_id,
                      gone.member_id)
             self._member_gone(gone)
+        if self.coordinator.dirty:
+            self._write_wanted.set()
         expired = 0
         for key, sp in self.partitions.items():
             expired += sp.expire_locks(now_ms)
@@ -880,6 +910,7 @@ class ShareService:
             (encode_key(StateKey(*key)), None) for key in sorted(keys, key=str)]
         if topics is None:
             kvs.append((encode_key(ConfigKey(group_id)), None))
+            kvs.append((encode_key(MembershipKey(group_id)), None))
         for key in keys:
             self.partitions.pop(key, None)
             self.durable.pop(key, None)
