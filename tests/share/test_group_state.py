@@ -18,15 +18,15 @@ from databus.broker.share.partition_state import RecordState, StateBatch
 from databus.broker.share.state_topic import (
     ConfigKey,
     MembershipKey,
-    decode_membership_value,
-    encode_membership_value,
     StateKey,
     StateValue,
     decode_config_value,
     decode_key,
+    decode_membership_value,
     decode_state_value,
     encode_config_value,
     encode_key,
+    encode_membership_value,
     encode_state_value,
 )
 from databus.protocol.errors import ErrorCode
