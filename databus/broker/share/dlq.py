@@ -49,6 +49,10 @@ HEADER_MESSAGE = "__dlq.errors.message"
 # letters queued for writing past this are dropped with a warning (memory stays bounded
 # while the DLQ topic cannot be written)
 MAX_QUEUED_OFFSETS = 1_000_000
+# an appended DLQ batch holds at most this many records and about this many key and value
+# bytes (well under a topic's default max.message.bytes; a single bigger record goes alone)
+MAX_RECORDS_PER_BATCH = 500
+MAX_BYTES_PER_BATCH = 512 * 1024
 _LEGAL = re.compile(r"^[a-zA-Z0-9._-]{1,249}$")
 
 
@@ -104,13 +108,27 @@ def letter_headers(letter: DeadLetter, offset: int) -> tuple[tuple[str, bytes], 
     )
 
 
-def dlq_batch(letter: DeadLetter, originals: dict[int, tuple[bytes | None, bytes | None]],
-              now_ms: int) -> bytes:
-    """One record per offset of ``letter``: its headers, and the original (key, value) where
-    ``originals`` has it (copy enabled and the record still in the log), else null ones."""
-    return build_batch([
-        (*originals.get(offset, (None, None)), letter_headers(letter, offset), now_ms)
-        for offset in range(letter.first_offset, letter.last_offset + 1)])
+def dlq_records(letter: DeadLetter, originals: dict[int, tuple[bytes | None, bytes | None]],
+                now_ms: int) -> list:
+    """One record (build_batch's tuple) per offset of ``letter``: its headers, and the
+    original (key, value) where ``originals`` has it (copy enabled and the record still in
+    the log), else null ones."""
+    return [(*originals.get(offset, (None, None)), letter_headers(letter, offset), now_ms)
+            for offset in range(letter.first_offset, letter.last_offset + 1)]
+
+
+def _chunks(records: list) -> list[list]:
+    out: list[list] = [[]]
+    size = 0
+    for record in records:
+        n = len(record[0] or b"") + len(record[1] or b"")
+        if out[-1] and (len(out[-1]) >= MAX_RECORDS_PER_BATCH
+                        or size + n > MAX_BYTES_PER_BATCH):
+            out.append([])
+            size = 0
+        out[-1].append(record)
+        size += n
+    return out
 
 
 def read_originals(plog, first: int, last: int) -> dict[int, tuple[bytes | None, bytes | None]]:
@@ -169,20 +187,43 @@ class DeadLetterWriter:
             await self._wake.wait()
             self._wake = trio.Event()
             letters, self.queue, self.queued_offsets = self.queue, [], 0
+            # one batch per DLQ topic-partition per round: a REJECT of every tenth record
+            # makes one letter per record, and an append each would cost more than the rest
+            batches: dict[tuple[str, int], list] = {}
+            now = int(time.time() * 1000)
             for letter in letters:
                 try:
-                    self._write(letter)
+                    place = self._place(letter)
+                    if place is not None:
+                        name, partition, copy = place
+                        batches.setdefault((name, partition), []).extend(
+                            dlq_records(letter, self._originals(letter) if copy else {}, now))
                 except Exception as exc:  # noqa: BLE001 - one bad letter stops no other
-                    self.refused += letter.last_offset - letter.first_offset + 1
-                    log.warning("share group %s: dead letters %s-%d offsets %d-%d not "
-                                "written: %s", letter.group_id, letter.topic, letter.partition,
-                                letter.first_offset, letter.last_offset, exc)
+                    self._refuse(letter, exc)
+            for (name, partition), records in batches.items():
+                for chunk in _chunks(records):
+                    try:
+                        self.broker.append(name, partition, build_batch(chunk))
+                        self.written += len(chunk)
+                    except Exception as exc:  # noqa: BLE001
+                        self.refused += len(chunk)
+                        log.warning("dead letters for %s-%d not written: %s", name, partition,
+                                    exc)
             await trio.sleep(0)
 
-    def _write(self, letter: DeadLetter) -> None:
+    def _refuse(self, letter: DeadLetter, exc: Exception) -> None:
+        self.refused += letter.last_offset - letter.first_offset + 1
+        log.warning("share group %s: dead letters %s-%d offsets %d-%d not written: %s",
+                    letter.group_id, letter.topic, letter.partition, letter.first_offset,
+                    letter.last_offset, exc)
+
+    def _place(self, letter: DeadLetter) -> tuple[str, int, bool] | None:
+        """(DLQ topic, its partition, copy the records?) of a letter, the topic created if
+        need be; None when the group has no DLQ any more; ValueError when it may not be
+        written."""
         target = self.target(letter.group_id)
         if target is None:
-            return
+            return None
         name, copy = target
         check_topic_name(name, self.prefix)
         info = self.broker.topic(name)
@@ -195,11 +236,10 @@ class DeadLetterWriter:
         elif info.config.get(DLQ_ENABLE_TOPIC_CONFIG, "false").lower() != "true":
             raise ValueError(f"DLQ is not enabled on topic {name} "
                              f"({DLQ_ENABLE_TOPIC_CONFIG} is not true)")
-        originals: dict[int, tuple[bytes | None, bytes | None]] = {}
-        if copy:
-            plog = self.broker.get_log(letter.topic, letter.partition)
-            if plog is not None:
-                originals = read_originals(plog, letter.first_offset, letter.last_offset)
-        batch = dlq_batch(letter, originals, int(time.time() * 1000))
-        self.broker.append(name, letter.partition % info.partitions, batch)
-        self.written += letter.last_offset - letter.first_offset + 1
+        return name, letter.partition % info.partitions, copy
+
+    def _originals(self, letter: DeadLetter) -> dict[int, tuple[bytes | None, bytes | None]]:
+        plog = self.broker.get_log(letter.topic, letter.partition)
+        if plog is None:
+            return {}
+        return read_originals(plog, letter.first_offset, letter.last_offset)
