@@ -42,6 +42,7 @@ from dataclasses import dataclass, field
 from enum import Enum
 
 from databus.protocol.errors import ErrorCode
+from databus.protocol.internal_records.share_group_state import MemberImage, MembershipImage
 
 from ..coordinator.heartbeat_groups import (
     DEFAULT_HEARTBEAT_INTERVAL_MS,
@@ -129,30 +130,6 @@ class ShareGroupSnapshot:
     group_epoch: int
     assignment_epoch: int
     members: tuple[MemberSnapshot, ...]
-
-
-@dataclass(frozen=True)
-class MemberImage:
-    """A member as persisted."""
-
-    member_id: str
-    member_epoch: int
-    rack_id: str | None
-    client_id: str
-    client_host: str
-    subscribed_topic_names: tuple[str, ...]
-    assignment: tuple[tuple[str, tuple[int, ...]], ...]
-
-
-@dataclass(frozen=True)
-class MembershipImage:
-    """A group's membership as persisted: its epochs, members and their assignments."""
-
-    group_epoch: int
-    assignment_epoch: int
-    members: tuple[MemberImage, ...]
-    # (topic, partition count) the target assignment was computed from
-    topics_seen: tuple[tuple[str, int], ...] = ()
 
 
 @dataclass

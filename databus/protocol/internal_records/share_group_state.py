@@ -34,8 +34,7 @@ from dataclasses import dataclass
 from databus.protocol.binary import BinaryFormatError as ShareStateRecordError  # re-exported
 from databus.protocol.binary import Reader, Writer
 
-from .group_state import MemberImage, MembershipImage
-from .partition_state import RecordState, StateBatch
+from .share_batches import RecordState, StateBatch
 
 SHARE_STATE_TOPIC = "__share_group_state"
 STATE_KEY_VERSION = 0
@@ -62,6 +61,31 @@ class ConfigKey:
 @dataclass(frozen=True)
 class MembershipKey:
     group_id: str
+
+
+@dataclass(frozen=True)
+class MemberImage:
+    """A share-group member as persisted (broker/share/group_state.py exports and restores
+    it)."""
+
+    member_id: str
+    member_epoch: int
+    rack_id: str | None
+    client_id: str
+    client_host: str
+    subscribed_topic_names: tuple[str, ...]
+    assignment: tuple[tuple[str, tuple[int, ...]], ...]
+
+
+@dataclass(frozen=True)
+class MembershipImage:
+    """A share group's membership as persisted: its epochs, members and their assignments."""
+
+    group_epoch: int
+    assignment_epoch: int
+    members: tuple[MemberImage, ...]
+    # (topic, partition count) the target assignment was computed from
+    topics_seen: tuple[tuple[str, int], ...] = ()
 
 
 @dataclass(frozen=True)
