@@ -157,3 +157,30 @@ def test_groups_describe_shows_the_dlq(broker, capsys):
                  "describe", group]) == 0
     assert f"dead-letter topic (KIP-1191): {dlq}, copying records: false" in (
         capsys.readouterr().out)
+
+
+def test_our_share_consumers_reject_lands_in_the_dlq(broker):
+    import trio
+
+    from databus.client import AcknowledgeType, ShareConsumer
+
+    topic, group, dlq = new_work(broker)
+
+    async def main() -> None:
+        with trio.fail_after(DEADLINE_S):
+            async with ShareConsumer(broker.bootstrap, {
+                    "group.id": group, "share.acknowledgement.mode": "explicit"}) as sc:
+                sc.subscribe([topic])
+                settled = 0
+                while settled < 3:
+                    for record in await sc.poll(0.5):
+                        sc.acknowledge(record, AcknowledgeType.REJECT if record.offset == 0
+                                       else AcknowledgeType.ACCEPT)
+                        settled += 1
+                assert all(e is None for e in (await sc.commit()).values())
+
+    trio.run(main)
+    (letter,) = read_dlq(broker, dlq, 1)
+    headers = {k: v.decode() for k, v in letter.headers()}
+    assert (headers["__dlq.errors.offset"], headers["__dlq.errors.message"]) == (
+        "0", "Offset rejected by client.")
