@@ -29,7 +29,7 @@ import trio
 
 from ..protocol.codecs import CODEC_BY_NAME
 from ..protocol.records import as_bytes, record_size_upper_bound
-from ..protocol.speedups import native as _native
+from ..protocol.speedups import load_native
 from ..service import latency_trace
 from . import errors
 from .accumulator import BatchResult, DeliverySink, ProducerBatch, RecordAccumulator
@@ -90,7 +90,9 @@ class _RecordHandle:
         self.timestamp = timestamp
 
 
-_HandleBase: type = _RecordHandle if _native is None else _native.RecordHandle
+# the C twin, _producer_speedups.c beside this module
+_handle_native = load_native(name="_producer_speedups", package=__package__)
+_HandleBase: type = _RecordHandle if _handle_native is None else _handle_native.RecordHandle
 
 
 class DeliveryFuture(_HandleBase):

@@ -209,6 +209,18 @@ def set_partition_leader_epoch(buf: bytearray | memoryview, pos: int, epoch: int
     _I32.pack_into(buf, pos + 12, epoch)
 
 
+_ATTRIBUTES = struct.Struct(">h")
+
+
+def set_log_append_time(buf: bytearray | memoryview, pos: int, header: BatchHeader,
+                        now_ms: int) -> None:
+    """LogAppendTime, stamped in place: ``now_ms`` becomes the batch's maxTimestamp, the
+    timestamp-type bit is set and the CRC recomputed (header fields only, records untouched)."""
+    _ATTRIBUTES.pack_into(buf, pos + 21, header.attributes | ATTR_TIMESTAMP_TYPE)
+    _I64.pack_into(buf, pos + 35, now_ms)
+    _U32.pack_into(buf, pos + 17, compute_crc(buf, pos, header.size))
+
+
 # ---------------------------------------------------------------------------------------
 # Records.  Inside the (possibly compressed) payload, each record is::
 #
@@ -1054,12 +1066,23 @@ def control_type_name(kind: int) -> str:
     return _CONTROL_TYPE_NAMES.get(kind, f"UNKNOWN({kind})")
 
 
+_CONTROL_VALUE = struct.Struct(">hi")  # EndTransactionMarker: version, coordinator epoch
+
+
+def control_coordinator_epoch(value: bytes | None) -> int | None:
+    """The coordinator epoch of a transaction marker's value; None when the value is too
+    short to hold one."""
+    if value is None or len(value) < _CONTROL_VALUE.size:
+        return None
+    return _CONTROL_VALUE.unpack_from(value)[1]
+
+
 def build_control_batch(producer_id: int, producer_epoch: int, kind: int, *,
                         coordinator_epoch: int = 0, timestamp: int = 0) -> bytes:
     """A transaction marker (Kafka's EndTransactionMarker): one control record, transactional
     and control bits set, key = (version 0, type), value = (version 0, coordinator epoch)."""
     key = _CONTROL_KEY.pack(0, kind)
-    value = struct.pack(">hi", 0, coordinator_epoch)
+    value = _CONTROL_VALUE.pack(0, coordinator_epoch)
     return build_batch([(key, value, (), timestamp)], producer_id=producer_id,
                        producer_epoch=producer_epoch, transactional=True, control=True)
 
