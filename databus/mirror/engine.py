@@ -732,9 +732,7 @@ class MirrorEngine:
         stats = part.stats
         stats.records += count
         stats.bytes += chunk.size * count // max(len(chunk.offsets), 1)
-        observe = stats.latency.observe
-        for ts in chunk.timestamps[start:start + count]:
-            observe(max(visible_ms - ts, 0) / 1000)
+        stats.latency.observe_ages(visible_ms, chunk.timestamps[start:start + count])
 
     def _failed(self, part: _Partition, exc: BaseException) -> None:
         part.stats.errors += 1
