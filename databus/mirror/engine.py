@@ -668,7 +668,7 @@ class MirrorEngine:
             return  # read again from the acknowledged position after the rewind
         row, stop = records.row_range
         buffers = records.buffers
-        offsets, stamps = records.offsets, records.timestamps
+        offsets = records.offsets
         end = offsets[-1]
         prefix = part.header_prefix
         skipped, too_large, size = scan_columns(

@@ -150,8 +150,7 @@ class SinkRunner:
         # A sink with ``write_columns`` gets each partition's records as columns
         # (RecordColumns, from getmany_columns: no object per record); any other sink gets
         # ConsumerRecords through ``write`` (the per-record adapter, hookspecs.databus_sink).
-        write_columns = getattr(sink, "write_columns", None)
-        columnar = callable(write_columns)
+        columnar = callable(getattr(sink, "write_columns", None))
         limit = consumer.config.max_poll_records
         while not self._stop.is_set():
             batches: Mapping[TopicPartition, Any] = {}
@@ -187,7 +186,7 @@ class SinkRunner:
                             consumer.seek(tp, first)
                         continue  # else revoked meanwhile: the next owner reads them
                     if columnar:
-                        rows = await self._call("write_columns", write_columns, tp, records)
+                        rows = await self._call("write_columns", sink.write_columns, tp, records)
                         rejected = [(_record_at(records, i), reason) for i, reason in rows or ()]
                     else:
                         rejected = await self._call("write", sink.write, tp, records)
@@ -421,6 +420,6 @@ class SinkSupervisor:
 def _record_at(columns: RecordColumns, i: int) -> ConsumerRecord:
     """Row ``i`` of a columnar batch as the ConsumerRecord the dead-letter path reads (only
     for the rows a sink rejects)."""
-    return ConsumerRecord(columns.topic, columns.partition, columns.offsets[i],
-                          columns.timestamps[i], 0, columns.key(i), columns.value(i),
-                          columns.headers(i))
+    return ConsumerRecord._make((columns.topic, columns.partition, columns.offsets[i],
+                                 columns.timestamps[i], 0, columns.key(i), columns.value(i),
+                                 columns.headers(i)))
