@@ -532,10 +532,11 @@ class BatchBuilder:
         mirror's copy: records go from the fetched columns to the target's batch with no
         Python object per record (C: ``_speedups.mirror_columns``; ``_append_columns_py``
         is its twin, held equal by tests/protocol/test_mirror_columns.py)."""
-        if _native is None:
+        mirror_columns = getattr(_native, "mirror_columns", None)  # None: an older build
+        if mirror_columns is None:
             return self._append_columns_py(buffers, row, stop, header_key, prefix, skip_prefix)
         try:
-            stop, size, count, od, base_ts, max_ts, chunk = _native.mirror_columns(
+            stop, size, count, od, base_ts, max_ts, chunk = mirror_columns(
                 buffers, row, stop, self.batch_size, self._size, self._count, self._last_delta,
                 self._base_ts, self._max_ts, header_key.encode(), prefix, skip_prefix)
         except OverflowError:  # a builder state beyond int64
@@ -619,9 +620,10 @@ def scan_columns(buffers: list, row: int, stop: int, header_key: str, skip_prefi
     (the loop check), and the first other row whose record, with a ``header_key`` header of
     ``prefix_len`` bytes plus its offset in decimal, is larger than ``limit`` (key, value
     and header bytes + 64, the mirror's estimate; -1 when none), with that size."""
-    if _native is not None:
-        return _native.scan_columns(buffers, row, stop, header_key.encode(), skip_prefix,
-                                    prefix_len, limit)
+    native_scan = getattr(_native, "scan_columns", None)  # None: an older build
+    if native_scan is not None:
+        return native_scan(buffers, row, stop, header_key.encode(), skip_prefix, prefix_len,
+                           limit)
     from .columns import ColumnBuffers, RecordColumns
 
     columns = ColumnBuffers.__new__(ColumnBuffers)
