@@ -534,6 +534,49 @@ class BatchBuilder:
 
     _append_many_py = append_many  # the pure-Python loop, whichever append_many is bound
 
+    def append_columns(self, buffers: list, row: int, stop: int, header_key: str,
+                       prefix: bytes, skip_prefix: bytes) -> int:
+        """Encode rows ``row..stop`` of column buffers (``columns.ColumnBuffers.buffers``) as
+        records with one more header, ``header_key`` = ``prefix`` + the row's offset in
+        decimal (the mirror's provenance), passing over rows that already carry
+        ``header_key`` with a value starting with ``skip_prefix`` (the loop check), until
+        one does not fit; returns the first row not taken (``stop`` when all were).  The
+        mirror's copy: records go from the fetched columns to the target's batch with no
+        Python object per record (C: ``_speedups.mirror_columns``; ``_append_columns_py``
+        is its twin, held equal by tests/protocol/test_mirror_columns.py)."""
+        mirror_columns = getattr(_native, "mirror_columns", None)  # None: an older build
+        if mirror_columns is None:
+            return self._append_columns_py(buffers, row, stop, header_key, prefix, skip_prefix)
+        try:
+            stop, size, count, od, base_ts, max_ts, chunk = mirror_columns(
+                buffers, row, stop, self.batch_size, self._size, self._count, self._last_delta,
+                self._base_ts, self._max_ts, header_key.encode(), prefix, skip_prefix)
+        except OverflowError:  # a builder state beyond int64
+            return self._append_columns_py(buffers, row, stop, header_key, prefix, skip_prefix)
+        if chunk is not None:
+            self._parts.append(chunk)
+            self._size, self._count, self._last_delta = size, count, od
+            self._base_ts, self._max_ts = base_ts, max_ts
+            self._payload = None
+        return stop
+
+    def _append_columns_py(self, buffers, row, stop, header_key, prefix, skip_prefix) -> int:
+        from .columns import ColumnBuffers, RecordColumns  # columns imports this module
+
+        columns = ColumnBuffers.__new__(ColumnBuffers)
+        columns.buffers = buffers
+        view = RecordColumns("", 0, columns)
+        offsets, timestamps = view.offsets, view.timestamps
+        for i in range(row, stop):
+            headers = view.headers(i)
+            if _came_from(headers, header_key, skip_prefix):
+                continue
+            record = (timestamps[i], view.key(i), view.value(i),
+                      (*headers, (header_key, prefix + str(offsets[i]).encode())))
+            if self._append_many_py((record,)) != 1:
+                return i
+        return stop
+
     def build(self, last_offset_delta: int | None = None) -> bytes:
         """The finished batch.  ``last_offset_delta`` overrides the last record's (the
         compactor keeps a batch's original lastOffsetDelta when it drops trailing records)."""
@@ -576,6 +619,42 @@ class BatchBuilder:
             crc,
         )
         return b"".join((head, tail, payload))
+
+
+def _came_from(headers, header_key: str, value_prefix: bytes) -> bool:
+    return any(k == header_key and v is not None and v.startswith(value_prefix)
+               for k, v in headers)
+
+
+def scan_columns(buffers: list, row: int, stop: int, header_key: str, skip_prefix: bytes,
+                 prefix_len: int, limit: int) -> tuple[list[int], int, int]:
+    """Before ``BatchBuilder.append_columns``: the rows of ``row..stop`` it will pass over
+    (the loop check), and the first other row whose record, with a ``header_key`` header of
+    ``prefix_len`` bytes plus its offset in decimal, is larger than ``limit`` (key, value
+    and header bytes + 64, the mirror's estimate; -1 when none), with that size."""
+    native_scan = getattr(_native, "scan_columns", None)  # None: an older build
+    if native_scan is not None:
+        return native_scan(buffers, row, stop, header_key.encode(), skip_prefix, prefix_len,
+                           limit)
+    from .columns import ColumnBuffers, RecordColumns
+
+    columns = ColumnBuffers.__new__(ColumnBuffers)
+    columns.buffers = buffers
+    view = RecordColumns("", 0, columns)
+    skipped = []
+    extra = len(header_key.encode()) + prefix_len
+    for i in range(row, stop):
+        headers = view.headers(i)
+        if _came_from(headers, header_key, skip_prefix):
+            skipped.append(i)
+            continue
+        key, value = view.key(i), view.value(i)
+        size = (len(key) if key else 0) + (len(value) if value else 0) + extra
+        size += len(str(view.offsets[i]))
+        size += sum(len(k.encode()) + (len(v) if v else 0) for k, v in headers)
+        if size + 64 > limit:
+            return skipped, i, size
+    return skipped, -1, 0
 
 
 def _record_fields(item):
