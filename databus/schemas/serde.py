@@ -30,7 +30,10 @@ from typing import Any
 import fastavro
 import msgpack
 
-from databus.protocol.speedups import avro_native
+from databus.protocol.speedups import load_native
+
+# the batch path in C (_avro_speedups.c): None where it is not built or DATABUS_PURE_PYTHON
+avro_native = load_native(name="_avro_speedups", package=__package__)
 
 MAGIC = 0
 _HEADER = struct.Struct(">bI")
@@ -160,7 +163,7 @@ class Codec:
         Python object per field); what it leaves (a refusal, JSON text, what it cannot
         decide as fastavro does) takes the per-record path, which names field and rule."""
         out: list = [None] * len(values)
-        if self._program is not None and how != "json":
+        if self._program is not None and avro_native is not None and how != "json":
             out = avro_native.encode_many(self._program, self._prefix, values, how == "auto")
         for i, done in enumerate(out):
             if done is None:
@@ -177,7 +180,7 @@ class Codec:
         ``skip`` has no app value and is left alone.  Returns (index, RecordError) for each
         value refused.  One pass in C over the frame where it can."""
         undone: list[int]
-        if self._program is not None and how != "json":
+        if self._program is not None and avro_native is not None and how != "json":
             undone = avro_native.encode_stream(messages, stream, self._program, self._prefix,
                                                how == "auto", skip)
         else:
@@ -310,7 +313,7 @@ def _bytes_defaults(schema: Any, names: dict, done: set) -> None:
         _bytes_defaults(schema["items" if kind == "array" else "values"], names, done)
 
 
-# -- Avro: the program of the C batch path (databus/protocol/_avro_speedups.c) ---------------
+# -- Avro: the program of the C batch path (databus/schemas/_avro_speedups.c) ---------------
 
 _KINDS = {name: i for i, name in enumerate(
     ("null", "boolean", "int", "long", "float", "double", "string", "bytes", "record", "enum",

@@ -1,5 +1,5 @@
 """Typed streams' batch path (``Codec.encode_many``; for Avro the C transcoder from msgpack,
-databus/protocol/_avro_speedups.c): for every value it gives what the per-record path gives —
+databus/schemas/_avro_speedups.c): for every value it gives what the per-record path gives —
 the same bytes, or the same refusal naming the same field and rule — and it does take the
 common values itself (else the batch path would be the slow path under another name)."""
 
@@ -12,8 +12,7 @@ import random
 import msgpack
 import pytest
 
-from databus.protocol.speedups import avro_native
-from databus.schemas.serde import Codec, RecordError, parse_input
+from databus.schemas.serde import Codec, RecordError, avro_native, parse_input
 
 from .test_serde import GOOD, ORDER
 

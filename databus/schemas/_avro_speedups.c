@@ -555,6 +555,6 @@ static PyMethodDef methods[] = {
     {NULL, NULL, 0, NULL},
 };
 
-static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_avro_speedups", NULL, -1, methods};
+static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "databus.schemas._avro_speedups", NULL, -1, methods};
 
 PyMODINIT_FUNC PyInit__avro_speedups(void) { return PyModule_Create(&module); }
