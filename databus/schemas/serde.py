@@ -112,6 +112,7 @@ class Codec:
         self._prefix = _HEADER.pack(MAGIC, schema_id)
         obj = json.loads(text)
         self._program: tuple | None = None
+        self._json_fits = None
         if schema_type == "AVRO":
             self._names: dict[str, Any] = {}
             self._avro = fastavro.parse_schema(obj, named_schemas=self._names)
@@ -125,6 +126,7 @@ class Codec:
 
             cls = jsonschema.validators.validator_for(obj, default=jsonschema.Draft7Validator)
             self._validator = cls(obj)
+            self._json_fits = _json_predicate(obj, cls)
 
     def check(self, value: Any) -> None:
         """Raises RecordError if the schema does not take ``value``."""
@@ -132,6 +134,8 @@ class Codec:
             if not self._fits(value):  # (the walk that names the field: only on a refusal)
                 _check_avro(self._avro, value, "$", self._names)
             return
+        if self._json_fits is not None and self._json_fits(value):
+            return  # (the validator that names the keyword: only on a refusal)
         errors = list(self._validator.iter_errors(value))
         if errors:
             import jsonschema.exceptions
@@ -311,6 +315,48 @@ def _bytes_defaults(schema: Any, names: dict, done: set) -> None:
             _bytes_defaults(field["type"], names, done)
     elif kind in ("array", "map"):
         _bytes_defaults(schema["items" if kind == "array" else "values"], names, done)
+
+
+# -- JSON Schema: a predicate compiled once per schema (fastjsonschema generates Python for
+# it: ~10x jsonschema's time on a valid value); jsonschema still decides every refusal, so
+# a value fastjsonschema refuses and jsonschema takes goes through (formats, which
+# jsonschema does not check by default, are off here too).
+
+def _json_predicate(schema: Any, cls):
+    """For drafts 4, 6 and 7 (what fastjsonschema knows) and local ``$ref``s only (it would
+    fetch remote ones), else None."""
+    import jsonschema
+
+    if cls not in (jsonschema.Draft4Validator, jsonschema.Draft6Validator,
+                   jsonschema.Draft7Validator) or not _local_refs(schema):
+        return None
+    try:
+        import fastjsonschema
+
+        validate = fastjsonschema.compile(schema, use_default=False, use_formats=False)
+    except Exception:  # noqa: BLE001 - not compiled: jsonschema alone decides
+        return None
+
+    def fits(value) -> bool:
+        try:
+            validate(value)
+            return True
+        except Exception:  # noqa: BLE001 - a refusal, or trouble: jsonschema decides
+            return False
+    return fits
+
+
+def _local_refs(schema: Any, depth: int = 0) -> bool:
+    if depth > 64:
+        return False
+    if isinstance(schema, dict):
+        ref = schema.get("$ref")
+        if ref is not None and not (isinstance(ref, str) and ref.startswith("#")):
+            return False
+        return all(_local_refs(v, depth + 1) for v in schema.values())
+    if isinstance(schema, list):
+        return all(_local_refs(v, depth + 1) for v in schema)
+    return True
 
 
 # -- Avro: the program of the C batch path (databus/schemas/_avro_speedups.c) ---------------

@@ -204,3 +204,48 @@ def test_a_frame_encoded_in_place(native, monkeypatch):
     assert frame[1] is before[1] and frame[2] is before[2] and frame[4] is before[4]
     assert frame[3][2] == codec.encode({"order_id": 4, "item": "ink"})
     assert frame[5] == (6, "orders", codec.encode(GOOD), b"k", [("h", b"v")], 0, 17)
+
+
+JSON_SCHEMA = {"$schema": "http://json-schema.org/draft-07/schema#", "type": "object",
+               "definitions": {"sku": {"type": "string", "pattern": "^[A-Z]{2}-\\d+$"}},
+               "properties": {
+                   "n": {"type": "integer", "minimum": 0, "exclusiveMaximum": 100},
+                   "ratio": {"type": "number", "multipleOf": 0.5},
+                   "name": {"type": "string", "minLength": 1, "maxLength": 3},
+                   "tags": {"type": "array", "items": {"type": "string"}, "uniqueItems": True,
+                            "maxItems": 2},
+                   "sku": {"$ref": "#/definitions/sku"},
+                   "kind": {"enum": ["a", "b", None]},
+                   "when": {"type": "string", "format": "date-time"},
+                   "either": {"oneOf": [{"type": "integer"}, {"type": "boolean"}]},
+                   "nested": {"type": "object", "properties": {"x": {"const": 1}},
+                              "additionalProperties": False}},
+               "required": ["n"], "additionalProperties": False}
+JSON_VALUES = [
+    {"n": 1}, {"n": 1.0}, {"n": True}, {"n": -1}, {"n": 100}, {"n": 99, "ratio": 1.5},
+    {"n": 1, "ratio": 1.2}, {"n": 1, "name": ""}, {"n": 1, "name": "abcd"},
+    {"n": 1, "name": "é€𝄞"}, {"n": 1, "tags": ["a", "a"]}, {"n": 1, "tags": ["a", 1]},
+    {"n": 1, "tags": ["a", "b", "c"]}, {"n": 1, "sku": "AB-12"}, {"n": 1, "sku": "ab-12"},
+    {"n": 1, "kind": None}, {"n": 1, "kind": "c"}, {"n": 1, "when": "not a date"},
+    {"n": 1, "either": 1}, {"n": 1, "either": False}, {"n": 1, "either": 1.5},
+    {"n": 1, "nested": {"x": 1}}, {"n": 1, "nested": {"x": True}},
+    {"n": 1, "nested": {"x": 1, "y": 2}}, {"n": 1, "extra": 0}, {}, [1], "text",
+]
+
+
+def test_json_schema_takes_what_jsonschema_takes():
+    """The compiled predicate (fastjsonschema) before jsonschema: a value is taken exactly
+    when jsonschema's validator takes it, and a refusal still names jsonschema's keyword."""
+    import jsonschema
+
+    codec = Codec(7, "JSON", json.dumps(JSON_SCHEMA))
+    validator = jsonschema.Draft7Validator(JSON_SCHEMA)
+    values = [msgpack.packb(v) if isinstance(v, (dict, list)) else json.dumps(v).encode()
+              for v in JSON_VALUES]
+    for value, got in zip(JSON_VALUES, codec.encode_many(values)):
+        assert isinstance(got, bytes) == validator.is_valid(value), value
+        if isinstance(got, bytes):
+            assert json.loads(got[5:]) == value
+        else:
+            error = jsonschema.exceptions.best_match(validator.iter_errors(value))
+            assert (got.path, got.rule) == (error.json_path, error.validator)
