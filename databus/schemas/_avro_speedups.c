@@ -547,9 +547,208 @@ fail:
     return NULL;
 }
 
+/* -- reading back: Avro's binary encoding to msgpack (what msgpack.packb(value,
+ * use_bin_type=True) writes for the dict fastavro's reader makes), for subscribers -------- */
+
+static int read_long(In *in, int64_t *v) {
+    uint64_t z = 0;
+    for (int shift = 0; shift < 70; shift += 7) {
+        if (!need(in, 1)) return 0;
+        unsigned char b = *in->p++;
+        z |= (uint64_t)(b & 0x7f) << shift;
+        if (!(b & 0x80)) {
+            *v = (int64_t)(z >> 1) ^ -(int64_t)(z & 1);
+            return 1;
+        }
+    }
+    return 0;
+}
+
+static int out_be(Out *o, unsigned char tag, uint64_t v, int n) {
+    if (out_reserve(o, 1 + n) < 0) return -1;
+    o->data[o->len++] = tag;
+    for (int i = n - 1; i >= 0; i--) o->data[o->len++] = (unsigned char)(v >> (8 * i));
+    return 0;
+}
+
+static int pack_int(Out *o, int64_t v) {  /* msgpack-python's choice of the smallest form */
+    if (v >= 0) {
+        if (v < 128) { unsigned char c = (unsigned char)v; return out_bytes(o, &c, 1); }
+        if (v <= 0xff) return out_be(o, 0xcc, v, 1);
+        if (v <= 0xffff) return out_be(o, 0xcd, v, 2);
+        if (v <= 0xffffffffLL) return out_be(o, 0xce, v, 4);
+        return out_be(o, 0xcf, (uint64_t)v, 8);
+    }
+    if (v >= -32) { unsigned char c = (unsigned char)(int8_t)v; return out_bytes(o, &c, 1); }
+    if (v >= -128) return out_be(o, 0xd0, (uint8_t)(int8_t)v, 1);
+    if (v >= -32768) return out_be(o, 0xd1, (uint16_t)(int16_t)v, 2);
+    if (v >= INT32_MIN) return out_be(o, 0xd2, (uint32_t)(int32_t)v, 4);
+    return out_be(o, 0xd3, (uint64_t)v, 8);
+}
+
+static int pack_raw(Out *o, int is_str, const void *p, Py_ssize_t n) {
+    int r;
+    if (is_str && n < 32) { unsigned char c = 0xa0 | (unsigned char)n; r = out_bytes(o, &c, 1); }
+    else if (n <= 0xff) r = out_be(o, is_str ? 0xd9 : 0xc4, n, 1);
+    else if (n <= 0xffff) r = out_be(o, is_str ? 0xda : 0xc5, n, 2);
+    else if ((uint64_t)n <= 0xffffffffULL) r = out_be(o, is_str ? 0xdb : 0xc6, n, 4);
+    else return 0;
+    if (r < 0 || out_bytes(o, p, n) < 0) return -1;
+    return 1;
+}
+
+static int pack_container(Out *o, int map, Py_ssize_t n) {
+    if (n < 16) { unsigned char c = (map ? 0x80 : 0x90) | (unsigned char)n; return out_bytes(o, &c, 1); }
+    if (n <= 0xffff) return out_be(o, map ? 0xde : 0xdc, n, 2);
+    return out_be(o, map ? 0xdf : 0xdd, n, 4);
+}
+
+static int pack_double(Out *o, double d) {
+    uint64_t b;
+    memcpy(&b, &d, 8);
+    return out_be(o, 0xcb, b, 8);
+}
+
+static int read_value(In *in, PyObject *node, Out *o, int depth);
+
+/* Avro's blocks (a count, negative when a byte size follows), into one msgpack array or map:
+ * the items go to a scratch buffer first, since msgpack wants the total count in front. */
+static int read_blocks(In *in, PyObject *node, Out *o, int depth, int map) {
+    Out items = {NULL, 0, 0};
+    Py_ssize_t total = 0;
+    int r = 0;  /* what goes back: 0 (not read here) unless the end is reached */
+    PyObject *inner = PyTuple_GET_ITEM(node, 1);
+    for (;;) {
+        int64_t count, size, klen;
+        if (!read_long(in, &count)) { r = 0; goto done; }
+        if (count == 0) break;
+        if (count < 0) {
+            if (!read_long(in, &size) || count == INT64_MIN) { r = 0; goto done; }
+            count = -count;
+        }
+        for (int64_t i = 0; i < count; i++) {
+            if (map) {
+                if (!read_long(in, &klen) || klen < 0 || !need(in, klen) ||
+                    !valid_utf8(in->p, klen)) { r = 0; goto done; }
+                if ((r = pack_raw(&items, 1, in->p, klen)) != 1) goto done;
+                in->p += klen;
+            }
+            if ((r = read_value(in, inner, &items, depth + 1)) != 1) goto done;
+            total++;
+        }
+    }
+    r = (pack_container(o, map, total) < 0 ||
+         (items.len && out_bytes(o, items.data, items.len) < 0)) ? -1 : 1;
+done:
+    PyMem_Free(items.data);
+    return r;
+}
+
+static int read_value(In *in, PyObject *node, Out *o, int depth) {
+    if (depth > MAX_DEPTH) return 0;
+    long kind = node_kind(node);
+    int64_t n;
+    switch (kind) {
+    case K_NULL: { unsigned char c = 0xc0; return out_bytes(o, &c, 1) < 0 ? -1 : 1; }
+    case K_BOOLEAN: {
+        if (!need(in, 1) || *in->p > 1) return 0;
+        unsigned char c = *in->p++ ? 0xc3 : 0xc2;
+        return out_bytes(o, &c, 1) < 0 ? -1 : 1;
+    }
+    case K_INT:
+    case K_LONG:
+        if (!read_long(in, &n)) return 0;
+        if (kind == K_INT && (n < INT32_MIN || n > INT32_MAX)) return 0;
+        return pack_int(o, n) < 0 ? -1 : 1;
+    case K_FLOAT: {
+        if (!need(in, 4)) return 0;
+        uint32_t b = (uint32_t)in->p[0] | (uint32_t)in->p[1] << 8 | (uint32_t)in->p[2] << 16 |
+                     (uint32_t)in->p[3] << 24;
+        in->p += 4;
+        float f;
+        memcpy(&f, &b, 4);
+        return pack_double(o, (double)f) < 0 ? -1 : 1;
+    }
+    case K_DOUBLE: {
+        if (!need(in, 8)) return 0;
+        uint64_t b = 0;
+        for (int i = 7; i >= 0; i--) b = (b << 8) | in->p[i];
+        in->p += 8;
+        double d;
+        memcpy(&d, &b, 8);
+        return pack_double(o, d) < 0 ? -1 : 1;
+    }
+    case K_STRING:
+    case K_BYTES:
+        if (!read_long(in, &n) || n < 0 || !need(in, n)) return 0;
+        if (kind == K_STRING && !valid_utf8(in->p, n)) return 0;
+        {
+            int r = pack_raw(o, kind == K_STRING, in->p, n);
+            in->p += n;
+            return r;
+        }
+    case K_RECORD: {
+        PyObject *names = PyTuple_GET_ITEM(node, 1), *types = PyTuple_GET_ITEM(node, 2);
+        Py_ssize_t nfields = PyTuple_GET_SIZE(names);
+        if (pack_container(o, 1, nfields) < 0) return -1;
+        for (Py_ssize_t f = 0; f < nfields; f++) {
+            PyObject *name = PyTuple_GET_ITEM(names, f);
+            int r = pack_raw(o, 1, PyBytes_AS_STRING(name), PyBytes_GET_SIZE(name));
+            if (r != 1) return r;
+            r = read_value(in, PyTuple_GET_ITEM(types, f), o, depth + 1);
+            if (r != 1) return r;
+        }
+        return 1;
+    }
+    case K_ENUM: {
+        PyObject *symbols = PyTuple_GET_ITEM(node, 1);
+        if (!read_long(in, &n) || n < 0 || n >= PyTuple_GET_SIZE(symbols)) return 0;
+        PyObject *s = PyTuple_GET_ITEM(symbols, n);
+        return pack_raw(o, 1, PyBytes_AS_STRING(s), PyBytes_GET_SIZE(s));
+    }
+    case K_ARRAY:
+        return read_blocks(in, node, o, depth, 0);
+    case K_MAP:
+        return read_blocks(in, node, o, depth, 1);
+    case K_FIXED: {
+        Py_ssize_t size = PyLong_AsSsize_t(PyTuple_GET_ITEM(node, 1));
+        if (!need(in, size)) return 0;
+        int r = pack_raw(o, 0, in->p, size);
+        in->p += size;
+        return r;
+    }
+    case K_UNION: {
+        PyObject *branches = PyTuple_GET_ITEM(node, 1);
+        if (!read_long(in, &n) || n < 0 || n >= PyTuple_GET_SIZE(branches)) return 0;
+        return read_value(in, PyTuple_GET_ITEM(branches, n), o, depth + 1);
+    }
+    }
+    return 0;
+}
+
+/* decode_msgpack(program, data) -> the Avro body ``data`` (no wire-format header) as msgpack
+ * bytes, or None where serde.py must decode it (damaged, or what this does not read). */
+static PyObject *decode_msgpack(PyObject *self, PyObject *args) {
+    PyObject *program;
+    Py_buffer data;
+    if (!PyArg_ParseTuple(args, "O!y*", &PyTuple_Type, &program, &data)) return NULL;
+    In in = {data.buf, (const unsigned char *)data.buf + data.len};
+    Out o = {NULL, 0, 0};
+    int r = read_value(&in, program, &o, 0);
+    PyObject *result;
+    if (r < 0) result = PyErr_Occurred() ? NULL : PyErr_NoMemory();
+    else if (r == 1 && in.p == in.end) result = PyBytes_FromStringAndSize((const char *)o.data, o.len);
+    else result = Py_NewRef(Py_None);
+    PyMem_Free(o.data);
+    PyBuffer_Release(&data);
+    return result;
+}
+
 static PyMethodDef methods[] = {
     {"encode_many", encode_many, METH_VARARGS,
      "encode_many(program, prefix, values, auto) -> list of wire-format bytes or None"},
+    {"decode_msgpack", decode_msgpack, METH_VARARGS,
+     "decode_msgpack(program, avro_body) -> msgpack bytes or None"},
     {"encode_stream", encode_stream, METH_VARARGS,
      "encode_stream(messages, stream, program, prefix, auto, skip) -> indices left undone"},
     {NULL, NULL, 0, NULL},

@@ -201,6 +201,14 @@ class Codec:
             messages[i] = (message[0], message[1], value, *message[3:])
         return refused
 
+    def decode_msgpack(self, data: bytes) -> bytes | None:
+        """A wire-format value of this schema as msgpack (``msgpack.packb`` of what
+        ``decode`` gives), read in C from Avro straight to msgpack; None where the caller
+        must ``decode`` (no C path for this schema, or a value it does not read)."""
+        if self._program is None or avro_native is None or header(data) != self.id:
+            return None
+        return avro_native.decode_msgpack(self._program, memoryview(data)[5:])
+
     def decode(self, data: bytes) -> Any:
         if header(data) != self.id:
             raise ValueError(f"written with schema id {header(data)}, not {self.id}")

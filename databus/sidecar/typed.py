@@ -205,6 +205,10 @@ class TypedReader:
         codec = self._codecs.get(header(value))
         if codec is None:
             return value
+        if not self.json:
+            fast = codec.decode_msgpack(value)  # (C: Avro straight to msgpack)
+            if fast is not None:
+                return fast
         try:
             decoded = codec.decode(value)
         except (ValueError, EOFError, IndexError, TypeError) as exc:

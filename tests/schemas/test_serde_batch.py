@@ -249,3 +249,29 @@ def test_json_schema_takes_what_jsonschema_takes():
         else:
             error = jsonschema.exceptions.best_match(validator.iter_errors(value))
             assert (got.path, got.rule) == (error.json_path, error.validator)
+
+
+@needs_c
+def test_read_back_as_msgpack_is_what_fastavro_reads():
+    """Subscribers' path (``decode_msgpack``, C from Avro straight to msgpack): the bytes
+    ``msgpack.packb`` makes of fastavro's decoded value, for random records; a damaged
+    value is left to fastavro (None)."""
+    codec = Codec(13, "AVRO", json.dumps(WIDE))
+    rng = random.Random(3)
+    for n in range(2000):
+        value = {**WIDE_GOOD, "i": rng.randint(-(2**31), 2**31 - 1),
+                 "f": rng.uniform(-1e6, 1e6), "d": rng.random() * 10**rng.randint(-300, 300),
+                 "s": "".join(rng.choice("aé€𝄞z") for _ in range(rng.randint(0, 300))),
+                 "raw": rng.randbytes(rng.randint(0, 300)),
+                 "tags": {str(k): rng.randint(-(2**63), 2**63 - 1)
+                          for k in range(rng.randint(0, 20))},
+                 "pick": rng.choice([None, n, "p", {"x": n % 100}]),
+                 "num": rng.choice([0.5, 2**40]), "nested": {"x": -n}}
+        data = codec.encode(value)
+        assert codec.decode_msgpack(data) == msgpack.packb(codec.decode(data),
+                                                           use_bin_type=True)
+    assert codec.decode_msgpack(data[:-1]) is None
+    assert codec.decode_msgpack(data + b"\x00") is None
+    order = Codec(14, "AVRO", json.dumps(ORDER))
+    data = order.encode({**GOOD, "lines": [{"sku": "x", "qty": -3}] * 20, "status": "PAID"})
+    assert order.decode_msgpack(data) == msgpack.packb(order.decode(data), use_bin_type=True)
