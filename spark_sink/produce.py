@@ -10,6 +10,7 @@ idempotent is commit.py's (the format) and this module's (reading and writing it
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -117,8 +118,14 @@ def write_task(bootstrap: str, kafka: dict[str, str], batches, topic: str | None
         async with Producer(bootstrap, txn_config) as producer:
             await producer.init_transactions()  # fences and aborts an earlier attempt's
             producer.begin_transaction()
-            sent, topics = await _send_all(producer, batches, topic)
-            prepared = await producer.prepare_transaction()
+            try:
+                sent, topics = await _send_all(producer, batches, topic)
+                prepared = await producer.prepare_transaction()
+            except Exception:
+                # not left open until transaction.timeout.ms, holding readers back
+                with contextlib.suppress(Exception):
+                    await producer.abort_transaction()
+                raise
         return TaskResult(sent, tuple(sorted(topics)), prepared)
 
     return _run(run)
@@ -147,6 +154,24 @@ def abort(bootstrap: str, kafka: dict[str, str], results: list[TaskResult]) -> N
             _run(_complete, bootstrap, producer_config(kafka), prepared, False)
         except Exception as exc:  # noqa: BLE001 - the abort's own failure must not hide why
             log.warning("aborting %d transaction(s) failed: %s", len(prepared), exc)
+
+
+def fence(bootstrap: str, kafka: dict[str, str], transactional_ids: list[str]) -> None:
+    """Take each transactional id with a new producer epoch: the coordinator aborts what a
+    failed task (one with no commit message: it died, or Spark killed it) left open under it,
+    so read_committed readers are not held back until its transaction.timeout.ms."""
+
+    async def run() -> None:
+        for tid in transactional_ids:
+            async with Producer(bootstrap, producer_config(
+                    {**kafka, "transactional.id": tid})) as producer:
+                await producer.init_transactions()
+
+    if transactional_ids:
+        try:
+            _run(run)
+        except Exception as exc:  # noqa: BLE001 - the abort's own failure must not hide why
+            log.warning("fencing %d failed task(s) failed: %s", len(transactional_ids), exc)
 
 
 def commit_micro_batch(bootstrap: str, kafka: dict[str, str], marker_group: str, batch_id: int,

@@ -90,10 +90,16 @@ class _Writer:
 
         return TaskContext.get()
 
-    def _abort(self, messages) -> None:
-        results = _results(messages)
-        if self.opts.exactly_once:
-            produce.abort(self.opts.bootstrap_servers, self.opts.kafka, results)
+    def _abort(self, messages, group: str | None) -> None:
+        """Abort the transactions of the tasks that reported one, and fence the ids of those
+        that did not (Spark gives one message per task, None for a failed one)."""
+        if not self.opts.exactly_once:
+            return
+        produce.abort(self.opts.bootstrap_servers, self.opts.kafka, _results(messages))
+        if group is not None:
+            produce.fence(self.opts.bootstrap_servers, self.opts.kafka, [
+                commit.transactional_id(group, task)
+                for task, m in enumerate(messages) if m is None])
 
 
 class DatabusWriter(_Writer, DataSourceArrowWriter):
@@ -106,12 +112,15 @@ class DatabusWriter(_Writer, DataSourceArrowWriter):
         super().__init__(options, schema)
         self.job = uuid.uuid4().hex[:16]
 
+    @property
+    def _group(self) -> str:
+        return f"{self.opts.transactional_id_prefix}-{self.job}"
+
     def write(self, iterator):
         opts = self.opts
         tid = None
         if opts.exactly_once:
-            tid = commit.transactional_id(f"{opts.transactional_id_prefix}-{self.job}",
-                                          self._task().partitionId())
+            tid = commit.transactional_id(self._group, self._task().partitionId())
         return WrittenMessage(produce.write_task(
             opts.bootstrap_servers, opts.kafka, iterator, opts.topic, transactional_id=tid))
 
@@ -122,7 +131,7 @@ class DatabusWriter(_Writer, DataSourceArrowWriter):
         log.info("wrote %d records", sum(r.records for r in results))
 
     def abort(self, messages) -> None:
-        self._abort(messages)
+        self._abort(messages, self._group)
         if not self.opts.exactly_once:
             log.warning("write aborted: records already delivered stay in the topics")
 
@@ -161,7 +170,10 @@ class DatabusStreamWriter(_Writer, DataSourceStreamArrowWriter):
                                        batchId, _results(messages))
 
     def abort(self, messages, batchId: int) -> None:
-        self._abort(messages)
+        # the query's group is in the messages of the tasks that succeeded; with none, the
+        # restarted query's tasks fence the failed ones' ids
+        groups = {m.marker_group for m in messages if m is not None}
+        self._abort(messages, next(iter(groups), None))
         if not self.opts.exactly_once:
             log.warning("micro-batch %s aborted: records already delivered stay in the "
                         "topics", batchId)

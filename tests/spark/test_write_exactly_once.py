@@ -19,6 +19,7 @@ from databus_spark import commit, produce
 from databus.client import PreparedTransaction
 
 from .kafka_data import create_topic
+from .kafka_data import produce as send
 
 # -- the decision record, pure ----------------------------------------------------------------
 
@@ -141,6 +142,19 @@ def test_a_replay_without_a_decision_aborts_what_the_crashed_run_left_open(spark
     assert sorted(read_values(bootstrap, topic, "read_uncommitted")) == [b"x", b"x", b"y", b"y"]
 
 
+def test_fencing_a_failed_tasks_id_releases_the_readers_it_held_back(spark_broker):
+    # a task Spark killed leaves no commit message: the job's abort fences its id
+    bootstrap, topic, group = spark_broker.bootstrap, "spark-eo-fence", "databus-spark-jfence"
+    create_topic(bootstrap, topic, 1)
+    kafka = {"bootstrap.servers": bootstrap, "transaction.timeout.ms": "60000"}
+    produce.write_task(bootstrap, kafka, _batches([b"lost"]), topic,
+                       transactional_id=commit.transactional_id(group, 3))
+    send(bootstrap, topic, [{"value": b"after"}])
+    assert read_values(bootstrap, topic) == []  # held back by the open transaction
+    produce.fence(bootstrap, kafka, [commit.transactional_id(group, 3)])
+    assert read_values(bootstrap, topic) == [b"after"]
+
+
 def _record_and_commit_first(bootstrap, kafka, group, topic, decision):
     import trio
 
@@ -175,23 +189,30 @@ def test_batch_write_commits_with_the_job_and_a_failed_job_leaves_nothing(spark,
     _writer(df, spark_broker, topic=topic).mode("append").save()
     assert sorted(int(v) for v in read_values(spark_broker.bootstrap, topic)) == list(range(60))
 
-    # a job whose last task fails (after the others wrote): the job aborts, read_committed
-    # readers see none of its rows though they are in the log (local mode: no task retry)
+    # a job whose last task fails after it sent rows (a null topic in its last row): the job
+    # aborts, and read_committed readers see none of its rows though they are in the log
     failing = spark.range(100, 130, numPartitions=3).selectExpr(
-        "CAST(IF(id = 129, raise_error('boom'), id) AS STRING) AS value")
-    with pytest.raises(Exception, match="boom"):
-        _writer(failing, spark_broker, topic=topic).mode("append").save()
+        f"IF(id = 129, NULL, '{topic}') AS topic", "CAST(id AS STRING) AS value",
+        "CAST(id % 2 AS INT) AS partition")
+    with pytest.raises(Exception, match="null 'topic'"):
+        _writer(failing, spark_broker).mode("append").save()
     assert sorted(int(v) for v in read_values(spark_broker.bootstrap, topic)) == list(range(60))
     uncommitted = {int(v) for v in read_values(spark_broker.bootstrap, topic, "read_uncommitted")}
-    assert uncommitted & set(range(100, 129)), "the failed job's first tasks wrote nothing"
+    assert uncommitted & set(range(100, 120)), "the failed job's first tasks wrote nothing"
+    assert uncommitted & set(range(120, 129)), "the failing task wrote nothing before it failed"
+    # and the failed task's transaction is not left open (it would hold read_committed
+    # readers of its partitions back until its timeout): a later job's rows are visible
+    later = spark.range(200, 210).selectExpr("CAST(id AS STRING) AS value",
+                                             "CAST(id % 2 AS INT) AS partition")
+    _writer(later, spark_broker, topic=topic).mode("append").save()
+    assert sorted(int(v) for v in read_values(spark_broker.bootstrap, topic)) == (
+        list(range(60)) + list(range(200, 210)))
 
 
 def test_stream_write_commits_each_micro_batch_once(spark, spark_broker, tmp_path):
     source, target = "spark-eo-stream-in", "spark-eo-stream-out"
     create_topic(spark_broker.bootstrap, source, 2)
     create_topic(spark_broker.bootstrap, target, 2)
-    from .kafka_data import produce as send
-
     send(spark_broker.bootstrap, source, [{"value": str(i).encode(), "partition": i % 2}
                                           for i in range(50)])
     query = (spark.readStream.format("databus")
