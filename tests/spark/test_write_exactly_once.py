@@ -15,6 +15,7 @@ import confluent_kafka
 import pyarrow as pa
 import pytest
 from databus_spark import commit, produce
+from databus_spark.options import OptionError, parse_sink_options
 
 from databus.client import PreparedTransaction
 
@@ -53,6 +54,27 @@ def test_a_big_decision_is_split_over_partitions_and_refused_when_it_cannot_fit(
         commit.decode(group, encoded)
     with pytest.raises(commit.DecisionError, match="fewer tasks"):
         commit.encode(group, commit.Decision(0, many), "t", 1, max_bytes=2000)
+
+
+@pytest.mark.parametrize("options, message", [
+    ({"exactlyOnce": "yes"}, "option 'exactlyOnce' must be true or false"),
+    ({"transactionalIdPrefix": "p"}, "'transactionalIdPrefix' needs exactlyOnce=true"),
+    ({"exactlyOnce": "true", "transactionalIdPrefix": " "}, "'transactionalIdPrefix' is empty"),
+    ({"kafka.transactional.id": "t"}, "each task needs its own"),
+])
+def test_bad_exactly_once_options_fail_with_clear_messages(options, message):
+    with pytest.raises(OptionError, match=message):
+        parse_sink_options({"kafka.bootstrap.servers": "h:9092", **options})
+
+
+def test_exactly_once_defaults_the_transaction_timeout_and_keeps_the_users():
+    opts = parse_sink_options({"kafka.bootstrap.servers": "h:9092", "exactlyOnce": "TRUE"})
+    assert opts.exactly_once and opts.transactional_id_prefix == "databus-spark"
+    assert opts.kafka["transaction.timeout.ms"] == "900000"
+    opts = parse_sink_options({"kafka.bootstrap.servers": "h:9092", "exactlyOnce": "true",
+                               "kafka.transaction.timeout.ms": "30000"})
+    assert opts.kafka["transaction.timeout.ms"] == "30000"
+    assert not parse_sink_options({"kafka.bootstrap.servers": "h:9092"}).exactly_once
 
 
 # -- the writer's I/O against a broker ---------------------------------------------------------
