@@ -72,6 +72,12 @@ class DatabusDataSource(DataSource):
         return DatabusStreamReader(parse_source_options(self.options, streaming=True),
                                    _value_type(schema))
 
+    def writer(self, schema: StructType, overwrite: bool) -> DatabusWriter:
+        return DatabusWriter(self.options, schema)
+
+    def streamWriter(self, schema: StructType, overwrite: bool) -> DatabusStreamWriter:
+        return DatabusStreamWriter(self.options, schema)
+
 
 def _typed_schema(opts: SourceOptions) -> StructType:
     """Kafka's columns with ``value`` a struct of the subject's latest version."""
@@ -100,12 +106,6 @@ def _value_type(schema: StructType) -> StructType | None:
     """The struct of a typed ``value`` column (valueFormat), None for Kafka's binary."""
     value = schema["value"].dataType if "value" in schema.fieldNames() else None
     return value if isinstance(value, StructType) else None
-
-    def writer(self, schema: StructType, overwrite: bool) -> DatabusWriter:
-        return DatabusWriter(self.options, schema)
-
-    def streamWriter(self, schema: StructType, overwrite: bool) -> DatabusStreamWriter:
-        return DatabusStreamWriter(self.options, schema)
 
 
 # -- reading --------------------------------------------------------------------------------
