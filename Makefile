@@ -18,7 +18,8 @@ $(BIN)/python:
 # the C extensions' sources (setup.py's EXTENSIONS)
 EXTENSION_SOURCES := databus/protocol/_speedups.c databus/protocol/_sidecar_speedups.c \
 	databus/client/_producer_speedups.c databus/sdk/_outbox_speedups.c \
-	databus/sidecar/produce/_router_speedups.c plugins/index/_json_speedups.c
+	databus/sidecar/produce/_router_speedups.c plugins/index/_json_speedups.c \
+	databus/schemas/_avro_speedups.c
 BUILD_INPUTS := pyproject.toml setup.py $(EXTENSION_SOURCES)
 
 $(VENV)/.installed: $(BUILD_INPUTS) | $(BIN)/python

@@ -72,6 +72,7 @@ EXTENSIONS = [
     ("databus.sdk._outbox_speedups", "databus/sdk/_outbox_speedups.c"),
     ("databus.sidecar.produce._router_speedups", "databus/sidecar/produce/_router_speedups.c"),
     ("databus_plugins.index._json_speedups", "plugins/index/_json_speedups.c"),
+    ("databus.schemas._avro_speedups", "databus/schemas/_avro_speedups.c"),
 ]
 
 extensions = []

@@ -15,8 +15,9 @@ frames and the sidecar's reports frames written (``append_produce``, ``encode_re
 The parts above protocol/ keep their own C beside their code, loaded through
 ``load_native`` too: the SDK's outbox (``databus.sdk._outbox_speedups``), the sidecar's
 placement loop (``databus.sidecar.produce._router_speedups``), the producer's per-record
-future base (``databus.client._producer_speedups``) and the index plugin's JSON field reader
-(``databus_plugins.index._json_speedups``).  protocol/'s C names none of their types
+future base (``databus.client._producer_speedups``), the index plugin's JSON field reader
+(``databus_plugins.index._json_speedups``) and typed streams' Avro encoder
+(``databus.schemas._avro_speedups``).  protocol/'s C names none of their types
 (tests/test_layering.py).
 
 ``DATABUS_PURE_PYTHON=1`` (any value but empty or ``0``) forces the pure-Python code, read

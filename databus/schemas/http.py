@@ -36,8 +36,8 @@ def _flag(request: Request, name: str) -> bool:
     return request.query_params.get(name, "false").lower() == "true"
 
 
-def create_app(store, *, max_body: int = DEFAULT_MAX_BODY, auth=None) -> Starlette:
-    """``auth``: a BasicAuth (auth.py) when requests must log in, else None."""
+def create_app(store, *, max_body: int = DEFAULT_MAX_BODY, auth=None):
+    """The ASGI app; ``auth``: a BasicAuth (auth.py) when requests must log in, else None."""
 
     async def body_of(request: Request):
         chunks, size = [], 0
@@ -128,12 +128,7 @@ def create_app(store, *, max_body: int = DEFAULT_MAX_BODY, auth=None) -> Starlet
     async def schema_by_id(request, schema_id):
         registry = store.read()
         found = registry.schema_by_id(_id(schema_id), request.query_params.get("subject"))
-        body: dict = {}
-        if found.schema_type != "AVRO":
-            body["schemaType"] = found.schema_type
-        if found.references:
-            body["references"] = found.references_json()
-        body["schema"] = found.schema
+        body = _schema_answer(found)
         if _flag(request, "fetchMaxId"):
             body["maxId"] = registry.max_id
         return reply(body)
@@ -267,5 +262,60 @@ def create_app(store, *, max_body: int = DEFAULT_MAX_BODY, auth=None) -> Starlet
         return reply({"error_code": 50001, "message": f"Error in the backend data store - "
                       f"{type(exc).__name__}"}, 500)
 
-    return Starlette(routes=routes, exception_handlers={HTTPException: http_error,
-                                                       Exception: server_error})
+    app = Starlette(routes=routes, exception_handlers={HTTPException: http_error,
+                                                      Exception: server_error})
+    return _ids_fast_path(app, store, auth)
+
+
+def _schema_answer(found) -> dict:
+    body: dict = {}
+    if found.schema_type != "AVRO":
+        body["schemaType"] = found.schema_type
+    if found.references:
+        body["references"] = found.references_json()
+    body["schema"] = found.schema
+    return body
+
+
+_IDS = "/schemas/ids/"
+_HEADERS = [(b"content-type", CONTENT_TYPE.encode())]
+
+
+def _ids_fast_path(app, store, auth):
+    """``GET /schemas/ids/{id}`` (what every deserializer asks once per id) answered from
+    the encoded answer kept per id, in front of Starlette: routing, the Request and
+    Response objects and json.dumps were most of a lookup's time in the broker's process.
+    An id's schema never changes, but a permanent delete can take it away, so the answers
+    are dropped whenever the ``_schemas`` log has moved on.  Anything else (a query string,
+    an unknown id, a failed login) goes to the app, which answers as before."""
+    answers: dict[str, bytes] = {}
+    position = -1
+
+    async def asgi(scope, receive, send):
+        nonlocal position
+        path = scope.get("path", "")
+        if (scope["type"] == "http" and scope["method"] == "GET" and path.startswith(_IDS)
+                and not scope.get("query_string") and path[len(_IDS):].isascii()
+                and path[len(_IDS):].isdigit()):
+            try:
+                registry = store.read()
+            except errors.RegistryError:  # the app answers it in Confluent's format
+                return await app(scope, receive, send)
+            if store.position != position:
+                answers.clear()
+                position = store.position
+            body = answers.get(path)
+            if body is None:
+                holders = registry.versions_with_id(int(path[len(_IDS):]), deleted=True)
+                if holders:
+                    body = answers[path] = json.dumps(_schema_answer(holders[0])).encode()
+            if body is not None and (auth is None or await auth.user(
+                    dict(scope["headers"]).get(b"authorization", b"").decode("latin-1")
+                    or None) is not None):
+                await send({"type": "http.response.start", "status": 200,
+                            "headers": [*_HEADERS, (b"content-length", b"%d" % len(body))]})
+                await send({"type": "http.response.body", "body": body})
+                return
+        await app(scope, receive, send)
+
+    return asgi

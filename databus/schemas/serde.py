@@ -30,6 +30,11 @@ from typing import Any
 import fastavro
 import msgpack
 
+from databus.protocol.speedups import load_native
+
+# the batch path in C (_avro_speedups.c): None where it is not built or DATABUS_PURE_PYTHON
+avro_native = load_native(name="_avro_speedups", package=__package__)
+
 MAGIC = 0
 _HEADER = struct.Struct(">bI")
 FORMATS = ("AVRO", "JSON")
@@ -106,15 +111,22 @@ class Codec:
         self.type = schema_type
         self._prefix = _HEADER.pack(MAGIC, schema_id)
         obj = json.loads(text)
+        self._program: tuple | None = None
+        self._json_fits = None
         if schema_type == "AVRO":
             self._names: dict[str, Any] = {}
             self._avro = fastavro.parse_schema(obj, named_schemas=self._names)
+            _bytes_defaults(self._avro, self._names, set())
             self._fits = _avro_predicate(self._avro, self._names, {})
+            # the batch path in C (encode_many), where it decides as fastavro does
+            self._program = (_avro_program(self._avro, self._names, frozenset())
+                             if avro_native is not None and _write_data is not None else None)
         else:
             import jsonschema.validators
 
             cls = jsonschema.validators.validator_for(obj, default=jsonschema.Draft7Validator)
             self._validator = cls(obj)
+            self._json_fits = _json_predicate(obj, cls)
 
     def check(self, value: Any) -> None:
         """Raises RecordError if the schema does not take ``value``."""
@@ -122,6 +134,8 @@ class Codec:
             if not self._fits(value):  # (the walk that names the field: only on a refusal)
                 _check_avro(self._avro, value, "$", self._names)
             return
+        if self._json_fits is not None and self._json_fits(value):
+            return  # (the validator that names the keyword: only on a refusal)
         errors = list(self._validator.iter_errors(value))
         if errors:
             import jsonschema.exceptions
@@ -145,6 +159,55 @@ class Codec:
         except (TypeError, ValueError) as exc:
             raise RecordError("$", "json", f"not representable as JSON: {exc}") from None
         return self._prefix + body
+
+    def encode_many(self, values: list, how: str = "auto") -> list:
+        """``parse_input`` then ``encode`` for each of ``values`` (what an app sent), in one
+        call: each item the wire-format bytes, or the RecordError refusing that value.  An
+        Avro schema's msgpack values go through the C batch path (one call for all, no
+        Python object per field); what it leaves (a refusal, JSON text, what it cannot
+        decide as fastavro does) takes the per-record path, which names field and rule."""
+        out: list = [None] * len(values)
+        if self._program is not None and avro_native is not None and how != "json":
+            out = avro_native.encode_many(self._program, self._prefix, values, how == "auto")
+        for i, done in enumerate(out):
+            if done is None:
+                try:
+                    out[i] = self.encode(parse_input(values[i], how))
+                except RecordError as exc:
+                    out[i] = exc
+        return out
+
+    def encode_frame(self, messages: list, stream: str, how: str, skip: tuple) -> list:
+        """``encode_many`` for the sidecar's frame as it is (router.py): in ``messages``
+        (tuples: id, stream, value, key, headers, ...) the values of ``stream``'s messages
+        are replaced by their encodings, in place; a message whose first header is named in
+        ``skip`` has no app value and is left alone.  Returns (index, RecordError) for each
+        value refused.  One pass in C over the frame where it can."""
+        undone: list[int]
+        if self._program is not None and avro_native is not None and how != "json":
+            undone = avro_native.encode_stream(messages, stream, self._program, self._prefix,
+                                               how == "auto", skip)
+        else:
+            undone = [i for i, m in enumerate(messages) if m[1] == stream and not (
+                m[4] and m[4][0][0] in skip)]
+        refused = []
+        for i in undone:
+            message = messages[i]
+            try:
+                value = self.encode(parse_input(message[2], how))
+            except RecordError as exc:
+                refused.append((i, exc))
+                continue
+            messages[i] = (message[0], message[1], value, *message[3:])
+        return refused
+
+    def decode_msgpack(self, data: bytes) -> bytes | None:
+        """A wire-format value of this schema as msgpack (``msgpack.packb`` of what
+        ``decode`` gives), read in C from Avro straight to msgpack; None where the caller
+        must ``decode`` (no C path for this schema, or a value it does not read)."""
+        if self._program is None or avro_native is None or header(data) != self.id:
+            return None
+        return avro_native.decode_msgpack(self._program, memoryview(data)[5:])
 
     def decode(self, data: bytes) -> Any:
         if header(data) != self.id:
@@ -230,6 +293,146 @@ _PRIMITIVE_PREDICATES = {
     "string": lambda v: type(v) is str,
     "bytes": lambda v: type(v) in (bytes, bytearray),
 }
+
+
+def _bytes_defaults(schema: Any, names: dict, done: set) -> None:
+    """Avro gives a bytes or fixed field's default as a string of code points 0-255 (one
+    per byte); fastavro's writer takes the string as it is and fails on a record that
+    leaves the field out.  The parsed schema gets the bytes instead."""
+    if isinstance(schema, str):
+        if schema in names and schema not in done:
+            done.add(schema)
+            _bytes_defaults(names[schema], names, done)
+        return
+    if isinstance(schema, list):
+        for branch in schema:
+            _bytes_defaults(branch, names, done)
+        return
+    kind = schema.get("type")
+    if kind in ("record", "error"):
+        for field in schema["fields"]:
+            first = field["type"][0] if isinstance(field["type"], list) else field["type"]
+            while isinstance(first, str) and first in names:
+                first = names[first]
+            base = first.get("type") if isinstance(first, dict) else first
+            if base in ("bytes", "fixed") and isinstance(field.get("default"), str):
+                try:
+                    field["default"] = field["default"].encode("latin-1")
+                except UnicodeEncodeError:
+                    pass  # not an Avro bytes default: fastavro's error when it is used
+            _bytes_defaults(field["type"], names, done)
+    elif kind in ("array", "map"):
+        _bytes_defaults(schema["items" if kind == "array" else "values"], names, done)
+
+
+# -- JSON Schema: a predicate compiled once per schema (fastjsonschema generates Python for
+# it: ~10x jsonschema's time on a valid value); jsonschema still decides every refusal, so
+# a value fastjsonschema refuses and jsonschema takes goes through (formats, which
+# jsonschema does not check by default, are off here too).
+
+def _json_predicate(schema: Any, cls):
+    """For drafts 4, 6 and 7 (what fastjsonschema knows) and local ``$ref``s only (it would
+    fetch remote ones), else None."""
+    import jsonschema
+
+    if cls not in (jsonschema.Draft4Validator, jsonschema.Draft6Validator,
+                   jsonschema.Draft7Validator) or not _local_refs(schema):
+        return None
+    try:
+        import fastjsonschema
+
+        validate = fastjsonschema.compile(schema, use_default=False, use_formats=False)
+    except Exception:  # noqa: BLE001 - not compiled: jsonschema alone decides
+        return None
+
+    def fits(value) -> bool:
+        try:
+            validate(value)
+            return True
+        except Exception:  # noqa: BLE001 - a refusal, or trouble: jsonschema decides
+            return False
+    return fits
+
+
+def _local_refs(schema: Any, depth: int = 0) -> bool:
+    if depth > 64:
+        return False
+    if isinstance(schema, dict):
+        ref = schema.get("$ref")
+        if ref is not None and not (isinstance(ref, str) and ref.startswith("#")):
+            return False
+        return all(_local_refs(v, depth + 1) for v in schema.values())
+    if isinstance(schema, list):
+        return all(_local_refs(v, depth + 1) for v in schema)
+    return True
+
+
+# -- Avro: the program of the C batch path (databus/schemas/_avro_speedups.c) ---------------
+
+_KINDS = {name: i for i, name in enumerate(
+    ("null", "boolean", "int", "long", "float", "double", "string", "bytes", "record", "enum",
+     "array", "map", "fixed", "union"))}
+_COMPLEX = frozenset(("record", "error", "enum", "array", "map", "fixed"))
+
+
+def _avro_program(schema: Any, names: dict, seen: frozenset):
+    """The schema as nested tuples for the C batch path, or None where it could not write
+    what fastavro writes (or take only what the checker takes): logical types (fastavro
+    converts their Python types), recursive types, and unions where fastavro's pick is not
+    simply the first branch that takes the value (a float branch, which it passes over for a
+    later double; two complex branches, where it weighs records by their fields)."""
+    if isinstance(schema, str):
+        if schema in names:
+            if schema in seen:
+                return None
+            return _avro_program(names[schema], names, seen | {schema})
+        return (_KINDS[schema],) if schema in _KINDS and schema not in (
+            "record", "enum", "array", "map", "fixed", "union") else None
+    if isinstance(schema, list):
+        kinds = [_kind_of(b, names) for b in schema]
+        if "float" in kinds or sum(k in _COMPLEX for k in kinds) > 1:
+            return None
+        branches = tuple(_avro_program(b, names, seen) for b in schema)
+        return None if None in branches else (_KINDS["union"], branches)
+    if schema.get("logicalType"):
+        return None
+    kind = schema.get("type")
+    if kind in ("record", "error"):
+        seen = seen | {schema.get("name")}
+        names_, types, defaults = [], [], []
+        for field in schema["fields"]:
+            program = _avro_program(field["type"], names, seen)
+            if program is None:
+                return None
+            names_.append(field["name"].encode())
+            types.append(program)
+            default = None
+            if "default" in field:
+                default = bytearray()
+                try:
+                    _write_data(default, field["default"], field["type"], names, "",
+                                _WRITE_OPTIONS)
+                except Exception:  # noqa: BLE001 - a default fastavro cannot write: per record
+                    return None
+                default = bytes(default)
+            defaults.append(default)
+        return (_KINDS["record"], tuple(names_), tuple(types), tuple(defaults))
+    if kind == "enum":
+        return (_KINDS["enum"], tuple(s.encode() for s in schema["symbols"]))
+    if kind in ("array", "map"):
+        inner = _avro_program(schema["items" if kind == "array" else "values"], names, seen)
+        return None if inner is None else (_KINDS[kind], inner)
+    if kind == "fixed":
+        return (_KINDS["fixed"], int(schema["size"]))
+    return _avro_program(kind, names, seen)
+
+
+def _kind_of(schema: Any, names: dict) -> str:
+    while isinstance(schema, str) and schema in names:
+        schema = names[schema]
+    if isinstance(schema, dict):
+        return "logical" if schema.get("logicalType") else str(schema.get("type"))
+    return "union" if isinstance(schema, list) else schema
 
 
 # -- Avro: the value walked beside its schema, each refusal naming a path and a rule -------

@@ -20,10 +20,12 @@ from __future__ import annotations
 
 import json
 import struct
+from operator import itemgetter
 
-from databus.protocol.records import decode_batches
+from databus.protocol.records import decode_columns, iter_headers
 
 MAGIC = 0
+_HEAD = itemgetter(slice(0, 5))  # the magic byte and the schema id
 
 
 def wanted(config) -> bool:
@@ -38,29 +40,37 @@ class Validator:
     def problems(self, topic: str, records: bytes, config) -> list[tuple[int, str]]:
         registry = self.store.read()
         out: list[tuple[int, str]] = []
-        index = 0
-        verdicts: dict[tuple[str, bytes], str | None] = {}  # (part, header) -> reason
-        for _header, batch in decode_batches(records):
-            for record in batch:
-                for part, on, strategy in (
-                        ("value", config.confluent_value_schema_validation,
-                         config.confluent_value_subject_name_strategy),
-                        ("key", config.confluent_key_schema_validation,
-                         config.confluent_key_subject_name_strategy)):
-                    if not on:
-                        continue
-                    data = record.value if part == "value" else record.key
-                    if data is None:
-                        continue  # a tombstone passes
-                    header = bytes(data[:5])
-                    key = (part, header)
-                    if key not in verdicts:  # records of one schema: one decision
-                        verdicts[key] = _check(registry, topic, part, header, strategy)
-                    reason = verdicts[key]
-                    if reason is not None:
-                        out.append((index, f"record {index} (offset delta {index}): {reason}"))
-                        break
-                index += 1
+        parts = [(part, strategy) for part, on, strategy in (
+            ("value", config.confluent_value_schema_validation,
+             config.confluent_value_subject_name_strategy),
+            ("key", config.confluent_key_schema_validation,
+             config.confluent_key_subject_name_strategy)) if on]
+        # the records as columns (C where built: no object per record), then one verdict
+        # per distinct header (the records of a batch mostly share one schema): per record
+        # only a slice, in C (map), unless a header is refused
+        columns: tuple[list, list, list, list, list] = ([], [], [], [], [])
+        for pos, _header in iter_headers(records):
+            decode_columns(records, pos, -(2**63), 2**63, columns)
+        refused: dict[int, str] = {}
+        for part, strategy in parts:
+            column = columns[3] if part == "value" else columns[2]
+            try:
+                heads = set(map(_HEAD, column))
+            except TypeError:  # a tombstone (None) among them: it passes
+                heads = {data[:5] for data in column if data is not None}
+            bad = {}
+            for head in heads:
+                reason = _check(registry, topic, part, bytes(head), strategy)
+                if reason is not None:
+                    bad[head] = reason
+            if bad:
+                for index, data in enumerate(column):
+                    if data is not None and index not in refused:  # one reason a record
+                        reason = bad.get(data[:5])
+                        if reason is not None:
+                            refused[index] = reason
+        for index in sorted(refused):
+            out.append((index, f"record {index} (offset delta {index}): {refused[index]}"))
         return out
 
 

@@ -481,6 +481,9 @@ class Client:
         aware datetime) or ``delay`` (seconds) make it a delayed message (docs/delayed.md):
         it reaches its topic at that time, the Delivery names where it waits, and
         ``future.delay_id`` cancels it (``cancel_delayed``)."""
+        if type(value) is dict:
+            # a typed stream's record (as _value_bytes packs it), then the common case
+            value = msgpack.packb(value, use_bin_type=True)
         if (type(value) is bytes and headers is None and partition is None
                 and timestamp is None and lane is None and tag is None and deliver_at is None
                 and delay is None and type(stream) is str):

@@ -144,14 +144,21 @@ class TypedStream:
         try:
             return codec.encode(parse_input(value, self.settings.input))
         except RecordError as exc:
-            raise Rejected(ErrorCode.INVALID_RECORD,
-                           f"subject {self.subject!r} version {self.version} (id {codec.id}) "
-                           f"refuses the value: {exc}") from None
+            raise self._refusal(codec, exc) from None
 
-    async def encode_later(self, value: bytes | None) -> bytes:
-        """``encode`` after looking "latest" up again (its TTL passed, or no codec yet)."""
-        await self.current()
-        return self.encode(value)
+    def encode_frame(self, messages: list, skip: tuple) -> list:
+        """This stream's values in a sidecar frame encoded in place with the codec in hand
+        (when ``fresh()``; serde.py ``Codec.encode_frame``); returns (index, Rejected) for
+        each message the schema refuses: INVALID_RECORD naming the field and the rule."""
+        codec = self.codec
+        assert codec is not None
+        return [(i, self._refusal(codec, exc)) for i, exc in
+                codec.encode_frame(messages, self.stream, self.settings.input, skip)]
+
+    def _refusal(self, codec: Codec, exc: RecordError) -> Rejected:
+        return Rejected(ErrorCode.INVALID_RECORD,
+                        f"subject {self.subject!r} version {self.version} (id {codec.id}) "
+                        f"refuses the value: {exc}")
 
 
 class TypedReader:
@@ -198,6 +205,10 @@ class TypedReader:
         codec = self._codecs.get(header(value))
         if codec is None:
             return value
+        if not self.json:
+            fast = codec.decode_msgpack(value)  # (C: Avro straight to msgpack)
+            if fast is not None:
+                return fast
         try:
             decoded = codec.decode(value)
         except (ValueError, EOFError, IndexError, TypeError) as exc:

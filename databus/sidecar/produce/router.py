@@ -75,7 +75,7 @@ _NOT_APP_VALUES = (DELAY_CANCEL_HEADER, TXN_END_HEADER)
 
 class Route:
     __slots__ = ("stream", "topic", "handle", "producer", "route_fns", "headers_only",
-                 "max_block", "stats", "typed")
+                 "max_block", "stats")
 
     def __init__(
         self,
@@ -96,8 +96,6 @@ class Route:
             getattr(fn, "needs_headers", False) for _, fn in route_fns)
         self.max_block = handle.max_block_ms / 1000.0
         self.stats = stats
-        # a typed stream's schema (typed.py): its messages take the careful path
-        self.typed: TypedStream | None = None
 
 
 class RoutingTable:
@@ -107,6 +105,8 @@ class RoutingTable:
         self._metrics = metrics
         self.routes: dict[str, Route] = {}
         self.default_handle: ProducerHandle | None = None
+        # the typed streams' schemas (config streams only: an unlisted stream has none)
+        self.typed: dict[str, TypedStream] = {}
 
     @classmethod
     async def build(
@@ -125,8 +125,9 @@ class RoutingTable:
             handle = await pool.get(config, name, bootstrap)
             route = table._make_route(name, config.route_topic(name), handle)
             if stream.schema_ is not None:
-                route.typed = TypedStream(name, route.topic, stream.schema_, registry)
-                await route.typed.start()  # ConfigError: the config is not applied
+                typed = TypedStream(name, route.topic, stream.schema_, registry)
+                await typed.start()  # ConfigError: the config is not applied
+                table.typed[name] = typed
             table.routes[name] = route
         if config.default_route is not None:
             table.default_handle = await pool.get(config, None, bootstrap)
@@ -222,10 +223,12 @@ async def place_frame(
     frame order.  A message that cannot be placed is answered through ``answers`` instead
     (``reject``, or ``dropped`` by a route plugin).  Waits only on the careful path (for a
     topic's metadata)."""
+    if table.typed:
+        messages, sizes = await _encode_typed(table.typed, messages, sizes, answers)
     routes = table.routes
     groups: dict[tuple, Group] = {}
     last_partition = last_topic = last_route = None
-    current = route = typed = None  # the previous message's stream, its route and schema
+    current = route = None  # the previous message's stream and its route
     k = 0  # where the last run in C ended (runs look for their message from there on)
     pairs = zip(messages, sizes)
     for message, size in pairs:
@@ -245,13 +248,6 @@ async def place_frame(
                 simple = partitions is not None and (not route.route_fns or route.headers_only)
                 plain = not route.route_fns
                 count = len(partitions) if partitions else 0
-                typed = route.typed
-                if typed is not None:
-                    runs = False  # (the runs in C would take the values unencoded)
-            if typed is not None and not (headers and headers[0][0] in _NOT_APP_VALUES):
-                # a typed stream's value checked and encoded (Rejected: this message only)
-                value = typed.encode(value) if typed.fresh() else await typed.encode_later(
-                    value)
             # The fast path: no explicit partition, a small message, and either no route
             # functions (then no header but the special ones of delayed and half messages
             # matters) or none that look at headers and no headers at all.
@@ -306,6 +302,37 @@ async def place_frame(
             if own:
                 group.own_timestamps = True
     return list(groups.values())
+
+
+async def _encode_typed(typed: dict[str, TypedStream], messages: list[tuple],
+                        sizes: list[int], answers: Answers) -> tuple[list, list]:
+    """The frame with its typed streams' values checked and encoded (typed.py: for Avro's
+    msgpack, one pass in C over the frame per typed stream), before routing, so route
+    plugins and the runs in C see what the topic gets.  A value the schema refuses is
+    answered INVALID_RECORD here and leaves the frame; the others go on.  Waits only when
+    a stream with messages here is due to ask the registry for "latest" again."""
+    messages = list(messages)
+    refused: list = []
+    for stream, stream_typed in typed.items():
+        if not stream_typed.fresh():
+            mine = [i for i, m in enumerate(messages) if m[1] == stream and not (
+                m[4] and m[4][0][0] in _NOT_APP_VALUES)]
+            if not mine:
+                continue
+            try:
+                await stream_typed.current()
+            except Rejected as exc:  # no schema yet: all of this stream's messages
+                refused += [(i, exc) for i in mine]
+                continue
+        refused += stream_typed.encode_frame(messages, _NOT_APP_VALUES)
+    if not refused:
+        return messages, sizes
+    gone = set()
+    for i, exc in refused:
+        unplaced(answers, messages[i][0], sizes[i], exc, None)
+        gone.add(i)
+    keep = [i for i in range(len(messages)) if i not in gone]
+    return [messages[i] for i in keep], [sizes[i] for i in keep]
 
 
 def unplaced(answers: Answers, id_: int, size: int, exc: Exception, route: Route | None) -> None:
