@@ -28,6 +28,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "users": ("databus.tools.users", "add, list and delete SASL users (SCRAM credentials)"),
     "acls": ("databus.tools.acls", "add, list and remove ACLs (like kafka-acls.sh)"),
     "groups": ("databus.tools.groups", "list, describe, reset offsets of, delete consumer and share groups"),
+    "client-metrics": ("databus.tools.client_metrics", "client-metrics subscriptions (KIP-714): alter, describe, delete, list (like kafka-client-metrics.sh)"),
     "dlq": ("databus.tools.dlq", "list, show and replay a consumer group's dead letters (GROUP.dlq)"),
     "up": ("databus.up.cmd_up", "run the sidecar (plus the built-in broker if no cluster is configured)"),
     "sidecar": ("databus.up.cmd_sidecar", "run the sidecar alone against the configured clusters"),

@@ -82,6 +82,7 @@ CLIENT_VERSIONS: dict[int, tuple[int, int]] = {
     ApiKey.CREATE_PARTITIONS: (0, 3),
     ApiKey.DELETE_GROUPS: (0, 2),
     ApiKey.INCREMENTAL_ALTER_CONFIGS: (0, 1),
+    ApiKey.LIST_CONFIG_RESOURCES: (0, 1),
     ApiKey.DESCRIBE_LOG_DIRS: (1, 4),
     # Share groups (KIP-932): v1 is what Kafka 4.1+ serves (v0 was 4.0's early access);
     # v2 adds RENEW and acquire modes, not spoken here.

@@ -33,6 +33,9 @@ def unsupported_version_response(table: HandlerTable) -> object:
 
 @handles(ApiKey.API_VERSIONS, 0, 3)
 async def api_versions(ctx: RequestContext, request) -> object:
+    if ctx.api_version >= 3:  # remembered for client-metrics subscriptions (KIP-714)
+        ctx.session.client_software_name = request.client_software_name
+        ctx.session.client_software_version = request.client_software_version
     return build(
         ctx.response_class(), error_code=ErrorCode.none, api_keys=_api_keys(ctx.handlers), throttle_time=0
     )
