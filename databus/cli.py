@@ -63,6 +63,7 @@ BENCHMARKS: dict[str, tuple[str, str]] = {
     "spark": ("databus.bench.spark", "a batch read through the databus Spark source beside a Parquet scan"),
     "share": ("databus.bench.share", "share group (3 ShareConsumers, explicit accepts) beside a classic consumer"),
     "schemas": ("databus.bench.schemas", "schema registry: lookups by id p50/p99, registrations/s, produce with validation on/off"),
+    "telemetry": ("databus.bench.telemetry", "broker CPU for librdkafka clients pushing their metrics (KIP-714) beside idle"),
     "delay": ("databus.bench.delay", "delayed messages through the delay service: on time, none lost (kill -9 of a member)"),
 }
 

@@ -180,7 +180,7 @@ def test_series_follow_counters_and_expire_or_vanish_on_terminating():
     assert "# TYPE org_apache_kafka_consumer_connection_creation_total counter" in text
     assert f'client_instance_id="{me}"}} 5.0' in text  # deltas added up
     # three intervals without a push: gone
-    manager.expire(101.6 + 2.9)
+    manager.expire(101.6 + 1.9)
     assert manager.series.clients
     manager.expire(101.6 + 3.0)
     assert not manager.series.clients and manager.series.render() == []

@@ -38,6 +38,7 @@ ZERO_UUID = uuid.UUID(int=0)
 # An instance nobody hears from is forgotten after this many intervals (at least a minute).
 INSTANCE_EXPIRY_INTERVALS = 3
 MIN_INSTANCE_EXPIRY_S = 60.0
+SWEEP_EVERY_S = 1.0
 
 
 @dataclass
@@ -85,6 +86,7 @@ class ClientMetricsManager:
         self.max_bytes = max_bytes
         self.instances: dict[uuid.UUID, Instance] = {}
         self.pushes: dict[str, int] = {}  # outcome name -> count, for the broker's metrics
+        self._next_sweep = float("-inf")
 
     def _subscribe(self, instance_id: uuid.UUID, identity: Mapping[str, str]) -> Instance:
         ident = dict(identity, client_instance_id=str(instance_id))
@@ -187,6 +189,11 @@ class ClientMetricsManager:
         return ErrorCode.none, None
 
     def expire(self, now: float) -> None:
+        """Forget idle instances and their series: swept at most once a second, not at
+        every request (a sweep walks every instance)."""
+        if now < self._next_sweep:
+            return
+        self._next_sweep = now + SWEEP_EVERY_S
         self.series.expire(now)
         stale = [i for i, inst in self.instances.items()
                  if now - inst.seen > max(INSTANCE_EXPIRY_INTERVALS * inst.interval_s,
