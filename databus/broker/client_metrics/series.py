@@ -25,6 +25,7 @@ from .otlp import Point
 _NOT_NAME = re.compile(r"[^a-zA-Z0-9_:]")
 _NOT_LABEL = re.compile(r"[^a-zA-Z0-9_]")
 RESERVED = ("client_id", "client_instance_id")
+CACHE_LIMIT = 100_000
 
 
 def metric_name(name: str, counter: bool) -> str:
@@ -65,6 +66,9 @@ class SeriesStore:
         self.families: dict[str, tuple[str, str]] = {}  # name -> (type, help)
         self.dropped_series = 0
         self.dropped_clients = 0
+        # what every push of every client repeats: names and label sets, rendered once
+        self._names: dict[tuple[str, bool], str] = {}
+        self._labels: dict[tuple[tuple[str, str], ...], str] = {}
 
     def update(self, instance_id: str, client_id: str, points: Iterable[Point],
                now: float, interval_s: float) -> None:
@@ -78,15 +82,25 @@ class SeriesStore:
             self.clients[instance_id] = client
         client.expires_at = now + self.expiry_intervals * interval_s
         values = client.values
+        names, labels = self._names, self._labels
+        if len(labels) > CACHE_LIMIT or len(names) > CACHE_LIMIT:
+            labels.clear()  # bounded: pushes may carry any names and attributes
+            names.clear()
         for point in points:
-            name = metric_name(point.name, point.counter)
+            name = names.get((point.name, point.counter))
+            if name is None:
+                name = names[(point.name, point.counter)] = metric_name(point.name,
+                                                                        point.counter)
             kind = "counter" if point.counter else "gauge"
             family = self.families.get(name)
             if family is None:
                 self.families[name] = (kind, point.help or point.name)
             elif family[0] != kind:
                 continue  # one name, one type: the first seen wins
-            attrs = "".join(f',{label_name(k)}="{_escape(v)}"' for k, v in point.attributes)
+            attrs = labels.get(point.attributes)
+            if attrs is None:
+                attrs = labels[point.attributes] = "".join(
+                    f',{label_name(k)}="{_escape(v)}"' for k, v in point.attributes)
             key = (name, attrs)
             old = values.get(key)
             if old is None and len(values) >= self.max_series_per_client:
