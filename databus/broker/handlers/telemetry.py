@@ -12,6 +12,7 @@ docs/client-metrics.md.
 from __future__ import annotations
 
 import datetime
+import logging
 
 import trio
 
@@ -21,6 +22,7 @@ from databus.protocol.errors import ErrorCode
 
 from ..api import RequestContext, handles
 
+log = logging.getLogger(__name__)
 NO_THROTTLE = datetime.timedelta(0)
 
 
@@ -50,8 +52,11 @@ async def get_telemetry_subscriptions(ctx: RequestContext, request) -> object:
 
 @handles(ApiKey.PUSH_TELEMETRY, 0, 0)
 async def push_telemetry(ctx: RequestContext, request) -> object:
-    code, _message = ctx.broker.client_metrics.push(
+    code, message = ctx.broker.client_metrics.push(
         request.client_instance_id, request.subscription_id, request.terminating,
         request.compression_type, request.metrics, _identity(ctx), trio.current_time())
-    return build(ctx.response_class(), throttle_time=NO_THROTTLE,
-                 error_code=code if code is not None else ErrorCode.none)
+    if code != ErrorCode.none:
+        # counted in /metrics by error name; the reason (a client's bug, mostly) only here
+        log.debug("PushTelemetry from %s (%s:%d): %s: %s", ctx.client_id,
+                  ctx.client_host, ctx.client_port, code.name, message)
+    return build(ctx.response_class(), throttle_time=NO_THROTTLE, error_code=code)
