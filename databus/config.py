@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import ipaddress
 import os
-import re
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal
@@ -28,8 +27,12 @@ from databus.config_base import (  # noqa: F401
     CONNECTION_KEY_PREFIXES,
     ConfigError,
     TopicSelection,
+    check_label,
+    check_listen,
+    check_regexes,
     describe_security,
     is_secret_key,
+    listen_address,
     parse_duration_ms,
     resolve_references,
 )
@@ -80,11 +83,6 @@ def group_id(group: str | int) -> int:
         raise ValueError(f"socket_group {text!r} is not a group on this host") from None
 
 
-def _listen_address(value: str, field: str) -> tuple[str, int]:
-    """The sidecar's listeners: a host is required, port 0 picks a free port."""
-    return parse_host_port(value, allow_port_zero=True, require_host=True, what=field)
-
-
 class AppToken(_Model):
     """One app's token and the streams it may send to (sidecar/produce/access.py)."""
 
@@ -97,11 +95,7 @@ class AppToken(_Model):
     @field_validator("streams")
     @classmethod
     def _patterns(cls, v: list[str]) -> list[str]:
-        for pattern in v:
-            try:
-                re.compile(pattern)
-            except re.error as exc:
-                raise ValueError(f"stream pattern {pattern!r}: {exc}") from None
+        check_regexes(v, "stream pattern")
         return v
 
 
@@ -201,7 +195,7 @@ class SidecarSettings(_Model):
     def _loopback(cls, v: str | None) -> str | None:
         if v is None:
             return v
-        host, _ = _listen_address(v, "tcp_listen")
+        host, _ = listen_address(v, "tcp_listen")
         if host != "localhost":
             try:
                 loopback = ipaddress.ip_address(host).is_loopback
@@ -214,9 +208,7 @@ class SidecarSettings(_Model):
     @field_validator("metrics_listen")
     @classmethod
     def _metrics(cls, v: str | None) -> str | None:
-        if v is not None:
-            _listen_address(v, "metrics_listen")
-        return v
+        return check_listen(v, "metrics_listen")
 
     def resolved_tokens(self) -> dict[str, tuple[str, list[str]]]:
         """app -> (token with ${env:...}/${file:...} resolved, stream patterns)."""
@@ -278,9 +270,7 @@ class ConsoleSettings(_Model):
     @field_validator("listen")
     @classmethod
     def _listen(cls, v: str | None) -> str | None:
-        if v is not None:
-            _listen_address(v, "console.listen")
-        return v
+        return check_listen(v, "console.listen")
 
 
 class ClusterConfig(BaseModel):
@@ -303,9 +293,7 @@ class ClusterConfig(BaseModel):
     @field_validator("region")
     @classmethod
     def _region(cls, v: str | None) -> str | None:
-        if v is not None and not _LABEL.match(v):
-            raise ValueError(f"region {v!r} may only contain letters, digits, '.', '_', '-'")
-        return v
+        return v if v is None else check_label(v, "region")
 
     @field_validator("bootstrap_servers")
     @classmethod
@@ -363,15 +351,13 @@ class EmbeddedBrokerConfig(_Model):
     @field_validator("listen")
     @classmethod
     def _listen(cls, v: str) -> str:
-        _listen_address(v, "broker.listen")
+        listen_address(v, "broker.listen")
         return v
 
     @field_validator("metrics_listen")
     @classmethod
     def _metrics_listen(cls, v: str | None) -> str | None:
-        if v is not None:
-            _listen_address(v, "broker.metrics_listen")
-        return v
+        return check_listen(v, "broker.metrics_listen")
 
     def command_args(self, listen: str | None = None) -> list[str]:
         """``databus broker`` arguments for these settings (``listen``: --kafka-listen):
@@ -406,8 +392,16 @@ class IndexConfig(TopicSelection):
         "`header.NAME` (a header, as UTF-8) or `key` (the key, as UTF-8). A list of names "
         "means `{name: value.name}`.",
     )
-    format: Literal["json", "msgpack"] = Field(
-        "json", description="How values are encoded: `json` or `msgpack`."
+    format: Literal["json", "msgpack", "registry"] = Field(
+        "json", description="How values are encoded: `json`, `msgpack`, or `registry`: "
+        "Confluent's wire format (what AvroSerializer / JSONSerializer and typed streams "
+        "write), each value decoded with the Avro or JSON schema its id names; value paths "
+        "are checked against each topic's subject `TOPIC-value` (docs/schemas.md)."
+    )
+    schema_registry_url: str | None = Field(
+        None, alias="schema.registry.url",
+        description="With `format: registry`: the registry; default the broker section's "
+        "`schema.registry.listen`, else http://127.0.0.1:8081.",
     )
     path: str = Field(
         "indexes",
@@ -463,7 +457,9 @@ class IndexConfig(TopicSelection):
             "topics.regex": self.topics_regex,
             "group.id": self.group_id or f"databus-index-{name}", "consumer": self.consumer,
             "config": {"index": name, "path": self.db_path(name), "fields": dict(self.fields),
-                       "format": self.format, "recent.entries": self.recent_entries},
+                       "format": self.format, "recent.entries": self.recent_entries,
+                       **({"schema.registry.url": self.schema_registry_url}
+                          if self.schema_registry_url else {})},
         })
 
 
@@ -845,7 +841,12 @@ def _absolute_paths(config: DatabusConfig, base_dir: Path) -> DatabusConfig:
     broker = config.broker.model_copy(update={"data_dir": absolute(config.broker.data_dir)})
     indexes = {name: index.model_copy(update={"path": absolute(index.path)})
                for name, index in config.indexes.items()}
-    return config.model_copy(update={"sidecar": sidecar, "broker": broker, "indexes": indexes})
+    streams = {name: stream.model_copy(update={"schema_": stream.schema_.model_copy(
+                   update={"file": absolute(stream.schema_.file)})})
+               if stream.schema_ is not None and stream.schema_.file else stream
+               for name, stream in config.streams.items()}
+    return config.model_copy(update={"sidecar": sidecar, "broker": broker, "indexes": indexes,
+                                     "streams": streams})
 
 
 # The configuration used when there is no file at all (no -c, no ./sidecar.yaml): every

@@ -9,7 +9,7 @@ query is compared with that text.  A field that is absent (or null) is *missing*
 that does not decode, is not valid UTF-8, or is an object or a list is *undecodable*: both
 are counted per field and the record is indexed by its other fields.
 
-JSON values are read by the C extension when it is built (databus/protocol/_json_speedups.c:
+JSON values are read by the C extension when it is built (plugins/index/_json_speedups.c:
 the fields' nodes only, in one pass over each value, no whole-document decode); what it is
 not sure to read as ``json.loads`` does (a malformed value, UTF-16, a lone surrogate...) it
 leaves to the Python code below, which is also the whole path under DATABUS_PURE_PYTHON=1.
@@ -17,14 +17,20 @@ leaves to the Python code below, which is also the whole path under DATABUS_PURE
 
 from __future__ import annotations
 
+import datetime
+import decimal
 import json
-from collections.abc import Sequence
+import uuid
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import msgpack
 
-from databus.protocol.speedups import json_native
+from databus.protocol.speedups import load_native
+
+# the C reader, _json_speedups.c beside this module (None: json.loads does it all)
+json_native = load_native(name="_json_speedups", package=__package__)
 
 MISSING = "missing"
 UNDECODABLE = "undecodable"
@@ -72,6 +78,10 @@ def as_text(value: Any) -> str | None:
             return value.decode()
         except UnicodeDecodeError:
             raise _Undecodable from None
+    if isinstance(value, (datetime.date, datetime.time)):  # Avro's logical types (registry)
+        return value.isoformat()
+    if isinstance(value, (decimal.Decimal, uuid.UUID)):
+        return str(value)
     raise _Undecodable
 
 
@@ -98,13 +108,17 @@ _BAD = object()  # a value path through something that is not a map
 class Extractor:
     """The index's fields, applied to batches of ``ConsumerRecord``-shaped tuples."""
 
-    def __init__(self, fields: dict[str, str], fmt: str = "json") -> None:
-        if fmt not in ("json", "msgpack"):
-            raise ValueError(f"index: format {fmt!r}: use json or msgpack")
+    def __init__(self, fields: dict[str, str], fmt: str = "json",
+                 decode: Callable[[bytes], Any] | None = None) -> None:
+        """``fmt`` json or msgpack, or ``registry`` with ``decode`` (a wire-format value's
+        decoder, registry_values.py)."""
+        if fmt not in ("json", "msgpack", "registry") or (fmt == "registry") != (
+                decode is not None):
+            raise ValueError(f"index: format {fmt!r}: use json, msgpack or registry")
         self.format = fmt
         self.fields = {name: parse_source(spec) for name, spec in fields.items()}
         self._needs_value = any(s.kind == "value" for s in self.fields.values())
-        self._decode = decode_json if fmt == "json" else msgpack.unpackb
+        self._decode = decode or (decode_json if fmt == "json" else msgpack.unpackb)
         # The value fields' paths, read by the C extension in one pass over each JSON value
         # (its nodes are those of ``_walk``; what it leaves undecided is decoded here).
         self._paths = [s.path for s in self.fields.values() if s.kind == "value"]
