@@ -204,3 +204,16 @@ def test_cardinality_is_bounded_per_client():
                  0.0, 1.0)
     assert any('_client_id="x"' in line for line in store.render())
     assert metric_name("org.apache.kafka.producer.x", True) == "org_apache_kafka_producer_x_total"
+
+
+def test_client_instances_are_bounded_least_recently_heard_first(monkeypatch):
+    from databus.broker.client_metrics import manager as manager_module
+
+    monkeypatch.setattr(manager_module, "MAX_INSTANCES", 3)
+    manager = ClientMetricsManager(SubscriptionStore(None))
+    first, second = (manager.get_subscriptions(None, ME, 0.0).instance_id for _ in range(2))
+    manager.get_subscriptions(None, ME, 0.0)
+    manager.get_subscriptions(first, ME, 1.0)  # heard from again: kept
+    manager.get_subscriptions(None, ME, 1.0)  # every Get with the zero id is a new instance
+    assert len(manager.instances) == 3
+    assert first in manager.instances and second not in manager.instances

@@ -39,6 +39,9 @@ ZERO_UUID = uuid.UUID(int=0)
 INSTANCE_EXPIRY_INTERVALS = 3
 MIN_INSTANCE_EXPIRY_S = 60.0
 SWEEP_EVERY_S = 1.0
+# Kafka's cache of client instances is an LRU of this size: clients beyond it are forgotten,
+# least recently heard from first (they get a subscription again when they ask, with the same id)
+MAX_INSTANCES = 16384
 
 
 @dataclass
@@ -104,13 +107,18 @@ class ClientMetricsManager:
 
     def _instance(self, instance_id: uuid.UUID, identity: Mapping[str, str]) -> Instance:
         """The known instance, refreshed if the subscriptions changed since."""
-        known = self.instances.get(instance_id)
+        known = self.instances.pop(instance_id, None)  # re-inserted last: an LRU order
         if known is not None and known.store_version == self.store.version:
+            self.instances[instance_id] = known
             return known
         fresh = self._subscribe(instance_id, identity)
         if known is not None:  # keep its timing across a subscription change
             fresh.last_get, fresh.last_push = known.last_get, known.last_push
             fresh.terminating, fresh.last_error = known.terminating, known.last_error
+        if known is None and len(self.instances) >= MAX_INSTANCES:
+            oldest = next(iter(self.instances))
+            del self.instances[oldest]
+            self.series.drop(str(oldest))
         self.instances[instance_id] = fresh
         return fresh
 
