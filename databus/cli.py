@@ -29,6 +29,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "users": ("databus.tools.users", "add, list and delete SASL users (SCRAM credentials)"),
     "acls": ("databus.tools.acls", "add, list and remove ACLs (like kafka-acls.sh)"),
     "groups": ("databus.tools.groups", "list, describe, reset offsets of, delete consumer and share groups"),
+    "client-metrics": ("databus.tools.client_metrics", "client-metrics subscriptions (KIP-714): alter, describe, delete, list (like kafka-client-metrics.sh)"),
     "dlq": ("databus.tools.dlq", "list, show and replay a consumer group's dead letters (GROUP.dlq)"),
     "up": ("databus.up.cmd_up", "run the sidecar (plus the built-in broker if no cluster is configured)"),
     "sidecar": ("databus.up.cmd_sidecar", "run the sidecar alone against the configured clusters"),
@@ -64,6 +65,7 @@ BENCHMARKS: dict[str, tuple[str, str]] = {
     "spark-write": ("databus.bench.spark_write", "df.write.format(\"databus\") at least once beside exactlyOnce=true"),
     "share": ("databus.bench.share", "share group (3 ShareConsumers, explicit accepts) beside a classic consumer"),
     "schemas": ("databus.bench.schemas", "schema registry: lookups by id p50/p99, registrations/s, produce with validation on/off"),
+    "telemetry": ("databus.bench.telemetry", "broker CPU for librdkafka clients pushing their metrics (KIP-714) beside idle"),
     "delay": ("databus.bench.delay", "delayed messages through the delay service: on time, none lost (kill -9 of a member)"),
 }
 

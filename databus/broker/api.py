@@ -53,6 +53,9 @@ class Session:
     # KIP-368: when the login ends (trio.current_time(); None: never).  After it, any
     # request but SaslHandshake / SaslAuthenticate (a re-authentication) closes.
     expires_at: float | None = None
+    # What the client said it is in ApiVersions v3+ (KIP-511): client-metrics match on it.
+    client_software_name: str | None = None
+    client_software_version: str | None = None
 
     def expired(self, now: float) -> bool:
         return self.expires_at is not None and now >= self.expires_at

@@ -46,6 +46,8 @@ from databus.storage.log_manager import LogManager
 from databus.storage.meta_properties import load_or_create_cluster_id
 
 from .authorizer import Authorizer, parse_super_users
+from .client_metrics.manager import ClientMetricsManager
+from .client_metrics.subscriptions import SubscriptionStore
 from .config import BrokerConfig
 from .coordinator.consumer_group import ConsumerGroupConfig
 from .coordinator.group_state import CoordinatorConfig
@@ -156,6 +158,8 @@ class Broker:
             self.log_manager, config.log_retention_check_interval_ms / 1000,
             on_change=self.fetch_sessions.touch_all,
         )
+        # KIP-714: client-metrics subscriptions and the series pushed under them
+        self.client_metrics = ClientMetricsManager(SubscriptionStore(self.data_dir))
 
     # -- identity -------------------------------------------------------------------------
 

@@ -374,6 +374,14 @@ class BrokerConfig(BaseModel):
         description="Partitions of the internal `__transaction_state` topic (fixed once "
         "created).",
     )
+    transaction_version: int = Field(
+        2, alias="transaction.version", ge=1, le=2,
+        description="The finalized level of Kafka's `transaction.version` feature that "
+        "ApiVersions advertises (Kafka sets it with kafka-features.sh): 2 lets clients that "
+        "know it use transactions v2 (KIP-890: implicit partition join with Produce v12, "
+        "the epoch bumped at every EndTxn v5); 1 keeps every client on v1.  The broker "
+        "serves both either way (librdkafka speaks v1).",
+    )
     transaction_max_timeout_ms: int = Field(
         900_000, alias="transaction.max.timeout.ms", ge=1,
         description="Largest `transaction.timeout.ms` a transactional producer may ask for; "

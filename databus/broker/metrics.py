@@ -4,9 +4,15 @@ and ``/healthz``, served by databus/service/metrics.py as for the sidecar.
 What an operator alerts on: writes failing on the data directory (disk full), damaged
 batches and index entries found by reads, and what clients hold (connections, request bytes
 reserved).  Rendered from plain counters at scrape time.
+
+After them come the metrics clients push (KIP-714, docs/client-metrics.md): one series per
+client instance and metric, labelled ``client_id`` and ``client_instance_id``, kept by
+``client_metrics/series.py`` (expired here, at scrape time, as well as on pushes).
 """
 
 from __future__ import annotations
+
+import trio
 
 
 class BrokerMetrics:
@@ -37,9 +43,24 @@ class BrokerMetrics:
              "Bytes reserved for requests being received (queued.max.request.bytes)",
              self.server.request_memory.used),
         ]
+        telemetry = self.broker.client_metrics
+        telemetry.expire(trio.current_time())
+        families += [
+            ("databus_broker_client_metrics_clients", "gauge",
+             "Client instances whose pushed metrics are exported", len(telemetry.series.clients)),
+            ("databus_broker_client_metrics_dropped_series_total", "counter",
+             "Pushed series not exported: over the per-client limit",
+             telemetry.series.dropped_series),
+        ]
         lines = []
         for name, kind, help_text, value in families:
             lines += [f"# HELP {name} {help_text}", f"# TYPE {name} {kind}", f"{name} {value}"]
+        name = "databus_broker_client_metrics_pushes_total"
+        lines += [f"# HELP {name} PushTelemetry requests by outcome (error name)",
+                  f"# TYPE {name} counter"]
+        lines += [f'{name}{{result="{result}"}} {n}'
+                  for result, n in sorted(telemetry.pushes.items())]
+        lines += telemetry.series.render()
         return ("\n".join(lines) + "\n").encode()
 
     def healthy(self) -> tuple[bool, str]:

@@ -292,6 +292,46 @@ class Admin:
             return errors.from_code(result.error_code, result.error_message or topic)
         return None
 
+    async def describe_config_resource(
+        self, resource_type: int, name: str
+    ) -> dict[str, ConfigEntry]:
+        """The configs of one resource of any type (e.g. 16, a client-metrics subscription,
+        KIP-714); a refusal raises."""
+        response = await self._cluster.request(None, ApiKey.DESCRIBE_CONFIGS, {
+            "resources": [{"resource_type": resource_type, "resource_name": name,
+                           "configuration_keys": None}],
+            "include_synonyms": False, "include_documentation": False})
+        (result,) = response.results
+        if int(result.error_code):
+            raise errors.from_code(result.error_code, result.error_message or name)
+        return {c.name: ConfigEntry(c.name, c.value, bool(c.read_only),
+                                    int(getattr(c, "config_source", -1)) == 5,
+                                    bool(c.is_sensitive)) for c in result.configs}
+
+    async def alter_config_resource(
+        self, resource_type: int, name: str, ops: Sequence[tuple[str, int, str | None]],
+        *, validate_only: bool = False,
+    ) -> None:
+        """IncrementalAlterConfigs on one resource of any type: ``ops`` are (config,
+        operation: 0 SET 1 DELETE 2 APPEND 3 SUBTRACT, value); a refusal raises."""
+        response = await self._cluster.request(None, ApiKey.INCREMENTAL_ALTER_CONFIGS, {
+            "resources": [{"resource_type": resource_type, "resource_name": name,
+                           "configs": [{"name": k, "config_operation": op, "value": v}
+                                       for k, op, v in ops]}],
+            "validate_only": validate_only})
+        (result,) = response.responses
+        if int(result.error_code):
+            raise errors.from_code(result.error_code, result.error_message or name)
+
+    async def list_config_resources(self, resource_types: Sequence[int] = (16,)) -> list[str]:
+        """Names of the config resources of ``resource_types`` (ListConfigResources; by
+        default the client-metrics subscriptions)."""
+        response = await self._cluster.request(None, ApiKey.LIST_CONFIG_RESOURCES,
+                                               {"resource_types": list(resource_types)})
+        if int(response.error_code):
+            raise errors.from_code(response.error_code, "ListConfigResources")
+        return [r.resource_name for r in response.config_resources]
+
     async def describe_log_dirs(
         self, topics: Iterable[str] | None = None
     ) -> dict[TopicPartition, int]:

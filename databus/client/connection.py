@@ -82,6 +82,7 @@ CLIENT_VERSIONS: dict[int, tuple[int, int]] = {
     ApiKey.CREATE_PARTITIONS: (0, 3),
     ApiKey.DELETE_GROUPS: (0, 2),
     ApiKey.INCREMENTAL_ALTER_CONFIGS: (0, 1),
+    ApiKey.LIST_CONFIG_RESOURCES: (0, 1),
     ApiKey.DESCRIBE_LOG_DIRS: (1, 4),
     # Share groups (KIP-932): v1 is what Kafka 4.1+ serves (v0 was 4.0's early access);
     # v2 of ShareFetch/ShareAcknowledge adds RENEW (KIP-1222) and acquire modes (KIP-1206).
@@ -142,6 +143,9 @@ class BrokerConnection:
         self.connect_timeout = connect_timeout_ms / 1000
         self.versions: dict[int, int] = {}
         self.broker_versions: dict[int, tuple[int, int]] = {}
+        # KIP-584 finalized features from ApiVersions v3+ (name -> max level), e.g.
+        # transaction.version 2: the broker takes transactions v2 (KIP-890)
+        self.finalized_features: dict[str, int] = {}
         self._stream: trio.abc.Stream | None = None
         self._pending: collections.deque[_Pending] = collections.deque()
         self._send_lock = trio.Lock()
@@ -249,6 +253,9 @@ class BrokerConnection:
         self.broker_versions = {
             int(k.api_key): (int(k.min_version), int(k.max_version)) for k in response.api_keys
         }
+        self.finalized_features = {
+            f.name: int(f.max_version_level)
+            for f in getattr(response, "finalized_features", ()) or ()}
         for key, (lo, hi) in CLIENT_VERSIONS.items():
             if key not in self.broker_versions:
                 continue
@@ -275,16 +282,23 @@ class BrokerConnection:
         *,
         expect_response: bool = True,
         timeout: float | None = None,
+        version: int | None = None,
     ) -> Any:
-        """Send one request built from ``fields`` at the negotiated version; return the response.
+        """Send one request built from ``fields`` at the negotiated version (or ``version``,
+        which the caller checked against ``broker_versions``); return the response.
 
         ``timeout`` (seconds) defaults to request.timeout.ms; it should cover any broker-side
         wait the request asks for (e.g. a Fetch's max wait).
         """
         return await self._request_version(
-            api_key, self.version(api_key), fields, expect_response=expect_response,
-            timeout=timeout,
+            api_key, self.version(api_key) if version is None else version, fields,
+            expect_response=expect_response, timeout=timeout,
         )
+
+    def supports(self, api_key: int, version: int) -> bool:
+        """Whether the broker serves ``version`` of ``api_key``."""
+        lo, hi = self.broker_versions.get(api_key, (0, -1))
+        return lo <= version <= hi
 
     async def _request_version(
         self,

@@ -28,6 +28,8 @@ from .config import ProducerConfig
 from .idempotence import IdempotenceState
 
 log = logging.getLogger(__name__)
+
+TXN_V2_PRODUCE_VERSION = 12  # KIP-890: the transaction's partitions join implicitly
 _trace = latency_trace.recorder("producer")
 
 # Errors after which the partition's leader may have moved: refresh metadata before retrying.
@@ -65,6 +67,7 @@ class Sender:
         self.config = config
         self.on_batch_done = on_batch_done
         self.idempotence = IdempotenceState() if config.enable_idempotence else None
+        self.txn_v2 = False  # set by transactions.py when the coordinator takes KIP-890
         # a transactional producer gets its id from init_transactions (transactions.py)
         self.transactional = config.transactional_id is not None
         self.in_flight: dict[int, int] = {}
@@ -263,7 +266,11 @@ class Sender:
                     ],
                 }
                 conn = await self.cluster.connection(node)
-                body = build_request(ApiKey.PRODUCE, conn.version(ApiKey.PRODUCE), fields)
+                # transactions v2 (KIP-890): Produce v12 joins the partition to the
+                # transaction (transactions.py decides, from the coordinator's features)
+                version = (TXN_V2_PRODUCE_VERSION if self.txn_v2 and conn.supports(
+                    ApiKey.PRODUCE, TXN_V2_PRODUCE_VERSION) else conn.version(ApiKey.PRODUCE))
+                body = build_request(ApiKey.PRODUCE, version, fields)
                 sent = time.perf_counter() if _trace is not None else 0.0
                 pending = await conn.write(body, expect_response=acks != 0)
             finally:

@@ -9,6 +9,14 @@ AddPartitionsToTxn before its first record is queued), ``send_offsets_to_transac
 coordinator answers (CONCURRENT_TRANSACTIONS, COORDINATOR_LOAD_IN_PROGRESS, NOT_COORDINATOR)
 are retried after ``retry.backoff.ms``; PRODUCER_FENCED and the like make the producer
 unusable (``FATAL``), as in Kafka's clients.
+
+Transactions v2 (KIP-890) when the coordinator's ApiVersions finalizes the
+``transaction.version`` feature at 2 (and serves EndTxn v5, Produce v12, TxnOffsetCommit
+v5): no AddPartitionsToTxn (the Produce v12 of a partition's first batch joins it), no
+AddOffsetsToTxn (TxnOffsetCommit v5 joins the group's offsets partition), and each EndTxn v5
+answers a bumped epoch (or a new producer id) that the next transaction uses, its sequences
+starting again at 0: a zombie's late batch of a finished transaction is fenced.  Against a
+broker without it (or ``transaction.version`` 1), v1 as before.
 """
 
 from __future__ import annotations
@@ -29,6 +37,8 @@ log = logging.getLogger(__name__)
 KEY_TYPE_GROUP, KEY_TYPE_TRANSACTION = 0, 1
 _RETRY_CODES = {"CONCURRENT_TRANSACTIONS", "COORDINATOR_LOAD_IN_PROGRESS",
                 "NOT_COORDINATOR", "COORDINATOR_NOT_AVAILABLE"}
+TRANSACTION_VERSION = "transaction.version"
+V2_VERSIONS = {ApiKey.END_TXN: 5, ApiKey.TXN_OFFSET_COMMIT: 5, ApiKey.PRODUCE: 12}
 _FATAL_CODES = {"PRODUCER_FENCED", "INVALID_PRODUCER_EPOCH", "INVALID_PRODUCER_ID_MAPPING",
                 "TRANSACTIONAL_ID_AUTHORIZATION_FAILED", "INVALID_TRANSACTION_TIMEOUT"}
 
@@ -69,6 +79,7 @@ class TransactionManager:
         self.partitions: set[TopicPartition] = set()
         self.offsets_added = False
         self.fatal_error: BaseException | None = None
+        self.v2 = False  # transactions v2 (KIP-890), chosen at init from the coordinator
 
     # -- requests -----------------------------------------------------------------------
 
@@ -80,12 +91,19 @@ class TransactionManager:
             self.cluster.register_address(node, response.host, int(response.port))
         return node
 
-    async def _call(self, node, api_key, fields, what: str, code_of=None):
+    async def _call(self, node, api_key, fields, what: str, code_of=None, version=None):
         """One request, retried while the answer is retriable; fatal answers fence us."""
         backoff = self.config.retry_backoff_ms / 1000
         deadline = trio.current_time() + self.config.max_block_ms / 1000
         while True:
-            response = await self.cluster.request(node, api_key, fields)
+            try:
+                response = await self.cluster.request(node, api_key, fields, version=version)
+            except errors.KafkaError as exc:
+                # the coordinator went away (a restart): ask again, find it again
+                if not exc.retriable or trio.current_time() >= deadline:
+                    raise
+                await trio.sleep(backoff)
+                continue
             code = code_of(response) if code_of else response.error_code
             try:
                 errors.raise_for_code(code, f"{what} of transactional id {self.transactional_id!r}")
@@ -118,10 +136,18 @@ class TransactionManager:
             "transactional_id": self.transactional_id,
             "transaction_timeout": self.config.transaction_timeout_ms,
             "producer_id": -1, "producer_epoch": -1}, "InitProducerId")
-        self.sender.idempotence.set_producer_id(int(response.producer_id),
-                                                int(response.producer_epoch))
-        self.sender.acc.reset_sequences()
+        self._take_producer_id(int(response.producer_id), int(response.producer_epoch))
+        conn = await self.cluster.connection(node)
+        self.v2 = (conn.finalized_features.get(TRANSACTION_VERSION, 0) >= 2
+                   and all(conn.supports(k, v) for k, v in V2_VERSIONS.items()))
+        self.sender.txn_v2 = self.v2
+        log.debug("transactional id %r: transactions v%d", self.transactional_id,
+                  2 if self.v2 else 1)
         self.state = TxnState.READY
+
+    def _take_producer_id(self, producer_id: int, epoch: int) -> None:
+        self.sender.idempotence.set_producer_id(producer_id, epoch)
+        self.sender.acc.reset_sequences()
 
     def begin(self) -> None:
         self._check(TxnState.READY)
@@ -141,6 +167,9 @@ class TransactionManager:
         self._check(TxnState.IN_TRANSACTION)
         new = sorted(set(tps) - self.partitions)
         if not new:
+            return
+        if self.v2:  # the first Produce v12 of each joins it
+            self.partitions.update(new)
             return
         by_topic: dict[str, list[int]] = {}
         for topic, partition in new:
@@ -163,8 +192,9 @@ class TransactionManager:
         node = await self._coordinator(self.transactional_id, KEY_TYPE_TRANSACTION)
         ids = {"transactional_id": self.transactional_id, "producer_id": state.producer_id,
                "producer_epoch": state.producer_epoch}
-        await self._call(node, ApiKey.ADD_OFFSETS_TO_TXN, {**ids, "group_id": group_id},
-                         "AddOffsetsToTxn")
+        if not self.v2:  # v2: TxnOffsetCommit v5 joins the group's offsets partition
+            await self._call(node, ApiKey.ADD_OFFSETS_TO_TXN, {**ids, "group_id": group_id},
+                             "AddOffsetsToTxn")
         self.offsets_added = True
         group_node = await self._coordinator(group_id, KEY_TYPE_GROUP)
         by_topic: dict[str, list] = {}
@@ -177,22 +207,32 @@ class TransactionManager:
             "group_instance_id": None,
             "topics": [{"name": t, "partitions": parts} for t, parts in by_topic.items()],
         }, "TxnOffsetCommit", code_of=lambda r: next(
-            (int(p.error_code) for t in r.topics for p in t.partitions if p.error_code), 0))
+            (int(p.error_code) for t in r.topics for p in t.partitions if p.error_code), 0),
+            version=V2_VERSIONS[ApiKey.TXN_OFFSET_COMMIT] if self.v2 else None)
 
     async def end(self, commit: bool) -> None:
         self._check(TxnState.IN_TRANSACTION)
         state = self.sender.idempotence
         if self.partitions or self.offsets_added:  # else the coordinator knows of nothing
-            await self._end_txn(state.producer_id, state.producer_epoch, commit)
+            response = await self._end_txn(
+                state.producer_id, state.producer_epoch, commit,
+                V2_VERSIONS[ApiKey.END_TXN] if self.v2 else None)
+            if self.v2:  # the bumped epoch (or a new id) is the next transaction's
+                self._take_producer_id(int(response.producer_id),
+                                       int(response.producer_epoch))
         self.partitions = set()
         self.state = TxnState.READY
 
-    async def _end_txn(self, producer_id: int, producer_epoch: int, commit: bool) -> None:
+    async def _end_txn(self, producer_id: int, producer_epoch: int, commit: bool,
+                       version: int | None = None):
+        """EndTxn; ``version`` 5 is transactions v2 (the answer carries the bumped epoch).
+        A transaction completed by another producer (``complete_transactions``) ends in
+        v1's form: nothing there would take a new epoch."""
         node = await self._coordinator(self.transactional_id, KEY_TYPE_TRANSACTION)
-        await self._call(node, ApiKey.END_TXN, {
+        return await self._call(node, ApiKey.END_TXN, {
             "transactional_id": self.transactional_id,
             "producer_id": producer_id, "producer_epoch": producer_epoch,
-            "committed": commit}, "EndTxn")
+            "committed": commit}, "EndTxn", version=version)
 
     def prepare(self) -> PreparedTransaction | None:
         """After the flush: hand the open transaction over (None if it holds nothing)."""

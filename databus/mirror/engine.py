@@ -115,6 +115,9 @@ class TransactionsUnsupported(Exception):
     """``exactly.once: true`` and the target has no transactions."""
 
 
+FENCED = (kerrors.ProducerFencedError, kerrors.InvalidProducerEpochError)
+
+
 def retriable(error: BaseException) -> bool:
     # A refused login is not the record's fault: the partition waits (rewinds) until the
     # credentials are fixed, rather than stopping as for a record the target refuses.
@@ -740,7 +743,10 @@ class MirrorEngine:
             # the transaction cannot commit: the loop abandons it at its end
             if self._txn_failure is None:
                 self._txn_failure = exc
-            if not retriable(exc):
+            # a fenced producer (another process of this mirror took the transactional id;
+            # with transactions v2 a record's Produce says so) is not the record's fault:
+            # the transaction is abandoned and the run starts again, re-fencing
+            if not retriable(exc) and not isinstance(exc, FENCED):
                 self.stopped[part.tp] = f"the target refused a record: {exc}"
             return
         if retriable(exc):

@@ -63,6 +63,10 @@ def add_arguments(parser) -> None:
     parser.add_argument("--data-dir", metavar="DIR",
                         help="the built-in broker's directory (default: a temporary one, kept "
                              "when the verdict is invalid)")
+    parser.add_argument("--transaction-version", type=int, choices=(1, 2), default=2,
+                        help="the started broker's transaction.version (KIP-890): 2 (the "
+                             "default) puts databus's transactional producer on transactions "
+                             "v2, 1 keeps it on v1; confluent-kafka speaks v1 either way")
     parser.add_argument("--unsafe", choices=UNSAFE,
                         help="a deliberately broken producer setup, to see the checker fail: "
                              "acks0 (lost writes under hang-kill), no-idempotence (duplicates), "
@@ -138,7 +142,9 @@ def run(args) -> int:
         elif bootstrap is None:
             from databus.broker.process import BrokerProcess
 
-            broker = BrokerProcess(root / "broker", {"num.partitions": args.partitions})
+            broker = BrokerProcess(root / "broker", {
+                "num.partitions": args.partitions,
+                "transaction.version": args.transaction_version})
             broker.start()
             stack.callback(broker.close)
             bootstrap = broker.bootstrap

@@ -499,14 +499,30 @@ def ex_get_telemetry_subscriptions(client, v):
 
 
 def ex_push_telemetry(client, v):
-    def push(subscription, terminating=False):
-        return client.request(make(72, v, client_instance_id=uuid.uuid4(),
-                                   subscription_id=subscription, terminating=terminating,
-                                   compression_type=0, metrics=b"")).error_code
+    got = client.request(make(71, v, client_instance_id=ZERO_UUID))
 
-    assert push(0) == ErrorCode.none
-    assert push(7) == ErrorCode.unknown_subscription_id
-    assert push(7, terminating=True) == ErrorCode.none
+    def push(subscription, terminating=False, metrics=b""):
+        return client.request(make(72, v, client_instance_id=got.client_instance_id,
+                                   subscription_id=subscription, terminating=terminating,
+                                   compression_type=0, metrics=metrics)).error_code
+
+    assert push(got.subscription_id + 1) == ErrorCode.unknown_subscription_id
+    assert push(got.subscription_id, terminating=True) == ErrorCode.none
+
+
+def ex_list_config_resources(client, v):
+    mod = req(44, 1)
+    configs = (build(mod.AlterableConfig, name="metrics", config_operation=0, value="*"),
+               # no client of these tests matches: the telemetry exercises stay unsubscribed
+               build(mod.AlterableConfig, name="match", config_operation=0,
+                     value="client_id=nobody"))
+    altered = client.request(make(44, 1, validate_only=False, resources=(
+        build(mod.AlterConfigsResource, resource_type=16, resource_name=f"wire-lcr-{v}",
+              configs=configs),)))
+    assert altered.responses[0].error_code == ErrorCode.none
+    listed = client.request(make(74, v, **({"resource_types": (16,)} if v >= 1 else {})))
+    assert listed.error_code == ErrorCode.none
+    assert f"wire-lcr-{v}" in [r.resource_name for r in listed.config_resources]
 
 
 def ex_alter_partition_reassignments(client, v):
@@ -552,7 +568,7 @@ EXERCISES = {
     33: ex_alter_configs, 44: ex_incremental_alter_configs, 35: ex_describe_log_dirs,
     21: ex_delete_records, 23: ex_offset_for_leader_epoch, 61: ex_describe_producers,
     75: ex_describe_topic_partitions, 71: ex_get_telemetry_subscriptions,
-    72: ex_push_telemetry, 45: ex_alter_partition_reassignments,
+    72: ex_push_telemetry, 74: ex_list_config_resources, 45: ex_alter_partition_reassignments,
     46: ex_list_partition_reassignments,
 }
 

@@ -170,3 +170,65 @@ def test_a_failed_write_leaves_a_plan_to_finish_later(coordinator, ids):
     assert retry.prepare == plan.prepare and retry.complete.state is TxnState.COMPLETE_COMMIT
     coordinator.pending.add("t")
     assert coordinator.unfinished() == []  # not while a plan for it runs
+
+
+# -- transactions v2 (KIP-890) -------------------------------------------------------------
+
+
+def test_v2_every_end_txn_bumps_the_epoch_and_markers_carry_it(coordinator, ids):
+    init(coordinator, ids)
+    applied(coordinator, coordinator.add_partitions("t", 100, 0, [("a", 0)], 1))
+    plan = applied(coordinator, coordinator.end_txn("t", 100, 0, True, 2, v2=True,
+                                                    new_producer_id=ids))
+    # the COMMIT markers are written with the bumped epoch: a late batch of epoch 0 is fenced
+    assert (plan.prepare.producer_epoch, plan.prepare.state) == (1, TxnState.PREPARE_COMMIT)
+    assert plan.prepare.partitions == {("a", 0)}
+    assert (plan.result.producer_id, plan.result.producer_epoch) == (100, 1)
+    # the old epoch is fenced for the next transaction; the new one goes on
+    assert coordinator.add_partitions("t", 100, 0, [("a", 0)], 3).error == \
+        ErrorCode.producer_fenced
+    applied(coordinator, coordinator.add_partitions("t", 100, 1, [("a", 0)], 3))
+    plan = applied(coordinator, coordinator.end_txn("t", 100, 1, False, 4, v2=True,
+                                                    new_producer_id=ids))
+    assert plan.prepare.state is TxnState.PREPARE_ABORT and plan.result.producer_epoch == 2
+
+
+def test_v2_a_retried_end_txn_gets_the_same_answer_and_writes_nothing(coordinator, ids):
+    init(coordinator, ids)
+    applied(coordinator, coordinator.add_partitions("t", 100, 0, [("a", 0)], 1))
+    applied(coordinator, coordinator.end_txn("t", 100, 0, True, 2, v2=True,
+                                             new_producer_id=ids))
+    retry = coordinator.end_txn("t", 100, 0, True, 3, v2=True, new_producer_id=ids)
+    assert retry.error == ErrorCode.none and retry.prepare is None and retry.complete is None
+    assert (retry.result.producer_id, retry.result.producer_epoch) == (100, 1)
+    # not a retry: the other outcome, or an epoch from further back
+    assert coordinator.end_txn("t", 100, 0, False, 3, v2=True,
+                               new_producer_id=ids).error == ErrorCode.producer_fenced
+    # nothing added: committing is refused, aborting bumps (an empty transaction)
+    assert coordinator.end_txn("t", 100, 1, True, 4, v2=True,
+                               new_producer_id=ids).error == ErrorCode.invalid_txn_state
+    plan = applied(coordinator, coordinator.end_txn("t", 100, 1, False, 4, v2=True,
+                                                    new_producer_id=ids))
+    assert plan.prepare.partitions == frozenset() and plan.result.producer_epoch == 2
+
+
+def test_v2_an_epoch_overflow_hands_out_a_new_producer_id(coordinator, ids):
+    init(coordinator, ids)
+    last = MAX_EPOCH - 2
+    coordinator.applied(TxnMetadata("t", 100, last, TIMEOUT, TxnState.ONGOING,
+                                    frozenset({("a", 0)}), 1, 1))
+    plan = applied(coordinator, coordinator.end_txn("t", 100, last, True, 2, v2=True,
+                                                    new_producer_id=ids))
+    assert (plan.prepare.producer_id, plan.prepare.producer_epoch) == (100, MAX_EPOCH - 1)
+    assert (plan.result.producer_id, plan.result.producer_epoch) == (101, 0)
+    # its retry names the old id and still gets the new one
+    retry = coordinator.end_txn("t", 100, last, True, 3, v2=True, new_producer_id=ids)
+    assert (retry.error, retry.result.producer_id, retry.result.producer_epoch) == (
+        ErrorCode.none, 101, 0)
+
+
+def test_v1_end_txn_is_unchanged_beside_v2(coordinator, ids):
+    init(coordinator, ids)
+    applied(coordinator, coordinator.add_partitions("t", 100, 0, [("a", 0)], 1))
+    plan = applied(coordinator, coordinator.end_txn("t", 100, 0, True, 2))
+    assert plan.prepare.producer_epoch == 0 and plan.result.producer_epoch == 0

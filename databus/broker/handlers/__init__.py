@@ -50,6 +50,7 @@ def handler_table() -> HandlerTable:
         admin.incremental_alter_configs,
         admin.describe_cluster,
         admin.describe_log_dirs,
+        admin.list_config_resources,
         reassignments.alter_partition_reassignments,
         reassignments.list_partition_reassignments,
         delete_records.delete_records,

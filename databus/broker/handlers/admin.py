@@ -5,6 +5,9 @@ DescribeLogDirs (35).
 Resources: topics, the broker, and groups (type 32): a share group's ``share.*`` configs
 (share/service.py's ``check_group_configs`` bounds them by the broker's ``group.share.*``),
 stored durably in ``__share_group_state``; a group's overrides are DYNAMIC_GROUP_CONFIG.
+Client-metrics subscriptions (type 16, KIP-714: ``metrics``, ``interval.ms``, ``match``;
+client_metrics/subscriptions.py) are CLIENT_METRICS_CONFIG; ListConfigResources (74) lists
+them.
 
 One node: a replication factor other than 1 (or -1, "broker default") is
 INVALID_REPLICATION_FACTOR, manual replica assignments may only name this node.  Topic
@@ -59,6 +62,7 @@ log = logging.getLogger(__name__)
 # DescribeConfigs resource types (Kafka's ConfigResource); sources: config_sources.Source
 RESOURCE_TOPIC = 2
 RESOURCE_BROKER = 4
+RESOURCE_CLIENT_METRICS = 16
 RESOURCE_GROUP = 32
 NO_THROTTLE = datetime.timedelta(0)
 SENSITIVE = frozenset(info.alias for info in BrokerConfig.model_fields.values()
@@ -338,6 +342,11 @@ async def describe_configs(ctx: RequestContext, request) -> object:
                 entries = _broker_entries(broker)
         elif resource.resource_type == RESOURCE_GROUP:
             entries = _group_entries(broker, resource.resource_name)
+        elif resource.resource_type == RESOURCE_CLIENT_METRICS:
+            # Kafka answers a name with no subscription with no entries, not an error.
+            entries = [_Entry(key, value, (Synonym(key, value, Source.CLIENT_METRICS_CONFIG),))
+                       for key, value in
+                       broker.client_metrics.store.configs(resource.resource_name).items()]
         else:
             code = ErrorCode.invalid_request
             message = f"resource type {resource.resource_type} is not supported"
@@ -491,11 +500,85 @@ async def _alter_resource(broker, resource, new_overrides, validate_only: bool) 
         overrides = _group_overrides(broker, resource, new_overrides)
         if not validate_only:
             await broker.shares.set_group_configs(name, overrides)
+    elif resource.resource_type == RESOURCE_CLIENT_METRICS:
+        configs = _client_metrics_configs(broker, resource, new_overrides)
+        if not validate_only:
+            broker.client_metrics.store.set(name, configs)
     else:
         raise _Refused(ErrorCode.invalid_request,
                        f"resource type {resource.resource_type} is not supported "
-                       f"(only topics ({RESOURCE_TOPIC}), brokers ({RESOURCE_BROKER}) and "
+                       f"(only topics ({RESOURCE_TOPIC}), brokers ({RESOURCE_BROKER}), "
+                       f"client metrics ({RESOURCE_CLIENT_METRICS}) and "
                        f"groups ({RESOURCE_GROUP}))")
+
+
+def _client_metrics_configs(broker, resource, new_overrides) -> dict[str, str]:
+    """A client-metrics subscription's configs after the change, validated: SET, DELETE,
+    and APPEND/SUBTRACT on its two lists (``metrics``, ``match``)."""
+    from databus.storage.config import OP_APPEND, OP_DELETE, OP_SET, OP_SUBTRACT
+
+    from ..client_metrics.subscriptions import (
+        LIST_CONFIGS,
+        ClientMetricsConfigError,
+        split_list,
+    )
+
+    _no_duplicate_keys(resource.configs)
+    if new_overrides is _replacement:
+        result = _replacement(broker, None, resource.configs)
+    else:
+        result = broker.client_metrics.store.configs(resource.resource_name)
+        for c in resource.configs:
+            if c.config_operation == OP_SET and c.value is not None:
+                result[c.name] = c.value
+            elif c.config_operation == OP_DELETE:
+                result.pop(c.name, None)
+            elif (c.config_operation in (OP_APPEND, OP_SUBTRACT) and c.value is not None
+                  and c.name in LIST_CONFIGS):
+                current, given = split_list(result.get(c.name)), split_list(c.value)
+                merged = (list(dict.fromkeys(current + given)) if c.config_operation == OP_APPEND
+                          else [v for v in current if v not in given])
+                result[c.name] = ",".join(merged)
+            else:
+                raise _Refused(ErrorCode.invalid_config,
+                               f"operation {c.config_operation} on {c.name}: 0 SET and "
+                               "1 DELETE, 2 APPEND / 3 SUBTRACT on metrics and match only")
+    try:
+        broker.client_metrics.store.check(resource.resource_name, result)
+    except ClientMetricsConfigError as exc:
+        raise _Refused(ErrorCode.invalid_config, str(exc)) from exc
+    return result
+
+
+@handles(ApiKey.LIST_CONFIG_RESOURCES, 0, 1)
+async def list_config_resources(ctx: RequestContext, request) -> object:
+    """The client-metrics subscriptions (v0 was ListClientMetricsResources), and from v1
+    the topics and this broker when asked for (KIP-1142)."""
+    module = ctx.response_module()
+    wanted = set(getattr(request, "resource_types", ()) or (RESOURCE_CLIENT_METRICS,))
+    if ctx.api_version == 0:
+        wanted = {RESOURCE_CLIENT_METRICS}
+    unknown = wanted - {RESOURCE_CLIENT_METRICS, RESOURCE_TOPIC, RESOURCE_BROKER}
+    if unknown:
+        return build(ctx.response_class(), throttle_time=NO_THROTTLE,
+                     error_code=ErrorCode.invalid_request, config_resources=())
+    if not ctx.cluster_allowed(Operation.DESCRIBE_CONFIGS):
+        return build(ctx.response_class(), throttle_time=NO_THROTTLE,
+                     error_code=ErrorCode.cluster_authorization_failed, config_resources=())
+    found: list[tuple[str, int]] = []
+    if RESOURCE_CLIENT_METRICS in wanted:
+        found += [(n, RESOURCE_CLIENT_METRICS) for n in ctx.broker.client_metrics.store.names()]
+    if RESOURCE_TOPIC in wanted:
+        found += [(n, RESOURCE_TOPIC) for n in sorted(ctx.broker.log_manager.topics())
+                  if ctx.allowed(Operation.DESCRIBE_CONFIGS, ResourceType.TOPIC, n)]
+    if RESOURCE_BROKER in wanted:
+        found.append((str(ctx.broker.node_id), RESOURCE_BROKER))
+    resources = tuple(
+        build(module.ConfigResource, resource_name=name, resource_type=rtype)
+        if ctx.api_version >= 1 else build(module.ConfigResource, resource_name=name)
+        for name, rtype in found)
+    return build(ctx.response_class(), throttle_time=NO_THROTTLE, error_code=ErrorCode.none,
+                 config_resources=resources)
 
 
 async def _alter_configs(ctx: RequestContext, request, new_overrides) -> object:

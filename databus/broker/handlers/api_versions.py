@@ -3,7 +3,9 @@
 What is advertised is exactly what the broker answers (see databus/broker/api.py).  A client that
 asks with a version we do not support gets a v0-format body with UNSUPPORTED_VERSION and the
 key list, so it can retry with a version we know (Kafka's KIP-511 behaviour); the response
-header of ApiVersions never carries tagged fields (framing.py handles that).
+header of ApiVersions never carries tagged fields (framing.py handles that).  v3+ carries the
+features (KIP-584): ``transaction.version`` supported 0-2, finalized at the broker's
+``transaction.version`` (default 2: transactions v2, KIP-890).
 """
 
 from __future__ import annotations
@@ -14,6 +16,10 @@ from databus.protocol.errors import ErrorCode
 from databus.protocol.framing import response_schema
 
 from ..api import HandlerTable, RequestContext, handles
+
+TRANSACTION_VERSION = "transaction.version"
+MAX_TRANSACTION_VERSION = 2
+FEATURES_EPOCH = 1  # the features never change while the broker runs (-1 would say "none")
 
 
 def _api_keys(table: HandlerTable) -> list[dict]:
@@ -33,6 +39,17 @@ def unsupported_version_response(table: HandlerTable) -> object:
 
 @handles(ApiKey.API_VERSIONS, 0, 3)
 async def api_versions(ctx: RequestContext, request) -> object:
+    if ctx.api_version >= 3:  # remembered for client-metrics subscriptions (KIP-714)
+        ctx.session.client_software_name = request.client_software_name
+        ctx.session.client_software_version = request.client_software_version
+    # KIP-584 features (v3+): transaction.version (KIP-890) is the one this broker has.
+    level = ctx.broker.config.transaction_version
     return build(
-        ctx.response_class(), error_code=ErrorCode.none, api_keys=_api_keys(ctx.handlers), throttle_time=0
+        ctx.response_class(), error_code=ErrorCode.none, api_keys=_api_keys(ctx.handlers),
+        throttle_time=0,
+        supported_features=[{"name": TRANSACTION_VERSION, "min_version": 0,
+                             "max_version": MAX_TRANSACTION_VERSION}],
+        finalized_features_epoch=FEATURES_EPOCH,
+        finalized_features=[{"name": TRANSACTION_VERSION, "max_version_level": level,
+                             "min_version_level": level}],
     )

@@ -16,10 +16,13 @@
   with Confluent Server's ``confluent.{key,value}.schema.validation=true``: a record whose
   value (key) lacks the magic byte, names an unknown schema id, or one not registered under
   the topic's subject refuses the batch the same way (docs/schemas.md).
-- v11-13 (Kafka 4.0/4.1): v11 may answer TRANSACTION_ABORTABLE and v12 lets a transaction
-  add partitions implicitly when the transaction.version feature is 2 (KIP-890); this broker
-  does not verify transactional produces against the transaction coordinator nor finalize
-  transaction.version 2, so neither case arises and v11-12 are answered as v10.  v13 names
+- v11-13 (Kafka 4.0/4.1): v12 is transactions v2 (KIP-890): a transactional batch's
+  partition joins its transaction here, before the append (the coordinator's
+  ``add_partitions``, one state write for all the request's new partitions), so the client
+  sends no AddPartitionsToTxn; a producer whose epoch the coordinator no longer knows gets
+  INVALID_PRODUCER_EPOCH and nothing is appended (a zombie of a finished transaction), a
+  coordinator busy ending the transaction NOT_ENOUGH_REPLICAS (retriable, as Kafka maps
+  it).  Before v12 transactional batches are appended as the client added them (v1).  v13 names
   topics by id (KIP-516): an id the broker does not know is UNKNOWN_TOPIC_ID for each of its
   partitions, and the answer carries the ids back.
 - Produce is advertised from v0 (librdkafka before 2.11.1 stops compressing when a broker's
@@ -57,9 +60,52 @@ def _append_time(info) -> datetime.datetime | None:
     return datetime.datetime.fromtimestamp(ts / 1000, datetime.UTC)
 
 
-def _append_all(ctx: RequestContext, request) -> list:
-    """Append every partition's records;
-    [(topic, [(index, info | None, code, message, record_errors)])]."""
+# What the coordinator's refusal of an implicit join becomes in a Produce answer (Kafka's
+# ReplicaManager mapping: every producer knows these).
+_JOIN_ERRORS = {
+    ErrorCode.producer_fenced: ErrorCode.invalid_producer_epoch,
+    ErrorCode.concurrent_transactions: ErrorCode.not_enough_replicas,
+    ErrorCode.coordinator_load_in_progress: ErrorCode.not_enough_replicas,
+    ErrorCode.coordinator_not_available: ErrorCode.not_enough_replicas,
+}
+
+
+async def _join_transaction(ctx: RequestContext, request) -> dict:
+    """Produce v12+ (KIP-890): add the partitions of the request's transactional batches to
+    their transaction; {(topic, partition): error} for those that may not be appended."""
+    from databus.protocol.records import CorruptRecordError, parse_header
+
+    txn_id = getattr(request, "transactional_id", None)
+    service = ctx.broker.transactions
+    if not txn_id or not service.loaded:
+        return {}
+    producer = None
+    wanted = []
+    for topic in request.topic_data:
+        name = getattr(topic, "name", None)
+        if name is None or ctx.broker.topic(name) is None:
+            continue  # the append names the problem
+        for pdata in topic.partition_data:
+            try:
+                h = parse_header(pdata.records or b"")
+            except CorruptRecordError:
+                continue
+            if h.is_transactional:
+                producer = (h.producer_id, h.producer_epoch)
+                wanted.append((name, pdata.index))
+    if not wanted:
+        return {}
+    error = await service.add_partitions(txn_id, producer[0], producer[1], wanted)
+    if error == ErrorCode.none:
+        return {}
+    code = _JOIN_ERRORS.get(error, error)
+    return {key: code for key in wanted}
+
+
+def _append_all(ctx: RequestContext, request, refused: dict | None = None) -> list:
+    """Append every partition's records (not those ``refused``: {(topic, partition):
+    code}); [(topic, [(index, info | None, code, message, record_errors)])]."""
+    refused = refused or {}
     broker = ctx.broker
     results = []
     valid_acks = request.acks in (0, 1, -1)
@@ -94,6 +140,9 @@ def _append_all(ctx: RequestContext, request) -> list:
                 message = f"{name} is an internal topic: clients cannot produce to it"
             elif pdata.records is None:
                 code, message = ErrorCode.corrupt_message, "null records"
+            elif (name, pdata.index) in refused:
+                code = refused[(name, pdata.index)]
+                message = "the transaction coordinator refused this partition's join"
             elif (refused := _schema_problems(broker, name, pdata.records)) is not None:
                 code, message, record_errors = ErrorCode.invalid_record, *refused
             else:
@@ -175,7 +224,8 @@ async def produce(ctx: RequestContext, request) -> object:
     if request is None:
         return _answer_legacy(ctx)
     started = time.perf_counter() if _trace is not None else 0.0
-    results = _append_all(ctx, request)
+    refused = await _join_transaction(ctx, request) if ctx.api_version >= 12 else None
+    results = _append_all(ctx, request, refused)
     if _trace is not None:
         appended = time.perf_counter()
     if request.acks != -1:

@@ -1,18 +1,20 @@
 """Client telemetry (KIP-714): GetTelemetrySubscriptions (71) and PushTelemetry (72).
 
-Kafka 3.7+ clients (librdkafka 2.5+, the Java client) ask a broker that advertises these APIs
-which metrics to push.  The broker collects none, so it answers every client with an empty
-subscription: a client instance id (the client's own, or a new one when it sent the zero
-UUID), subscription id 0, no requested metrics, so the client pushes nothing and only asks
-again after ``push_interval`` (Kafka's default of 5 minutes).  A push that arrives anyway is
-accepted and dropped, with Kafka's error for a subscription id it never handed out
-(UNKNOWN_SUBSCRIPTION_ID) unless the client is terminating.
+librdkafka (2.5+) and the Java client ask the broker which metrics to push; the answer comes
+from the client-metrics subscriptions operators make (CLIENT_METRICS config resources,
+``databus client-metrics``), and what the clients push becomes Prometheus series on the
+broker's ``--metrics-listen`` ``/metrics``.  The rules and the decoding are the pure
+``broker/client_metrics/`` package; this module hands it the client's identity (client id,
+the software name and version it gave in ApiVersions, its address and port) and the clock.
+docs/client-metrics.md.
 """
 
 from __future__ import annotations
 
 import datetime
-import uuid
+import logging
+
+import trio
 
 from databus.protocol.api_keys import ApiKey
 from databus.protocol.entities import build
@@ -20,28 +22,41 @@ from databus.protocol.errors import ErrorCode
 
 from ..api import RequestContext, handles
 
-PUSH_INTERVAL = datetime.timedelta(minutes=5)  # Kafka's telemetry.push.interval.ms default
-TELEMETRY_MAX_BYTES = 1024 * 1024
-SUBSCRIPTION_ID = 0
-ZERO_UUID = uuid.UUID(int=0)
+log = logging.getLogger(__name__)
+NO_THROTTLE = datetime.timedelta(0)
+
+
+def _identity(ctx: RequestContext) -> dict[str, str]:
+    return {
+        "client_id": ctx.client_id or "",
+        "client_software_name": ctx.session.client_software_name or "",
+        "client_software_version": ctx.session.client_software_version or "",
+        "client_source_address": ctx.client_host,
+        "client_source_port": str(ctx.client_port),
+    }
 
 
 @handles(ApiKey.GET_TELEMETRY_SUBSCRIPTIONS, 0, 0)
 async def get_telemetry_subscriptions(ctx: RequestContext, request) -> object:
-    instance = request.client_instance_id
-    if instance is None or instance == ZERO_UUID:
-        instance = uuid.uuid4()
+    answer = ctx.broker.client_metrics.get_subscriptions(
+        request.client_instance_id, _identity(ctx), trio.current_time())
     return build(
-        ctx.response_class(), throttle_time=datetime.timedelta(0), error_code=ErrorCode.none,
-        client_instance_id=instance, subscription_id=SUBSCRIPTION_ID,
-        accepted_compression_types=(), push_interval=PUSH_INTERVAL,
-        telemetry_max_bytes=TELEMETRY_MAX_BYTES, delta_temporality=True, requested_metrics=(),
+        ctx.response_class(), throttle_time=NO_THROTTLE, error_code=answer.error,
+        client_instance_id=answer.instance_id, subscription_id=answer.subscription_id,
+        accepted_compression_types=answer.accepted_compression,
+        push_interval=datetime.timedelta(milliseconds=answer.interval_ms),
+        telemetry_max_bytes=answer.max_bytes, delta_temporality=answer.delta_temporality,
+        requested_metrics=answer.metrics,
     )
 
 
 @handles(ApiKey.PUSH_TELEMETRY, 0, 0)
 async def push_telemetry(ctx: RequestContext, request) -> object:
-    code = ErrorCode.none
-    if request.subscription_id != SUBSCRIPTION_ID and not request.terminating:
-        code = ErrorCode.unknown_subscription_id
-    return build(ctx.response_class(), throttle_time=datetime.timedelta(0), error_code=code)
+    code, message = ctx.broker.client_metrics.push(
+        request.client_instance_id, request.subscription_id, request.terminating,
+        request.compression_type, request.metrics, _identity(ctx), trio.current_time())
+    if code != ErrorCode.none:
+        # counted in /metrics by error name; the reason (a client's bug, mostly) only here
+        log.debug("PushTelemetry from %s (%s:%d): %s: %s", ctx.client_id,
+                  ctx.client_host, ctx.client_port, code.name, message)
+    return build(ctx.response_class(), throttle_time=NO_THROTTLE, error_code=code)

@@ -6,8 +6,8 @@ where the transaction coordinator lives; the transactional offset commits themse
 by the group service.  This broker is the coordinator of every transactional id
 (FindCoordinator key type 1 names it).
 
-- AddPartitionsToTxn v0-3 (the client's form; v4+ batches several transactions for brokers
-  and is not advertised): a partition that does not exist is UNKNOWN_TOPIC_OR_PARTITION and
+- AddPartitionsToTxn v0-3 (the client's form; v4-5, KIP-890, batch several transactions
+  for brokers, CLUSTER_ACTION, with ``verify_only``): a partition that does not exist is UNKNOWN_TOPIC_OR_PARTITION and
   the others of the request OPERATION_NOT_ATTEMPTED, as in Kafka; otherwise every partition
   gets the coordinator's answer.
 - ACLs, as Kafka checks them: WRITE on the transactional id for all of them
@@ -15,6 +15,9 @@ by the group service.  This broker is the coordinator of every transactional id
   the group (AddOffsetsToTxn, TxnOffsetCommit) and READ per topic (TxnOffsetCommit);
   WriteTxnMarkers needs CLUSTER_ACTION on the cluster.  AddOffsetsToTxn and EndTxn are
   refused before their handler (authorizer.REQUEST_CHECKS).
+- Transactions v2 (KIP-890): EndTxn v5 bumps the epoch and answers the new producer id and
+  epoch; TxnOffsetCommit v5 and Produce v12 (handlers/produce.py) add their partition to the
+  transaction themselves.  The broker advertises ``transaction.version`` (api_versions.py).
 - WriteTxnMarkers v1: Kafka's coordinator sends it to partition leaders; here the
   coordinator writes its markers in-process, but the API is served (an admin tool may use
   it to close a hanging transaction): each marker is appended to each partition.
@@ -50,8 +53,10 @@ def _response(ctx: RequestContext, **values):
 # -- AddPartitionsToTxn ---------------------------------------------------------------------
 
 
-@handles(ApiKey.ADD_PARTITIONS_TO_TXN, 0, 3)
+@handles(ApiKey.ADD_PARTITIONS_TO_TXN, 0, 5)
 async def add_partitions_to_txn(ctx: RequestContext, request):
+    if ctx.api_version >= 4:
+        return await _add_partitions_batched(ctx, request)
     txn_id = request.v3_and_below_transactional_id
     topics = [(t.name, list(t.partitions)) for t in request.v3_and_below_topics]
     wanted = [(name, p) for name, parts in topics for p in parts]
@@ -82,6 +87,44 @@ async def add_partitions_to_txn(ctx: RequestContext, request):
     return _response(ctx, results_by_topic_v3_and_below=results)
 
 
+async def _add_partitions_batched(ctx: RequestContext, request):
+    """v4+ (KIP-890): the brokers' form, several transactions per request, each either
+    added to (as v3 does) or only verified (``verify_only``: a partition not in the open
+    transaction is INVALID_TXN_STATE).  Brokers only: CLUSTER_ACTION, as in Kafka."""
+    if not ctx.cluster_allowed(Operation.CLUSTER_ACTION):
+        return _response(ctx, error_code=ErrorCode.cluster_authorization_failed,
+                         results_by_transaction=[])
+    service = transactions_of(ctx)
+    results = []
+    for txn in request.transactions:
+        wanted = [(t.name, p) for t in txn.topics for p in t.partitions]
+        refused = partition_errors(ctx, wanted, Operation.WRITE, exists=lambda name, p: (
+            (info := ctx.broker.topic(name)) is not None and 0 <= p < info.partitions))
+        codes: dict = {}
+        if service is None:
+            error = ErrorCode.coordinator_load_in_progress
+        elif refused:
+            error = ErrorCode.operation_not_attempted
+        elif txn.verify_only:
+            error = ErrorCode.none
+            meta = service.coordinator.get(txn.transactional_id)
+            owned = (meta is not None and meta.producer_id == txn.producer_id
+                     and meta.producer_epoch == txn.producer_epoch)
+            for key in wanted:
+                if not owned or key not in meta.partitions:
+                    codes[key] = ErrorCode.invalid_txn_state
+        else:
+            error = await service.add_partitions(txn.transactional_id, txn.producer_id,
+                                                 txn.producer_epoch, wanted)
+        results.append({"transactional_id": txn.transactional_id, "topic_results": [
+            {"name": t.name, "results_by_partition": [
+                {"partition_index": p,
+                 "partition_error_code": refused.get((t.name, p),
+                                                     codes.get((t.name, p), error))}
+                for p in t.partitions]} for t in txn.topics]})
+    return _response(ctx, error_code=ErrorCode.none, results_by_transaction=results)
+
+
 # -- AddOffsetsToTxn ------------------------------------------------------------------------
 
 
@@ -104,21 +147,26 @@ async def add_offsets_to_txn(ctx: RequestContext, request):
 # -- EndTxn ---------------------------------------------------------------------------------
 
 
-@handles(ApiKey.END_TXN, 0, 3)
+@handles(ApiKey.END_TXN, 0, 5)
 async def end_txn(ctx: RequestContext, request):
+    """v5 is transactions v2 (KIP-890): the epoch is bumped and the answer carries the
+    producer id and epoch to go on with; v4 adds nothing to v3 but the error codes."""
     service = transactions_of(ctx)
     if service is None:
         return _response(ctx, error_code=ErrorCode.coordinator_load_in_progress)
-    error = await service.end_txn(request.transactional_id, request.producer_id,
-                                  request.producer_epoch, bool(request.committed))
-    return _response(ctx, error_code=error)
+    error, producer_id, epoch = await service.end_txn(
+        request.transactional_id, request.producer_id, request.producer_epoch,
+        bool(request.committed), v2=ctx.api_version >= 5)
+    return _response(ctx, error_code=error, producer_id=producer_id, producer_epoch=epoch)
 
 
 # -- TxnOffsetCommit ------------------------------------------------------------------------
 
 
-@handles(ApiKey.TXN_OFFSET_COMMIT, 0, 3)
+@handles(ApiKey.TXN_OFFSET_COMMIT, 0, 5)
 async def txn_offset_commit(ctx: RequestContext, request):
+    """v5 is transactions v2 (KIP-890): the group's ``__consumer_offsets`` partition joins
+    the transaction here, without an AddOffsetsToTxn first."""
     entries = [
         OffsetCommitEntry(topic=topic.name, partition=p.partition_index,
                           offset=p.committed_offset,
@@ -141,7 +189,13 @@ async def txn_offset_commit(ctx: RequestContext, request):
         refused = partition_errors(ctx, [(e.topic, e.partition) for e in entries],
                                    Operation.READ)
         allowed = [e for e in entries if (e.topic, e.partition) not in refused]
-        error = service.coordinator.check_offset_commit(
+        offsets_partition = (OFFSETS_TOPIC, groups.partition_of(request.group_id))
+        joined = ErrorCode.none
+        if ctx.api_version >= 5 and allowed:
+            joined = await service.add_partitions(request.transactional_id,
+                                                  request.producer_id,
+                                                  request.producer_epoch, [offsets_partition])
+        error = joined if joined != ErrorCode.none else service.coordinator.check_offset_commit(
             request.transactional_id, request.producer_id, request.producer_epoch,
             (OFFSETS_TOPIC, groups.partition_of(request.group_id)))
         if error != ErrorCode.none:

@@ -134,7 +134,7 @@ class TransactionService:
 
     async def execute(self, plan: Plan) -> ErrorCode:
         """Carry out a plan (see state.Plan); the error to answer with."""
-        if plan.error != ErrorCode.none or plan.result is None:
+        if plan.error != ErrorCode.none or (plan.prepare is None and plan.complete is None):
             return plan.error
         txn_id = plan.result.transactional_id
         coordinator = self.coordinator
@@ -216,10 +216,16 @@ class TransactionService:
         return await self.execute(plan)
 
     async def end_txn(self, transactional_id: str, producer_id: int, producer_epoch: int,
-                      commit: bool) -> ErrorCode:
+                      commit: bool, *, v2: bool = False) -> tuple[ErrorCode, int, int]:
+        """EndTxn; with ``v2`` (KIP-890) the epoch is bumped: the answer's producer id and
+        epoch are the ones the producer goes on with (-1, -1 on an error or in v1)."""
         plan = self.coordinator.end_txn(transactional_id, producer_id, producer_epoch, commit,
-                                        self.clock())
-        return await self.execute(plan)
+                                        self.clock(), v2=v2,
+                                        new_producer_id=self.new_producer_id)
+        error = await self.execute(plan)
+        if error != ErrorCode.none or not v2 or plan.result is None:
+            return error, -1, -1
+        return error, plan.result.producer_id, plan.result.producer_epoch
 
     # -- timeouts ---------------------------------------------------------------------------
 

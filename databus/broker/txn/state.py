@@ -22,6 +22,18 @@ An InitProducerId that finds a transaction open aborts it first, with the bumped
 its markers, so the zombie's next batch to those partitions is INVALID_PRODUCER_EPOCH.  A
 transaction open longer than its timeout is aborted the same way (``timed_out``, then
 ``abort_timed_out``).
+
+Transactions v2 (KIP-890, ``transaction.version`` 2; ``end_txn(..., v2=True)``, asked by
+EndTxn v5+): every EndTxn bumps the epoch, the markers carry the bumped epoch (so a zombie's
+late batch of the finished transaction is INVALID_PRODUCER_EPOCH on every partition it
+wrote, the hanging-transaction fix) and the answer hands the producer the new epoch (a new
+producer id once the epoch would overflow).  A retried EndTxn whose answer was lost names
+the previous epoch (or, after an overflow, the previous producer id) and finds its own result
+done: it gets the current id and epoch, nothing is written.  Partitions join the transaction
+implicitly (Produce v12, TxnOffsetCommit v5: the same ``add_partitions``).  Version 1 (EndTxn
+v0-4) is unchanged: librdkafka speaks it.  The previous producer id is kept in memory only
+(``__transaction_state`` keeps Kafka's value v0): a retry across an epoch overflow and a
+broker restart at once gets INVALID_PRODUCER_ID_MAPPING.
 """
 
 from __future__ import annotations
@@ -49,10 +61,11 @@ class Plan:
     error: ErrorCode = ErrorCode.none
     prepare: TxnMetadata | None = None
     complete: TxnMetadata | None = None
+    answer: TxnMetadata | None = None  # nothing to write, this to report (a retried EndTxn)
 
     @property
     def result(self) -> TxnMetadata | None:
-        return self.complete or self.prepare
+        return self.complete or self.prepare or self.answer
 
 
 _OK = Plan()
@@ -171,7 +184,12 @@ class TransactionCoordinator:
                                      start_ms=now_ms, update_ms=now_ms))
 
     def end_txn(self, transactional_id: str, producer_id: int, producer_epoch: int,
-                commit: bool, now_ms: int) -> Plan:
+                commit: bool, now_ms: int, *, v2: bool = False,
+                new_producer_id: Callable[[], int] | None = None) -> Plan:
+        if v2:
+            assert new_producer_id is not None
+            return self._end_txn_v2(transactional_id, producer_id, producer_epoch, commit,
+                                    now_ms, new_producer_id)
         error, meta = self._check(transactional_id, producer_id, producer_epoch)
         if meta is None:
             return Plan(error)
@@ -183,6 +201,34 @@ class TransactionCoordinator:
         if meta.state is done:
             return _OK  # a retried EndTxn whose first answer was lost
         return Plan(ErrorCode.invalid_txn_state)
+
+    def _end_txn_v2(self, transactional_id: str, producer_id: int, producer_epoch: int,
+                    commit: bool, now_ms: int, new_producer_id: Callable[[], int]) -> Plan:
+        meta = self.transactions.get(transactional_id)
+        done = TxnState.COMPLETE_COMMIT if commit else TxnState.COMPLETE_ABORT
+        if meta is not None and meta.state is done and transactional_id not in self.pending:
+            retried = ((producer_id == meta.producer_id
+                        and producer_epoch == meta.producer_epoch - 1)
+                       or (producer_id == meta.prev_producer_id and meta.producer_epoch == 0))
+            if retried:
+                return Plan(answer=meta)  # its bump is done: hand out the result again
+        error, meta = self._check(transactional_id, producer_id, producer_epoch)
+        if meta is None:
+            return Plan(error)
+        if meta.state is not TxnState.ONGOING and commit:
+            return Plan(ErrorCode.invalid_txn_state)  # nothing was added: nothing to commit
+        # ONGOING, or an abort of an empty transaction: bump the epoch either way
+        prepare = replace(meta, producer_epoch=meta.producer_epoch + 1,
+                          state=TxnState.PREPARE_COMMIT if commit else TxnState.PREPARE_ABORT,
+                          update_ms=now_ms)
+        complete = _finished(prepare, now_ms)
+        if prepare.producer_epoch >= MAX_EPOCH - 1:
+            # the markers fence with the last epoch of this id; the producer gets a new id
+            complete = replace(complete, producer_id=new_producer_id(), producer_epoch=0,
+                               prev_producer_id=meta.producer_id)
+        else:
+            complete = replace(complete, prev_producer_id=-1)
+        return Plan(prepare=prepare, complete=complete)
 
     def check_offset_commit(self, transactional_id: str, producer_id: int, producer_epoch: int,
                             offsets_partition: Partition) -> ErrorCode:

@@ -34,6 +34,9 @@ class TxnMetadata:
     partitions: frozenset[Partition] = frozenset()
     start_ms: int = -1  # when the open transaction began (-1: none)
     update_ms: int = -1
+    # transactions v2: the producer id before an epoch overflow gave a new one (a retried
+    # EndTxn names it); in memory only, not in the v0 value
+    prev_producer_id: int = -1
 
     @property
     def committing(self) -> bool:
