@@ -41,12 +41,12 @@ def databus_sink_names():
 
 
 @hookimpl
-def databus_sink(name, config):
+def databus_sink(name, config, schema_registry_url):
     if name != NAME:
         return None
     from .options import parse_options
 
-    options = parse_options(config)
+    options = parse_options(config, schema_registry_url)
     try:
         from .sink import IcebergSink
     except ImportError as exc:  # pyiceberg and pyarrow are an extra

@@ -32,8 +32,10 @@ import pyiceberg.io.pyarrow  # noqa: F401
 import pyiceberg.table  # noqa: F401
 import trio
 
+from databus.schemas.columns import IncompatibleSchemaError
+
 from . import tables
-from .decode import KAFKA_FIELDS, Decoder, declared_fields
+from .decode import KAFKA_FIELDS, Decoder, RegistryDecoder, declared_fields
 from .options import Options
 from .schema import IncompatibleField
 
@@ -65,6 +67,7 @@ class IcebergSink:
         self.options = options
         self.declared = declared_fields(options.schema) if options.schema else None
         self.decoder = Decoder(options.format)
+        self.registry_decoders: dict[str, RegistryDecoder] = {}  # by topic
         self.catalog = None
         self.tables: dict[str, _Table] = {}
         self.parts: dict[tuple[str, int], str] = {}  # partition -> table name
@@ -134,18 +137,39 @@ class IcebergSink:
                 log.error("table %s is stopped: %s", state.name, state.failed)
                 state.failed_logged = now
             return None  # not taken: nothing of it is reported durable
-        table, rejected = self.decoder.table(records)
+        decoder = self._decoder(tp[0])
+        try:
+            table, rejected = decoder.table(records)
+        except IncompatibleSchemaError as exc:
+            # Nothing of this write is taken: what the table took before it still commits
+            # (flush), nothing past it.
+            state.failed = f"{type(exc).__name__}: {exc}"
+            state.failed_logged = time.monotonic()
+            log.error("table %s is stopped: %s; its records stay in Kafka (from offset %d of "
+                      "%s-%d) and the sink's other tables go on", state.name, state.failed,
+                      records[0].offset, tp[0], tp[1])
+            return None
         state.chunks.append((table, tp, records[-1].offset + 1))
         state.rows += table.num_rows if table is not None else 0
         state.taken[tp] = records[-1].offset + 1
         return rejected
 
+    def _decoder(self, topic: str) -> Decoder:
+        if self.options.registry_url is None:
+            return self.decoder
+        decoder = self.registry_decoders.get(topic)
+        if decoder is None:
+            assert self.options.registry_type is not None
+            decoder = self.registry_decoders[topic] = RegistryDecoder(
+                self.options.registry_url, topic, self.options.registry_type)
+        return decoder
+
     def _flush(self, partitions, force: bool):
         now = time.monotonic()
         asked = {tuple(tp) for tp in partitions}
         for state in list(self.tables.values()):
-            if state.failed is not None or not self._pending(state):
-                continue
+            if not self._pending(state) or (state.failed is not None and not state.chunks):
+                continue  # (a stopped table still commits what it took before it stopped)
             due = (state.rows >= self.options.commit_max_records
                    or now - state.last_commit >= self.options.commit_interval_ms / 1000
                    or (force and asked & set(state.taken)))
@@ -170,6 +194,14 @@ class IcebergSink:
         state.failures = 0
         state.last_commit = now
 
+    def _subject_fields(self, run) -> list[pa.Field] | None:
+        """A new table's value columns from the registry: its first topic's subject."""
+        if self.options.registry_url is None:
+            return None
+        decoder = self._decoder(_topics(run)[0])
+        assert isinstance(decoder, RegistryDecoder)
+        return decoder.value_fields()
+
     def _commit_run(self, state: _Table, run, now: float) -> bool:
         tables_ = [t for t, _tp, _n in run if t is not None]
         taken: dict[tuple[str, int], int] = {}
@@ -179,7 +211,8 @@ class IcebergSink:
             batch = (pa.concat_tables(tables_, promote_options="permissive") if tables_
                      else pa.schema(KAFKA_FIELDS).empty_table())
             if state.table is None:
-                value_fields = self.declared or list(batch.schema)[len(KAFKA_FIELDS):]
+                value_fields = (self.declared or self._subject_fields(run)
+                                or list(batch.schema)[len(KAFKA_FIELDS):])
                 state.table = tables.create_table(self.catalog, state.name, value_fields,
                                                   self.options)
                 log.info("created table %s (%s)", state.name, ", ".join(
@@ -210,6 +243,10 @@ class IcebergSink:
         self.commits += 1
         return True
 
+
+
+def _topics(run) -> list[str]:
+    return list(dict.fromkeys(tp[0] for _t, tp, _n in run))
 
 
 def _run(chunks) -> list:

@@ -32,7 +32,8 @@ CONSUMER = {"session.timeout.ms": 3000, "heartbeat.interval.ms": 300}
 
 @pytest.fixture(scope="module")
 def broker(tmp_path_factory):
-    options = {**BROKER_OPTIONS, "group.min.session.timeout.ms": 1000}
+    options = {**BROKER_OPTIONS, "group.min.session.timeout.ms": 1000,
+               "schema.registry.listen": "127.0.0.1:0"}
     with BrokerProcess(tmp_path_factory.mktemp("broker"), options=options) as running:
         yield running
 
@@ -306,6 +307,136 @@ def test_an_int_column_is_promoted_and_a_refused_change_stops_only_its_table(
     finally:
         consumer.close()
     assert all(tp.offset <= 10 for tp in committed)
+
+
+def order_schema(*extra: dict, qty: str = "int", item: str = "string") -> str:
+    return json.dumps({"type": "record", "name": "Order", "namespace": "shop", "fields": [
+        {"name": "id", "type": "long"},
+        {"name": "item", "type": item},
+        {"name": "qty", "type": qty},
+        {"name": "price", "type": ["null", "double"], "default": None},
+        {"name": "at", "type": {"type": "long", "logicalType": "timestamp-millis"}},
+        *extra]})
+
+
+def produce_avro(broker, topic: str, schema: str, values: list[dict], raw=()) -> None:
+    """confluent-kafka's AvroSerializer against the broker's registry (it registers the
+    schema as a new version of ``{topic}-value``), id i on partition i % 4."""
+    from confluent_kafka.schema_registry import SchemaRegistryClient
+    from confluent_kafka.schema_registry.avro import AvroSerializer
+    from confluent_kafka.serialization import MessageField, SerializationContext
+
+    serialize = AvroSerializer(SchemaRegistryClient({"url": broker.schema_registry_url}),
+                               schema)
+    producer = confluent_kafka.Producer({"bootstrap.servers": broker.bootstrap})
+    for value in values:
+        producer.produce(topic, serialize(value, SerializationContext(topic, MessageField.VALUE)),
+                         key=b"%d" % value["id"], partition=value["id"] % 4)
+    for i, value in raw:
+        producer.produce(topic, value, key=b"%d" % i, partition=i % 4)
+    assert producer.flush(30) == 0
+
+
+def set_compatibility(broker, subject: str, level: str) -> None:
+    import urllib.request
+
+    request = urllib.request.Request(
+        f"{broker.schema_registry_url}/config/{subject}", method="PUT",
+        data=json.dumps({"compatibility": level}).encode(),
+        headers={"Content-Type": "application/vnd.schemaregistry.v1+json"})
+    with urllib.request.urlopen(request, timeout=10) as response:
+        assert response.status == 200
+
+
+def group_offsets(broker, group: str, topic: str) -> list[int]:
+    consumer = confluent_kafka.Consumer({"bootstrap.servers": broker.bootstrap,
+                                         "group.id": group})
+    try:
+        return [tp.offset for tp in consumer.committed(
+            [confluent_kafka.TopicPartition(topic, p) for p in range(4)], timeout=10)]
+    finally:
+        consumer.close()
+
+
+def test_avro_via_the_registry_creates_the_table_from_the_subject_and_follows_its_versions(
+        broker, tmp_path):
+    """format: avro: the table's columns are the subject's (typed by it, not guessed); a new
+    version adding an optional field and widening int -> long evolves the table (old rows
+    read the field as null); an incompatible version stops that table with the named error
+    and commits nothing past it, while the sink's other table goes on."""
+    path = tmp_path / "iceberg"
+    orders, other = "ice-avro", "ice-avro-other"
+    v1 = [{"id": i, "item": f"item-{i}", "qty": i, "price": None if i % 3 else i * 1.5,
+           "at": 1_700_000_000_000 + i} for i in range(40)]
+    produce_avro(broker, orders, order_schema(), v1, raw=[(40, b'{"id": 40}')])
+    produce_avro(broker, other, order_schema(), v1[:20])
+    service = Service(tmp_path, "sinks", sinks_config(broker, {"ice-avro": iceberg_sink(
+        [orders, other], path, format="avro",
+        **{"schema.registry.url": broker.schema_registry_url})}))
+    try:
+        service.start()
+        wait_for(lambda: rows(path, f"db.{orders}") >= 40 and rows(path, f"db.{other}") >= 20,
+                 "the first version's records", log=service.log)
+        table = load(path, f"db.{orders}")
+        assert {f.name: str(f.field_type) for f in table.schema().fields[6:]} == {
+            "id": "long", "item": "string", "qty": "int", "price": "double",
+            "at": "timestamptz"}
+        # version 2: a new optional field, and qty int -> long (Avro and Iceberg allow both)
+        coupon = {"name": "coupon", "type": ["null", "string"], "default": None}
+        v2 = [{**v, "id": 41 + i, "qty": (41 + i) << 33, "coupon": f"c{i}" if i % 2 else None}
+              for i, v in enumerate(v1[:39])]
+        produce_avro(broker, orders, order_schema(coupon, qty="long"), v2)
+        wait_for(lambda: rows(path, f"db.{orders}") >= 79, "the second version's records",
+                 log=service.log)
+        # version 3 turns item into a long: refused (compatibility NONE lets it register)
+        set_compatibility(broker, f"{orders}-value", "NONE")
+        v3 = [{**v, "id": 80 + i, "item": i, "coupon": None} for i, v in enumerate(v1[:8])]
+        produce_avro(broker, orders, order_schema(coupon, qty="long", item="long"), v3)
+        wait_for(lambda: "IncompatibleSchemaError" in service.log(), "the named error",
+                 log=service.log)
+        produce_avro(broker, other, order_schema(), v1[20:])  # the other table goes on
+        wait_for(lambda: rows(path, f"db.{other}") >= 40, "the other table",
+                 log=service.log)
+        assert service.stop() == 0
+    finally:
+        service.close()
+    log = service.log()
+    assert f"table db.{orders} is stopped: IncompatibleSchemaError: subject {orders}-value " \
+        "version 3 cannot follow version 2" in log
+    assert "field item changed from string to int64" in log
+    table = load(path, f"db.{orders}")
+    assert {f.name: str(f.field_type) for f in table.schema().fields[6:]} == {
+        "id": "long", "item": "string", "qty": "long", "price": "double",
+        "at": "timestamptz", "coupon": "string"}
+    data = table.scan().to_arrow()
+    # every v1 and v2 record once; the one not in the wire format (id 40) dead-lettered
+    ids = sorted(data.column("id").to_pylist())
+    assert ids == [i for i in range(80) if i != 40]
+    by_id = {r["id"]: r for r in data.select(["id", "qty", "price", "coupon", "at"]).to_pylist()}
+    assert by_id[3]["coupon"] is None and by_id[3]["price"] == 4.5 and by_id[3]["qty"] == 3
+    assert by_id[42]["coupon"] == "c1" and by_id[42]["qty"] == 42 << 33
+    assert by_id[7]["at"].timestamp() == 1_700_000_000.007
+    # nothing past the refused version is committed: the table's offsets and the group's
+    # stop at the v3 records (which follow the 80 earlier records, 20 per partition)
+    assert summary_offsets(table.current_snapshot()) == {orders: {str(p): 20 for p in range(4)}}
+    assert all(offset <= 20 for offset in group_offsets(broker, "databus-sink-ice-avro", orders))
+    assert_exactly_once(load(path, f"db.{other}").scan().to_arrow(), other, list(range(40)))
+
+
+def test_registry_format_options_are_checked():
+    from databus_plugins.iceberg.options import parse_options
+
+    with pytest.raises(ValueError, match="format avro reads the table's columns from a "
+                                         "schema registry: set schema.registry.url"):
+        parse_options({"format": "avro"})
+    assert parse_options({"format": "avro"}, "http://127.0.0.1:8081/").registry_url == \
+        "http://127.0.0.1:8081"
+    assert parse_options({"format": "json"}, "http://127.0.0.1:8081").registry_url is None
+    with pytest.raises(ValueError, match="schema.registry.url applies to the registry formats"):
+        parse_options({"format": "json", "schema.registry.url": "http://127.0.0.1:8081"})
+    with pytest.raises(ValueError, match="schema does not apply to format json_sr"):
+        parse_options({"format": "json_sr", "schema": {"id": "int64"},
+                       "schema.registry.url": "http://127.0.0.1:8081"})
 
 
 def test_iceberg_show_compact_and_expire_keep_the_records_and_the_offsets(broker, tmp_path):
