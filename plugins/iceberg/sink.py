@@ -45,6 +45,10 @@ RETRY_BACKOFF_S = (1.0, 60.0)
 FAILED_LOG_INTERVAL_S = 60.0
 
 
+class CatalogUnavailable(Exception):
+    """The catalog could not be reached (or read) when a table was opened."""
+
+
 @dataclass
 class _Table:
     name: str
@@ -59,6 +63,7 @@ class _Table:
     failed_logged: float = 0.0
     retry_at: float = 0.0  # after a failed commit
     failures: int = 0
+    failing_since_ms: float | None = None  # wall clock of the first failed commit in a row
     cleaned: bool = False
 
 
@@ -103,16 +108,26 @@ class IcebergSink:
     # -- the work (worker thread) ----------------------------------------------------------
 
     def _open(self, tp, committed):
-        if self.catalog is None:
-            self.catalog = tables.open_catalog(self.options.catalog)
         name = self.options.table_name(tp[0])
         state = self.tables.get(name)
         if state is None:
             state = self.tables[name] = _Table(name)
-        if state.table is None:
-            state.table = tables.load_table(self.catalog, name)
-        else:
-            state.table.refresh()
+        try:
+            if self.catalog is None:
+                self.catalog = tables.open_catalog(self.options.catalog)
+            if state.table is None:
+                state.table = tables.load_table(self.catalog, name)
+            else:
+                state.table.refresh()
+        except Exception as exc:
+            # Raised: the runtime restarts the sink with its backoff, from the tables'
+            # offsets; nothing was taken, so nothing is lost.
+            where = f"{self.options.catalog.get('type', 'sql')} catalog " \
+                    f"{self.options.catalog.get('uri', '')}"
+            log.error("%s: the %s is unavailable (%s: %s)", name, where, type(exc).__name__,
+                      _reason(exc))
+            raise CatalogUnavailable(f"table {name}: the {where} is unavailable: "
+                                     f"{type(exc).__name__}: {_reason(exc)}") from None
         self.parts[tp] = name
         start = None
         if state.table is not None:
@@ -191,7 +206,22 @@ class IcebergSink:
                 return
             del state.chunks[:len(run)]
             state.rows -= sum(t.num_rows for t, _tp, _n in run if t is not None)
+        if state.failing_since_ms is not None and state.table is not None:
+            # The failed attempts may have left files (a data file cut short by a full disk,
+            # metadata the catalog never took): not the table's, so deleted.
+            try:
+                removed = tables.remove_orphans(state.table, self.options.orphan_min_age_ms,
+                                                since_ms=state.failing_since_ms - 1000)
+            except OSError as exc:
+                log.warning("%s: files of the failed commits not removed: %s", state.name, exc)
+            else:
+                if removed:
+                    log.info("%s: removed %d file(s) of the failed commits", state.name,
+                             len(removed))
+            log.info("table %s: committed again after %d failed attempt(s)", state.name,
+                     state.failures)
         state.failures = 0
+        state.failing_since_ms = None
         state.last_commit = now
 
     def _subject_fields(self, run) -> list[pa.Field] | None:
@@ -229,13 +259,16 @@ class IcebergSink:
             return False
         except Exception as exc:
             state.failures += 1
+            if state.failing_since_ms is None:
+                state.failing_since_ms = time.time() * 1000
             delay = min(RETRY_BACKOFF_S[0] * 2 ** (state.failures - 1), RETRY_BACKOFF_S[1])
             state.retry_at = now + delay
             if state.rows > 2 * self.options.commit_max_records:
                 raise RuntimeError(f"table {state.name}: commits fail ({exc}) and "
                                    f"{state.rows} records wait") from exc
-            log.error("table %s: commit failed (%s: %s); the batch is kept and tried again "
-                      "in %.0f s", state.name, type(exc).__name__, exc, delay)
+            log.error("table %s: commit failed (%s: %s); nothing of it is in the table, the "
+                      "batch is kept and tried again in %.0f s", state.name,
+                      type(exc).__name__, _reason(exc), delay)
             return False
         for tp, offset in taken.items():
             if tp in self.parts:
@@ -243,6 +276,12 @@ class IcebergSink:
         self.commits += 1
         return True
 
+
+
+def _reason(exc: BaseException) -> str:
+    """An exception's message on one line, without SQLAlchemy's statement and its link."""
+    text = " ".join(str(exc).split())
+    return text.split(" [SQL:")[0][:500]
 
 
 def _topics(run) -> list[str]:

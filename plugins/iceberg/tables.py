@@ -161,28 +161,33 @@ def _in_table_schema(batch: pa.Table, current: pa.Schema, evolve: bool,
     return schemas.conform(batch, merged)
 
 
-def remove_orphans(table, min_age_ms: int) -> list[str]:
+def remove_orphans(table, min_age_ms: int, since_ms: float | None = None) -> list[str]:
     """Delete the files an unfinished commit left in a local warehouse (data files, manifests,
-    metadata written before the kill, never committed); returns their paths.
+    metadata written before a kill or a failed commit, never committed); returns their paths.
 
-    Only files written since the current snapshot (less a minute) are candidates: an
-    unfinished commit comes after the last finished one, and the check stays cheap (it reads
-    only the manifests added since).  ``min_age_ms`` spares files younger than that (another
-    writer's commit in progress)."""
+    Only files written since ``since_ms`` (default: the current snapshot, less a minute) are
+    candidates: an unfinished commit comes after the last finished one, and the check stays
+    cheap (it reads only the manifests the snapshots since then added).  ``min_age_ms``
+    spares files younger than that (another writer's commit in progress)."""
     location = _local_path(table.location())
     if location is None or not os.path.isdir(location):
         return []
     metadata = table.metadata
     current = table.current_snapshot()
-    cutoff_ms = (current.timestamp_ms - 60_000) if current is not None else 0
+    if since_ms is not None:
+        cutoff_ms = since_ms
+    else:
+        cutoff_ms = (current.timestamp_ms - 60_000) if current is not None else 0
     referenced = {table.metadata_location, *(e.metadata_file for e in metadata.metadata_log)}
-    recent = set()
+    recent = {}
     for snapshot in metadata.snapshots:
         referenced.add(snapshot.manifest_list)
         if snapshot.timestamp_ms >= cutoff_ms - 60_000:
-            recent.add(snapshot.snapshot_id)
-    if current is not None:
-        for manifest in current.manifests(table.io):
+            recent[snapshot.snapshot_id] = snapshot
+    # Every data file a recent snapshot added (also one a later compaction replaced, which
+    # older snapshots still read).
+    for snapshot in recent.values():
+        for manifest in snapshot.manifests(table.io):
             referenced.add(manifest.manifest_path)
             if manifest.added_snapshot_id in recent:
                 for entry in manifest.fetch_manifest_entry(table.io, discard_deleted=False):
