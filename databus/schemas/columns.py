@@ -1,6 +1,6 @@
 """Columns from a schema registry, for the sinks that write Arrow (the parquet and iceberg
 plugins both import it: one home): values in Confluent's wire format (magic byte 0, a 4-byte
-big-endian schema id, then the Avro or JSON payload) decoded into the columns of the
+big-endian schema id, then the Avro, JSON or Protobuf payload: protobuf_values.py) decoded into the columns of the
 subject ``{topic}-value`` (TopicNameStrategy), latest version.  A client of the registry's
 REST API (any Confluent-compatible registry, or the broker's own, databus/schemas/http.py);
 needs pyarrow, so only the sinks import it.
@@ -103,6 +103,15 @@ class _Version:
 
     def __init__(self, schema_type: str, text: str, who: str) -> None:
         self.type = schema_type
+        if schema_type == "PROTOBUF":
+            from .protobuf_values import ProtobufError, ProtobufValues
+
+            try:
+                values = ProtobufValues(text, who)
+            except ProtobufError as exc:
+                raise RegistryError(f"the value schema cannot give columns: {exc}") from None
+            self.fields, self._reader = values.fields, values.read
+            return
         obj = json.loads(text)
         if schema_type == "AVRO":
             self.fields = avro_fields(obj, who)
@@ -112,7 +121,7 @@ class _Version:
             self._reader = None
         else:
             raise RegistryError(f"{schema_type} schemas are not supported by the {who} sink "
-                                "(Avro and JSON Schema are)")
+                                "(Avro, JSON Schema and Protobuf are)")
 
     def decode(self, payload: bytes) -> dict:
         value = json.loads(payload) if self._reader is None else self._reader(payload)

@@ -178,8 +178,6 @@ def parse_options(config: Mapping[str, Any], file_registry: str | None = None) -
     registry = merged["schema.registry.url"]
     if merged["format"] in REGISTRY_FORMATS:
         registry = registry or file_registry
-        if merged["format"] == "protobuf":
-            problems.append("format protobuf is not supported yet (avro and json_sr are)")
         if not registry:
             problems.append(f"format {merged['format']} reads the table's columns from a "
                             "schema registry: set schema.registry.url, or "
