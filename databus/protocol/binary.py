@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import struct
 import uuid
+from typing import Literal, overload
 
 _I16 = struct.Struct(">h")
 _I32 = struct.Struct(">i")
@@ -113,6 +114,11 @@ class Reader:
     def i64(self) -> int:
         return _I64.unpack(self._take(8))[0]
 
+    @overload
+    def string(self, nullable: Literal[False] = ...) -> str: ...
+    @overload
+    def string(self, nullable: bool) -> str | None: ...
+
     def string(self, nullable: bool = False) -> str | None:
         n = self.i16()
         if n == -1 and nullable:
@@ -143,6 +149,11 @@ class Reader:
             shift += 7
             if shift > 28:
                 raise BinaryFormatError(f"{self.what}: varint too long at byte {self.pos}")
+
+    @overload
+    def compact_string(self, nullable: Literal[False] = ...) -> str: ...
+    @overload
+    def compact_string(self, nullable: bool) -> str | None: ...
 
     def compact_string(self, nullable: bool = False) -> str | None:
         n = self.uvarint() - 1

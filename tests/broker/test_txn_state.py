@@ -8,14 +8,14 @@ import itertools
 import pytest
 
 from databus.broker.txn.state import MAX_EPOCH, TransactionCoordinator, TxnMetadata, TxnState
-from databus.broker.txn.state_topic import (
+from databus.protocol.errors import ErrorCode
+from databus.protocol.internal_records.transaction_state import (
     TxnStateRecordError,
     decode_key,
     decode_value,
     encode_key,
     encode_value,
 )
-from databus.protocol.errors import ErrorCode
 
 TIMEOUT = 60_000
 

@@ -10,7 +10,6 @@ import pydantic
 import pytest
 
 from databus.broker.config import BrokerConfig
-from databus.broker.coordinator import consumer_records as rec
 from databus.broker.coordinator.assignors import parse_assignors, range_, uniform
 from databus.broker.coordinator.consumer_group import (
     ConsumerGroupConfig,
@@ -19,6 +18,7 @@ from databus.broker.coordinator.consumer_group import (
     TopicImage,
 )
 from databus.protocol.errors import ErrorCode
+from databus.protocol.internal_records import consumer_groups as rec
 
 T1 = uuid.UUID(int=1)
 T2 = uuid.UUID(int=2)

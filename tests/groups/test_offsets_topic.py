@@ -7,7 +7,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from databus.broker.coordinator.group_state import GroupSnapshot, GroupState, MemberSnapshot
-from databus.broker.coordinator.offsets_topic import (
+from databus.protocol.internal_records import java_string_hashcode, partition_for
+from databus.protocol.internal_records.consumer_offsets import (
     GroupKey,
     OffsetKey,
     OffsetsRecordError,
@@ -19,8 +20,6 @@ from databus.broker.coordinator.offsets_topic import (
     encode_group_value,
     encode_offset_key,
     encode_offset_value,
-    java_string_hashcode,
-    partition_for,
 )
 
 

@@ -9,9 +9,10 @@ import trio
 from databus.broker.broker import Broker
 from databus.broker.config import BrokerConfig
 from databus.broker.coordinator.group_state import GroupState, JoinRequest, SyncRequest
-from databus.broker.coordinator.offsets_topic import OFFSETS_TOPIC, partition_for
 from databus.broker.coordinator.service import OffsetCommitEntry
 from databus.protocol.errors import ErrorCode
+from databus.protocol.internal_records import partition_for
+from databus.protocol.internal_records.consumer_offsets import OFFSETS_TOPIC
 
 
 def make_broker(path) -> Broker:
@@ -121,7 +122,7 @@ async def test_commit_with_retention_time_expires_on_its_own_schedule(tmp_path):
 
 
 async def test_a_foreign_or_damaged_record_does_not_cost_other_offsets(tmp_path):
-    from databus.broker.coordinator.offsets_topic import OffsetKey, encode_offset_key
+    from databus.protocol.internal_records.consumer_offsets import OffsetKey, encode_offset_key
     from databus.protocol.records import build_batch
 
     async with trio.open_nursery() as nursery:

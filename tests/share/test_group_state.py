@@ -15,7 +15,8 @@ from databus.broker.share.group_state import (
     assign,
 )
 from databus.broker.share.partition_state import RecordState, StateBatch
-from databus.broker.share.state_topic import (
+from databus.protocol.errors import ErrorCode
+from databus.protocol.internal_records.share_group_state import (
     ConfigKey,
     StateKey,
     StateValue,
@@ -26,7 +27,6 @@ from databus.broker.share.state_topic import (
     encode_key,
     encode_state_value,
 )
-from databus.protocol.errors import ErrorCode
 
 TOPICS = {"jobs": 2, "other": 1}
 

@@ -11,8 +11,8 @@ from databus.broker.broker import Broker
 from databus.broker.config import BrokerConfig
 from databus.broker.share.group_state import HeartbeatRequest
 from databus.broker.share.service import AckBatch
-from databus.broker.share.state_topic import SHARE_STATE_TOPIC
 from databus.protocol.errors import ErrorCode
+from databus.protocol.internal_records.share_group_state import SHARE_STATE_TOPIC
 from databus.protocol.records import build_batch
 
 RECORDS = 200

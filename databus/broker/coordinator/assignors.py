@@ -19,7 +19,8 @@ from __future__ import annotations
 import uuid
 from collections.abc import Callable, Mapping
 
-Assignment = dict[uuid.UUID, frozenset[int]]
+from databus.protocol.internal_records.consumer_groups import Assignment
+
 Assignor = Callable[[Mapping[str, frozenset[uuid.UUID]], Mapping[uuid.UUID, int],
                      Mapping[str, Assignment]], dict[str, Assignment]]
 

@@ -4,7 +4,7 @@ in group_state.py, share groups in share/group_state.py.
 
 Sans-I/O like its cousins: the clock comes in as ``now_ms``, the broker's topics (name ->
 id and partition count) come in with each heartbeat, and every change of state comes out as
-``__consumer_offsets`` records (consumer_records.py) that the service appends durably before
+``__consumer_offsets`` records (protocol/internal_records/consumer_groups.py) that the service appends durably before
 it answers.  ``load`` rebuilds a group from those records after a restart.
 
 Epochs.  Each change of membership, of a member's subscription or assignor, or of the
@@ -47,8 +47,8 @@ from dataclasses import dataclass, field
 from enum import Enum
 
 from databus.protocol.errors import ErrorCode
+from databus.protocol.internal_records import consumer_groups as rec
 
-from . import consumer_records as rec
 from .assignors import ASSIGNORS, DEFAULT_ASSIGNORS, Assignment
 from .heartbeat_groups import (
     DEFAULT_HEARTBEAT_INTERVAL_MS,

@@ -46,22 +46,18 @@ import uuid
 from collections import Counter
 from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field
-from enum import Enum
 
 from databus.protocol import defaults
 from databus.protocol.errors import ErrorCode
+from databus.protocol.internal_records.consumer_offsets import (  # noqa: F401 (re-exported)
+    GroupSnapshot,
+    GroupState,
+    MemberSnapshot,
+)
 
 # Kafka's GroupCoordinator.NewMemberJoinTimeoutMs: a brand-new member that never heartbeats is
 # dropped after this long even while it waits in a rebalance (KIP-394's safety valve).
 NEW_MEMBER_JOIN_TIMEOUT_MS = 5 * 60 * 1000
-
-
-class GroupState(Enum):
-    EMPTY = "Empty"
-    PREPARING_REBALANCE = "PreparingRebalance"
-    COMPLETING_REBALANCE = "CompletingRebalance"
-    STABLE = "Stable"
-    DEAD = "Dead"
 
 
 @dataclass(frozen=True)
@@ -137,32 +133,6 @@ class Reply:
 
     waiter: Hashable
     result: JoinResult | SyncResult
-
-
-@dataclass(frozen=True)
-class MemberSnapshot:
-    member_id: str
-    group_instance_id: str | None
-    client_id: str
-    client_host: str
-    rebalance_timeout_ms: int
-    session_timeout_ms: int
-    subscription: bytes  # metadata of the selected protocol
-    assignment: bytes
-
-
-@dataclass(frozen=True)
-class GroupSnapshot:
-    """What Kafka's GroupMetadataValue holds; also what DescribeGroups reports."""
-
-    group_id: str
-    state: GroupState
-    protocol_type: str | None
-    generation_id: int
-    protocol_name: str | None
-    leader_id: str | None
-    state_timestamp_ms: int
-    members: tuple[MemberSnapshot, ...]
 
 
 @dataclass(frozen=True)

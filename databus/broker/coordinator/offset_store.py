@@ -1,6 +1,6 @@
 """Committed offsets in memory: the materialized view of ``__consumer_offsets``.
 
-The log is the truth (see offsets_topic.py for its records); this map is rebuilt from it at
+The log is the truth (see protocol/internal_records/consumer_offsets.py for its records); this map is rebuilt from it at
 broker start and updated after each commit is durably appended.  It also decides which
 offsets have outlived ``offsets.retention.minutes`` using Kafka's rules (KIP-211):
 
@@ -18,9 +18,10 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from databus.protocol.internal_records.consumer_offsets import OffsetValue
+
 from ...protocol.types import TopicPartition
 from .group_state import GroupSnapshot, GroupState
-from .offsets_topic import OffsetValue
 
 
 @dataclass(frozen=True)

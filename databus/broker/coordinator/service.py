@@ -7,11 +7,11 @@ It wires the sans-I/O parts to the broker:
   initial rebalance delay) and calls ``advance``;
 - offset_store.OffsetStore (committed offsets), rebuilt at start by replaying
   ``__consumer_offsets`` and updated after each commit is fsynced;
-- ``__consumer_offsets`` itself (records from offsets_topic.py): commits, group metadata and
+- ``__consumer_offsets`` itself (records from protocol/internal_records/consumer_offsets.py): commits, group metadata and
   tombstones are appended through ``broker.append`` / ``broker.append_durably``, the same path
   Produce uses, so an acknowledged commit survives kill -9;
 - consumer_group.ConsumerGroupCoordinator (KIP-848 consumer groups, ConsumerGroupHeartbeat):
-  its state changes come out as ``__consumer_offsets`` records (consumer_records.py), appended
+  its state changes come out as ``__consumer_offsets`` records (protocol/internal_records/consumer_groups.py), appended
   durably before the heartbeat is answered and replayed at start; a group id is either a
   classic or a consumer group (an empty one of either kind is taken over by the other
   protocol, as in Kafka; a non-empty one is refused);
@@ -34,9 +34,23 @@ import trio
 
 from databus.protocol import consumer_protocol, defaults
 from databus.protocol.errors import ErrorCode
+from databus.protocol.internal_records import consumer_groups as consumer_records
+from databus.protocol.internal_records.consumer_offsets import (
+    OFFSETS_TOPIC,
+    GroupKey,
+    OffsetKey,
+    OffsetsRecordError,
+    decode_group_value,
+    decode_key,
+    decode_offset_value,
+    encode_group_key,
+    encode_group_value,
+    encode_offset_key,
+    encode_offset_value,
+    partition_for,
+)
 from databus.protocol.records import CONTROL_COMMIT, build_batch, control_record_type
 
-from . import consumer_records
 from .consumer_group import (
     ConsumerGroupConfig,
     ConsumerGroupCoordinator,
@@ -60,20 +74,6 @@ from .group_state import (
     SyncResult,
 )
 from .offset_store import CommittedOffset, OffsetStore, TopicPartition
-from .offsets_topic import (
-    OFFSETS_TOPIC,
-    GroupKey,
-    OffsetKey,
-    OffsetsRecordError,
-    decode_group_value,
-    decode_key,
-    decode_offset_value,
-    encode_group_key,
-    encode_group_value,
-    encode_offset_key,
-    encode_offset_value,
-    partition_for,
-)
 from .replay import log_batches
 
 log = logging.getLogger(__name__)

@@ -22,11 +22,11 @@ by the group service.  This broker is the coordinator of every transactional id
 
 from __future__ import annotations
 
-from databus.broker.coordinator.offsets_topic import OFFSETS_TOPIC
 from databus.broker.coordinator.service import OffsetCommitEntry
 from databus.protocol.api_keys import ApiKey
 from databus.protocol.entities import build
 from databus.protocol.errors import ErrorCode
+from databus.protocol.internal_records.consumer_offsets import OFFSETS_TOPIC
 from databus.protocol.records import CONTROL_ABORT, CONTROL_COMMIT
 from databus.storage.acls import Operation, ResourceType
 

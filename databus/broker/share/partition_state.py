@@ -45,16 +45,7 @@ from dataclasses import dataclass
 from enum import IntEnum
 
 from databus.protocol.errors import ErrorCode
-
-
-class RecordState(IntEnum):
-    """Kafka's RecordState ids (the numbers persisted in share state batches)."""
-
-    AVAILABLE = 0
-    ACQUIRED = 1
-    ACKNOWLEDGED = 2
-    ARCHIVED = 4
-
+from databus.protocol.internal_records.share_batches import RecordState, StateBatch
 
 FINAL_STATES = (RecordState.ACKNOWLEDGED, RecordState.ARCHIVED)
 
@@ -88,16 +79,6 @@ class AcquiredRange:
 
     first_offset: int
     last_offset: int
-    delivery_count: int
-
-
-@dataclass(frozen=True)
-class StateBatch:
-    """A run of in-flight offsets in one state with one delivery count: what is persisted."""
-
-    first_offset: int
-    last_offset: int
-    state: RecordState
     delivery_count: int
 
 

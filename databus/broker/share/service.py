@@ -8,7 +8,7 @@ It wires the sans-I/O parts to the broker:
   log, the partition decides which records the member acquires;
 - share sessions (per member): the partitions a member fetches and the epoch its next
   ShareFetch/ShareAcknowledge must carry;
-- ``__share_group_state`` (records from state_topic.py), replayed at start: a writer task
+- ``__share_group_state`` (records from protocol/internal_records/share_group_state.py), replayed at start: a writer task
   takes the snapshot of every share-partition changed since its last round, appends them
   (one batch per state-topic partition) through ``broker.append`` and waits for the group
   commit's fsync.  Acknowledgements wait for the round that covers them before they are
@@ -32,9 +32,22 @@ from dataclasses import dataclass, field
 import trio
 
 from databus.protocol.errors import ErrorCode
+from databus.protocol.internal_records import partition_for
+from databus.protocol.internal_records.share_group_state import (
+    SHARE_STATE_TOPIC,
+    ConfigKey,
+    ShareStateRecordError,
+    StateKey,
+    StateValue,
+    decode_config_value,
+    decode_key,
+    decode_state_value,
+    encode_config_value,
+    encode_key,
+    encode_state_value,
+)
 from databus.protocol.records import build_batch, iter_headers
 
-from ..coordinator.offsets_topic import partition_for
 from ..coordinator.replay import log_records
 from .group_state import (
     HeartbeatRequest,
@@ -50,19 +63,6 @@ from .partition_state import (
     AcquiredRange,
     SharePartition,
     SharePartitionConfig,
-)
-from .state_topic import (
-    SHARE_STATE_TOPIC,
-    ConfigKey,
-    ShareStateRecordError,
-    StateKey,
-    StateValue,
-    decode_config_value,
-    decode_key,
-    decode_state_value,
-    encode_config_value,
-    encode_key,
-    encode_state_value,
 )
 
 log = logging.getLogger(__name__)

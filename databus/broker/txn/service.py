@@ -1,7 +1,7 @@
 """The transaction coordinator service: the trio side of Kafka transactions in a running broker.
 
 It wires the sans-I/O coordinator (state.py) to the broker:
-- ``__transaction_state`` (records from state_topic.py), replayed at start and, as in Kafka,
+- ``__transaction_state`` (records from protocol/internal_records/transaction_state.py), replayed at start and, as in Kafka,
   created on first use (a broker nobody uses transactions with has no such topic); every change of a
   transactional id is appended through ``broker.append_durably`` before it is acted on or
   answered, so an acknowledged InitProducerId/AddPartitionsToTxn/EndTxn survives kill -9;
@@ -28,13 +28,8 @@ from collections.abc import Callable
 import trio
 
 from databus.protocol.errors import ErrorCode
-from databus.protocol.records import CONTROL_ABORT, CONTROL_COMMIT, build_batch, build_control_batch
-
-from ..coordinator.offsets_topic import OFFSETS_TOPIC
-from ..coordinator.replay import log_records
-from ..errors import error_code_for
-from .state import Plan, TransactionCoordinator, TxnMetadata
-from .state_topic import (
+from databus.protocol.internal_records.consumer_offsets import OFFSETS_TOPIC
+from databus.protocol.internal_records.transaction_state import (
     TRANSACTION_STATE_TOPIC,
     TxnStateRecordError,
     decode_key,
@@ -43,6 +38,11 @@ from .state_topic import (
     encode_value,
     partition_for,
 )
+from databus.protocol.records import CONTROL_ABORT, CONTROL_COMMIT, build_batch, build_control_batch
+
+from ..coordinator.replay import log_records
+from ..errors import error_code_for
+from .state import Plan, TransactionCoordinator, TxnMetadata
 
 log = logging.getLogger(__name__)
 

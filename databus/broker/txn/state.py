@@ -28,41 +28,15 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
-from enum import IntEnum
 
 from databus.protocol.errors import ErrorCode
+from databus.protocol.internal_records.transaction_metadata import (  # noqa: F401 (re-exported)
+    Partition,
+    TxnMetadata,
+    TxnState,
+)
 
 MAX_EPOCH = 32767  # Short.MaxValue: an epoch never reaches it (Kafka bumps to a new id)
-
-
-class TxnState(IntEnum):
-    EMPTY = 0
-    ONGOING = 1
-    PREPARE_COMMIT = 2
-    PREPARE_ABORT = 3
-    COMPLETE_COMMIT = 4
-    COMPLETE_ABORT = 5
-    DEAD = 6
-    PREPARE_EPOCH_FENCE = 7
-
-
-Partition = tuple[str, int]
-
-
-@dataclass(frozen=True)
-class TxnMetadata:
-    transactional_id: str
-    producer_id: int
-    producer_epoch: int
-    timeout_ms: int
-    state: TxnState
-    partitions: frozenset[Partition] = frozenset()
-    start_ms: int = -1  # when the open transaction began (-1: none)
-    update_ms: int = -1
-
-    @property
-    def committing(self) -> bool:
-        return self.state is TxnState.PREPARE_COMMIT
 
 
 @dataclass(frozen=True)

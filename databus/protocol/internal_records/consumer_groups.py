@@ -30,7 +30,8 @@ from dataclasses import dataclass
 
 from databus.protocol.binary import BinaryFormatError, Reader, Writer
 
-from .assignors import Assignment
+# a member's partitions: topic id -> partitions (the coordinator's assignors compute them)
+Assignment = dict[uuid.UUID, frozenset[int]]
 
 GROUP_METADATA = 3
 PARTITION_METADATA = 4

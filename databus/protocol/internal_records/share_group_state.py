@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from databus.protocol.binary import BinaryFormatError as ShareStateRecordError  # re-exported
 from databus.protocol.binary import Reader, Writer
 
-from .partition_state import RecordState, StateBatch
+from .share_batches import RecordState, StateBatch
 
 SHARE_STATE_TOPIC = "__share_group_state"
 STATE_KEY_VERSION = 0

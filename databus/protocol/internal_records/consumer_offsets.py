@@ -24,11 +24,12 @@ compacted, so the newest record per key is the truth; replay applies them in log
 from __future__ import annotations
 
 from dataclasses import dataclass
+from enum import Enum
 
 from databus.protocol.binary import BinaryFormatError as OffsetsRecordError
 from databus.protocol.binary import Reader, Writer
 
-from .group_state import GroupSnapshot, GroupState, MemberSnapshot
+from . import partition_for  # noqa: F401  (GroupMetadataManager.partitionFor)
 
 OFFSETS_TOPIC = "__consumer_offsets"
 
@@ -38,23 +39,43 @@ OFFSET_COMMIT_VALUE_VERSION = 3
 GROUP_METADATA_VALUE_VERSION = 3
 
 
-def java_string_hashcode(text: str) -> int:
-    """Java's ``String.hashCode()``: s[0]*31^(n-1) + ... over UTF-16 code units, as int32."""
-    h = 0
-    data = text.encode("utf-16-be")
-    for i in range(0, len(data), 2):
-        h = (31 * h + ((data[i] << 8) | data[i + 1])) & 0xFFFFFFFF
-    return h - (1 << 32) if h & 0x80000000 else h
+# ---------------------------------------------------------------------------------------------
+# a group's metadata: what GroupMetadataValue holds (the coordinator's group_state.py keeps
+# the group; these are the values it persists and DescribeGroups reports)
 
 
-def java_utils_abs(n: int) -> int:
-    """Kafka's ``Utils.abs``: like Math.abs but Integer.MIN_VALUE maps to 0, not to itself."""
-    return 0 if n == -(2**31) else abs(n)
+class GroupState(Enum):
+    EMPTY = "Empty"
+    PREPARING_REBALANCE = "PreparingRebalance"
+    COMPLETING_REBALANCE = "CompletingRebalance"
+    STABLE = "Stable"
+    DEAD = "Dead"
 
 
-def partition_for(group_id: str, num_partitions: int) -> int:
-    """GroupMetadataManager.partitionFor: the ``__consumer_offsets`` partition of a group."""
-    return java_utils_abs(java_string_hashcode(group_id)) % num_partitions
+@dataclass(frozen=True)
+class MemberSnapshot:
+    member_id: str
+    group_instance_id: str | None
+    client_id: str
+    client_host: str
+    rebalance_timeout_ms: int
+    session_timeout_ms: int
+    subscription: bytes  # metadata of the selected protocol
+    assignment: bytes
+
+
+@dataclass(frozen=True)
+class GroupSnapshot:
+    """What Kafka's GroupMetadataValue holds; also what DescribeGroups reports."""
+
+    group_id: str
+    state: GroupState
+    protocol_type: str | None
+    generation_id: int
+    protocol_name: str | None
+    leader_id: str | None
+    state_timestamp_ms: int
+    members: tuple[MemberSnapshot, ...]
 
 
 # ---------------------------------------------------------------------------------------------

@@ -17,8 +17,8 @@ from __future__ import annotations
 from databus.protocol.binary import BinaryFormatError as TxnStateRecordError  # re-exported
 from databus.protocol.binary import Reader, Writer
 
-from ..coordinator.offsets_topic import partition_for  # noqa: F401  (same hash as Kafka)
-from .state import TxnMetadata, TxnState
+from . import partition_for  # noqa: F401  (same hash as Kafka)
+from .transaction_metadata import TxnMetadata, TxnState
 
 TRANSACTION_STATE_TOPIC = "__transaction_state"
 KEY_VERSION = 0
@@ -78,7 +78,7 @@ def decode_value(transactional_id: str, data: bytes) -> TxnMetadata:
     except ValueError:
         raise TxnStateRecordError(
             f"{TRANSACTION_STATE_TOPIC} value: unknown state {raw_state}") from None
-    partitions = set()
+    partitions: set[tuple[str, int]] = set()
     for _ in range(max(r.i32(), 0)):  # -1: null array
         topic = r.string()
         count = r.i32()
