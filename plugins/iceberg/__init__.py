@@ -14,7 +14,8 @@ catalog and pyarrow (``pip install 'databus[iceberg]'``).  Modules: ``options`` 
 options, table names, the offsets kept in snapshot summaries), ``decode`` (records ->
 Arrow), ``schema`` (pure Arrow: a batch's schema against the table's), ``tables`` (the
 catalog: create, commit, orphan files), ``sink`` (the sink object), ``command``
-(``databus iceberg show | expire | compact``, brought by the ``databus_commands`` hook).
+(``databus iceberg show | expire | compact``, brought by the ``databus_commands`` hook),
+``status`` (the console's *Sink tables*, by the ``databus_console_sink_tables`` hook).
 ``databus bench iceberg`` (databus/bench/iceberg.py) finds the sink through the plugin
 manager.
 Users' documentation: docs/iceberg.md.
@@ -33,6 +34,15 @@ def databus_commands():
     return [Command("iceberg", "databus_plugins.iceberg.command",
                     "the iceberg sinks' tables: show (snapshots and their offsets), expire, "
                     "compact")]
+
+
+@hookimpl
+def databus_console_sink_tables(name, sink):
+    if sink.plugin != NAME:
+        return None
+    from .status import sink_tables
+
+    return sink_tables(sink)
 
 
 @hookimpl

@@ -110,9 +110,12 @@ def default_catalog(path: str) -> dict[str, str]:
             "warehouse": f"file://{root}/warehouse"}
 
 
-def parse_options(config: Mapping[str, Any], file_registry: str | None = None) -> Options:
+def parse_options(config: Mapping[str, Any], file_registry: str | None = None, *,
+                  reading: bool = False) -> Options:
     """Validate the sink's ``config:``; ValueError names every problem.  ``file_registry``:
-    the registry of the file's broker section, the default of ``schema.registry.url``."""
+    the registry of the file's broker section, the default of ``schema.registry.url``.
+    ``reading``: for readers of the tables (``databus iceberg``, the console), which need
+    no registry."""
     problems = []
     unknown = sorted(set(config) - set(DEFAULTS))
     if unknown:
@@ -178,7 +181,7 @@ def parse_options(config: Mapping[str, Any], file_registry: str | None = None) -
     registry = merged["schema.registry.url"]
     if merged["format"] in REGISTRY_FORMATS:
         registry = registry or file_registry
-        if not registry:
+        if not registry and not reading:
             problems.append(f"format {merged['format']} reads the table's columns from a "
                             "schema registry: set schema.registry.url, or "
                             "schema.registry.listen in the file's broker section")
@@ -200,7 +203,8 @@ def parse_options(config: Mapping[str, Any], file_registry: str | None = None) -
         commit_max_records=merged["commit.max.records"],
         target_file_size_bytes=merged["target.file.size.bytes"],
         orphan_min_age_ms=age,
-        registry_url=registry.rstrip("/") if merged["format"] in REGISTRY_FORMATS else None,
+        registry_url=(registry.rstrip("/") if registry and merged["format"] in REGISTRY_FORMATS
+                      else None),
     )
 
 

@@ -42,14 +42,14 @@ def open_catalog(properties: Mapping[str, str]):
     name = props.pop("name", "databus")
     if props.get("type", "sql") == "sql":
         for key in ("uri", "warehouse"):
-            local = _local_path(props.get(key, ""))
+            local = local_path(props.get(key, ""))
             if local:
                 os.makedirs(local if key == "warehouse" else os.path.dirname(local),
                             exist_ok=True)
     return load_catalog(name, **props)
 
 
-def _local_path(url: str) -> str | None:
+def local_path(url: str) -> str | None:
     if url.startswith("sqlite:///"):
         return os.path.abspath(url.removeprefix("sqlite:///"))  # (four slashes: absolute)
     if url.startswith("file://"):
@@ -169,7 +169,7 @@ def remove_orphans(table, min_age_ms: int, since_ms: float | None = None) -> lis
     candidates: an unfinished commit comes after the last finished one, and the check stays
     cheap (it reads only the manifests the snapshots since then added).  ``min_age_ms``
     spares files younger than that (another writer's commit in progress)."""
-    location = _local_path(table.location())
+    location = local_path(table.location())
     if location is None or not os.path.isdir(location):
         return []
     metadata = table.metadata
@@ -192,7 +192,7 @@ def remove_orphans(table, min_age_ms: int, since_ms: float | None = None) -> lis
             if manifest.added_snapshot_id in recent:
                 for entry in manifest.fetch_manifest_entry(table.io, discard_deleted=False):
                     referenced.add(entry.data_file.file_path)
-    referenced = {_local_path(p) or p for p in referenced}
+    referenced = {local_path(p) or p for p in referenced}
     now_ms = time.time() * 1000
     removed = []
     for sub in ("data", "metadata"):

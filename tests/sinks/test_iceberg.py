@@ -748,3 +748,35 @@ def test_catalog_options_are_checked():
     assert rest.catalog == {"type": "rest", "uri": "https://cat.example/api",
                             "credential": "id:secret", "warehouse": "lake",
                             "s3.endpoint": "http://127.0.0.1:9000"}
+
+
+def test_the_console_shows_each_table_with_its_last_snapshot_offsets_and_lag(broker, tmp_path):
+    """The console's status page (ConfigStatus, as `databus console -c` and `databus up`
+    serve it) lists the sink's table: its current snapshot, records, the offsets its
+    snapshots hold, and the lag — the partitions' ends less those offsets."""
+    import trio
+
+    from databus.config import parse_config
+    from databus.console.cluster import ClusterView
+    from databus.console.server import ConfigStatus
+
+    path = tmp_path / "iceberg"
+    topic = "ice-console"
+    config = sinks_config(broker, {topic: iceberg_sink([topic], path)})
+    service = Service(tmp_path, "sinks", config)
+    try:
+        service.start()
+        produce_json(broker.bootstrap, topic, range(100))
+        wait_for(lambda: rows(path, f"db.{topic}") >= 100, "the records", log=service.log)
+        assert service.stop() == 0
+    finally:
+        service.close()
+    produce_json(broker.bootstrap, topic, range(100, 108))  # not taken: the lag
+    status = ConfigStatus(parse_config(config), broker.bootstrap)
+    tables = {t["id"]: t for t in trio.run(status.tables, ClusterView(broker.bootstrap, {}))}
+    [row] = tables["sink-tables"]["rows"]
+    snapshot = load(path, f"db.{topic}").current_snapshot()
+    assert row[:3] == [topic, f"db.{topic}", snapshot.snapshot_id]
+    assert row[4:] == [100, ", ".join(f"{topic}-{p}:25" for p in range(4)), 8]
+    assert tables["sink-tables"]["columns"] == (
+        "sink", "table", "last snapshot", "committed", "records", "offsets", "lag")
