@@ -185,7 +185,8 @@ def parse_options(config: Mapping[str, Any], file_registry: str | None = None, *
             problems.append(f"format {merged['format']} reads the table's columns from a "
                             "schema registry: set schema.registry.url, or "
                             "schema.registry.listen in the file's broker section")
-        elif not isinstance(registry, str) or not registry.startswith(("http://", "https://")):
+        elif registry is not None and (not isinstance(registry, str)
+                                       or not registry.startswith(("http://", "https://"))):
             problems.append(f"schema.registry.url must be an http(s) URL, got {registry!r}")
         if schema is not None:
             problems.append(f"schema does not apply to format {merged['format']} (the "

@@ -537,6 +537,7 @@ def test_registry_format_options_are_checked():
     assert parse_options({"format": "avro"}, "http://127.0.0.1:8081/").registry_url == \
         "http://127.0.0.1:8081"
     assert parse_options({"format": "json"}, "http://127.0.0.1:8081").registry_url is None
+    assert parse_options({"format": "avro"}, reading=True).registry_url is None  # readers
     with pytest.raises(ValueError, match="schema.registry.url applies to the registry formats"):
         parse_options({"format": "json", "schema.registry.url": "http://127.0.0.1:8081"})
     with pytest.raises(ValueError, match="schema does not apply to format json_sr"):
