@@ -8,6 +8,7 @@ another writer committed first, it is built again on the new snapshot.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import time
@@ -46,7 +47,24 @@ def open_catalog(properties: Mapping[str, str]):
             if local:
                 os.makedirs(local if key == "warehouse" else os.path.dirname(local),
                             exist_ok=True)
+        if props.get("uri", "").startswith("sqlite:///"):
+            _write_ahead_log(local_path(props["uri"]) or "")
     return load_catalog(name, **props)
+
+
+def _write_ahead_log(path: str) -> None:
+    """Put the SQLite catalog in WAL mode (kept in the file, so for every connection): its
+    readers — pyiceberg scans, DuckDB, the console, ``databus iceberg`` — then never wait
+    for a commit, nor a commit for them.  In SQLite's default mode a reader waits while a
+    commit holds the file, and gives up with "database is locked" after 5 s, which a slow
+    fsync on a busy disk reaches."""
+    import sqlite3
+
+    try:
+        with contextlib.closing(sqlite3.connect(path, timeout=30)) as db:
+            db.execute("PRAGMA journal_mode=WAL")
+    except sqlite3.Error as exc:  # (locked, or a full disk: the commits say it again)
+        log.warning("%s: the SQLite catalog stays in its journal mode (%s)", path, exc)
 
 
 def local_path(url: str) -> str | None:
