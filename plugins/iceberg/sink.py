@@ -13,14 +13,15 @@ subject's columns (decode.RegistryDecoder), and a new table is created from the 
 
 A table that cannot take a batch (a type change Iceberg does not allow, or a subject version
 its columns cannot follow: ``IncompatibleSchemaError``) stops: the error, naming the field,
-is logged; what it took before still commits; its records are no longer taken (nothing of them is reported
-durable, so they stay in Kafka for when the table is fixed and the sink restarted) while
-the sink's other tables go on.  A commit that fails otherwise (the catalog down, a full
-disk) keeps its batch and is tried again, with a backoff, while the other tables go on (the
-files of the failed attempts are deleted once a commit succeeds); past twice
-``commit.max.records`` waiting the sink raises and the runtime restarts it from the tables'
-offsets.  A catalog that cannot be reached when a table is opened raises
-``CatalogUnavailable`` (the runtime retries the sink with its backoff).  Blocking work runs in a worker thread.
+is logged; what it took before still commits; its records are no longer taken (nothing of
+them is reported durable, so they stay in Kafka for when the table is fixed and the sink
+restarted) while the sink's other tables go on.  A commit that fails otherwise (the catalog
+down, a full disk) keeps its batch and is tried again, with a backoff, while the other
+tables go on (the files of the failed attempts are deleted once a commit succeeds); past
+twice ``commit.max.records`` waiting the sink raises and the runtime restarts it from the
+tables' offsets.  A catalog that cannot be reached when a table is opened raises
+``CatalogUnavailable`` (the runtime retries the sink with its backoff).  Blocking work runs
+in a worker thread.
 """
 
 from __future__ import annotations
