@@ -19,7 +19,7 @@ from .version import __version__
 _SDK_NAMES = {
     "AsyncClient", "AsyncSubscription", "Client", "Message", "Subscription", "ClientStatistics", "Delivery", "DeliveryFuture", "DatabusError",
     "BufferExhaustedError",
-    "DeliveryError", "MessageTooLargeError", "PluginFailedError", "ProtocolError",
+    "DeliveryError", "InvalidRecordError", "MessageTooLargeError", "PluginFailedError", "ProtocolError",
     "ShuttingDownError", "SidecarUnavailableError", "StreamNotAllowedError",
     "SubscriptionError", "Transaction", "UnauthorizedError", "UnknownStreamError",
 }

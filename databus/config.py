@@ -406,8 +406,16 @@ class IndexConfig(TopicSelection):
         "`header.NAME` (a header, as UTF-8) or `key` (the key, as UTF-8). A list of names "
         "means `{name: value.name}`.",
     )
-    format: Literal["json", "msgpack"] = Field(
-        "json", description="How values are encoded: `json` or `msgpack`."
+    format: Literal["json", "msgpack", "registry"] = Field(
+        "json", description="How values are encoded: `json`, `msgpack`, or `registry`: "
+        "Confluent's wire format (what AvroSerializer / JSONSerializer and typed streams "
+        "write), each value decoded with the Avro or JSON schema its id names; value paths "
+        "are checked against each topic's subject `TOPIC-value` (docs/schemas.md)."
+    )
+    schema_registry_url: str | None = Field(
+        None, alias="schema.registry.url",
+        description="With `format: registry`: the registry; default the broker section's "
+        "`schema.registry.listen`, else http://127.0.0.1:8081.",
     )
     path: str = Field(
         "indexes",
@@ -463,7 +471,9 @@ class IndexConfig(TopicSelection):
             "topics.regex": self.topics_regex,
             "group.id": self.group_id or f"databus-index-{name}", "consumer": self.consumer,
             "config": {"index": name, "path": self.db_path(name), "fields": dict(self.fields),
-                       "format": self.format, "recent.entries": self.recent_entries},
+                       "format": self.format, "recent.entries": self.recent_entries,
+                       **({"schema.registry.url": self.schema_registry_url}
+                          if self.schema_registry_url else {})},
         })
 
 
@@ -845,7 +855,12 @@ def _absolute_paths(config: DatabusConfig, base_dir: Path) -> DatabusConfig:
     broker = config.broker.model_copy(update={"data_dir": absolute(config.broker.data_dir)})
     indexes = {name: index.model_copy(update={"path": absolute(index.path)})
                for name, index in config.indexes.items()}
-    return config.model_copy(update={"sidecar": sidecar, "broker": broker, "indexes": indexes})
+    streams = {name: stream.model_copy(update={"schema_": stream.schema_.model_copy(
+                   update={"file": absolute(stream.schema_.file)})})
+               if stream.schema_ is not None and stream.schema_.file else stream
+               for name, stream in config.streams.items()}
+    return config.model_copy(update={"sidecar": sidecar, "broker": broker, "indexes": indexes,
+                                     "streams": streams})
 
 
 # The configuration used when there is no file at all (no -c, no ./sidecar.yaml): every

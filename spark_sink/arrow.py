@@ -89,3 +89,11 @@ def from_buffers(topic: str, partition: int, buffers: ColumnBuffers, types: byte
     if include_headers:
         columns.append(client.column("headers"))
     return pa.RecordBatch.from_arrays(columns, schema=arrow_schema(include_headers))
+
+
+def with_value_column(batch: pa.RecordBatch, value: pa.Array) -> pa.RecordBatch:
+    """``batch`` with its binary ``value`` replaced by a typed one (valueFormat)."""
+    i = batch.schema.get_field_index("value")
+    return pa.RecordBatch.from_arrays(
+        [value if j == i else column for j, column in enumerate(batch.columns)],
+        names=batch.schema.names)

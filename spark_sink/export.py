@@ -5,8 +5,10 @@
 
 A Structured Streaming query: the ``databus`` source reads the topics (a list or a pattern:
 mirrored topics keep their region prefix, so ``region-a\\..*`` takes all of one region's),
-values are decoded (json or msgpack) into the columns of a declared schema (``--schema``, a
-Spark DDL string) or of one inferred from a sample of the records, and Spark's file sink
+values are decoded (json, msgpack, or Confluent's wire format with ``--format registry``)
+into the columns of a declared schema (``--schema``, a Spark DDL string), of a schema
+registry subject's latest version (``--subject``, or with ``--format registry`` the topic's
+``TOPIC-value``) or of one inferred from a sample of the records, and Spark's file sink
 writes Parquet under ``PATH/topic=T/date=D/``.  The checkpoint holds the offsets and the
 sink's log of committed files, so a restart (after a crash too) neither loses nor duplicates
 rows; read the output with Spark (``spark.read.parquet(PATH)`` honours that log).
@@ -38,11 +40,21 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--path", required=True, help="output directory (Parquet)")
     parser.add_argument("--checkpoint", required=True,
                         help="checkpoint directory: keep it to resume where the last run ended")
-    parser.add_argument("--format", choices=("json", "msgpack"), default="json",
-                        help="how values are encoded (default: json)")
-    parser.add_argument("--schema", metavar="DDL",
+    parser.add_argument("--format", choices=("json", "msgpack", "registry"), default="json",
+                        help="how values are encoded (default: json); registry: Confluent's "
+                        "wire format (AvroSerializer, JSONSerializer, typed streams), each "
+                        "value decoded with the schema its id names")
+    schema = parser.add_mutually_exclusive_group()
+    schema.add_argument("--schema", metavar="DDL",
                         help="the values' columns as Spark DDL, e.g. 'id long, amount double, "
-                        "at timestamp' (default: inferred from a sample)")
+                        "at timestamp' (default: from --subject, else inferred from a sample)")
+    schema.add_argument("--subject", metavar="SUBJECT",
+                        help="the values' columns from this schema registry subject's latest "
+                        "version (Avro or JSON Schema); with --format registry the default is "
+                        "TOPIC-value of the one --topic (TopicNameStrategy)")
+    parser.add_argument("--schema-registry", metavar="URL", default="http://127.0.0.1:8081",
+                        help="the schema registry of --subject / --format registry "
+                        "(default: http://127.0.0.1:8081)")
     parser.add_argument("--sample", type=int, default=1000, metavar="N",
                         help="records sampled to infer the schema (default: 1000)")
     parser.add_argument("--event-time", metavar="FIELD",
@@ -128,6 +140,14 @@ class Export:
             self.options["subscribe"] = ",".join(args.topic)
         else:
             self.options["subscribePattern"] = args.topic_pattern
+        self.subject = args.subject
+        if args.format == "registry" and self.subject is None:
+            if not args.topic or len(args.topic) != 1:
+                raise ValueError("--format registry needs --subject unless one --topic names "
+                                 "the topic (whose subject is TOPIC-value)")
+            self.subject = f"{args.topic[0]}-value"
+        if args.format == "registry" and args.schema:
+            raise ValueError("--format registry takes the columns from the subject: no --schema")
 
     # -- the schema of the values -------------------------------------------------------
 
@@ -136,12 +156,33 @@ class Export:
 
         if self.args.schema:
             schema = StructType.fromDDL(self.args.schema)
+        elif self.subject is not None:
+            schema = self.subject_schema()
         else:
             schema = self.infer_schema()
         clash = [f.name for f in schema.fields if f.name in META]
         if clash:
             raise ValueError(f"value field(s) {', '.join(clash)} clash with the export's own "
                              f"columns {', '.join(META)}: rename them in --schema")
+        return schema
+
+    def subject_schema(self):
+        """The columns of the subject's latest version (registry.py), no sampling."""
+        from pyspark.sql.types import StructType
+
+        from . import registry
+
+        found = registry.latest(self.args.schema_registry, self.subject)
+        schema_type = found.get("schemaType") or "AVRO"
+        schema = registry.spark_type(schema_type, found["schema"])
+        if not isinstance(schema, StructType):
+            raise ValueError(f"subject {self.subject!r} is not a record/object schema")
+        if self.args.format == "registry":
+            self.options.update({"valueFormat": schema_type.lower(),
+                                 "valueSubject": self.subject,
+                                 "schema.registry.url": self.args.schema_registry})
+        print(f"columns from subject {self.subject} version {found.get('version')} "
+              f"(id {found.get('id')}, {schema_type})", flush=True)
         return schema
 
     def infer_schema(self):
@@ -190,7 +231,9 @@ class Export:
         raw = raw.load()
         meta = [F.col("partition").alias("_partition"), F.col("offset").alias("_offset"),
                 F.col("timestamp").alias("_timestamp"), F.col("topic")]
-        if self.args.format == "json":
+        if self.args.format == "registry":  # the source decodes: value is a struct
+            decoded = raw.select(F.col("value").alias("v"), *meta).select("v.*", *META[:4])
+        elif self.args.format == "json":
             decoded = raw.select(F.from_json(F.col("value").cast("string"), schema).alias("v"),
                                  *meta).select("v.*", *META[:4])
         else:

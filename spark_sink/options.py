@@ -36,6 +36,7 @@ SOURCE_OPTIONS = {
     "endingtimestamp", "endingoffsetsbytimestamp",
     "maxoffsetspertrigger", "minpartitions", "failondataloss", "includeheaders",
     "kafkaconsumer.polltimeoutms",
+    "valueformat", "valuesubject", "schema.registry.url",
 }
 # writeStream hands the sink its checkpointLocation among the options
 SINK_OPTIONS = {"topic", "includeheaders", "checkpointlocation"}
@@ -178,6 +179,11 @@ class SourceOptions:
     fail_on_data_loss: bool = True
     include_headers: bool = False
     poll_timeout_ms: int = 120_000
+    # valueFormat (avro / json, values in Confluent's wire format, registry.py): the value
+    # column is a struct of the subject's fields
+    value_format: str | None = None
+    value_subject: str | None = None
+    registry_url: str = "http://127.0.0.1:8081"
 
     def matches(self, topic: str) -> bool:
         """Whether ``topic`` is one this query reads (subscribe or subscribePattern)."""
@@ -329,6 +335,23 @@ def parse_source_options(options: dict[str, Any] | Any, *, streaming: bool | Non
         _check_within_assign(ending, assign, "endingOffsets")
 
     poll_timeout = _positive_int(opts, "kafkaconsumer.polltimeoutms", "kafkaConsumer.pollTimeoutMs")
+    value_format = opts.get("valueformat", "").strip().lower() or None
+    subject = opts.get("valuesubject", "").strip() or None
+    if value_format is not None:
+        if value_format == "protobuf":
+            raise OptionError("option 'valueFormat' protobuf is not supported yet (avro and "
+                              "json are)")
+        if value_format not in ("avro", "json"):
+            raise OptionError(f"option 'valueFormat' must be avro or json, got "
+                              f"{opts['valueformat']!r}")
+        if subject is None:
+            if len(subscribe) != 1:
+                raise OptionError("option 'valueFormat' needs 'valueSubject' unless "
+                                  "'subscribe' names one topic (whose subject is TOPIC-value)")
+            subject = f"{subscribe[0]}-value"
+    elif subject is not None or "schema.registry.url" in opts:
+        raise OptionError("options 'valueSubject' and 'schema.registry.url' go with "
+                          "'valueFormat'")
     return SourceOptions(
         bootstrap_servers=kafka["bootstrap.servers"].strip(),
         kafka=kafka,
@@ -343,6 +366,9 @@ def parse_source_options(options: dict[str, Any] | Any, *, streaming: bool | Non
         fail_on_data_loss=_bool(opts, "failondataloss", "failOnDataLoss", True),
         include_headers=_bool(opts, "includeheaders", "includeHeaders", False),
         poll_timeout_ms=poll_timeout or 120_000,
+        value_format=value_format,
+        value_subject=subject,
+        registry_url=opts.get("schema.registry.url", "").strip() or "http://127.0.0.1:8081",
     )
 
 

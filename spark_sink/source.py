@@ -30,7 +30,16 @@ from pyspark.sql.streaming.datasource import (
     ReadMaxRows,
     SupportsTriggerAvailableNow,
 )
-from pyspark.sql.types import BinaryType, IntegerType, StringType, StructType
+from pyspark.sql.types import (
+    ArrayType,
+    BinaryType,
+    IntegerType,
+    LongType,
+    StringType,
+    StructField,
+    StructType,
+    TimestampType,
+)
 
 from . import arrow, cluster, planning
 from .options import OptionError, SourceOptions, parse_sink_options, parse_source_options
@@ -53,13 +62,46 @@ class DatabusDataSource(DataSource):
         # load() calls this before Spark says batch or stream: check what is wrong either way
         # here, the rest in reader() / streamReader().
         opts = parse_source_options(self.options, streaming=None)
-        return arrow.schema_ddl(opts.include_headers)
+        if opts.value_format is None:
+            return arrow.schema_ddl(opts.include_headers)
+        return _typed_schema(opts)
 
     def reader(self, schema: StructType) -> DataSourceReader:
-        return DatabusReader(parse_source_options(self.options, streaming=False))
+        return DatabusReader(parse_source_options(self.options, streaming=False),
+                             _value_type(schema))
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
-        return DatabusStreamReader(parse_source_options(self.options, streaming=True))
+        return DatabusStreamReader(parse_source_options(self.options, streaming=True),
+                                   _value_type(schema))
+
+
+def _typed_schema(opts: SourceOptions) -> StructType:
+    """Kafka's columns with ``value`` a struct of the subject's latest version."""
+    from . import registry
+
+    found = registry.latest(opts.registry_url, opts.value_subject or "")
+    schema_type = found.get("schemaType") or "AVRO"
+    if schema_type != registry.VALUE_FORMATS[opts.value_format or ""]:
+        raise OptionError(f"option 'valueFormat' is {opts.value_format} but subject "
+                          f"{opts.value_subject!r} holds a {schema_type} schema")
+    value = registry.spark_type(schema_type, found["schema"])
+    if not isinstance(value, StructType):
+        raise OptionError(f"subject {opts.value_subject!r} is not a record/object schema")
+    # (built by hand: the planner process has no Spark session to parse DDL with)
+    fields = [StructField("key", BinaryType()), StructField("value", value),
+              StructField("topic", StringType()), StructField("partition", IntegerType()),
+              StructField("offset", LongType()), StructField("timestamp", TimestampType()),
+              StructField("timestampType", IntegerType())]
+    if opts.include_headers:
+        fields.append(StructField("headers", ArrayType(StructType([
+            StructField("key", StringType()), StructField("value", BinaryType())]))))
+    return StructType(fields)
+
+
+def _value_type(schema: StructType) -> StructType | None:
+    """The struct of a typed ``value`` column (valueFormat), None for Kafka's binary."""
+    value = schema["value"].dataType if "value" in schema.fieldNames() else None
+    return value if isinstance(value, StructType) else None
 
     def writer(self, schema: StructType, overwrite: bool) -> DatabusWriter:
         return DatabusWriter(self.options, schema)
@@ -70,10 +112,16 @@ class DatabusDataSource(DataSource):
 
 # -- reading --------------------------------------------------------------------------------
 
-def _read(opts: SourceOptions, partition: InputPartition) -> Iterator:
+def _read(opts: SourceOptions, partition: InputPartition,
+          value_type: StructType | None = None) -> Iterator:
     rng = partition.value
     if rng is None:  # Spark's stand-in partition for an empty plan
         return
+    decoder = None
+    if value_type is not None:
+        from .registry import ValueDecoder
+
+        decoder = ValueDecoder(opts.registry_url, value_type)
     config = cluster.consumer_config(opts.kafka)
     for columns, types in cluster.fetch_range(
         opts.bootstrap_servers, config, rng,
@@ -88,6 +136,9 @@ def _read(opts: SourceOptions, partition: InputPartition) -> Iterator:
                     batch = arrow.record_batch(rng.topic, rng.partition, columns, types,
                                                opts.include_headers)
             del columns, types  # freed by reference counting, before Spark asks for more
+            if decoder is not None:
+                batch = arrow.with_value_column(batch, decoder.column(
+                    batch.column("value").to_pylist()))
             yield batch
 
 
@@ -97,8 +148,9 @@ def _warn(warnings: list[str]) -> None:
 
 
 class DatabusReader(DataSourceReader):
-    def __init__(self, opts: SourceOptions) -> None:
+    def __init__(self, opts: SourceOptions, value_type: StructType | None = None) -> None:
         self.opts = opts
+        self.value_type = value_type
         cluster.consumer_config(opts.kafka)  # a bad kafka.* option fails here, not in a task
 
     def partitions(self):
@@ -130,7 +182,7 @@ class DatabusReader(DataSourceReader):
         return [RangePartition(r) for r in ranges]
 
     def read(self, partition):
-        return _read(self.opts, partition)
+        return _read(self.opts, partition, self.value_type)
 
 
 class DatabusStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
@@ -138,8 +190,9 @@ class DatabusStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     nothing is committed to the cluster, so a restart resumes exactly where the checkpoint
     says.  Partitions that appear while the query runs are read from their earliest offset."""
 
-    def __init__(self, opts: SourceOptions) -> None:
+    def __init__(self, opts: SourceOptions, value_type: StructType | None = None) -> None:
         self.opts = opts
+        self.value_type = value_type
         cluster.consumer_config(opts.kafka)
         self._available_now_target: dict | None = None
         self._latest: dict | None = None
@@ -195,14 +248,15 @@ class DatabusStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return [RangePartition(r) for r in ranges]
 
     def read(self, partition):
-        return _read(self.opts, partition)
+        return _read(self.opts, partition, self.value_type)
 
     def commit(self, end: dict) -> None:
         pass  # the checkpoint is the source of truth; nothing goes to the cluster
 
     def __getstate__(self):
         # what the driver-side process learned is of no use to an executor
-        return {"opts": self.opts, "_available_now_target": None, "_latest": None}
+        return {"opts": self.opts, "value_type": self.value_type,
+                "_available_now_target": None, "_latest": None}
 
 
 # -- writing --------------------------------------------------------------------------------

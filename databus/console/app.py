@@ -22,6 +22,7 @@ from pathlib import Path
 from urllib.parse import quote, urlencode
 
 from starlette.applications import Starlette
+from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, PlainTextResponse, RedirectResponse, Response
 from starlette.routing import Mount, Route
@@ -29,6 +30,7 @@ from starlette.staticfiles import StaticFiles
 from starlette.templating import Jinja2Templates
 
 from .cluster import RESET_TARGETS, ClusterView, ConsoleError, LoginRefused, LoginThrottled
+from .schemas import SchemaPageError, SchemaPages
 from .sessions import COOKIE, Sessions
 from .view import chart, format_bytes, format_ms, show_bytes
 
@@ -40,11 +42,14 @@ STATUS_REFRESH_SECONDS = 10
 
 
 def create_app(shared: ClusterView | None, *, read_only: bool = False, status=None,
-               sessions: Sessions | None = None) -> Starlette:
+               sessions: Sessions | None = None, schema_registry: str | None = None
+               ) -> Starlette:
     """``shared``: the view every request uses; or ``sessions`` (login mode, shared None):
     each request uses its session's view, and without one gets the login page.
     ``status``: a server.ConfigStatus (the mirrors/indexes/sinks of a sidecar.yaml and
-    index search), or None when the console was started without one."""
+    index search), or None when the console was started without one.  ``schema_registry``:
+    the registry the schema pages read (schemas.py)."""
+    schemas = SchemaPages(schema_registry)
     templates = Jinja2Templates(directory=str(HERE / "templates"))
     env = templates.env
     bootstrap = shared.bootstrap if shared is not None else sessions.bootstrap
@@ -153,6 +158,21 @@ def create_app(shared: ClusterView | None, *, read_only: bool = False, status=No
         except ConsoleError as exc:
             return failure(request, exc, 400)
         return page(request, "_messages.html", records=records)
+
+    async def schemas_page(request: Request, view: ClusterView) -> Response:
+        try:
+            found = await run_in_threadpool(schemas.subjects)
+        except SchemaPageError as exc:
+            return failure(request, exc)
+        return page(request, "schemas.html", **found)
+
+    async def schema_page(request: Request, view: ClusterView) -> Response:
+        try:
+            found = await run_in_threadpool(schemas.subject, request.path_params["subject"],
+                                            request.query_params.get("version"))
+        except SchemaPageError as exc:
+            return failure(request, exc, 404 if "404" in str(exc) else 502)
+        return page(request, "schema.html", **found)
 
     # -- actions ------------------------------------------------------------------------
 
@@ -308,6 +328,8 @@ def create_app(shared: ClusterView | None, *, read_only: bool = False, status=No
         Route("/groups/{group}", viewing(group_page)),
         Route("/groups/{group}/lag", viewing(lag_fragment)),
         Route("/status", viewing(status_page)),
+        Route("/schemas", viewing(schemas_page)),
+        Route("/schemas/{subject}", viewing(schema_page)),
         Route("/indexes/{name}/search", viewing(index_search)),
         Route("/actions/{kind}", viewing(action), methods=["POST"]),
         Route("/healthz", healthz),

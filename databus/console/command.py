@@ -37,6 +37,10 @@ def add_arguments(parser) -> None:
                         help=f"the cluster to show (default: the configuration's, else "
                              f"{DEFAULT_BOOTSTRAP})")
     add_command_config(parser, "console client")
+    parser.add_argument("--schema-registry", metavar="URL",
+                        help="the schema registry of the Schemas pages (default: "
+                        "schema.registry.listen of -c FILE's broker section, else "
+                        "http://127.0.0.1:8081)")
     parser.add_argument("--login", action="store_true", default=None,
                         help="ask each user for a user name and password and act as that "
                              "user: a SASL login to the cluster (console.auth: sasl)")
@@ -95,7 +99,13 @@ def run(args) -> int:
     import trio
     from pydantic import ValidationError
 
-    from databus.config import ConfigError, ConsoleSettings, find_config, load_config
+    from databus.config import (
+        ConfigError,
+        ConsoleSettings,
+        broker_registry_url,
+        find_config,
+        load_config,
+    )
 
     # --bootstrap names another cluster: ./sidecar.yaml is read only when asked for (-c).
     path = find_config(args.config) if args.bootstrap is None else args.config
@@ -128,7 +138,8 @@ def run(args) -> int:
         return trio.run(partial(
             _main, config if path else None, bootstrap, listen, settings=client, login=login,
             session_idle_timeout=settings.session_idle_timeout_ms / 1000,
-            read_only=read_only, sample_interval=interval_ms / 1000))
+            read_only=read_only, sample_interval=interval_ms / 1000,
+            schema_registry=args.schema_registry or broker_registry_url(config)))
     except KeyboardInterrupt:
         return 130
 

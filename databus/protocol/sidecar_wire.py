@@ -90,6 +90,8 @@ class ErrorCode(enum.IntEnum):
     MESSAGE_TOO_LARGE = 10
     UNSUPPORTED_VERSION = 35
     INVALID_REQUEST = 42
+    # a typed stream's message the schema does not take (docs/schemas.md, "Typed streams")
+    INVALID_RECORD = 87
     # sidecar codes
     UNKNOWN_STREAM = 1000
     BUFFER_EXHAUSTED = 1001

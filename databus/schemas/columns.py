@@ -22,7 +22,8 @@ The columns follow the subject as it evolves, never losing a field:
 * a record not in the wire format, naming an id the registry does not know, or an id that
   is not a version of the subject goes to the dead-letter topic with the reason.
 
-Blocking HTTP (urllib): the sink calls it in its worker thread.
+Blocking HTTP (client.py, shared with the registry's other readers): the sinks call it in
+their worker threads.
 """
 
 from __future__ import annotations
@@ -31,12 +32,12 @@ import io
 import json
 import logging
 import struct
-import urllib.error
 import urllib.parse
-import urllib.request
 from typing import Any
 
 import pyarrow as pa
+
+from .client import RegistryClient, RegistryRefused, RegistryUnavailable
 
 log = logging.getLogger("databus.schemas.columns")
 
@@ -52,26 +53,20 @@ class RegistryError(Exception):
 
 
 class _Client:
+    """The registry's answers this module needs, over the shared client (client.py), its
+    errors as ``RegistryError`` (the message keeps Confluent's error code)."""
+
     def __init__(self, url: str) -> None:
-        self.url = url
+        self.api = RegistryClient(url, timeout=30)
         self.by_id: dict[int, dict] = {}
 
     def get(self, path: str) -> Any:
-        request = urllib.request.Request(
-            self.url + path, headers={"Accept": "application/vnd.schemaregistry.v1+json"})
         try:
-            with urllib.request.urlopen(request, timeout=30) as response:
-                return json.loads(response.read())
-        except urllib.error.HTTPError as error:
-            try:
-                body = json.loads(error.read())
-            except ValueError:
-                body = {}
-            raise RegistryError(f"{self.url}{path}: HTTP {error.code} "
-                                f"{body.get('error_code', '')} {body.get('message', '')}".strip()
-                                ) from None
-        except OSError as exc:
-            raise RegistryError(f"{self.url}{path}: {exc}") from None
+            return self.api.call(path)
+        except RegistryRefused as exc:
+            raise RegistryError(f"{self.api.url}{path}: {exc}") from None
+        except RegistryUnavailable as exc:
+            raise RegistryError(f"{path}: {exc}") from None
 
     def latest(self, subject: str) -> dict:
         return self.get(f"/subjects/{urllib.parse.quote(subject, safe='')}/versions/latest")

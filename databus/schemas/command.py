@@ -26,6 +26,8 @@ import urllib.error
 import urllib.parse
 import urllib.request
 
+from databus.schemas.client import guess_type
+
 DEFAULT_URL = "http://127.0.0.1:8081"
 CONTENT_TYPE = "application/vnd.schemaregistry.v1+json"
 
@@ -155,7 +157,7 @@ def _schema_body(args) -> dict:
         text = sys.stdin.read() if args.file == "-" else open(args.file).read()
     except OSError as exc:
         raise SchemasToolError(f"{args.file}: {exc.strerror}") from None
-    schema_type = args.type or _guess_type(args.file, text)
+    schema_type = args.type or guess_type(text, args.file)
     body: dict = {"schema": text}
     if schema_type != "AVRO":
         body["schemaType"] = schema_type
@@ -169,21 +171,6 @@ def _schema_body(args) -> dict:
     if references:
         body["references"] = references
     return body
-
-
-def _guess_type(path: str, text: str) -> str:
-    """PROTOBUF for .proto text, JSON for a document that looks like a JSON Schema ($schema,
-    or an object type with properties), AVRO otherwise (Avro schemas are JSON too)."""
-    if path.endswith(".proto"):
-        return "PROTOBUF"
-    try:
-        obj = json.loads(text)
-    except ValueError:
-        return "PROTOBUF" if "message " in text or "syntax" in text else "AVRO"
-    if isinstance(obj, dict) and ("$schema" in obj or "properties" in obj
-                                  or obj.get("type") == "object"):
-        return "JSON"
-    return "AVRO"
 
 
 def _print(args, document, text: str) -> None:

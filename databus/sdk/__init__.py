@@ -10,6 +10,7 @@ from .errors import (
     BufferExhaustedError,
     DatabusError,
     DeliveryError,
+    InvalidRecordError,
     MessageTooLargeError,
     PluginFailedError,
     ProtocolError,
@@ -24,7 +25,7 @@ from .errors import (
 __all__ = [
     "AsyncClient", "AsyncSubscription", "Client", "Message", "Subscription", "ClientStatistics", "Delivery", "DeliveryFuture", "DatabusError",
     "BufferExhaustedError",
-    "DeliveryError", "MessageTooLargeError", "PluginFailedError", "ProtocolError",
+    "DeliveryError", "InvalidRecordError", "MessageTooLargeError", "PluginFailedError", "ProtocolError",
     "ShuttingDownError", "SidecarUnavailableError", "StreamNotAllowedError",
     "SubscriptionError", "Transaction", "UnauthorizedError", "UnknownStreamError",
 ]

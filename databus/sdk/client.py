@@ -36,6 +36,8 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
+import msgpack
+
 from databus.protocol import sidecar_wire as wire
 from databus.protocol.defaults import MAX_BLOCK_MS
 from databus.version import __version__
@@ -196,6 +198,14 @@ def _as_bytes(data: Any, what: str) -> bytes | None:
     if isinstance(data, (bytearray, memoryview)):
         return bytes(data)
     raise TypeError(f"{what} must be bytes, str or None, not {type(data).__name__}")
+
+
+def _value_bytes(value: Any) -> bytes | None:
+    """A message's value: bytes and str as for keys; a dict or list (a typed stream's
+    record, docs/schemas.md) as msgpack, which the sidecar checks against the schema."""
+    if isinstance(value, (Mapping, list, tuple)):
+        return msgpack.packb(value, use_bin_type=True)
+    return _as_bytes(value, "value")
 
 
 def _headers(headers: Any) -> list[list] | None:
@@ -446,7 +456,7 @@ class Client:
     def send(
         self,
         stream: str,
-        value: bytes | str | None,
+        value: bytes | str | Mapping | list | None,
         key: bytes | str | None = None,
         headers: Iterable[tuple[str, bytes]] | Mapping[str, bytes] | None = None,
         partition: int | None = None,
@@ -461,7 +471,9 @@ class Client:
         """Queue a message for ``stream``; returns at once with a DeliveryFuture, unless this
         client's buffer is full (then waits up to ``max_block_ms``, then raises
         BufferExhaustedError; with ``block=False`` it raises at once instead, as
-        librdkafka's produce raises BufferError).  ``headers``: (str, bytes) pairs.
+        librdkafka's produce raises BufferError).  ``value``: bytes, str (UTF-8), or a
+        dict or list, sent as msgpack, for a typed stream (docs/schemas.md), whose sidecar
+        checks it against the stream's schema.  ``headers``: (str, bytes) pairs.
         ``timestamp``: ms since the epoch (default: the sidecar's clock when it accepts
         the message).  ``lane``: the swimlane (docs/lanes.md), sent as the header
         ``lane_header`` (default ``databus-lane``).  ``tag``: a label subscribers filter on
@@ -536,7 +548,7 @@ class Client:
             # after the lane and tag: the due-time header must come first
             headers, delay_id = _delay_headers(_headers(headers), deliver_at, delay)
         if type(value) is not bytes:
-            value = _as_bytes(value, "value")
+            value = _value_bytes(value)
         if key is not None and type(key) is not bytes:
             key = _as_bytes(key, "key")
         if type(stream) is not str:

@@ -26,6 +26,8 @@ import time
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
+import msgpack
+
 from databus.protocol import sidecar_wire as wire
 
 from .errors import DatabusError, SidecarUnavailableError, error_for
@@ -59,6 +61,14 @@ class Message:
     timestamp = property(lambda self: self._item[3])
     attempt = property(lambda self: self._item[4])
     value = property(lambda self: self._item[5])
+
+    @property
+    def data(self) -> Any:
+        """A typed stream's value as its record (the sidecar decodes it and sends it as
+        msgpack, docs/schemas.md): a dict for a record."""
+        value = self._item[5]
+        return None if value is None else msgpack.unpackb(value, raw=False,
+                                                           strict_map_key=False)
 
     @property
     def key(self) -> bytes | None:

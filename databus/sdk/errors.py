@@ -58,6 +58,11 @@ class DeliveryError(DatabusError):
     """Upstream Kafka refused or lost the message (``code`` is Kafka's error code)."""
 
 
+class InvalidRecordError(DatabusError):
+    """A typed stream's schema does not take the value (INVALID_RECORD, Kafka's code): the
+    message names the field and the rule it broke (docs/schemas.md, "Typed streams")."""
+
+
 class SubscriptionError(DatabusError):
     """The sidecar refused or ended a subscription (INVALID_SUBSCRIPTION: the group consumes
     another stream or other tags on this host; UNKNOWN_SUBSCRIPTION)."""
@@ -87,6 +92,7 @@ _BY_CODE: dict[int, type[DatabusError]] = {
     ErrorCode.UNKNOWN_SUBSCRIPTION: SubscriptionError,
     ErrorCode.UNAUTHORIZED: UnauthorizedError,
     ErrorCode.STREAM_NOT_ALLOWED: StreamNotAllowedError,
+    ErrorCode.INVALID_RECORD: InvalidRecordError,
 }
 
 

@@ -67,6 +67,54 @@ CONSUME_SETTINGS_KEYS = tuple(
 )
 
 
+class StreamSchema(_Model):
+    """A typed stream's schema (docs/schemas.md, "Typed streams"): apps send values as
+    msgpack or JSON, the sidecar checks each against the subject's latest version and sends
+    it in Confluent's wire format."""
+
+    subject: str | None = Field(
+        None,
+        description="The registry subject whose latest version the stream's values follow; "
+        "default `TOPIC-value` (Confluent's TopicNameStrategy).",
+    )
+    file: str | None = Field(
+        None,
+        description="A schema file (Avro `.avsc`, JSON Schema `.json`; relative to the config "
+        "file) the sidecar registers "
+        "under the subject when the config is applied (an existing identical schema keeps its "
+        "id; one the subject's compatibility refuses rejects the config).",
+    )
+    type: Literal["AVRO", "JSON"] | None = Field(
+        None,
+        description="The file's schema type; default JSON for a JSON Schema document (it "
+        "names `$schema`, or is an object schema), else AVRO.",
+    )
+    registry_url: str | None = Field(
+        None,
+        alias="schema.registry.url",
+        description="The registry; default the broker section's `schema.registry.listen`, "
+        "else http://127.0.0.1:8081.",
+    )
+    basic_auth: str | None = Field(
+        None,
+        alias="basic.auth.user.info",
+        description="`USER:PASSWORD` for a registry that requires a login (Confluent's key).",
+    )
+    input: Literal["auto", "json", "msgpack"] = Field(
+        "auto",
+        description="How apps send values: `msgpack` (what the SDK sends for a dict or list), "
+        "`json` (text), `auto` (a msgpack map or array, else JSON text).",
+    )
+    latest_cache_ttl_sec: float = Field(
+        30.0,
+        alias="latest.cache.ttl.sec",
+        gt=0,
+        description="How long the subject's latest version is trusted before it is looked up "
+        "again (Confluent's serializer key); schemas by id are cached for good (ids never "
+        "change).",
+    )
+
+
 class StreamConfig(BaseModel):
     """A stream: a logical name apps send to, mapped to a cluster and a topic, with producer
     keys overriding the ``producer:`` defaults for this stream."""
@@ -91,6 +139,12 @@ class StreamConfig(BaseModel):
         default_factory=dict,
         description="For subscribers: Kafka consumer keys and `max.attempts`, "
         "`ack.timeout.ms`, `retry.levels`, overriding the top-level `consumer:`.",
+    )
+    schema_: StreamSchema | None = Field(
+        None,
+        alias="schema",
+        description="Make it a typed stream: `{subject: ...}` and/or `{file: ...}`, "
+        "docs/schemas.md.",
     )
 
     @property

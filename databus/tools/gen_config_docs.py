@@ -146,6 +146,7 @@ def render() -> str:
         ConsumeSettings,
         DelayConfig,
         StreamConfig,
+        StreamSchema,
         TransactionsConfig,
     )
     from databus.sinks.config import SinkConfig
@@ -203,6 +204,13 @@ def render() -> str:
         "producer.",
         "",
         *_model_table(StreamConfig, "streams.NAME."),
+        "",
+        "### A typed stream's `schema:`",
+        "",
+        "Values are checked against a schema registry subject and sent in Confluent's wire "
+        "format (docs/schemas.md, \"Typed streams\").",
+        "",
+        *_model_table(StreamSchema, "streams.NAME.schema."),
         "",
         "## Consuming (`consumer:`, or a stream's `consumer:`)",
         "",

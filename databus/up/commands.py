@@ -219,6 +219,7 @@ async def _main(prog: str, path, config, with_broker: bool, overrides=None) -> i
 async def _console(config, broker_address, task_status):
     """The web console (``console.listen``) on the configured or built-in cluster; its
     settings are read at start (a reload does not move it)."""
+    from databus.config import broker_registry_url
     from databus.console.command import check_login, console_bootstrap, console_client_settings
     from databus.console.server import ConfigStatus, serve_console
 
@@ -232,7 +233,8 @@ async def _console(config, broker_address, task_status):
                         session_idle_timeout=settings.session_idle_timeout_ms / 1000,
                         read_only=settings.read_only,
                         sample_interval=settings.sample_interval_ms / 1000,
-                        status=ConfigStatus(config, bootstrap), task_status=task_status)
+                        status=ConfigStatus(config, bootstrap),
+                        schema_registry=broker_registry_url(config), task_status=task_status)
 
 
 def _security(cluster) -> str:

@@ -58,7 +58,7 @@ def databus_sink_names():
 
 
 @hookimpl
-def databus_sink(name, config):
+def databus_sink(name, config, schema_registry_url):
     if name != NAME:
         return None
     from .fields import Extractor
@@ -69,6 +69,14 @@ def databus_sink(name, config):
             raise ValueError(f"index: config needs {key!r} (declare indexes under `indexes:`)")
     from .store import RECENT_MAX
 
+    fmt = config.get("format", "json")
+    registry = None
+    if fmt == "registry":
+        from .registry_values import RegistryValues
+
+        registry = RegistryValues(config.get("schema.registry.url") or schema_registry_url)
     return IndexSink(config["index"], config["path"],
-                     Extractor(config["fields"], config.get("format", "json")),
-                     recent_max=int(config.get("recent.entries", RECENT_MAX)))
+                     Extractor(config["fields"], fmt,
+                               registry.decode if registry is not None else None),
+                     recent_max=int(config.get("recent.entries", RECENT_MAX)),
+                     registry=registry)

@@ -17,8 +17,11 @@ leaves to the Python code below, which is also the whole path under DATABUS_PURE
 
 from __future__ import annotations
 
+import datetime
+import decimal
 import json
-from collections.abc import Sequence
+import uuid
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -72,6 +75,10 @@ def as_text(value: Any) -> str | None:
             return value.decode()
         except UnicodeDecodeError:
             raise _Undecodable from None
+    if isinstance(value, (datetime.date, datetime.time)):  # Avro's logical types (registry)
+        return value.isoformat()
+    if isinstance(value, (decimal.Decimal, uuid.UUID)):
+        return str(value)
     raise _Undecodable
 
 
@@ -98,13 +105,17 @@ _BAD = object()  # a value path through something that is not a map
 class Extractor:
     """The index's fields, applied to batches of ``ConsumerRecord``-shaped tuples."""
 
-    def __init__(self, fields: dict[str, str], fmt: str = "json") -> None:
-        if fmt not in ("json", "msgpack"):
-            raise ValueError(f"index: format {fmt!r}: use json or msgpack")
+    def __init__(self, fields: dict[str, str], fmt: str = "json",
+                 decode: Callable[[bytes], Any] | None = None) -> None:
+        """``fmt`` json or msgpack, or ``registry`` with ``decode`` (a wire-format value's
+        decoder, registry_values.py)."""
+        if fmt not in ("json", "msgpack", "registry") or (fmt == "registry") != (
+                decode is not None):
+            raise ValueError(f"index: format {fmt!r}: use json, msgpack or registry")
         self.format = fmt
         self.fields = {name: parse_source(spec) for name, spec in fields.items()}
         self._needs_value = any(s.kind == "value" for s in self.fields.values())
-        self._decode = decode_json if fmt == "json" else msgpack.unpackb
+        self._decode = decode or (decode_json if fmt == "json" else msgpack.unpackb)
         # The value fields' paths, read by the C extension in one pass over each JSON value
         # (its nodes are those of ``_walk``; what it leaves undecided is decoded here).
         self._paths = [s.path for s in self.fields.values() if s.kind == "value"]

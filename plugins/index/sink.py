@@ -24,6 +24,7 @@ from __future__ import annotations
 import logging
 import queue
 import threading
+from typing import Any
 
 import trio
 
@@ -39,8 +40,9 @@ QUEUED = 32
 
 class IndexSink:
     def __init__(self, name: str, path: str, extractor: Extractor, *,
-                 recent_max: int = RECENT_MAX) -> None:
+                 recent_max: int = RECENT_MAX, registry: Any = None) -> None:
         self.name = name
+        self.registry = registry  # format registry: registry_values.RegistryValues
         self.path = path
         self.extractor = extractor
         self.recent_max = recent_max
@@ -57,6 +59,10 @@ class IndexSink:
 
     async def open(self, tp, committed):
         await self._drain()
+        if self.registry is not None:
+            paths = {name: source.path for name, source in self.extractor.fields.items()
+                     if source.kind == "value"}
+            await trio.to_thread.run_sync(self.registry.check_paths, self.name, tp[0], paths)
         return await trio.to_thread.run_sync(self._open, tuple(tp), committed)
 
     async def write(self, tp, records):

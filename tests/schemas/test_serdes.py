@@ -111,3 +111,58 @@ def test_client_admin_calls(registry):
     with pytest.raises(SchemaRegistryError) as error:
         fresh.get_latest_version("serdes-admin")
     assert error.value.error_code == 40401
+
+
+def _order_message_class(package: str, fields):
+    """A protobuf message class built from a FileDescriptorProto (what protoc generates,
+    without protoc): ``fields`` as (name, number, FieldDescriptorProto type)."""
+    from google.protobuf import descriptor_pb2, descriptor_pool
+    from google.protobuf.message_factory import GetMessageClass
+
+    file = descriptor_pb2.FileDescriptorProto(name=f"{package}/order.proto", package=package,
+                                              syntax="proto3")
+    message = file.message_type.add(name="Order")
+    for name, number, kind in fields:
+        message.field.add(name=name, number=number, type=kind, label=1)
+    pool = descriptor_pool.DescriptorPool()
+    pool.Add(file)
+    return GetMessageClass(pool.FindMessageTypeByName(f"{package}.Order"))
+
+
+def test_protobuf_round_trip_with_serialized_descriptors(registry):
+    """ProtobufSerializer registers a base64 FileDescriptorProto; the deserializer fetches
+    it back with ?format=serialized and reads the records."""
+    from confluent_kafka.schema_registry.protobuf import (
+        ProtobufDeserializer,
+        ProtobufSerializer,
+    )
+    from google.protobuf.descriptor_pb2 import FieldDescriptorProto as F
+
+    order = _order_message_class("shop", [("order_id", 1, F.TYPE_INT64),
+                                          ("item", 2, F.TYPE_STRING)])
+    client = SchemaRegistryClient({"url": registry.schema_registry_url})
+    values = [order(order_id=i, item=f"item-{i}") for i in range(10)]
+    got = _round_trip(registry, "serdes-proto",
+                      ProtobufSerializer(order, client, {"use.deprecated.format": False}),
+                      ProtobufDeserializer(order, {"use.deprecated.format": False}), values)
+    assert got == values
+    latest = client.get_latest_version("serdes-proto-value")
+    assert latest.schema.schema_type == "PROTOBUF" and latest.version == 1
+    # compatibility reads the descriptor: retyping a field to a kind of another wire group
+    # is refused (409), adding one is not
+    from confluent_kafka.schema_registry import Schema
+    from confluent_kafka.schema_registry.error import SchemaRegistryError
+
+    def descriptor_text(fields) -> str:
+        import base64
+
+        cls = _order_message_class("shop", fields)
+        return base64.b64encode(cls.DESCRIPTOR.file.serialized_pb).decode()
+    added = descriptor_text([("order_id", 1, F.TYPE_INT64), ("item", 2, F.TYPE_STRING),
+                             ("note", 3, F.TYPE_STRING)])
+    assert client.register_schema("serdes-proto-value", Schema(added, "PROTOBUF")) > 0
+    retyped = descriptor_text([("order_id", 1, F.TYPE_STRING), ("item", 2, F.TYPE_STRING)])
+    with pytest.raises(SchemaRegistryError) as error:
+        client.register_schema("serdes-proto-value", Schema(retyped, "PROTOBUF"))
+    assert error.value.http_status_code == 409
+    assert "FIELD_SCALAR_KIND_CHANGED" in str(error.value)

@@ -93,7 +93,7 @@ def test_sources():
     assert parse_source("value.a.b").path == parse_source("a.b").path == ("a", "b")
     with pytest.raises(ValueError, match="value.PATH"):
         parse_source("a..b")
-    with pytest.raises(ValueError, match="json or msgpack"):
+    with pytest.raises(ValueError, match="json, msgpack or registry"):
         Extractor({"f": "f"}, "avro")
 
 

@@ -6,12 +6,16 @@ sint32/sint64, string/bytes, fixed32/sfixed32, fixed64/sfixed64) is compatible; 
 package, removing a message, changing a field's kind or named type, adding or removing a
 ``required`` field, removing a field from a oneof or moving fields into one is not.
 
-Only the text form is taken: confluent-kafka's Python ProtobufSerializer registers a
-base64 FileDescriptorProto, which this registry does not read (docs/schemas.md).
+Two forms are taken: ``.proto`` text (what Java's KafkaProtobufSerializer registers) and a
+base64 ``FileDescriptorProto`` (what confluent-kafka's Python ProtobufSerializer registers),
+read with protobuf's own ``descriptor_pb2`` into the same model, so both are compared by the
+same rules.  A descriptor is stored as its deterministic serialization in base64 and served
+as stored, which is what the Python deserializer asks for (``?format=serialized``).
 """
 
 from __future__ import annotations
 
+import base64
 from dataclasses import dataclass
 
 from antlr4.error.ErrorListener import ErrorListener
@@ -55,6 +59,9 @@ def _strict(recognizer) -> None:
 
 
 def parse(text: str, references: tuple[Reference, ...] = ()) -> ParsedSchema:
+    descriptor = _descriptor(text)
+    if descriptor is not None:
+        return _from_descriptor(descriptor, references)
     try:
         file = Parser(setup_lexer=_strict, setup_parser=_strict).parse(text)
     except Exception as exc:  # the parser raises ValueError and others on bad input
@@ -152,3 +159,75 @@ def incompatibilities(reader: ParsedSchema, writer: ParsedSchema) -> list[str]:
 
 def _wire_compatible(a: str, b: str) -> bool:
     return any(a in group and b in group for group in WIRE_GROUPS)
+
+
+# -- the serialized form: a base64 FileDescriptorProto -------------------------------------
+
+_BASE64 = frozenset(b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/=")
+
+
+def _descriptor(text: str):
+    """The FileDescriptorProto ``text`` encodes in base64, None if it is not that (then it
+    is read as .proto text)."""
+    raw = text.strip().encode("ascii", "replace")
+    if not raw or len(raw) % 4 or not set(raw) <= _BASE64:
+        return None
+    from google.protobuf import descriptor_pb2
+    from google.protobuf.message import DecodeError
+
+    try:
+        descriptor = descriptor_pb2.FileDescriptorProto.FromString(base64.b64decode(raw))
+    except (DecodeError, ValueError):
+        return None
+    if not (descriptor.message_type or descriptor.enum_type):
+        return None  # (base64 of something else that happens to decode)
+    return descriptor
+
+
+def _from_descriptor(descriptor, references: tuple[Reference, ...]) -> ParsedSchema:
+    package = descriptor.package
+    messages: dict[str, dict[int, _Field]] = {}
+    for message in descriptor.message_type:
+        _collect_descriptor(message, package, package, messages)
+    canonical = base64.b64encode(descriptor.SerializeToString(deterministic=True)).decode()
+    return ParsedSchema("PROTOBUF", canonical, canonical, _Proto(package, messages),
+                        tuple(references))
+
+
+# FieldDescriptorProto.Type numbers -> the .proto scalar names
+_SCALAR_NAMES = {1: "double", 2: "float", 3: "int64", 4: "uint64", 5: "int32", 6: "fixed64",
+                 7: "fixed32", 8: "bool", 9: "string", 12: "bytes", 13: "uint32",
+                 15: "sfixed32", 16: "sfixed64", 17: "sint32", 18: "sint64"}
+_LABEL_REPEATED, _LABEL_REQUIRED = 3, 2
+
+
+def _type_name(name: str, package: str) -> str:
+    """A named type as .proto text would likely write it: relative to the package."""
+    name = name.lstrip(".")
+    return name[len(package) + 1:] if package and name.startswith(package + ".") else name
+
+
+def _collect_descriptor(message, prefix: str, package: str, out: dict) -> None:
+    name = f"{prefix}.{message.name}" if prefix else message.name
+    entries = {nested.name: nested for nested in message.nested_type
+               if nested.options.map_entry}
+    fields: dict[int, _Field] = {}
+    for field in message.field:
+        oneof = None
+        if field.HasField("oneof_index") and not field.proto3_optional:
+            oneof = message.oneof_decl[field.oneof_index].name
+        entry = entries.get(field.type_name.rsplit(".", 1)[-1]) if field.type_name else None
+        if entry is not None and field.label == _LABEL_REPEATED:
+            key, value = entry.field[0], entry.field[1]
+            kind = (f"map<{_SCALAR_NAMES.get(key.type, key.type_name)},"
+                    f"{_SCALAR_NAMES.get(value.type) or _type_name(value.type_name, package)}>")
+            fields[field.number] = _Field(field.name, kind, False, None)
+            continue
+        kind = _SCALAR_NAMES.get(field.type) or _type_name(field.type_name, package)
+        if field.label == _LABEL_REPEATED:
+            kind = f"repeated {kind}"
+        fields[field.number] = _Field(field.name, kind, field.label == _LABEL_REQUIRED, oneof)
+    for nested in message.nested_type:
+        if not nested.options.map_entry:
+            _collect_descriptor(nested, name, package, out)
+    out[name] = fields

@@ -33,11 +33,12 @@ from typing import Any, NamedTuple
 import trio
 
 from databus.client import Admin, AuthenticationError, Consumer, KafkaError, Producer, errors
-from databus.config import ConfigError
+from databus.config import ConfigError, broker_registry_url
 from databus.protocol import sidecar_wire as wire
 from databus.protocol.api_keys import ApiKey
 from databus.protocol.sidecar_wire import ErrorCode
 
+from ..typed import TypedReader
 from .core import Copy, MemberCore
 
 log = logging.getLogger("databus.sidecar.consume.service")
@@ -108,6 +109,7 @@ class Member:
         self._max_pending = 0
         self.copies_written = 0
         self.dead_lettered = 0
+        self.typed: TypedReader | None = None  # a typed stream's decoding (typed.py)
 
     # --- from the service ----------------------------------------------------------------
 
@@ -239,6 +241,8 @@ class Member:
             if records:
                 if self.SHARE:  # (the lock the broker gave the records just acquired)
                     core.lock_ms = self._source.acquisition_lock_timeout_ms
+                if self.typed is not None:
+                    await self.typed.prepare(records)
                 core.add(records, int(time.time() * 1000))
                 self._wake.set()
 
@@ -293,7 +297,11 @@ class Member:
                 target = subs.get(key)
                 if target is not None:
                     session, sub_id = target
-                    session.send_frame(wire.messages(sub_id, [e.wire() for e in entries]))
+                    arrays = [e.wire() for e in entries]
+                    if self.typed is not None:  # a typed stream: values decoded
+                        for array in arrays:
+                            array[5] = self.typed.decode(array[5])
+                    session.send_frame(wire.messages(sub_id, arrays))
             self._after_dispatch()
             if core.pending - len(core.delayed) < self._max_pending:
                 self._room.set()
@@ -451,6 +459,8 @@ class ShareMember(Member):
             self._pace_retries(full)
             records = await self._poll(FULL_POLL_S if full else 1.0, self._offsets)
             if records:
+                if self.typed is not None:
+                    await self.typed.prepare(records)
                 core.add(records, int(time.time() * 1000))
                 self._wake.set()
 
@@ -565,6 +575,10 @@ class ConsumeService:
                     raise SubscribeError(exc.code, f"cluster unreachable: {exc}") from None
             member = kind(self, stream, group, topic, bootstrap, settings, kafka, ordering,
                           tags)
+            stream_config = config.streams.get(stream)
+            if stream_config is not None and stream_config.schema_ is not None:
+                member.typed = TypedReader(stream, stream_config.schema_,
+                                           broker_registry_url(config))
             self.members[(stream, group)] = member
             try:
                 await self._nursery.start(member.run)

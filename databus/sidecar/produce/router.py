@@ -30,7 +30,7 @@ from types import MappingProxyType
 from typing import Any, Protocol
 
 from databus.client.partitioners import murmur2_partition
-from databus.config import DatabusConfig
+from databus.config import DatabusConfig, broker_registry_url
 from databus.hookspecs import Rejected, RoutedMessage  # noqa: F401  (the hook-level types; Rejected re-exported)
 from databus.plugins import PluginError, PluginManager
 from databus.protocol.records import record_size_upper_bound
@@ -54,6 +54,7 @@ from ..delay.core import (
     parse_due,
 )
 from ..half.core import COMMIT, HALF_TOPIC, ROLLBACK, end_headers, half_headers
+from ..typed import TypedStream
 from .upstream import ProducerHandle, ProducerPool, error_code_of, is_kafka_error
 
 log = logging.getLogger("databus.sidecar.produce.router")
@@ -67,11 +68,12 @@ SMALL_MESSAGE = 64 * 1024
 # place_frame's runs of plain keyless messages in C (None: the loop takes each in Python)
 _place_run = sidecar_native.place_run if sidecar_native is not None else None
 _SPECIAL_HEADERS = (DELAY_DUE_HEADER, DELAY_CANCEL_HEADER, TXN_HEADER, TXN_END_HEADER)
+_NOT_APP_VALUES = (DELAY_CANCEL_HEADER, TXN_END_HEADER)
 
 
 class Route:
     __slots__ = ("stream", "topic", "handle", "producer", "route_fns", "headers_only",
-                 "max_block", "stats")
+                 "max_block", "stats", "typed")
 
     def __init__(
         self,
@@ -92,6 +94,8 @@ class Route:
             getattr(fn, "needs_headers", False) for _, fn in route_fns)
         self.max_block = handle.max_block_ms / 1000.0
         self.stats = stats
+        # a typed stream's schema (typed.py): its messages take the careful path
+        self.typed: TypedStream | None = None
 
 
 class RoutingTable:
@@ -114,9 +118,14 @@ class RoutingTable:
         """Make every route of ``config``; ``bootstrap`` maps cluster names to addresses
         (the embedded cluster's address is only known at run time)."""
         table = cls(config, pm, metrics)
-        for name, _stream in config.streams.items():
+        registry = broker_registry_url(config)
+        for name, stream in config.streams.items():
             handle = await pool.get(config, name, bootstrap)
-            table.routes[name] = table._make_route(name, config.route_topic(name), handle)
+            route = table._make_route(name, config.route_topic(name), handle)
+            if stream.schema_ is not None:
+                route.typed = TypedStream(name, route.topic, stream.schema_, registry)
+                await route.typed.start()  # ConfigError: the config is not applied
+            table.routes[name] = route
         if config.default_route is not None:
             table.default_handle = await pool.get(config, None, bootstrap)
         return table
@@ -214,7 +223,7 @@ async def place_frame(
     routes = table.routes
     groups: dict[tuple, Group] = {}
     last_partition = last_topic = last_route = None
-    current = route = None  # the stream of the previous message, and its route
+    current = route = typed = None  # the previous message's stream, its route and schema
     k = 0  # where the last run in C ended (runs look for their message from there on)
     pairs = zip(messages, sizes)
     for message, size in pairs:
@@ -234,6 +243,13 @@ async def place_frame(
                 simple = partitions is not None and (not route.route_fns or route.headers_only)
                 plain = not route.route_fns
                 count = len(partitions) if partitions else 0
+                typed = route.typed
+                if typed is not None:
+                    runs = False  # (the runs in C would take the values unencoded)
+            if typed is not None and not (headers and headers[0][0] in _NOT_APP_VALUES):
+                # a typed stream's value checked and encoded (Rejected: this message only)
+                value = typed.encode(value) if typed.fresh() else await typed.encode_later(
+                    value)
             # The fast path: no explicit partition, a small message, and either no route
             # functions (then no header but the special ones of delayed and half messages
             # matters) or none that look at headers and no headers at all.
@@ -368,7 +384,8 @@ async def _place(route: Route, stream, key, value, headers, partition, now_ms: i
     """The careful path for one message: route plugins, the topic's metadata (waited
     for), an explicit partition's existence, the size against the producer's limit.
     Returns (topic, key, value, headers, partition); raises Rejected, PluginError or
-    _Dropped."""
+    _Dropped.  (A typed stream's value comes encoded: route plugins see what the topic
+    will hold.)"""
     topic = route.topic
     if route.route_fns:
         msg = RoutedMessage(stream, topic, key, value, headers, partition)
