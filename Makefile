@@ -15,8 +15,11 @@ $(BIN)/python:
 
 # The stamp files make re-runs instant; a change to the packaging or to the C extension's
 # source re-installs (an editable install builds the extension once, in place).
-BUILD_INPUTS := pyproject.toml setup.py databus/protocol/_speedups.c \
-	databus/protocol/_sidecar_speedups.c databus/protocol/_json_speedups.c
+# the C extensions' sources (setup.py's EXTENSIONS)
+EXTENSION_SOURCES := databus/protocol/_speedups.c databus/protocol/_sidecar_speedups.c \
+	databus/client/_producer_speedups.c databus/sdk/_outbox_speedups.c \
+	databus/sidecar/produce/_router_speedups.c plugins/index/_json_speedups.c
+BUILD_INPUTS := pyproject.toml setup.py $(EXTENSION_SOURCES)
 
 $(VENV)/.installed: $(BUILD_INPUTS) | $(BIN)/python
 	$(BIN)/python -m pip install --quiet -e .
@@ -106,5 +109,5 @@ lint: install-test
 	$(BIN)/mypy
 
 clean:
-	rm -rf $(VENV) .pytest_cache build *.egg-info databus/protocol/_speedups.*.so \
-		databus/protocol/_sidecar_speedups.*.so databus/protocol/_json_speedups.*.so
+	rm -rf $(VENV) .pytest_cache build *.egg-info \
+		$(foreach c,$(EXTENSION_SOURCES),$(basename $(c)).*.so)

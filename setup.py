@@ -4,12 +4,14 @@
 (see [tool.setuptools.package-dir]); setuptools' declarative ``packages.find`` cannot rename
 directories, so the list is computed here.
 
-``databus.protocol._speedups`` is the record format's per-record kernels in C, and
-``databus.protocol._sidecar_speedups`` the sidecar wire format's (a produce frame read
-straight into message tuples), ``databus.protocol._json_speedups`` named fields of many JSON
-values in one call (the index's field extraction).  They are optional, as msgpack's and aiokafka's extensions
-are: when one cannot be built (no C compiler, no Python headers) the install still succeeds
-and the pure-Python code runs (databus/protocol/speedups.py chooses).  DATABUS_NO_EXTENSION=1 skips the builds.
+The C extensions, each beside the code it serves (EXTENSIONS below): protocol/'s record
+format kernels (``_speedups``) and sidecar wire format kernels (``_sidecar_speedups``), the
+producer's per-record future base (client/), the SDK's outbox (sdk/), the sidecar's placement
+loop (sidecar/produce/) and the index plugin's JSON field reader (plugins/index/).  They are
+optional, as msgpack's and aiokafka's extensions are: when one cannot be built (no C
+compiler, no Python headers) the install still succeeds and the pure-Python code runs
+(databus/protocol/speedups.py's ``load_native`` chooses).  DATABUS_NO_EXTENSION=1 skips the
+builds.
 """
 
 import os
@@ -62,15 +64,22 @@ class OptionalBuildExt(build_ext):
                   "its pure-Python code there, which is slower", file=sys.stderr)
 
 
+# (module, source): the Makefile's BUILD_INPUTS and `clean` list the same files
+EXTENSIONS = [
+    ("databus.protocol._speedups", "databus/protocol/_speedups.c"),
+    ("databus.protocol._sidecar_speedups", "databus/protocol/_sidecar_speedups.c"),
+    ("databus.client._producer_speedups", "databus/client/_producer_speedups.c"),
+    ("databus.sdk._outbox_speedups", "databus/sdk/_outbox_speedups.c"),
+    ("databus.sidecar.produce._router_speedups", "databus/sidecar/produce/_router_speedups.c"),
+    ("databus_plugins.index._json_speedups", "plugins/index/_json_speedups.c"),
+]
+
 extensions = []
 if not os.environ.get("DATABUS_NO_EXTENSION"):
     extensions += [
-        Extension(
-            f"databus.protocol.{name}",
-            [f"databus/protocol/{name}.c"],
-            extra_compile_args=["-O2", "-std=c11", "-Wall", "-Wno-unused-parameter"],
-        )
-        for name in ("_speedups", "_sidecar_speedups", "_json_speedups")
+        Extension(name, [source],
+                  extra_compile_args=["-O2", "-std=c11", "-Wall", "-Wno-unused-parameter"])
+        for name, source in EXTENSIONS
     ]
 
 setup(packages=packages, ext_modules=extensions, cmdclass={"build_ext": OptionalBuildExt})

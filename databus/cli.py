@@ -16,6 +16,7 @@ import os
 import sys
 
 from . import __version__
+from .protocol.kio_loading import load_kio_without_test_strategies
 
 # name -> (module, one-line help)
 COMMANDS: dict[str, tuple[str, str]] = {
@@ -153,6 +154,7 @@ def _kafka_action_first(module, args: list[str]) -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> int:
+    load_kio_without_test_strategies()
     commands = all_commands()
     top = _top_parser(commands)
     ns = top.parse_args(argv)

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import ipaddress
 import os
-import re
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal
@@ -28,8 +27,12 @@ from databus.config_base import (  # noqa: F401
     CONNECTION_KEY_PREFIXES,
     ConfigError,
     TopicSelection,
+    check_label,
+    check_listen,
+    check_regexes,
     describe_security,
     is_secret_key,
+    listen_address,
     parse_duration_ms,
     resolve_references,
 )
@@ -80,11 +83,6 @@ def group_id(group: str | int) -> int:
         raise ValueError(f"socket_group {text!r} is not a group on this host") from None
 
 
-def _listen_address(value: str, field: str) -> tuple[str, int]:
-    """The sidecar's listeners: a host is required, port 0 picks a free port."""
-    return parse_host_port(value, allow_port_zero=True, require_host=True, what=field)
-
-
 class AppToken(_Model):
     """One app's token and the streams it may send to (sidecar/produce/access.py)."""
 
@@ -97,11 +95,7 @@ class AppToken(_Model):
     @field_validator("streams")
     @classmethod
     def _patterns(cls, v: list[str]) -> list[str]:
-        for pattern in v:
-            try:
-                re.compile(pattern)
-            except re.error as exc:
-                raise ValueError(f"stream pattern {pattern!r}: {exc}") from None
+        check_regexes(v, "stream pattern")
         return v
 
 
@@ -201,7 +195,7 @@ class SidecarSettings(_Model):
     def _loopback(cls, v: str | None) -> str | None:
         if v is None:
             return v
-        host, _ = _listen_address(v, "tcp_listen")
+        host, _ = listen_address(v, "tcp_listen")
         if host != "localhost":
             try:
                 loopback = ipaddress.ip_address(host).is_loopback
@@ -214,9 +208,7 @@ class SidecarSettings(_Model):
     @field_validator("metrics_listen")
     @classmethod
     def _metrics(cls, v: str | None) -> str | None:
-        if v is not None:
-            _listen_address(v, "metrics_listen")
-        return v
+        return check_listen(v, "metrics_listen")
 
     def resolved_tokens(self) -> dict[str, tuple[str, list[str]]]:
         """app -> (token with ${env:...}/${file:...} resolved, stream patterns)."""
@@ -278,9 +270,7 @@ class ConsoleSettings(_Model):
     @field_validator("listen")
     @classmethod
     def _listen(cls, v: str | None) -> str | None:
-        if v is not None:
-            _listen_address(v, "console.listen")
-        return v
+        return check_listen(v, "console.listen")
 
 
 class ClusterConfig(BaseModel):
@@ -303,9 +293,7 @@ class ClusterConfig(BaseModel):
     @field_validator("region")
     @classmethod
     def _region(cls, v: str | None) -> str | None:
-        if v is not None and not _LABEL.match(v):
-            raise ValueError(f"region {v!r} may only contain letters, digits, '.', '_', '-'")
-        return v
+        return v if v is None else check_label(v, "region")
 
     @field_validator("bootstrap_servers")
     @classmethod
@@ -363,15 +351,13 @@ class EmbeddedBrokerConfig(_Model):
     @field_validator("listen")
     @classmethod
     def _listen(cls, v: str) -> str:
-        _listen_address(v, "broker.listen")
+        listen_address(v, "broker.listen")
         return v
 
     @field_validator("metrics_listen")
     @classmethod
     def _metrics_listen(cls, v: str | None) -> str | None:
-        if v is not None:
-            _listen_address(v, "broker.metrics_listen")
-        return v
+        return check_listen(v, "broker.metrics_listen")
 
     def command_args(self, listen: str | None = None) -> list[str]:
         """``databus broker`` arguments for these settings (``listen``: --kafka-listen):

@@ -1,6 +1,7 @@
 """What every part's config model shares: the strict pydantic base, ConfigError, Kafka's
-``${env:...}`` / ``${file:...}`` references, durations, and the topic selection a mirror,
-sink or index reads.  Each part's section model lives beside its code (docs/architecture.md,
+``${env:...}`` / ``${file:...}`` references, durations, the checks of a field the parts'
+validators share (``check_label``, ``check_regexes``, ``check_durations``, ``check_listen``)
+and the topic selection a mirror, sink or index reads.  Each part's section model lives beside its code (docs/architecture.md,
 "Where each config model lives"); databus/config.py assembles them into DatabusConfig.
 """
 
@@ -8,11 +9,13 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from databus.protocol.addresses import parse_host_port
 
 
 class ConfigError(ValueError):
@@ -93,11 +96,42 @@ def parse_duration_ms(value: Any) -> int:
     return int(float(match.group(1)) * _UNIT_MS[match.group(2)])
 
 
-def compile_regex(pattern: str) -> re.Pattern:
+def compile_regex(pattern: str, what: str = "invalid regex") -> re.Pattern:
     try:
         return re.compile(pattern)
     except re.error as exc:
-        raise ValueError(f"invalid regex {pattern!r}: {exc}") from None
+        raise ValueError(f"{what} {pattern!r}: {exc}") from None
+
+
+# -- the checks the parts' field validators share: each raises ValueError naming the field
+
+def check_label(value: str, what: str) -> str:
+    """A name that goes into provenance headers and topic names (a mirror's, a region)."""
+    if not LABEL.match(value):
+        raise ValueError(f"{what} {value!r} may only contain letters, digits, '.', '_', '-'")
+    return value
+
+
+def check_regexes(patterns: Iterable[str], what: str = "invalid regex") -> None:
+    for pattern in patterns:
+        compile_regex(pattern, what)
+
+
+def check_durations(values: Iterable[Any]) -> None:
+    for value in values:
+        parse_duration_ms(value)
+
+
+def listen_address(value: str, field: str) -> tuple[str, int]:
+    """A listener of ours: a host is required, port 0 picks a free port."""
+    return parse_host_port(value, allow_port_zero=True, require_host=True, what=field)
+
+
+def check_listen(value: str | None, field: str) -> str | None:
+    """An optional listener (unset: none)."""
+    if value is not None:
+        listen_address(value, field)
+    return value
 
 
 class TopicSelection(Model):

@@ -206,7 +206,10 @@ def databus_sink(name, config, schema_registry_url):
     durable offsets returns the offset to read from, else None); ``write(tp, records)`` with a
     batch of ``databus.client.ConsumerRecord`` of one partition in offset order, returning
     the records it rejects as ``[(record, reason), ...]`` (they go to the dead-letter
-    topic) or None; ``flush(partitions, force)`` makes durable what it chooses (with
+    topic) or None; or, in place of ``write``, ``write_columns(tp, columns)`` with the same
+    batch as a ``databus.protocol.columns.RecordColumns`` (``to_arrow()``; no object per
+    record), returning ``[(row index, reason), ...]`` or None — a sink without it gets
+    records through ``write`` (docs/plugins.md); ``flush(partitions, force)`` makes durable what it chooses (with
     ``force``, everything taken for ``partitions``) and returns ``{tp: next_offset}`` that
     are now safe to commit; ``close(partitions)`` after a final forced flush when
     partitions are revoked; ``aclose()`` when the sink stops.  Optional: ``trim(starts)``,

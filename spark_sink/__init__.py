@@ -14,6 +14,12 @@ databus's client; arrow builds the record batches; source is the Spark side.
 
 from __future__ import annotations
 
+from databus.protocol.kio_loading import load_kio_without_test_strategies
+
+# Spark's Python workers import this package first: spare each of them hypothesis's import
+# (databus/protocol/kio_loading.py says why).
+load_kio_without_test_strategies()
+
 FORMAT = "databus"
 
 

@@ -37,9 +37,14 @@ def add_arguments(parser) -> None:
                         default="both", help="the mirror's modes to run, one after the other")
     parser.add_argument("--transaction-interval-ms", type=int, default=100,
                         help="exactly-once: transaction.boundary.interval.ms")
+    parser.add_argument("--kernel", action="store_true",
+                        help="only the copy's CPU per record in this process, no brokers: "
+                        "record by record (the old path) beside the columnar one")
 
 
 def run(args) -> int:
+    if args.kernel:
+        return copy_kernel(args)
     import trio
 
     from databus.broker.process import BrokerProcess
@@ -166,3 +171,60 @@ def _paced(bootstrap: str, args) -> int:
         time.sleep(0.01)
     producer.flush(60)
     return sent
+
+
+def copy_kernel(args) -> int:
+    """CPU per record of the copy, fetch response -> target batches (what the mirror does
+    between the two sockets, CRC and framing included): the record-by-record path it used
+    (ConsumerRecords, the loop check, a header tuple, ``append_many``) beside the columnar one
+    (``decode_fetched_columns``, ``scan_columns``, ``append_columns``); both must build the
+    same bytes.  Best of 5, ``time.thread_time``."""
+    import time
+
+    from databus.client.fetcher import decode_fetched, decode_fetched_columns
+    from databus.mirror import provenance
+    from databus.protocol.records import BatchBuilder, build_batch, scan_columns
+
+    n, per_batch, batch_size = args.records, 2000, 262144
+    value = b"x" * args.record_size
+    data = b"".join(build_batch([(None, value, (), 1_700_000_000_000 + i, o + i)
+                                 for i in range(min(per_batch, n - o))], base_offset=o)
+                    for o in range(0, n, per_batch))
+    header, target, prefix = provenance.HEADER, provenance.prefix("B"), b"A/region/topic/0/"
+
+    def per_record() -> list[bytes]:
+        got, _ = decode_fetched("topic", 0, data, 0)
+        out = [(r.timestamp, r.key, r.value, (*r.headers, (header, prefix + str(r.offset).encode())))
+               for r in got if not (r.headers and provenance.came_from(r.headers, target))]
+        built, builder, start = [], BatchBuilder(batch_size=batch_size), 0
+        while start < len(out):
+            start = builder.append_many(out, start)
+            if start < len(out):
+                built.append(builder.build())
+                builder = BatchBuilder(batch_size=batch_size)
+        return [*built, builder.build()]
+
+    def columnar() -> list[bytes]:
+        cols, _ = decode_fetched_columns("topic", 0, data, 0)
+        row, stop = cols.row_range
+        scan_columns(cols.buffers, row, stop, header, target, len(prefix), 2**30)
+        built, builder = [], BatchBuilder(batch_size=batch_size)
+        while row < stop:
+            row = builder.append_columns(cols.buffers, row, stop, header, prefix, target)
+            if row < stop:
+                built.append(builder.build())
+                builder = BatchBuilder(batch_size=batch_size)
+        return [*built, builder.build()]
+
+    if per_record() != columnar():
+        raise SystemExit("the two paths built different batches")
+    print(f"{n:,} records of {args.record_size} B, {per_batch:,} per source batch")
+    for name, fn in (("record by record", per_record), ("columnar", columnar)):
+        best = float("inf")
+        for _ in range(5):
+            start = time.thread_time()
+            fn()
+            best = min(best, time.thread_time() - start)
+        print(f"{name:17s} {best / n * 1e9:6.0f} ns/record CPU  {n / best:12,.0f} records/s "
+              "of one core")
+    return 0

@@ -8,8 +8,9 @@ bytes (``{"id": .., "name": .., "amount": .., "pad": ..}``), then:
   timed from the first record handed to the plugin until every record is in a file and its
   offset committed (group join excluded).  Includes fetching, decoding, Arrow, Parquet
   (snappy) writing with fsync, and the commits.
-* **parquet sink alone**: the same records, already in memory as ConsumerRecords, fed to
-  the sink object in batches of ``max.poll.records``: the plugin's own cost (decode + write).
+* **parquet sink alone**: the same records, already in memory, fed to the sink object in
+  batches of ``max.poll.records``: the plugin's own cost (decode + write), as columns
+  (``write_columns``, what the runtime hands it) and as ConsumerRecords (``write``).
 """
 
 from __future__ import annotations
@@ -94,27 +95,42 @@ def export_with_runtime(bootstrap: str, topic: str, records: int, path: str, arg
     return trio.run(main)
 
 
-def export_sink_alone(topic: str, values: list[bytes], path: str, args) -> float:
+def export_sink_alone(topic: str, values: list[bytes], path: str, args, *,
+                      columns: bool = True) -> float:
+    """The sink object fed the records already in memory, in batches of the runtime's
+    default max.poll.records per partition: as the runtime hands them (``columns``:
+    RecordColumns decoded from record batches, through ``write_columns``), or as
+    ConsumerRecords through ``write`` (the per-record path)."""
     from databus_plugins.parquet import layout
     from databus_plugins.parquet.sink import ParquetSink
 
     from databus.client import ConsumerRecord
+    from databus.client.fetcher import decode_fetched_columns
+    from databus.protocol.records import build_batch
 
     sink = ParquetSink(layout.parse_options(
         {"path": path, "flush.size": args.flush_size, "parquet.codec": args.codec}))
     now = int(time.time() * 1000)
     parts = range(args.partitions)
-    records = {p: [ConsumerRecord(topic, p, i, now, 0, None, v, ())
-                   for i, v in enumerate(values[p::args.partitions])] for p in parts}
     batch = 5000  # the sinks runtime's default max.poll.records
+    chunks: dict[int, list] = {}
+    for p in parts:
+        mine = values[p::args.partitions]
+        if columns:
+            chunks[p] = [decode_fetched_columns(topic, p, build_batch(
+                [(None, v, (), now) for v in mine[o:o + batch]], base_offset=o), o)[0]
+                for o in range(0, len(mine), batch)]
+        else:
+            records = [ConsumerRecord(topic, p, i, now, 0, None, v, ()) for i, v in enumerate(mine)]
+            chunks[p] = [records[o:o + batch] for o in range(0, len(records), batch)]
+    write = sink._write_columns if columns else sink._write
     start = time.perf_counter()
     for p in parts:
         sink._open((topic, p), None)
-    for offset in range(0, max(len(r) for r in records.values()), batch):
+    for i in range(max(len(c) for c in chunks.values())):
         for p in parts:
-            chunk = records[p][offset:offset + batch]
-            if chunk:
-                sink._write((topic, p), chunk)
+            if i < len(chunks[p]):
+                write((topic, p), chunks[p][i])
     sink._flush([(topic, p) for p in parts], True)
     return time.perf_counter() - start
 
@@ -136,8 +152,12 @@ def run(args) -> int:
                                   args.records, seconds, size, used))
     with tempfile.TemporaryDirectory(prefix="databus-bench-parquet-") as out:
         seconds = export_sink_alone(topic, values, out, args)
-        results.append(Result("parquet sink alone (decode + write)", args.records, seconds,
-                              size))
+        results.append(Result("parquet sink alone, columns (write_columns: decode + write)",
+                              args.records, seconds, size))
+    with tempfile.TemporaryDirectory(prefix="databus-bench-parquet-") as out:
+        seconds = export_sink_alone(topic, values, out, args, columns=False)
+        results.append(Result("parquet sink alone, ConsumerRecords (write)", args.records,
+                              seconds, size))
     print_results(
         f"databus bench parquet: {args.records:,} JSON records of ~{size} B, "
         f"{args.partitions} partitions, flush.size {args.flush_size:,}, {args.codec}", results)

@@ -14,6 +14,11 @@ share state writes: the records appended to ``__share_group_state`` (one per cha
 share-partition per write round; each round waits for one group-commit fsync), in total and
 per second, beside the acknowledgements per second, so the cost of durability per
 acknowledgement shows.
+
+``--reject-every N`` REJECTs every Nth offset instead of accepting it; ``--dlq on`` gives
+each share group a dead-letter topic (KIP-1191, ``errors.deadletterqueue.topic.name``), so
+those records are copied there; ``--dlq both`` runs each client's group without and then
+with one, beside each other in the same run.
 """
 
 from __future__ import annotations
@@ -44,6 +49,11 @@ def add_arguments(parser) -> None:
                         default="both",
                         help="whose ShareConsumer: confluent-kafka's (librdkafka), databus's "
                              "own trio client, or both, one group after the other")
+    parser.add_argument("--reject-every", type=int, default=0,
+                        help="REJECT every Nth offset instead of accepting it (0: accept all)")
+    parser.add_argument("--dlq", choices=["off", "on", "both"], default="off",
+                        help="give each share group a dead-letter topic (KIP-1191): off, on, "
+                             "or both one group after the other")
 
 
 def _state_records(bootstrap: str) -> int:
@@ -61,7 +71,7 @@ def _state_records(bootstrap: str) -> int:
         consumer.close()
 
 
-def _set_earliest(bootstrap: str, group: str) -> None:
+def _set_earliest(bootstrap: str, group: str, dlq: bool = False) -> None:
     from confluent_kafka.admin import (
         AdminClient,
         AlterConfigOpType,
@@ -70,14 +80,18 @@ def _set_earliest(bootstrap: str, group: str) -> None:
         ResourceType,
     )
 
-    resource = ConfigResource(ResourceType.GROUP, group, incremental_configs=[ConfigEntry(
-        "share.auto.offset.reset", "earliest", incremental_operation=AlterConfigOpType.SET)])
+    configs = {"share.auto.offset.reset": "earliest"}
+    if dlq:
+        configs["errors.deadletterqueue.topic.name"] = f"dlq.{group}"
+    resource = ConfigResource(ResourceType.GROUP, group, incremental_configs=[
+        ConfigEntry(k, v, incremental_operation=AlterConfigOpType.SET)
+        for k, v in configs.items()])
     admin = AdminClient({"bootstrap.servers": bootstrap})  # alive until the answer
     admin.incremental_alter_configs([resource])[resource].result(30)
 
 
 def _share_worker(bootstrap: str, group: str, topic: str, records: int, max_poll: int,
-                  accepted, ready, go, results) -> None:
+                  reject_every: int, accepted, ready, go, results) -> None:
     """One confluent-kafka share consumer, in its own process (as share consumers are
     deployed, and so that the Python work per record of one does not hold the others'
     GIL).  Once started it says ``ready`` and waits for ``go`` before it subscribes (the
@@ -91,7 +105,7 @@ def _share_worker(bootstrap: str, group: str, topic: str, records: int, max_poll
                               "max.poll.records": max_poll})
     offsets: list[int] = []
     errors: list[str] = []
-    accept = AcknowledgeType.ACCEPT
+    accept, reject = AcknowledgeType.ACCEPT, AcknowledgeType.REJECT
     try:
         ready.release()
         go.wait(600)
@@ -104,8 +118,10 @@ def _share_worker(bootstrap: str, group: str, topic: str, records: int, max_poll
                 if message.error() is not None:
                     errors.append(str(message.error()))
                     continue
-                consumer.acknowledge(message, accept)
-                offsets.append(message.offset())
+                offset = message.offset()
+                consumer.acknowledge(message, reject if reject_every and
+                                     offset % reject_every == 0 else accept)
+                offsets.append(offset)
                 good += 1
             if good:
                 with accepted.get_lock():
@@ -117,7 +133,7 @@ def _share_worker(bootstrap: str, group: str, topic: str, records: int, max_poll
 
 
 def _our_share_worker(bootstrap: str, group: str, topic: str, records: int, max_poll: int,
-                      accepted, ready, go, results) -> None:
+                      reject_every: int, accepted, ready, go, results) -> None:
     """``_share_worker`` with databus's own trio ShareConsumer."""
     import trio
 
@@ -133,7 +149,7 @@ def _our_share_worker(bootstrap: str, group: str, topic: str, records: int, max_
             ready.release()
             await trio.to_thread.run_sync(go.wait, 600)
             consumer.subscribe([topic])
-            accept = AcknowledgeType.ACCEPT
+            accept, reject = AcknowledgeType.ACCEPT, AcknowledgeType.REJECT
             with trio.move_on_after(600):
                 while accepted.value < records:
                     try:
@@ -142,7 +158,8 @@ def _our_share_worker(bootstrap: str, group: str, topic: str, records: int, max_
                         errors.append(str(exc))
                         continue
                     for record in batch:
-                        consumer.acknowledge(record, accept)
+                        consumer.acknowledge(record, reject if reject_every and
+                                             record.offset % reject_every == 0 else accept)
                     offsets.extend(r.offset for r in batch)
                     if batch:
                         with accepted.get_lock():
@@ -175,15 +192,16 @@ class Phase:
     broker_cpu: str
 
 
-def _phase(label: str, worker, args, bootstrap: str, topic: str, cpu) -> Phase:
+def _phase(label: str, worker, args, bootstrap: str, topic: str, cpu,
+           dlq: bool = False) -> Phase:
     group = f"bench-share-{time.time_ns()}"
-    _set_earliest(bootstrap, group)
+    _set_earliest(bootstrap, group, dlq)
     context = multiprocessing.get_context("spawn")
     accepted = context.Value("q", 0)
     ready, go, results = context.Semaphore(0), context.Event(), context.Queue()
     workers = [context.Process(target=worker, args=(
-        bootstrap, group, topic, args.records, args.max_poll_records, accepted, ready, go,
-        results)) for _ in range(args.consumers)]
+        bootstrap, group, topic, args.records, args.max_poll_records, args.reject_every,
+        accepted, ready, go, results)) for _ in range(args.consumers)]
     for process in workers:
         process.start()
     for _ in workers:
@@ -221,7 +239,10 @@ def run(args) -> int:
         produce_records(bootstrap, topic, args.records, args.record_size,
                         batch_size=args.batch_size)
         state_before = _state_records(bootstrap)
-        phases = [_phase(name, clients[name], args, bootstrap, topic, cpu) for name in chosen]
+        dlqs = {"off": [False], "on": [True], "both": [False, True]}[args.dlq]
+        phases = [_phase(f"{name}{', DLQ on' if dlq else ''}", clients[name], args,
+                         bootstrap, topic, cpu, dlq)
+                  for name in chosen for dlq in dlqs]
         state_writes = _state_records(bootstrap) - state_before
     failed = False
     rows = []
@@ -240,7 +261,8 @@ def run(args) -> int:
                      f"{classic_rate:,.0f}", f"{share_rate / classic_rate:.2f}x",
                      str(redelivered), phase.broker_cpu))
     print_table(
-        [Column("share consumers (explicit accept)"), *(Column(h, justify="right") for h in (
+        [Column("share consumers (explicit accept" +
+                (f", every {args.reject_every}th rejected)" if args.reject_every else ")")), *(Column(h, justify="right") for h in (
             "share records/s", "classic records/s", "share / classic", "delivered twice",
             "broker CPU"))],
         rows,

@@ -331,6 +331,17 @@ class BrokerConfig(BaseModel):
         2000, alias="group.share.max.share.sessions", ge=1,
         description="Most share sessions open at once (SHARE_SESSION_LIMIT_REACHED past it).",
     )
+    errors_deadletterqueue_topic_name_prefix: str = Field(
+        "dlq.", alias="errors.deadletterqueue.topic.name.prefix",
+        description="The prefix a share group's dead-letter topic "
+        "(`errors.deadletterqueue.topic.name`, KIP-1191) must have; empty for none.",
+    )
+    errors_deadletterqueue_auto_create_topics_enable: bool = Field(
+        True, alias="errors.deadletterqueue.auto.create.topics.enable",
+        description="Whether a share group's dead-letter topic is created on first use "
+        "(with `errors.deadletterqueue.group.enable=true`). Kafka's default is false; "
+        "databus creates it, as it auto-creates topics.",
+    )
     group_consumer_session_timeout_ms: int = Field(
         45_000, alias="group.consumer.session.timeout.ms", ge=1,
         description="A member of a consumer group (`group.protocol=consumer`, KIP-848) not "

@@ -19,6 +19,7 @@ numbers), so this keeps the order across retries; without idempotence and with
 
 from __future__ import annotations
 
+import bisect
 import collections
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -287,6 +288,64 @@ class RecordAccumulator:
                 now_ms = now_ms()
             batch = self._new_batch(topic, partition, now_ms, dq)
             start, changed = stop, True
+        self._account(batch)
+        if batch.builder.uncompressed_size >= self.batch_size:
+            self._close(batch)
+            changed = True
+        return changed
+
+    def append_columns(
+        self,
+        topic: str,
+        partition: int,
+        buffers: list,
+        rows: tuple[int, int],
+        rewrite: tuple[str, bytes, bytes],
+        skipped: list[int],
+        sink: DeliverySink,
+        now_ms: float | Callable[[], float],
+    ) -> bool:
+        """append_many for the mirror: rows ``rows[0]..rows[1]`` of column buffers
+        (``columns.ColumnBuffers.buffers``), each with one more header (``rewrite``:
+        header name, value prefix, loop-check prefix; ``BatchBuilder.append_columns``),
+        the ``skipped`` rows (sorted; what the loop check passes over, from
+        ``records.scan_columns``) left out.  ``sink`` hears of the records taken in row
+        order, numbered without the skipped rows.  True if a batch was started or filled."""
+        row, stop = rows
+        if row >= stop:
+            return False
+        header_key, prefix, skip_prefix = rewrite
+        first = row
+        tp = (topic, partition)
+        dq = self.batches.get(tp)
+        if dq is None:
+            dq = self.batches[tp] = collections.deque()
+        batch = self._open.get(tp)
+        changed = batch is None
+        if batch is None:
+            if callable(now_ms):
+                now_ms = now_ms()
+            batch = self._new_batch(topic, partition, now_ms, dq)
+
+        def taken(upto: int) -> int:  # records of rows first..upto-1 that are not skipped
+            return upto - first - bisect.bisect_left(skipped, upto)
+
+        while True:
+            index = batch.builder.record_count
+            before = batch.builder.record_count
+            done = batch.builder.append_columns(buffers, row, stop, header_key, prefix,
+                                                skip_prefix)
+            count = batch.builder.record_count - before
+            if count:
+                batch.segments.append((sink, taken(row), count, index))
+            if done >= stop:
+                break
+            self._account(batch)
+            self._close(batch)
+            if callable(now_ms):
+                now_ms = now_ms()
+            batch = self._new_batch(topic, partition, now_ms, dq)
+            row, changed = done, True
         self._account(batch)
         if batch.builder.uncompressed_size >= self.batch_size:
             self._close(batch)

@@ -299,6 +299,10 @@ class ShareConsumerConfig(_KafkaConfig):
     share_acknowledgement_mode: Literal["implicit", "explicit"] = Field(
         "implicit", alias="share.acknowledgement.mode"
     )
+    # KIP-1206 (sent from ShareFetch v2): record_limit makes max.poll.records a strict
+    # limit on what a fetch acquires; batch_optimized lets the broker round to batches
+    share_acquire_mode: Literal["batch_optimized", "record_limit"] = Field(
+        "batch_optimized", alias="share.acquire.mode")
     fetch_min_bytes: int = Field(1, alias="fetch.min.bytes", ge=0)
     fetch_max_bytes: int = Field(52428800, alias="fetch.max.bytes", gt=0)
     fetch_max_wait_ms: int = Field(500, alias="fetch.max.wait.ms", ge=0)

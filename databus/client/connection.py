@@ -84,10 +84,10 @@ CLIENT_VERSIONS: dict[int, tuple[int, int]] = {
     ApiKey.INCREMENTAL_ALTER_CONFIGS: (0, 1),
     ApiKey.DESCRIBE_LOG_DIRS: (1, 4),
     # Share groups (KIP-932): v1 is what Kafka 4.1+ serves (v0 was 4.0's early access);
-    # v2 adds RENEW and acquire modes, not spoken here.
+    # v2 of ShareFetch/ShareAcknowledge adds RENEW (KIP-1222) and acquire modes (KIP-1206).
     ApiKey.SHARE_GROUP_HEARTBEAT: (1, 1),
-    ApiKey.SHARE_FETCH: (1, 1),
-    ApiKey.SHARE_ACKNOWLEDGE: (1, 1),
+    ApiKey.SHARE_FETCH: (1, 2),
+    ApiKey.SHARE_ACKNOWLEDGE: (1, 2),
     ApiKey.SASL_HANDSHAKE: (1, 1),
     ApiKey.SASL_AUTHENTICATE: (0, 2),
     ApiKey.DESCRIBE_ACLS: (1, 3),

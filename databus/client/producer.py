@@ -29,7 +29,7 @@ import trio
 
 from ..protocol.codecs import CODEC_BY_NAME
 from ..protocol.records import as_bytes, record_size_upper_bound
-from ..protocol.speedups import native as _native
+from ..protocol.speedups import load_native
 from ..service import latency_trace
 from . import errors
 from .accumulator import BatchResult, DeliverySink, ProducerBatch, RecordAccumulator
@@ -90,7 +90,9 @@ class _RecordHandle:
         self.timestamp = timestamp
 
 
-_HandleBase: type = _RecordHandle if _native is None else _native.RecordHandle
+# the C twin, _producer_speedups.c beside this module
+_handle_native = load_native(name="_producer_speedups", package=__package__)
+_HandleBase: type = _RecordHandle if _handle_native is None else _handle_native.RecordHandle
 
 
 class DeliveryFuture(_HandleBase):
@@ -432,6 +434,40 @@ class Producer:
         if not self._accumulator.has_room(1):
             now = await self._wait_for_room(1, now, topic)
         await self._queue(topic, partition, records, sink, now * 1000.0)
+
+    async def send_columns(
+        self,
+        topic: str,
+        partition: int,
+        buffers: list,
+        rows: tuple[int, int],
+        rewrite: tuple[str, bytes, bytes],
+        skipped: list[int],
+        sink: DeliverySink,
+    ) -> None:
+        """send_batch for records already in column buffers (a consumer's RecordColumns,
+        ``columns.ColumnBuffers.buffers``): rows ``rows[0]..rows[1]``, each re-encoded with
+        one more header, ``rewrite[0]`` = ``rewrite[1]`` + its source offset, and the
+        ``skipped`` rows left out (``records.scan_columns``, which also finds a row larger
+        than ``max_record_size``: the caller stops before it).  No Python object per
+        record: the mirror's copy path (databus/mirror/engine.py).  ``sink`` as send_batch's,
+        its records numbered in row order without the skipped rows."""
+        self._check_open()
+        if self._txn is not None:
+            await self._txn.add_partition((topic, partition))
+        now = trio.current_time()
+        if not self._accumulator.has_room(1):
+            now = await self._wait_for_room(1, now, topic)
+        count = rows[1] - rows[0] - len(skipped)
+        if count <= 0:
+            return
+        if self._incomplete == 0:
+            self._all_delivered = trio.Event()
+        self._incomplete += count
+        if self._accumulator.append_columns(topic, partition, buffers, rows, rewrite, skipped,
+                                            sink, now * 1000.0):
+            self._sender.wakeup()
+            await trio.lowlevel.cancel_shielded_checkpoint()
 
     @property
     def max_record_size(self) -> int:

@@ -38,6 +38,7 @@ class AcknowledgeType(IntEnum):
     ACCEPT = 1  # processed: never delivered again
     RELEASE = 2  # not processed: delivered again (to any member), delivery count + 1
     REJECT = 3  # unprocessable: archived, never delivered again
+    RENEW = 4  # still working on it: the lock starts again (KIP-1222; brokers with v2)
 
 
 def next_epoch(epoch: int) -> int:
@@ -138,6 +139,12 @@ class PartitionAcks:
     def acknowledge(self, offset: int, kind: int) -> bool | None:
         """Settle a record poll() handed out: True; None if its session is gone (nothing
         to do); False if it was not handed out or is settled already."""
+        if kind == AcknowledgeType.RENEW:
+            # the record stays handed out (it is settled later); the lock starts again
+            if offset not in self.delivered:
+                return None if offset in self.lost else False
+            self.pending.append((offset, kind))
+            return True
         if self.delivered.pop(offset, None) is None:
             if offset in self.lost:
                 self.lost.discard(offset)

@@ -96,6 +96,13 @@ _LEADER_ERRORS = {
 
 _ACK_TYPES = {int(kind): kind for kind in AcknowledgeType}
 
+def _has_renew(wire: dict) -> bool:
+    """Whether acknowledgement batches (per partition) carry a RENEW: ShareAcknowledge v2's
+    ``is_renew_ack``."""
+    return any(AcknowledgeType.RENEW in b["acknowledge_types"]
+               for batches in wire.values() for b in batches)
+
+
 AckResults = dict[TopicPartition, "errors.KafkaError | None"]
 CommitCallback = Callable[[dict[TopicPartition, set[int]], "errors.KafkaError | None"], Any]
 
@@ -357,15 +364,17 @@ class ShareConsumer(ClientLifecycle):
     def acknowledge(self, record: ConsumerRecord,
                     type: AcknowledgeType | int = AcknowledgeType.ACCEPT) -> None:  # noqa: A002
         """Settle one record poll() returned (explicit mode): ACCEPT, RELEASE or REJECT.
-        Sent with the next fetch, commit or close."""
+        Sent with the next fetch, commit or close.  RENEW (KIP-1222, a broker serving
+        ShareFetch v2) keeps the record: its lock starts again and it is acknowledged later
+        (a broker without v2 answers INVALID_REQUEST in commit's results)."""
         if not self._explicit:
             raise errors.IllegalStateError(
                 "acknowledge() needs share.acknowledgement.mode=explicit (in implicit mode "
                 "the next poll or commit accepts the records)")
         kind = _ACK_TYPES.get(type)  # a dict hit: this runs once per record
         if kind is None:
-            raise ValueError(f"acknowledge type {type!r} is not ACCEPT (1), RELEASE (2) or "
-                             "REJECT (3)")
+            raise ValueError(f"acknowledge type {type!r} is not ACCEPT (1), RELEASE (2), "
+                             "REJECT (3) or RENEW (4)")
         state = self._acks.get((record.topic, record.partition))
         settled = state.acknowledge(record.offset, kind) if state is not None else False
         if settled and state.node in self._quiet:
@@ -641,6 +650,8 @@ class ShareConsumer(ClientLifecycle):
                 "max_wait": max_wait, "min_bytes": cfg.fetch_min_bytes,
                 "max_bytes": cfg.fetch_max_bytes, "max_records": cfg.max_poll_records,
                 "batch_size": cfg.max_poll_records,
+                "share_acquire_mode": 1 if cfg.share_acquire_mode == "record_limit" else 0,
+                "is_renew_ack": False,
                 "topics": self._topics_field(added, wire),
                 "forgotten_topics_data": [{"topic_id": t, "partitions": ps}
                                           for t, ps in forgotten_field.items()],
@@ -757,6 +768,7 @@ class ShareConsumer(ClientLifecycle):
             body = build_request(ApiKey.SHARE_ACKNOWLEDGE, conn.version(ApiKey.SHARE_ACKNOWLEDGE), {
                 "group_id": self.config.group_id, "member_id": self._member.member_id,
                 "share_session_epoch": FINAL_EPOCH if final else session.epoch,
+                "is_renew_ack": _has_renew(wire),
                 "topics": self._topics_field((), wire),
             })
             try:

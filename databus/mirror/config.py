@@ -7,9 +7,7 @@ from typing import Any, Literal
 
 from pydantic import Field, field_validator, model_validator
 
-from databus.config_base import LABEL as _LABEL
-from databus.config_base import TopicSelection
-from databus.config_base import compile_regex as _compile
+from databus.config_base import TopicSelection, check_label, check_regexes, compile_regex
 
 RENAME_FIELDS = ("source", "region", "topic")
 
@@ -92,21 +90,18 @@ class MirrorConfig(TopicSelection):
     @field_validator("name")
     @classmethod
     def _name(cls, v: str) -> str:
-        if not _LABEL.match(v):
-            raise ValueError(f"mirror name {v!r} may only contain letters, digits, '.', '_', '-'")
-        return v
+        return check_label(v, "mirror name")
 
     @field_validator("groups_regex")
     @classmethod
     def _regex(cls, v: str) -> str:
-        _compile(v)
+        compile_regex(v)
         return v
 
     @field_validator("topics_exclude")
     @classmethod
     def _regexes(cls, v: list[str]) -> list[str]:
-        for pattern in v:
-            _compile(pattern)
+        check_regexes(v)
         return v
 
     @field_validator("rename")

@@ -3,9 +3,11 @@ progress on the target (the decisions are in naming, provenance, progress, trans
 
 Tasks of a running mirror (``MirrorEngine.run``):
 
-* copy      ``Consumer.getmany`` on the assigned source partitions (``assign``, no group:
-            adding a topic never rebalances anything) -> loop check -> ``send_batch`` to the
-            same partition of the target topic, with a provenance header per record;
+* copy      ``Consumer.getmany_columns`` on the assigned source partitions (``assign``, no
+            group: adding a topic never rebalances anything) -> loop check (one scan of the
+            column buffers) -> ``send_columns`` to the same partition of the target topic:
+            the records go from the fetched columns into the target's batch with a
+            provenance header each, encoded in C, no Python object per record;
 * progress  exactly-once (the default where the target has transactions): the copy runs in
             transactions of ``transaction.boundary.interval.ms``; each one ends with the
             progress of every partition it moved, written to the offset-syncs topic in the
@@ -36,6 +38,7 @@ from __future__ import annotations
 
 import logging
 import re
+import struct
 import time
 from collections.abc import Mapping
 from typing import Any
@@ -51,6 +54,8 @@ from databus.client.transactions import TransactionError
 from databus.config import ClusterConfig, resolve_references
 from databus.mirror.config import MirrorConfig
 from databus.protocol.api_keys import ApiKey
+from databus.protocol.columns import KEY_OFFSETS, VALUE_OFFSETS, RecordColumns
+from databus.protocol.records import scan_columns
 from databus.protocol.types import TopicPartition
 
 from . import progress as prog
@@ -547,7 +552,8 @@ class MirrorEngine:
                 self._assigned = trio.Event()
                 continue
             try:
-                batches = await consumer.getmany(timeout=1.0)
+                batches = await consumer.getmany_columns(
+                    timeout=1.0, max_records=consumer.config.max_poll_records)
             except kerrors.KafkaError as exc:
                 self.source_health.failed(exc)
                 await trio.sleep(RETRY_BACKOFF[0])
@@ -579,7 +585,8 @@ class MirrorEngine:
             if timeout <= 0:
                 break
             try:
-                batches = await consumer.getmany(timeout=timeout)
+                batches = await consumer.getmany_columns(
+                    timeout=timeout, max_records=consumer.config.max_poll_records)
             except kerrors.KafkaError as exc:
                 self.source_health.failed(exc)
                 await trio.sleep(min(RETRY_BACKOFF[0], max(timeout, 0)))
@@ -651,53 +658,62 @@ class MirrorEngine:
         if moved:
             self._progress_wakeup.set()
 
-    async def _copy(self, tp: TopicPartition, records) -> None:
+    async def _copy(self, tp: TopicPartition, records: RecordColumns) -> None:
+        """Hand one partition's fetched records to the producer as they are in the
+        consumer's column buffers: the C encoder writes each with its provenance header
+        straight into the target's batch (``Producer.send_columns``), no object per
+        record; the loop check and the size check are one scan of the same buffers."""
         part = self.parts.get(tp)
         if part is None or part.stopped or part.rewinding or part.progress.failure:
             return  # read again from the acknowledged position after the rewind
-        target_prefix = self.target_prefix
-        came_from = provenance.came_from
-        header_key = provenance.HEADER
+        row, stop = records.row_range
+        buffers = records.buffers
+        offsets = records.offsets
+        end = offsets[-1]
         prefix = part.header_prefix
-        limit = self.producer.max_record_size
-        out, offsets, stamps = [], [], []
-        size = 0
-        skipped = 0
-        end = records[-1].offset
-        for r in records:
-            headers = r.headers
-            if headers and came_from(headers, target_prefix):
-                skipped += 1
-                continue
-            headers = (*headers, (header_key, prefix + str(r.offset).encode()))
-            n = (len(r.key) if r.key else 0) + (len(r.value) if r.value else 0)
-            n += sum(len(k) + (len(v) if v else 0) for k, v in headers)
-            if n + 64 > limit:
-                # Send what came before it, then stop at this record: never skip it.
-                end = r.offset - 1
-                await self._send(part, out, offsets, stamps, size, end)
-                self._stop(part, f"record at offset {r.offset} is about {n} bytes, more than "
-                                 f"max.request.size={self.producer.config.max_request_size}")
-                return
-            out.append((r.timestamp, r.key, r.value, headers))
-            offsets.append(r.offset)
-            stamps.append(r.timestamp)
-            size += n
-        part.stats.skipped += skipped
-        await self._send(part, out, offsets, stamps, size, end)
+        skipped, too_large, size = scan_columns(
+            buffers, row, stop, provenance.HEADER, self.target_prefix, len(prefix),
+            self.producer.max_record_size)
+        if too_large >= 0:
+            # Send what came before it, then stop at this record: never skip it.
+            end = offsets[too_large - row] - 1
+            await self._send_columns(part, records, skipped, too_large, end)
+            self._stop(part, f"record at offset {offsets[too_large - row]} is about {size} "
+                             "bytes, more than "
+                             f"max.request.size={self.producer.config.max_request_size}")
+            return
+        part.stats.skipped += len(skipped)
+        await self._send_columns(part, records, skipped, stop, end)
 
-    async def _send(self, part: _Partition, out, offsets, stamps, size, end) -> None:
-        if end < 0 and not out:
+    async def _send_columns(self, part: _Partition, records: RecordColumns,
+                            skipped: list[int], stop: int, end: int) -> None:
+        row = records.row_range[0]
+        taken = records.slice(0, stop - row)
+        if skipped:
+            passed = set(skipped)
+            keep = [i for i in range(stop - row) if i + row not in passed]
+            offsets = [taken.offsets[i] for i in keep]
+            stamps = [taken.timestamps[i] for i in keep]
+        else:  # copies: the chunk outlives the fetch's buffers being reused
+            offsets = memoryview(bytes(taken.offsets)).cast("q")
+            stamps = memoryview(bytes(taken.timestamps)).cast("q")
+        if end < 0 and not len(offsets):
             return
         part.sent_end = max(part.sent_end, end)
         chunk = part.progress.add(offsets, stamps, end)
-        if not out:
+        if not len(offsets):
             self._progress_wakeup.set()
             return
-        chunk.size = size
+        buffers = records.buffers
+        first, last = row, stop
+        chunk.size = (_span(buffers, KEY_OFFSETS, first, last)
+                      + _span(buffers, VALUE_OFFSETS, first, last)
+                      + len(offsets) * (len(provenance.HEADER) + len(part.header_prefix) + 8))
+        rewrite = (provenance.HEADER, part.header_prefix, self.target_prefix)
         while True:
             try:
-                await self.producer.send_batch(part.target_topic, part.tp[1], out, chunk)
+                await self.producer.send_columns(part.target_topic, part.tp[1], buffers,
+                                                 (first, last), rewrite, skipped, chunk)
                 return
             except kerrors.BufferExhaustedError:
                 continue  # the target is slow or away: keep waiting for room, never drop
@@ -716,9 +732,7 @@ class MirrorEngine:
         stats = part.stats
         stats.records += count
         stats.bytes += chunk.size * count // max(len(chunk.offsets), 1)
-        observe = stats.latency.observe
-        for ts in chunk.timestamps[start:start + count]:
-            observe(max(visible_ms - ts, 0) / 1000)
+        stats.latency.observe_ages(visible_ms, chunk.timestamps[start:start + count])
 
     def _failed(self, part: _Partition, exc: BaseException) -> None:
         part.stats.errors += 1
@@ -844,6 +858,15 @@ class MirrorEngine:
                 log.info("mirror %s: group %s: committed %d translated offset(s) on %s",
                          self.name, group, len(forward), self.mirror.target)
         return committed
+
+
+_I32 = struct.Struct("<i")
+
+
+def _span(buffers: list, offsets: int, first: int, last: int) -> int:
+    """Bytes of rows first..last-1 of a binary column (its end offsets are int32s)."""
+    data = buffers[offsets]
+    return _I32.unpack_from(data, last * 4)[0] - _I32.unpack_from(data, first * 4)[0]
 
 
 # -- helpers shared with `databus mirror` ------------------------------------------------------

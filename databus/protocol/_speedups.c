@@ -1156,6 +1156,280 @@ error:
     return NULL;
 }
 
+/* ---- mirror: column buffers re-encoded with one more header per record ------------------ */
+
+/* Rows of a ColumnBuffers (decode_buffers' 14 bytearrays) as record fields, read in place. */
+typedef struct {
+    const uint8_t *d[B_COUNT];
+    Py_ssize_t n[B_COUNT];
+} Columns;
+
+static int
+columns_from(PyObject *list, Columns *c)
+{
+    if (!PyList_CheckExact(list) || PyList_GET_SIZE(list) != B_COUNT) {
+        PyErr_SetString(PyExc_TypeError, "buffers must be a list of 14 bytearrays");
+        return -1;
+    }
+    for (int i = 0; i < B_COUNT; i++) {
+        PyObject *b = PyList_GET_ITEM(list, i);
+        if (!PyByteArray_CheckExact(b)) {
+            PyErr_SetString(PyExc_TypeError, "buffers must be a list of 14 bytearrays");
+            return -1;
+        }
+        c->d[i] = (const uint8_t *)PyByteArray_AS_STRING(b);
+        c->n[i] = PyByteArray_GET_SIZE(b);
+    }
+    return 0;
+}
+
+static inline int32_t
+col_i32(const Columns *c, int buf, Py_ssize_t index)
+{
+    int32_t v;
+    memcpy(&v, c->d[buf] + index * 4, 4);
+    return v;
+}
+
+static inline int64_t
+col_i64(const Columns *c, int buf, Py_ssize_t index)
+{
+    int64_t v;
+    memcpy(&v, c->d[buf] + index * 8, 8);
+    return v;
+}
+
+static inline int
+col_valid(const Columns *c, int buf, Py_ssize_t index)
+{
+    return (c->d[buf][index >> 3] >> (index & 7)) & 1;
+}
+
+/* Whether the rows' column buffers hold rows [row, stop) (a bad call, not bad data: the
+ * buffers were filled by decode_buffers). */
+static int
+columns_check(const Columns *c, Py_ssize_t row, Py_ssize_t stop)
+{
+    if (row < 0 || stop < row || c->n[B_OFFSET] / 8 < stop || c->n[B_HEADER_OFFSETS] / 4 < stop + 1) {
+        PyErr_SetString(PyExc_IndexError, "rows outside the column buffers");
+        return -1;
+    }
+    return 0;
+}
+
+/* The row's binary field (key or value): length, or -1 for null. */
+static inline Py_ssize_t
+col_binary(const Columns *c, int offsets, int data, int valid, Py_ssize_t index,
+           const uint8_t **out)
+{
+    if (!col_valid(c, valid, index))
+        return -1;
+    int32_t start = col_i32(c, offsets, index), end = col_i32(c, offsets, index + 1);
+    *out = c->d[data] + start;
+    return end - start;
+}
+
+/* The loop check: whether a header of the row is `key` with a value starting with `prefix`. */
+static int
+row_came_from(const Columns *c, Py_ssize_t row, const char *key, Py_ssize_t key_len,
+              const char *prefix, Py_ssize_t prefix_len)
+{
+    int32_t first = col_i32(c, B_HEADER_OFFSETS, row), last = col_i32(c, B_HEADER_OFFSETS, row + 1);
+    for (int32_t e = first; e < last; e++) {
+        int32_t k0 = col_i32(c, B_HKEY_OFFSETS, e), k1 = col_i32(c, B_HKEY_OFFSETS, e + 1);
+        if (k1 - k0 != key_len || memcmp(c->d[B_HKEY_DATA] + k0, key, key_len) != 0)
+            continue;
+        const uint8_t *v = NULL;
+        Py_ssize_t n = col_binary(c, B_HVALUE_OFFSETS, B_HVALUE_DATA, B_HVALUE_VALID, e, &v);
+        if (n >= prefix_len && memcmp(v, prefix, prefix_len) == 0)
+            return 1;
+    }
+    return 0;
+}
+
+static inline int
+decimal_len(int64_t v, char *out)
+{
+    return snprintf(out, 24, "%lld", (long long)v);
+}
+
+PyDoc_STRVAR(scan_columns_doc,
+"scan_columns(buffers, row, stop, header_key, skip_prefix, prefix_len, limit)\n"
+"    -> (skipped rows, first row too large or -1, its size)\n\n"
+"records.scan_columns_py in C: the loop check and the size check of a mirror's rows.");
+
+static PyObject *
+py_scan_columns(PyObject *self, PyObject *args)
+{
+    PyObject *list;
+    Py_ssize_t row, stop, prefix_len, limit;
+    const char *key, *skip;
+    Py_ssize_t key_len, skip_len;
+    if (!PyArg_ParseTuple(args, "Onny#y#nn", &list, &row, &stop, &key, &key_len, &skip,
+                          &skip_len, &prefix_len, &limit))
+        return NULL;
+    Columns c;
+    if (columns_from(list, &c) < 0 || columns_check(&c, row, stop) < 0)
+        return NULL;
+    PyObject *skipped = PyList_New(0);
+    if (skipped == NULL)
+        return NULL;
+    Py_ssize_t too_large = -1, too_large_size = 0;
+    char digits[24];
+    for (Py_ssize_t i = row; i < stop; i++) {
+        if (row_came_from(&c, i, key, key_len, skip, skip_len)) {
+            PyObject *n = PyLong_FromSsize_t(i);
+            if (n == NULL || PyList_Append(skipped, n) < 0) {
+                Py_XDECREF(n);
+                Py_DECREF(skipped);
+                return NULL;
+            }
+            Py_DECREF(n);
+            continue;
+        }
+        const uint8_t *p;
+        Py_ssize_t k = col_binary(&c, B_KEY_OFFSETS, B_KEY_DATA, B_KEY_VALID, i, &p);
+        Py_ssize_t v = col_binary(&c, B_VALUE_OFFSETS, B_VALUE_DATA, B_VALUE_VALID, i, &p);
+        Py_ssize_t size = (k > 0 ? k : 0) + (v > 0 ? v : 0);
+        int32_t e0 = col_i32(&c, B_HEADER_OFFSETS, i), e1 = col_i32(&c, B_HEADER_OFFSETS, i + 1);
+        size += col_i32(&c, B_HKEY_OFFSETS, e1) - col_i32(&c, B_HKEY_OFFSETS, e0);
+        size += col_i32(&c, B_HVALUE_OFFSETS, e1) - col_i32(&c, B_HVALUE_OFFSETS, e0);
+        size += key_len + prefix_len + decimal_len(col_i64(&c, B_OFFSET, i), digits);
+        if (size + 64 > limit) {
+            too_large = i;
+            too_large_size = size;
+            break;
+        }
+    }
+    return Py_BuildValue("Nnn", skipped, too_large, too_large_size);
+}
+
+PyDoc_STRVAR(mirror_columns_doc,
+"mirror_columns(buffers, row, stop, batch_size, size, count, last_delta, base_ts, max_ts,\n"
+"               header_key, prefix, skip_prefix)\n"
+"    -> (stop, size, count, last_delta, base_ts, max_ts, chunk)\n\n"
+"BatchBuilder.append_columns' loop (records.py has its Python twin): rows [row, stop) of\n"
+"column buffers encoded as records with one more header, header_key = prefix + the row's\n"
+"offset in decimal, until one does not fit; rows whose headers hold header_key with a value\n"
+"starting with skip_prefix are passed over.  chunk: the bytes appended, or None.");
+
+static PyObject *
+py_mirror_columns(PyObject *self, PyObject *args)
+{
+    PyObject *list;
+    Py_ssize_t row, stop;
+    long long batch_size, size, count, od, base_ts, max_ts;
+    const char *hkey, *prefix, *skip;
+    Py_ssize_t hkey_len, prefix_len, skip_len;
+    if (!PyArg_ParseTuple(args, "OnnLLLLLLy#y#y#", &list, &row, &stop, &batch_size, &size,
+                          &count, &od, &base_ts, &max_ts, &hkey, &hkey_len, &prefix,
+                          &prefix_len, &skip, &skip_len))
+        return NULL;
+    Columns c;
+    if (columns_from(list, &c) < 0 || columns_check(&c, row, stop) < 0)
+        return NULL;
+    Buffer buf = {NULL, 0, 0};
+    Py_ssize_t i = row;
+    char digits[24];
+    for (; i < stop; i++) {
+        if (row_came_from(&c, i, hkey, hkey_len, skip, skip_len))
+            continue;
+        long long timestamp = col_i64(&c, B_TIMESTAMP, i);
+        long long tsd = 0;
+        if (count && __builtin_sub_overflow(timestamp, base_ts, &tsd))
+            break; /* no varlong for that delta: the record starts the next batch */
+        const uint8_t *key = NULL, *value = NULL;
+        Py_ssize_t key_len = col_binary(&c, B_KEY_OFFSETS, B_KEY_DATA, B_KEY_VALID, i, &key);
+        Py_ssize_t value_len =
+            col_binary(&c, B_VALUE_OFFSETS, B_VALUE_DATA, B_VALUE_VALID, i, &value);
+        int32_t e0 = col_i32(&c, B_HEADER_OFFSETS, i), e1 = col_i32(&c, B_HEADER_OFFSETS, i + 1);
+        int ndigits = decimal_len(col_i64(&c, B_OFFSET, i), digits);
+        Py_ssize_t hsize = zigzag_size(e1 - e0 + 1);
+        for (int32_t e = e0; e < e1; e++) {
+            int32_t kl = col_i32(&c, B_HKEY_OFFSETS, e + 1) - col_i32(&c, B_HKEY_OFFSETS, e);
+            hsize += zigzag_size(kl) + kl;
+            if (col_valid(&c, B_HVALUE_VALID, e)) {
+                int32_t vl =
+                    col_i32(&c, B_HVALUE_OFFSETS, e + 1) - col_i32(&c, B_HVALUE_OFFSETS, e);
+                hsize += zigzag_size(vl) + vl;
+            } else {
+                hsize += 1;
+            }
+        }
+        hsize += zigzag_size(hkey_len) + hkey_len + zigzag_size(prefix_len + ndigits) +
+                 prefix_len + ndigits;
+        Py_ssize_t body = 1 + zigzag_size(tsd) + zigzag_size(od + 1) +
+                          (key_len < 0 ? 1 : zigzag_size(key_len) + key_len) +
+                          (value_len < 0 ? 1 : zigzag_size(value_len) + value_len) + hsize;
+        Py_ssize_t record_size = zigzag_size(body) + body;
+        if (count) {
+            if (size + record_size > batch_size)
+                break;
+            if (timestamp > max_ts)
+                max_ts = timestamp;
+        } else {
+            base_ts = max_ts = timestamp;
+        }
+        if (buffer_reserve(&buf, record_size) < 0)
+            goto error;
+        uint8_t *out = buf.data + buf.len;
+        out = write_zigzag(out, body);
+        *out++ = 0; /* attributes */
+        out = write_zigzag(out, tsd);
+        out = write_zigzag(out, od + 1);
+        out = write_zigzag(out, key_len);
+        if (key_len > 0) {
+            memcpy(out, key, key_len);
+            out += key_len;
+        }
+        out = write_zigzag(out, value_len);
+        if (value_len > 0) {
+            memcpy(out, value, value_len);
+            out += value_len;
+        }
+        out = write_zigzag(out, e1 - e0 + 1);
+        for (int32_t e = e0; e < e1; e++) {
+            int32_t k0 = col_i32(&c, B_HKEY_OFFSETS, e), k1 = col_i32(&c, B_HKEY_OFFSETS, e + 1);
+            out = write_zigzag(out, k1 - k0);
+            memcpy(out, c.d[B_HKEY_DATA] + k0, k1 - k0);
+            out += k1 - k0;
+            if (col_valid(&c, B_HVALUE_VALID, e)) {
+                int32_t v0 = col_i32(&c, B_HVALUE_OFFSETS, e);
+                int32_t v1 = col_i32(&c, B_HVALUE_OFFSETS, e + 1);
+                out = write_zigzag(out, v1 - v0);
+                memcpy(out, c.d[B_HVALUE_DATA] + v0, v1 - v0);
+                out += v1 - v0;
+            } else {
+                out = write_zigzag(out, -1);
+            }
+        }
+        out = write_zigzag(out, hkey_len);
+        memcpy(out, hkey, hkey_len);
+        out += hkey_len;
+        out = write_zigzag(out, prefix_len + ndigits);
+        memcpy(out, prefix, prefix_len);
+        out += prefix_len;
+        memcpy(out, digits, ndigits);
+        buf.len += record_size;
+        od += 1;
+        size += record_size;
+        count += 1;
+    }
+    PyObject *chunk = Py_None;
+    if (buf.len) {
+        chunk = PyBytes_FromStringAndSize((const char *)buf.data, buf.len);
+        if (chunk == NULL)
+            goto error;
+    } else {
+        Py_INCREF(chunk);
+    }
+    PyMem_Free(buf.data);
+    return Py_BuildValue("nLLLLLN", i, size, count, od, base_ts, max_ts, chunk);
+error:
+    PyMem_Free(buf.data);
+    return NULL;
+}
+
 /* ---- append_record: Producer.send's one record, straight into its batch ----------------- */
 
 /* The offsets of BatchBuilder's slots (configure_builder reads them from the class's member
@@ -1301,95 +1575,6 @@ py_configure_builder(PyObject *self, PyObject *args)
     Py_RETURN_NONE;
 }
 
-/* ---- RecordHandle: the base of the producer's per-record future ------------------------ */
-
-/* client.producer.DeliveryFuture's fields (its batch's shared outcome, the record's index
- * in the batch, its CreateTime) in a C struct: Producer.send makes one per record, and a C
- * constructor costs a third of a Python __init__.  The methods are DeliveryFuture's, in
- * Python; producer.py's _RecordHandle is the pure-Python twin of this base. */
-typedef struct {
-    PyObject_HEAD
-    PyObject *batch;
-    Py_ssize_t index;
-    PyObject *timestamp;
-} RecordHandle;
-
-static PyObject *
-handle_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
-{
-    PyObject *batch, *timestamp = NULL;
-    Py_ssize_t index;
-    if (kwds == NULL && PyTuple_GET_SIZE(args) == 3) { /* the producer's call: no parsing */
-        batch = PyTuple_GET_ITEM(args, 0);
-        PyObject *i = PyTuple_GET_ITEM(args, 1);
-        index = PyLong_AsSsize_t(i);
-        if (index == -1 && PyErr_Occurred())
-            return NULL;
-        timestamp = PyTuple_GET_ITEM(args, 2);
-    } else {
-        static char *names[] = {"batch", "index", "timestamp", NULL};
-        if (!PyArg_ParseTupleAndKeywords(args, kwds, "On|O:DeliveryFuture", names, &batch,
-                                         &index, &timestamp))
-            return NULL;
-    }
-    RecordHandle *self = (RecordHandle *)type->tp_alloc(type, 0);
-    if (self == NULL)
-        return NULL;
-    self->batch = Py_NewRef(batch);
-    self->index = index;
-    self->timestamp = timestamp ? Py_NewRef(timestamp) : PyLong_FromLong(-1);
-    if (self->timestamp == NULL) {
-        Py_DECREF(self);
-        return NULL;
-    }
-    return (PyObject *)self;
-}
-
-static int
-handle_traverse(RecordHandle *self, visitproc visit, void *arg)
-{
-    Py_VISIT(self->batch); /* (a Python subclass's type is visited by subtype_traverse) */
-    Py_VISIT(self->timestamp);
-    return 0;
-}
-
-static int
-handle_clear(RecordHandle *self)
-{
-    Py_CLEAR(self->batch);
-    Py_CLEAR(self->timestamp);
-    return 0;
-}
-
-static void
-handle_dealloc(RecordHandle *self)
-{
-    /* a static type: a Python subclass's subtype_dealloc releases its own type */
-    PyObject_GC_UnTrack(self);
-    handle_clear(self);
-    Py_TYPE(self)->tp_free((PyObject *)self);
-}
-
-static PyMemberDef handle_members[] = {
-    {"_batch", T_OBJECT_EX, offsetof(RecordHandle, batch), READONLY, NULL},
-    {"_index", T_PYSSIZET, offsetof(RecordHandle, index), READONLY, NULL},
-    {"timestamp", T_OBJECT_EX, offsetof(RecordHandle, timestamp), 0, NULL},
-    {NULL},
-};
-
-static PyTypeObject RecordHandleType = {
-    PyVarObject_HEAD_INIT(NULL, 0)
-    .tp_name = "databus.protocol._speedups.RecordHandle",
-    .tp_basicsize = sizeof(RecordHandle),
-    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE | Py_TPFLAGS_HAVE_GC,
-    .tp_doc = "RecordHandle(batch, index, timestamp=-1): DeliveryFuture's fields.",
-    .tp_new = handle_new,
-    .tp_traverse = (traverseproc)handle_traverse,
-    .tp_clear = (inquiry)handle_clear,
-    .tp_dealloc = (destructor)handle_dealloc,
-    .tp_members = handle_members,
-};
-
 /* ---- varints and murmur2 -------------------------------------------------------------- */
 
 static PyObject *
@@ -1494,6 +1679,8 @@ static PyMethodDef methods[] = {
     {"decode_columns", py_decode_columns, METH_VARARGS, decode_columns_doc},
     {"decode_buffers", py_decode_buffers, METH_VARARGS, decode_buffers_doc},
     {"encode_records", py_encode_records, METH_VARARGS, encode_records_doc},
+    {"scan_columns", py_scan_columns, METH_VARARGS, scan_columns_doc},
+    {"mirror_columns", py_mirror_columns, METH_VARARGS, mirror_columns_doc},
     {"append_record", (PyCFunction)(void (*)(void))py_append_record, METH_FASTCALL,
      append_record_doc},
     {"configure_builder", py_configure_builder, METH_VARARGS, configure_builder_doc},
@@ -1512,14 +1699,5 @@ static struct PyModuleDef module = {
 PyMODINIT_FUNC
 PyInit__speedups(void)
 {
-    if (PyType_Ready(&RecordHandleType) < 0)
-        return NULL;
-    PyObject *m = PyModule_Create(&module);
-    if (m == NULL)
-        return NULL;
-    if (PyModule_AddObjectRef(m, "RecordHandle", (PyObject *)&RecordHandleType) < 0) {
-        Py_DECREF(m);
-        return NULL;
-    }
-    return m;
+    return PyModule_Create(&module);
 }

@@ -147,6 +147,16 @@ class RecordColumns:
         return RecordColumns(self.topic, self.partition, self._columns, self._start + start,
                              stop - start)
 
+    @property
+    def buffers(self) -> list[bytearray]:
+        """The underlying ColumnBuffers' buffers (shared by every view of them); this view's
+        rows are ``row_range`` of them (Producer.send_columns takes both)."""
+        return self._columns.buffers
+
+    @property
+    def row_range(self) -> tuple[int, int]:
+        return self._start, self._start + self._length
+
     def _int64(self, index: int) -> memoryview:
         view = memoryview(self._columns.buffers[index]).cast("q")
         return view[self._start : self._start + self._length]

@@ -209,6 +209,18 @@ def set_partition_leader_epoch(buf: bytearray | memoryview, pos: int, epoch: int
     _I32.pack_into(buf, pos + 12, epoch)
 
 
+_ATTRIBUTES = struct.Struct(">h")
+
+
+def set_log_append_time(buf: bytearray | memoryview, pos: int, header: BatchHeader,
+                        now_ms: int) -> None:
+    """LogAppendTime, stamped in place: ``now_ms`` becomes the batch's maxTimestamp, the
+    timestamp-type bit is set and the CRC recomputed (header fields only, records untouched)."""
+    _ATTRIBUTES.pack_into(buf, pos + 21, header.attributes | ATTR_TIMESTAMP_TYPE)
+    _I64.pack_into(buf, pos + 35, now_ms)
+    _U32.pack_into(buf, pos + 17, compute_crc(buf, pos, header.size))
+
+
 # ---------------------------------------------------------------------------------------
 # Records.  Inside the (possibly compressed) payload, each record is::
 #
@@ -522,6 +534,49 @@ class BatchBuilder:
 
     _append_many_py = append_many  # the pure-Python loop, whichever append_many is bound
 
+    def append_columns(self, buffers: list, row: int, stop: int, header_key: str,
+                       prefix: bytes, skip_prefix: bytes) -> int:
+        """Encode rows ``row..stop`` of column buffers (``columns.ColumnBuffers.buffers``) as
+        records with one more header, ``header_key`` = ``prefix`` + the row's offset in
+        decimal (the mirror's provenance), passing over rows that already carry
+        ``header_key`` with a value starting with ``skip_prefix`` (the loop check), until
+        one does not fit; returns the first row not taken (``stop`` when all were).  The
+        mirror's copy: records go from the fetched columns to the target's batch with no
+        Python object per record (C: ``_speedups.mirror_columns``; ``_append_columns_py``
+        is its twin, held equal by tests/protocol/test_mirror_columns.py)."""
+        mirror_columns = getattr(_native, "mirror_columns", None)  # None: an older build
+        if mirror_columns is None:
+            return self._append_columns_py(buffers, row, stop, header_key, prefix, skip_prefix)
+        try:
+            stop, size, count, od, base_ts, max_ts, chunk = mirror_columns(
+                buffers, row, stop, self.batch_size, self._size, self._count, self._last_delta,
+                self._base_ts, self._max_ts, header_key.encode(), prefix, skip_prefix)
+        except OverflowError:  # a builder state beyond int64
+            return self._append_columns_py(buffers, row, stop, header_key, prefix, skip_prefix)
+        if chunk is not None:
+            self._parts.append(chunk)
+            self._size, self._count, self._last_delta = size, count, od
+            self._base_ts, self._max_ts = base_ts, max_ts
+            self._payload = None
+        return stop
+
+    def _append_columns_py(self, buffers, row, stop, header_key, prefix, skip_prefix) -> int:
+        from .columns import ColumnBuffers, RecordColumns  # columns imports this module
+
+        columns = ColumnBuffers.__new__(ColumnBuffers)
+        columns.buffers = buffers
+        view = RecordColumns("", 0, columns)
+        offsets, timestamps = view.offsets, view.timestamps
+        for i in range(row, stop):
+            headers = view.headers(i)
+            if _came_from(headers, header_key, skip_prefix):
+                continue
+            record = (timestamps[i], view.key(i), view.value(i),
+                      (*headers, (header_key, prefix + str(offsets[i]).encode())))
+            if self._append_many_py((record,)) != 1:
+                return i
+        return stop
+
     def build(self, last_offset_delta: int | None = None) -> bytes:
         """The finished batch.  ``last_offset_delta`` overrides the last record's (the
         compactor keeps a batch's original lastOffsetDelta when it drops trailing records)."""
@@ -564,6 +619,42 @@ class BatchBuilder:
             crc,
         )
         return b"".join((head, tail, payload))
+
+
+def _came_from(headers, header_key: str, value_prefix: bytes) -> bool:
+    return any(k == header_key and v is not None and v.startswith(value_prefix)
+               for k, v in headers)
+
+
+def scan_columns(buffers: list, row: int, stop: int, header_key: str, skip_prefix: bytes,
+                 prefix_len: int, limit: int) -> tuple[list[int], int, int]:
+    """Before ``BatchBuilder.append_columns``: the rows of ``row..stop`` it will pass over
+    (the loop check), and the first other row whose record, with a ``header_key`` header of
+    ``prefix_len`` bytes plus its offset in decimal, is larger than ``limit`` (key, value
+    and header bytes + 64, the mirror's estimate; -1 when none), with that size."""
+    native_scan = getattr(_native, "scan_columns", None)  # None: an older build
+    if native_scan is not None:
+        return native_scan(buffers, row, stop, header_key.encode(), skip_prefix, prefix_len,
+                           limit)
+    from .columns import ColumnBuffers, RecordColumns
+
+    columns = ColumnBuffers.__new__(ColumnBuffers)
+    columns.buffers = buffers
+    view = RecordColumns("", 0, columns)
+    skipped = []
+    extra = len(header_key.encode()) + prefix_len
+    for i in range(row, stop):
+        headers = view.headers(i)
+        if _came_from(headers, header_key, skip_prefix):
+            skipped.append(i)
+            continue
+        key, value = view.key(i), view.value(i)
+        size = (len(key) if key else 0) + (len(value) if value else 0) + extra
+        size += len(str(view.offsets[i]))
+        size += sum(len(k.encode()) + (len(v) if v else 0) for k, v in headers)
+        if size + 64 > limit:
+            return skipped, i, size
+    return skipped, -1, 0
 
 
 def _record_fields(item):
@@ -1054,12 +1145,23 @@ def control_type_name(kind: int) -> str:
     return _CONTROL_TYPE_NAMES.get(kind, f"UNKNOWN({kind})")
 
 
+_CONTROL_VALUE = struct.Struct(">hi")  # EndTransactionMarker: version, coordinator epoch
+
+
+def control_coordinator_epoch(value: bytes | None) -> int | None:
+    """The coordinator epoch of a transaction marker's value; None when the value is too
+    short to hold one."""
+    if value is None or len(value) < _CONTROL_VALUE.size:
+        return None
+    return _CONTROL_VALUE.unpack_from(value)[1]
+
+
 def build_control_batch(producer_id: int, producer_epoch: int, kind: int, *,
                         coordinator_epoch: int = 0, timestamp: int = 0) -> bytes:
     """A transaction marker (Kafka's EndTransactionMarker): one control record, transactional
     and control bits set, key = (version 0, type), value = (version 0, coordinator epoch)."""
     key = _CONTROL_KEY.pack(0, kind)
-    value = struct.pack(">hi", 0, coordinator_epoch)
+    value = _CONTROL_VALUE.pack(0, coordinator_epoch)
     return build_batch([(key, value, (), timestamp)], producer_id=producer_id,
                        producer_epoch=producer_epoch, transactional=True, control=True)
 

@@ -8,18 +8,19 @@ for the producer's batches, zigzag varints and murmur2.  The pure-Python code be
 the tests check that both give the same bytes, objects and errors.
 
 ``databus.protocol._sidecar_speedups`` (C too, built beside it) does the sidecar wire
-format's per-message work: a produce frame read straight into message tuples (the
+format's per-frame work: a produce frame read straight into message tuples (the
 pure-Python twin is msgpack's decode plus ``sidecar_wire.parse_produce``), the SDK's produce
-frames and the sidecar's reports frames written (``append_produce``, ``encode_reports``),
-and the SDK's outbox, which also resolves the futures of delivered reports
-(databus/sdk/outbox.py, ``Client._resolve``).
+frames and the sidecar's reports frames written (``append_produce``, ``encode_reports``).
 
-``databus.protocol._json_speedups`` (C, built beside them) reads named fields out of many JSON
-values in one call without decoding the rest (the index's field extraction,
-plugins/index/fields.py); anything it is not sure of it leaves to ``json.loads``.
+The parts above protocol/ keep their own C beside their code, loaded through
+``load_native`` too: the SDK's outbox (``databus.sdk._outbox_speedups``), the sidecar's
+placement loop (``databus.sidecar.produce._router_speedups``), the producer's per-record
+future base (``databus.client._producer_speedups``) and the index plugin's JSON field reader
+(``databus_plugins.index._json_speedups``).  protocol/'s C names none of their types
+(tests/test_layering.py).
 
 ``DATABUS_PURE_PYTHON=1`` (any value but empty or ``0``) forces the pure-Python code, read
-once at import, for all three; so does an extension that failed to build or import.
+once at import, for every one of them; so does an extension that failed to build or import.
 """
 
 from __future__ import annotations
@@ -31,20 +32,20 @@ from types import ModuleType
 ENV_VAR = "DATABUS_PURE_PYTHON"
 
 
-def load_native(environ=os.environ, name: str = "_speedups") -> ModuleType | None:
-    """The C extension module ``name`` (of this package), or None when the pure-Python
-    code must run."""
+def load_native(environ=os.environ, name: str = "_speedups",
+                package: str | None = __package__) -> ModuleType | None:
+    """The C extension module ``name`` of ``package`` (this one unless the caller names
+    its own), or None when the pure-Python code must run."""
     if environ.get(ENV_VAR, "") not in ("", "0"):
         return None
     try:
-        return importlib.import_module(f"{__package__}.{name}")
+        return importlib.import_module(f"{package}.{name}")
     except ImportError:
         return None
 
 
 native: ModuleType | None = load_native()
 sidecar_native: ModuleType | None = load_native(name="_sidecar_speedups")
-json_native: ModuleType | None = load_native(name="_json_speedups")
 
 
 def implementation() -> str:

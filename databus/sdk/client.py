@@ -162,7 +162,7 @@ class DeliveryFuture:
         self._report = result
         if exc is not None:
             # the C outbox makes futures the collector does not track (new_future in
-            # _sidecar_speedups.c); an exception's traceback may lead back here
+            # _outbox_speedups.c); an exception's traceback may lead back here
             _track(self)
         self._exc = exc
         self._done = True
@@ -362,7 +362,7 @@ class Client:
         if bind_send is not None and type(self).send is Client.send:
             # The C outbox takes send()'s common case (a str stream, bytes value and key,
             # nothing else) in one call, without this method's Python frame, and hands
-            # anything else to it (Outbox.send in _sidecar_speedups.c).  Not for a subclass
+            # anything else to it (Outbox.send in _outbox_speedups.c).  Not for a subclass
             # that overrides send().
             self.send = bind_send(Client.send, max_buffer_bytes, FRAME_OVERHEAD, time.sleep)
         self._thread = threading.Thread(

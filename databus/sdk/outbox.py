@@ -3,10 +3,10 @@ for reports, and the byte counts of backpressure, shared by the sending threads 
 thread.
 
 Each method is one atomic step.  ``PyOutbox`` (below) makes them so with a lock; the C
-extension's ``Outbox`` (databus/protocol/_sidecar_speedups.c) has the same methods and needs
+extension's ``Outbox`` (_outbox_speedups.c beside this module) has the same methods and needs
 no lock: a C call that runs no Python code holds the interpreter throughout.  The lock was a
 third of ``send()``'s own cost.  ``DATABUS_PURE_PYTHON=1`` selects PyOutbox (speedups.py);
-tests/protocol/test_sidecar_speedups.py runs both through the same operations.
+tests/sidecar/test_outbox_speedups.py runs both through the same operations.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ import gc
 import threading
 from typing import Any
 
-from databus.protocol.speedups import sidecar_native
+from databus.protocol.speedups import load_native
 
 # What add() says to do next.  "Armed" means the I/O thread is awake or a wake-up is on its
 # way: it stays armed from its wake-up until it finds nothing to do (idle()), so messages
@@ -129,7 +129,9 @@ class PyOutbox:
             return futures
 
 
-Outbox = sidecar_native.Outbox if sidecar_native is not None else PyOutbox
+# the C twin, _outbox_speedups.c beside this module
+_native = load_native(name="_outbox_speedups", package=__package__)
+Outbox = _native.Outbox if _native is not None else PyOutbox
 
 
 def _tracked_already(obj: Any) -> None:
@@ -137,8 +139,8 @@ def _tracked_already(obj: Any) -> None:
 
 
 # track(future): the collector tracks it again (the C outbox makes untracked futures)
-track = sidecar_native.track if sidecar_native is not None else _tracked_already
-_untrack = sidecar_native.untrack if sidecar_native is not None else _tracked_already
+track = _native.track if _native is not None else _tracked_already
+_untrack = _native.untrack if _native is not None else _tracked_already
 
 
 def callback_list(future: Any) -> list:

@@ -9,7 +9,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from databus.config_base import Model as _Model
-from databus.config_base import parse_duration_ms
+from databus.config_base import check_durations, parse_duration_ms
 
 # RocketMQ's delay levels (messageDelayLevel): the Nth failed delivery of a message is
 # retried after the Nth level (the last one repeats).
@@ -53,8 +53,7 @@ class ConsumeSettings(_Model):
     @field_validator("retry_levels")
     @classmethod
     def _levels(cls, v: list[str | int]) -> list[str | int]:
-        for level in v:
-            parse_duration_ms(level)
+        check_durations(v)
         return v
 
     @property

@@ -27,10 +27,11 @@ from typing import Any
 
 import trio
 
-from databus.client import AuthenticationError, Consumer, KafkaError, Producer
+from databus.client import AuthenticationError, Consumer, ConsumerRecord, KafkaError, Producer
 from databus.config import DatabusConfig, broker_registry_url
 from databus.lanes.model import DEFAULT_TEMPLATE
 from databus.plugins import PluginError, PluginManager, make_sink
+from databus.protocol.columns import RecordColumns
 from databus.sinks.config import SinkConfig
 
 from .core import PluginReportError, SinkProgress, TopicPartition, dead_letter_headers
@@ -146,14 +147,23 @@ class SinkRunner:
             await self._quietly_aclose(sink)
 
     async def _consume(self, consumer: Consumer, sink: Any, dlq: Producer) -> None:
+        # A sink with ``write_columns`` gets each partition's records as columns
+        # (RecordColumns, from getmany_columns: no object per record); any other sink gets
+        # ConsumerRecords through ``write`` (the per-record adapter, hookspecs.databus_sink).
+        columnar = callable(getattr(sink, "write_columns", None))
+        limit = consumer.config.max_poll_records
         while not self._stop.is_set():
-            batches: Mapping[TopicPartition, list] = {}
+            batches: Mapping[TopicPartition, Any] = {}
             with trio.CancelScope() as scope:
                 self._poll_scope = scope
                 if self._stop.is_set():
                     break
                 try:
-                    batches = await consumer.getmany(timeout=POLL_TIMEOUT_S)
+                    if columnar:
+                        batches = await consumer.getmany_columns(timeout=POLL_TIMEOUT_S,
+                                                                 max_records=limit)
+                    else:
+                        batches = await consumer.getmany(timeout=POLL_TIMEOUT_S)
                 except AuthenticationError:
                     # Refused credentials (the client logs them once and keeps logging in
                     # again): keep the sink and its partitions and poll again, rather than
@@ -167,14 +177,20 @@ class SinkRunner:
                 for tp, records in batches.items():
                     if not records:
                         continue
+                    first, last = ((records.offsets[0], records.offsets[-1]) if columnar
+                                   else (records[0].offset, records[-1].offset))
                     if not self.progress.owns(tp):
                         if tp in consumer.assignment():
                             # Fetched before on_assigned opened it: read these again once
                             # it is open (dropping them would skip them for good).
-                            consumer.seek(tp, records[0].offset)
+                            consumer.seek(tp, first)
                         continue  # else revoked meanwhile: the next owner reads them
-                    rejected = await self._call("write", sink.write, tp, records)
-                    self.progress.handed(tp, len(records), records[-1].offset + 1, now)
+                    if columnar:
+                        rows = await self._call("write_columns", sink.write_columns, tp, records)
+                        rejected = [(_record_at(records, i), reason) for i, reason in rows or ()]
+                    else:
+                        rejected = await self._call("write", sink.write, tp, records)
+                    self.progress.handed(tp, len(records), last + 1, now)
                     if rejected:
                         await self._dead_letter(dlq, rejected)
                 owned = self.progress.owned()
@@ -399,3 +415,11 @@ class SinkSupervisor:
                 await runner.done.wait()
         if scope.cancelled_caught:
             log.warning("sinks did not stop within %.0f s", self.stop_timeout)
+
+
+def _record_at(columns: RecordColumns, i: int) -> ConsumerRecord:
+    """Row ``i`` of a columnar batch as the ConsumerRecord the dead-letter path reads (only
+    for the rows a sink rejects)."""
+    return ConsumerRecord._make((columns.topic, columns.partition, columns.offsets[i],
+                                 columns.timestamps[i], 0, columns.key(i), columns.value(i),
+                                 columns.headers(i)))

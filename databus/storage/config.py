@@ -277,6 +277,9 @@ INERT_TOPIC_CONFIGS: dict[str, InertConfig] = {
     "message.timestamp.after.max.ms": InertConfig(str(LONG_MAX), _integer(0),
         "Accepted; no effect here: timestamps are not checked."),
     "remote.storage.enable": InertConfig("false", _boolean, _NO_TIERED),
+    "errors.deadletterqueue.group.enable": InertConfig("false", _boolean,
+        "Whether share groups may write their dead letters here (KIP-1191): read by the "
+        "share groups, nothing else about the topic changes."),
     "local.retention.ms": InertConfig("-2", _integer(-2), _NO_TIERED),
     "local.retention.bytes": InertConfig("-2", _integer(-2), _NO_TIERED),
     "remote.log.copy.disable": InertConfig("false", _boolean, _NO_TIERED),

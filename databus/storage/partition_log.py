@@ -48,23 +48,19 @@ import errno
 import logging
 import os
 import re
-import struct
 import threading
 import time
 from bisect import bisect_right
 from dataclasses import dataclass, field
 
-import crc32c as _crc32c
-
 from databus.protocol.records import (
-    ATTR_TIMESTAMP_TYPE,
-    CRC_START,
     BatchHeader,
     control_batch_type,
     iter_headers,
     keyless_records,
     recompress_batch,
     set_base_offset,
+    set_log_append_time,
     validate_batch,
 )
 
@@ -87,9 +83,6 @@ log = logging.getLogger(__name__)
 
 _SNAPSHOT = re.compile(r"^(\d{20})\.snapshot$")
 _SNAPSHOTS_KEPT = 2
-_ATTRS = struct.Struct(">h")
-_I64 = struct.Struct(">q")
-_U32 = struct.Struct(">I")
 
 
 @dataclass
@@ -351,7 +344,7 @@ class PartitionLog:
         if self.config.log_append_time:
             log_append_time = now_ms
             for pos, h in headers:
-                _set_log_append_time(buf, pos, h, now_ms)
+                set_log_append_time(buf, pos, h, now_ms)
         with self._lock:
             planned: list[PlannedBatch] = []
             assigned: list[tuple[int, BatchHeader, int | None]] = []
@@ -714,15 +707,6 @@ def _copy_entry(entry: ProducerEntry) -> ProducerEntry:
     copy = ProducerEntry(epoch=entry.epoch, last_timestamp=entry.last_timestamp)
     copy.batches.extend(entry.batches)
     return copy
-
-
-def _set_log_append_time(buf: bytearray, pos: int, h: BatchHeader, now_ms: int) -> None:
-    """LogAppendTime: the broker's clock becomes the batch's maxTimestamp; the timestamp-type
-    bit is set and the CRC recomputed (header fields only, records untouched)."""
-    _ATTRS.pack_into(buf, pos + 21, h.attributes | ATTR_TIMESTAMP_TYPE)
-    _I64.pack_into(buf, pos + 35, now_ms)
-    crc = _crc32c.crc32c(memoryview(buf)[pos + CRC_START: pos + h.size])
-    _U32.pack_into(buf, pos + 17, crc)
 
 
 def _modified_ms(segment: Segment) -> int:

@@ -47,6 +47,13 @@ def segment_name(base_offset: int) -> str:
     return f"{base_offset:020d}"
 
 
+def base_offset_of(path: str) -> int | None:
+    """The base offset a segment file's name (``.log``, ``.index``, ``.timeindex``...) gives,
+    None for a name that is not a segment's."""
+    stem = os.path.basename(path).split(".", 1)[0]
+    return int(stem) if len(stem) == 20 and stem.isdigit() else None
+
+
 @dataclass
 class PlannedBatch:
     """A batch about to be written: its position in the append buffer and its offsets."""

@@ -26,15 +26,15 @@ from databus.protocol.records import (
     MAGIC_V2,
     CorruptRecordError,
     compute_crc,
+    control_coordinator_epoch,
     control_record_type,
     control_type_name,
     decode_records,
     parse_header,
 )
-
-_INDEX_ENTRY = struct.Struct(">II")  # relative offset, position
-_TIME_INDEX_ENTRY = struct.Struct(">qI")  # timestamp, relative offset
-_CONTROL_VALUE = struct.Struct(">hi")  # version, coordinator epoch
+from databus.storage.offset_index import OffsetIndex
+from databus.storage.segment import base_offset_of
+from databus.storage.time_index import TimeIndex
 
 
 def add_arguments(parser) -> None:
@@ -74,7 +74,7 @@ class _Output:
 def dump_file(path: str, out, *, print_records: bool = False) -> int:
     """Print one file; return 0 when it is intact, 1 when damaged or unreadable."""
     out(f"Dumping {path}")
-    base_offset = _base_offset_from_name(path)
+    base_offset = base_offset_of(path)
     try:
         with _mapped(path) as buf:
             if path.endswith(".timeindex"):
@@ -98,11 +98,6 @@ def _mapped(path: str):
             return
         with mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as m:
             yield m
-
-
-def _base_offset_from_name(path: str) -> int | None:
-    stem = os.path.basename(path).split(".", 1)[0]
-    return int(stem) if len(stem) == 20 and stem.isdigit() else None
 
 
 def _dump_log(buf, out, print_records: bool) -> int:
@@ -179,8 +174,8 @@ def _control_text(record) -> str:
         kind = control_type_name(control_record_type(record.key))
     except CorruptRecordError:
         return f"invalid control record key: {_show(record.key)}"
-    if record.value is not None and len(record.value) >= _CONTROL_VALUE.size:
-        _version, coordinator_epoch = _CONTROL_VALUE.unpack_from(record.value)
+    coordinator_epoch = control_coordinator_epoch(record.value)
+    if coordinator_epoch is not None:
         return f"endTxnMarker: {kind} coordinatorEpoch: {coordinator_epoch}"
     return f"controlType: {kind}"
 
@@ -188,7 +183,7 @@ def _control_text(record) -> str:
 def _dump_offset_index(buf, base_offset: int | None, out) -> int:
     return _dump_entries(
         buf,
-        _INDEX_ENTRY,
+        OffsetIndex.entry,  # relative offset, position
         lambda rel, position: f"offset: {(base_offset or 0) + rel} position: {position}",
         out,
     )
@@ -197,7 +192,7 @@ def _dump_offset_index(buf, base_offset: int | None, out) -> int:
 def _dump_time_index(buf, base_offset: int | None, out) -> int:
     return _dump_entries(
         buf,
-        _TIME_INDEX_ENTRY,
+        TimeIndex.entry,  # timestamp, relative offset
         lambda ts, rel: f"timestamp: {ts} offset: {(base_offset or 0) + rel}",
         out,
     )

@@ -51,6 +51,7 @@ from databus.cli_helpers.options import (
 )
 from databus.cli_helpers.table import Column, console, print_table
 from databus.protocol.api_keys import ApiKey
+from databus.protocol.errors import ErrorCode
 
 ACTIONS = ("list", "describe", "reset-offsets", "delete", "delete-offsets")
 INACTIVE_STATES = ("Empty", "Dead")
@@ -815,12 +816,36 @@ async def _describe_share(session: Session, group: str, args) -> int:
     offsets = await _share_offsets(session, node, group)
     out.print(f"share group [bold]{group}[/bold]: state {described.group_state}, "
               f"{len(members)} member(s)")
+    dlq = await _share_dlq(session, node, group)
+    if dlq is not None:
+        out.print(f"dead-letter topic (KIP-1191): {dlq[0]}, copying records: {dlq[1]}")
     print_table([GROUP_COLUMN, TOPIC_COLUMN, PARTITION_COLUMN,
                  _offset_column("START-OFFSET"), Column("LAG")],
                 [(group, t, str(p), _dash(start if start >= 0 else None),
                   _dash(lag if lag >= 0 else None))
                  for (t, p), (start, lag) in sorted(offsets.items())], to=out)
     return 0
+
+
+RESOURCE_GROUP = 32
+DLQ_TOPIC_CONFIG = "errors.deadletterqueue.topic.name"
+DLQ_COPY_CONFIG = "errors.deadletterqueue.copy.record.enable"
+
+
+async def _share_dlq(session: Session, node: int, group: str) -> tuple[str, str] | None:
+    """(dead-letter topic, copy.record.enable) of a share group (its GROUP configs), None
+    when it has none or the broker knows no such configs (before Kafka 4.4)."""
+    response = await session.request_up_to(node, ApiKey.DESCRIBE_CONFIGS, 4, {
+        "resources": [{"resource_type": RESOURCE_GROUP, "resource_name": group,
+                       "configuration_keys": [DLQ_TOPIC_CONFIG, DLQ_COPY_CONFIG]}],
+        "include_synonyms": False, "include_documentation": False})
+    (result,) = response.results
+    if result.error_code != ErrorCode.none:
+        return None
+    values = {c.name: c.value for c in result.configs}
+    if not values.get(DLQ_TOPIC_CONFIG):
+        return None
+    return values[DLQ_TOPIC_CONFIG], values.get(DLQ_COPY_CONFIG) or "false"
 
 
 async def _alter_share_offsets(session: Session, group: str,

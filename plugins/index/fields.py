@@ -9,7 +9,7 @@ query is compared with that text.  A field that is absent (or null) is *missing*
 that does not decode, is not valid UTF-8, or is an object or a list is *undecodable*: both
 are counted per field and the record is indexed by its other fields.
 
-JSON values are read by the C extension when it is built (databus/protocol/_json_speedups.c:
+JSON values are read by the C extension when it is built (plugins/index/_json_speedups.c:
 the fields' nodes only, in one pass over each value, no whole-document decode); what it is
 not sure to read as ``json.loads`` does (a malformed value, UTF-16, a lone surrogate...) it
 leaves to the Python code below, which is also the whole path under DATABUS_PURE_PYTHON=1.
@@ -27,7 +27,10 @@ from typing import Any
 
 import msgpack
 
-from databus.protocol.speedups import json_native
+from databus.protocol.speedups import load_native
+
+# the C reader, _json_speedups.c beside this module (None: json.loads does it all)
+json_native = load_native(name="_json_speedups", package=__package__)
 
 MISSING = "missing"
 UNDECODABLE = "undecodable"

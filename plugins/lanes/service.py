@@ -168,6 +168,11 @@ class LaneService:
             winner = state.claim_winner(lane, now_ms())
         if winner is None or winner.claimant != self.id:
             return
+        current = state.lanes.get(lane.name)
+        if current is None or current.created != lane.created:
+            # Another sidecar's claim won, cleaned the lane up and withdrew its claim while
+            # ours was on its way: ours is now the only one, for a lane already gone.
+            return
         deleted = await delete_lane(self._admin, writer, self.settings.topic, lane.name,
                                     state=state)
         self.topics.difference_update(deleted)

@@ -20,11 +20,13 @@ from __future__ import annotations
 import io
 import json
 import logging
+import struct
 from collections.abc import Sequence
 from typing import Any
 
 import msgpack
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.json as pa_json
 
 KAFKA_FIELDS = [
@@ -105,6 +107,55 @@ class Decoder:
         ]
         return pa.Table.from_arrays(columns + list(value_columns), schema=pa.schema(fields)), \
             rejected
+
+    def table_of_columns(self, batch: pa.RecordBatch) -> pa.Table | None:
+        """``table`` for records already in Arrow (``RecordColumns.to_arrow()``): the Kafka
+        columns are cast, not rebuilt, and JSON values go to Arrow's reader as one buffer
+        joined in Arrow (no Python object per record).  None when a value does not decode
+        this way (or the format is msgpack): the caller takes the per-record path, which
+        finds the bad records."""
+        values = batch.column("value")
+        if self.format == "raw":
+            value_columns, value_fields = [values], [pa.field("value", pa.binary())]
+        elif self.format == "json":
+            value_table = self._json_column(values)
+            if value_table is None:
+                return None
+            value_columns, value_fields = value_table.columns, list(value_table.schema)
+        else:
+            return None
+        columns = [
+            batch.column("topic").cast(pa.string()),
+            batch.column("partition"),
+            batch.column("offset"),
+            batch.column("timestamp").cast(KAFKA_FIELDS[3].type),
+            batch.column("key"),
+            batch.column("headers"),
+        ]
+        fields = list(KAFKA_FIELDS) + [
+            f.with_name("value_" + f.name) if f.name in KAFKA_NAMES else f for f in value_fields
+        ]
+        return pa.Table.from_arrays(columns + list(value_columns), schema=pa.schema(fields))
+
+    def _json_column(self, values: pa.Array) -> pa.Table | None:
+        n = len(values)
+        if not n:
+            return None
+        # value + "\n" per row, in Arrow: the result's data buffer is the joined batch
+        lines = pc.binary_join_element_wise(
+            pc.fill_null(values, _EMPTY), pa.scalar(b"\n", pa.binary()), pa.scalar(b"", pa.binary()))
+        _, ends, text = lines.buffers()
+        start, end = struct.unpack_from("<i", ends, lines.offset * 4)[0], \
+            struct.unpack_from("<i", ends, (lines.offset + n) * 4)[0]
+        data = memoryview(text)[start:end - 1].tobytes()  # without the last "\n"
+        # One line per value, or the rows would not line up with the records.
+        if data.count(b"\n") != n - 1 or b"\r" in data:
+            return None
+        try:
+            table = self._read_json(data)
+        except pa.ArrowInvalid:
+            return None
+        return table if table.num_rows == n else None
 
     # -- values --------------------------------------------------------------------------
 

@@ -15,11 +15,15 @@ from __future__ import annotations
 
 import logging
 import os
+import struct
 import time
 from dataclasses import dataclass, field
 
 import pyarrow as pa
+import pyarrow.compute as pc
 import trio
+
+from databus.client import ConsumerRecord
 
 from . import layout
 from .decode import Decoder, declared_schema
@@ -54,6 +58,9 @@ class ParquetSink:
 
     async def write(self, tp, records):
         return await trio.to_thread.run_sync(self._write, tp, records)
+
+    async def write_columns(self, tp, columns):
+        return await trio.to_thread.run_sync(self._write_columns, tp, columns)
 
     async def flush(self, partitions, force):
         return await trio.to_thread.run_sync(self._flush, partitions, force)
@@ -136,6 +143,43 @@ class ParquetSink:
             start = end
         return rejected
 
+    def _write_columns(self, tp, columns):
+        """``_write`` for a columnar batch (RecordColumns): Arrow straight through, the
+        values decoded by Arrow's reader in one call.  A batch with a value that does not
+        decode that way goes the per-record way (which finds and rejects the bad ones):
+        returns ``[(row, reason)]``."""
+        batch = columns.to_arrow()
+        table = self._decoder(tp[0]).table_of_columns(batch)
+        if table is None:
+            rows = list(columns.rows())
+            records = [ConsumerRecord(columns.topic, columns.partition, o, ts, 0, k, v, h)
+                       for o, ts, k, v, h in rows]
+            index = {r.offset: i for i, r in enumerate(records)}
+            return [(index[r.offset], reason) for r, reason in self._write(tp, records) or ()]
+        part = self.parts[tp]
+        offsets, timestamps = columns.offsets, columns.timestamps
+        n = len(offsets)
+        part.taken = offsets[-1] + 1
+        keys, values = batch.column("key"), batch.column("value")
+        total = _bytes(values) + _bytes(keys)
+        now = time.monotonic()
+        if layout.no_cut(self.options, part.group, n, total, timestamps[0], max(timestamps),
+                         now):
+            cuts = []
+        else:
+            sizes = pc.add(pc.fill_null(pc.binary_length(keys), 0),
+                           pc.fill_null(pc.binary_length(values), 0)).to_pylist()
+            cuts = layout.cut_points(self.options, part.group, sizes, timestamps, now)
+        start = 0
+        for end in cuts if cuts and cuts[-1] == n else [*cuts, n]:
+            if end > start:
+                self._add(tp, part, table.slice(start, end - start), timestamps[start:end],
+                          offsets[end - 1])
+            if end in cuts:
+                self._roll(tp, part)
+            start = end
+        return None
+
     def _add(self, tp, part: _Partition, rows: pa.Table, timestamps, last_offset: int) -> None:
         by = self.options.partition_by
         low = layout.bucket(min(timestamps), by)
@@ -190,3 +234,11 @@ class ParquetSink:
 def _sizes(keys, values) -> list[int]:
     """Key + value bytes per record (what ``rotate.size.bytes`` counts)."""
     return [(len(k) if k else 0) + (len(v) if v else 0) for k, v in zip(keys, values)]
+
+
+def _bytes(array: pa.Array) -> int:
+    """Bytes of a binary column's values (nulls count 0): its end offsets' span."""
+    _, ends, _ = array.buffers()
+    first = struct.unpack_from("<i", ends, array.offset * 4)[0]
+    last = struct.unpack_from("<i", ends, (array.offset + len(array)) * 4)[0]
+    return last - first

@@ -15,3 +15,12 @@ def test_bench_mirror_runs():
     assert "mirror A -> B, exactly-once, backlog" in result.stdout and "2,000" in result.stdout
     assert "mirror A -> B, at-least-once, backlog" in result.stdout
     assert "paced 500/s" in result.stdout
+
+
+def test_bench_mirror_kernel_runs_and_compares_the_two_copies():
+    # --kernel exits non-zero when the two paths build different batches
+    result = subprocess.run(
+        [sys.executable, "-m", "databus.cli", "bench", "mirror", "--kernel", "--records", "5000"],
+        capture_output=True, text=True, env=_child_env(), timeout=120, check=False)
+    assert result.returncode == 0, result.stderr
+    assert "record by record" in result.stdout and "columnar" in result.stdout

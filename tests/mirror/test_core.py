@@ -3,12 +3,15 @@
 import random
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from databus.config import parse_config
 from databus.mirror import progress as prog
 from databus.mirror import provenance
 from databus.mirror.naming import TopicNaming
 from databus.mirror.translate import OffsetSearch, from_sync
+from databus.service.metrics import LatencyHistogram
 
 
 def naming(**fields):
@@ -182,3 +185,15 @@ def test_search_never_skips_a_record_and_never_starts_too_early(seed):
     before = [s for s in log[:result] if s is not None]
     assert not before or before[-1] < committed
     assert probes <= 2 * max(len(log), 1).bit_length() + 2
+
+
+@settings(max_examples=200, deadline=None)
+@given(now=st.integers(0, 10**7), stamps=st.lists(st.integers(-10**7, 2 * 10**7), max_size=40))
+def test_a_chunks_ages_count_as_one_observation_each(now, stamps):
+    # the mirror counts a chunk's replication latencies at once (LatencyHistogram.observe_ages)
+    one_by_one, at_once = LatencyHistogram(), LatencyHistogram()
+    for ts in stamps:
+        one_by_one.observe(max(now - ts, 0) / 1000)
+    at_once.observe_ages(now, stamps)
+    assert (at_once.counts, at_once.count) == (one_by_one.counts, one_by_one.count)
+    assert at_once.total == pytest.approx(one_by_one.total, rel=1e-9, abs=1e-6)

@@ -9,6 +9,7 @@ hostile bytes: random and mutated payloads go through it here).
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import shutil
 import struct
@@ -52,6 +53,11 @@ def test_the_extension_is_built_where_a_compiler_is():
     if shutil.which(os.environ.get("CC", "cc")) is None:
         pytest.skip("no C compiler on this machine: the pure-Python fallback is expected")
     assert _speedups is not None, "C compiler present but databus.protocol._speedups missing"
+    # and each part's own extension (setup.py's EXTENSIONS), beside the code it serves
+    for module in ("databus.protocol._sidecar_speedups", "databus.client._producer_speedups",
+                   "databus.sdk._outbox_speedups", "databus.sidecar.produce._router_speedups",
+                   "databus_plugins.index._json_speedups"):
+        assert importlib.util.find_spec(module) is not None, f"C compiler present but {module} missing"
 
 
 def test_the_environment_variable_forces_the_pure_python_code():
@@ -461,7 +467,9 @@ def test_this_process_runs_what_the_environment_says():
 PURE_SUBSET = [
     "tests/protocol/test_speedups.py::test_this_process_runs_what_the_environment_says",
     "tests/protocol/test_sidecar_speedups.py::test_this_process_runs_what_the_environment_says",
-    "tests/protocol/test_json_speedups.py::test_this_process_runs_what_the_environment_says",
+    "tests/plugins/test_json_speedups.py::test_this_process_runs_what_the_environment_says",
+    "tests/sidecar/test_outbox_speedups.py::test_this_process_runs_what_the_environment_says",
+    "tests/sidecar/test_router_speedups.py::test_this_process_runs_what_the_environment_says",
     "tests/sinks/test_index_fields.py",
     "tests/protocol/test_records.py",
     "tests/protocol/test_records_varint.py",

@@ -46,11 +46,11 @@ class Member:
         return response
 
     def fetch(self, acks=(), *, epoch: int | None = None, max_wait_ms: int = 500,
-              max_records: int = 500):
+              max_records: int = 500, version: int = 1, **v2_fields):
         partitions = [{"partition_index": 0, "acknowledgement_batches": [
             {"first_offset": f, "last_offset": last, "acknowledge_types": [t]}
             for f, last, t in acks]}]
-        response = self.client.call(ApiKey.SHARE_FETCH, 1, {
+        response = self.client.call(ApiKey.SHARE_FETCH, version, {**v2_fields,
             "group_id": self.group, "member_id": self.member_id,
             "share_session_epoch": self.session_epoch if epoch is None else epoch,
             "max_wait": max_wait_ms, "min_bytes": 1, "max_bytes": 1 << 20,
@@ -63,8 +63,8 @@ class Member:
             self.session_epoch += 1
         return response
 
-    def acknowledge(self, acks, *, epoch: int | None = None):
-        response = self.client.call(ApiKey.SHARE_ACKNOWLEDGE, 1, {
+    def acknowledge(self, acks, *, epoch: int | None = None, version: int = 1, **v2_fields):
+        response = self.client.call(ApiKey.SHARE_ACKNOWLEDGE, version, {**v2_fields,
             "group_id": self.group, "member_id": self.member_id,
             "share_session_epoch": self.session_epoch if epoch is None else epoch,
             "topics": [{"topic_id": self.topic_id, "partitions": [{

@@ -18,13 +18,16 @@ from databus.broker.share.partition_state import RecordState, StateBatch
 from databus.protocol.errors import ErrorCode
 from databus.protocol.internal_records.share_group_state import (
     ConfigKey,
+    MembershipKey,
     StateKey,
     StateValue,
     decode_config_value,
     decode_key,
+    decode_membership_value,
     decode_state_value,
     encode_config_value,
     encode_key,
+    encode_membership_value,
     encode_state_value,
 )
 
@@ -154,3 +157,31 @@ def test_by_duration_and_group_config_checks():
                 {"share.isolation.level": "dirty"}, {"consumer.session.timeout.ms": "1"}):
         with pytest.raises(GroupConfigError):
             check_group_configs(config, bad)
+
+
+def test_membership_is_marked_dirty_exported_and_restored():
+    """Changes mark the group dirty (idle heartbeats do not); an exported image, through
+    its record encoding, restores members with their epochs, assignments and a fresh
+    session timer."""
+    coordinator = ShareGroupCoordinator()
+    beat(coordinator, "a", 0)
+    beat(coordinator, "b", 0)
+    beat(coordinator, "a", 1, topics=None)
+    assert coordinator.dirty == {"g"}
+    coordinator.dirty.clear()
+    beat(coordinator, "a", 2, topics=None)
+    beat(coordinator, "b", 2, topics=None)
+    assert coordinator.dirty == set()
+    image = coordinator.export("g")
+    assert decode_key(encode_key(MembershipKey("g"))) == MembershipKey("g")
+    restored_image = decode_membership_value(encode_membership_value(image))
+    assert restored_image == image
+    after = ShareGroupCoordinator()
+    after.restore("g", restored_image, now_ms=100_000)
+    assert after.snapshot("g") == coordinator.snapshot("g")
+    same = beat(after, "a", 2, topics=None, now=100_000)
+    assert (same.error, same.member_epoch, same.assignment) == (ErrorCode.none, 2, None)
+    assert after.dirty == set()
+    # the session timer starts at the restore: silent members expire from there
+    assert after.advance(100_000 + 45_000 - 1) == []
+    assert [g.member_id for g in after.advance(100_000 + 45_000 * 2)] == ["a", "b"]

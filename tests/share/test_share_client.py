@@ -303,10 +303,9 @@ def test_sync_share_consumer(broker, work):
 
 
 def test_a_broker_kill_9_is_survived_membership_and_session_renewed(tmp_path):
-    """Membership is not persisted by the broker and share sessions live in memory: after
-    a kill -9 and restart the consumer meets UNKNOWN_MEMBER_ID / SHARE_SESSION_NOT_FOUND,
-    joins and opens a session again by itself, and what it accepted before (commit
-    returned) is not delivered again."""
+    """Share sessions live in memory (membership is persisted): after a kill -9 and restart
+    the consumer meets SHARE_SESSION_NOT_FOUND and opens a session again by itself, and
+    what it accepted before (commit returned) is not delivered again."""
     with BrokerProcess(tmp_path, options={"num.partitions": 1}) as process:
         topic, group = "jobs", "workers"
         admin = kadmin.AdminClient({"bootstrap.servers": process.bootstrap})

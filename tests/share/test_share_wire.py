@@ -7,6 +7,7 @@ step is visible.
 from __future__ import annotations
 
 import confluent_kafka
+import confluent_kafka.admin as kadmin
 import pytest
 
 from databus.broker.process import BrokerProcess
@@ -178,3 +179,43 @@ def test_auto_offset_reset_by_duration_starts_at_the_first_recent_record(broker)
         member = Member(client)
         member.heartbeat()
         assert acquired(member.fetch()) == [(3, 4, 1)]
+
+
+def test_membership_and_epochs_survive_kill_9(broker):
+    """Members keep their member epochs and assignments across a broker kill -9: each goes
+    on heartbeating with the epoch it had (no UNKNOWN_MEMBER_ID, no re-join), the group
+    epoch does not move, and a member that left before the crash stays gone."""
+    admin = kadmin.AdminClient({"bootstrap.servers": broker.bootstrap})
+    admin.create_topics([kadmin.NewTopic("two", 2)])["two"].result()
+    with RawClient(broker.bootstrap) as client:
+        a, b, left = Member(client), Member(client), Member(client)
+        for member in (a, b, left):
+            member.heartbeat(topics=("two",))
+        left.heartbeat(epoch=-1)
+        for member in (a, b):
+            member.heartbeat(topics=None)  # catch up with the group epoch
+        before = client.call(ApiKey.SHARE_GROUP_DESCRIBE, 1, {"group_ids": ["g"]}).groups[0]
+    broker.kill9()
+    broker.restart()
+    with RawClient(broker.bootstrap) as client:
+        for member in (a, b, left):
+            member.client = client
+        for member in (a, b):
+            epoch = member.epoch
+            response = member.heartbeat(topics=None)
+            assert response.error_code == ErrorCode.none, response
+            assert response.member_epoch == epoch
+        after = client.call(ApiKey.SHARE_GROUP_DESCRIBE, 1, {"group_ids": ["g"]}).groups[0]
+        assert after.group_epoch == before.group_epoch
+        assert after.assignment_epoch == before.assignment_epoch
+
+        def assignments(group):
+            return {m.member_id: (m.member_epoch, sorted(
+                p for tp in m.assignment.topic_partitions for p in tp.partitions))
+                for m in group.members}
+
+        assert assignments(after) == assignments(before)
+        assert sorted(assignments(after)) == sorted([a.member_id, b.member_id])
+        assert sorted(p for _, ps in assignments(after).values() for p in ps) == [0, 1]
+        # the one that left cannot come back with its old epoch
+        assert left.heartbeat(epoch=1, topics=None).error_code == ErrorCode.unknown_member_id

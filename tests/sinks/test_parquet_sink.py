@@ -115,3 +115,59 @@ def test_hive_directories_by_record_hour_roll_together(tmp_path):
     # rolled as a group: the files of one roll cover one offset range between them
     ranges = sorted(layout.parse_file_name(p.name)[2:] for ps in by_dir.values() for p in ps)
     assert max(last for _, last in ranges if last < 600) == 599
+
+
+def _both_ways(recs, batch_size, config, tmp_path):
+    """The same records through write (ConsumerRecords) and write_columns (the consumer's
+    RecordColumns, decoded from record batches): their files and rejections."""
+    from databus.client.fetcher import decode_fetched, decode_fetched_columns
+    from databus.protocol.records import build_batch
+
+    out = []
+    for way in ("records", "columns"):
+        s = sink(tmp_path / way, **config)
+        s._open(("t", 0), None)
+        rejected = []
+        for start in range(0, len(recs), batch_size):
+            chunk = recs[start:start + batch_size]
+            data = build_batch([(r.key, r.value, r.headers, r.timestamp, r.offset)
+                                for r in chunk], base_offset=chunk[0].offset)
+            if way == "records":
+                got, _ = decode_fetched("t", 0, data, chunk[0].offset)
+                rejected += [(r.offset, why) for r, why in s._write(("t", 0), got) or ()]
+            else:
+                got, _ = decode_fetched_columns("t", 0, data, chunk[0].offset)
+                rejected += [(got.offsets[i], why)
+                             for i, why in s._write_columns(("t", 0), got) or ()]
+        s._flush([("t", 0)], True)
+        files = sorted(p.relative_to(tmp_path / way) for p in (tmp_path / way).rglob("*.parquet"))
+        tables = [pq.read_table(tmp_path / way / f) for f in files]
+        out.append((files, tables, rejected))
+    return out
+
+
+def test_columnar_batches_give_the_files_of_record_batches(tmp_path):
+    rng = random.Random(7)
+    recs = []
+    for i in range(3000):
+        value = json.dumps({"id": i, "name": f"n{i % 7}", "amount": i / 4}).encode()
+        if i % 97 == 5:
+            value = None  # a tombstone: a row of nulls
+        recs.append(ConsumerRecord("t", 0, i * 2, T0 + i * 5000, 0,
+                                   None if i % 3 else b"k%d" % i, value,
+                                   (("h", b"x"), ("n", None)) if i % 5 == 0 else ()))
+    (files_r, tables_r, rej_r), (files_c, tables_c, rej_c) = _both_ways(
+        recs, rng.randint(300, 900), {"flush.size": 1000}, tmp_path)
+    assert files_r == files_c and len(files_r) > 3
+    assert tables_r == tables_c
+    assert rej_r == rej_c == []
+
+
+def test_a_columnar_batch_with_a_bad_value_rejects_that_row_only(tmp_path):
+    recs = [ConsumerRecord("t", 0, i, T0, 0, None,
+                           b"{not json" if i == 13 else json.dumps({"id": i}).encode(), ())
+            for i in range(40)]
+    (files_r, tables_r, rej_r), (files_c, tables_c, rej_c) = _both_ways(recs, 40, {}, tmp_path)
+    assert [offset for offset, _ in rej_c] == [13]
+    assert rej_r == rej_c and tables_r == tables_c
+    assert sum(t.num_rows for t in tables_c) == 39

@@ -24,20 +24,20 @@
   partitions, and the answer carries the ids back.
 - Produce is advertised from v0 (librdkafka before 2.11.1 stops compressing when a broker's
   minimum is 3), but only record format v2 is stored: v0-2, which kio has no schema for, are
-  parsed and answered here by hand with UNSUPPORTED_VERSION (``_answer_legacy``).
+  answered with UNSUPPORTED_VERSION (``_answer_legacy``; protocol/legacy_produce.py
+  reads and writes their layouts).
 """
 
 from __future__ import annotations
 
 import datetime
 import logging
-import struct
 import time
 
 from databus.protocol.api_keys import ApiKey
 from databus.protocol.entities import build
 from databus.protocol.errors import ErrorCode
-from databus.protocol.framing import FramingError, decode_request_header
+from databus.protocol.legacy_produce import legacy_produce_error_body, parse_legacy_produce
 from databus.service import latency_trace
 from databus.storage.acls import Operation, ResourceType
 
@@ -227,50 +227,15 @@ def _write_trace(results, started, appended, waiters, answered) -> None:
                              waiter and waiter.round_end, answered)
 
 
-# -- Produce v0-2 (message format v0/v1): parsed by hand, refused ------------------------
-
-_I16 = struct.Struct(">h")
-_I32 = struct.Struct(">i")
+# -- Produce v0-2 (message format v0/v1): refused -----------------------------------------
 
 
 def _answer_legacy(ctx: RequestContext) -> RawResponse | None:
-    version = ctx.api_version
-    frame = ctx.frame
-    _header, pos = decode_request_header(frame)
-    try:
-        (acks,) = _I16.unpack_from(frame, pos)
-        pos += 2 + 4  # acks, timeout
-        (topic_count,) = _I32.unpack_from(frame, pos)
-        pos += 4
-        topics = []
-        for _ in range(max(topic_count, 0)):
-            (name_len,) = _I16.unpack_from(frame, pos)
-            pos += 2
-            name = bytes(frame[pos:pos + name_len])
-            pos += name_len
-            (partition_count,) = _I32.unpack_from(frame, pos)
-            pos += 4
-            partitions = []
-            for _ in range(max(partition_count, 0)):
-                index, size = struct.unpack_from(">ii", frame, pos)
-                pos += 8 + max(size, 0)
-                partitions.append(index)
-            topics.append((name, partitions))
-        if pos > len(frame):
-            raise struct.error("truncated")
-    except struct.error:
-        raise FramingError(f"malformed produce v{version} request") from None
+    """UNSUPPORTED_VERSION for every partition (protocol/legacy_produce.py reads and writes
+    the v0-2 layouts kio has no schema for)."""
+    request = parse_legacy_produce(ctx.frame)
     log.info("refusing produce v%d from %s: only record format v2 (produce v3+) is stored",
-             version, ctx.client_host)
-    if acks == 0:
+             ctx.api_version, ctx.client_host)
+    if request.acks == 0:
         return None
-    out = [_I32.pack(len(topics))]
-    for name, partitions in topics:
-        out.append(_I16.pack(len(name)) + name + _I32.pack(len(partitions)))
-        for index in partitions:
-            out.append(struct.pack(">ihq", index, ErrorCode.unsupported_version, -1))
-            if version >= 2:
-                out.append(struct.pack(">q", -1))  # log_append_time
-    if version >= 1:
-        out.append(_I32.pack(0))  # throttle_time_ms
-    return RawResponse([b"".join(out)])
+    return RawResponse([legacy_produce_error_body(ctx.api_version, request)])

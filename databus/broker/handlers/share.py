@@ -5,9 +5,13 @@ ShareGroupDescribe (77), ShareFetch (78), ShareAcknowledge (79), DescribeShareGr
 Thin translations between kio messages and share/service.py (the broker's ``shares``);
 membership logic lives in share/group_state.py, record states in share/partition_state.py.
 
-Versions: 76-79 at v1 only, what Kafka 4.1+ and librdkafka 2.15 (confluent-kafka 2.16's
-``ShareConsumer``) speak; v0 was Kafka 4.0's early access, v2 adds RENEW and acquire modes,
-not implemented.  90-92 at v0 (v1 of 90 only adds a lag field: not served).
+Versions: 76-77 at v1, what Kafka 4.1+ and librdkafka 2.15 (confluent-kafka 2.16's
+``ShareConsumer``) speak (v0 was Kafka 4.0's early access); ShareFetch and ShareAcknowledge
+at v1-v2: v2 adds the RENEW acknowledgement (KIP-1222: the records stay the member's with a
+new lock; a request with ``is_renew_ack`` acquires nothing) and ``share_acquire_mode``
+(KIP-1206: 0 batch_optimized, 1 record_limit; this broker keeps ``max_records`` strictly in
+both, which batch_optimized allows).  90-92 at v0 (v1 of 90 only adds a lag field: not
+served).
 
 ShareFetch: acknowledgements piggy-backed on the request are applied, and their write to
 ``__share_group_state`` is started; meanwhile the session's partitions are read and records
@@ -92,6 +96,11 @@ async def share_group_heartbeat(ctx: RequestContext, request):
         client_id=ctx.client_id or "",
         client_host="/" + ctx.client_host if ctx.client_host else "",
     ))
+    if service.membership_changed:
+        # the new epochs and assignment are durable before the member hears of them
+        error = await service.persist()
+        if error != ErrorCode.none:
+            return _response(ctx, error_code=error)
     assignment = None
     if result.assignment is not None:
         topics = ctx.broker.log_manager.topics()
@@ -173,7 +182,7 @@ def _refused(ctx: RequestContext, service: ShareService,
 
 
 def _apply_acks(service: ShareService, group_id: str, member_id: str, topics,
-                refused: dict) -> dict[tuple[uuid.UUID, int], ErrorCode]:
+                refused: dict, *, renew: bool) -> dict[tuple[uuid.UUID, int], ErrorCode]:
     """(topic id, partition) -> acknowledge error, for every partition carrying batches;
     those of ``refused`` get its error and are not applied."""
     results = {}
@@ -187,7 +196,8 @@ def _apply_acks(service: ShareService, group_id: str, member_id: str, topics,
                 results[key] = refused[key]
             else:
                 results[key] = service.acknowledge(
-                    group_id, member_id, topic.topic_id, partition.partition_index, batches)
+                    group_id, member_id, topic.topic_id, partition.partition_index, batches,
+                    renew=renew)
     return results
 
 
@@ -209,7 +219,11 @@ def _leader(ctx: RequestContext) -> dict:
     return {"leader_id": ctx.broker.node_id, "leader_epoch": 0}
 
 
-@handles(ApiKey.SHARE_FETCH, 1, 1)
+# KIP-1206's acquire modes (ShareFetch v2)
+BATCH_OPTIMIZED, RECORD_LIMIT = 0, 1
+
+
+@handles(ApiKey.SHARE_FETCH, 1, 2)
 async def share_fetch(ctx: RequestContext, request):
     service = shares_of(ctx)
     group_id, member_id = request.group_id or "", request.member_id or ""
@@ -221,6 +235,11 @@ async def share_fetch(ctx: RequestContext, request):
     if service is None:
         return top_error(ErrorCode.coordinator_load_in_progress)
     epoch = request.share_session_epoch
+    renew_only = bool(getattr(request, "is_renew_ack", False))
+    if getattr(request, "share_acquire_mode", BATCH_OPTIMIZED) not in (BATCH_OPTIMIZED,
+                                                                        RECORD_LIMIT):
+        return top_error(ErrorCode.invalid_request,
+                         f"unknown share_acquire_mode {request.share_acquire_mode}")
     has_acks = any(p.acknowledgement_batches for t in request.topics for p in t.partitions)
     if epoch == OPEN_EPOCH and has_acks:
         return top_error(ErrorCode.invalid_request,
@@ -241,7 +260,8 @@ async def share_fetch(ctx: RequestContext, request):
     # checked on every request over the whole session: an ACL removed since the session
     # opened stops its topic at once
     refused = _refused(ctx, service, named | session.partitions)
-    acks = _apply_acks(service, group_id, member_id, request.topics, refused)
+    acks = _apply_acks(service, group_id, member_id, request.topics, refused,
+                       renew=ctx.api_version >= 2)
     # the write of the acknowledgements starts now; records are acquired meanwhile and the
     # answer waits for both (it must not confirm an acknowledgement before its fsync)
     pending = service.persist_soon() if acks else None
@@ -250,6 +270,10 @@ async def share_fetch(ctx: RequestContext, request):
     if epoch == FINAL_EPOCH:
         await _persist_acks(service, acks, pending)
         service.close_session(session)
+    elif renew_only:
+        # KIP-1222: a request that renews locks acquires nothing (the member is still
+        # working on what it holds)
+        await _persist_acks(service, acks, pending)
     else:
         created = service.created
         deadline = trio.current_time() + ms(request.max_wait) / 1000
@@ -302,7 +326,7 @@ async def share_fetch(ctx: RequestContext, request):
     )
 
 
-@handles(ApiKey.SHARE_ACKNOWLEDGE, 1, 1)
+@handles(ApiKey.SHARE_ACKNOWLEDGE, 1, 2)
 async def share_acknowledge(ctx: RequestContext, request):
     service = shares_of(ctx)
     group_id, member_id = request.group_id or "", request.member_id or ""
@@ -320,7 +344,7 @@ async def share_acknowledge(ctx: RequestContext, request):
         return top_error(exc.code, str(exc))
     named = {(t.topic_id, p.partition_index) for t in request.topics for p in t.partitions}
     acks = _apply_acks(service, group_id, member_id, request.topics,
-                       _refused(ctx, service, named))
+                       _refused(ctx, service, named), renew=ctx.api_version >= 2)
     await _persist_acks(service, acks)
     if request.share_session_epoch == FINAL_EPOCH:
         service.close_session(session)
@@ -331,7 +355,8 @@ async def share_acknowledge(ctx: RequestContext, request):
     return _response(
         ctx, error_code=ErrorCode.none,
         responses=[{"topic_id": t, "partitions": parts} for t, parts in topics.items()],
-        node_endpoints=[],
+        node_endpoints=[], **({"acquisition_lock_timeout": service.lock_duration_ms(group_id)}
+                              if ctx.api_version >= 2 else {}),
     )
 
 

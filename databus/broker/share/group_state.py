@@ -26,6 +26,13 @@ know, FENCED_MEMBER_EPOCH for an epoch other than the one last given to the memb
 INVALID_REQUEST for a join without member id or subscription, GROUP_MAX_SIZE_REACHED past
 ``group.share.max.size``.  A member not heard from within ``group.share.session.timeout.ms``
 is removed (``advance``).
+
+Durable membership: every change of a group's epochs, members or assignments marks the group
+in ``dirty``; the driver writes ``export(group)`` (``MembershipImage``) to
+``__share_group_state`` and ``restore``s it after a restart, so members keep their member
+epochs and assignments and go on heartbeating (their session timers start again at the
+restart), as Kafka keeps them in ``__consumer_offsets``.  Heartbeats that change nothing
+write nothing.
 """
 
 from __future__ import annotations
@@ -35,6 +42,7 @@ from dataclasses import dataclass, field
 from enum import Enum
 
 from databus.protocol.errors import ErrorCode
+from databus.protocol.internal_records.share_group_state import MemberImage, MembershipImage
 
 from ..coordinator.heartbeat_groups import (
     DEFAULT_HEARTBEAT_INTERVAL_MS,
@@ -168,6 +176,7 @@ class ShareGroupCoordinator:
         self.config = config or ShareGroupConfig()
         self._group_config = group_config or (lambda _group_id: self.config)
         self._groups: dict[str, _Group] = {}
+        self.dirty: set[str] = set()  # groups whose membership changed since written
 
     # -- heartbeat -------------------------------------------------------------------------
 
@@ -210,6 +219,7 @@ class ShareGroupCoordinator:
                 now_ms + config.session_timeout_ms,
             )
             group.epoch += 1
+            self.dirty.add(group.group_id)
         else:
             if member is None:
                 return HeartbeatResult(
@@ -228,12 +238,14 @@ class ShareGroupCoordinator:
             if subscribed is not None and tuple(subscribed) != member.subscribed:
                 member.subscribed = tuple(subscribed)
                 group.epoch += 1
+                self.dirty.add(group.group_id)
 
         self._refresh_target(group, partitions)
         changed = member.epoch != group.assignment_epoch or epoch == JOIN_EPOCH
         if changed:
             member.epoch = group.assignment_epoch
             member.assignment = group.target.get(member.member_id, {})
+            self.dirty.add(group.group_id)
         full = changed or request.subscribed_topic_names is not None
         return HeartbeatResult(
             ErrorCode.none, member.epoch, config.heartbeat_interval_ms,
@@ -253,10 +265,12 @@ class ShareGroupCoordinator:
             group.target = assign({m.member_id: m.subscribed for m in group.members.values()},
                                   dict(topics_seen))
             group.assignment_epoch = group.epoch
+            self.dirty.add(group.group_id)
 
     def _remove(self, group: _Group, member_id: str, partitions: Mapping[str, int] | None):
         del group.members[member_id]
         group.epoch += 1
+        self.dirty.add(group.group_id)
         if partitions is not None:
             self._refresh_target(group, partitions)
 
@@ -305,6 +319,35 @@ class ShareGroupCoordinator:
                 for m in sorted(group.members.values(), key=lambda m: m.member_id)
             ),
         )
+
+    def export(self, group_id: str) -> MembershipImage | None:
+        """The group's membership as persisted (None: no such group)."""
+        group = self._groups.get(group_id)
+        if group is None:
+            return None
+        return MembershipImage(group.epoch, group.assignment_epoch, tuple(
+            MemberImage(m.member_id, m.epoch, m.rack_id, m.client_id, m.client_host,
+                        m.subscribed, tuple(sorted(m.assignment.items())))
+            for m in sorted(group.members.values(), key=lambda m: m.member_id)),
+            group.topics_seen)
+
+    def restore(self, group_id: str, image: MembershipImage, now_ms: int) -> None:
+        """A group's persisted membership after a restart: members keep their epochs and
+        assignments; each one's session timer starts now.  The target assignment is
+        recomputed at the next heartbeat if the topics changed meanwhile."""
+        config = self._group_config(group_id)
+        group = self._groups[group_id] = _Group(group_id, image.group_epoch,
+                                                image.assignment_epoch)
+        for m in image.members:
+            member = _Member(m.member_id, m.member_epoch, m.subscribed_topic_names, m.rack_id,
+                             m.client_id, m.client_host, now_ms + config.session_timeout_ms,
+                             dict(m.assignment))
+            group.members[m.member_id] = member
+        group.topics_seen = image.topics_seen
+        if image.assignment_epoch == image.group_epoch:
+            # members that lagged the epoch get the target recomputed from the same inputs
+            group.target = assign({m.member_id: m.subscribed
+                                   for m in group.members.values()}, dict(image.topics_seen))
 
     def delete_group(self, group_id: str) -> ErrorCode:
         group = self._groups.get(group_id)

@@ -51,7 +51,7 @@ FINAL_STATES = (RecordState.ACKNOWLEDGED, RecordState.ARCHIVED)
 
 
 class AcknowledgeType(IntEnum):
-    """ShareFetch/ShareAcknowledge acknowledge types (RENEW is v2, not served)."""
+    """ShareFetch/ShareAcknowledge acknowledge types (RENEW from v2, KIP-1222)."""
 
     GAP = 0
     ACCEPT = 1
@@ -59,6 +59,14 @@ class AcknowledgeType(IntEnum):
     REJECT = 3
     RENEW = 4
 
+
+_SETTLE_TYPES = frozenset((AcknowledgeType.GAP, AcknowledgeType.ACCEPT,
+                           AcknowledgeType.RELEASE, AcknowledgeType.REJECT))
+_RENEW_TYPES = _SETTLE_TYPES | {AcknowledgeType.RENEW}
+
+# why records were archived, for a dead-letter topic (share/dlq.py's DeadReason)
+DEAD_REJECTED = 0
+DEAD_DELIVERY_COUNT = 1
 
 # Kafka's group.share.* broker defaults (GroupCoordinatorConfig / ShareGroupConfig).
 DEFAULT_RECORD_LOCK_DURATION_MS = 30_000
@@ -129,6 +137,10 @@ class SharePartition:
         # (the records may have been acknowledged or re-acquired since)
         self._locks: list[tuple[int, int, int]] = []
         self.dirty = False
+        # (first, last, delivery count, reason) of records archived by a REJECT or by the
+        # delivery count limit, while the group has a dead-letter topic (KIP-1191): the
+        # caller takes them with ``take_dead``; None: not collected
+        self.dead: list[tuple[int, int, int, int]] | None = None
         for batch in sorted(batches, key=lambda b: b.first_offset):
             if batch.last_offset < self.start_offset:
                 continue
@@ -332,14 +344,17 @@ class SharePartition:
     # -- acknowledgement -------------------------------------------------------------------
 
     def acknowledge(self, member_id: str, first: int, last: int,
-                    types: Sequence[int]) -> ErrorCode:
+                    types: Sequence[int], *, now_ms: int = 0,
+                    renew: bool = False) -> ErrorCode:
         """Apply one acknowledgement batch of ``member_id``: one type for the whole range or
         one per offset.  All or nothing: if any offset is not ACQUIRED by this member the
-        batch is INVALID_RECORD_STATE and changes nothing."""
+        batch is INVALID_RECORD_STATE and changes nothing.  RENEW (KIP-1222, only when
+        ``renew`` allows it) keeps the records ACQUIRED by the member with a new lock from
+        ``now_ms``, delivery count unchanged."""
         if last < first or not types or len(types) not in (1, last - first + 1):
             return ErrorCode.invalid_request
-        if any(t not in (AcknowledgeType.GAP, AcknowledgeType.ACCEPT,
-                         AcknowledgeType.RELEASE, AcknowledgeType.REJECT) for t in types):
+        allowed = _RENEW_TYPES if renew else _SETTLE_TYPES
+        if any(t not in allowed for t in types):
             return ErrorCode.invalid_request
         if first < self.start_offset or last >= self.end_offset:
             return ErrorCode.invalid_record_state
@@ -353,25 +368,34 @@ class SharePartition:
             pos = run.last + 1
             k += 1
         if len(types) == 1:
-            self._settle(first, last, types[0])
+            self._settle(first, last, types[0], now_ms)
         else:
             # one call per stretch of equal types, so a batch of alike types stays a range
             offset = first
             for kind, group in itertools.groupby(types):
                 n = sum(1 for _ in group)
-                self._settle(offset, offset + n - 1, kind)
+                self._settle(offset, offset + n - 1, kind, now_ms)
                 offset += n
         self._advance_start()
         return ErrorCode.none
 
-    def _settle(self, first: int, last: int, kind: int) -> None:
+    def _settle(self, first: int, last: int, kind: int, now_ms: int = 0) -> None:
         i, j = self._span(first, last)
+        if kind == AcknowledgeType.RENEW:
+            deadline = now_ms + self.config.record_lock_duration_ms
+            for run in self._runs[i:j]:
+                run.deadline = deadline
+            heapq.heappush(self._locks, (deadline, first, last))
+            self._merge(i, j)
+            return
         for run in self._runs[i:j]:
             if kind == AcknowledgeType.ACCEPT:
                 self._finish(run, RecordState.ACKNOWLEDGED)
             elif kind == AcknowledgeType.RELEASE:
                 self._release(run)
             else:  # REJECT, GAP
+                if kind == AcknowledgeType.REJECT and self.dead is not None:
+                    self.dead.append((run.first, run.last, run.count, DEAD_REJECTED))
                 self._finish(run, RecordState.ARCHIVED)
         self._merge(i, j)
 
@@ -395,9 +419,19 @@ class SharePartition:
     def _release(self, run: _Run) -> None:
         """Back to AVAILABLE, or ARCHIVED once delivered ``delivery_count_limit`` times."""
         if run.count >= self.config.delivery_count_limit:
+            if self.dead is not None:
+                self.dead.append((run.first, run.last, run.count, DEAD_DELIVERY_COUNT))
             self._finish(run, RecordState.ARCHIVED)
         else:
             self._finish(run, RecordState.AVAILABLE)
+
+    def take_dead(self) -> list[tuple[int, int, int, int]]:
+        """The dead letters collected since the last call (see ``dead``)."""
+        dead = self.dead
+        if not dead:
+            return []
+        self.dead = []
+        return dead
 
     # -- locks -----------------------------------------------------------------------------
 

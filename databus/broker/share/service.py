@@ -36,19 +36,30 @@ from databus.protocol.internal_records import partition_for
 from databus.protocol.internal_records.share_group_state import (
     SHARE_STATE_TOPIC,
     ConfigKey,
+    MembershipKey,
     ShareStateRecordError,
     StateKey,
     StateValue,
     decode_config_value,
     decode_key,
+    decode_membership_value,
     decode_state_value,
     encode_config_value,
     encode_key,
+    encode_membership_value,
     encode_state_value,
 )
 from databus.protocol.records import build_batch, iter_headers
 
 from ..coordinator.replay import log_records
+from .dlq import (
+    DLQ_COPY_CONFIG,
+    DLQ_TOPIC_CONFIG,
+    DeadLetter,
+    DeadLetterWriter,
+    DeadReason,
+    check_topic_name,
+)
 from .group_state import (
     HeartbeatRequest,
     HeartbeatResult,
@@ -102,6 +113,8 @@ class ShareConfig:
     max_size: int = 200
     max_share_sessions: int = 2000
     state_topic_num_partitions: int = 50
+    dlq_topic_prefix: str = "dlq."  # errors.deadletterqueue.topic.name.prefix
+    dlq_auto_create: bool = True  # errors.deadletterqueue.auto.create.topics.enable
 
 
 _DURATION = re.compile(
@@ -154,6 +167,9 @@ def group_config_checks(config: ShareConfig) -> dict[str, Callable[[str], None]]
         "share.partition.max.record.locks": _bounded(100, 10_000),
         "share.session.timeout.ms": _bounded(1, 2**31 - 1),
         "share.heartbeat.interval.ms": _bounded(1, 2**31 - 1),
+        "share.renew.acknowledge.enable": _one_of("true", "false"),
+        DLQ_TOPIC_CONFIG: lambda value: check_topic_name(value, config.dlq_topic_prefix),
+        DLQ_COPY_CONFIG: _one_of("true", "false"),
     }
 
 
@@ -186,6 +202,9 @@ def group_config_defaults(config: ShareConfig) -> dict[str, str]:
         "share.partition.max.record.locks": str(config.partition_max_record_locks),
         "share.session.timeout.ms": str(config.session_timeout_ms),
         "share.heartbeat.interval.ms": str(config.heartbeat_interval_ms),
+        "share.renew.acknowledge.enable": "true",
+        DLQ_TOPIC_CONFIG: "",
+        DLQ_COPY_CONFIG: "false",
     }
 
 
@@ -254,10 +273,14 @@ class ShareService:
         self.loaded = False
         self.writes = 0  # rounds written (for tests and the bench)
         self.created = 0  # share-partitions initialised by auto offset reset
+        self.restored_members = 0  # members kept across the last restart
         self._rearm = trio.Event()
         self._write_wanted = trio.Event()
         self._next_round = _Round()
         self._changed = trio.Event()  # records became available (release, expiry)
+        self.dead_letters = DeadLetterWriter(broker, self.dlq_target,
+                                             prefix=self.config.dlq_topic_prefix,
+                                             auto_create=self.config.dlq_auto_create)
 
     # -- lifecycle --------------------------------------------------------------------------
 
@@ -270,6 +293,7 @@ class ShareService:
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(self._timer_loop)
                 nursery.start_soon(self._writer_loop)
+                nursery.start_soon(self.dead_letters.run)
                 task_status.started(self)
         finally:
             for gone in self.coordinator.fail_all():
@@ -286,6 +310,7 @@ class ShareService:
 
     def replay(self) -> None:
         records = 0
+        memberships = {}
         for partition in range(self.num_partitions):
             plog = self.broker.get_log(SHARE_STATE_TOPIC, partition)
             if plog is None:
@@ -302,6 +327,11 @@ class ShareService:
                             self.durable.pop(pkey, None)
                         else:
                             self.durable[pkey] = decode_state_value(value)
+                    elif isinstance(decoded, MembershipKey):
+                        if value is None:
+                            memberships.pop(decoded.group_id, None)
+                        else:
+                            memberships[decoded.group_id] = decode_membership_value(value)
                     elif value is None:
                         self.group_configs.pop(decoded.group_id, None)
                     else:
@@ -313,6 +343,11 @@ class ShareService:
             self.coordinator.ensure_group(group_id)
         for group_id in self.group_configs:
             self.coordinator.ensure_group(group_id)
+        now = self.clock()
+        for group_id, image in memberships.items():
+            self.coordinator.restore(group_id, image, now)
+        self.coordinator.dirty.clear()
+        self.restored_members = sum(len(image.members) for image in memberships.values())
         log.info("loaded the state of %d share-partitions from %d records of %s",
                  len(self.durable), records, SHARE_STATE_TOPIC)
 
@@ -341,25 +376,55 @@ class ShareService:
         value = encode_config_value(overrides) if overrides else None
         await self._append_durably(group_id, [(encode_key(ConfigKey(group_id)), value)])
         new = self.partition_config(group_id)
+        collect = self.dlq_target(group_id) is not None
         for (group, _, _), sp in self.partitions.items():
             if group == group_id:
                 sp.config = new
+                sp.dead = (sp.dead or []) if collect else None
+
+    def dlq_target(self, group_id: str) -> tuple[str, bool] | None:
+        """(dead-letter topic, copy the records?) of the group, None without one."""
+        configs = self.group_configs.get(group_id)
+        if not configs or not configs.get(DLQ_TOPIC_CONFIG):
+            return None
+        return configs[DLQ_TOPIC_CONFIG], configs.get(DLQ_COPY_CONFIG, "false") == "true"
+
+    def _send_dead(self, key: PartitionKey, sp: SharePartition) -> None:
+        """Hand the records ``sp`` archived for the dead-letter topic to its writer."""
+        dead = sp.take_dead()
+        if not dead:
+            return
+        group_id, topic_id, partition = key
+        topic = self.topic_names_by_id().get(topic_id)
+        if topic is None:
+            return
+        self.dead_letters.offer([
+            DeadLetter(group_id, topic, partition, first, last, count, DeadReason(reason))
+            for first, last, count, reason in dead])
 
     # -- membership -------------------------------------------------------------------------
 
     def heartbeat(self, request: HeartbeatRequest) -> HeartbeatResult:
+        """One heartbeat; if it changed the group's membership, ``membership_changed`` and
+        the caller waits for ``persist`` before answering (a member must not be told an
+        epoch that a crash could take back)."""
         topics = {name: info.partitions for name, info in self.broker.log_manager.topics().items()}
         result = self.coordinator.heartbeat(self.clock(), request, topics)
         self._rearm.set()
         return result
 
+    @property
+    def membership_changed(self) -> bool:
+        return bool(self.coordinator.dirty)
+
     def _member_gone(self, gone: MemberGone) -> None:
         """Release what the member holds and close its session."""
         self.sessions.pop((gone.group_id, gone.member_id), None)
         released = 0
-        for (group, _, _), sp in self.partitions.items():
-            if group == gone.group_id:
+        for key, sp in self.partitions.items():
+            if key[0] == gone.group_id:
                 released += sp.release_member(gone.member_id)
+                self._send_dead(key, sp)
         if released:
             log.info("share group %s: member %s gone, %d records released", gone.group_id,
                      gone.member_id, released)
@@ -395,6 +460,8 @@ class ShareService:
             sp = SharePartition(self._reset_offset(group_id, topic, partition), config)
             sp.dirty = True  # the start offset chosen now must survive a crash
             self.created += 1
+        if self.dlq_target(group_id) is not None:
+            sp.dead = []
         self.partitions[key] = sp
         return sp
 
@@ -447,8 +514,11 @@ class ShareService:
         return session
 
     def _release_member_records(self, group_id: str, member_id: str) -> None:
-        released = sum(sp.release_member(member_id)
-                       for (group, _, _), sp in self.partitions.items() if group == group_id)
+        released = 0
+        for key, sp in self.partitions.items():
+            if key[0] == group_id:
+                released += sp.release_member(member_id)
+                self._send_dead(key, sp)
         if released:
             self._records_changed()
 
@@ -459,9 +529,13 @@ class ShareService:
     # -- acknowledgements -------------------------------------------------------------------
 
     def acknowledge(self, group_id: str, member_id: str, topic_id: uuid.UUID, partition: int,
-                    batches: Iterable[AckBatch]) -> ErrorCode:
+                    batches: Iterable[AckBatch], *, renew: bool = False) -> ErrorCode:
         """Apply one partition's acknowledgement batches (in memory; ``persist`` makes them
-        durable).  The first failing batch's error is the partition's."""
+        durable).  The first failing batch's error is the partition's.  ``renew``: the
+        request's version knows RENEW (v2, KIP-1222); the group's
+        ``share.renew.acknowledge.enable`` may still refuse it (INVALID_REQUEST)."""
+        renew = renew and self.group_config(group_id)["share.renew.acknowledge.enable"] == "true"
+        now = self.clock()
         names = self.topic_names_by_id()
         topic = names.get(topic_id)
         if topic is None:
@@ -473,11 +547,14 @@ class ShareService:
         released = False
         start = sp.start_offset
         for batch in batches:
-            code = sp.acknowledge(member_id, batch.first_offset, batch.last_offset, batch.types)
+            code = sp.acknowledge(member_id, batch.first_offset, batch.last_offset, batch.types,
+                                  now_ms=now, renew=renew)
             if code != ErrorCode.none and error == ErrorCode.none:
                 error = code
             released = released or (
                 code == ErrorCode.none and AcknowledgeType.RELEASE in batch.types)
+        if sp.dead:
+            self._send_dead((group_id, topic_id, partition), sp)
         if released or sp.start_offset != start:
             # records to redeliver, or room in the window for new ones: fetchers waiting
             # on this partition may acquire now
@@ -519,6 +596,12 @@ class ShareService:
     async def _write_dirty(self) -> None:
         by_partition: dict[int, list[tuple[bytes, bytes | None]]] = {}
         now = self.clock()
+        dirty, self.coordinator.dirty = self.coordinator.dirty, set()
+        for group_id in sorted(dirty):
+            image = self.coordinator.export(group_id)
+            value = encode_membership_value(image) if image is not None else None
+            by_partition.setdefault(self._state_partition(group_id), []).append(
+                (encode_key(MembershipKey(group_id)), value))
         for (group_id, topic_id, partition), sp in self.partitions.items():
             if not sp.dirty:
                 continue
@@ -558,12 +641,33 @@ class ShareService:
 
         Partitions in ``wanted`` (named by the request) are answered even when empty;
         those in ``refused`` (the caller may not read them) are answered with their error,
-        nothing acquired."""
+        nothing acquired.
+
+        Kafka's rules for what one ShareFetch may take (DelayedShareFetch, ShareFetchUtils):
+        - the partitions are visited from a point that rotates with the session epoch
+          (round robin), so one busy partition does not always come first;
+        - ``max_bytes`` is split evenly over the partitions read (the uniform
+          PartitionMaxBytesStrategy) and bounds the answer: only the answer's first batch
+          may exceed it (a log read gives at least one batch, then stops at the limit);
+        - ``max_records`` is shared by all partitions of the request;
+        - a share-partition is initialised asynchronously by its first fetch (its state
+          read from the share coordinator), and the fetch completes as soon as a partition
+          that is ready has records: so a share-partition that this very fetch initialises
+          is read only while nothing has been acquired yet (the first ShareFetch of a
+          member with two fresh partitions gets one partition's records, as from Kafka).
+        """
         names = self.topic_names_by_id()
         now = self.clock()
         results = []
+        ordered = sorted(session.partitions, key=lambda k: (str(k[0]), k[1]))
+        if ordered:
+            turn = (session.epoch - 1) % len(ordered)  # the request's epoch: 0 opens
+            ordered = ordered[turn:] + ordered[:turn]
+        readable = [k for k in ordered if not (refused and k in refused)]
+        per_partition = max(max_bytes // max(len(readable), 1), 1)
         budget = max_bytes
-        for topic_id, partition in sorted(session.partitions, key=lambda k: (str(k[0]), k[1])):
+        acquired_any = False
+        for topic_id, partition in ordered:
             result = PartitionFetch(topic_id, partition)
             if refused and (topic_id, partition) in refused:
                 result.error = refused[(topic_id, partition)]
@@ -576,52 +680,99 @@ class ShareService:
                                 else ErrorCode.unknown_topic_or_partition)
                 results.append(result)
                 continue
-            if max_records > 0 and budget > 0:
-                taken = self._acquire_partition(session, topic, topic_id, partition, now,
-                                                max_records, budget, result)
+            fresh = (session.group_id, topic_id, partition) not in self.partitions
+            sp = self.share_partition(session.group_id, topic_id, partition, topic)
+            if fresh and acquired_any:
+                pass  # initialised now, read from the next fetch on (see above)
+            elif max_records > 0 and budget > 0:
+                limit = min(per_partition, budget)
+                taken = self._acquire_partition(session, sp, topic, partition, now,
+                                                max_records, limit, result,
+                                                may_exceed=not acquired_any)
                 max_records -= taken
                 budget -= len(result.records)
+                acquired_any = acquired_any or taken > 0
             if result.acquired or (topic_id, partition) in wanted:
                 results.append(result)
         return results
 
-    def _acquire_partition(self, session: ShareSession, topic: str, topic_id: uuid.UUID,
-                           partition: int, now: int, max_records: int, budget: int,
-                           result: PartitionFetch) -> int:
-        sp = self.share_partition(session.group_id, topic_id, partition, topic)
+    def _acquire_partition(self, session: ShareSession, sp: SharePartition, topic: str,
+                           partition: int, now: int, max_records: int, limit: int,
+                           result: PartitionFetch, *, may_exceed: bool) -> int:
+        """Acquire from one share-partition into ``result``: batches up to ``limit`` bytes
+        (the first one of the answer whatever its size when ``may_exceed``); the number of
+        records acquired.  Under ``share.isolation.level=read_committed`` the log is read
+        only below its last stable offset and aborted transactions' batches are archived
+        as gaps, never acquired (Kafka's rule)."""
         plog = self.broker.get_log(topic, partition)
         if plog.log_start_offset > sp.start_offset:
             sp.move_start(plog.log_start_offset)  # retention removed what was not done
+        committed = (self.group_config(session.group_id)["share.isolation.level"]
+                     == "read_committed")
+        upper = plog.last_stable_offset if committed else plog.log_end_offset
         offset = sp.next_fetch_offset()
         taken, used = 0, 0
         parts: list = []
         # read a chunk at a time until enough is acquired: the fetch's max_bytes (50 MB from
         # librdkafka) is a bound, not a read size
-        while taken < max_records and used < budget and offset < plog.log_end_offset:
+        while taken < max_records and offset < upper:
+            room = limit - used
+            first_of_answer = may_exceed and not parts
+            if room <= 0 and not first_of_answer:
+                break
             if offset >= sp.end_offset and not sp.can_acquire_new():
                 break  # the window is full and nothing before it is available
-            data = plog.read(offset, max(min(READ_CHUNK_BYTES, budget - used), 1))
+            data = plog.read(offset, max(min(READ_CHUNK_BYTES, room), 1),
+                             max_offset=upper if committed else None)
             headers = list(iter_headers(data))
             if not headers:
                 break
-            batches = [(h.base_offset, h.last_offset) for _, h in headers]
-            gaps = [(h.base_offset, h.last_offset) for _, h in headers if h.is_control]
+            # offer only the batches that fit what is left (the first of the answer always)
+            offered, size = [], 0
+            for pos, h in headers:
+                if size + h.size > room and not (first_of_answer and not offered):
+                    break
+                offered.append((pos, h))
+                size += h.size
+            if not offered:
+                break
+            batches = [(h.base_offset, h.last_offset) for _, h in offered]
+            gaps = [(h.base_offset, h.last_offset) for _, h in offered if h.is_control]
+            if committed:
+                gaps += self._aborted_batches(plog, offered)
             acquired = sp.acquire(session.member_id, batches, now, max_records - taken,
                                   gaps=gaps)
             if acquired:
                 # only the batches holding acquired records go back (the client delivers
                 # nothing outside the acquired ranges; sending less saves the bytes)
                 view = memoryview(data)
-                for pos, h in headers:
+                for pos, h in offered:
                     if any(r.first_offset <= h.last_offset and h.base_offset <= r.last_offset
                            for r in acquired):
                         parts.append(view[pos:pos + h.size])
                         used += h.size
                 result.acquired.extend(acquired)
                 taken += sum(r.last_offset - r.first_offset + 1 for r in acquired)
-            offset = max(headers[-1][1].next_offset, sp.start_offset)
+            offset = max(offered[-1][1].next_offset, sp.start_offset)
         result.records = b"".join(parts)
         return taken
+
+    @staticmethod
+    def _aborted_batches(plog, offered) -> list[tuple[int, int]]:
+        """(first, last) of the offered transactional batches that belong to an aborted
+        transaction (read_committed: archived like gaps, as Kafka archives them)."""
+        first = offered[0][1].base_offset
+        last = offered[-1][1].next_offset
+        aborted = plog.aborted_transactions(first, last)
+        if not aborted:
+            return []
+        out = []
+        for _, h in offered:
+            if h.is_transactional and not h.is_control and any(
+                    a.producer_id == h.producer_id and a.first_offset <= h.base_offset
+                    <= a.last_offset for a in aborted):
+                out.append((h.base_offset, h.last_offset))
+        return out
 
     async def wait_for_records(self, session: ShareSession, deadline: float) -> None:
         """Sleep until an append to one of the session's partitions, records becoming
@@ -674,7 +825,13 @@ class ShareService:
             log.info("share group %s: member %s session timed out", gone.group_id,
                      gone.member_id)
             self._member_gone(gone)
-        expired = sum(sp.expire_locks(now_ms) for sp in self.partitions.values())
+        if self.coordinator.dirty:
+            self._write_wanted.set()
+        expired = 0
+        for key, sp in self.partitions.items():
+            expired += sp.expire_locks(now_ms)
+            if sp.dead:
+                self._send_dead(key, sp)
         if expired:
             log.info("%d acquisition locks expired", expired)
             self._records_changed()
@@ -753,6 +910,7 @@ class ShareService:
             (encode_key(StateKey(*key)), None) for key in sorted(keys, key=str)]
         if topics is None:
             kvs.append((encode_key(ConfigKey(group_id)), None))
+            kvs.append((encode_key(MembershipKey(group_id)), None))
         for key in keys:
             self.partitions.pop(key, None)
             self.durable.pop(key, None)

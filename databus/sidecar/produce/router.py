@@ -43,7 +43,7 @@ from databus.protocol.sidecar_wire import (
     TXN_HEADER,
     ErrorCode,
 )
-from databus.protocol.speedups import sidecar_native
+from databus.protocol.speedups import load_native
 
 from ..delay.core import (
     CANCEL_TOPIC,
@@ -65,8 +65,10 @@ MAX_DYNAMIC_ROUTES = 10000
 # Messages up to this size skip the per-message size check: far below any sane
 # max.request.size (bigger ones take the careful path, checked against the producer's limit).
 SMALL_MESSAGE = 64 * 1024
-# place_frame's runs of plain keyless messages in C (None: the loop takes each in Python)
-_place_run = sidecar_native.place_run if sidecar_native is not None else None
+# place_frame's runs of plain keyless messages in C, _router_speedups.c beside this module
+# (None: the loop takes each in Python)
+_native = load_native(name="_router_speedups", package=__package__)
+_place_run = _native.place_run if _native is not None else None
 _SPECIAL_HEADERS = (DELAY_DUE_HEADER, DELAY_CANCEL_HEADER, TXN_HEADER, TXN_END_HEADER)
 _NOT_APP_VALUES = (DELAY_CANCEL_HEADER, TXN_END_HEADER)
 

@@ -1,4 +1,4 @@
-"""The JSON field reader in C (databus.protocol._json_speedups) against json.loads.
+"""The JSON field reader in C (databus_plugins.index._json_speedups) against json.loads.
 
 ``json_fields(values, paths, bad)`` gives, per path, each value's node there, or leaves the
 value *undecided* (the caller then reads it with json.loads): for every value it decides,
@@ -22,7 +22,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 try:
-    from databus.protocol import _json_speedups
+    from databus_plugins.index import _json_speedups
 except ImportError:  # reported by test_speedups.test_the_extension_is_built_where_a_compiler_is
     _json_speedups = None
 

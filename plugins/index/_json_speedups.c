@@ -1,4 +1,4 @@
-/* databus.protocol._json_speedups: named fields of many JSON values in one call, in C.
+/* databus_plugins.index._json_speedups: named fields of many JSON values in one call, in C.
  *
  * ``json_fields(values, paths, bad)`` reads each value (bytes, or None) as ``json.loads``
  * would and returns ``(columns, undecided)``: per path (a tuple of str, the keys from the
@@ -736,7 +736,7 @@ static PyMethodDef methods[] = {
 };
 
 static struct PyModuleDef module = {
-    PyModuleDef_HEAD_INIT, "databus.protocol._json_speedups",
+    PyModuleDef_HEAD_INIT, "databus_plugins.index._json_speedups",
     "Named fields of many JSON values in one call, in C (the pure-Python twin is json.loads "
     "in plugins/index/fields.py).",
     -1, methods, NULL, NULL, NULL, NULL,
