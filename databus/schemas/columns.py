@@ -199,7 +199,9 @@ class SubjectDecoder:
         if self.schema is None:
             self.follow_latest()
         assert self.schema is not None
-        rows, good, rejected = [], [], []
+        rows: list[dict] = []
+        good: list[int] = []
+        rejected: list[tuple[Any, str]] = []
         for i, (record, value) in enumerate(zip(records, values)):
             if value is None:
                 rows.append({})
