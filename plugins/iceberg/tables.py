@@ -47,9 +47,20 @@ def open_catalog(properties: Mapping[str, str]):
             if local:
                 os.makedirs(local if key == "warehouse" else os.path.dirname(local),
                             exist_ok=True)
-        if props.get("uri", "").startswith("sqlite:///"):
-            _write_ahead_log(local_path(props["uri"]) or "")
-    return load_catalog(name, **props)
+    for attempt in range(3):
+        try:
+            catalog = load_catalog(name, **props)
+            break
+        except Exception as exc:
+            # A SQL catalog creates its tables when first opened, which is not safe against
+            # another process (a second sink, `databus iceberg`, a reader) doing it at the
+            # same moment: the loser's CREATE TABLE fails; the tables are there now.
+            if "already exists" not in str(exc) or attempt == 2:
+                raise
+            time.sleep(0.1)
+    if props.get("type", "sql") == "sql" and props.get("uri", "").startswith("sqlite:///"):
+        _write_ahead_log(local_path(props["uri"]) or "")  # (once its tables exist)
+    return catalog
 
 
 def _write_ahead_log(path: str) -> None:

@@ -15,6 +15,7 @@ import subprocess
 import sys
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 
 import confluent_kafka
 import pyarrow as pa
@@ -51,8 +52,17 @@ def broker(tmp_path_factory):
 @functools.cache
 def catalog(path):
     # (the sink's catalog is called databus: a SQL catalog keeps its tables under that name)
-    return load_catalog("databus", type="sql", uri=f"sqlite:///{path}/catalog.db",
-                        warehouse=f"file://{path}/warehouse")
+    for attempt in range(3):
+        try:
+            return load_catalog("databus", type="sql", uri=f"sqlite:///{path}/catalog.db",
+                                warehouse=f"file://{path}/warehouse")
+        except Exception as exc:  # noqa: BLE001
+            # pyiceberg creates the catalog's tables when it opens it: racing the sink's
+            # first open, the loser's CREATE TABLE fails (the tables are there now)
+            if "already exists" not in str(exc) or attempt == 2:
+                raise
+            time.sleep(0.1)
+    raise AssertionError("unreachable")
 
 
 def load(path, name):
@@ -736,3 +746,22 @@ def test_the_console_shows_each_table_with_its_last_snapshot_offsets_and_lag(bro
     assert row[4:] == [100, ", ".join(f"{topic}-{p}:25" for p in range(4)), 8]
     assert tables["sink-tables"]["columns"] == (
         "sink", "table", "last snapshot", "committed", "records", "offsets", "lag")
+
+
+def test_processes_opening_a_new_sqlite_catalog_at_once_all_get_it(tmp_path):
+    """A second sink, `databus iceberg` or the console opening the catalog while the first
+    sink creates it: pyiceberg's table creation is not safe against that (the loser's
+    CREATE TABLE fails); open_catalog takes the tables the other made."""
+    from databus_plugins.iceberg.options import default_catalog
+    from databus_plugins.iceberg.tables import open_catalog
+
+    def opener(_):
+        ready.wait()
+        return open_catalog(default_catalog(str(tmp_path / "iceberg")))
+
+    ready = threading.Event()
+    with ThreadPoolExecutor(8) as pool:
+        futures = [pool.submit(opener, i) for i in range(8)]
+        ready.set()
+        catalogs = [f.result() for f in futures]
+    assert all(c.list_namespaces() == [] for c in catalogs)
