@@ -639,11 +639,10 @@ def test_a_full_disk_commits_nothing_partial_and_recovers_when_space_returns(bro
                  "the group's commit", log=service.log)
         before = metadata_location(path, f"db.{topic}")
         filler = disk / "filler"
-        with open(filler, "wb") as f:  # every byte the tmpfs has left
-            try:
-                while True:
-                    f.write(b"\0" * 65536)
-                    f.flush()
+        with open(filler, "wb", buffering=0) as f:  # every byte the tmpfs has left
+            try:  # (unbuffered: nothing left to write when the file is closed)
+                while f.write(b"\0" * 65536):
+                    pass
             except OSError:
                 pass
         produce_json(broker.bootstrap, topic, range(400, 2400))
