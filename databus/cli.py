@@ -61,6 +61,7 @@ BENCHMARKS: dict[str, tuple[str, str]] = {
     "fetch-sessions": ("databus.bench.fetch_sessions", "fetching many idle partitions with and without a fetch session (KIP-227)"),
     "mirror": ("databus.bench.mirror", "mirror A -> B: copy rate and replication latency, beside librdkafka's ingest"),
     "spark": ("databus.bench.spark", "a batch read through the databus Spark source beside a Parquet scan"),
+    "spark-write": ("databus.bench.spark_write", "df.write.format(\"databus\") at least once beside exactlyOnce=true"),
     "share": ("databus.bench.share", "share group (3 ShareConsumers, explicit accepts) beside a classic consumer"),
     "schemas": ("databus.bench.schemas", "schema registry: lookups by id p50/p99, registrations/s, produce with validation on/off"),
     "delay": ("databus.bench.delay", "delayed messages through the delay service: on time, none lost (kill -9 of a member)"),

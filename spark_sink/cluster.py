@@ -30,7 +30,6 @@ from databus.client import (
     Cluster,
     ConsumerConfig,
     KafkaError,
-    Producer,
     ProducerConfig,
     SyncConsumer,
     errors,
@@ -422,63 +421,3 @@ def earliest_offsets(opts: SourceOptions, partitions: list[TopicPartition]) -> d
             return await admin.list_offsets(partitions, "earliest")
 
     return _run(run) if partitions else {}
-
-
-# -- executor: writing ----------------------------------------------------------------------
-
-def produce_batches(bootstrap: str, config: ProducerConfig, batches, topic: str | None) -> int:
-    """Send the rows of Arrow ``batches`` (the Kafka sink's columns: value, and optionally
-    key, topic, partition, headers; ``topic`` overrides the column) and wait until all are
-    delivered; the first delivery error is raised.  Returns how many were sent.
-
-    One trio.run for the whole task: the sender runs at every ``await`` of ``send``, so the
-    blocking pull of the next batch from Spark only pauses it between batches.
-    """
-
-    async def run() -> int:
-        failures: list[BaseException] = []
-        sent = 0
-
-        def done(future) -> None:
-            exc = future.exception()
-            if exc is not None and not failures:
-                failures.append(exc)
-
-        async with Producer(bootstrap, config) as producer:
-            for batch in batches:
-                n = batch.num_rows
-                values, keys = _column(batch, "value", True), _column(batch, "key", True)
-                partitions = _column(batch, "partition")
-                topics = [topic] * n if topic else _column(batch, "topic")
-                headers = _column(batch, "headers")
-                for i in range(n):
-                    if topics[i] is None:
-                        raise ValueError("a row to write has a null 'topic' (set the option "
-                                         "'topic' or fill the column)")
-                    hs = headers[i]
-                    future = await producer.send(
-                        topics[i], values[i], keys[i],
-                        [(h["key"], h["value"]) for h in hs] if hs else None, partitions[i],
-                    )
-                    future.add_done_callback(done)
-                sent += n
-                if failures:
-                    raise failures[0]
-            await producer.flush()
-        if failures:
-            raise failures[0]
-        return sent
-
-    return _run(run)
-
-
-def _column(batch, name: str, payload: bool = False) -> list:
-    """Column ``name`` (any case) of an Arrow batch as a list, Nones when absent; string
-    payloads are sent as their UTF-8 bytes, as Kafka's sink does."""
-    for i, field_name in enumerate(batch.schema.names):
-        if field_name.lower() == name:
-            values = batch.column(i).to_pylist()
-            if payload and batch.schema.types[i] == "string":
-                values = [None if v is None else v.encode() for v in values]
-            return values
-    return [None] * batch.num_rows

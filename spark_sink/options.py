@@ -39,7 +39,13 @@ SOURCE_OPTIONS = {
     "valueformat", "valuesubject", "schema.registry.url",
 }
 # writeStream hands the sink its checkpointLocation among the options
-SINK_OPTIONS = {"topic", "includeheaders", "checkpointlocation"}
+SINK_OPTIONS = {"topic", "includeheaders", "checkpointlocation", "exactlyonce",
+                "transactionalidprefix"}
+# The transactional writer's default kafka.transaction.timeout.ms: the broker's default
+# transaction.max.timeout.ms (15 min), since a task's transaction stays open until Spark's
+# job or micro-batch commit, not only while the task runs (Kafka's producer default, 60 s,
+# would abort the first tasks of a longer job).
+EXACTLY_ONCE_TRANSACTION_TIMEOUT_MS = "900000"
 
 # Options of Spark's Kafka source this one refuses, and why (the message names the option).
 NOT_SUPPORTED = {
@@ -387,6 +393,8 @@ class SinkOptions:
     bootstrap_servers: str
     kafka: dict[str, str]
     topic: str | None = None
+    exactly_once: bool = False
+    transactional_id_prefix: str = "databus-spark"
 
 
 def parse_sink_options(options: dict[str, Any] | Any) -> SinkOptions:
@@ -394,7 +402,19 @@ def parse_sink_options(options: dict[str, Any] | Any) -> SinkOptions:
     opts = _lower(options)
     _unknown(opts, SINK_OPTIONS, "sink")
     kafka = _kafka_settings(opts)
+    if "transactional.id" in kafka:
+        raise OptionError("Kafka option 'kafka.transactional.id' is not supported: each task "
+                          "needs its own; set exactlyOnce=true (and transactionalIdPrefix)")
     topic = opts.get("topic")
     if topic is not None and not topic.strip():
         raise OptionError("option 'topic' is empty")
-    return SinkOptions(kafka["bootstrap.servers"].strip(), kafka, topic.strip() if topic else None)
+    exactly_once = _bool(opts, "exactlyonce", "exactlyOnce", False)
+    prefix = opts.get("transactionalidprefix", "databus-spark").strip()
+    if not prefix:
+        raise OptionError("option 'transactionalIdPrefix' is empty")
+    if "transactionalidprefix" in opts and not exactly_once:
+        raise OptionError("option 'transactionalIdPrefix' needs exactlyOnce=true")
+    if exactly_once:
+        kafka.setdefault("transaction.timeout.ms", EXACTLY_ONCE_TRANSACTION_TIMEOUT_MS)
+    return SinkOptions(kafka["bootstrap.servers"].strip(), kafka, topic.strip() if topic else None,
+                       exactly_once, prefix)

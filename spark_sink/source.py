@@ -18,12 +18,9 @@ from collections.abc import Iterator
 
 from pyspark.sql.datasource import (
     DataSource,
-    DataSourceArrowWriter,
     DataSourceReader,
-    DataSourceStreamArrowWriter,
     DataSourceStreamReader,
     InputPartition,
-    WriterCommitMessage,
 )
 from pyspark.sql.streaming.datasource import (
     ReadAllAvailable,
@@ -42,7 +39,8 @@ from pyspark.sql.types import (
 )
 
 from . import arrow, cluster, planning
-from .options import OptionError, SourceOptions, parse_sink_options, parse_source_options
+from .options import OptionError, SourceOptions, parse_source_options
+from .writer import DatabusStreamWriter, DatabusWriter
 
 log = logging.getLogger("databus_spark")
 
@@ -74,6 +72,12 @@ class DatabusDataSource(DataSource):
         return DatabusStreamReader(parse_source_options(self.options, streaming=True),
                                    _value_type(schema))
 
+    def writer(self, schema: StructType, overwrite: bool) -> DatabusWriter:
+        return DatabusWriter(self.options, schema)
+
+    def streamWriter(self, schema: StructType, overwrite: bool) -> DatabusStreamWriter:
+        return DatabusStreamWriter(self.options, schema)
+
 
 def _typed_schema(opts: SourceOptions) -> StructType:
     """Kafka's columns with ``value`` a struct of the subject's latest version."""
@@ -102,12 +106,6 @@ def _value_type(schema: StructType) -> StructType | None:
     """The struct of a typed ``value`` column (valueFormat), None for Kafka's binary."""
     value = schema["value"].dataType if "value" in schema.fieldNames() else None
     return value if isinstance(value, StructType) else None
-
-    def writer(self, schema: StructType, overwrite: bool) -> DatabusWriter:
-        return DatabusWriter(self.options, schema)
-
-    def streamWriter(self, schema: StructType, overwrite: bool) -> DatabusStreamWriter:
-        return DatabusStreamWriter(self.options, schema)
 
 
 # -- reading --------------------------------------------------------------------------------
@@ -258,70 +256,3 @@ class DatabusStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return {"opts": self.opts, "value_type": self.value_type,
                 "_available_now_target": None, "_latest": None}
 
-
-# -- writing --------------------------------------------------------------------------------
-
-_COLUMN_TYPES = {
-    "key": (BinaryType, StringType),
-    "value": (BinaryType, StringType),
-    "topic": (StringType,),
-    "partition": (IntegerType,),
-}
-
-
-def check_sink_schema(schema: StructType, topic_option: str | None) -> None:
-    """The Kafka sink's rules for the DataFrame being written (other columns are ignored)."""
-    fields = {f.name.lower(): f for f in schema.fields}
-    if "value" not in fields:
-        raise OptionError("the DataFrame to write needs a 'value' column (binary or string)")
-    if topic_option is None and "topic" not in fields:
-        raise OptionError("the DataFrame to write needs a 'topic' column, or set the option 'topic'")
-    for name, types in _COLUMN_TYPES.items():
-        f = fields.get(name)
-        if f is not None and not isinstance(f.dataType, types):
-            allowed = " or ".join(t.typeName() for t in (ty() for ty in types))
-            raise OptionError(
-                f"column '{name}' must be {allowed}, got {f.dataType.simpleString()}"
-            )
-    headers = fields.get("headers")
-    if headers is not None and headers.dataType.simpleString() != "array<struct<key:string,value:binary>>":
-        raise OptionError("column 'headers' must be array<struct<key:string,value:binary>>, got "
-                          + headers.dataType.simpleString())
-
-
-class _Writer:
-    def __init__(self, options, schema: StructType) -> None:
-        self.opts = parse_sink_options(options)
-        self.config = cluster.producer_config(self.opts.kafka)
-        check_sink_schema(schema, self.opts.topic)
-
-    def write(self, iterator):
-        sent = cluster.produce_batches(self.opts.bootstrap_servers, self.config, iterator,
-                                       self.opts.topic)
-        return WrittenMessage(sent)
-
-
-class WrittenMessage(WriterCommitMessage):
-    def __init__(self, records: int) -> None:
-        self.records = records
-
-
-class DatabusWriter(_Writer, DataSourceArrowWriter):
-    """``df.write.format("databus")``: at-least-once, as Kafka's sink (a retried task may
-    write its records again)."""
-
-    def commit(self, messages) -> None:
-        log.info("wrote %d records", sum(m.records for m in messages if m is not None))
-
-    def abort(self, messages) -> None:
-        log.warning("write aborted: records already delivered stay in the topics")
-
-
-class DatabusStreamWriter(_Writer, DataSourceStreamArrowWriter):
-    """``df.writeStream.format("databus")``: at-least-once, as Kafka's sink."""
-
-    def commit(self, messages, batchId: int) -> None:
-        pass
-
-    def abort(self, messages, batchId: int) -> None:
-        log.warning("micro-batch %s aborted: records already delivered stay in the topics", batchId)

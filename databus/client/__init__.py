@@ -30,6 +30,7 @@ from .reader import RecordReader
 from .share import AcknowledgeType
 from .share_consumer import ShareConsumer
 from .sync import SyncAdmin, SyncConsumer, SyncProducer, SyncRecordReader, SyncShareConsumer
+from .transactions import PreparedTransaction, TransactionError, complete_transactions
 
 __all__ = [
     "EARLIEST",
@@ -48,6 +49,7 @@ __all__ = [
     "Producer",
     "ProducerConfig",
     "ProducerStatistics",
+    "PreparedTransaction",
     "RecordColumns",
     "RecordMetadata",
     "RecordReader",
@@ -60,6 +62,8 @@ __all__ = [
     "SyncRecordReader",
     "SyncShareConsumer",
     "TopicPartition",
+    "TransactionError",
+    "complete_transactions",
     "errors",
     "list_offsets",
     "parse_overrides",

@@ -419,6 +419,44 @@ class Admin:
             for t in response.topics for p in t.partitions if int(p.committed_offset) >= 0
         }
 
+    async def list_group_offsets_and_metadata(
+        self, group_id: str
+    ) -> dict[TopicPartition, tuple[int, str]]:
+        """As ``list_group_offsets``, with each offset's metadata string (Kafka's
+        OffsetAndMetadata)."""
+        node = await self._coordinator(group_id)
+        response = await self._cluster.request(
+            node, ApiKey.OFFSET_FETCH,
+            {"group_id": group_id, "topics": None, "require_stable": False},
+        )
+        errors.raise_for_code(getattr(response, "error_code", 0), f"OffsetFetch {group_id!r}")
+        return {
+            (t.name, int(p.partition_index)): (int(p.committed_offset), p.metadata or "")
+            for t in response.topics for p in t.partitions if int(p.committed_offset) >= 0
+        }
+
+    async def alter_group_offsets(
+        self, group_id: str, offsets: Mapping[TopicPartition, tuple[int, str]]
+    ) -> None:
+        """Commit ``{(topic, partition): (offset, metadata)}`` for a group with no active
+        members (Kafka's alterConsumerGroupOffsets), in one OffsetCommit: the coordinator
+        appends them as one batch.  Raises the first partition's error."""
+        by_topic: dict[str, list] = {}
+        for (topic, partition), (offset, metadata) in offsets.items():
+            by_topic.setdefault(topic, []).append({
+                "partition_index": partition, "committed_offset": offset,
+                "committed_leader_epoch": -1, "committed_metadata": metadata})
+        node = await self._coordinator(group_id)
+        response = await self._cluster.request(node, ApiKey.OFFSET_COMMIT, {
+            "group_id": group_id, "generation_id_or_member_epoch": -1, "member_id": "",
+            "group_instance_id": None, "retention_time": -1,
+            "topics": [{"name": t, "partitions": ps} for t, ps in by_topic.items()],
+        })
+        for t in response.topics:
+            for p in t.partitions:
+                errors.raise_for_code(p.error_code, f"committing {t.name}-{p.partition_index} "
+                                                    f"for group {group_id!r}")
+
     async def list_offsets(
         self, partitions: Iterable[TopicPartition], spec: str | int = "latest"
     ) -> dict[TopicPartition, int]:

@@ -38,7 +38,7 @@ from .config import ProducerConfig
 from .connection import OpenStream
 from .partitioners import PARTITIONERS, DefaultPartitioner, Partitioner
 from .sender import Sender
-from .transactions import TransactionError, TransactionManager
+from .transactions import PreparedTransaction, TransactionError, TransactionManager
 
 log = logging.getLogger(__name__)
 
@@ -617,6 +617,23 @@ class Producer:
                 f"{self.failed - self._failed_at_begin} record(s) of the transaction failed; "
                 "abort it")
         await txn.end(True)
+
+    async def prepare_transaction(self) -> PreparedTransaction | None:
+        """Deliver everything sent in the transaction and leave it open, for another
+        process to commit or abort (``databus.client.complete_transactions``): the first
+        phase of a two-phase commit (KIP-939's ``prepareTransaction``).  None if the
+        transaction holds nothing.  The producer can do nothing more but close; a failed
+        record raises as ``commit_transaction`` does."""
+        txn = self._transactions()
+        await self.flush()
+        if self.failed > self._failed_at_begin:
+            if isinstance(self._last_failure, (errors.ProducerFencedError,
+                                               errors.InvalidProducerEpochError)):
+                raise errors.ProducerFencedError(
+                    f"the producer was fenced by a newer instance: {self._last_failure}")
+            raise TransactionError(
+                f"{self.failed - self._failed_at_begin} record(s) of the transaction failed")
+        return txn.prepare()
 
     async def abort_transaction(self) -> None:
         """Abort the transaction: its records are never visible to read_committed readers."""

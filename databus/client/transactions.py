@@ -15,7 +15,8 @@ from __future__ import annotations
 
 import enum
 import logging
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 
 import trio
 
@@ -36,7 +37,22 @@ class TxnState(enum.Enum):
     UNINITIALIZED = "uninitialized"
     READY = "ready"
     IN_TRANSACTION = "in transaction"
+    PREPARED = "prepared"  # flushed, left open for another process to commit (two-phase)
     FATAL = "fatal"
+
+
+@dataclass(frozen=True)
+class PreparedTransaction:
+    """A transaction flushed and left open (``Producer.prepare_transaction``), named by what
+    its EndTxn needs: whoever holds this may commit or abort it (``complete_transactions``),
+    as KIP-939's PreparedTxnState lets an external coordinator do.  Until then its records
+    are invisible to read_committed readers; the coordinator aborts it after
+    ``transaction.timeout.ms``, and a new producer with the same transactional id fences and
+    aborts it at ``init_transactions``."""
+
+    transactional_id: str
+    producer_id: int
+    producer_epoch: int
 
 
 class TransactionError(errors.KafkaError):
@@ -44,11 +60,11 @@ class TransactionError(errors.KafkaError):
 
 
 class TransactionManager:
-    def __init__(self, cluster, sender, config) -> None:
+    def __init__(self, cluster, sender, config, transactional_id: str | None = None) -> None:
         self.cluster = cluster
         self.sender = sender
         self.config = config
-        self.transactional_id: str = config.transactional_id
+        self.transactional_id: str = transactional_id or config.transactional_id
         self.state = TxnState.UNINITIALIZED
         self.partitions: set[TopicPartition] = set()
         self.offsets_added = False
@@ -167,10 +183,40 @@ class TransactionManager:
         self._check(TxnState.IN_TRANSACTION)
         state = self.sender.idempotence
         if self.partitions or self.offsets_added:  # else the coordinator knows of nothing
-            node = await self._coordinator(self.transactional_id, KEY_TYPE_TRANSACTION)
-            await self._call(node, ApiKey.END_TXN, {
-                "transactional_id": self.transactional_id,
-                "producer_id": state.producer_id, "producer_epoch": state.producer_epoch,
-                "committed": commit}, "EndTxn")
+            await self._end_txn(state.producer_id, state.producer_epoch, commit)
         self.partitions = set()
         self.state = TxnState.READY
+
+    async def _end_txn(self, producer_id: int, producer_epoch: int, commit: bool) -> None:
+        node = await self._coordinator(self.transactional_id, KEY_TYPE_TRANSACTION)
+        await self._call(node, ApiKey.END_TXN, {
+            "transactional_id": self.transactional_id,
+            "producer_id": producer_id, "producer_epoch": producer_epoch,
+            "committed": commit}, "EndTxn")
+
+    def prepare(self) -> PreparedTransaction | None:
+        """After the flush: hand the open transaction over (None if it holds nothing)."""
+        self._check(TxnState.IN_TRANSACTION)
+        state = self.sender.idempotence
+        holds = bool(self.partitions or self.offsets_added)
+        self.partitions = set()
+        self.state = TxnState.PREPARED
+        if not holds:
+            return None
+        return PreparedTransaction(self.transactional_id, state.producer_id,
+                                   state.producer_epoch)
+
+
+async def complete_transactions(cluster, config, prepared: Iterable[PreparedTransaction],
+                                commit: bool) -> None:
+    """Commit (or abort) transactions other producers prepared, one EndTxn each, in order.
+
+    Idempotent: ending a transaction already ended the same way succeeds (the coordinator
+    treats it as a retried EndTxn).  A transaction the coordinator aborted meanwhile (its
+    timeout, or a newer producer with its transactional id) cannot be committed any more:
+    ``ProducerFencedError`` / ``InvalidProducerIdMappingError``, naming the transactional id.
+    ``config`` gives retry.backoff.ms and max.block.ms.
+    """
+    for txn in prepared:
+        manager = TransactionManager(cluster, None, config, txn.transactional_id)
+        await manager._end_txn(txn.producer_id, txn.producer_epoch, commit)

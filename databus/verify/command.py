@@ -32,6 +32,10 @@ def add_arguments(parser) -> None:
                         help="queue (default): Jepsen's Kafka queue against a broker; pipeline: "
                              "the SDK's sends through `databus up` (sidecar and built-in "
                              "broker), the faults hitting the sidecar process")
+    parser.add_argument("--stages", action="store_true",
+                        help="pipeline: also run a mirror (to a second broker) and a Parquet "
+                             "sink in the `databus up` process, and check what they hold; the "
+                             "faults then hit that process, not the brokers")
     parser.add_argument("--time", type=float, default=60.0, metavar="SECONDS",
                         help="how long the clients run, faults included (default 60)")
     parser.add_argument("--seed", type=int, default=None,
@@ -61,7 +65,9 @@ def add_arguments(parser) -> None:
                              "when the verdict is invalid)")
     parser.add_argument("--unsafe", choices=UNSAFE,
                         help="a deliberately broken producer setup, to see the checker fail: "
-                             "acks0 (lost writes under hang-kill) or no-idempotence (duplicates)")
+                             "acks0 (lost writes under hang-kill), no-idempotence (duplicates), "
+                             "mirror-at-least-once (pipeline --stages: the mirror's duplicates "
+                             "under kill)")
     parser.add_argument("--allow", default="", help="anomaly classes this setup documents "
                         "(comma-separated; G0 is always allowed: Kafka does not prevent it)")
 
@@ -103,11 +109,27 @@ def run(args) -> int:
         topic = args.topic or f"verify-{seed}"
         extra: dict[str, str] = {}
         producer_class = None
+        target = None
         if args.workload == "pipeline":
+            from databus.broker.process import BrokerProcess
+
             from .pipeline import SdkProducer, UpProcess, short_dir
 
+            stages = None
+            if args.stages:
+                # the source and the mirror's target: built-in brokers out of the nemesis'
+                # reach, which hits the `databus up` running the sidecar, mirror and sink
+                brokers = []
+                for name in ("source", "target"):
+                    b = BrokerProcess(root / name, {"num.partitions": args.partitions})
+                    b.start()
+                    stack.callback(b.close)
+                    brokers.append(b.bootstrap)
+                stages = (brokers[0], brokers[1])
+                target = brokers[1]
             sock_dir = short_dir()
-            broker = UpProcess(root / "up", sock_dir, topic, args.partitions)
+            broker = UpProcess(root / "up", sock_dir, topic, args.partitions, stages,
+                               mirror_exactly_once=args.unsafe != "mirror-at-least-once")
             extra["socket"] = broker.socket_path
             producer_class = SdkProducer
             broker.start()
@@ -146,5 +168,14 @@ def run(args) -> int:
         broken = sum(w.errors for w in workers)
         print(format_verdict(verdict, seed=seed, header=(
             f"ran {time.monotonic() - started:.0f}s; clients replaced after errors: {broken}; "
-            f"history: {history_path}")))
-        return 0 if verdict.valid else 1
+            f"history: {history_path}")), flush=True)
+        stages_valid = True
+        if target is not None:
+            from .pipeline import check_stages
+
+            acked = {w.value for op in rec.ops if op.f == "send" and op.type == "ok"
+                     for w in op.writes}
+            lines = check_stages(broker, target, topic, acked)
+            print("\n".join(lines))
+            stages_valid = lines[-1] == "stages: VALID"
+        return 0 if verdict.valid and stages_valid else 1

@@ -26,6 +26,7 @@ from .history import INFO, OK, Write
 from .workload import _Worker
 
 STREAM = "verify"
+SOURCE = "local"  # the source cluster's name: the mirror's target topic is "local.TOPIC"
 
 
 def _free_port() -> int:
@@ -35,22 +36,44 @@ def _free_port() -> int:
 
 
 class UpProcess:
-    def __init__(self, root: Path, sock_dir: Path, topic: str, partitions: int) -> None:
+    """``databus up`` as a child.  Alone, it runs its built-in broker (a kill -9 of it takes
+    the broker down too).  With ``stages`` (``(source, target)``: two clusters'
+    bootstrap servers), it runs the sidecar against ``source`` and the later stages in the
+    same process, so a kill -9 of it kills them all while the brokers stay up: a mirror of
+    the topic to ``target`` (exactly once: the default) and a Parquet sink of the topic
+    (``raw`` values, files rolled every second) into ``root/parquet``."""
+
+    def __init__(self, root: Path, sock_dir: Path, topic: str, partitions: int,
+                 stages: tuple[str, str] | None = None, mirror_exactly_once: bool = True) -> None:
         self.root = root
-        self.port = _free_port()
+        self.external = stages is not None
+        self.port = int(stages[0].rsplit(":", 1)[1]) if stages else _free_port()
         self.host = "127.0.0.1"
         self.socket_path = str(sock_dir / "up.sock")
         self.config = root / "sidecar.yaml"
         self.log_path = root / "up.log"
+        self.parquet = root / "parquet"
         self.process: subprocess.Popen | None = None
         root.mkdir(parents=True, exist_ok=True)
-        self.config.write_text(yaml.safe_dump({
+        config: dict = {
             "sidecar": {"socket": self.socket_path, "metrics_listen": None},
-            "broker": {"data_dir": "data", "listen": f"127.0.0.1:{self.port}",
-                       "options": {"num.partitions": partitions}},
             "producer": {"acks": "all", "enable.idempotence": True, "linger.ms": 5},
             "streams": {STREAM: {"topic": topic}},
-        }))
+        }
+        if stages is None:
+            config["broker"] = {"data_dir": "data", "listen": f"127.0.0.1:{self.port}",
+                                "options": {"num.partitions": partitions}}
+        else:
+            config["clusters"] = {SOURCE: {"bootstrap.servers": stages[0]},
+                                  "target": {"bootstrap.servers": stages[1]}}
+            config["streams"][STREAM]["cluster"] = SOURCE
+            config["mirrors"] = [{"name": "verify", "source": SOURCE, "target": "target",
+                                  "topics": [topic], "exactly.once": mirror_exactly_once}]
+            config["sinks"] = {"verify-parquet": {
+                "plugin": "parquet", "topics": [topic], "cluster": SOURCE,
+                "config": {"path": str(self.parquet), "format": "raw", "partition.by": "none",
+                           "flush.size": 500, "rotate.schedule.interval.ms": 1000}}}
+        self.config.write_text(yaml.safe_dump(config))
 
     @property
     def bootstrap(self) -> str:
@@ -86,6 +109,8 @@ class UpProcess:
         if self.alive():
             self.process.send_signal(signal.SIGKILL)
             self.process.wait(10)
+        if self.external:
+            return
         # its broker child stops cleanly once its lifeline closes: wait until the port is free
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline:
@@ -147,3 +172,78 @@ def short_dir() -> Path:
     import tempfile
 
     return Path(tempfile.mkdtemp(prefix="dbv-", dir="/tmp" if os.path.isdir("/tmp") else None))
+
+
+# -- the later stages: read back and checked ----------------------------------------------------
+
+def mirrored_values(target: str, topic: str) -> list[str]:
+    """Every value of the mirror's copy of ``topic`` a read_committed reader sees."""
+    import confluent_kafka
+
+    name = f"{SOURCE}.{topic}"
+    consumer = confluent_kafka.Consumer({
+        "bootstrap.servers": target, "group.id": "verify-stage", "enable.auto.commit": False,
+        "enable.partition.eof": True, "isolation.level": "read_committed"})
+    try:
+        meta = consumer.list_topics(name, timeout=10).topics.get(name)
+        if meta is None or meta.error is not None or not meta.partitions:
+            return []
+        consumer.assign([confluent_kafka.TopicPartition(name, p, confluent_kafka.OFFSET_BEGINNING)
+                         for p in meta.partitions])
+        out: list[str] = []
+        done: set[int] = set()
+        while len(done) < len(meta.partitions):
+            msg = consumer.poll(10)
+            if msg is None:
+                raise RuntimeError(f"reading {name} back timed out")
+            if msg.error():
+                if msg.error().code() == confluent_kafka.KafkaError._PARTITION_EOF:
+                    done.add(msg.partition())
+                    continue
+                raise RuntimeError(str(msg.error()))
+            out.append(msg.value().decode())
+        return out
+    finally:
+        consumer.close()
+
+
+def parquet_values(path: Path) -> list[str]:
+    """Every value in the Parquet sink's files under ``path``."""
+    import pyarrow.parquet as pq
+
+    out: list[str] = []
+    for file in sorted(path.rglob("*.parquet")):
+        out += [v.decode() for v in pq.read_table(file, columns=["value"])["value"].to_pylist()]
+    return out
+
+
+def stage_problems(acked: set[str], values: list[str]) -> tuple[list[str], list[str]]:
+    """(acknowledged values the stage lacks, values it holds more than once)."""
+    counts: dict[str, int] = {}
+    for v in values:
+        counts[v] = counts.get(v, 0) + 1
+    return (sorted(acked - counts.keys()),
+            sorted(v for v, n in counts.items() if n > 1))
+
+
+def check_stages(up: UpProcess, target: str, topic: str, acked: set[str],
+                 settle: float = 60.0) -> list[str]:
+    """Wait (up to ``settle`` seconds) for the mirror and the sink to hold every acknowledged
+    value, then report per stage what is lost or duplicated; returns the verdict lines."""
+    stages = {"mirror (read_committed on the target)": lambda: mirrored_values(target, topic),
+              "parquet sink (its files)": lambda: parquet_values(up.parquet)}
+    lines, anomalies = [], 0
+    for name, read in stages.items():
+        deadline = time.monotonic() + settle
+        while True:
+            values = read()
+            lost, dup = stage_problems(acked, values)
+            if not lost or time.monotonic() > deadline:
+                break
+            time.sleep(1)
+        anomalies += bool(lost) + bool(dup)
+        lines.append(f"  stage {name}: {len(values)} values, {len(lost)} lost, "
+                     f"{len(dup)} duplicated" + (f"; e.g. lost {lost[:3]}" if lost else "")
+                     + (f"; e.g. duplicated {dup[:3]}" if dup else ""))
+    lines.append(f"stages: {'VALID' if not anomalies else 'INVALID'}")
+    return lines

@@ -32,7 +32,7 @@ from .history import FAIL, INFO, INVOKE, OK, Op, Read, Write
 
 log = logging.getLogger(__name__)
 
-UNSAFE = ("acks0", "no-idempotence")
+UNSAFE = ("acks0", "no-idempotence", "mirror-at-least-once")  # the last: pipeline --stages
 
 # librdkafka logs every refused reconnect while the nemesis has the broker down; the
 # history records what matters.  Our clients' settings have no such key: it is removed
