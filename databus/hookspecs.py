@@ -261,6 +261,23 @@ def databus_http_routes(current_config, bootstrap):
 
 
 @hookspec(firstresult=True)
+def databus_console_sink_tables(name, sink):
+    """What a sink has written, for the web console's status page: its tables with their
+    last commit and the offsets that commit holds (the console adds each table's lag).
+
+    :param name: the sink's name in the configuration.
+    :param sink: its ``databus.sinks.config.SinkConfig`` (``plugin``, ``topics``,
+        ``config``, ...).
+    :returns: a list of dicts ``{"table", "snapshot", "committed", "records", "offsets"}``
+        (``offsets``: ``{(topic, partition): next offset}``), or None when the sink is not
+        this plugin's.  Blocking calls are fine: the console calls it in a worker thread.
+
+    When: each time the console shows its status page, once per sink.  The first non-None
+    result is used.
+    """
+
+
+@hookspec(firstresult=True)
 def databus_console_indexes():
     """The web console's index panel (its status table and search box).
 

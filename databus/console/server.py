@@ -19,6 +19,10 @@ from .view import Samples, chart
 log = logging.getLogger("databus.console")
 
 
+SINK_TABLE_COLUMNS = ("sink", "table", "last snapshot", "committed", "records", "offsets",
+                      "lag")
+
+
 class ConfigStatus:
     """What a sidecar.yaml adds to the console: its mirrors, indexes and sinks as tables
     (read when the page is asked for, never cached) and searching its indexes."""
@@ -143,7 +147,8 @@ class ConfigStatus:
         if visible is not None:
             indexes = [row for row in indexes
                        if self._shown(self._index_topics(api, row[0], view), visible)]
-        sinks = []
+        sinks: list[list] = []
+        sink_tables: list[list] = []
         # Every sink as the runtime runs them: an index's builder is a sink too (index.NAME).
         if config.all_sinks():
             async with Admin(self.bootstrap, view.client_config()) as admin:
@@ -164,6 +169,9 @@ class ConfigStatus:
                     sinks.append([name, sink.plugin, ", ".join(sink.topics) or
                                   sink.topics_regex or "-", group, members.state,
                                   len(members.members), lag])
+                    ends = {(o["topic"], o["partition"]): o["log_end_offset"]
+                            for o in doc["offsets"]}
+                    sink_tables += await self._sink_tables(name, sink, ends)
         mirror_lag: dict[str, int] = {}
         for row in mirrors:
             if isinstance(row[5], int):
@@ -184,7 +192,33 @@ class ConfigStatus:
             {"id": "sinks", "title": "Sinks",
              "columns": ("sink", "plugin", "topics", "group", "state", "members", "lag"),
              "rows": sinks, "empty": "no sinks in the configuration"},
+            # (only when a sink's plugin reports tables: the iceberg sink's, ...)
+            *([{"id": "sink-tables", "title": "Sink tables", "columns": SINK_TABLE_COLUMNS,
+                "rows": sink_tables, "empty": ""}] if sink_tables else []),
         ]
+
+    async def _sink_tables(self, name: str, sink, ends: dict) -> list[list]:
+        """Rows of what the sink wrote (hook databus_console_sink_tables, in a worker
+        thread: a plugin reads its catalog), each with its lag: the partitions' end offsets
+        (its group's, as read above) less the offsets the table holds."""
+        from databus.plugins import get_plugin_manager
+
+        hook = get_plugin_manager().hook.databus_console_sink_tables
+        try:
+            tables = await trio.to_thread.run_sync(lambda: hook(name=name, sink=sink))
+        except Exception as exc:  # a catalog down: said in the row, the page still shows
+            return [[name, f"? ({type(exc).__name__}: {' '.join(str(exc).split())[:200]})",
+                     "-", "-", "-", "-", "-"]]
+        rows = []
+        for table in tables or ():
+            offsets = table["offsets"]
+            known = [ends[tp] - n for tp, n in offsets.items() if ends.get(tp) is not None]
+            rows.append([
+                name, table["table"], table["snapshot"] or "-", table["committed"] or "-",
+                table["records"] if table["records"] is not None else "-",
+                ", ".join(f"{t}-{p}:{n}" for (t, p), n in sorted(offsets.items())) or "-",
+                max(0, sum(known)) if known else "-"])
+        return rows
 
 
 async def serve_console(bootstrap: str, listen: str, *, settings: dict | None = None,

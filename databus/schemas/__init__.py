@@ -10,6 +10,9 @@
 - validation.py: broker-side validation of produced records (Confluent Server's configs)
 - auth.py: HTTP basic logins by the broker's SASL users
 - command.py: ``databus schemas`` (a client of the REST API)
+- columns.py, protobuf_values.py: for the sinks that write Arrow (parquet, iceberg): a
+  subject's columns and Confluent's wire format decoded into them (a client of the REST
+  API; needs pyarrow, so only those sinks import it)
 
 docs/schemas.md says how to use it.
 """

@@ -14,7 +14,8 @@ catalog and pyarrow (``pip install 'databus[iceberg]'``).  Modules: ``options`` 
 options, table names, the offsets kept in snapshot summaries), ``decode`` (records ->
 Arrow), ``schema`` (pure Arrow: a batch's schema against the table's), ``tables`` (the
 catalog: create, commit, orphan files), ``sink`` (the sink object), ``command``
-(``databus iceberg show | expire | compact``, brought by the ``databus_commands`` hook).
+(``databus iceberg show | expire | compact``, brought by the ``databus_commands`` hook),
+``status`` (the console's *Sink tables*, by the ``databus_console_sink_tables`` hook).
 ``databus bench iceberg`` (databus/bench/iceberg.py) finds the sink through the plugin
 manager.
 Users' documentation: docs/iceberg.md.
@@ -36,17 +37,26 @@ def databus_commands():
 
 
 @hookimpl
+def databus_console_sink_tables(name, sink):
+    if sink.plugin != NAME:
+        return None
+    from .status import sink_tables
+
+    return sink_tables(sink)
+
+
+@hookimpl
 def databus_sink_names():
     return [NAME]
 
 
 @hookimpl
-def databus_sink(name, config):
+def databus_sink(name, config, schema_registry_url):
     if name != NAME:
         return None
     from .options import parse_options
 
-    options = parse_options(config)
+    options = parse_options(config, schema_registry_url)
     try:
         from .sink import IcebergSink
     except ImportError as exc:  # pyiceberg and pyarrow are an extra

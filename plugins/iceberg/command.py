@@ -87,7 +87,7 @@ def _tables(config, wanted: str | None) -> list:
         if sink.plugin != "iceberg":
             continue
         try:
-            options = parse_options(sink.config)
+            options = parse_options(sink.config, reading=True)
         except ValueError as exc:
             raise ValueError(f"sink {name!r}: {exc}") from None
         catalog = open_catalog(options.catalog)

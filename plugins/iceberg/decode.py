@@ -142,6 +142,31 @@ class Decoder:
         return pa.Table.from_pylist(rows)
 
 
+class RegistryDecoder(Decoder):
+    """Values in Confluent's wire format, decoded into the columns of the subject
+    ``{topic}-value`` (databus/schemas/columns.py, shared with the parquet sink): the table
+    follows the subject's compatible versions (new fields, Iceberg's promotions, removed
+    fields kept); ``IncompatibleSchemaError`` from ``table`` when it cannot."""
+
+    def __init__(self, url: str, topic: str, schema_type: str) -> None:
+        from databus.schemas.columns import SubjectDecoder
+
+        super().__init__("registry")
+        self.subject = SubjectDecoder(url, topic, "iceberg", promote=True,
+                                      schema_type=schema_type)
+
+    def value_fields(self) -> list[pa.Field]:
+        """The subject's columns (read from the registry if not yet), for a new table."""
+        if self.subject.schema is None:
+            self.subject.follow_latest()
+        assert self.subject.schema is not None
+        return [pa.field("value_" + f.name if f.name in KAFKA_NAMES else f.name,
+                         iceberg_type(f.type) or pa.string()) for f in self.subject.schema]
+
+    def _decode(self, records, values):
+        return self.subject.decode(records, [None if v is _EMPTY else v for v in values])
+
+
 def _json_table(values: Sequence[bytes]) -> pa.Table:
     if len(values) == 1 and (b"\n" in values[0] or b"\r" in values[0]):
         # Arrow's reader is line-based: re-serialise a pretty-printed document first.

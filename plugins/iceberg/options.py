@@ -19,7 +19,11 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-FORMATS = ("json", "msgpack", "raw")
+FORMATS = ("json", "msgpack", "raw", "avro", "json_sr", "protobuf")
+# Values in Confluent's wire format, the table's columns from the registry's subject
+# ({topic}-value): the formats' names are ksqlDB's (JSON_SR: JSON with a JSON Schema), and
+# the registry's schemaType of each.
+REGISTRY_FORMATS = {"avro": "AVRO", "json_sr": "JSON", "protobuf": "PROTOBUF"}
 OFFSETS_PROPERTY = "databus.offsets"
 
 # Kafka Connect's names where Connect (or Iceberg's own Kafka Connect sink) has the concept.
@@ -36,6 +40,9 @@ DEFAULTS: dict[str, Any] = {
     "commit.max.records": 1_000_000,
     "target.file.size.bytes": 512 * 1024 * 1024,  # Iceberg's write.target-file-size-bytes
     "orphan.min.age.ms": 0,
+    # Confluent's name; for the registry formats (default: the registry of the file's
+    # broker section, schema.registry.listen)
+    "schema.registry.url": None,
 }
 
 _TRANSFORM = re.compile(
@@ -71,6 +78,12 @@ class Options:
     commit_max_records: int
     target_file_size_bytes: int
     orphan_min_age_ms: int
+    registry_url: str | None = None
+
+    @property
+    def registry_type(self) -> str | None:
+        """The registry's schemaType the format reads (None: not a registry format)."""
+        return REGISTRY_FORMATS.get(self.format)
 
     def table_name(self, topic: str) -> str:
         """``namespace.table`` of a topic (the ``table`` template's ``{topic}`` filled in;
@@ -97,8 +110,12 @@ def default_catalog(path: str) -> dict[str, str]:
             "warehouse": f"file://{root}/warehouse"}
 
 
-def parse_options(config: Mapping[str, Any]) -> Options:
-    """Validate the sink's ``config:``; ValueError names every problem."""
+def parse_options(config: Mapping[str, Any], file_registry: str | None = None, *,
+                  reading: bool = False) -> Options:
+    """Validate the sink's ``config:``; ValueError names every problem.  ``file_registry``:
+    the registry of the file's broker section, the default of ``schema.registry.url``.
+    ``reading``: for readers of the tables (``databus iceberg``, the console), which need
+    no registry."""
     problems = []
     unknown = sorted(set(config) - set(DEFAULTS))
     if unknown:
@@ -161,6 +178,22 @@ def parse_options(config: Mapping[str, Any]) -> Options:
             isinstance(k, str) and isinstance(v, str) for k, v in schema.items()
         ):
             problems.append("schema must map field names to type names, e.g. {id: int64}")
+    registry = merged["schema.registry.url"]
+    if merged["format"] in REGISTRY_FORMATS:
+        registry = registry or file_registry
+        if not registry and not reading:
+            problems.append(f"format {merged['format']} reads the table's columns from a "
+                            "schema registry: set schema.registry.url, or "
+                            "schema.registry.listen in the file's broker section")
+        elif registry is not None and (not isinstance(registry, str)
+                                       or not registry.startswith(("http://", "https://"))):
+            problems.append(f"schema.registry.url must be an http(s) URL, got {registry!r}")
+        if schema is not None:
+            problems.append(f"schema does not apply to format {merged['format']} (the "
+                            "registry's subject gives the columns)")
+    elif registry is not None:
+        problems.append(f"schema.registry.url applies to the registry formats "
+                        f"({', '.join(REGISTRY_FORMATS)}), not to format {merged['format']}")
     if problems:
         raise ValueError("iceberg: " + "; ".join(problems))
     return Options(
@@ -171,6 +204,8 @@ def parse_options(config: Mapping[str, Any]) -> Options:
         commit_max_records=merged["commit.max.records"],
         target_file_size_bytes=merged["target.file.size.bytes"],
         orphan_min_age_ms=age,
+        registry_url=(registry.rstrip("/") if registry and merged["format"] in REGISTRY_FORMATS
+                      else None),
     )
 
 

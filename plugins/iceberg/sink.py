@@ -8,13 +8,20 @@ resume from the table's snapshots, not from the group's offsets (a kill -9 betwe
 catalog commit and the group's commit would otherwise write records twice).  Files a killed
 commit left behind are deleted when the table is first opened (tables.remove_orphans).
 
-A table that cannot take a batch (a type change Iceberg does not allow) stops: the error,
-naming the field, is logged; its records are no longer taken (nothing of them is reported
-durable, so they stay in Kafka for when the table is fixed and the sink restarted) while
-the sink's other tables go on.  A commit that fails otherwise (the catalog down, a full
-disk) keeps its batch and is tried again, with a backoff, while the other tables go on; past
+With a registry format (avro, json_sr, protobuf) values are decoded per topic by the
+subject's columns (decode.RegistryDecoder), and a new table is created from the subject.
+
+A table that cannot take a batch (a type change Iceberg does not allow, or a subject version
+its columns cannot follow: ``IncompatibleSchemaError``) stops: the error, naming the field,
+is logged; what it took before still commits; its records are no longer taken (nothing of
+them is reported durable, so they stay in Kafka for when the table is fixed and the sink
+restarted) while the sink's other tables go on.  A commit that fails otherwise (the catalog
+down, a full disk) keeps its batch and is tried again, with a backoff, while the other
+tables go on (the files of the failed attempts are deleted once a commit succeeds); past
 twice ``commit.max.records`` waiting the sink raises and the runtime restarts it from the
-tables' offsets.  Blocking work runs in a worker thread.
+tables' offsets.  A catalog that cannot be reached when a table is opened raises
+``CatalogUnavailable`` (the runtime retries the sink with its backoff).  Blocking work runs
+in a worker thread.
 """
 
 from __future__ import annotations
@@ -32,8 +39,10 @@ import pyiceberg.io.pyarrow  # noqa: F401
 import pyiceberg.table  # noqa: F401
 import trio
 
+from databus.schemas.columns import IncompatibleSchemaError
+
 from . import tables
-from .decode import KAFKA_FIELDS, Decoder, declared_fields
+from .decode import KAFKA_FIELDS, Decoder, RegistryDecoder, declared_fields
 from .options import Options
 from .schema import IncompatibleField
 
@@ -41,6 +50,10 @@ log = logging.getLogger("databus_plugins.iceberg")
 
 RETRY_BACKOFF_S = (1.0, 60.0)
 FAILED_LOG_INTERVAL_S = 60.0
+
+
+class CatalogUnavailable(Exception):
+    """The catalog could not be reached (or read) when a table was opened."""
 
 
 @dataclass
@@ -57,6 +70,7 @@ class _Table:
     failed_logged: float = 0.0
     retry_at: float = 0.0  # after a failed commit
     failures: int = 0
+    failing_since_ms: float | None = None  # wall clock of the first failed commit in a row
     cleaned: bool = False
 
 
@@ -65,6 +79,7 @@ class IcebergSink:
         self.options = options
         self.declared = declared_fields(options.schema) if options.schema else None
         self.decoder = Decoder(options.format)
+        self.registry_decoders: dict[str, RegistryDecoder] = {}  # by topic
         self.catalog = None
         self.tables: dict[str, _Table] = {}
         self.parts: dict[tuple[str, int], str] = {}  # partition -> table name
@@ -100,16 +115,26 @@ class IcebergSink:
     # -- the work (worker thread) ----------------------------------------------------------
 
     def _open(self, tp, committed):
-        if self.catalog is None:
-            self.catalog = tables.open_catalog(self.options.catalog)
         name = self.options.table_name(tp[0])
         state = self.tables.get(name)
         if state is None:
             state = self.tables[name] = _Table(name)
-        if state.table is None:
-            state.table = tables.load_table(self.catalog, name)
-        else:
-            state.table.refresh()
+        try:
+            if self.catalog is None:
+                self.catalog = tables.open_catalog(self.options.catalog)
+            if state.table is None:
+                state.table = tables.load_table(self.catalog, name)
+            else:
+                state.table.refresh()
+        except Exception as exc:
+            # Raised: the runtime restarts the sink with its backoff, from the tables'
+            # offsets; nothing was taken, so nothing is lost.
+            where = f"{self.options.catalog.get('type', 'sql')} catalog " \
+                    f"{self.options.catalog.get('uri', '')}"
+            log.error("%s: the %s is unavailable (%s: %s)", name, where, type(exc).__name__,
+                      _reason(exc))
+            raise CatalogUnavailable(f"table {name}: the {where} is unavailable: "
+                                     f"{type(exc).__name__}: {_reason(exc)}") from None
         self.parts[tp] = name
         start = None
         if state.table is not None:
@@ -134,18 +159,39 @@ class IcebergSink:
                 log.error("table %s is stopped: %s", state.name, state.failed)
                 state.failed_logged = now
             return None  # not taken: nothing of it is reported durable
-        table, rejected = self.decoder.table(records)
+        decoder = self._decoder(tp[0])
+        try:
+            table, rejected = decoder.table(records)
+        except IncompatibleSchemaError as exc:
+            # Nothing of this write is taken: what the table took before it still commits
+            # (flush), nothing past it.
+            state.failed = f"{type(exc).__name__}: {exc}"
+            state.failed_logged = time.monotonic()
+            log.error("table %s is stopped: %s; its records stay in Kafka (from offset %d of "
+                      "%s-%d) and the sink's other tables go on", state.name, state.failed,
+                      records[0].offset, tp[0], tp[1])
+            return None
         state.chunks.append((table, tp, records[-1].offset + 1))
         state.rows += table.num_rows if table is not None else 0
         state.taken[tp] = records[-1].offset + 1
         return rejected
 
+    def _decoder(self, topic: str) -> Decoder:
+        if self.options.registry_url is None:
+            return self.decoder
+        decoder = self.registry_decoders.get(topic)
+        if decoder is None:
+            assert self.options.registry_type is not None
+            decoder = self.registry_decoders[topic] = RegistryDecoder(
+                self.options.registry_url, topic, self.options.registry_type)
+        return decoder
+
     def _flush(self, partitions, force: bool):
         now = time.monotonic()
         asked = {tuple(tp) for tp in partitions}
         for state in list(self.tables.values()):
-            if state.failed is not None or not self._pending(state):
-                continue
+            if not self._pending(state) or (state.failed is not None and not state.chunks):
+                continue  # (a stopped table still commits what it took before it stopped)
             due = (state.rows >= self.options.commit_max_records
                    or now - state.last_commit >= self.options.commit_interval_ms / 1000
                    or (force and asked & set(state.taken)))
@@ -167,8 +213,31 @@ class IcebergSink:
                 return
             del state.chunks[:len(run)]
             state.rows -= sum(t.num_rows for t, _tp, _n in run if t is not None)
+        if state.failing_since_ms is not None and state.table is not None:
+            # The failed attempts may have left files (a data file cut short by a full disk,
+            # metadata the catalog never took): not the table's, so deleted.
+            try:
+                removed = tables.remove_orphans(state.table, self.options.orphan_min_age_ms,
+                                                since_ms=state.failing_since_ms - 1000)
+            except OSError as exc:
+                log.warning("%s: files of the failed commits not removed: %s", state.name, exc)
+            else:
+                if removed:
+                    log.info("%s: removed %d file(s) of the failed commits", state.name,
+                             len(removed))
+            log.info("table %s: committed again after %d failed attempt(s)", state.name,
+                     state.failures)
         state.failures = 0
+        state.failing_since_ms = None
         state.last_commit = now
+
+    def _subject_fields(self, run) -> list[pa.Field] | None:
+        """A new table's value columns from the registry: its first topic's subject."""
+        if self.options.registry_url is None:
+            return None
+        decoder = self._decoder(_topics(run)[0])
+        assert isinstance(decoder, RegistryDecoder)
+        return decoder.value_fields()
 
     def _commit_run(self, state: _Table, run, now: float) -> bool:
         tables_ = [t for t, _tp, _n in run if t is not None]
@@ -179,7 +248,8 @@ class IcebergSink:
             batch = (pa.concat_tables(tables_, promote_options="permissive") if tables_
                      else pa.schema(KAFKA_FIELDS).empty_table())
             if state.table is None:
-                value_fields = self.declared or list(batch.schema)[len(KAFKA_FIELDS):]
+                value_fields = (self.declared or self._subject_fields(run)
+                                or list(batch.schema)[len(KAFKA_FIELDS):])
                 state.table = tables.create_table(self.catalog, state.name, value_fields,
                                                   self.options)
                 log.info("created table %s (%s)", state.name, ", ".join(
@@ -196,13 +266,16 @@ class IcebergSink:
             return False
         except Exception as exc:
             state.failures += 1
+            if state.failing_since_ms is None:
+                state.failing_since_ms = time.time() * 1000
             delay = min(RETRY_BACKOFF_S[0] * 2 ** (state.failures - 1), RETRY_BACKOFF_S[1])
             state.retry_at = now + delay
             if state.rows > 2 * self.options.commit_max_records:
                 raise RuntimeError(f"table {state.name}: commits fail ({exc}) and "
                                    f"{state.rows} records wait") from exc
-            log.error("table %s: commit failed (%s: %s); the batch is kept and tried again "
-                      "in %.0f s", state.name, type(exc).__name__, exc, delay)
+            log.error("table %s: commit failed (%s: %s); nothing of it is in the table, the "
+                      "batch is kept and tried again in %.0f s", state.name,
+                      type(exc).__name__, _reason(exc), delay)
             return False
         for tp, offset in taken.items():
             if tp in self.parts:
@@ -210,6 +283,16 @@ class IcebergSink:
         self.commits += 1
         return True
 
+
+
+def _reason(exc: BaseException) -> str:
+    """An exception's message on one line, without SQLAlchemy's statement and its link."""
+    text = " ".join(str(exc).split())
+    return text.split(" [SQL:")[0][:500]
+
+
+def _topics(run) -> list[str]:
+    return list(dict.fromkeys(tp[0] for _t, tp, _n in run))
 
 
 def _run(chunks) -> list:

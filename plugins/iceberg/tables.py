@@ -8,6 +8,7 @@ another writer committed first, it is built again on the new snapshot.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import time
@@ -42,14 +43,42 @@ def open_catalog(properties: Mapping[str, str]):
     name = props.pop("name", "databus")
     if props.get("type", "sql") == "sql":
         for key in ("uri", "warehouse"):
-            local = _local_path(props.get(key, ""))
+            local = local_path(props.get(key, ""))
             if local:
                 os.makedirs(local if key == "warehouse" else os.path.dirname(local),
                             exist_ok=True)
-    return load_catalog(name, **props)
+    for attempt in range(3):
+        try:
+            catalog = load_catalog(name, **props)
+            break
+        except Exception as exc:
+            # A SQL catalog creates its tables when first opened, which is not safe against
+            # another process (a second sink, `databus iceberg`, a reader) doing it at the
+            # same moment: the loser's CREATE TABLE fails; the tables are there now.
+            if "already exists" not in str(exc) or attempt == 2:
+                raise
+            time.sleep(0.1)
+    if props.get("type", "sql") == "sql" and props.get("uri", "").startswith("sqlite:///"):
+        _write_ahead_log(local_path(props["uri"]) or "")  # (once its tables exist)
+    return catalog
 
 
-def _local_path(url: str) -> str | None:
+def _write_ahead_log(path: str) -> None:
+    """Put the SQLite catalog in WAL mode (kept in the file, so for every connection): its
+    readers — pyiceberg scans, DuckDB, the console, ``databus iceberg`` — then never wait
+    for a commit, nor a commit for them.  In SQLite's default mode a reader waits while a
+    commit holds the file, and gives up with "database is locked" after 5 s, which a slow
+    fsync on a busy disk reaches."""
+    import sqlite3
+
+    try:
+        with contextlib.closing(sqlite3.connect(path, timeout=30)) as db:
+            db.execute("PRAGMA journal_mode=WAL")
+    except sqlite3.Error as exc:  # (locked, or a full disk: the commits say it again)
+        log.warning("%s: the SQLite catalog stays in its journal mode (%s)", path, exc)
+
+
+def local_path(url: str) -> str | None:
     if url.startswith("sqlite:///"):
         return os.path.abspath(url.removeprefix("sqlite:///"))  # (four slashes: absolute)
     if url.startswith("file://"):
@@ -161,33 +190,38 @@ def _in_table_schema(batch: pa.Table, current: pa.Schema, evolve: bool,
     return schemas.conform(batch, merged)
 
 
-def remove_orphans(table, min_age_ms: int) -> list[str]:
+def remove_orphans(table, min_age_ms: int, since_ms: float | None = None) -> list[str]:
     """Delete the files an unfinished commit left in a local warehouse (data files, manifests,
-    metadata written before the kill, never committed); returns their paths.
+    metadata written before a kill or a failed commit, never committed); returns their paths.
 
-    Only files written since the current snapshot (less a minute) are candidates: an
-    unfinished commit comes after the last finished one, and the check stays cheap (it reads
-    only the manifests added since).  ``min_age_ms`` spares files younger than that (another
-    writer's commit in progress)."""
-    location = _local_path(table.location())
+    Only files written since ``since_ms`` (default: the current snapshot, less a minute) are
+    candidates: an unfinished commit comes after the last finished one, and the check stays
+    cheap (it reads only the manifests the snapshots since then added).  ``min_age_ms``
+    spares files younger than that (another writer's commit in progress)."""
+    location = local_path(table.location())
     if location is None or not os.path.isdir(location):
         return []
     metadata = table.metadata
     current = table.current_snapshot()
-    cutoff_ms = (current.timestamp_ms - 60_000) if current is not None else 0
+    if since_ms is not None:
+        cutoff_ms = since_ms
+    else:
+        cutoff_ms = (current.timestamp_ms - 60_000) if current is not None else 0
     referenced = {table.metadata_location, *(e.metadata_file for e in metadata.metadata_log)}
-    recent = set()
+    recent = {}
     for snapshot in metadata.snapshots:
         referenced.add(snapshot.manifest_list)
         if snapshot.timestamp_ms >= cutoff_ms - 60_000:
-            recent.add(snapshot.snapshot_id)
-    if current is not None:
-        for manifest in current.manifests(table.io):
+            recent[snapshot.snapshot_id] = snapshot
+    # Every data file a recent snapshot added (also one a later compaction replaced, which
+    # older snapshots still read).
+    for snapshot in recent.values():
+        for manifest in snapshot.manifests(table.io):
             referenced.add(manifest.manifest_path)
             if manifest.added_snapshot_id in recent:
                 for entry in manifest.fetch_manifest_entry(table.io, discard_deleted=False):
                     referenced.add(entry.data_file.file_path)
-    referenced = {_local_path(p) or p for p in referenced}
+    referenced = {local_path(p) or p for p in referenced}
     now_ms = time.time() * 1000
     removed = []
     for sub in ("data", "metadata"):

@@ -197,3 +197,59 @@ def sinks_config(broker, sinks: dict, **sidecar) -> dict:
 def parquet_sink(topic: str, path: Path, **config) -> dict:
     return {"plugin": "parquet", "topics": [topic], "consumer": CONSUMER,
             "config": {"path": str(path), **config}}
+
+
+# -- Protobuf values in Confluent's wire format, by hand -----------------------------------
+
+ORDER_PROTO = """syntax = "proto3";
+package shop;
+message Order {
+  int64 id = 1;
+  string item = 2;
+  repeated string tags = 3;
+  Color color = 4;
+  Line line = 5;%s
+  enum Color { RED = 0; BLUE = 1; }
+  message Line { int32 n = 1; }
+}
+"""
+
+
+def register(broker, subject: str, schema: str, schema_type: str) -> int:
+    """Register ``schema`` under ``subject`` in the broker's registry; its id."""
+    request = urllib.request.Request(
+        f"{broker.schema_registry_url}/subjects/{subject}/versions", method="POST",
+        data=json.dumps({"schema": schema, "schemaType": schema_type}).encode(),
+        headers={"Content-Type": "application/vnd.schemaregistry.v1+json"})
+    with urllib.request.urlopen(request, timeout=10) as response:
+        return json.loads(response.read())["id"]
+
+
+def pb_varint(n: int) -> bytes:
+    out = bytearray()
+    n &= (1 << 64) - 1
+    while True:
+        out.append((n & 0x7F) | (0x80 if n > 0x7F else 0))
+        n >>= 7
+        if not n:
+            return bytes(out)
+
+
+def pb_order(schema_id: int, id_: int, item: str, tags=(), color=0, line=None,
+             coupon=None) -> bytes:
+    """Confluent's Protobuf wire format, encoded by hand (independent of the sink's reader):
+    magic 0, the schema id, message indexes [0] (one 0 byte), then the message."""
+    def text(number, value: str) -> bytes:
+        data = value.encode()
+        return pb_varint(number << 3 | 2) + pb_varint(len(data)) + data
+
+    body = pb_varint(1 << 3) + pb_varint(id_) + text(2, item)
+    body += b"".join(text(3, t) for t in tags)
+    if color:
+        body += pb_varint(4 << 3) + pb_varint(color)
+    if line is not None:
+        inner = pb_varint(1 << 3) + pb_varint(line)
+        body += pb_varint(5 << 3 | 2) + pb_varint(len(inner)) + inner
+    if coupon is not None:
+        body += text(6, coupon)
+    return b"\0" + schema_id.to_bytes(4, "big") + b"\0" + body
