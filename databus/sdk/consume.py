@@ -206,11 +206,20 @@ class Subscription:
     def _settlement_frames(self) -> list[dict]:
         """The acks and nacks not sent yet, as frames (the client holds its lock)."""
         out = []
-        for queue, frame in ((self._acks, wire.ack), (self._nacks, wire.nack)):
-            if queue:
-                taken = [queue.popleft() for _ in range(len(queue))]
-                self._held -= len(taken)
-                out.append(frame(self.id, taken))
+        acks = self._acks
+        if acks:
+            popleft = acks.popleft
+            ids = [popleft() for _ in range(len(acks))]
+            self._held -= len(ids)
+            if getattr(self._client, "ack_ranges", False):
+                out.append(wire.ack(self.id, *wire.ack_runs(ids)))
+            else:
+                out.append(wire.ack(self.id, ids))
+        nacks = self._nacks
+        if nacks:
+            taken = [nacks.popleft() for _ in range(len(nacks))]
+            self._held -= len(taken)
+            out.append(wire.nack(self.id, taken))
         return out
 
     def __enter__(self) -> Subscription:

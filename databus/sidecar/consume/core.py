@@ -48,7 +48,7 @@ import heapq
 import math
 from collections import deque
 from collections.abc import Hashable, Iterable
-from itertools import repeat
+from itertools import chain, repeat
 from typing import Any, NamedTuple
 
 from databus.config_base import parse_duration_ms
@@ -148,7 +148,8 @@ class Entry:
     headers = property(lambda self: self.rec.headers)
 
     def wire(self) -> list[Any]:
-        """The consumed-message array for the socket (sidecar_wire.consumed_array's shape)."""
+        """The consumed-message array for the socket (sidecar_wire.consumed_array's shape;
+        a frame of them is packed by sidecar_wire.encode_messages without this list)."""
         r = self.rec
         fields = [self.delivery_id, r.partition, r.offset, r.timestamp, self.attempt, r.value]
         if r.headers:
@@ -425,8 +426,13 @@ class MemberCore:
     def _take(self, sub: Subscriber, room: int, now: float) -> list[Entry]:
         taken: list[Entry] = []
         any_ = self.ready_any
-        while any_ and len(taken) < room:
-            taken.append(any_.popleft())
+        if any_:
+            if len(any_) <= room:
+                taken.extend(any_)
+                any_.clear()
+            else:
+                popleft = any_.popleft
+                taken.extend([popleft() for _ in range(room)])
         if self.ordered and len(taken) < room and self.ready:
             self._take_partitions(sub, room, taken)
         if not taken:
@@ -470,10 +476,13 @@ class MemberCore:
                     current.owned -= 1
                 owner[partition] = sub
                 sub.owned += 1
-            n = 0
-            while queue and len(taken) < room:
-                taken.append(queue.popleft())
-                n += 1
+            n = min(len(queue), room - len(taken))
+            if n == len(queue):  # (whole queues at a time: no Python step per message)
+                taken.extend(queue)
+                queue.clear()
+            elif n:
+                popleft = queue.popleft
+                taken.extend([popleft() for _ in range(n)])
             if n:
                 owner_inflight[partition] = owner_inflight.get(partition, 0) + n
 
@@ -490,13 +499,21 @@ class MemberCore:
 
     # --- acks and nacks --------------------------------------------------------------------
 
-    def ack(self, key: Hashable, ids: Iterable[int]) -> int:
-        """Acked messages are done.  Unknown ids (already redelivered elsewhere, revoked)
-        are ignored: the message may be delivered again, never lost.  Returns how many
-        were acked."""
+    def ack(self, key: Hashable, ids: Iterable[int],
+            ranges: Iterable[tuple[int, int]] | None = None) -> int:
+        """Acked messages are done: ``ids``, and every id of each inclusive (first, last)
+        of ``ranges`` (an app acking in order).  Unknown ids (already redelivered
+        elsewhere, revoked) are ignored: the message may be delivered again, never lost.
+        Returns how many were acked."""
         sub = self.subscribers.get(key)
         if sub is None:
             return 0
+        if ranges:
+            # Ids above the last one handed out name nothing: clipped, so that a range of
+            # 2**63 ids costs no more than the ids this subscriber was given.
+            top = sub.next_id
+            spans = [range(max(first, 1), min(last, top) + 1) for first, last in ranges]
+            ids = chain(ids, *spans)
         pop = sub.inflight.pop
         entries = [e for e in map(pop, ids, repeat(None)) if e is not None]
         acked = len(entries)
