@@ -48,7 +48,8 @@ import heapq
 import math
 from collections import deque
 from collections.abc import Hashable, Iterable
-from itertools import chain, repeat
+from itertools import chain, groupby, repeat
+from operator import attrgetter
 from typing import Any, NamedTuple
 
 from databus.config_base import parse_duration_ms
@@ -71,6 +72,9 @@ ACCEPT, RELEASE, REJECT = 1, 2, 3
 # broker acquired it: a retry is held only if it falls due this much before that estimate
 # runs out (a tenth of the lock, at least LOCK_MARGIN_MS).
 LOCK_MARGIN_MS = 500
+
+_SOURCE = attrgetter("topic", "partition")
+_OFFSET = attrgetter("offset")
 
 def retry_delay_ms(failed_attempt: int, levels_ms: tuple[int, ...]) -> int:
     """How long after its ``failed_attempt``-th delivery (1: the first) a message is retried."""
@@ -291,19 +295,14 @@ class MemberCore:
     def _add_plain(self, records: Iterable[Any]) -> list[Any]:
         """The hot path of ``add``: runs of the stream topic's records of one partition,
         taken a run at a time; returns the records left for the general path (retries)."""
-        rest = []
-        run: list[Any] = []
+        rest: list[Any] = []
         topic = self.topic
-        for r in records:
-            if r.topic != topic:
-                rest.append(r)
-            elif run and r.partition != run[0].partition:
-                self._add_run(run)
-                run = [r]
+        # (grouped in C: a poll's records come a partition at a time)
+        for (source_topic, _), group in groupby(records, _SOURCE):
+            if source_topic != topic:
+                rest.extend(group)
             else:
-                run.append(r)
-        if run:
-            self._add_run(run)
+                self._add_run(list(group))
         return rest
 
     def _add_run(self, run: list[Any]) -> None:
@@ -312,7 +311,7 @@ class MemberCore:
         prog = self.progress.get(source)
         if prog is None:
             prog = self.progress[source] = Progress()
-        prog.outstanding.extend([r.offset for r in run])
+        prog.outstanding.extend(map(_OFFSET, run))
         prog.next = run[-1].offset + 1
         entries = [Entry(source, r.offset, r, 1) for r in run]
         if self.ordered:
