@@ -15,9 +15,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from databus.client.fetcher import ConsumerRecord
 from databus.protocol import sidecar_wire as wire
 from databus.protocol import speedups
-from databus.client.fetcher import ConsumerRecord
 from databus.protocol.sidecar_wire import WireError
 from databus.sidecar.consume.core import Entry
 from tests.helpers.blocked_import import python_without
