@@ -75,6 +75,7 @@ LOCK_MARGIN_MS = 500
 
 _SOURCE = attrgetter("topic", "partition")
 _OFFSET = attrgetter("offset")
+_ENTRY_SOURCE = attrgetter("source")
 
 def retry_delay_ms(failed_attempt: int, levels_ms: tuple[int, ...]) -> int:
     """How long after its ``failed_attempt``-th delivery (1: the first) a message is retried."""
@@ -525,17 +526,16 @@ class MemberCore:
             topic = self.topic
             owned: dict[int, int] = {}
             done: dict[tuple[str, int], list[int]] = {}
-            offsets = last = None
-            for e in entries:
-                source = e.source
-                if source is not last:
-                    last = source
-                    offsets = done.get(source)
-                    if offsets is None:
-                        offsets = done[source] = []
-                offsets.append(e.offset)
+            # (runs of one source at a time, grouped and read in C: acks come in order)
+            for source, run in groupby(entries, _ENTRY_SOURCE):
+                offsets = list(map(_OFFSET, run))
+                known = done.get(source)
+                if known is None:
+                    done[source] = offsets
+                else:
+                    known += offsets
                 if source[0] == topic:  # (the stream's partition is where it was read)
-                    owned[source[1]] = owned.get(source[1], 0) + 1
+                    owned[source[1]] = owned.get(source[1], 0) + len(offsets)
             for source, offsets in done.items():
                 prog = self.progress.get(source)
                 if prog is not None:  # else revoked meanwhile: the new owner reads it again
