@@ -7,7 +7,9 @@
 
 The wire format is Confluent's: a magic byte 0, the schema id as 4 bytes big-endian, then
 the body — Avro's binary encoding (what ``AvroSerializer`` writes, read by
-``AvroDeserializer``) or the JSON text (``JSONSerializer`` / ``JSONDeserializer``).
+``AvroDeserializer``), the JSON text (``JSONSerializer`` / ``JSONDeserializer``) or the
+Protobuf message indexes and message (``ProtobufSerializer`` / ``ProtobufDeserializer``;
+protobuf_serde.py).
 
 ``encode`` checks the value against the schema first and raises ``RecordError`` naming the
 field (a JSON path, ``$.items[2].sku``) and the rule it broke (``type``, ``required``,
@@ -37,7 +39,7 @@ avro_native = load_native(name="_avro_speedups", package=__package__)
 
 MAGIC = 0
 _HEADER = struct.Struct(">bI")
-FORMATS = ("AVRO", "JSON")
+FORMATS = ("AVRO", "JSON", "PROTOBUF")
 INPUTS = ("auto", "json", "msgpack")
 
 _INT_RANGE = {"int": (-(2**31), 2**31 - 1), "long": (-(2**63), 2**63 - 1)}
@@ -106,13 +108,23 @@ class Codec:
 
     def __init__(self, schema_id: int, schema_type: str, text: str) -> None:
         if schema_type not in FORMATS:
-            raise ValueError(f"typed streams take AVRO and JSON schemas, not {schema_type}")
+            raise ValueError(f"typed streams take AVRO, JSON and PROTOBUF schemas, not "
+                             f"{schema_type}")
         self.id = schema_id
         self.type = schema_type
         self._prefix = _HEADER.pack(MAGIC, schema_id)
-        obj = json.loads(text)
         self._program: tuple | None = None
         self._json_fits = None
+        if schema_type == "PROTOBUF":
+            from .protobuf_serde import ProtobufCodec
+            from .protobuf_values import ProtobufError
+
+            try:
+                self._protobuf = ProtobufCodec(text)
+            except ProtobufError as exc:
+                raise ValueError(str(exc)) from None
+            return
+        obj = json.loads(text)
         if schema_type == "AVRO":
             self._names: dict[str, Any] = {}
             self._avro = fastavro.parse_schema(obj, named_schemas=self._names)
@@ -130,6 +142,9 @@ class Codec:
 
     def check(self, value: Any) -> None:
         """Raises RecordError if the schema does not take ``value``."""
+        if self.type == "PROTOBUF":
+            self._protobuf.encode(value)  # (the walk that checks is the one that encodes)
+            return
         if self.type == "AVRO":
             if not self._fits(value):  # (the walk that names the field: only on a refusal)
                 _check_avro(self._avro, value, "$", self._names)
@@ -144,6 +159,8 @@ class Codec:
             raise RecordError(error.json_path, str(error.validator), error.message)
 
     def encode(self, value: Any) -> bytes:
+        if self.type == "PROTOBUF":
+            return self._prefix + self._protobuf.encode(value)
         self.check(value)
         if self.type == "AVRO":
             if _write_data is not None:
@@ -214,6 +231,8 @@ class Codec:
             raise ValueError(f"written with schema id {header(data)}, not {self.id}")
         if self.type == "AVRO":
             return fastavro.schemaless_reader(io.BytesIO(data[5:]), self._avro, None)
+        if self.type == "PROTOBUF":
+            return self._protobuf.decode(data[5:])
         return json.loads(data[5:])
 
 
