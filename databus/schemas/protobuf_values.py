@@ -139,6 +139,11 @@ def _file_of_text(text: str, who: str):
     return file
 
 
+def arrow_struct(descriptor) -> pa.StructType:
+    """The Arrow struct of a message descriptor's fields (the Spark source's columns)."""
+    return pa.struct([pa.field(f.name, _arrow(f)) for f in descriptor.fields])
+
+
 def _message(node, out, ast, proto3: bool) -> None:
     from google.protobuf import descriptor_pb2
 
