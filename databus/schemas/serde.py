@@ -569,15 +569,32 @@ def _check_primitive(kind: str, value: Any, path: str) -> None:
 
 def field_paths(schema_type: str, text: str) -> set[tuple[str, ...]]:
     """Every field path of a record schema, nested records and objects included
-    (``("order", "id")``); a union with null is looked through."""
-    obj = json.loads(text)
+    (``("order", "id")``); a union with null is looked through.  Protobuf: the fields of
+    the file's first message (what typed streams and Confluent's serializers write)."""
     out: set[tuple[str, ...]] = set()
+    if schema_type == "PROTOBUF":
+        from .protobuf_values import first_message
+
+        _protobuf_paths(first_message(text)[0], (), out, frozenset())
+        return out
+    obj = json.loads(text)
     if schema_type == "AVRO":
         names: dict[str, Any] = {}
         _avro_paths(fastavro.parse_schema(obj, named_schemas=names), (), names, out, set())
     elif schema_type == "JSON":
         _json_paths(obj, (), obj, out, 0)
     return out
+
+
+def _protobuf_paths(message, prefix: tuple[str, ...], out: set, seen: frozenset) -> None:
+    if message.full_name in seen:  # a recursive message: its paths are already there
+        return
+    for field in message.fields:
+        path = (*prefix, field.name)
+        out.add(path)
+        inner = field.message_type
+        if inner is not None and not inner.GetOptions().map_entry:
+            _protobuf_paths(inner, path, out, seen | {message.full_name})
 
 
 def _avro_paths(schema: Any, prefix: tuple[str, ...], names: dict, out: set,

@@ -126,3 +126,12 @@ def test_a_schema_typed_streams_cannot_take_is_named():
               "message A { google.protobuf.Timestamp at = 1; }")
     with pytest.raises(ValueError, match="does not parse"):
         Codec(1, "PROTOBUF", "message {")
+
+
+def test_field_paths_of_the_first_message():
+    """The index checks its value paths against these (nested messages looked into)."""
+    from databus.schemas.serde import field_paths
+
+    assert field_paths("PROTOBUF", PROTO) == {
+        ("order_id",), ("item",), ("price",), ("kind",), ("lines",), ("lines", "sku"),
+        ("lines", "qty"), ("tags",), ("card",), ("cash",), ("note",)}
