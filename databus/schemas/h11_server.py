@@ -16,6 +16,7 @@ TLS (the registry has none: docs/schemas.md "Not yet").
 from __future__ import annotations
 
 import logging
+from http import HTTPStatus
 from urllib.parse import unquote
 
 import h11
@@ -27,6 +28,13 @@ KEEP_ALIVE_SEC = 75.0  # idle keep-alive connections (hypercorn's default is 5 s
 _READ = 65536
 _DRAIN_LIMIT = 64 << 20  # what is read on of a body the app left unread, before closing
 _SERVER = [(b"server", b"databus")]
+
+
+def _reason(status: int) -> bytes:
+    try:
+        return HTTPStatus(status).phrase.encode()
+    except ValueError:
+        return b""
 
 
 class _Disconnected(Exception):
@@ -102,7 +110,7 @@ async def _send(conn: h11.Connection, stream, event) -> None:
 
 async def _send_simple(conn, stream, status: int, body: bytes) -> None:
     try:
-        await _send(conn, stream, h11.Response(status_code=status, headers=[
+        await _send(conn, stream, h11.Response(status_code=status, reason=_reason(status), headers=[
             *_SERVER, (b"content-type", b"application/vnd.schemaregistry.v1+json"),
             (b"content-length", b"%d" % len(body)), (b"connection", b"close")]))
         await _send(conn, stream, h11.Data(data=body))
@@ -145,6 +153,7 @@ async def _request(app, conn: h11.Connection, stream, request: h11.Request, clie
             state["started"] = True
             headers = [*_SERVER, *[(bytes(k), bytes(v)) for k, v in message.get("headers", ())]]
             await _send(conn, stream, h11.Response(status_code=message["status"],
+                                                   reason=_reason(message["status"]),
                                                    headers=headers))
         elif message["type"] == "http.response.body":
             if message.get("body"):
