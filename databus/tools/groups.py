@@ -52,6 +52,7 @@ from databus.cli_helpers.options import (
 from databus.cli_helpers.table import Column, console, print_table
 from databus.protocol.api_keys import ApiKey
 from databus.protocol.errors import ErrorCode
+from databus.protocol.share_dlq import DLQ_COPY_CONFIG, DLQ_TOPIC_CONFIG
 
 ACTIONS = ("list", "describe", "reset-offsets", "delete", "delete-offsets")
 INACTIVE_STATES = ("Empty", "Dead")
@@ -828,8 +829,6 @@ async def _describe_share(session: Session, group: str, args) -> int:
 
 
 RESOURCE_GROUP = 32
-DLQ_TOPIC_CONFIG = "errors.deadletterqueue.topic.name"
-DLQ_COPY_CONFIG = "errors.deadletterqueue.copy.record.enable"
 
 
 async def _share_dlq(session: Session, node: int, group: str) -> tuple[str, str] | None:
