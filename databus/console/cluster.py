@@ -1,6 +1,7 @@
 """What the console reads from and does to a cluster, through ``databus.client`` only (as
-the CLI tools do) and the tools' own logic for groups (``databus.tools.groups``: describe,
-lag, reset plans), so a page and ``databus groups describe`` never disagree.
+the CLI tools do) and the groups' own logic (``databus.groups``: describe, lag, reset plans,
+which ``databus groups`` prints too), so a page and ``databus groups describe`` never
+disagree.
 
 One ``Admin`` connection is kept for the console's life (``ClusterView.open``); reading
 messages and producing open a short-lived Consumer/Producer per request.  Every method is
@@ -14,22 +15,22 @@ import logging
 import math
 import time
 from dataclasses import dataclass, field
-from types import SimpleNamespace
 
 import trio
 
+from databus.cli_helpers.times import parse_datetime
 from databus.client import Admin, Consumer, KafkaError, Producer, errors
-from databus.internal_topics import is_internal
-from databus.tools.groups import (
-    GroupsToolError,
+from databus.groups import (
+    GroupsError,
+    ResetRequest,
     Session,
     execute_group_reset,
     group_document,
     list_group_states,
     load_group,
-    parse_datetime,
     plan_group_reset,
 )
+from databus.internal_topics import is_internal
 
 from .view import Samples
 
@@ -173,7 +174,7 @@ class ClusterView:
                                f"{self.timeout:g}s") from None
         except errors.AuthenticationError as exc:
             raise AuthenticationFailed(f"{what}: authentication failed: {exc}") from None
-        except (KafkaError, GroupsToolError) as exc:
+        except (KafkaError, GroupsError) as exc:
             raise ConsoleError(f"{what}: {exc}") from None
 
     # -- topics -------------------------------------------------------------------------
@@ -398,13 +399,12 @@ class ClusterView:
             await trio.sleep(interval)
 
 
-def reset_args(topic: str | None, target: str, value: str | None) -> SimpleNamespace:
+def reset_args(topic: str | None, target: str, value: str | None) -> ResetRequest:
     """The console's reset form as ``databus groups reset-offsets`` options."""
     if target not in RESET_TARGETS:
         raise ConsoleError(f"unknown reset target {target!r} (one of {', '.join(RESET_TARGETS)})")
-    args = SimpleNamespace(to_earliest=target == "earliest", to_latest=target == "latest",
-                           to_current=False, to_offset=None, timestamp=None, shift_by=None,
-                           all_topics=not topic, topic_partitions=[(topic, None)] if topic else [])
+    args = ResetRequest(to_earliest=target == "earliest", to_latest=target == "latest",
+                        all_topics=not topic, topic_partitions=[(topic, None)] if topic else [])
     try:
         if target == "offset":
             args.to_offset = int(value or "")

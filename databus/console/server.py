@@ -121,9 +121,9 @@ class ConfigStatus:
         (after a login, only their rows about topics on the console's cluster that the
         user's own Metadata lists)."""
         from databus.client import Admin
+        from databus.groups import GroupsError, Session, group_document, load_group
         from databus.mirror.command import STATUS_COLUMNS as MIRROR_COLUMNS
         from databus.mirror.command import status_rows as mirror_rows
-        from databus.tools.groups import GroupsToolError, Session, group_document, load_group
 
         config = self.config
         # Mirror and index figures are read with the configuration's credentials; a
@@ -160,7 +160,7 @@ class ConfigStatus:
                     try:
                         members = await load_group(session, group)
                         doc = await group_document(session, group, members)
-                    except GroupsToolError:
+                    except GroupsError:
                         if visible is None:
                             raise
                         continue  # a group the logged-in user may not describe
