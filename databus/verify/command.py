@@ -21,8 +21,16 @@ from contextlib import ExitStack
 from pathlib import Path
 
 from .checker import DEFAULT_ALLOW, check, format_verdict
-from .nemesis import (KINDS, Nemesis, available_kinds, heal, mount_small_disk, schedule,
-                      unavailable, unmount)
+from .nemesis import (
+    KINDS,
+    Nemesis,
+    available_kinds,
+    heal,
+    mount_small_disk,
+    schedule,
+    unavailable,
+    unmount,
+)
 from .workload import UNSAFE, QueueOptions, Recorder, run_queue
 
 log = logging.getLogger("databus.verify")
@@ -195,9 +203,6 @@ def run(args) -> int:
         if target is not None:
             from .pipeline import check_stages
 
-            acked = {w.value for op in rec.ops if op.f == "send" and op.type == "ok"
-                     for w in op.writes}
-            lines = check_stages(broker, target, topic, acked)
-            print("\n".join(lines))
-            stages_valid = lines[-1] == "stages: VALID"
+            stages_valid, text = check_stages(broker, target, topic, rec.ops, allow)
+            print(text, flush=True)
         return 0 if verdict.valid and stages_valid else 1

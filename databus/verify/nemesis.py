@@ -25,6 +25,7 @@ Kinds:
 
 from __future__ import annotations
 
+import errno
 import os
 import random
 import shutil
@@ -108,11 +109,19 @@ def unmount(path: Path) -> None:
 
 
 def fill(directory: Path) -> int:
-    """Fill the filesystem of ``directory`` with a filler file up to ENOSPC; its size."""
+    """Fill the filesystem of ``directory`` with a filler file up to ENOSPC; its size (0
+    when the filesystem was already too full to create it: full is what the fault wants)."""
     path = directory / FILLER
     written = 0
-    with open(path, "ab") as f:
-        free = os.statvfs(directory).f_bavail * os.statvfs(directory).f_frsize
+    try:
+        f = open(path, "ab")
+    except OSError as exc:
+        if exc.errno == errno.ENOSPC:
+            return 0
+        raise
+    with f:
+        stat = os.statvfs(directory)
+        free = stat.f_bavail * stat.f_frsize
         try:  # the bulk at once, then the last blocks by writing
             if free > 1 << 20:
                 os.posix_fallocate(f.fileno(), f.tell(), free - (1 << 20))
@@ -128,6 +137,11 @@ def fill(directory: Path) -> int:
             except OSError:
                 break
     return written
+
+
+def used_bytes(directory: Path) -> int:
+    stat = os.statvfs(directory)
+    return (stat.f_blocks - stat.f_bfree) * stat.f_frsize
 
 
 def free_filler(directory: Path) -> None:
@@ -243,8 +257,9 @@ class Nemesis:
         elif fault.kind == "disk-full":
             directory = Path(self.broker.data_dir)
             try:
+                used = used_bytes(directory)
                 size = fill(directory)
-                self.record("full", f"filler {size} bytes")
+                self.record("full", f"filler {size} bytes (the broker's data: {used} bytes)")
                 time.sleep(fault.length / 2)
                 self.broker.kill9()  # and recovery has to work on a full disk
                 self._restart()
