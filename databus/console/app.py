@@ -29,6 +29,7 @@ from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 from starlette.templating import Jinja2Templates
 
+from .client_metrics import read_metrics
 from .cluster import RESET_TARGETS, ClusterView, ConsoleError, LoginRefused, LoginThrottled
 from .schemas import SchemaPageError, SchemaPages
 from .sessions import COOKIE, Sessions
@@ -42,13 +43,14 @@ STATUS_REFRESH_SECONDS = 10
 
 
 def create_app(shared: ClusterView | None, *, read_only: bool = False, status=None,
-               sessions: Sessions | None = None, schema_registry: str | None = None
-               ) -> Starlette:
+               sessions: Sessions | None = None, schema_registry: str | None = None,
+               broker_metrics: str | None = None) -> Starlette:
     """``shared``: the view every request uses; or ``sessions`` (login mode, shared None):
     each request uses its session's view, and without one gets the login page.
     ``status``: a server.ConfigStatus (the mirrors/indexes/sinks of a sidecar.yaml and
     index search), or None when the console was started without one.  ``schema_registry``:
-    the registry the schema pages read (schemas.py)."""
+    the registry the schema pages read (schemas.py).  ``broker_metrics``: the broker's
+    /metrics URL the Clients page reads (client_metrics.py), or None."""
     schemas = SchemaPages(schema_registry)
     templates = Jinja2Templates(directory=str(HERE / "templates"))
     env = templates.env
@@ -115,6 +117,16 @@ def create_app(shared: ClusterView | None, *, read_only: bool = False, status=No
         except ConsoleError as exc:
             return failure(request, exc, 400)
         return page(request, "_messages.html", records=records, topic=name)
+
+    async def clients_page(request: Request, view: ClusterView) -> Response:
+        if broker_metrics is None:
+            return page(request, "clients.html", url=None)
+        try:
+            metrics = await run_in_threadpool(read_metrics, broker_metrics)
+        except (OSError, ValueError) as exc:
+            return page(request, "clients.html", status_code=502, url=broker_metrics,
+                        error=str(exc))
+        return page(request, "clients.html", url=broker_metrics, view=metrics, error=None)
 
     async def groups_page(request: Request, view: ClusterView) -> Response:
         try:
@@ -335,6 +347,7 @@ def create_app(shared: ClusterView | None, *, read_only: bool = False, status=No
         Route("/topics/{name}", viewing(topic_page)),
         Route("/topics/{name}/messages", viewing(messages_fragment)),
         Route("/groups", viewing(groups_page)),
+        Route("/clients", viewing(clients_page)),
         Route("/groups/{group}", viewing(group_page)),
         Route("/groups/{group}/lag", viewing(lag_fragment)),
         Route("/status", viewing(status_page)),

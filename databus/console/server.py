@@ -225,7 +225,7 @@ class ConfigStatus:
 async def serve_console(bootstrap: str, listen: str, *, settings: dict | None = None,
                         login: bool = False, session_idle_timeout: float = 1800.0,
                         read_only: bool = False, sample_interval: float = 5.0, status=None,
-                        schema_registry: str | None = None,
+                        schema_registry: str | None = None, broker_metrics: str | None = None,
                         task_status=trio.TASK_STATUS_IGNORED) -> None:
     """Serve the console on ``listen`` (HOST:PORT, port 0: a free one) for the cluster at
     ``bootstrap`` reached with client ``settings`` (TLS/SASL); ``login``: each user logs in
@@ -255,11 +255,11 @@ async def serve_console(bootstrap: str, listen: str, *, settings: dict | None = 
                                 sample_interval=sample_interval)
             await nursery.start(sessions.serve)
             app = create_app(None, read_only=read_only, status=status, sessions=sessions,
-                             schema_registry=schema_registry)
+                             schema_registry=schema_registry, broker_metrics=broker_metrics)
         else:
             await nursery.start(view.sample_forever, sample_interval)
             app = create_app(view, read_only=read_only, status=status,
-                             schema_registry=schema_registry)
+                             schema_registry=schema_registry, broker_metrics=broker_metrics)
         # hypercorn types an app by its own TypedDict events, which Starlette's (ASGI 3)
         # __call__ does not name: the two agree at run time, not in their annotations
         binds = await nursery.start(partial(serve, app, config))  # type: ignore[arg-type]

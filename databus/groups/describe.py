@@ -10,14 +10,13 @@ from typing import Any
 
 from databus.protocol.api_keys import ApiKey
 from databus.protocol.errors import ErrorCode
+from databus.protocol.share_dlq import DLQ_COPY_CONFIG, DLQ_TOPIC_CONFIG
 from databus.protocol.types import TopicPartition
 
 from .session import Session, check
 
 LIST_GROUPS_TYPES = 5  # the ListGroups version with group types (share groups)
 RESOURCE_GROUP = 32
-DLQ_TOPIC_CONFIG = "errors.deadletterqueue.topic.name"
-DLQ_COPY_CONFIG = "errors.deadletterqueue.copy.record.enable"
 
 
 async def list_group_states(session: Session,
