@@ -1,5 +1,7 @@
 """The Iceberg sink object the runtime drives (hookspecs.databus_sink): records decoded into
-Arrow as they come, kept per table, and committed as one snapshot per table every
+Arrow as they come (columnar: ``write_columns`` takes the consumer's RecordColumns, json and
+raw values to Arrow without an object per record; msgpack, the registry formats and a batch
+with a bad value go per record), kept per table, and committed as one snapshot per table every
 ``commit.interval.ms`` (or ``commit.max.records``, or when partitions are revoked).
 
 Exactly once: a partition's records count as durable only once the snapshot holding them,
