@@ -185,7 +185,7 @@ class SourceOptions:
     fail_on_data_loss: bool = True
     include_headers: bool = False
     poll_timeout_ms: int = 120_000
-    # valueFormat (avro / json, values in Confluent's wire format, registry.py): the value
+    # valueFormat (avro / json / protobuf, values in Confluent's wire format, registry.py): the value
     # column is a struct of the subject's fields
     value_format: str | None = None
     value_subject: str | None = None
@@ -344,11 +344,8 @@ def parse_source_options(options: dict[str, Any] | Any, *, streaming: bool | Non
     value_format = opts.get("valueformat", "").strip().lower() or None
     subject = opts.get("valuesubject", "").strip() or None
     if value_format is not None:
-        if value_format == "protobuf":
-            raise OptionError("option 'valueFormat' protobuf is not supported yet (avro and "
-                              "json are)")
-        if value_format not in ("avro", "json"):
-            raise OptionError(f"option 'valueFormat' must be avro or json, got "
+        if value_format not in ("avro", "json", "protobuf"):
+            raise OptionError(f"option 'valueFormat' must be avro, json or protobuf, got "
                               f"{opts['valueformat']!r}")
         if subject is None:
             if len(subscribe) != 1:

@@ -1,5 +1,5 @@
 """Typed values from a schema registry (docs/spark.md, "Typed values"): the Spark type of a
-subject's Avro or JSON schema, and values in Confluent's wire format (magic byte 0, the
+subject's Avro, JSON or Protobuf schema (the ``.proto``'s first message), and values in Confluent's wire format (magic byte 0, the
 4-byte schema id, the body) decoded into an Arrow column of that type.
 
 The driver asks the registry for the subject's latest version once (``schema()``); the
@@ -37,7 +37,7 @@ from pyspark.sql.types import (
 from databus.schemas.client import RegistryClient, RegistryRefused
 from databus.schemas.serde import Codec, header
 
-VALUE_FORMATS = {"avro": "AVRO", "json": "JSON"}
+VALUE_FORMATS = {"avro": "AVRO", "json": "JSON", "protobuf": "PROTOBUF"}
 DEFAULT_REGISTRY = "http://127.0.0.1:8081"
 
 
@@ -57,7 +57,10 @@ def latest(url: str, subject: str) -> dict:
 
 
 def spark_type(schema_type: str, text: str) -> DataType:
-    """The Spark type of an Avro or JSON schema (a record/object: a StructType)."""
+    """The Spark type of an Avro, JSON or Protobuf schema (a record/object/message: a
+    StructType)."""
+    if schema_type == "PROTOBUF":
+        return _protobuf(text)
     obj = json.loads(text)
     if schema_type == "AVRO":
         import fastavro
@@ -67,7 +70,22 @@ def spark_type(schema_type: str, text: str) -> DataType:
     if schema_type == "JSON":
         return _json(obj, obj, 0)
     raise SchemaTypeError(f"{schema_type} schemas have no Spark columns here yet "
-                          "(Avro and JSON Schema do)")
+                          "(Avro, JSON Schema and Protobuf do)")
+
+
+def _protobuf(text: str) -> DataType:
+    """The struct of the file's first message (what Confluent's serializers write by
+    default; serde.py decodes that message): the Arrow types the sinks give it
+    (protobuf_values.py), so unsigned 32-bit fields are bigint, enums strings, maps maps."""
+    from pyspark.sql.pandas.types import from_arrow_type
+
+    from databus.schemas.protobuf_values import ProtobufError, arrow_struct, first_message
+
+    try:
+        descriptor, _ = first_message(text, "the Spark source reads")
+    except ProtobufError as exc:
+        raise SchemaTypeError(str(exc)) from None
+    return from_arrow_type(arrow_struct(descriptor))
 
 
 def _avro(schema: Any, names: dict, seen: tuple) -> DataType:

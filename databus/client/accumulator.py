@@ -268,31 +268,9 @@ class RecordAccumulator:
                     self._close(batch)
                     return True
                 return False
-        changed = batch is None
-        if batch is None:
-            if callable(now_ms):
-                now_ms = now_ms()
-            batch = self._new_batch(topic, partition, now_ms, dq)
-        start = 0
-        while True:
-            index = batch.builder.record_count
-            stop = batch.builder.append_many(records, start)
-            if stop > start:
-                batch.segments.append((sink, start, stop - start, index))
-            if stop >= end:
-                break
-            # Full (the first record of a batch always fits): close it, go on in a new one.
-            self._account(batch)
-            self._close(batch)
-            if callable(now_ms):
-                now_ms = now_ms()
-            batch = self._new_batch(topic, partition, now_ms, dq)
-            start, changed = stop, True
-        self._account(batch)
-        if batch.builder.uncompressed_size >= self.batch_size:
-            self._close(batch)
-            changed = True
-        return changed
+        return self._fill(tp, dq, batch, now_ms, 0, end,
+                          lambda builder, start: builder.append_many(records, start),
+                          lambda start: start, sink)
 
     def append_columns(
         self,
@@ -320,32 +298,53 @@ class RecordAccumulator:
         dq = self.batches.get(tp)
         if dq is None:
             dq = self.batches[tp] = collections.deque()
-        batch = self._open.get(tp)
-        changed = batch is None
-        if batch is None:
-            if callable(now_ms):
-                now_ms = now_ms()
-            batch = self._new_batch(topic, partition, now_ms, dq)
 
         def taken(upto: int) -> int:  # records of rows first..upto-1 that are not skipped
             return upto - first - bisect.bisect_left(skipped, upto)
 
+        return self._fill(
+            tp, dq, self._open.get(tp), now_ms, row, stop,
+            lambda builder, at: builder.append_columns(buffers, at, stop, header_key, prefix,
+                                                       skip_prefix),
+            taken, sink)
+
+    def _fill(
+        self,
+        tp: tuple[str, int],
+        dq: collections.deque,
+        batch: ProducerBatch | None,
+        now_ms: float | Callable[[], float],
+        start: int,
+        end: int,
+        append: Callable[[Any, int], int],
+        number: Callable[[int], int],
+        sink: DeliverySink,
+    ) -> bool:
+        """Fill ``tp``'s open batch (or a new one), then new ones, from position ``start``
+        until ``end``: ``append(builder, pos)`` appends what fits from ``pos`` and returns the
+        next position; ``number(pos)`` is the sink's number of the record at ``pos``.  The
+        segment of each batch tells ``sink`` of its records.  True if a batch was started or
+        filled (the sender should look)."""
+        changed = batch is None
+        if batch is None:
+            if callable(now_ms):
+                now_ms = now_ms()
+            batch = self._new_batch(tp[0], tp[1], now_ms, dq)
         while True:
             index = batch.builder.record_count
-            before = batch.builder.record_count
-            done = batch.builder.append_columns(buffers, row, stop, header_key, prefix,
-                                                skip_prefix)
-            count = batch.builder.record_count - before
+            stop = append(batch.builder, start)
+            count = batch.builder.record_count - index
             if count:
-                batch.segments.append((sink, taken(row), count, index))
-            if done >= stop:
+                batch.segments.append((sink, number(start), count, index))
+            if stop >= end:
                 break
+            # Full (the first record of a batch always fits): close it, go on in a new one.
             self._account(batch)
             self._close(batch)
             if callable(now_ms):
                 now_ms = now_ms()
-            batch = self._new_batch(topic, partition, now_ms, dq)
-            row, changed = done, True
+            batch = self._new_batch(tp[0], tp[1], now_ms, dq)
+            start, changed = stop, True
         self._account(batch)
         if batch.builder.uncompressed_size >= self.batch_size:
             self._close(batch)

@@ -9,8 +9,9 @@ write by default); a record of another message is not a row of those columns and
 refused (dead-lettered) with the reason.
 
 The ``.proto`` text is parsed by proto-schema-parser (the registry's own parser,
-formats/protobuf_format.py) into a ``FileDescriptorProto``, and the messages are read by
-the protobuf runtime.  Imports (``google/protobuf/timestamp.proto``, ...) are not
+formats/protobuf_format.py) into a ``FileDescriptorProto`` (a subject registered as a base64
+descriptor, as confluent-kafka's Python serializer does, is that already), and the messages
+are read by the protobuf runtime (``first_message``; typed streams build theirs here too).  Imports (``google/protobuf/timestamp.proto``, ...) are not
 supported: a field of an imported type makes the subject unreadable, with that reason.
 
 Rows: every field of the message; a field with presence (a message, proto3 ``optional``, a
@@ -72,36 +73,7 @@ class ProtobufValues:
     ``read(payload)`` -> a row (dict)."""
 
     def __init__(self, text: str, who: str) -> None:
-        from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
-        from proto_schema_parser import ast
-        from proto_schema_parser.parser import Parser
-
-        try:
-            parsed = Parser().parse(text)
-        except Exception as exc:  # the parser raises several kinds on bad text
-            raise ProtobufError(f"the .proto text does not parse: {exc}") from None
-        if any(isinstance(e, ast.Import) for e in parsed.file_elements):
-            raise ProtobufError(f"the .proto imports other files: the {who} sink reads "
-                                "self-contained .proto schemas only")
-        file = descriptor_pb2.FileDescriptorProto(name="subject.proto",
-                                                   syntax=parsed.syntax or "proto2")
-        for element in parsed.file_elements:
-            if isinstance(element, ast.Package):
-                file.package = element.name
-            elif isinstance(element, ast.Message):
-                _message(element, file.message_type.add(), ast, file.syntax == "proto3")
-            elif isinstance(element, ast.Enum):
-                _enum(element, file.enum_type.add(), ast)
-        if not file.message_type:
-            raise ProtobufError("the .proto has no message")
-        pool = descriptor_pool.DescriptorPool()
-        try:
-            pool.Add(file)
-            name = (file.package + "." if file.package else "") + file.message_type[0].name
-            self.descriptor = pool.FindMessageTypeByName(name)
-        except Exception as exc:  # TypeError/KeyError from the pool: an unknown type, ...
-            raise ProtobufError(f"the .proto cannot be built: {exc}") from None
-        self.message = message_factory.GetMessageClass(self.descriptor)
+        self.descriptor, self.message = first_message(text, f"the {who} sink reads")
         # proto3: every field may be absent (reads as its default): all optional.
         self.fields = [(pa.field(f.name, _arrow(f)), True) for f in self.descriptor.fields]
 
@@ -113,6 +85,63 @@ class ProtobufValues:
         message = self.message()
         message.ParseFromString(payload[at:])
         return _row(message)
+
+
+def first_message(text: str, who: str = "databus reads"):
+    """(descriptor, message class) of the first message of a subject's schema: ``.proto``
+    text, or the base64 ``FileDescriptorProto`` confluent-kafka's Python serializer
+    registers.  ProtobufError says why not (``who`` opens the sentence on imports)."""
+    from google.protobuf import descriptor_pool, message_factory
+
+    from .formats.protobuf_format import _descriptor
+
+    file = _descriptor(text)
+    if file is None:
+        file = _file_of_text(text, who)
+    elif file.dependency:
+        raise ProtobufError(f"the schema imports {list(file.dependency)}: {who} "
+                            "self-contained Protobuf schemas only")
+    if not file.message_type:
+        raise ProtobufError("the .proto has no message")
+    pool = descriptor_pool.DescriptorPool()
+    try:
+        pool.Add(file)
+        name = (file.package + "." if file.package else "") + file.message_type[0].name
+        descriptor = pool.FindMessageTypeByName(name)
+    except Exception as exc:  # TypeError/KeyError from the pool: an unknown type, ...
+        raise ProtobufError(f"the .proto cannot be built: {exc}") from None
+    return descriptor, message_factory.GetMessageClass(descriptor)
+
+
+def _file_of_text(text: str, who: str):
+    from google.protobuf import descriptor_pb2
+    from proto_schema_parser import ast
+    from proto_schema_parser.parser import Parser
+
+    from .formats.protobuf_format import _strict
+
+    try:  # (strict: ANTLR would print a syntax error and recover, building a wrong file)
+        parsed = Parser(setup_lexer=_strict, setup_parser=_strict).parse(text)
+    except Exception as exc:  # the parser raises several kinds on bad text
+        raise ProtobufError(f"the .proto text does not parse: {exc}") from None
+    if any(isinstance(e, ast.Import) for e in parsed.file_elements):
+        raise ProtobufError(f"the .proto imports other files: {who} self-contained .proto "
+                            "schemas only")
+    file = descriptor_pb2.FileDescriptorProto(name="subject.proto",
+                                               syntax=parsed.syntax or "proto2")
+    for element in parsed.file_elements:
+        if isinstance(element, ast.Package):
+            file.package = element.name
+        elif isinstance(element, ast.Message):
+            _message(element, file.message_type.add(), ast, file.syntax == "proto3")
+        elif isinstance(element, ast.Enum):
+            _enum(element, file.enum_type.add(), ast)
+    return file
+
+
+def arrow_struct(descriptor) -> pa.StructType:
+    """The Arrow struct of a message descriptor's fields (the Spark source's columns)."""
+    return pa.struct([pa.field(f.name, _arrow(f)) for f in descriptor.fields])
 
 
 def _message(node, out, ast, proto3: bool) -> None:

@@ -7,7 +7,9 @@
 
 The wire format is Confluent's: a magic byte 0, the schema id as 4 bytes big-endian, then
 the body — Avro's binary encoding (what ``AvroSerializer`` writes, read by
-``AvroDeserializer``) or the JSON text (``JSONSerializer`` / ``JSONDeserializer``).
+``AvroDeserializer``), the JSON text (``JSONSerializer`` / ``JSONDeserializer``) or the
+Protobuf message indexes and message (``ProtobufSerializer`` / ``ProtobufDeserializer``;
+protobuf_serde.py).
 
 ``encode`` checks the value against the schema first and raises ``RecordError`` naming the
 field (a JSON path, ``$.items[2].sku``) and the rule it broke (``type``, ``required``,
@@ -37,7 +39,7 @@ avro_native = load_native(name="_avro_speedups", package=__package__)
 
 MAGIC = 0
 _HEADER = struct.Struct(">bI")
-FORMATS = ("AVRO", "JSON")
+FORMATS = ("AVRO", "JSON", "PROTOBUF")
 INPUTS = ("auto", "json", "msgpack")
 
 _INT_RANGE = {"int": (-(2**31), 2**31 - 1), "long": (-(2**63), 2**63 - 1)}
@@ -106,13 +108,23 @@ class Codec:
 
     def __init__(self, schema_id: int, schema_type: str, text: str) -> None:
         if schema_type not in FORMATS:
-            raise ValueError(f"typed streams take AVRO and JSON schemas, not {schema_type}")
+            raise ValueError(f"typed streams take AVRO, JSON and PROTOBUF schemas, not "
+                             f"{schema_type}")
         self.id = schema_id
         self.type = schema_type
         self._prefix = _HEADER.pack(MAGIC, schema_id)
-        obj = json.loads(text)
         self._program: tuple | None = None
         self._json_fits = None
+        if schema_type == "PROTOBUF":
+            from .protobuf_serde import ProtobufCodec
+            from .protobuf_values import ProtobufError
+
+            try:
+                self._protobuf = ProtobufCodec(text)
+            except ProtobufError as exc:
+                raise ValueError(str(exc)) from None
+            return
+        obj = json.loads(text)
         if schema_type == "AVRO":
             self._names: dict[str, Any] = {}
             self._avro = fastavro.parse_schema(obj, named_schemas=self._names)
@@ -130,6 +142,9 @@ class Codec:
 
     def check(self, value: Any) -> None:
         """Raises RecordError if the schema does not take ``value``."""
+        if self.type == "PROTOBUF":
+            self._protobuf.encode(value)  # (the walk that checks is the one that encodes)
+            return
         if self.type == "AVRO":
             if not self._fits(value):  # (the walk that names the field: only on a refusal)
                 _check_avro(self._avro, value, "$", self._names)
@@ -144,6 +159,8 @@ class Codec:
             raise RecordError(error.json_path, str(error.validator), error.message)
 
     def encode(self, value: Any) -> bytes:
+        if self.type == "PROTOBUF":
+            return self._prefix + self._protobuf.encode(value)
         self.check(value)
         if self.type == "AVRO":
             if _write_data is not None:
@@ -214,6 +231,8 @@ class Codec:
             raise ValueError(f"written with schema id {header(data)}, not {self.id}")
         if self.type == "AVRO":
             return fastavro.schemaless_reader(io.BytesIO(data[5:]), self._avro, None)
+        if self.type == "PROTOBUF":
+            return self._protobuf.decode(data[5:])
         return json.loads(data[5:])
 
 
@@ -550,15 +569,32 @@ def _check_primitive(kind: str, value: Any, path: str) -> None:
 
 def field_paths(schema_type: str, text: str) -> set[tuple[str, ...]]:
     """Every field path of a record schema, nested records and objects included
-    (``("order", "id")``); a union with null is looked through."""
-    obj = json.loads(text)
+    (``("order", "id")``); a union with null is looked through.  Protobuf: the fields of
+    the file's first message (what typed streams and Confluent's serializers write)."""
     out: set[tuple[str, ...]] = set()
+    if schema_type == "PROTOBUF":
+        from .protobuf_values import first_message
+
+        _protobuf_paths(first_message(text)[0], (), out, frozenset())
+        return out
+    obj = json.loads(text)
     if schema_type == "AVRO":
         names: dict[str, Any] = {}
         _avro_paths(fastavro.parse_schema(obj, named_schemas=names), (), names, out, set())
     elif schema_type == "JSON":
         _json_paths(obj, (), obj, out, 0)
     return out
+
+
+def _protobuf_paths(message, prefix: tuple[str, ...], out: set, seen: frozenset) -> None:
+    if message.full_name in seen:  # a recursive message: its paths are already there
+        return
+    for field in message.fields:
+        path = (*prefix, field.name)
+        out.add(path)
+        inner = field.message_type
+        if inner is not None and not inner.GetOptions().map_entry:
+            _protobuf_paths(inner, path, out, seen | {message.full_name})
 
 
 def _avro_paths(schema: Any, prefix: tuple[str, ...], names: dict, out: set,

@@ -1,5 +1,6 @@
-"""The registry as a trio service inside ``databus broker``: hypercorn's trio worker serving
-the REST app (http.py) over the Store (store.py) of the broker it runs in."""
+"""The registry as a trio service inside ``databus broker``: the REST app (http.py) over the
+Store (store.py) of the broker it runs in, served by h11_server.py (not hypercorn, which
+the console uses: its per-request cost was most of a lookup by id's)."""
 
 from __future__ import annotations
 
@@ -15,9 +16,7 @@ async def serve_registry(broker, listen: str, *,
                          task_status=trio.TASK_STATUS_IGNORED) -> None:
     """Read ``_schemas``, then serve on ``listen`` (HOST:PORT, port 0: a free one) until
     cancelled; ``task_status.started(url)`` once it accepts connections."""
-    from hypercorn.config import Config
-    from hypercorn.trio import serve
-
+    from .h11_server import serve
     from .http import create_app
     from .store import Store
     from .validation import Validator
@@ -25,11 +24,6 @@ async def serve_registry(broker, listen: str, *,
     store = Store(broker)
     store.open()
     broker.schema_validator = Validator(store)
-    config = Config()
-    config.bind = [listen]
-    config.accesslog = None
-    config.errorlog = logging.getLogger("hypercorn.error")
-    config.graceful_timeout = 1.0
     max_body = max(int(broker.config.message_max_bytes), 1 << 20)
     auth = None
     if any(listener.sasl for listener in broker.config.listener_list()):
@@ -39,8 +33,7 @@ async def serve_registry(broker, listen: str, *,
         auth = BasicAuth(broker.credentials.check_plain)
     app = create_app(store, max_body=max_body, auth=auth)
     async with trio.open_nursery() as nursery:
-        binds = await nursery.start(partial(serve, app, config))
-        url = binds[0]
+        url = await nursery.start(partial(serve, app, listen))
         log.info("schema registry on %s%s", url,
                  " (HTTP basic: the broker's SASL users)" if auth else "")
         task_status.started(url)

@@ -78,15 +78,16 @@ class StreamSchema(_Model):
     )
     file: str | None = Field(
         None,
-        description="A schema file (Avro `.avsc`, JSON Schema `.json`; relative to the config "
+        description="A schema file (Avro `.avsc`, JSON Schema `.json`, Protobuf `.proto`; "
+        "relative to the config "
         "file) the sidecar registers "
         "under the subject when the config is applied (an existing identical schema keeps its "
         "id; one the subject's compatibility refuses rejects the config).",
     )
-    type: Literal["AVRO", "JSON"] | None = Field(
+    type: Literal["AVRO", "JSON", "PROTOBUF"] | None = Field(
         None,
-        description="The file's schema type; default JSON for a JSON Schema document (it "
-        "names `$schema`, or is an object schema), else AVRO.",
+        description="The file's schema type; default PROTOBUF for a `.proto` file, JSON for "
+        "a JSON Schema document (it names `$schema`, or is an object schema), else AVRO.",
     )
     registry_url: str | None = Field(
         None,

@@ -1,5 +1,6 @@
 """``format: registry``: values in Confluent's wire format (magic byte 0, the 4-byte schema
-id, the Avro or JSON body — what AvroSerializer / JSONSerializer and typed streams write),
+id, the Avro, JSON or Protobuf body — what AvroSerializer / JSONSerializer /
+ProtobufSerializer and typed streams write; Protobuf: the file's first message),
 each decoded with the schema its id names, fetched once (ids never change); and the
 index's value paths checked against each topic's subject ``TOPIC-value``
 (TopicNameStrategy), latest version: a path the schema lacks is said once in the log.
@@ -38,12 +39,12 @@ class RegistryValues:
             try:
                 answer = self.client.schema(schema_id)
                 codec = Codec(schema_id, answer.get("schemaType") or "AVRO", answer["schema"])
-            except RegistryRefused:
+            except (RegistryRefused, ValueError):  # (ValueError: a schema Codec cannot read)
                 codec = None
             with self._lock:
                 self._codecs[schema_id] = codec
         if codec is None:
-            raise ValueError(f"schema id {schema_id} is not in the registry (or not Avro/JSON)")
+            raise ValueError(f"schema id {schema_id} is not in the registry (or not one typed values read)")
         try:
             return codec.decode(value)
         except Exception as exc:  # a body its schema does not read: a value like any other

@@ -85,3 +85,42 @@ def test_many_subjects(registry):
     listed = [s for s in call(f"{url}/subjects?subjectPrefix=many-").body]
     assert listed == [f"many-{i:05d}" for i in range(count)]
     _still_serving(url)
+
+
+def test_http_the_server_itself_handles(registry):
+    """The registry's own HTTP/1.1 server (h11_server.py): keep-alive answers on one
+    connection, ``Expect: 100-continue``, and a request that is not HTTP gets a 400 in
+    Confluent's format while the registry goes on serving."""
+    import http.client
+    import socket
+
+    url = registry.schema_registry_url
+    host, port = url.split("//", 1)[1].rsplit(":", 1)
+    schema_id = call(f"{url}/subjects/bad-http/versions", "POST",
+                     {"schema": avro_record("Http", ("a", "int"))}).body["id"]
+    conn = http.client.HTTPConnection(host, int(port), timeout=30)
+    try:
+        for path in (f"/schemas/ids/{schema_id}", "/subjects/bad-http/versions",
+                     f"/schemas/ids/{schema_id}?subject=bad-http", "/schemas/ids/999999"):
+            conn.request("GET", path)
+            response = conn.getresponse()
+            body = json.loads(response.read())
+            if path.endswith("999999"):
+                assert (response.status, body["error_code"]) == (404, 40403)
+            else:
+                assert response.status == 200, (path, body)
+        conn.request("POST", "/subjects/bad-http", json.dumps(
+            {"schema": avro_record("Http", ("a", "int"))}),
+            {"Expect": "100-continue", "Content-Type": CONTENT_TYPE})
+        response = conn.getresponse()
+        assert (response.status, json.loads(response.read())["id"]) == (200, schema_id)
+    finally:
+        conn.close()
+    with socket.create_connection((host, int(port)), timeout=30) as raw:
+        raw.sendall(b"NOT HTTP AT ALL\r\n\r\n")
+        answer = b""
+        while chunk := raw.recv(4096):
+            answer += chunk
+    assert answer.startswith(b"HTTP/1.1 400 "), answer
+    assert json.loads(answer.split(b"\r\n\r\n", 1)[1])["error_code"] == 400
+    _still_serving(url)

@@ -35,6 +35,15 @@ EVENT = {"$schema": "http://json-schema.org/draft-07/schema#", "type": "object",
          "properties": {"kind": {"type": "string", "enum": ["click", "view"]},
                         "at": {"type": "integer"}},
          "required": ["kind", "at"]}
+PARCEL = """syntax = "proto3";
+package post;
+message Parcel {
+  string id = 1;
+  uint32 grams = 2;
+  enum Speed { STANDARD = 0; EXPRESS = 1; }
+  Speed speed = 3;
+}
+"""
 
 
 @pytest.fixture(scope="module")
@@ -43,6 +52,7 @@ def sidecar(registry, tmp_path_factory, sock_dir_module):
     file, ``events`` follows a JSON Schema subject registered beforehand."""
     root = tmp_path_factory.mktemp("typed")
     (root / "order.avsc").write_text(json.dumps(ORDER))
+    (root / "parcel.proto").write_text(PARCEL)
     url = registry.schema_registry_url
     answer = call(f"{url}/subjects/typed-events-value/versions", "POST",
                   {"schemaType": "JSON", "schema": json.dumps(EVENT)})
@@ -58,6 +68,9 @@ def sidecar(registry, tmp_path_factory, sock_dir_module):
             "events": {"topic": "typed-events",
                        "schema": {"subject": "typed-events-value",
                                   "schema.registry.url": url}},
+            "parcels": {"topic": "typed-parcels",
+                        "schema": {"file": str(root / "parcel.proto"),
+                                   "schema.registry.url": url}},
         },
     }
     (root / "sidecar.yaml").write_text(yaml.safe_dump(config))
@@ -217,3 +230,62 @@ def test_subscribers_get_the_records_decoded(registry, sidecar):
             wait_for(arrived, "the decoded event", 60)
     # (the earlier tests' events come first when they ran)
     assert all(set(event) == {"kind", "at"} for event in got), got
+
+
+def _parcel_class():
+    """post.Parcel built with descriptor_pb2 (what protoc generates), not from the text."""
+    from google.protobuf import descriptor_pb2, descriptor_pool
+    from google.protobuf.message_factory import GetMessageClass
+
+    f = descriptor_pb2.FieldDescriptorProto
+    file = descriptor_pb2.FileDescriptorProto(name="post/parcel.proto", package="post",
+                                              syntax="proto3")
+    parcel = file.message_type.add(name="Parcel")
+    parcel.field.add(name="id", number=1, type=f.TYPE_STRING, label=1)
+    parcel.field.add(name="grams", number=2, type=f.TYPE_UINT32, label=1)
+    speed = parcel.enum_type.add(name="Speed")
+    speed.value.add(name="STANDARD", number=0)
+    speed.value.add(name="EXPRESS", number=1)
+    parcel.field.add(name="speed", number=3, type=f.TYPE_ENUM,
+                     type_name=".post.Parcel.Speed", label=1)
+    pool = descriptor_pool.DescriptorPool()
+    pool.Add(file)
+    return GetMessageClass(pool.FindMessageTypeByName("post.Parcel"))
+
+
+def test_protobuf_stream_is_read_by_protobuf_deserializer_and_subscribers(registry, sidecar):
+    """A ``.proto`` file registered by the stream: dicts and JSON text are written in
+    Confluent's Protobuf wire format (ProtobufDeserializer reads them), a value the message
+    does not take is refused alone naming the field and the rule, and a subscriber through
+    the sidecar gets the dict back."""
+    from confluent_kafka.schema_registry.protobuf import ProtobufDeserializer
+
+    with Client(sidecar) as client:
+        ok = client.send("parcels", {"id": "p1", "grams": 250, "speed": "EXPRESS"})
+        negative = client.send("parcels", {"id": "p2", "grams": -5})
+        unknown = client.send("parcels", '{"id": "p3", "colour": "red"}')
+        text = client.send("parcels", '{"id": "p4", "grams": 10}')
+        ok.result(30)
+        text.result(30)
+        with pytest.raises(InvalidRecordError, match=r"subject 'typed-parcels-value' version 1 "
+                           r".*\$\.grams: -5 does not fit Protobuf's uint32 \(rule: range\)"):
+            negative.result(30)
+        with pytest.raises(InvalidRecordError, match=r"\$\.colour: not a field of message "
+                           r"post\.Parcel .*\(rule: unknown field\)"):
+            unknown.result(30)
+        parcel = _parcel_class()
+        got = _read(registry.bootstrap, "typed-parcels", 2,
+                    ProtobufDeserializer(parcel, {"use.deprecated.format": False}))
+        assert got == [parcel(id="p1", grams=250, speed=1), parcel(id="p4", grams=10)]
+        with client.subscribe("parcels", "typed-parcels-app") as subscription:
+            decoded: list = []
+
+            def arrived():
+                message = subscription.poll(0.5)
+                if message is not None:
+                    decoded.append(message.data)
+                    message.ack()
+                return len(decoded) >= 2
+            wait_for(arrived, "the decoded parcels", 60)
+    assert decoded == [{"id": "p1", "grams": 250, "speed": "EXPRESS"},
+                       {"id": "p4", "grams": 10, "speed": "STANDARD"}]

@@ -106,3 +106,70 @@ def test_export_format_registry_takes_the_topics_subject(spark, registry_broker,
     assert got == [(v["id"], v["status"], v.get("coupon"), v["at"].date()) for v in sent]
     # the value not in the wire format: a row of nulls with its place
     assert [r["_offset"] for r in rows if r["id"] is None] == [6]
+
+
+def _shipment_class():
+    """shop.Shipment built with descriptor_pb2 (what protoc generates): a uint32, an enum, a
+    repeated nested message, a map and a proto3 optional."""
+    from google.protobuf import descriptor_pb2, descriptor_pool
+    from google.protobuf.message_factory import GetMessageClass
+
+    f = descriptor_pb2.FieldDescriptorProto
+    file = descriptor_pb2.FileDescriptorProto(name="shop/shipment.proto", package="shop",
+                                              syntax="proto3")
+    message = file.message_type.add(name="Shipment")
+    message.field.add(name="id", number=1, type=f.TYPE_UINT32, label=1)
+    state = message.enum_type.add(name="State")
+    state.value.add(name="PACKED", number=0)
+    state.value.add(name="SENT", number=1)
+    message.field.add(name="state", number=2, type=f.TYPE_ENUM,
+                      type_name=".shop.Shipment.State", label=1)
+    box = message.nested_type.add(name="Box")
+    box.field.add(name="grams", number=1, type=f.TYPE_INT64, label=1)
+    message.field.add(name="boxes", number=3, type=f.TYPE_MESSAGE,
+                      type_name=".shop.Shipment.Box", label=3)
+    entry = message.nested_type.add(name="LabelsEntry")
+    entry.options.map_entry = True
+    entry.field.add(name="key", number=1, type=f.TYPE_STRING, label=1)
+    entry.field.add(name="value", number=2, type=f.TYPE_STRING, label=1)
+    message.field.add(name="labels", number=4, type=f.TYPE_MESSAGE,
+                      type_name=".shop.Shipment.LabelsEntry", label=3)
+    message.oneof_decl.add(name="_note")
+    message.field.add(name="note", number=5, type=f.TYPE_STRING, label=1, oneof_index=0,
+                      proto3_optional=True)
+    pool = descriptor_pool.DescriptorPool()
+    pool.Add(file)
+    return GetMessageClass(pool.FindMessageTypeByName("shop.Shipment"))
+
+
+def test_value_format_protobuf_gives_the_messages_columns(spark, registry_broker):
+    """Values written by confluent-kafka's ProtobufSerializer (a base64 descriptor in the
+    registry) read as the message's typed columns; a value not in the wire format is null."""
+    from confluent_kafka.schema_registry.protobuf import ProtobufSerializer
+
+    topic = "spark-proto"
+    create_topic(registry_broker.bootstrap, topic, 1)
+    shipment = _shipment_class()
+    serializer = ProtobufSerializer(shipment, SchemaRegistryClient(
+        {"url": registry_broker.schema_registry_url}), {"use.deprecated.format": False})
+    ctx = SerializationContext(topic, MessageField.VALUE)
+    sent = [shipment(id=2**32 - 1, state=1, boxes=[{"grams": 10}, {"grams": 2**40}],
+                     labels={"fragile": "yes"}, note="ring twice"),
+            shipment(id=7)]
+    produce(registry_broker.bootstrap, topic,
+            [{"value": serializer(v, ctx)} for v in sent] + [{"value": b"\x00junk"}])
+    frame = (spark.read.format("databus")
+             .option("kafka.bootstrap.servers", registry_broker.bootstrap)
+             .option("subscribe", topic).option("valueFormat", "protobuf")
+             .option("schema.registry.url", registry_broker.schema_registry_url).load())
+    assert frame.schema["value"].dataType.simpleString() == (
+        "struct<id:bigint,state:string,boxes:array<struct<grams:bigint>>,"
+        "labels:map<string,string>,note:string>")
+    rows = frame.orderBy("offset").select("value").collect()
+    got = [row["value"].asDict(recursive=True) if row["value"] is not None else None
+           for row in rows]
+    assert got == [{"id": 2**32 - 1, "state": "SENT", "boxes": [{"grams": 10},
+                                                                {"grams": 2**40}],
+                    "labels": {"fragile": "yes"}, "note": "ring twice"},
+                   {"id": 7, "state": "PACKED", "boxes": [], "labels": {}, "note": None},
+                   None]
