@@ -52,7 +52,12 @@ def create_app(shared: ClusterView | None, *, read_only: bool = False, status=No
     schemas = SchemaPages(schema_registry)
     templates = Jinja2Templates(directory=str(HERE / "templates"))
     env = templates.env
-    bootstrap = shared.bootstrap if shared is not None else sessions.bootstrap
+    if shared is not None:
+        bootstrap = shared.bootstrap
+    elif sessions is not None:
+        bootstrap = sessions.bootstrap
+    else:
+        raise TypeError("create_app: give the shared view or the sessions (login mode)")
     env.globals.update(read_only=read_only, bootstrap=bootstrap, login=sessions is not None,
                        refresh_seconds=REFRESH_SECONDS,
                        status_refresh_seconds=STATUS_REFRESH_SECONDS, reset_targets=RESET_TARGETS)
@@ -287,38 +292,43 @@ def create_app(shared: ClusterView | None, *, read_only: bool = False, status=No
         target = f"/login?{urlencode({'next': where})}" if request.method == "GET" else "/login"
         return RedirectResponse(target, status_code=303)
 
-    async def login_page(request: Request) -> Response:
-        if request.method == "GET":
-            if sessions.find(request.cookies.get(COOKIE)) is not None:
-                return RedirectResponse("/", status_code=303)
-            return page(request, "login.html", next=_local(request.query_params.get("next")))
-        if not _same_origin(request):
-            return PlainTextResponse("cross-site request refused\n", status_code=403)
-        form = await request.form()
-        username, next_url = str(form.get("username") or ""), _local(form.get("next"))
-        try:
-            token = await sessions.login(username, str(form.get("password") or ""),
-                                         request.client.host if request.client else None)
-        except ConsoleError as exc:  # LoginRefused: "invalid username or password"
-            status_code = (401 if isinstance(exc, LoginRefused)
-                           else 429 if isinstance(exc, LoginThrottled) else 503)
-            answer = page(request, "login.html", status_code, error=str(exc),
-                          username=username, next=next_url)
-            if isinstance(exc, LoginThrottled):
-                answer.headers["Retry-After"] = str(exc.retry_after)
-            return answer
-        response = RedirectResponse(next_url, status_code=303)
-        response.set_cookie(COOKIE, token, path="/", httponly=True, samesite="strict",
-                            secure=request.url.scheme == "https")
-        return response
+    def login_routes(sessions: Sessions) -> list[Route]:
+        """/login and /logout: routes of login mode only (``sessions`` given)."""
+        async def login_page(request: Request) -> Response:
+            if request.method == "GET":
+                if sessions.find(request.cookies.get(COOKIE)) is not None:
+                    return RedirectResponse("/", status_code=303)
+                return page(request, "login.html", next=_local(request.query_params.get("next")))
+            if not _same_origin(request):
+                return PlainTextResponse("cross-site request refused\n", status_code=403)
+            form = await request.form()
+            username, next_url = str(form.get("username") or ""), _local(form.get("next"))
+            try:
+                token = await sessions.login(username, str(form.get("password") or ""),
+                                             request.client.host if request.client else None)
+            except ConsoleError as exc:  # LoginRefused: "invalid username or password"
+                status_code = (401 if isinstance(exc, LoginRefused)
+                               else 429 if isinstance(exc, LoginThrottled) else 503)
+                answer = page(request, "login.html", status_code, error=str(exc),
+                              username=username, next=next_url)
+                if isinstance(exc, LoginThrottled):
+                    answer.headers["Retry-After"] = str(exc.retry_after)
+                return answer
+            response = RedirectResponse(next_url, status_code=303)
+            response.set_cookie(COOKIE, token, path="/", httponly=True, samesite="strict",
+                                secure=request.url.scheme == "https")
+            return response
 
-    async def logout(request: Request) -> Response:
-        if not _same_origin(request):
-            return PlainTextResponse("cross-site request refused\n", status_code=403)
-        sessions.logout(request.cookies.get(COOKIE))
-        response = RedirectResponse("/login", status_code=303)
-        response.delete_cookie(COOKIE, path="/", httponly=True, samesite="strict")
-        return response
+        async def logout(request: Request) -> Response:
+            if not _same_origin(request):
+                return PlainTextResponse("cross-site request refused\n", status_code=403)
+            sessions.logout(request.cookies.get(COOKIE))
+            response = RedirectResponse("/login", status_code=303)
+            response.delete_cookie(COOKIE, path="/", httponly=True, samesite="strict")
+            return response
+
+        return [Route("/login", login_page, methods=["GET", "POST"]),
+                Route("/logout", logout, methods=["POST"])]
 
     routes = [
         Route("/", viewing(cluster_page)),
@@ -336,8 +346,7 @@ def create_app(shared: ClusterView | None, *, read_only: bool = False, status=No
         Mount("/static", StaticFiles(directory=str(HERE / "static")), name="static"),
     ]
     if sessions is not None:
-        routes += [Route("/login", login_page, methods=["GET", "POST"]),
-                   Route("/logout", logout, methods=["POST"])]
+        routes += login_routes(sessions)
     return Starlette(routes=routes)
 
 
