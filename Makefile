@@ -79,13 +79,25 @@ burrow:
 	  else echo "tests/tools/test_burrow.py needs: apt-get install burrow zookeeper"; fi; \
 	fi
 
-# databus verify's partition fault sets iptables rules (a fresh CI machine has no iptables;
-# root installs it, others get the other faults).
+# databus verify's partition fault sets iptables rules, its clock fault preloads libfaketime
+# (Debian's faketime); a fresh CI machine has neither.  Like browser: apt waits for the dpkg
+# lock and is tried a few times; without them those faults are unavailable (said so) and
+# the other faults run.
+FAULT_TOOLS_MISSING = $(if $(or $(shell command -v iptables),$(wildcard /usr/sbin/iptables)),,iptables) \
+	$(if $(wildcard /usr/lib/*/faketime/libfaketime.so.1),,faketime)
 fault-tools:
-	@if ! command -v iptables >/dev/null 2>&1 && [ ! -x /usr/sbin/iptables ]; then \
+	@missing="$(strip $(FAULT_TOOLS_MISSING))"; \
+	if [ -n "$$missing" ]; then \
 	  if [ "$$(id -u)" = 0 ]; then \
-	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq iptables; \
-	  else echo "databus verify's partition fault needs iptables: apt-get install iptables"; fi; \
+	    try=1; until $(APT) -qq update && DEBIAN_FRONTEND=noninteractive \
+	        $(APT) install -y -qq $$missing; do \
+	      if [ $$try -ge $(APT_TRIES) ]; then \
+	        echo "could not install $$missing after $(APT_TRIES) tries: databus verify runs without those faults"; \
+	        break; \
+	      fi; \
+	      try=$$((try + 1)); sleep $(APT_RETRY_PAUSE); \
+	    done; \
+	  else echo "databus verify's partition and clock faults need: apt-get install $$missing"; fi; \
 	fi
 
 # The Jepsen-style check (docs/verification.md): the queue workload against the built-in

@@ -260,6 +260,12 @@ class ConsoleSettings(_Model):
         description="The cluster (a name under `clusters:`) the console shows; null: the only "
         "one, or the built-in broker.",
     )
+    broker_metrics: str | None = Field(
+        None,
+        description="The broker /metrics the Clients page reads (the client metrics clients "
+        "push, KIP-714, beside the broker's own): HOST:PORT (a broker's `--metrics-listen`) "
+        "or a URL; null: the built-in broker's `broker.metrics_listen`, if set.",
+    )
     sample_interval_ms: int = Field(
         5000,
         gt=0,

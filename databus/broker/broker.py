@@ -144,6 +144,7 @@ class Broker:
             heartbeat_interval_ms=config.group_share_heartbeat_interval_ms,
             max_size=config.group_share_max_size,
             max_share_sessions=config.group_share_max_share_sessions,
+            share_version=config.share_version,
             dlq_topic_prefix=config.errors_deadletterqueue_topic_name_prefix,
             dlq_auto_create=config.errors_deadletterqueue_auto_create_topics_enable,
             state_topic_num_partitions=config.share_coordinator_state_topic_num_partitions,

@@ -331,6 +331,13 @@ class BrokerConfig(BaseModel):
         2000, alias="group.share.max.share.sessions", ge=1,
         description="Most share sessions open at once (SHARE_SESSION_LIMIT_REACHED past it).",
     )
+    share_version: int = Field(
+        2, alias="share.version", ge=1, le=2,
+        description="The finalized level of Kafka's `share.version` feature that ApiVersions "
+        "advertises (Kafka sets it with kafka-features.sh): 2 is share groups with "
+        "dead-letter topics (KIP-1191), which clients such as the sidecar's queue mode then "
+        "use; 1 is share groups without them (the DLQ group configs are refused).",
+    )
     errors_deadletterqueue_topic_name_prefix: str = Field(
         "dlq.", alias="errors.deadletterqueue.topic.name.prefix",
         description="The prefix a share group's dead-letter topic "

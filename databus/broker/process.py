@@ -71,6 +71,8 @@ class BrokerProcess:
         self.start_timeout = start_timeout
         self.log_level = log_level
         self.args = tuple(args)  # more command-line flags (e.g. --metrics-listen)
+        # more environment for the next start() (databus verify's clock fault: libfaketime)
+        self.env: dict[str, str] = {}
         self.port = 0
         self.host = "127.0.0.1"
         self.listeners: dict[str, int] = {}  # listener name -> bound port
@@ -100,7 +102,7 @@ class BrokerProcess:
         with open(self.log_path, "ab") as log:
             self.process = subprocess.Popen(
                 cmd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=log,
-                env=_child_env(), pass_fds=launch.pass_fds,
+                env={**_child_env(), **self.env}, pass_fds=launch.pass_fds,
             )
         launch.spawned()
         deadline = time.monotonic() + self.start_timeout

@@ -29,6 +29,7 @@ from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 from starlette.templating import Jinja2Templates
 
+from .client_metrics import read_metrics
 from .cluster import RESET_TARGETS, ClusterView, ConsoleError, LoginRefused, LoginThrottled
 from .schemas import SchemaPageError, SchemaPages
 from .sessions import COOKIE, Sessions
@@ -42,17 +43,23 @@ STATUS_REFRESH_SECONDS = 10
 
 
 def create_app(shared: ClusterView | None, *, read_only: bool = False, status=None,
-               sessions: Sessions | None = None, schema_registry: str | None = None
-               ) -> Starlette:
+               sessions: Sessions | None = None, schema_registry: str | None = None,
+               broker_metrics: str | None = None) -> Starlette:
     """``shared``: the view every request uses; or ``sessions`` (login mode, shared None):
     each request uses its session's view, and without one gets the login page.
     ``status``: a server.ConfigStatus (the mirrors/indexes/sinks of a sidecar.yaml and
     index search), or None when the console was started without one.  ``schema_registry``:
-    the registry the schema pages read (schemas.py)."""
+    the registry the schema pages read (schemas.py).  ``broker_metrics``: the broker's
+    /metrics URL the Clients page reads (client_metrics.py), or None."""
     schemas = SchemaPages(schema_registry)
     templates = Jinja2Templates(directory=str(HERE / "templates"))
     env = templates.env
-    bootstrap = shared.bootstrap if shared is not None else sessions.bootstrap
+    if shared is not None:
+        bootstrap = shared.bootstrap
+    elif sessions is not None:
+        bootstrap = sessions.bootstrap
+    else:
+        raise TypeError("create_app: give the shared view or the sessions (login mode)")
     env.globals.update(read_only=read_only, bootstrap=bootstrap, login=sessions is not None,
                        refresh_seconds=REFRESH_SECONDS,
                        status_refresh_seconds=STATUS_REFRESH_SECONDS, reset_targets=RESET_TARGETS)
@@ -110,6 +117,16 @@ def create_app(shared: ClusterView | None, *, read_only: bool = False, status=No
         except ConsoleError as exc:
             return failure(request, exc, 400)
         return page(request, "_messages.html", records=records, topic=name)
+
+    async def clients_page(request: Request, view: ClusterView) -> Response:
+        if broker_metrics is None:
+            return page(request, "clients.html", url=None)
+        try:
+            metrics = await run_in_threadpool(read_metrics, broker_metrics)
+        except (OSError, ValueError) as exc:
+            return page(request, "clients.html", status_code=502, url=broker_metrics,
+                        error=str(exc))
+        return page(request, "clients.html", url=broker_metrics, view=metrics, error=None)
 
     async def groups_page(request: Request, view: ClusterView) -> Response:
         try:
@@ -287,44 +304,50 @@ def create_app(shared: ClusterView | None, *, read_only: bool = False, status=No
         target = f"/login?{urlencode({'next': where})}" if request.method == "GET" else "/login"
         return RedirectResponse(target, status_code=303)
 
-    async def login_page(request: Request) -> Response:
-        if request.method == "GET":
-            if sessions.find(request.cookies.get(COOKIE)) is not None:
-                return RedirectResponse("/", status_code=303)
-            return page(request, "login.html", next=_local(request.query_params.get("next")))
-        if not _same_origin(request):
-            return PlainTextResponse("cross-site request refused\n", status_code=403)
-        form = await request.form()
-        username, next_url = str(form.get("username") or ""), _local(form.get("next"))
-        try:
-            token = await sessions.login(username, str(form.get("password") or ""),
-                                         request.client.host if request.client else None)
-        except ConsoleError as exc:  # LoginRefused: "invalid username or password"
-            status_code = (401 if isinstance(exc, LoginRefused)
-                           else 429 if isinstance(exc, LoginThrottled) else 503)
-            answer = page(request, "login.html", status_code, error=str(exc),
-                          username=username, next=next_url)
-            if isinstance(exc, LoginThrottled):
-                answer.headers["Retry-After"] = str(exc.retry_after)
-            return answer
-        response = RedirectResponse(next_url, status_code=303)
-        response.set_cookie(COOKIE, token, path="/", httponly=True, samesite="strict",
-                            secure=request.url.scheme == "https")
-        return response
+    def login_routes(sessions: Sessions) -> list[Route]:
+        """/login and /logout: routes of login mode only (``sessions`` given)."""
+        async def login_page(request: Request) -> Response:
+            if request.method == "GET":
+                if sessions.find(request.cookies.get(COOKIE)) is not None:
+                    return RedirectResponse("/", status_code=303)
+                return page(request, "login.html", next=_local(request.query_params.get("next")))
+            if not _same_origin(request):
+                return PlainTextResponse("cross-site request refused\n", status_code=403)
+            form = await request.form()
+            username, next_url = str(form.get("username") or ""), _local(form.get("next"))
+            try:
+                token = await sessions.login(username, str(form.get("password") or ""),
+                                             request.client.host if request.client else None)
+            except ConsoleError as exc:  # LoginRefused: "invalid username or password"
+                status_code = (401 if isinstance(exc, LoginRefused)
+                               else 429 if isinstance(exc, LoginThrottled) else 503)
+                answer = page(request, "login.html", status_code, error=str(exc),
+                              username=username, next=next_url)
+                if isinstance(exc, LoginThrottled):
+                    answer.headers["Retry-After"] = str(exc.retry_after)
+                return answer
+            response = RedirectResponse(next_url, status_code=303)
+            response.set_cookie(COOKIE, token, path="/", httponly=True, samesite="strict",
+                                secure=request.url.scheme == "https")
+            return response
 
-    async def logout(request: Request) -> Response:
-        if not _same_origin(request):
-            return PlainTextResponse("cross-site request refused\n", status_code=403)
-        sessions.logout(request.cookies.get(COOKIE))
-        response = RedirectResponse("/login", status_code=303)
-        response.delete_cookie(COOKIE, path="/", httponly=True, samesite="strict")
-        return response
+        async def logout(request: Request) -> Response:
+            if not _same_origin(request):
+                return PlainTextResponse("cross-site request refused\n", status_code=403)
+            sessions.logout(request.cookies.get(COOKIE))
+            response = RedirectResponse("/login", status_code=303)
+            response.delete_cookie(COOKIE, path="/", httponly=True, samesite="strict")
+            return response
+
+        return [Route("/login", login_page, methods=["GET", "POST"]),
+                Route("/logout", logout, methods=["POST"])]
 
     routes = [
         Route("/", viewing(cluster_page)),
         Route("/topics/{name}", viewing(topic_page)),
         Route("/topics/{name}/messages", viewing(messages_fragment)),
         Route("/groups", viewing(groups_page)),
+        Route("/clients", viewing(clients_page)),
         Route("/groups/{group}", viewing(group_page)),
         Route("/groups/{group}/lag", viewing(lag_fragment)),
         Route("/status", viewing(status_page)),
@@ -336,8 +359,7 @@ def create_app(shared: ClusterView | None, *, read_only: bool = False, status=No
         Mount("/static", StaticFiles(directory=str(HERE / "static")), name="static"),
     ]
     if sessions is not None:
-        routes += [Route("/login", login_page, methods=["GET", "POST"]),
-                   Route("/logout", logout, methods=["POST"])]
+        routes += login_routes(sessions)
     return Starlette(routes=routes)
 
 

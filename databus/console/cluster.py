@@ -1,6 +1,7 @@
 """What the console reads from and does to a cluster, through ``databus.client`` only (as
-the CLI tools do) and the tools' own logic for groups (``databus.tools.groups``: describe,
-lag, reset plans), so a page and ``databus groups describe`` never disagree.
+the CLI tools do) and the groups' own logic (``databus.groups``: describe, lag, reset plans,
+which ``databus groups`` prints too), so a page and ``databus groups describe`` never
+disagree.
 
 One ``Admin`` connection is kept for the console's life (``ClusterView.open``); reading
 messages and producing open a short-lived Consumer/Producer per request.  Every method is
@@ -14,22 +15,22 @@ import logging
 import math
 import time
 from dataclasses import dataclass, field
-from types import SimpleNamespace
 
 import trio
 
-from databus.client import Admin, Consumer, KafkaError, Producer, errors
-from databus.internal_topics import is_internal
-from databus.tools.groups import (
-    GroupsToolError,
+from databus.cli_helpers.times import parse_datetime
+from databus.client import Admin, Consumer, KafkaError, Producer, TopicPartition, errors
+from databus.groups import (
+    GroupsError,
+    ResetRequest,
     Session,
     execute_group_reset,
     group_document,
     list_group_states,
     load_group,
-    parse_datetime,
     plan_group_reset,
 )
+from databus.internal_topics import is_internal
 
 from .view import Samples
 
@@ -173,7 +174,7 @@ class ClusterView:
                                f"{self.timeout:g}s") from None
         except errors.AuthenticationError as exc:
             raise AuthenticationFailed(f"{what}: authentication failed: {exc}") from None
-        except (KafkaError, GroupsToolError) as exc:
+        except (KafkaError, GroupsError) as exc:
             raise ConsoleError(f"{what}: {exc}") from None
 
     # -- topics -------------------------------------------------------------------------
@@ -192,17 +193,16 @@ class ClusterView:
                 entries = configs.get(name)
                 shown = {k: (entries[k].value if isinstance(entries, dict) and k in entries
                              else None) for k in SHOWN_CONFIGS}
-                count = sum(ends.get((name, p.partition), 0) - starts.get((name, p.partition), 0)
-                            for p in desc.partitions)
-                size = (sum(sizes.get((name, p.partition), 0) for p in desc.partitions)
-                        if sizes else None)
+                tps = [TopicPartition(name, p.partition) for p in desc.partitions]
+                count = sum(ends.get(tp, 0) - starts.get(tp, 0) for tp in tps)
+                size = sum(sizes.get(tp, 0) for tp in tps) if sizes else None
                 rows.append(TopicRow(name, len(desc.partitions), count, shown,
                                      self.samples.rate(("topic", name)),
                                      is_internal(name, desc.is_internal), size))
             return Overview(sorted(cluster.brokers.values(), key=lambda b: b.node_id),
                             cluster.controller_id, rows)
 
-    async def _sizes(self, topics: list[str] | None) -> dict[tuple[str, int], int]:
+    async def _sizes(self, topics: list[str] | None) -> dict[TopicPartition, int]:
         """Partition sizes on disk, or {} when the cluster will not say (DescribeLogDirs
         needs Kafka's cluster-level DESCRIBE permission): the pages then show '-'."""
         try:
@@ -211,8 +211,9 @@ class ClusterView:
             log.info("no partition sizes: %s", exc)
             return {}
 
-    async def _offsets(self, topics: dict, spec: str) -> dict[tuple[str, int], int]:
-        tps = [(name, p.partition) for name, d in topics.items() for p in d.partitions]
+    async def _offsets(self, topics: dict, spec: str) -> dict[TopicPartition, int]:
+        tps = [TopicPartition(name, p.partition) for name, d in topics.items()
+               for p in d.partitions]
         return await self.admin.list_offsets(tps, spec) if tps else {}
 
     async def topic(self, name: str) -> list[PartitionRow]:
@@ -223,10 +224,10 @@ class ClusterView:
             starts = await self._offsets({name: desc}, "earliest")
             ends = await self._offsets({name: desc}, "latest")
             sizes = await self._sizes([name])
-            return [PartitionRow(p.partition, p.leader, list(p.replicas),
-                                 starts.get((name, p.partition), 0),
-                                 ends.get((name, p.partition), 0),
-                                 sizes.get((name, p.partition))) for p in desc.partitions]
+            tps = [TopicPartition(name, p.partition) for p in desc.partitions]
+            return [PartitionRow(p.partition, p.leader, list(p.replicas), starts.get(tp, 0),
+                                 ends.get(tp, 0), sizes.get(tp))
+                    for p, tp in zip(desc.partitions, tps)]
 
     async def create_topic(self, name: str, partitions: int,
                            configs: dict[str, str]) -> None:
@@ -256,7 +257,7 @@ class ClusterView:
             parts = [p for p in parts if p.partition == partition]
             if not parts:
                 raise ConsoleError(f"topic {topic!r} has no partition {partition}")
-        tps = [(topic, p.partition) for p in parts]
+        tps = [TopicPartition(topic, p.partition) for p in parts]
         ends = {(topic, p.partition): p.end for p in parts}
         if mode == "offset":
             if partition is None or offset is None:
@@ -273,7 +274,8 @@ class ClusterView:
                 found = await self.admin.list_offsets(tps, ms)
             start = {tp: (o if o >= 0 else ends[tp]) for tp, o in found.items()}
         elif mode == "newest":
-            start = {(topic, p.partition): max(p.start, p.end - limit) for p in parts}
+            start = {TopicPartition(topic, p.partition): max(p.start, p.end - limit)
+                     for p in parts}
         else:
             raise ConsoleError(f"unknown mode {mode!r} (newest, offset or time)")
         records = await self._read(start, ends, limit)
@@ -398,13 +400,12 @@ class ClusterView:
             await trio.sleep(interval)
 
 
-def reset_args(topic: str | None, target: str, value: str | None) -> SimpleNamespace:
+def reset_args(topic: str | None, target: str, value: str | None) -> ResetRequest:
     """The console's reset form as ``databus groups reset-offsets`` options."""
     if target not in RESET_TARGETS:
         raise ConsoleError(f"unknown reset target {target!r} (one of {', '.join(RESET_TARGETS)})")
-    args = SimpleNamespace(to_earliest=target == "earliest", to_latest=target == "latest",
-                           to_current=False, to_offset=None, timestamp=None, shift_by=None,
-                           all_topics=not topic, topic_partitions=[(topic, None)] if topic else [])
+    args = ResetRequest(to_earliest=target == "earliest", to_latest=target == "latest",
+                        all_topics=not topic, topic_partitions=[(topic, None)] if topic else [])
     try:
         if target == "offset":
             args.to_offset = int(value or "")

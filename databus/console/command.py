@@ -2,7 +2,7 @@
 
     databus console [--listen 127.0.0.1:8080] [-c sidecar.yaml | --bootstrap HOST:PORT]
                     [-X KEY=VALUE ...] [--command-config FILE] [--login]
-                    [--read-only] [--sample-interval-ms MS]
+                    [--read-only] [--sample-interval-ms MS] [--broker-metrics HOST:PORT]
 
 The cluster is ``--bootstrap`` (alias ``--bootstrap-server``), else the configuration's:
 ``console.cluster`` or its only cluster (with that cluster's ``security.protocol``,
@@ -46,6 +46,10 @@ def add_arguments(parser) -> None:
                              "user: a SASL login to the cluster (console.auth: sasl)")
     parser.add_argument("--read-only", action="store_true", default=None,
                         help="refuse every action (console.read_only)")
+    parser.add_argument("--broker-metrics", metavar="HOST:PORT|URL",
+                        help="the broker's /metrics (its --metrics-listen) that the Clients "
+                        "page reads: clients' pushed metrics (KIP-714) beside the broker's "
+                        "(console.broker_metrics, else -c FILE's broker.metrics_listen)")
     parser.add_argument("--sample-interval-ms", type=int, metavar="MS",
                         help="how often lag and end offsets are sampled for the charts "
                              "(console.sample_interval_ms, default 5000)")
@@ -56,6 +60,15 @@ def console_bootstrap(config, embedded_bootstrap: str | None = None) -> str:
     from databus.config import part_bootstrap
 
     return part_bootstrap(config, config.console.cluster, "console", embedded_bootstrap)
+
+
+def console_broker_metrics(config, flag: str | None = None) -> str | None:
+    """The /metrics URL the Clients page reads: ``--broker-metrics``, else
+    ``console.broker_metrics``, else the built-in broker's ``metrics_listen``; None: none."""
+    from .client_metrics import metrics_url
+
+    listen = flag or config.console.broker_metrics or config.broker.metrics_listen
+    return metrics_url(listen) if listen else None
 
 
 def console_client_settings(config) -> dict:
@@ -139,7 +152,8 @@ def run(args) -> int:
             _main, config if path else None, bootstrap, listen, settings=client, login=login,
             session_idle_timeout=settings.session_idle_timeout_ms / 1000,
             read_only=read_only, sample_interval=interval_ms / 1000,
-            schema_registry=args.schema_registry or broker_registry_url(config)))
+            schema_registry=args.schema_registry or broker_registry_url(config),
+            broker_metrics=console_broker_metrics(config, args.broker_metrics)))
     except KeyboardInterrupt:
         return 130
 

@@ -89,7 +89,8 @@ class ConfigStatus:
         from databus.client import Admin
 
         async with Admin(view.bootstrap, view.client_config()) as admin:
-            return set(await admin.list_topics(include_internal=True))
+            topics = await admin.list_topics(include_internal=True)
+        return set(topics)
 
     @staticmethod
     def _shown(topics: set[str] | None, visible: set[str]) -> bool:
@@ -121,9 +122,9 @@ class ConfigStatus:
         (after a login, only their rows about topics on the console's cluster that the
         user's own Metadata lists)."""
         from databus.client import Admin
+        from databus.groups import GroupsError, Session, group_document, load_group
         from databus.mirror.command import STATUS_COLUMNS as MIRROR_COLUMNS
         from databus.mirror.command import status_rows as mirror_rows
-        from databus.tools.groups import GroupsToolError, Session, group_document, load_group
 
         config = self.config
         # Mirror and index figures are read with the configuration's credentials; a
@@ -160,7 +161,7 @@ class ConfigStatus:
                     try:
                         members = await load_group(session, group)
                         doc = await group_document(session, group, members)
-                    except GroupsToolError:
+                    except GroupsError:
                         if visible is None:
                             raise
                         continue  # a group the logged-in user may not describe
@@ -224,7 +225,7 @@ class ConfigStatus:
 async def serve_console(bootstrap: str, listen: str, *, settings: dict | None = None,
                         login: bool = False, session_idle_timeout: float = 1800.0,
                         read_only: bool = False, sample_interval: float = 5.0, status=None,
-                        schema_registry: str | None = None,
+                        schema_registry: str | None = None, broker_metrics: str | None = None,
                         task_status=trio.TASK_STATUS_IGNORED) -> None:
     """Serve the console on ``listen`` (HOST:PORT, port 0: a free one) for the cluster at
     ``bootstrap`` reached with client ``settings`` (TLS/SASL); ``login``: each user logs in
@@ -254,12 +255,14 @@ async def serve_console(bootstrap: str, listen: str, *, settings: dict | None = 
                                 sample_interval=sample_interval)
             await nursery.start(sessions.serve)
             app = create_app(None, read_only=read_only, status=status, sessions=sessions,
-                             schema_registry=schema_registry)
+                             schema_registry=schema_registry, broker_metrics=broker_metrics)
         else:
             await nursery.start(view.sample_forever, sample_interval)
             app = create_app(view, read_only=read_only, status=status,
-                             schema_registry=schema_registry)
-        binds = await nursery.start(partial(serve, app, config))
+                             schema_registry=schema_registry, broker_metrics=broker_metrics)
+        # hypercorn types an app by its own TypedDict events, which Starlette's (ASGI 3)
+        # __call__ does not name: the two agree at run time, not in their annotations
+        binds = await nursery.start(partial(serve, app, config))  # type: ignore[arg-type]
         url = binds[0]
         log.info("console on %s (cluster %s%s)", url, bootstrap,
                  console_mode(settings, login, read_only))

@@ -39,7 +39,7 @@ import os
 import socket
 import uuid
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import sniffio
 import trio
@@ -55,6 +55,9 @@ from .registry import (
     now_ms,
 )
 
+if TYPE_CHECKING:
+    from databus.client.sync import _TrioThread
+
 log = logging.getLogger("databus.lanes")
 
 LANE_KEYS = {
@@ -67,7 +70,7 @@ LANE_KEYS = {
 def _split(config: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
     """(lane settings, Kafka consumer settings) of ``config``; bad lane values raise
     ValueError naming the key."""
-    lane = dict(LANE_KEYS)
+    lane: dict[str, Any] = dict(LANE_KEYS)
     kafka = {}
     for key, value in config.items():
         if key not in LANE_KEYS:
@@ -114,7 +117,7 @@ class LaneConsumer:
         self.follower = RegistryFollower(bootstrap_servers, self.registry_topic)
         self._stack: contextlib.AsyncExitStack | None = None
         self._subscribed: list[str] | None = None
-        self._thread = None  # under asyncio: the trio thread the consumer lives in
+        self._thread: _TrioThread | None = None  # under asyncio: the trio thread the consumer lives in
 
     def _from_asyncio(self) -> bool:
         """Called from asyncio code (not from the consumer's own trio thread)?"""
@@ -140,8 +143,8 @@ class LaneConsumer:
             from databus.client.sync import _TrioThread
 
             # The thread's trio run enters this same object (there sniffio says trio).
-            self._thread = await asyncio.to_thread(_TrioThread, lambda: self,
-                                                   "databus-lane-consumer")
+            self._thread = await asyncio.to_thread(
+                lambda: _TrioThread(lambda: self, "databus-lane-consumer"))
             return self
         return await self._open()
 
@@ -164,13 +167,13 @@ class LaneConsumer:
                 await ensure_lane_topics(
                     admin, [model.lane_topic(self.template, t, self.lane) for t in self.topics],
                     lane)
-                await self._beat(writer)
-                stack.push_async_callback(self._farewell, writer)
+                await self._beat(writer, self.lane)
+                stack.push_async_callback(self._farewell, writer, self.lane)
             await self._apply(admin)
             tasks = await stack.enter_async_context(trio.open_nursery())
             stack.callback(tasks.cancel_scope.cancel)
             if self.lane is not None:
-                tasks.start_soon(self._heartbeats, writer)
+                tasks.start_soon(self._heartbeats, writer, self.lane)
             tasks.start_soon(self._checks, admin)
             self._stack = stack.pop_all()
         return self
@@ -217,7 +220,9 @@ class LaneConsumer:
     # -- the background ------------------------------------------------------------------------
 
     async def _apply(self, admin: Admin) -> None:
-        existing = set(await admin.list_topics()) if self.consume_orphans else frozenset()
+        existing: set[str] | frozenset[str] = frozenset()
+        if self.consume_orphans:
+            existing = set(await admin.list_topics())
         wanted = model.subscription(
             self.follower.state, self.topics, self.template, now_ms(), lane=self.lane,
             consume_main=self.consume_main, consume_orphans=self.consume_orphans,
@@ -238,16 +243,16 @@ class LaneConsumer:
             await trio.sleep(self.check_interval)
             await self._apply(admin)
 
-    async def _beat(self, writer: RegistryWriter) -> None:
-        record = model.LaneConsumer(self.lane, self.id, now_ms(), self.heartbeat_ms,
+    async def _beat(self, writer: RegistryWriter, lane: str) -> None:
+        record = model.LaneConsumer(lane, self.id, now_ms(), self.heartbeat_ms,
                                     socket.gethostname(), os.getpid(), self.group)
-        await writer.put(model.consumer_key(self.lane, self.id), record)
+        await writer.put(model.consumer_key(lane, self.id), record)
 
-    async def _heartbeats(self, writer: RegistryWriter) -> None:
+    async def _heartbeats(self, writer: RegistryWriter, lane: str) -> None:
         while True:
             await trio.sleep(self.heartbeat_ms / 1000)
-            await self._beat(writer)
+            await self._beat(writer, lane)
 
-    async def _farewell(self, writer: RegistryWriter) -> None:
+    async def _farewell(self, writer: RegistryWriter, lane: str) -> None:
         with trio.move_on_after(5), contextlib.suppress(Exception):
-            await writer.put(model.consumer_key(self.lane, self.id), None)
+            await writer.put(model.consumer_key(lane, self.id), None)

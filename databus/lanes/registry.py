@@ -19,7 +19,7 @@ from typing import Any
 
 import trio
 
-from databus.client import Admin, Consumer, Producer, errors
+from databus.client import Admin, Consumer, Producer, TopicPartition, errors
 
 from . import model
 
@@ -80,7 +80,7 @@ class RegistryFollower:
         """Read the registry to its current end (then ``started``), and with ``forever``
         go on following it.  Raises UnknownTopicOrPartitionError if the topic is missing
         and the follower does not create it."""
-        tp = (self.topic, 0)
+        tp = TopicPartition(self.topic, 0)
         config = {**self.settings, "fetch.max.wait.ms": FOLLOW_WAIT_MS,
                   "enable.auto.commit": False, "auto.offset.reset": "earliest",
                   "client.id": "databus-lanes-registry"}
@@ -184,11 +184,14 @@ async def merge_topics(bootstrap: str, template: str, topics: list[str]) -> int:
     async with Admin(bootstrap) as admin, \
             Producer(bootstrap, {"acks": "all", "client.id": "databus-lanes-merge"}) as producer:
         for topic in topics:
-            main, _lane = model.parse_lane_topic(template, topic)
+            parsed = model.parse_lane_topic(template, topic)
+            if parsed is None:
+                raise ValueError(f"{topic!r} is not a lane topic of {template!r}")
+            main = parsed[0]
             described = (await admin.describe_topics([topic]))[topic]
             if isinstance(described, Exception):
                 raise described
-            tps = [(topic, p.partition) for p in described.partitions]
+            tps = [TopicPartition(topic, p.partition) for p in described.partitions]
             ends = {tp: end for tp, end in (await admin.list_offsets(tps, "latest")).items()
                     if end > 0}
             if not ends:

@@ -1,9 +1,14 @@
-"""``databus dlq``: read and replay a consumer group's dead-letter topic (``GROUP.dlq``).
+"""``databus dlq``: read and replay a consumer group's dead-letter topic.
 
 Messages that subscribers of a stream nacked (or did not ack in time) ``max.attempts``
 times land in the group's dead-letter topic with headers saying where they came from and
-why (docs/consuming.md).  This tool talks to the cluster over the Kafka protocol, like the
-other console tools (``--bootstrap-server HOST:PORT``):
+why (docs/consuming.md).  That topic is the one the group's ``errors.deadletterqueue.
+topic.name`` names (a share group's, KIP-1191: the sidecar's queue mode sets ``dlq.GROUP``
+where the cluster has them, and the broker writes the letters), else the sidecar's own
+``GROUP.dlq``; ``--topic`` picks one.  Both kinds of letter are read: the sidecar's
+``databus-*`` headers, and the broker's ``__dlq.errors.*`` ones.  This tool talks to the
+cluster over the Kafka protocol, like the other console tools (``--bootstrap-server
+HOST:PORT``):
 
     databus dlq list GROUP [--json]
         one line per dead letter: partition, offset, origin topic-partition@offset,
@@ -30,6 +35,7 @@ import trio
 from databus.cli_helpers.options import add_bootstrap, add_json, print_json
 from databus.cli_helpers.table import Column, print_table
 from databus.client import Admin, Consumer, KafkaError, Producer
+from databus.protocol import share_dlq
 from databus.sidecar.consume.core import (
     H_ATTEMPT,
     H_DUE,
@@ -39,7 +45,7 @@ from databus.sidecar.consume.core import (
     H_TOPIC,
     header,
 )
-from databus.sidecar.consume.service import dlq_topic, retry_topic
+from databus.sidecar.consume.service import dlq_topic, group_configs, retry_topic
 
 ACTIONS = ("list", "show", "replay")
 REPLAY_REASON = "replayed from the dead-letter topic"
@@ -49,7 +55,9 @@ def add_arguments(parser) -> None:
     parser.add_argument("action", choices=ACTIONS, help="list, show or replay")
     parser.add_argument("group", metavar="GROUP", help="the consumer group (subscribe's group)")
     add_bootstrap(parser)
-    parser.add_argument("--partition", type=int, help="only this partition of GROUP.dlq")
+    parser.add_argument("--topic", help="the dead-letter topic to read (default: the "
+                        "group's errors.deadletterqueue.topic.name, else GROUP.dlq)")
+    parser.add_argument("--partition", type=int, help="only this partition of the topic")
     parser.add_argument("--offset", type=int, help="only this offset (with --partition)")
     parser.add_argument("--max-messages", type=int, default=None,
                         help="show at most this many")
@@ -62,17 +70,46 @@ def _text(value: bytes | None) -> str:
     return "" if value is None else value.decode(errors="replace")
 
 
+# (the sidecar's header, the broker's KIP-1191 header) saying the same thing
+_ORIGIN_TOPIC = (H_TOPIC, share_dlq.HEADER_TOPIC)
+_ORIGIN_PARTITION = (H_PARTITION, share_dlq.HEADER_PARTITION)
+_ORIGIN_OFFSET = (H_OFFSET, share_dlq.HEADER_OFFSET)
+_ATTEMPTS = (H_ATTEMPT, share_dlq.HEADER_DELIVERY_COUNT)
+_REASON = (H_REASON, share_dlq.HEADER_MESSAGE)
+
+
+def _either(headers, names: tuple[str, str]) -> bytes | None:
+    """A letter's header: the sidecar's name, else the broker's (a letter the broker wrote
+    carries only KIP-1191's; one the sidecar wrote to a share group's DLQ carries both)."""
+    value = header(headers, names[0])
+    return value if value is not None else header(headers, names[1])
+
+
 def _row(record) -> dict:
     headers = record.headers
     return {
+        "topic": record.topic,
         "partition": record.partition,
         "offset": record.offset,
-        "origin": f"{_text(header(headers, H_TOPIC))}-{_text(header(headers, H_PARTITION))}"
-                  f"@{_text(header(headers, H_OFFSET))}",
-        "attempts": int(header(headers, H_ATTEMPT) or 0),
-        "reason": _text(header(headers, H_REASON)),
+        "origin": f"{_text(_either(headers, _ORIGIN_TOPIC))}-"
+                  f"{_text(_either(headers, _ORIGIN_PARTITION))}"
+                  f"@{_text(_either(headers, _ORIGIN_OFFSET))}",
+        "attempts": int(_either(headers, _ATTEMPTS) or 0),
+        "reason": _text(_either(headers, _REASON)),
         "timestamp": record.timestamp,
     }
+
+
+def _replay_headers(headers, now: bytes) -> list[tuple[str, bytes]]:
+    """A letter's headers as a retry of attempt 1 due ``now``: the app's own and its origin
+    in the sidecar's names (what the sidecar's retry reader needs), KIP-1191's dropped."""
+    origin = [(names[0], _either(headers, names) or b"")
+              for names in (_ORIGIN_TOPIC, _ORIGIN_PARTITION, _ORIGIN_OFFSET)]
+    dropped = {H_ATTEMPT, H_DUE, H_REASON, H_TOPIC, H_PARTITION, H_OFFSET}
+    own = [(k, v) for k, v in headers
+           if k not in dropped and not k.startswith("__dlq.errors.")]
+    return own + origin + [(H_ATTEMPT, b"1"), (H_DUE, now),
+                           (H_REASON, REPLAY_REASON.encode())]
 
 
 async def _read(bootstrap: str, topic: str, partition: int | None, offset: int | None,
@@ -115,23 +152,31 @@ class UnknownGroup(Exception):
     """Neither the group nor its dead-letter topic exists on the cluster."""
 
 
-async def _has_dead_letter_topic(bootstrap: str, group: str) -> bool:
-    """Whether GROUP.dlq exists, asked without creating it (a Consumer's metadata request
-    would auto-create it on a broker that allows that).  A group the cluster does not know,
-    without a dead-letter topic, is UnknownGroup; a known one without it has none yet."""
+async def _dead_letter_topic(bootstrap: str, group: str, topic: str | None) -> str | None:
+    """The group's dead-letter topic (``topic`` if given, else the one its
+    errors.deadletterqueue.topic.name names, else GROUP.dlq) if it exists, asked without
+    creating it (a Consumer's metadata request would auto-create it on a broker that allows
+    that).  A group the cluster does not know, without a dead-letter topic, is
+    UnknownGroup; a known one without it has none yet (None)."""
     async with Admin(bootstrap) as admin:
-        if dlq_topic(group) in await admin.list_topics():
-            return True
+        if topic is None:
+            try:
+                named = await group_configs(admin, group, [share_dlq.DLQ_TOPIC_CONFIG])
+            except KafkaError:  # a cluster without group configs (before KIP-932)
+                named = {}
+            topic = named.get(share_dlq.DLQ_TOPIC_CONFIG) or dlq_topic(group)
+        if topic in await admin.list_topics():
+            return topic
         if group not in {name for name, _ in await admin.list_groups()}:
             raise UnknownGroup(group)
-    return False
+    return None
 
 
 async def _list(args) -> list:
-    if not await _has_dead_letter_topic(args.bootstrap, args.group):
+    topic = await _dead_letter_topic(args.bootstrap, args.group, args.topic)
+    if topic is None:
         return []
-    records, _ = await _read(args.bootstrap, dlq_topic(args.group), args.partition,
-                                args.offset)
+    records, _ = await _read(args.bootstrap, topic, args.partition, args.offset)
     return records[: args.max_messages] if args.max_messages else records
 
 
@@ -142,10 +187,10 @@ async def _replay(args) -> int:
     config = {"auto.offset.reset": "earliest", "enable.auto.commit": False}
     if tracker:
         config["group.id"] = tracker
-    if not await _has_dead_letter_topic(args.bootstrap, group):
+    topic = await _dead_letter_topic(args.bootstrap, group, args.topic)
+    if topic is None:
         return 0
-    records, ends = await _read(args.bootstrap, dlq_topic(group), args.partition,
-                                   args.offset, tracker)
+    records, ends = await _read(args.bootstrap, topic, args.partition, args.offset, tracker)
     if args.dry_run:
         for record in records:
             print(f"would replay {_row(record)['origin']} (partition {record.partition} "
@@ -155,8 +200,7 @@ async def _replay(args) -> int:
     async with Producer(args.bootstrap, {"acks": "all", "client.id": "databus-dlq"}) as producer:
         futures = []
         for record in records:
-            headers = [(k, v) for k, v in record.headers if k not in (H_ATTEMPT, H_DUE, H_REASON)]
-            headers += [(H_ATTEMPT, b"1"), (H_DUE, now), (H_REASON, REPLAY_REASON.encode())]
+            headers = _replay_headers(record.headers, now)
             futures.append(await producer.send(
                 retry_topic(group), record.value, record.key, headers,
                 timestamp_ms=record.timestamp if record.timestamp >= 0 else None,
@@ -177,7 +221,7 @@ def run(args) -> int:
         if args.action == "replay":
             count = trio.run(_replay, args)
             if not args.dry_run:
-                print(f"replayed {count} message(s) of {dlq_topic(args.group)} to "
+                print(f"replayed {count} message(s) of {args.group}'s dead-letter topic to "
                       f"{retry_topic(args.group)}")
             return 0
         records = trio.run(_list, args)

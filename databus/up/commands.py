@@ -220,7 +220,12 @@ async def _console(config, broker_address, task_status):
     """The web console (``console.listen``) on the configured or built-in cluster; its
     settings are read at start (a reload does not move it)."""
     from databus.config import broker_registry_url
-    from databus.console.command import check_login, console_bootstrap, console_client_settings
+    from databus.console.command import (
+        check_login,
+        console_bootstrap,
+        console_broker_metrics,
+        console_client_settings,
+    )
     from databus.console.server import ConfigStatus, serve_console
 
     bootstrap = console_bootstrap(config, broker_address)
@@ -234,7 +239,8 @@ async def _console(config, broker_address, task_status):
                         read_only=settings.read_only,
                         sample_interval=settings.sample_interval_ms / 1000,
                         status=ConfigStatus(config, bootstrap),
-                        schema_registry=broker_registry_url(config), task_status=task_status)
+                        schema_registry=broker_registry_url(config),
+                        broker_metrics=console_broker_metrics(config), task_status=task_status)
 
 
 def _security(cluster) -> str:

@@ -376,7 +376,8 @@ def _find_cycle(scc: set[int], graph: dict[int, set[int]]) -> list[int]:
     return [start]
 
 
-def format_verdict(verdict: Verdict, *, seed: int | None = None, header: str = "") -> str:
+def format_verdict(verdict: Verdict, *, seed: int | None = None, header: str = "",
+                   label: str = "verdict") -> str:
     lines = []
     if header:
         lines.append(header)
@@ -399,7 +400,7 @@ def format_verdict(verdict: Verdict, *, seed: int | None = None, header: str = "
         lines.append(f"  {name:<{width}}  {state:<28} {what}")
         for example in f.examples:
             lines.append(f"      e.g. {example}")
-    lines.append(f"verdict: {'VALID' if verdict.valid else 'INVALID'}"
+    lines.append(f"{label}: {'VALID' if verdict.valid else 'INVALID'}"
                  + (f" (seed {seed}: rerun with --seed {seed} for the same fault schedule)"
                     if seed is not None else ""))
     return "\n".join(lines)

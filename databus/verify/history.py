@@ -27,8 +27,9 @@ written as JSON lines, and checked by databus/verify/checker.py.
 from __future__ import annotations
 
 import json
+from collections import defaultdict
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 INVOKE, OK, FAIL, INFO = "invoke", "ok", "fail", "info"
 TYPES = (INVOKE, OK, FAIL, INFO)
@@ -128,3 +129,37 @@ def dumps(ops: Iterable[Op]) -> str:
 
 def loads(text: str) -> list[Op]:
     return [Op.from_json(line) for line in text.splitlines() if line.strip()]
+
+
+def stage_history(ops: Iterable[Op], stage: str, held: Iterable[Read]) -> list[Op]:
+    """The run's history as a later stage of the pipeline sees it, for checker.check: the
+    sends with their offsets dropped (the stage keeps its own: the mirror's target offsets,
+    a sink's files), then what the stage ``held`` (Read(partition, position in the stage,
+    value)) as one consumer ``stage:NAME`` that polled each partition in order and drained
+    every partition the sends wrote.  The queue workload's classes then read as the stage's:
+    an acknowledged value the stage lacks is a lost-write, one it holds twice a duplicate, a
+    failed send's value in it an aborted-read, a committed transaction partly copied torn."""
+    ops = list(ops)
+    out = [replace(op, writes=tuple(Write(w.partition, w.value) for w in op.writes))
+           for op in ops if op.f == "send"]
+    process = f"stage:{stage}"
+    by_partition: dict[int, list[Read]] = defaultdict(list)
+    for r in held:
+        by_partition[r.partition].append(r)
+    partitions = sorted({w.partition for op in out for w in op.writes} | set(by_partition))
+    next_id = max((op.id for op in ops), default=-1) + 1
+
+    def event(f: str, **kw) -> None:
+        nonlocal next_id
+        out.append(Op(next_id, process, INVOKE, f, partitions=kw.get("partitions", ())))
+        out.append(Op(next_id, process, OK, f, **kw))
+        next_id += 1
+
+    event("assign", partitions=tuple(partitions))
+    for p in partitions:
+        reads = tuple(sorted(by_partition.get(p, ()), key=lambda r: r.offset))
+        if reads:
+            event("poll", reads=reads)
+    event("drain", ends={p: max((r.offset + 1 for r in by_partition.get(p, ())), default=0)
+                         for p in partitions})
+    return out

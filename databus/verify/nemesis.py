@@ -11,10 +11,21 @@ Kinds:
 - ``partition``: a network partition between the clients and the broker: iptables rules
   dropping every packet to and from the broker's port on loopback, removed when healed
   (needs root and iptables; both processes stay up, connections hang rather than fail).
+- ``disk-full``: the broker's data directory is a small tmpfs (mounted by ``databus
+  verify`` before the broker starts: root only); the fault fills it with a filler file,
+  kills -9 and restarts the broker halfway through (recovery on a full disk), then frees
+  the filler.  Writes are refused with KAFKA_STORAGE_ERROR meanwhile; none acknowledged
+  may be lost.
+- ``clock``: the broker restarted under libfaketime with its wall clock jumped forward
+  (hours), halfway restarted again with it jumped back behind real time, then restarted on
+  the real clock (needs libfaketime: apt-get install faketime).  The monotonic clock is
+  left alone: only what the broker takes from the wall clock (timestamps, retention,
+  transaction and group timeouts measured in wall time) sees the jumps.
 """
 
 from __future__ import annotations
 
+import errno
 import os
 import random
 import shutil
@@ -24,8 +35,16 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
-KINDS = ("kill", "pause", "hang-kill", "partition")
+KINDS = ("kill", "pause", "hang-kill", "partition", "disk-full", "clock")
+
+# where Debian's libfaketime puts its preload library
+FAKETIME_LIBS = ("/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1",
+                 "/usr/lib/aarch64-linux-gnu/faketime/libfaketime.so.1",
+                 "/usr/lib/faketime/libfaketime.so.1")
+CLOCK_JUMP = 2 * 3600  # seconds the clock fault moves the broker's wall clock each way
+FILLER = "verify-filler"  # the disk-full fault's file (a plain file: the broker ignores it)
 
 
 def partition_unavailable() -> str | None:
@@ -41,8 +60,95 @@ def partition_unavailable() -> str | None:
     return None
 
 
+def disk_full_unavailable() -> str | None:
+    """Why the ``disk-full`` fault cannot run here, or None when it (probably) can: the
+    mount itself may still be refused (a container without CAP_SYS_ADMIN), said then."""
+    if os.geteuid() != 0:
+        return "the disk-full fault needs root (it mounts a small tmpfs as the data dir)"
+    if shutil.which("mount") is None:
+        return "the disk-full fault needs mount(8)"
+    return None
+
+
+def faketime_library() -> str | None:
+    return next((lib for lib in FAKETIME_LIBS if os.path.exists(lib)), None)
+
+
+def clock_unavailable() -> str | None:
+    if faketime_library() is None:
+        return "the clock fault needs libfaketime (apt-get install faketime)"
+    return None
+
+
+UNAVAILABLE: dict[str, Callable[[], str | None]] = {
+    "partition": partition_unavailable, "disk-full": disk_full_unavailable,
+    "clock": clock_unavailable}
+
+
+def unavailable(kind: str) -> str | None:
+    check = UNAVAILABLE.get(kind)
+    return check() if check is not None else None
+
+
 def available_kinds() -> tuple[str, ...]:
-    return tuple(k for k in KINDS if k != "partition" or partition_unavailable() is None)
+    return tuple(k for k in KINDS if unavailable(k) is None)
+
+
+def mount_small_disk(path: Path, size: str) -> None:
+    """Mount a tmpfs of ``size`` (mount's syntax: 64m) on ``path`` for the disk-full fault."""
+    path.mkdir(parents=True, exist_ok=True)
+    done = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(path)],
+                          capture_output=True, text=True)
+    if done.returncode != 0:
+        raise OSError(f"cannot mount a {size} tmpfs on {path} for the disk-full fault: "
+                      f"{done.stderr.strip()}")
+
+
+def unmount(path: Path) -> None:
+    subprocess.run(["umount", "-l", str(path)], check=False, capture_output=True)
+
+
+def fill(directory: Path) -> int:
+    """Fill the filesystem of ``directory`` with a filler file up to ENOSPC; its size (0
+    when the filesystem was already too full to create it: full is what the fault wants)."""
+    path = directory / FILLER
+    written = 0
+    try:
+        f = open(path, "ab")
+    except OSError as exc:
+        if exc.errno == errno.ENOSPC:
+            return 0
+        raise
+    with f:
+        stat = os.statvfs(directory)
+        free = stat.f_bavail * stat.f_frsize
+        try:  # the bulk at once, then the last blocks by writing
+            if free > 1 << 20:
+                os.posix_fallocate(f.fileno(), f.tell(), free - (1 << 20))
+                written += free - (1 << 20)
+        except OSError:
+            pass
+        chunk = b"\0" * 65536
+        while True:
+            try:
+                f.write(chunk)
+                f.flush()
+                written += len(chunk)
+            except OSError:
+                break
+    return written
+
+
+def used_bytes(directory: Path) -> int:
+    stat = os.statvfs(directory)
+    return (stat.f_blocks - stat.f_bfree) * stat.f_frsize
+
+
+def free_filler(directory: Path) -> None:
+    try:
+        (directory / FILLER).unlink()
+    except FileNotFoundError:
+        pass
 
 
 @dataclass(frozen=True)
@@ -70,7 +176,7 @@ def schedule(seed: int, duration: float, kinds: Sequence[str] = KINDS, *,
     quiet = warmup
     while kinds:
         kind = first.pop(0) if first else rng.choice(list(kinds))
-        if kind in ("pause", "partition"):
+        if kind in ("pause", "partition", "disk-full", "clock"):
             length = pause_seconds + rng.uniform(0, 2)
         elif kind == "hang-kill":
             length = rng.uniform(1.0, 2.0)
@@ -86,7 +192,8 @@ def schedule(seed: int, duration: float, kinds: Sequence[str] = KINDS, *,
 
 class Nemesis:
     """Runs a schedule against a broker (databus.broker.process.BrokerProcess or anything
-    with ``pid``, ``kill9()`` and ``start()``), recording each fault through ``record``."""
+    with ``pid``, ``kill9()`` and ``start()``; ``data_dir`` and ``env`` for disk-full and
+    clock), recording each fault through ``record``."""
 
     def __init__(self, broker, faults: list[Fault], record: Callable[..., None]) -> None:
         self.broker = broker
@@ -147,6 +254,35 @@ class Nemesis:
             finally:
                 for rule in rules:
                     _iptables("-D", rule)
+        elif fault.kind == "disk-full":
+            directory = Path(self.broker.data_dir)
+            try:
+                used = used_bytes(directory)
+                size = fill(directory)
+                self.record("full", f"filler {size} bytes (the broker's data: {used} bytes)")
+                time.sleep(fault.length / 2)
+                self.broker.kill9()  # and recovery has to work on a full disk
+                self._restart()
+                self.record("restarted", "on the full disk")
+                time.sleep(fault.length / 2)
+            finally:
+                free_filler(directory)
+        elif fault.kind == "clock":
+            lib = faketime_library()
+            assert lib is not None
+            try:
+                for jump in (f"+{CLOCK_JUMP}", f"-{CLOCK_JUMP}"):
+                    self.broker.kill9()
+                    self.broker.env.update({"LD_PRELOAD": lib, "FAKETIME": jump,
+                                            "FAKETIME_DONT_FAKE_MONOTONIC": "1"})
+                    self._restart()
+                    self.record("restarted", f"wall clock {jump}s")
+                    time.sleep(fault.length / 2)
+            finally:
+                for key in ("LD_PRELOAD", "FAKETIME", "FAKETIME_DONT_FAKE_MONOTONIC"):
+                    self.broker.env.pop(key, None)
+                self.broker.kill9()
+                self._restart()
         self.record("end", f"{fault.kind} healed")
 
     def _restart(self) -> None:

@@ -22,7 +22,8 @@ from pathlib import Path
 
 import yaml
 
-from .history import INFO, OK, Write
+from .checker import check, format_verdict
+from .history import INFO, OK, Op, Read, Write, stage_history
 from .workload import _Worker
 
 STREAM = "verify"
@@ -176,8 +177,9 @@ def short_dir() -> Path:
 
 # -- the later stages: read back and checked ----------------------------------------------------
 
-def mirrored_values(target: str, topic: str) -> list[str]:
-    """Every value of the mirror's copy of ``topic`` a read_committed reader sees."""
+def mirrored_reads(target: str, topic: str) -> list[Read]:
+    """Every record of the mirror's copy of ``topic`` a read_committed reader sees, at its
+    target partition and offset (the mirror keeps the source's partitions)."""
     import confluent_kafka
 
     name = f"{SOURCE}.{topic}"
@@ -190,7 +192,7 @@ def mirrored_values(target: str, topic: str) -> list[str]:
             return []
         consumer.assign([confluent_kafka.TopicPartition(name, p, confluent_kafka.OFFSET_BEGINNING)
                          for p in meta.partitions])
-        out: list[str] = []
+        out: list[Read] = []
         done: set[int] = set()
         while len(done) < len(meta.partitions):
             msg = consumer.poll(10)
@@ -201,49 +203,51 @@ def mirrored_values(target: str, topic: str) -> list[str]:
                     done.add(msg.partition())
                     continue
                 raise RuntimeError(str(msg.error()))
-            out.append(msg.value().decode())
+            out.append(Read(msg.partition(), msg.offset(), msg.value().decode()))
         return out
     finally:
         consumer.close()
 
 
-def parquet_values(path: Path) -> list[str]:
-    """Every value in the Parquet sink's files under ``path``."""
+def parquet_reads(path: Path) -> list[Read]:
+    """Every row of the Parquet sink's files under ``path``: its Kafka partition, its
+    position among that partition's rows (files in name order: the sink names them by first
+    offset), its value.  The position, not the Kafka offset: a row written twice is then
+    two places holding one value, a duplicate."""
     import pyarrow.parquet as pq
 
-    out: list[str] = []
+    out: list[Read] = []
+    position: dict[int, int] = {}
     for file in sorted(path.rglob("*.parquet")):
-        out += [v.decode() for v in pq.read_table(file, columns=["value"])["value"].to_pylist()]
+        table = pq.read_table(file, columns=["partition", "offset", "value"])
+        rows = sorted(zip(table["partition"].to_pylist(), table["offset"].to_pylist(),
+                          table["value"].to_pylist()), key=lambda row: row[:2])
+        for partition, _offset, value in rows:
+            at = position.get(partition, 0)
+            position[partition] = at + 1
+            out.append(Read(partition, at, value.decode()))
     return out
 
 
-def stage_problems(acked: set[str], values: list[str]) -> tuple[list[str], list[str]]:
-    """(acknowledged values the stage lacks, values it holds more than once)."""
-    counts: dict[str, int] = {}
-    for v in values:
-        counts[v] = counts.get(v, 0) + 1
-    return (sorted(acked - counts.keys()),
-            sorted(v for v, n in counts.items() if n > 1))
-
-
-def check_stages(up: UpProcess, target: str, topic: str, acked: set[str],
-                 settle: float = 60.0) -> list[str]:
+def check_stages(up: UpProcess, target: str, topic: str, ops: list[Op],
+                 allow: frozenset[str] | set[str], settle: float = 60.0) -> tuple[bool, str]:
     """Wait (up to ``settle`` seconds) for the mirror and the sink to hold every acknowledged
-    value, then report per stage what is lost or duplicated; returns the verdict lines."""
-    stages = {"mirror (read_committed on the target)": lambda: mirrored_values(target, topic),
-              "parquet sink (its files)": lambda: parquet_values(up.parquet)}
-    lines, anomalies = [], 0
+    value, then check each stage's copy with the queue workload's checker (history.
+    stage_history); returns (valid, the verdicts to print)."""
+    acked = {w.value for op in ops if op.f == "send" and op.type == OK for w in op.writes}
+    stages = {"mirror (read_committed on the target)": lambda: mirrored_reads(target, topic),
+              "parquet sink (its files)": lambda: parquet_reads(up.parquet)}
+    texts, valid = [], True
     for name, read in stages.items():
         deadline = time.monotonic() + settle
         while True:
-            values = read()
-            lost, dup = stage_problems(acked, values)
-            if not lost or time.monotonic() > deadline:
+            held = read()
+            if acked <= {r.value for r in held} or time.monotonic() > deadline:
                 break
             time.sleep(1)
-        anomalies += bool(lost) + bool(dup)
-        lines.append(f"  stage {name}: {len(values)} values, {len(lost)} lost, "
-                     f"{len(dup)} duplicated" + (f"; e.g. lost {lost[:3]}" if lost else "")
-                     + (f"; e.g. duplicated {dup[:3]}" if dup else ""))
-    lines.append(f"stages: {'VALID' if not anomalies else 'INVALID'}")
-    return lines
+        verdict = check(stage_history(ops, name.split()[0], held), allow=allow)
+        valid = valid and verdict.valid
+        texts.append(format_verdict(verdict, header=f"stage {name}: {len(held)} values",
+                                    label="stage verdict"))
+    texts.append(f"stages: {'VALID' if valid else 'INVALID'}")
+    return valid, "\n".join(texts)

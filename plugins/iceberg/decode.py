@@ -15,14 +15,14 @@ not decode are returned with the reason (they go to the dead-letter topic).
 
 from __future__ import annotations
 
-import io
 import json
 from collections.abc import Sequence
 from typing import Any
 
 import msgpack
 import pyarrow as pa
-import pyarrow.json as pa_json
+
+from ..arrow_columns import EMPTY_JSON, json_lines, kafka_columns, read_json_lines
 
 HEADERS_TYPE = pa.list_(pa.struct([("key", pa.string()), ("value", pa.binary())]))
 KAFKA_FIELDS = [
@@ -34,7 +34,7 @@ KAFKA_FIELDS = [
     pa.field("headers", HEADERS_TYPE),
 ]
 KAFKA_NAMES = {f.name for f in KAFKA_FIELDS}
-_EMPTY = b"{}"
+_EMPTY = EMPTY_JSON
 _DECODE_ERRORS = (ValueError, TypeError, pa.ArrowException, msgpack.UnpackException)
 
 
@@ -93,7 +93,7 @@ class Decoder:
                     [col[i] for i in good]
                     for col in (topics, partitions, offsets, timestamps, keys, headers))
         n = len(offsets)
-        columns = [
+        kafka = [
             pa.array(topics, pa.string()),
             pa.array(partitions, pa.int32()),
             pa.array(offsets, pa.int64()),
@@ -101,16 +101,30 @@ class Decoder:
             pa.array(keys, pa.binary()),
             pa.array(headers, HEADERS_TYPE) if any(headers) else pa.array([[]] * n, HEADERS_TYPE),
         ]
-        fields = list(KAFKA_FIELDS)
-        for name, column in zip(value.column_names, value.columns):
-            settled = iceberg_type(column.type)
-            if settled is None:
-                continue  # null in the whole batch: nothing to learn about its type
-            if settled != column.type:
-                column = column.cast(settled)
-            fields.append(pa.field("value_" + name if name in KAFKA_NAMES else name, settled))
-            columns.append(column)
-        return pa.Table.from_arrays(columns, schema=pa.schema(fields)), rejected
+        return _assemble(kafka, value), rejected
+
+    def table_of_columns(self, batch: pa.RecordBatch) -> pa.Table | None:
+        """``table`` for records already in Arrow (``RecordColumns.to_arrow()``): the Kafka
+        columns cast, not rebuilt, and JSON values read by Arrow's reader as one buffer
+        joined in Arrow (no Python object per record).  None when a value does not decode
+        this way (or the format is msgpack or a registry's): the caller takes the
+        per-record way, which finds the bad records."""
+        values = batch.column("value")
+        if self.format == "raw":
+            value = pa.table({"value": values})
+        elif self.format == "json":
+            data = json_lines(values)
+            if data is None:
+                return None
+            try:
+                value = read_json_lines(data)
+            except pa.ArrowInvalid:
+                return None
+            if value.num_rows != len(values):
+                return None
+        else:
+            return None
+        return _assemble(kafka_columns(batch, KAFKA_FIELDS[3].type), value)
 
     # -- values --------------------------------------------------------------------------
 
@@ -167,6 +181,21 @@ class RegistryDecoder(Decoder):
         return self.subject.decode(records, [None if v is _EMPTY else v for v in values])
 
 
+def _assemble(kafka: list[pa.Array], value: pa.Table) -> pa.Table:
+    """The Kafka columns, then the value's columns in the types Iceberg stores (a column
+    null in the whole batch left out: nothing to learn about its type)."""
+    columns, fields = list(kafka), list(KAFKA_FIELDS)
+    for name, column in zip(value.column_names, value.columns):
+        settled = iceberg_type(column.type)
+        if settled is None:
+            continue
+        if settled != column.type:
+            column = column.cast(settled)
+        fields.append(pa.field("value_" + name if name in KAFKA_NAMES else name, settled))
+        columns.append(column)
+    return pa.Table.from_arrays(columns, schema=pa.schema(fields))
+
+
 def _json_table(values: Sequence[bytes]) -> pa.Table:
     if len(values) == 1 and (b"\n" in values[0] or b"\r" in values[0]):
         # Arrow's reader is line-based: re-serialise a pretty-printed document first.
@@ -175,8 +204,7 @@ def _json_table(values: Sequence[bytes]) -> pa.Table:
     # One line per value, or the rows would not line up with the records.
     if joined.count(b"\n") != len(values) - 1 or b"\r" in joined:
         raise ValueError("a value spans lines")
-    read = pa_json.ReadOptions(use_threads=False, block_size=len(joined) + 1)
-    table = pa_json.read_json(io.BytesIO(joined), read_options=read)
+    table = read_json_lines(joined)
     if table.num_rows != len(values):
         raise ValueError("not one JSON object per record")
     return table

@@ -1,5 +1,7 @@
 """The Iceberg sink object the runtime drives (hookspecs.databus_sink): records decoded into
-Arrow as they come, kept per table, and committed as one snapshot per table every
+Arrow as they come (columnar: ``write_columns`` takes the consumer's RecordColumns, json and
+raw values to Arrow without an object per record; msgpack, the registry formats and a batch
+with a bad value go per record), kept per table, and committed as one snapshot per table every
 ``commit.interval.ms`` (or ``commit.max.records``, or when partitions are revoked).
 
 Exactly once: a partition's records count as durable only once the snapshot holding them,
@@ -39,6 +41,7 @@ import pyiceberg.io.pyarrow  # noqa: F401
 import pyiceberg.table  # noqa: F401
 import trio
 
+from databus.client import ConsumerRecord
 from databus.schemas.columns import IncompatibleSchemaError
 
 from . import tables
@@ -93,6 +96,9 @@ class IcebergSink:
 
     async def write(self, tp, records):
         return await trio.to_thread.run_sync(self._write, tuple(tp), records)
+
+    async def write_columns(self, tp, columns):
+        return await trio.to_thread.run_sync(self._write_columns, tuple(tp), columns)
 
     async def flush(self, partitions, force):
         return await trio.to_thread.run_sync(self._flush, partitions, force)
@@ -151,14 +157,19 @@ class IcebergSink:
         self.durable[tp] = start if start is not None else committed
         return start
 
+    def _stopped(self, state: _Table) -> bool:
+        if state.failed is None:
+            return False
+        now = time.monotonic()
+        if now - state.failed_logged >= FAILED_LOG_INTERVAL_S:
+            log.error("table %s is stopped: %s", state.name, state.failed)
+            state.failed_logged = now
+        return True  # the write is not taken: nothing of it is reported durable
+
     def _write(self, tp, records):
         state = self.tables[self.parts[tp]]
-        if state.failed is not None:
-            now = time.monotonic()
-            if now - state.failed_logged >= FAILED_LOG_INTERVAL_S:
-                log.error("table %s is stopped: %s", state.name, state.failed)
-                state.failed_logged = now
-            return None  # not taken: nothing of it is reported durable
+        if self._stopped(state):
+            return None
         decoder = self._decoder(tp[0])
         try:
             table, rejected = decoder.table(records)
@@ -171,10 +182,32 @@ class IcebergSink:
                       "%s-%d) and the sink's other tables go on", state.name, state.failed,
                       records[0].offset, tp[0], tp[1])
             return None
-        state.chunks.append((table, tp, records[-1].offset + 1))
-        state.rows += table.num_rows if table is not None else 0
-        state.taken[tp] = records[-1].offset + 1
+        self._take(state, tp, table, records[-1].offset + 1)
         return rejected
+
+    def _write_columns(self, tp, columns):
+        """``_write`` for a columnar batch (RecordColumns): json and raw values go to Arrow
+        straight through (decode.Decoder.table_of_columns); a batch with a value that does
+        not decode that way, msgpack and the registry formats go the per-record way (which
+        finds and rejects the bad ones).  Returns ``[(row, reason)]``."""
+        state = self.tables[self.parts[tp]]
+        if self._stopped(state):
+            return None
+        table = None
+        if self.options.registry_url is None:
+            table = self.decoder.table_of_columns(columns.to_arrow())
+        if table is None:
+            records = [ConsumerRecord(columns.topic, columns.partition, o, ts, 0, k, v, h)
+                       for o, ts, k, v, h in columns.rows()]
+            index = {r.offset: i for i, r in enumerate(records)}
+            return [(index[r.offset], reason) for r, reason in self._write(tp, records) or ()]
+        self._take(state, tp, table, columns.offsets[-1] + 1)
+        return None
+
+    def _take(self, state: _Table, tp, table: pa.Table | None, next_offset: int) -> None:
+        state.chunks.append((table, tp, next_offset))
+        state.rows += table.num_rows if table is not None else 0
+        state.taken[tp] = next_offset
 
     def _decoder(self, topic: str) -> Decoder:
         if self.options.registry_url is None:

@@ -44,7 +44,7 @@ def parse_time(text: str | None, now_ms: int) -> int | None:
     """Epoch milliseconds, an ISO-8601 date-time, or an ISO-8601 duration back from now."""
     if text is None:
         return None
-    from databus.tools.groups import parse_datetime, parse_duration
+    from databus.cli_helpers.times import parse_datetime, parse_duration
 
     if text.strip().isdigit():
         return int(text)

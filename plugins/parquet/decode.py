@@ -17,17 +17,16 @@ not decode: they are returned with the reason, and the batch goes on without the
 
 from __future__ import annotations
 
-import io
 import json
 import logging
-import struct
 from collections.abc import Sequence
 from typing import Any
 
 import msgpack
 import pyarrow as pa
-import pyarrow.compute as pc
 import pyarrow.json as pa_json
+
+from ..arrow_columns import json_lines, kafka_columns, read_json_lines
 
 KAFKA_FIELDS = [
     pa.field("topic", pa.string()),
@@ -124,38 +123,21 @@ class Decoder:
             value_columns, value_fields = value_table.columns, list(value_table.schema)
         else:
             return None
-        columns = [
-            batch.column("topic").cast(pa.string()),
-            batch.column("partition"),
-            batch.column("offset"),
-            batch.column("timestamp").cast(KAFKA_FIELDS[3].type),
-            batch.column("key"),
-            batch.column("headers"),
-        ]
+        columns = kafka_columns(batch, KAFKA_FIELDS[3].type)
         fields = list(KAFKA_FIELDS) + [
             f.with_name("value_" + f.name) if f.name in KAFKA_NAMES else f for f in value_fields
         ]
         return pa.Table.from_arrays(columns + list(value_columns), schema=pa.schema(fields))
 
     def _json_column(self, values: pa.Array) -> pa.Table | None:
-        n = len(values)
-        if not n:
-            return None
-        # value + "\n" per row, in Arrow: the result's data buffer is the joined batch
-        lines = pc.binary_join_element_wise(
-            pc.fill_null(values, _EMPTY), pa.scalar(b"\n", pa.binary()), pa.scalar(b"", pa.binary()))
-        _, ends, text = lines.buffers()
-        start, end = struct.unpack_from("<i", ends, lines.offset * 4)[0], \
-            struct.unpack_from("<i", ends, (lines.offset + n) * 4)[0]
-        data = memoryview(text)[start:end - 1].tobytes()  # without the last "\n"
-        # One line per value, or the rows would not line up with the records.
-        if data.count(b"\n") != n - 1 or b"\r" in data:
+        data = json_lines(values)
+        if data is None:
             return None
         try:
             table = self._read_json(data)
         except pa.ArrowInvalid:
             return None
-        return table if table.num_rows == n else None
+        return table if table.num_rows == len(values) else None
 
     # -- values --------------------------------------------------------------------------
 
@@ -189,9 +171,7 @@ class Decoder:
                 unexpected_field_behavior="infer" if self.inferred else "ignore")
         else:
             parse = pa_json.ParseOptions()
-        # One block holding the whole batch: twice as fast as Arrow's 1 MiB default here.
-        read = pa_json.ReadOptions(use_threads=False, block_size=len(data) + 1)
-        table = pa_json.read_json(io.BytesIO(data), read_options=read, parse_options=parse)
+        table = read_json_lines(data, parse)
         if self.schema is None:
             self.schema = _settled(table.schema)
         elif len(table.schema) > len(self.schema):

@@ -109,6 +109,22 @@ def test_timeouts_bounds_and_timed_out_transactions(coordinator, ids):
     assert coordinator.end_txn("t", 100, 0, True, 2).error == ErrorCode.producer_fenced
 
 
+def test_a_transaction_begun_before_the_clock_went_back_still_times_out(coordinator, ids):
+    """Found by `databus verify`'s clock fault: a transaction begun while the broker's wall
+    clock ran 2 h ahead, then the broker restarted on the real clock.  Measured from its
+    start in the future it would stay open 2 h longer than its timeout, holding back every
+    read_committed consumer of its partitions; its timeout counts from when the coordinator
+    first sees the clock behind its start instead."""
+    ahead = 2 * 3600 * 1000
+    init(coordinator, ids)
+    applied(coordinator, coordinator.add_partitions("t", 100, 0, [("a", 0)], 1_000 + ahead))
+    assert coordinator.timed_out(1_000) == []              # the clock went back 2 h
+    assert coordinator.timed_out(1_000 + TIMEOUT - 1) == []
+    assert coordinator.timed_out(1_000 + TIMEOUT) == ["t"]
+    assert coordinator.abort_timed_out("t", 1_000 + TIMEOUT).prepare.state is (
+        TxnState.PREPARE_ABORT)
+
+
 def test_a_transaction_caught_in_prepare_is_finished_after_a_restart(coordinator):
     prepared = TxnMetadata("t", 7, 3, TIMEOUT, TxnState.PREPARE_COMMIT,
                            frozenset({("a", 1)}), 10, 20)

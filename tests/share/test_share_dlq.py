@@ -184,3 +184,29 @@ def test_our_share_consumers_reject_lands_in_the_dlq(broker):
     headers = {k: v.decode() for k, v in letter.headers()}
     assert (headers["__dlq.errors.offset"], headers["__dlq.errors.message"]) == (
         "0", "Offset rejected by client.")
+
+
+def _share_version(bootstrap: str) -> int:
+    import trio
+
+    from databus.client import Admin
+
+    async def ask() -> int:
+        async with Admin(bootstrap) as admin:
+            conn = await admin.cluster.any_connection()
+            return conn.finalized_features.get("share.version", 0)
+
+    return trio.run(ask)
+
+
+def test_share_version_2_advertises_dlqs_and_level_1_refuses_them(broker, tmp_path):
+    """ApiVersions' share.version feature is how a client (the sidecar's queue mode) learns
+    that the broker keeps share groups' dead letters; at level 1 the DLQ config is refused
+    as a broker without KIP-1191 would."""
+    assert _share_version(broker.bootstrap) == 2
+    with BrokerProcess(tmp_path, options={"share.version": 1}) as old:
+        assert _share_version(old.bootstrap) == 1
+        with pytest.raises(confluent_kafka.KafkaException) as refused:
+            set_group_configs(old, "g", **{"errors.deadletterqueue.topic.name": "dlq.g"})
+        assert refused.value.args[0].code() == confluent_kafka.KafkaError.INVALID_CONFIG
+        set_group_configs(old, "g", **{"share.auto.offset.reset": "earliest"})  # others go

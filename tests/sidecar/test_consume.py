@@ -199,7 +199,8 @@ def test_queue_mode_retries_wait_their_level_and_a_kill_9_loses_none(tmp_path, s
     kill -9 of the sidecar with one of each pending loses neither: the held record comes
     back when its lock runs out (after its due time), the copy from the retry topic's
     consumer group; both come no earlier than due, as attempt 2, and the last attempt
-    (max.attempts 2) goes to workers.dlq."""
+    (max.attempts 2) goes to the share group's DLQ topic dlq.workers (KIP-1191): the held
+    one REJECTed and copied by the broker, the retry topic's copied by the sidecar."""
     streams = {"queue": {"topic": "queue", "ordering": "none", "consumer": {
         "retry.levels": ["1500ms", "5s"], "max.attempts": 2, "fetch.max.wait.ms": 100,
         "session.timeout.ms": 3000, "heartbeat.interval.ms": 300,
@@ -248,9 +249,10 @@ def test_queue_mode_retries_wait_their_level_and_a_kill_9_loses_none(tmp_path, s
                 sidecar.close()
         listed = dlq("list", "workers", "--bootstrap", broker.bootstrap, "--json")
         assert listed.returncode == 0, listed.stderr
-        rows = sorted((row["origin"], row["attempts"], row["reason"])
+        rows = sorted((row["topic"], row["origin"], row["attempts"], row["reason"])
                       for row in json.loads(listed.stdout))
-        assert rows == [("queue-0@0", 2, "gave up"), ("queue-0@1", 2, "gave up")]
+        assert rows == [("dlq.workers", "queue-0@0", 2, "gave up"),
+                        ("dlq.workers", "queue-0@1", 2, "Offset rejected by client.")]
 
 
 @pytest.fixture(scope="module")
@@ -399,7 +401,9 @@ def test_async_client_subscribes_and_a_second_stream_in_one_group_is_refused(sid
 def test_queue_mode_shares_a_partition_through_a_share_group(sidecar):
     """ordering: none against a broker that serves KIP-932: several apps get one
     partition's messages, a nack is a RELEASE once its retry level (1s) has passed (the
-    delivery count is the attempt), the last attempt a REJECT with a copy in the DLQ."""
+    delivery count is the attempt), the last attempt a REJECT, which the broker (KIP-1191,
+    share.version 2) copies to the group's DLQ topic dlq.workers with its headers; `databus
+    dlq replay` brings it back to the group."""
     with Client(sidecar.socket) as client:
         for i in range(60):
             client.send("jobs", b"%d" % i, partition=0)
@@ -428,11 +432,49 @@ def test_queue_mode_shares_a_partition_through_a_share_group(sidecar):
         assert sorted(seen, key=int) == [b"%d" % i for i in range(60)]
         assert seen[b"7"] == [1, 2]  # RELEASE when due, then the last attempt to the DLQ
         assert all(by_sub), by_sub  # one partition, three apps
+        wait_for(lambda: sidecar.metric("databus_sidecar_consume_dead_lettered_total",
+                                        stream="jobs", group="workers") == 1, "REJECTed")
         for sub in subs:
             sub.close()
-    listed = dlq("list", "workers", "--bootstrap", sidecar.bootstrap, "--json")
+    listed = dlq("show", "workers", "--bootstrap", sidecar.bootstrap, "--json")
     (row,) = json.loads(listed.stdout)
-    assert (row["reason"], row["attempts"], row["origin"]) == ("poison", 2, "jobs-0@7")
+    assert (row["topic"], row["reason"], row["attempts"], row["origin"], row["value"]) == (
+        "dlq.workers", "Offset rejected by client.", 2, "jobs-0@7", "7")
+    assert row["headers"]["__dlq.errors.group"] == "workers"  # the broker wrote it
+    assert "databus-reason" not in row["headers"]  # (the sidecar did not)
+    replayed = dlq("replay", "workers", "--bootstrap", sidecar.bootstrap)
+    assert replayed.returncode == 0 and "replayed 1 message" in replayed.stdout
+    with Client(sidecar.socket) as client:
+        sub = client.subscribe("jobs", "workers")
+        back = sub.poll(30)
+        assert (back.value, back.attempt, back.offset, back.partition) == (b"7", 1, 7, 0)
+        back.ack()
+        sub.close()
+
+
+def test_queue_mode_without_kip1191_writes_its_own_dead_letters(tmp_path, sock_dir):
+    """A cluster whose share.version is 1 (share groups, no dead-letter topics): the
+    sidecar copies the last attempt to GROUP.dlq itself, then REJECTs it."""
+    streams = {"q": {"topic": "q", "ordering": "none",
+                     "consumer": {"max.attempts": 1, "fetch.max.wait.ms": 100}}}
+    with BrokerProcess(tmp_path / "broker", {"num.partitions": 1, "share.version": 1,
+                                             "group.initial.rebalance.delay.ms": 0}) as broker:
+        sidecar = SidecarProcess(tmp_path, "a", sock_dir, broker.bootstrap, streams)
+        try:
+            with Client(sidecar.socket) as client:
+                client.send("q", b"bad", partition=0).result(30)
+                sub = client.subscribe("q", "w")
+                message = sub.poll(30)
+                assert message.attempt == 1
+                message.nack(reason="poison")
+                wait_for(lambda: share_start_offset(broker.bootstrap, "w", "q") == 1,
+                         "the dead letter rejected")
+                sub.close()
+        finally:
+            sidecar.close()
+        listed = dlq("list", "w", "--bootstrap", broker.bootstrap, "--json")
+        (row,) = json.loads(listed.stdout)
+        assert (row["topic"], row["reason"], row["origin"]) == ("w.dlq", "poison", "q-0@0")
 
 
 def test_consume_frames_need_protocol_version_3():

@@ -282,6 +282,38 @@ def test_share_mode_settles_with_accept_release_reject_and_copies_the_last_attem
     assert c.committable() == {}  # the broker keeps the state, not offsets
 
 
+def test_share_mode_on_a_kip1191_cluster_rejects_the_last_attempt_without_a_copy():
+    """With the broker's dead-letter topics (broker_dlq) a spent share record is only
+    REJECTed (the broker copies it); a spent retry-topic record, not the share group's to
+    reject, is still a copy, with KIP-1191's headers beside the sidecar's."""
+    c = core(ordering="none", share=True, broker_dlq=True, max_attempts=2)
+    c.subscribe("a", 100)
+    retry_headers = ((H_ATTEMPT, b"2"), (H_TOPIC, b"t"), (H_PARTITION, b"0"),
+                     (H_OFFSET, b"5"), (H_DUE, b"0"), ("trace", b"x"))
+    c.add([ShareRec("t", 0, 1, 2), Rec("g.retry", 0, 9, headers=retry_headers)], 0)
+    c.fetch("a", 2, 1, 500, 0.0)
+    [(_, got)] = c.serve(0.0, 0)
+    by_offset = {e.origin_offset: e for e in got}
+    assert c.nack("a", [(by_offset[1].delivery_id, None, "poison")], 0) == []
+    assert [(e.offset, kind) for e, kind in c.take_settled()] == [(1, REJECT)]
+    [dead] = c.nack("a", [(by_offset[5].delivery_id, None, "gave up")], 0)
+    assert dead.dead and c.rejected == 1
+    headers = dict(dead.headers("t", "g", kip1191=True))
+    assert headers["trace"] == b"x" and headers[H_REASON] == b"gave up"
+    assert {k: v for k, v in headers.items() if k.startswith("__dlq.")} == {
+        "__dlq.errors.topic": b"t", "__dlq.errors.partition": b"0",
+        "__dlq.errors.offset": b"5", "__dlq.errors.group": b"g",
+        "__dlq.errors.delivery.count": b"2", "__dlq.errors.message": b"gave up"}
+    # without the broker's DLQs the spent share record is a copy too (then REJECTed)
+    c = core(ordering="none", share=True, max_attempts=2)
+    c.subscribe("a", 100)
+    c.add([ShareRec("t", 0, 1, 2)], 0)
+    c.fetch("a", 1, 1, 500, 0.0)
+    [(_, got)] = c.serve(0.0, 0)
+    [dead] = c.nack("a", [(got[0].delivery_id, None, "poison")], 0)
+    assert dead.dead and c.take_settled() == [] and c.rejected == 0
+
+
 def test_share_mode_holds_a_retry_within_the_lock_and_copies_a_longer_one():
     """A nack's level (1s) within the record's acquisition lock (10s, less a tenth, from
     when it was read): the record stays acquired and is RELEASEd when due.  A longer delay

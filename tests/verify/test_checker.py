@@ -18,6 +18,7 @@ from databus.verify.history import (
     completions,
     dumps,
     loads,
+    stage_history,
 )
 
 
@@ -318,3 +319,26 @@ def test_faults_are_counted_once_each():
     h._add("nemesis", OK, "nemesis", fault="start: kill 1.0s")
     h._add("nemesis", OK, "nemesis", fault="end: kill healed")
     assert check(h.ops).stats["faults"] == 1
+
+
+def test_a_later_stage_is_checked_with_the_same_classes():
+    """A pipeline stage's copy (the mirror's target, a sink's files) holds other offsets
+    than the broker: stage_history drops the sends' offsets and reads the stage's content as
+    one consumer's drain, so the queue classes apply to it."""
+    h = H()
+    h.send("sdk0", (0, "a", 0))
+    h.send("sdk0", (0, "b", 1))
+    h.send("sdk1", (1, "c", 0))
+    h.send("txn0", (1, "x"), type_=FAIL, txn="t1")      # aborted
+    clean = check(stage_history(h.ops, "mirror", [Read(0, 3, "a"), Read(0, 5, "b"),
+                                                  Read(1, 2, "c")]))
+    assert clean.valid, format_verdict(clean)
+    bad = check(stage_history(h.ops, "mirror", [Read(0, 3, "a"), Read(0, 4, "a"),
+                                                Read(1, 0, "x")]))
+    assert not bad.valid
+    found = {name for name, f in bad.anomalies.items() if f.count}
+    assert found == {"lost-write", "duplicate", "aborted-read"}, format_verdict(bad)
+    text = format_verdict(bad, label="stage verdict")
+    assert "e.g. value a at p0@3, p0@4" in text and "e.g. value b" in text, text
+    assert "value x read at p1@0 by stage:mirror" in text, text
+    assert text.endswith("stage verdict: INVALID")

@@ -51,3 +51,41 @@ def test_a_late_restart_keeps_the_quiet_gap_before_the_next_fault():
     nemesis.join()                  # runs the whole schedule
     (_, _), (healed, _), (second, _), _ = events
     assert second - healed >= 0.2   # planned at 0.1 s, but the first healed at ~0.3 s
+
+
+def test_disk_full_fills_a_small_filesystem_and_frees_it(tmp_path):
+    """The disk-full fault's shell on a real 2 MiB tmpfs: after fill() a write fails with
+    ENOSPC, after free_filler() it succeeds."""
+    import errno
+    import os
+
+    from databus.verify.nemesis import fill, free_filler, mount_small_disk, unmount
+
+    if os.geteuid() != 0:
+        pytest.skip("mounting a tmpfs needs root; this run is not root")
+    disk = tmp_path / "disk"
+    try:
+        mount_small_disk(disk, "2m")
+    except OSError as exc:
+        pytest.skip(str(exc))  # e.g. a container without CAP_SYS_ADMIN
+    try:
+        assert fill(disk) > 1 << 20
+        with pytest.raises(OSError) as refused:
+            with open(disk / "data", "wb") as f:
+                f.write(b"x" * 65536)
+                f.flush()
+                os.fsync(f.fileno())
+        assert refused.value.errno == errno.ENOSPC
+        free_filler(disk)
+        (disk / "data").write_bytes(b"x" * 65536)
+        assert (disk / "data").stat().st_size == 65536
+    finally:
+        unmount(disk)
+
+
+def test_broker_only_faults_are_refused_for_the_pipeline(tmp_path):
+    from .test_queue import verify
+
+    code, out, _ = verify(tmp_path, "--workload", "pipeline", "--faults", "kill,disk-full")
+    assert code == 2
+    assert "disk-full and clock faults hit the queue workload's broker" in out

@@ -29,9 +29,15 @@ def test_pipeline_stages_mirror_and_parquet_sink_killed_hold_each_value_once(tmp
                             "--seed", "4", "--faults", "kill", "--recover", "3")
     assert code == 0, out
     assert "verdict: VALID (seed 4" in out and "stages: VALID" in out
+    # each stage's copy went through the checker: its own verdict, every class checked
     for stage in ("mirror (read_committed on the target)", "parquet sink (its files)"):
-        line = next(x for x in out.splitlines() if x.strip().startswith(f"stage {stage}"))
-        assert "0 lost, 0 duplicated" in line, line
+        text = out[out.index(f"stage {stage}: "):]
+        text = text[: text.index("stage verdict: ") + len("stage verdict: VALID")]
+        assert text.endswith("stage verdict: VALID"), text
+        assert "0 acknowledged writes unseen" in text, text
+        for line in text.splitlines():
+            if line.strip().startswith(("lost-write", "duplicate", "aborted-read")):
+                assert line.split()[1] == "ok", line
     assert any(op["f"] == "nemesis" and op["fault"] == "end: kill healed" for op in ops
                if op["type"] == "ok")
 
@@ -43,7 +49,11 @@ def test_pipeline_stages_catch_an_at_least_once_mirrors_duplicates(tmp_path):
                              "mirror-at-least-once", "--time", "12", "--seed", "5", "--rate",
                              "1000", "--faults", "kill", "--recover", "3")
     assert code == 1, out
-    line = next(x for x in out.splitlines()
-                if x.strip().startswith("stage mirror (read_committed on the target)"))
-    assert "0 lost" in line and "e.g. duplicated ['sdk" in line, line
+    mirror = out[out.index("stage mirror (read_committed on the target): "):]
+    mirror = mirror[: mirror.index("stage verdict: ")]
+    duplicate = next(x for x in mirror.splitlines() if x.strip().startswith("duplicate"))
+    assert "FOUND" in duplicate, mirror
+    assert "e.g. value sdk" in mirror, mirror          # an example: the value and places
+    lost = next(x for x in mirror.splitlines() if x.strip().startswith("lost-write"))
+    assert lost.split()[1] == "ok", mirror
     assert "stages: INVALID" in out

@@ -54,6 +54,16 @@ def test_correct_setup_under_every_fault_is_valid(tmp_path):
     assert {op["process"] for op in sends if op["type"] == "ok"} >= {"idem0", "idem1", "txn0"}
     readers = {op["process"] for op in ops if op["f"] == "poll" and op["type"] == "ok"}
     assert readers >= {"group0", "group1", "assign0", "drain"}, readers
+    events = [op["fault"] for op in ops if op["f"] == "nemesis" and op["type"] == "ok"]
+    log = (tmp_path / "run" / "broker" / "broker.log").read_text()
+    if "disk-full" in kinds:
+        # the disk really filled, the broker restarted on it, refused writes with
+        # KAFKA_STORAGE_ERROR meanwhile and took them again once the filler was freed
+        assert "restarted: on the full disk" in events, events
+        assert "(errno 28 ENOSPC" in log and "writes succeed again" in log, log[-3000:]
+    if "clock" in kinds:
+        assert {"restarted: wall clock +7200s", "restarted: wall clock -7200s"} <= set(events)
+    assert "Traceback" not in log, log[-3000:]
 
 
 def test_acks0_with_a_hung_and_killed_broker_reports_lost_writes(tmp_path):

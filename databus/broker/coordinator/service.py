@@ -50,6 +50,7 @@ from databus.protocol.internal_records.consumer_offsets import (
     partition_for,
 )
 from databus.protocol.records import CONTROL_COMMIT, build_batch, control_record_type
+from databus.storage.errors import KafkaStorageError
 
 from .consumer_group import (
     ConsumerGroupConfig,
@@ -403,6 +404,8 @@ class GroupService:
         """Append group records without waiting for the fsync (the next flush covers them)."""
         try:
             self.broker.append(OFFSETS_TOPIC, self.partition_of(group_id), self._batch(kvs))
+        except KafkaStorageError as exc:  # a full or failing disk: storage health says so
+            log.warning("could not write group metadata of %r: %s", group_id, exc)
         except Exception:
             log.exception("could not write group metadata of %r", group_id)
 

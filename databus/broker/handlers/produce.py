@@ -143,8 +143,10 @@ def _append_all(ctx: RequestContext, request, refused: dict | None = None) -> li
             elif (name, pdata.index) in refused:
                 code = refused[(name, pdata.index)]
                 message = "the transaction coordinator refused this partition's join"
-            elif (refused := _schema_problems(broker, name, pdata.records)) is not None:
-                code, message, record_errors = ErrorCode.invalid_record, *refused
+            elif (problems := _schema_problems(broker, name, pdata.records)) is not None:
+                # its own name: reusing ``refused`` here once lost the join refusals for
+                # the request's later partitions (a TypeError that closed the connection)
+                code, message, record_errors = ErrorCode.invalid_record, *problems
             else:
                 try:
                     info = broker.append(name, pdata.index, pdata.records)

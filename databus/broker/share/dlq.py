@@ -32,19 +32,20 @@ from enum import IntEnum
 import trio
 
 from databus.protocol.records import build_batch, decode_records_at, iter_headers
+from databus.protocol.share_dlq import (  # noqa: F401  (re-exported: the broker's names)
+    DLQ_COPY_CONFIG,
+    DLQ_ENABLE_TOPIC_CONFIG,
+    DLQ_TOPIC_CONFIG,
+    HEADER_DELIVERY_COUNT,
+    HEADER_GROUP,
+    HEADER_MESSAGE,
+    HEADER_OFFSET,
+    HEADER_PARTITION,
+    HEADER_TOPIC,
+)
 
 log = logging.getLogger(__name__)
 
-DLQ_TOPIC_CONFIG = "errors.deadletterqueue.topic.name"
-DLQ_COPY_CONFIG = "errors.deadletterqueue.copy.record.enable"
-DLQ_ENABLE_TOPIC_CONFIG = "errors.deadletterqueue.group.enable"
-
-HEADER_TOPIC = "__dlq.errors.topic"
-HEADER_PARTITION = "__dlq.errors.partition"
-HEADER_OFFSET = "__dlq.errors.offset"
-HEADER_GROUP = "__dlq.errors.group"
-HEADER_DELIVERY_COUNT = "__dlq.errors.delivery.count"
-HEADER_MESSAGE = "__dlq.errors.message"
 
 # letters queued for writing past this are dropped with a warning (memory stays bounded
 # while the DLQ topic cannot be written)

@@ -113,6 +113,7 @@ class ShareConfig:
     max_size: int = 200
     max_share_sessions: int = 2000
     state_topic_num_partitions: int = 50
+    share_version: int = 2  # the share.version feature's level: 2 has DLQs (KIP-1191)
     dlq_topic_prefix: str = "dlq."  # errors.deadletterqueue.topic.name.prefix
     dlq_auto_create: bool = True  # errors.deadletterqueue.auto.create.topics.enable
 
@@ -168,9 +169,16 @@ def group_config_checks(config: ShareConfig) -> dict[str, Callable[[str], None]]
         "share.session.timeout.ms": _bounded(1, 2**31 - 1),
         "share.heartbeat.interval.ms": _bounded(1, 2**31 - 1),
         "share.renew.acknowledge.enable": _one_of("true", "false"),
-        DLQ_TOPIC_CONFIG: lambda value: check_topic_name(value, config.dlq_topic_prefix),
+        DLQ_TOPIC_CONFIG: lambda value: _dlq_topic_check(config, value),
         DLQ_COPY_CONFIG: _one_of("true", "false"),
     }
+
+
+def _dlq_topic_check(config: ShareConfig, value: str) -> None:
+    if value and config.share_version < 2:
+        raise ValueError("share-group dead-letter topics (KIP-1191) need share.version 2; "
+                         f"this cluster's is {config.share_version}")
+    check_topic_name(value, config.dlq_topic_prefix)
 
 
 class GroupConfigError(ValueError):

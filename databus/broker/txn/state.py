@@ -245,7 +245,16 @@ class TransactionCoordinator:
     # -- timeouts ---------------------------------------------------------------------------
 
     def timed_out(self, now_ms: int) -> list[str]:
-        """Transactional ids whose open transaction outlived its timeout."""
+        """Transactional ids whose open transaction outlived its timeout.
+
+        A transaction that began "after" ``now_ms`` began before the wall clock went back
+        (a clock stepped back, a broker restarted on another clock): its start is moved to
+        now, so it times out ``timeout_ms`` after the jump was seen, not hours later while
+        it holds back every read_committed reader of its partitions.  (Kafka measures from
+        the recorded start and would wait out the jump.)"""
+        for t, m in list(self.transactions.items()):
+            if m.state is TxnState.ONGOING and m.start_ms > now_ms:
+                self.transactions[t] = replace(m, start_ms=now_ms)
         return [t for t, m in self.transactions.items()
                 if m.state is TxnState.ONGOING and t not in self.pending
                 and m.start_ms + m.timeout_ms <= now_ms]

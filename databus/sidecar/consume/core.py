@@ -26,7 +26,12 @@ Bookkeeping, and why:
 - **Queue mode on a share group** (``share=True``; ``ordering: none`` where the cluster
   serves KIP-932): the broker keeps the state of each record of the stream's topic instead
   of an offset.  Records come with their delivery count (the attempt); an ack becomes
-  ACCEPT and the last attempt a copy to the DLQ followed by REJECT.  A nack waits its retry
+  ACCEPT and the last attempt a copy to the DLQ followed by REJECT -- or, where the
+  cluster keeps share groups' dead letters itself (KIP-1191, ``broker_dlq``), a plain
+  REJECT: the broker writes the copy, with Kafka's ``__dlq.errors.*`` headers, to the
+  group's DLQ topic.  (A last attempt read from the retry topic is not the share group's
+  to REJECT: it is still copied here, to the same topic, with the same headers.)  A nack
+  waits its retry
   level as in classic mode, in one of two ways.  If the level ends before the record's
   acquisition lock (``lock_ms`` from when it was read, less ``LOCK_MARGIN``) the record
   stays acquired in ``held`` and is RELEASEd when due: were the sidecar killed meanwhile,
@@ -53,6 +58,7 @@ from operator import attrgetter
 from typing import Any, NamedTuple
 
 from databus.config_base import parse_duration_ms
+from databus.protocol import share_dlq
 from databus.protocol.sidecar_wire import TAG_HEADER
 from databus.sidecar.config import DEFAULT_RETRY_LEVELS
 
@@ -175,8 +181,10 @@ class Copy(NamedTuple):
     due_ms: int
     reason: str
 
-    def headers(self, topic: str, group: str) -> list[tuple[str, bytes]]:
-        """The copy's headers: the app's own, then where it came from and why."""
+    def headers(self, topic: str, group: str,
+                kip1191: bool = False) -> list[tuple[str, bytes]]:
+        """The copy's headers: the app's own, then where it came from and why (a dead letter
+        ``kip1191``: also as the broker's own dead letters say it, KIP-1191's headers)."""
         e = self.entry
         own = [(k, v) for k, v in e.headers if k not in INTERNAL_HEADERS]
         attempt = e.attempt if self.dead else e.attempt + 1
@@ -190,6 +198,15 @@ class Copy(NamedTuple):
         ]
         if not self.dead:
             meta.append((H_DUE, str(self.due_ms).encode()))
+        elif kip1191:
+            meta += [
+                (share_dlq.HEADER_TOPIC, topic.encode()),
+                (share_dlq.HEADER_PARTITION, str(e.partition).encode()),
+                (share_dlq.HEADER_OFFSET, str(e.origin_offset).encode()),
+                (share_dlq.HEADER_GROUP, group.encode()),
+                (share_dlq.HEADER_DELIVERY_COUNT, str(e.attempt).encode()),
+                (share_dlq.HEADER_MESSAGE, self.reason.encode()),
+            ]
         return own + meta
 
 
@@ -221,9 +238,13 @@ class MemberCore:
         retry_levels_ms: tuple[int, ...] = tuple(map(parse_duration_ms, DEFAULT_RETRY_LEVELS)),
         ack_timeout_ms: int = 30_000,
         share: bool = False,
+        broker_dlq: bool = False,
     ) -> None:
         self.topic = topic
         self.share = share
+        # share mode on a KIP-1191 cluster: a spent record is REJECTed, the broker copies it
+        self.broker_dlq = share and broker_dlq
+        self.rejected = 0  # spent records REJECTed to the broker's DLQ (broker_dlq)
         # share mode: (entry, ACCEPT | RELEASE | REJECT) for the shell to acknowledge
         self.settled: list[tuple[Entry, int]] = []
         # share mode: nacked records kept acquired until due, (due_ms, seq, entry) heap
@@ -568,6 +589,10 @@ class MemberCore:
               wall_ms: int) -> Copy | None:
         self.nacked += 1
         if entry.attempt >= self.max_attempts:
+            if self.broker_dlq and self._shared(entry):
+                self.settled.append((entry, REJECT))  # the broker writes the dead letter
+                self.rejected += 1
+                return None
             return Copy(entry, True, 0, reason)
         if delay_ms is None:
             delay_ms = retry_delay_ms(entry.attempt, self.retry_levels_ms)

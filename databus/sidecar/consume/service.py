@@ -34,6 +34,7 @@ import trio
 
 from databus.client import Admin, AuthenticationError, Consumer, KafkaError, Producer, errors
 from databus.config import ConfigError, broker_registry_url
+from databus.protocol import share_dlq
 from databus.protocol import sidecar_wire as wire
 from databus.protocol.api_keys import ApiKey
 from databus.protocol.sidecar_wire import ErrorCode
@@ -54,7 +55,14 @@ def retry_topic(group: str) -> str:
 
 
 def dlq_topic(group: str) -> str:
+    """The group's dead-letter topic where the sidecar writes dead letters itself."""
     return f"{group}.dlq"
+
+
+def broker_dlq_topic(group: str) -> str:
+    """Queue mode on a KIP-1191 cluster: the share group's dead-letter topic, which the
+    broker writes (KIP-1191 wants its name under the broker's ``dlq.`` prefix)."""
+    return f"{share_dlq.DLQ_TOPIC_PREFIX}{group}"
 
 
 def retry_group(group: str) -> str:
@@ -76,7 +84,7 @@ class Member:
 
     def __init__(self, service: ConsumeService, stream: str, group: str, topic: str,
                  bootstrap: str, settings: Any, kafka: dict[str, Any], ordering: str,
-                 tags: tuple[str, ...] | None) -> None:
+                 tags: tuple[str, ...] | None, broker_dlq: bool = False) -> None:
         self.service = service
         self.stream = stream
         self.group = group
@@ -88,8 +96,13 @@ class Member:
         self.core = MemberCore(
             topic, retry_topic(group), ordering=ordering, tags=tags,
             max_attempts=settings.max_attempts, retry_levels_ms=settings.retry_levels_ms,
-            ack_timeout_ms=settings.ack_timeout_ms, share=self.SHARE,
+            ack_timeout_ms=settings.ack_timeout_ms, share=self.SHARE, broker_dlq=broker_dlq,
         )
+        # where dead letters go: the broker's DLQ topic of the share group (KIP-1191), which
+        # the broker fills with what the member REJECTs and the member with the rest, or
+        # the sidecar's own GROUP.dlq
+        self.broker_dlq = self.core.broker_dlq
+        self.dlq_topic = broker_dlq_topic(group) if self.broker_dlq else dlq_topic(group)
         self.subs: dict[Hashable, tuple[Any, int]] = {}  # key -> (session, subscription id)
         self.ready = trio.Event()
         self.done = trio.Event()
@@ -200,7 +213,7 @@ class Member:
     async def _prepare(self, admin: Admin) -> None:
         """The group's retry and dead-letter topics, with the stream topic's partition
         count (so retries spread as the stream does)."""
-        await _create_topics(admin, self.topic, [self.core.retry_topic, dlq_topic(self.group)])
+        await _create_topics(admin, self.topic, [self.core.retry_topic, self.dlq_topic])
 
     def _background(self, nursery: trio.Nursery) -> None:
         nursery.start_soon(self._commit_loop, self._commit_interval)
@@ -343,10 +356,11 @@ class Member:
         sent = []
         for copy in copies:
             entry = copy.entry
-            topic = dlq_topic(self.group) if copy.dead else self.core.retry_topic
+            topic = self.dlq_topic if copy.dead else self.core.retry_topic
             try:
                 future = await producer.send(
-                    topic, entry.value, entry.key, copy.headers(self.topic, self.group),
+                    topic, entry.value, entry.key,
+                    copy.headers(self.topic, self.group, kip1191=self.broker_dlq),
                     timestamp_ms=entry.timestamp if entry.timestamp >= 0 else None,
                 )
             except KafkaError as exc:
@@ -368,12 +382,41 @@ class Member:
         self._wake.set()
 
 
-async def _create_topics(admin: Admin, like: str, names: list[str]) -> None:
+async def _create_topics(admin: Admin, like: str, names: list[str],
+                         configs: dict[str, str] | None = None) -> None:
     """Create ``names`` (if missing) with as many partitions as topic ``like``."""
     await admin.cluster.refresh_metadata([like])
     found = admin.cluster.partitions_for(like)
     partitions = len(found) if found else -1  # not there yet: the broker's num.partitions
-    await admin.ensure_topics({name: partitions for name in names})
+    await admin.ensure_topics({name: partitions for name in names}, configs=configs)
+
+
+async def group_configs(admin: Admin, group: str, names: list[str]) -> dict[str, str]:
+    """The values of a group's configs ``names`` (DescribeConfigs on the GROUP resource)."""
+    response = await admin.cluster.request(None, ApiKey.DESCRIBE_CONFIGS, {
+        "resources": [{"resource_type": RESOURCE_GROUP, "resource_name": group,
+                       "configuration_keys": names}],
+        "include_synonyms": False, "include_documentation": False,
+    })
+    (result,) = response.results
+    if int(result.error_code):
+        raise errors.from_code(result.error_code, result.error_message or "")
+    return {c.name: c.value for c in result.configs if c.value is not None}
+
+
+async def _set_group_configs(admin: Admin, group: str, configs: dict[str, str]) -> None:
+    """Set a group's configs (IncrementalAlterConfigs on the GROUP resource, KIP-932)."""
+    response = await admin.cluster.request(None, ApiKey.INCREMENTAL_ALTER_CONFIGS, {
+        "resources": [{
+            "resource_type": RESOURCE_GROUP, "resource_name": group,
+            "configs": [{"name": k, "config_operation": 0, "value": v}
+                        for k, v in configs.items()],
+        }],
+        "validate_only": False,
+    })
+    (result,) = response.responses
+    if int(result.error_code):
+        raise errors.from_code(result.error_code, result.error_message or "")
 
 
 class _Ref(NamedTuple):
@@ -394,7 +437,10 @@ ACK_FLUSH_S = 0.02  # settlements gathered this long go to the broker in one Sha
 class ShareMember(Member):
     """Queue mode (``ordering: none``) on a KIP-932 share group named after the app's group:
     the broker hands one partition's records to many members and keeps each record's state.
-    An ack becomes ACCEPT; the last attempt is copied to ``GROUP.dlq`` and then REJECTed.
+    An ack becomes ACCEPT; the last attempt is REJECTed, and where the cluster has
+    KIP-1191 (``share.version`` >= 2) that is all: the broker copies it to the share group's
+    DLQ topic ``dlq.GROUP`` (set as the group's ``errors.deadletterqueue.topic.name``).
+    Elsewhere the member copies it to ``GROUP.dlq`` first.
     A nack waits its retry level (consume/core.py's docstring): kept acquired and RELEASEd
     when due if that is within the record's acquisition lock, else copied to
     ``GROUP.retry`` and ACCEPTed.  The retry topic is read as in classic mode, by a
@@ -425,27 +471,40 @@ class ShareMember(Member):
         return [(source, [self.topic]), (self._offsets, [self.core.retry_topic])]
 
     async def _prepare(self, admin: Admin) -> None:
-        await _create_topics(admin, self.topic, [self.core.retry_topic, dlq_topic(self.group)])
+        await _create_topics(admin, self.topic, [self.core.retry_topic])
+        if self.broker_dlq:
+            try:
+                await self._prepare_broker_dlq(admin)
+            except KafkaError as exc:  # e.g. the broker's DLQ prefix is not ``dlq.``
+                log.warning("share group %r: cannot use the broker's dead-letter topic %s "
+                            "(%s); writing dead letters to %s", self.group, self.dlq_topic,
+                            exc, dlq_topic(self.group))
+                self.broker_dlq = self.core.broker_dlq = False
+                self.dlq_topic = dlq_topic(self.group)
+        if not self.broker_dlq:
+            await _create_topics(admin, self.topic, [self.dlq_topic])
         # A new share group starts at the log end by default (share.auto.offset.reset
         # latest); the sidecar's groups start where its classic ones do.
         reset = str(self.kafka.get("auto.offset.reset", "earliest"))
         if reset in ("earliest", "latest"):
             try:
-                response = await admin.cluster.request(
-                    None, ApiKey.INCREMENTAL_ALTER_CONFIGS, {
-                        "resources": [{
-                            "resource_type": RESOURCE_GROUP, "resource_name": self.group,
-                            "configs": [{"name": "share.auto.offset.reset",
-                                         "config_operation": 0, "value": reset}],
-                        }],
-                        "validate_only": False,
-                    })
-                (result,) = response.responses
-                if int(result.error_code):
-                    raise errors.from_code(result.error_code, result.error_message or "")
+                await _set_group_configs(admin, self.group, {"share.auto.offset.reset": reset})
             except KafkaError as exc:
                 log.warning("share group %r: cannot set share.auto.offset.reset: %s",
                             self.group, exc)
+
+    async def _prepare_broker_dlq(self, admin: Admin) -> None:
+        """The share group's DLQ topic: the one its ``errors.deadletterqueue.topic.name``
+        names if an operator set it, else ``dlq.GROUP``, set so.  The member writes the
+        retry topic's last attempts there too, so it creates the topic (as the broker would
+        on first use: marked as a share group's DLQ) and has records copied whole
+        (``databus dlq replay`` needs their values; KIP-1191's default is headers alone)."""
+        named = await group_configs(admin, self.group, [share_dlq.DLQ_TOPIC_CONFIG])
+        self.dlq_topic = named.get(share_dlq.DLQ_TOPIC_CONFIG) or self.dlq_topic
+        await _create_topics(admin, self.topic, [self.dlq_topic],
+                             {share_dlq.DLQ_ENABLE_TOPIC_CONFIG: "true"})
+        await _set_group_configs(admin, self.group, {
+            share_dlq.DLQ_TOPIC_CONFIG: self.dlq_topic, share_dlq.DLQ_COPY_CONFIG: "true"})
 
     def _background(self, nursery: trio.Nursery) -> None:
         nursery.start_soon(self._ack_loop)
@@ -502,11 +561,15 @@ class ShareMember(Member):
         # Closing the share consumer sends what is pending and releases what it holds.
 
 
-async def upstream_serves_share_groups(bootstrap: str) -> bool:
-    """Whether the cluster speaks KIP-932 (ShareGroupHeartbeat in its ApiVersions)."""
+async def upstream_share_support(bootstrap: str) -> tuple[bool, bool]:
+    """(share groups, their dead-letter topics): whether the cluster speaks KIP-932
+    (ShareGroupHeartbeat in its ApiVersions) and KIP-1191 (``share.version`` finalized at
+    2 or more in its ApiVersions' features, KIP-584)."""
     async with Admin(bootstrap) as admin:
         conn = await admin.cluster.any_connection()
-        return ApiKey.SHARE_GROUP_HEARTBEAT in conn.broker_versions
+        shares = ApiKey.SHARE_GROUP_HEARTBEAT in conn.broker_versions
+        level = conn.finalized_features.get(share_dlq.SHARE_VERSION, 0)
+        return shares, shares and level >= share_dlq.SHARE_VERSION_DLQ
 
 
 class ConsumeService:
@@ -568,15 +631,17 @@ class ConsumeService:
             except ConfigError as exc:
                 raise SubscribeError(ErrorCode.UNKNOWN_STREAM, str(exc)) from None
             ordering = config.stream_ordering(stream)
-            kind = Member
+            kind: type[Member] = Member
+            broker_dlq = False
             if ordering == "none":
                 try:
-                    if await upstream_serves_share_groups(bootstrap):
-                        kind = ShareMember
+                    shares, broker_dlq = await upstream_share_support(bootstrap)
                 except KafkaError as exc:
                     raise SubscribeError(exc.code, f"cluster unreachable: {exc}") from None
+                if shares:
+                    kind = ShareMember
             member = kind(self, stream, group, topic, bootstrap, settings, kafka, ordering,
-                          tags)
+                          tags, broker_dlq=broker_dlq)
             stream_config = config.streams.get(stream)
             if stream_config is not None and stream_config.schema_ is not None:
                 member.typed = TypedReader(stream, stream_config.schema_,
@@ -678,8 +743,9 @@ class ConsumeCollector:
         ("databus_sidecar_consume_nacked", "nacks and ack timeouts", lambda m: m.core.nacked),
         ("databus_sidecar_consume_filtered", "messages skipped by the tag filter",
          lambda m: m.core.filtered),
-        ("databus_sidecar_consume_dead_lettered", "messages written to the group's DLQ",
-         lambda m: m.dead_lettered),
+        ("databus_sidecar_consume_dead_lettered",
+         "messages dead-lettered: written to the group's DLQ, or REJECTed for the broker "
+         "to write there (KIP-1191)", lambda m: m.dead_lettered + m.core.rejected),
     )
 
     def __init__(self, service: ConsumeService) -> None:
