@@ -902,10 +902,113 @@ py_encode_reports(PyObject *self, PyObject *items)
         Py_RETURN_NONE;
     return result;
 }
+/* A consumed message's fields, read off MemberCore's Entry (delivery_id, attempt, rec) and
+ * its record (partition, offset, timestamp, value, key, headers). */
+static PyObject *S_DELIVERY_ID, *S_ATTEMPT, *S_REC, *S_PARTITION, *S_OFFSET, *S_TIMESTAMP,
+    *S_VALUE, *S_KEY, *S_HEADERS;
+
+/* Entry.wire(), packed: [delivery_id, partition, offset, timestamp, attempt, value] then
+ * key and headers as far as needed (trailing nils dropped, headers as [name, value] arrays,
+ * which is how msgpack packs the tuples they are). */
+static int
+put_entry(Out *o, PyObject *entry)
+{
+    PyObject *rec = NULL, *f[8] = {NULL};
+    int rc = ERR;
+    if ((f[0] = PyObject_GetAttr(entry, S_DELIVERY_ID)) == NULL ||
+        (f[4] = PyObject_GetAttr(entry, S_ATTEMPT)) == NULL ||
+        (rec = PyObject_GetAttr(entry, S_REC)) == NULL ||
+        (f[1] = PyObject_GetAttr(rec, S_PARTITION)) == NULL ||
+        (f[2] = PyObject_GetAttr(rec, S_OFFSET)) == NULL ||
+        (f[3] = PyObject_GetAttr(rec, S_TIMESTAMP)) == NULL ||
+        (f[5] = PyObject_GetAttr(rec, S_VALUE)) == NULL ||
+        (f[6] = PyObject_GetAttr(rec, S_KEY)) == NULL ||
+        (f[7] = PyObject_GetAttr(rec, S_HEADERS)) == NULL)
+        goto done;
+    int truthy = PyObject_IsTrue(f[7]);
+    if (truthy < 0)
+        goto done;
+    Py_ssize_t n = truthy ? 8 : (f[6] != Py_None ? 7 : 6);
+    rc = put_header(o, n, 0x90, 16, 0, 0xdc, 0xdd);
+    for (Py_ssize_t i = 0; rc == OK && i < n; i++)
+        rc = put_object(o, f[i], i == 7 ? 1 : 2); /* headers: an array of pairs */
+done:
+    Py_XDECREF(rec);
+    for (int i = 0; i < 8; i++)
+        Py_XDECREF(f[i]);
+    return rc;
+}
+
+static const char MESSAGES_HEAD[] = "\x83\xa4type\xa8messages\xa2id";
+static const char MESSAGES_KEY[] = "\xa8messages";
+
+PyDoc_STRVAR(encode_messages_doc,
+"encode_messages(sub_id, entries) -> bytes or None\n\n"
+"sidecar_wire.encode_messages' twin: the messages frame answering a fetch of subscription\n"
+"sub_id with entries (consume/core.py's Entry), the same bytes msgpack writes for\n"
+"messages(sub_id, [e.wire() for e in entries]), without a list per message.  None when a\n"
+"field holds what this does not pack (the caller packs in Python then).");
+
+static PyObject *
+py_encode_messages(PyObject *self, PyObject *args)
+{
+    PyObject *sub_id, *entries;
+    if (!PyArg_ParseTuple(args, "O!O!", &PyLong_Type, &sub_id, &PyList_Type, &entries))
+        return NULL;
+    Out o = {NULL, 0, 0, NULL};
+    int rc = grow(&o, 4 + sizeof(MESSAGES_HEAD));
+    if (rc == OK) {
+        o.len = 4;
+        put(&o, MESSAGES_HEAD, sizeof(MESSAGES_HEAD) - 1);
+        rc = put_int(&o, sub_id);
+    }
+    if (rc == OK)
+        rc = grow(&o, sizeof(MESSAGES_KEY));
+    if (rc == OK) {
+        put(&o, MESSAGES_KEY, sizeof(MESSAGES_KEY) - 1);
+        rc = put_header(&o, PyList_GET_SIZE(entries), 0x90, 16, 0, 0xdc, 0xdd);
+    }
+    Py_ssize_t count = PyList_GET_SIZE(entries);
+    /* (reading an attribute may run Python code: the list is re-read each time, and a
+     * list that changed size meanwhile is packed in Python instead) */
+    for (Py_ssize_t i = 0; rc == OK && i < count; i++) {
+        if (PyList_GET_SIZE(entries) != count) {
+            rc = NO;
+            break;
+        }
+        PyObject *entry = PyList_GET_ITEM(entries, i);
+        Py_INCREF(entry);
+        rc = put_entry(&o, entry);
+        Py_DECREF(entry);
+    }
+    if (rc == OK && PyList_GET_SIZE(entries) != count)
+        rc = NO;
+    if (rc == OK) {
+        uint64_t body = (uint64_t)(o.len - 4);
+        if (body > 0xffffffffu)
+            rc = NO;
+        else {
+            unsigned char *p = (unsigned char *)o.buf;
+            p[0] = (unsigned char)(body >> 24);
+            p[1] = (unsigned char)(body >> 16);
+            p[2] = (unsigned char)(body >> 8);
+            p[3] = (unsigned char)body;
+        }
+    }
+    PyObject *result = NULL;
+    if (rc == OK)
+        result = PyBytes_FromStringAndSize(o.buf, o.len);
+    PyMem_Free(o.buf);
+    if (rc == NO)
+        Py_RETURN_NONE;
+    return result;
+}
+
 static PyMethodDef methods[] = {
     {"parse_produce", py_parse_produce, METH_O, parse_produce_doc},
     {"encode_produce", py_encode_produce, METH_VARARGS, encode_produce_doc},
     {"encode_reports", py_encode_reports, METH_O, encode_reports_doc},
+    {"encode_messages", py_encode_messages, METH_VARARGS, encode_messages_doc},
     {NULL, NULL, 0, NULL},
 };
 
@@ -918,5 +1021,18 @@ static struct PyModuleDef module = {
 PyMODINIT_FUNC
 PyInit__sidecar_speedups(void)
 {
+#define INTERN(var, text) \
+    if ((var = PyUnicode_InternFromString(text)) == NULL) \
+        return NULL;
+    INTERN(S_DELIVERY_ID, "delivery_id")
+    INTERN(S_ATTEMPT, "attempt")
+    INTERN(S_REC, "rec")
+    INTERN(S_PARTITION, "partition")
+    INTERN(S_OFFSET, "offset")
+    INTERN(S_TIMESTAMP, "timestamp")
+    INTERN(S_VALUE, "value")
+    INTERN(S_KEY, "key")
+    INTERN(S_HEADERS, "headers")
+#undef INTERN
     return PyModule_Create(&module);
 }

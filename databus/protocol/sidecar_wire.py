@@ -41,6 +41,7 @@ from .speedups import sidecar_native
 _parse_produce_c = sidecar_native.parse_produce if sidecar_native is not None else None
 _encode_produce_c = sidecar_native.encode_produce if sidecar_native is not None else None
 _encode_reports_c = sidecar_native.encode_reports if sidecar_native is not None else None
+_encode_messages_c = getattr(sidecar_native, "encode_messages", None)
 
 # Where apps find the sidecar: $DATABUS_SOCKET, else this path (sidecar.yaml's default too).
 DEFAULT_SOCKET = "/tmp/databus/databus.sock"
@@ -234,17 +235,27 @@ def hello(client: str, version: int = PROTOCOL_VERSION,
     return frame
 
 
+# What a sidecar can do beyond its protocol version, named in its hello's ``features``: an
+# additive field (an older SDK ignores it, an older sidecar sends none), so a new ability
+# needs no version bump and no extra round of hellos.
+FEATURE_ACK_RANGES = "ack_ranges"  # an ack frame may carry ``ranges`` of delivery ids
+FEATURES = (FEATURE_ACK_RANGES,)
+
+
 def hello_reply(
     server: str, max_frame_bytes: int, max_block_ms: int, version: int = PROTOCOL_VERSION
 ) -> dict[str, Any]:
     """The sidecar's hello; ``version`` is the one this connection speaks (the app's)."""
-    return {
+    frame: dict[str, Any] = {
         "type": "hello",
         "version": version,
         "server": server,
         "max_frame_bytes": max_frame_bytes,
         "max_block_ms": max_block_ms,
     }
+    if version >= CONSUME_VERSION:
+        frame["features"] = list(FEATURES)
+    return frame
 
 
 def message_array(
@@ -404,8 +415,67 @@ def messages(id: int, items: list[list[Any]]) -> dict[str, Any]:
     return {"type": "messages", "id": id, "messages": items}
 
 
-def ack(id: int, ids: list[int]) -> dict[str, Any]:
+def encode_messages(id: int, entries: list[Any]) -> bytes:
+    """The ``messages`` frame answering a fetch of subscription ``id`` with ``entries``
+    (objects with ``delivery_id``, ``attempt`` and ``rec``, a record with ``partition``,
+    ``offset``, ``timestamp``, ``value``, ``key``, ``headers``: consume/core.py's Entry),
+    encoded.  The C twin packs straight from them, with no list per message."""
+    if _encode_messages_c is not None:
+        data = _encode_messages_c(id, entries)
+        if data is not None:
+            return data
+    return encode_messages_py(id, entries)
+
+
+def encode_messages_py(id: int, entries: list[Any]) -> bytes:
+    """``encode_messages`` in Python (the twin the C one is tested against)."""
+    items = []
+    for e in entries:
+        r = e.rec
+        fields = [e.delivery_id, r.partition, r.offset, r.timestamp, e.attempt, r.value]
+        if r.headers:
+            fields += [r.key, [list(h) for h in r.headers]]
+        elif r.key is not None:
+            fields.append(r.key)
+        items.append(fields)
+    return encode_frame(messages(id, items))
+
+
+def ack(id: int, ids: list[int], ranges: list[list[int]] | None = None) -> dict[str, Any]:
+    """Acks of delivery ``ids``, and (a sidecar with the ``ack_ranges`` feature) of every id
+    in each inclusive ``[first, last]`` of ``ranges``: an app acking in order acks thousands
+    of messages with one pair."""
+    if ranges:
+        return {"type": "ack", "id": id, "ids": ids, "ranges": ranges}
     return {"type": "ack", "id": id, "ids": ids}
+
+
+def ack_runs(ids: list[int]) -> tuple[list[int], list[list[int]]]:
+    """Distinct delivery ids as (ids left single, ``[first, last]`` runs of 2 or more): the
+    ack frame's two fields.  Acks in order cost one comparison (the ids are distinct, so
+    max - min == count - 1 means they are every id from min to max)."""
+    if not ids:
+        return [], []
+    low, high = min(ids), max(ids)
+    if high - low == len(ids) - 1:
+        return ([], [[low, high]]) if high > low else (ids, [])
+    ordered = sorted(ids)
+    singles: list[int] = []
+    runs: list[list[int]] = []
+    start = prev = ordered[0]
+    for i in ordered[1:]:
+        if i != prev + 1:
+            if prev > start:
+                runs.append([start, prev])
+            else:
+                singles.append(start)
+            start = i
+        prev = i
+    if prev > start:
+        runs.append([start, prev])
+    else:
+        singles.append(start)
+    return singles, runs
 
 
 def nack(id: int, items: list[list[Any]]) -> dict[str, Any]:
@@ -642,11 +712,22 @@ def parse_fetch(frame: dict[str, Any]) -> tuple[int, int, int, int]:
     )
 
 
-def parse_ack(frame: dict[str, Any]) -> tuple[int, list[int]]:
-    ids = frame.get("ids")
+def parse_ack(frame: dict[str, Any]) -> tuple[int, list[int], list[tuple[int, int]]]:
+    """(subscription, ids, inclusive ranges); ``ids`` may be absent when ``ranges`` is not."""
+    ids = frame.get("ids", [] if "ranges" in frame else None)
     if type(ids) is not list or not all(type(i) is int for i in ids):
         raise _malformed("ack", "'ids' must be an array of delivery ids")
-    return frame_int(frame, "id"), ids
+    raw = frame.get("ranges")
+    ranges: list[tuple[int, int]] = []
+    if raw is not None:
+        if type(raw) is not list:
+            raise _malformed("ack", "'ranges' must be an array of [first, last] pairs")
+        for pair in raw:
+            if (type(pair) is not list or len(pair) != 2 or type(pair[0]) is not int
+                    or type(pair[1]) is not int or not 0 <= pair[0] <= pair[1]):
+                raise _malformed("ack", "each range is [first, last], 0 <= first <= last")
+            ranges.append((pair[0], pair[1]))
+    return frame_int(frame, "id"), ids, ranges
 
 
 def parse_nack(frame: dict[str, Any]) -> tuple[int, list[tuple[int, int | None, str | None]]]:

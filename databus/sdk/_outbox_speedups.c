@@ -636,7 +636,59 @@ py_untrack(PyObject *unused, PyObject *obj)
     Py_RETURN_NONE;
 }
 
+/* wrap_messages(cls, sub, epoch, items): [cls(sub, epoch, item) for item in items] without
+ * running cls.__init__ (consume.py's Message, whose __init__ only stores its three slots):
+ * a messages frame's arrays become the app's messages at a few stores each. */
+static const char *MESSAGE_SLOTS[3] = {"_sub", "_epoch", "_item"};
+
+static PyObject *
+py_wrap_messages(PyObject *unused, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 4 || !PyType_Check(args[0]) || !PyList_CheckExact(args[3])) {
+        PyErr_SetString(PyExc_TypeError, "wrap_messages(cls, sub, epoch, items: list)");
+        return NULL;
+    }
+    PyTypeObject *cls = (PyTypeObject *)args[0];
+    PyObject *values[2] = {args[1], args[2]}, *items = args[3];
+    Py_ssize_t off[3];
+    for (int i = 0; i < 3; i++) {
+        PyObject *d = PyObject_GetAttrString(args[0], MESSAGE_SLOTS[i]);
+        if (d == NULL)
+            return NULL;
+        int ok = Py_IS_TYPE(d, &PyMemberDescr_Type) &&
+                 ((PyMemberDescrObject *)d)->d_member->type == T_OBJECT_EX;
+        if (ok)
+            off[i] = ((PyMemberDescrObject *)d)->d_member->offset;
+        Py_DECREF(d);
+        if (!ok) {
+            PyErr_Format(PyExc_TypeError, "cls.%s must be a __slots__ member", MESSAGE_SLOTS[i]);
+            return NULL;
+        }
+    }
+    Py_ssize_t n = PyList_GET_SIZE(items);
+    PyObject *out = PyList_New(n);
+    if (out == NULL)
+        return NULL;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        /* (tp_alloc zeroes the slots and starts GC tracking; nothing here runs Python code,
+         * so items keeps its size) */
+        PyObject *obj = cls->tp_alloc(cls, 0);
+        if (obj == NULL) {
+            Py_DECREF(out);
+            return NULL;
+        }
+        *(PyObject **)((char *)obj + off[0]) = Py_NewRef(values[0]);
+        *(PyObject **)((char *)obj + off[1]) = Py_NewRef(values[1]);
+        *(PyObject **)((char *)obj + off[2]) = Py_NewRef(PyList_GET_ITEM(items, i));
+        PyList_SET_ITEM(out, i, obj);
+    }
+    return out;
+}
+
 static PyMethodDef methods[] = {
+    {"wrap_messages", (PyCFunction)(void (*)(void))py_wrap_messages, METH_FASTCALL,
+     "wrap_messages(cls, sub, epoch, items): [cls(sub, epoch, item) for item in items], "
+     "without running cls.__init__"},
     {"track", py_track, METH_O, "track(obj): the cyclic collector tracks obj again"},
     {"untrack", py_untrack, METH_O, "untrack(obj): the cyclic collector stops tracking obj"},
     {NULL, NULL, 0, NULL},

@@ -396,6 +396,8 @@ class Client:
         self._sock = sock
         self._epoch += 1
         self.server = hello.get("server")
+        # acks in order go as [first, last] ranges to a sidecar that reads them
+        self.ack_ranges = wire.FEATURE_ACK_RANGES in (hello.get("features") or ())
         self.max_frame_bytes = int(hello.get("max_frame_bytes", wire.DEFAULT_MAX_FRAME_BYTES))
         if hasattr(self._outbox, "bind_send"):  # the C send() looks at it (see __init__)
             self._outbox.max_frame_bytes = self.max_frame_bytes

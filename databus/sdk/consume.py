@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any
 import msgpack
 
 from databus.protocol import sidecar_wire as wire
+from databus.protocol.speedups import load_native
 
 from .errors import DatabusError, SidecarUnavailableError, error_for
 
@@ -114,6 +115,17 @@ class Message:
         return (f"Message(topic={self.topic!r}, partition={self.partition}, "
                 f"offset={self.offset}, attempt={self.attempt}, key={self.key!r}, "
                 f"value={self.value!r})")
+
+
+def wrap_messages_py(cls: type[Message], sub: Subscription, epoch: int,
+                     items: list) -> list[Message]:
+    """A messages frame's arrays as the app's messages (the twin of _outbox_speedups.c's
+    wrap_messages, which skips the per-message __init__ call)."""
+    return [cls(sub, epoch, item) for item in items]
+
+
+_native = load_native(name="_outbox_speedups", package=__package__)
+wrap_messages = getattr(_native, "wrap_messages", None) or wrap_messages_py
 
 
 class Subscription:
@@ -206,11 +218,20 @@ class Subscription:
     def _settlement_frames(self) -> list[dict]:
         """The acks and nacks not sent yet, as frames (the client holds its lock)."""
         out = []
-        for queue, frame in ((self._acks, wire.ack), (self._nacks, wire.nack)):
-            if queue:
-                taken = [queue.popleft() for _ in range(len(queue))]
-                self._held -= len(taken)
-                out.append(frame(self.id, taken))
+        acks = self._acks
+        if acks:
+            popleft = acks.popleft
+            ids = [popleft() for _ in range(len(acks))]
+            self._held -= len(ids)
+            if getattr(self._client, "ack_ranges", False):
+                out.append(wire.ack(self.id, *wire.ack_runs(ids)))
+            else:
+                out.append(wire.ack(self.id, ids))
+        nacks = self._nacks
+        if nacks:
+            taken = [nacks.popleft() for _ in range(len(nacks))]
+            self._held -= len(taken)
+            out.append(wire.nack(self.id, taken))
         return out
 
     def __enter__(self) -> Subscription:
@@ -285,7 +306,7 @@ class Subscription:
         self._answered.set()
 
     def _on_messages(self, items: list, epoch: int) -> None:
-        messages = [Message(self, epoch, item) for item in items]
+        messages = wrap_messages(Message, self, epoch, items)
         with self._cond:
             self._fetching = 0
             if self._closed or epoch != self._epoch:

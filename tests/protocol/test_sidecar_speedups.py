@@ -15,9 +15,11 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from databus.client.fetcher import ConsumerRecord
 from databus.protocol import sidecar_wire as wire
 from databus.protocol import speedups
 from databus.protocol.sidecar_wire import WireError
+from databus.sidecar.consume.core import Entry
 from tests.helpers.blocked_import import python_without
 
 try:
@@ -336,3 +338,54 @@ def test_a_process_without_the_extension_runs_the_python_twins():
         "print(wire.decode_body_or_produce(bytes(out[4:])))\n"
     ))
     assert out.strip() == "([(1, 's', b'v', None, None, None, None)], [1])"
+
+
+# --- messages frames (sidecar -> app), packed from consume/core.py's entries ---------------
+
+_header = st.tuples(st.text(max_size=12), st.none() | st.binary(max_size=12))
+_record = st.builds(
+    ConsumerRecord, topic=st.just("t"), partition=st.integers(0, 2**31 - 1),
+    offset=st.integers(0, 2**63 - 1), timestamp=st.integers(-1, 2**63 - 1),
+    timestamp_type=st.just(0), key=st.none() | st.binary(max_size=40),
+    value=st.none() | st.binary(max_size=300),
+    headers=st.lists(_header, max_size=4).map(tuple),
+)
+
+
+@st.composite
+def _entries(draw):
+    out = []
+    for i, rec in enumerate(draw(st.lists(_record, max_size=20))):
+        entry = Entry(("t", rec.partition), rec.offset, rec, draw(st.integers(1, 2**31)))
+        entry.delivery_id = draw(st.integers(1, 2**63 - 1)) if i % 3 else i + 1
+        out.append(entry)
+    return out
+
+
+@needs_ext
+@settings(max_examples=250, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.integers(0, 2**32), _entries())
+def test_messages_frames_are_byte_identical(sub_id, entries):
+    """The C packer writes what msgpack writes for the documented arrays (Entry.wire()), and
+    the app reads back exactly those arrays."""
+    c = _sidecar_speedups.encode_messages(sub_id, entries)
+    assert c is not None
+    assert c == wire.encode_messages_py(sub_id, entries)
+    assert c == wire.encode_frame(wire.messages(sub_id, [e.wire() for e in entries]))
+    (frame,) = wire.FrameDecoder().feed(c)
+    assert frame["messages"] == [e.wire() for e in entries]
+
+
+@needs_ext
+def test_a_messages_frame_with_what_c_does_not_pack_falls_back_to_python():
+    rec = ConsumerRecord("t", 0, 5, 7, 0, None, b"v", ())
+    entry = Entry(("t", 0), 5, rec, 1)
+    entry.delivery_id = 3
+    odd = Entry(("t", 0), 6, rec._replace(value=bytearray(b"v")), 1)  # not bytes
+    odd.delivery_id = 4
+    assert _sidecar_speedups.encode_messages(1, [entry, odd]) is None
+    assert wire.encode_messages(1, [entry, odd]) == wire.encode_frame(
+        wire.messages(1, [entry.wire(), odd.wire()]))
+    # a broken entry is an error, not a frame with a hole in it
+    with pytest.raises(AttributeError):
+        _sidecar_speedups.encode_messages(1, [entry, object()])

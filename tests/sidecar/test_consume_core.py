@@ -9,6 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from databus.config_base import parse_duration_ms
+from databus.protocol import sidecar_wire as wire
 from databus.sidecar.consume.core import (
     ACCEPT,
     H_ATTEMPT,
@@ -354,3 +355,39 @@ def test_share_mode_holds_a_retry_within_the_lock_and_copies_a_longer_one():
     c.nack("a", [(third.delivery_id, 2_000, None)], 200_000)
     [kept] = c.take_held()
     assert (kept.entry.offset, kept.due_ms, kept.dead) == (2, 202_000, False)
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.data())
+def test_an_ack_by_ranges_does_what_the_same_ids_one_by_one_do(data):
+    """Two cores fed alike: one acked id by id, the other with the SDK's split of the same
+    ids into singles and [first, last] runs; they agree on what is done and committable."""
+    partitions = data.draw(st.integers(1, 3))
+    ordering = data.draw(st.sampled_from(["partition", "none"]))
+    cores = [core(ordering=ordering), core(ordering=ordering)]
+    handed: list[int] = []
+    for c in cores:
+        c.subscribe("a", 1000)
+        for p in range(partitions):
+            c.add(records(p, range(20)), 0)
+        c.fetch("a", 1000, 1, 500, 0.0)
+        [(_, entries)] = c.serve(0.0, 0)
+        handed = [e.delivery_id for e in entries]
+    acked = data.draw(st.lists(st.sampled_from(handed), unique=True))
+    singles, runs = wire.ack_runs(acked)
+    one, other = cores
+    assert one.ack("a", acked) == other.ack("a", singles, [tuple(r) for r in runs]) == len(acked)
+    assert one.committable() == other.committable()
+    assert one.in_flight == other.in_flight == len(handed) - len(acked)
+
+
+def test_a_range_past_what_was_handed_out_acks_only_what_is_in_flight():
+    c = core(ordering="none")
+    c.subscribe("a", 100)
+    c.add(records(0, range(5)), 0)
+    c.fetch("a", 100, 1, 500, 0.0)
+    [(_, entries)] = c.serve(0.0, 0)
+    assert [e.delivery_id for e in entries] == [1, 2, 3, 4, 5]
+    # a range of 2**63 ids: clipped to the ids handed out (cheap), unknown ones ignored
+    assert c.ack("a", [], [(0, 3), (2, 2**63 - 1)]) == 5
+    assert c.committable() == {("t", 0): 5} and c.in_flight == 0

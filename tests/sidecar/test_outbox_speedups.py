@@ -328,3 +328,62 @@ def test_the_c_outbox_resolves_delivered_runs_and_leaves_the_rest():
     assert callbacks == [] and box.futures == {}
     with pytest.raises(TypeError):
         box.resolve((), 0, callbacks)
+
+
+# --- the app's messages, made from a messages frame's arrays ------------------------------
+
+_consumed = st.builds(
+    wire.consumed_array, st.integers(1, 2**63 - 1), st.integers(0, 2**31 - 1),
+    st.integers(0, 2**63 - 1), st.integers(-1, 2**63 - 1), st.integers(1, 2**31),
+    st.none() | st.binary(max_size=30), st.none() | st.binary(max_size=10),
+    st.lists(st.lists(st.text(max_size=8), min_size=1, max_size=1).map(
+        lambda n: [n[0], b"v"]), max_size=3),
+)
+
+
+class _Sub:
+    topic = "orders"
+
+
+@needs_ext
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(_consumed, max_size=20), st.integers(0, 5))
+def test_messages_wrapped_in_c_are_the_python_twins(items, epoch):
+    """The C wrap (no __init__ call per message) gives the messages the Python one does:
+    every field the app reads, and its ack going to the same subscription and epoch."""
+    from databus.sdk.consume import Message, wrap_messages_py
+
+    sub = _Sub()
+    c = _outbox_speedups.wrap_messages(Message, sub, epoch, items)
+    py = wrap_messages_py(Message, sub, epoch, items)
+    fields = ("delivery_id", "partition", "offset", "timestamp", "attempt", "value", "key",
+              "headers", "topic", "tag")
+    assert [type(m) for m in c] == [Message] * len(items)
+    assert [[getattr(m, f) for f in fields] for m in c] == \
+        [[getattr(m, f) for f in fields] for m in py]
+    assert [(m._sub, m._epoch, m._item) for m in c] == [(m._sub, m._epoch, m._item) for m in py]
+    assert all(m._item is item for m, item in zip(c, items, strict=True))
+
+
+@needs_ext
+def test_wrapped_messages_hold_and_release_their_references():
+    import gc
+    import sys
+
+    from databus.sdk.consume import Message
+
+    sub, item = _Sub(), [1, 0, 5, 7, 1, b"v"]
+    before = sys.getrefcount(sub), sys.getrefcount(item)
+    messages = _outbox_speedups.wrap_messages(Message, sub, 0, [item] * 100)
+    assert sys.getrefcount(sub) == before[0] + 100
+    assert gc.is_tracked(messages[0])  # a cycle through a message can still be collected
+    del messages
+    assert (sys.getrefcount(sub), sys.getrefcount(item)) == before
+    with pytest.raises(AttributeError):  # not a message class
+        _outbox_speedups.wrap_messages(_Sub, sub, 0, [item])
+
+    class Plain:  # the names, but not slots: nothing is written at a wrong offset
+        _sub = _epoch = _item = None
+
+    with pytest.raises(TypeError, match="__slots__"):
+        _outbox_speedups.wrap_messages(Plain, sub, 0, [item])

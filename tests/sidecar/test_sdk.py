@@ -4,6 +4,7 @@ against a real sidecar from several threads at once."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import socket
 import subprocess
@@ -695,3 +696,81 @@ def receive_until_flush(fake, conn, decoder, received: list) -> None:
             break
         received.extend(frame["messages"])
     fake.read_frames(conn, decoder, 1)
+
+
+@pytest.mark.parametrize("features", [[wire.FEATURE_ACK_RANGES], None])
+def test_acks_in_order_go_as_one_range_to_a_sidecar_that_reads_ranges(sock_dir, features):
+    """Messages 1-6 acked in order but 4, which is nacked: to a sidecar whose hello names
+    ack_ranges the acks are [1, 3] and [5, 6] (and no id); to one that does not (older),
+    the same acks as ids."""
+    path = os.path.join(sock_dir, "ranges.sock")
+    server = socket.socket(socket.AF_UNIX)
+    server.bind(path)
+    server.listen(1)
+    acked: list[dict] = []
+
+    def sidecar():
+        conn, _ = server.accept()
+        with conn:
+            decoder = wire.FrameDecoder()
+            frames: list[dict] = []
+
+            def next_frame(kind: str) -> dict:
+                while True:
+                    while not frames:
+                        data = conn.recv(65536)
+                        if not data:
+                            raise EOFError
+                        frames.extend(decoder.feed(data))
+                    frame = frames.pop(0)
+                    if frame["type"] == kind:
+                        return frame
+                    if frame["type"] in ("ack", "nack"):
+                        acked.append(frame)
+
+            next_frame("hello")
+            hello = wire.hello_reply("scripted", 1 << 20, 200)
+            if features is None:
+                del hello["features"]
+            conn.sendall(wire.encode_frame(hello))
+            sub = next_frame("subscribe")
+            conn.sendall(wire.encode_frame(wire.subscribed(sub["id"], topic="t",
+                                                           ordering="partition")))
+            next_frame("fetch")
+            conn.sendall(wire.encode_frame(wire.messages(sub["id"], [
+                wire.consumed_array(i, 0, 100 + i, 1700000000000, 1, b"v%d" % i)
+                for i in range(1, 7)])))
+            with contextlib.suppress(EOFError):
+                next_frame("unsubscribe")
+                conn.sendall(wire.encode_frame(wire.unsubscribed(sub["id"])))
+                flush = next_frame("flush")  # the client's close()
+                conn.sendall(wire.encode_frame(wire.flushed(flush["id"])))
+                next_frame("never")  # until the client closes
+
+    thread = threading.Thread(target=sidecar, daemon=True)
+    thread.start()
+    try:
+        with Client(path) as client:
+            sub = client.subscribe("s", "g", max_in_flight=6)
+            messages = [sub.poll(10) for _ in range(6)]
+            assert [m.delivery_id for m in messages if m is not None] == [1, 2, 3, 4, 5, 6]
+            # (the subscription's lock held: the I/O thread sends them in one go, as it
+            # does whatever an app acked between two of its wake-ups)
+            with sub._lock:
+                for message in messages:
+                    if message.delivery_id == 4:
+                        message.nack(delay=1)
+                    else:
+                        message.ack()
+            sub.close()
+        thread.join(10)
+    finally:
+        server.close()
+    acks = [f for f in acked if f["type"] == "ack"]
+    ids = sorted(i for f in acks for i in f.get("ids", []))
+    ranges = sorted(tuple(r) for f in acks for r in f.get("ranges", []))
+    if features:
+        assert (ids, ranges) == ([], [(1, 3), (5, 6)])
+    else:
+        assert ids == [1, 2, 3, 5, 6] and ranges == []
+    assert [n["nacks"] for n in acked if n["type"] == "nack"] == [[[4, 1000, None]]]

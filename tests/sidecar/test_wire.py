@@ -49,6 +49,7 @@ GOLDEN_FRAMES = {
                             [["databus-tag", b"paid"]]),
     ]),
     "ack": wire.ack(1, [1, 2]),
+    "ack-ranges": wire.ack(1, [5002], [[1, 5000]]),
     "nack": wire.nack(1, [[3, 5000, "db down"], [4, None, None]]),
     "unsubscribe": wire.unsubscribe(1),
     "unsubscribed": wire.unsubscribed(1),
@@ -309,3 +310,33 @@ def test_next_frame_leaves_the_rest_for_later():
     assert decoder.buffered == len(data) * 2 // 3
     # More bytes before the rest was read: nothing is lost, order is kept.
     assert decoder.feed(wire.encode_frame(wire.ping(3))) == [wire.ping(i) for i in (1, 2, 3)]
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.sets(st.integers(1, 200)))
+def test_ack_runs_split_ids_into_singles_and_maximal_runs(ids):
+    singles, runs = wire.ack_runs(list(ids))
+    covered = list(singles) + [i for first, last in runs for i in range(first, last + 1)]
+    assert sorted(covered) == sorted(ids)  # every id once, nothing else
+    assert all(last > first for first, last in runs)
+    # maximal: no two pieces touch (else they would be one run)
+    edges = sorted([(i, i) for i in singles] + [tuple(r) for r in runs])
+    assert all(b[0] > a[1] + 1 for a, b in itertools.pairwise(edges))
+
+
+def test_acks_in_order_are_one_range():
+    assert wire.ack_runs(list(range(7, 5007))) == ([], [[7, 5006]])
+    assert wire.ack_runs([4]) == ([4], [])
+
+
+@pytest.mark.parametrize("ranges", [
+    [[5, 4]], [[-1, 3]], [[1]], [[1, 2, 3]], "x", [["1", 2]], [[1.0, 2]],
+])
+def test_a_malformed_ack_range_is_refused(ranges):
+    with pytest.raises(wire.WireError, match="ack"):
+        wire.parse_ack({"type": "ack", "id": 1, "ranges": ranges})
+
+
+def test_an_ack_of_ranges_alone_parses():
+    assert wire.parse_ack({"type": "ack", "id": 1, "ranges": [[1, 5000]]}) == (1, [], [(1, 5000)])
+    assert wire.parse_ack(wire.ack(2, [9])) == (2, [9], [])

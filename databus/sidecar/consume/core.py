@@ -53,7 +53,8 @@ import heapq
 import math
 from collections import deque
 from collections.abc import Hashable, Iterable
-from itertools import repeat
+from itertools import chain, groupby, repeat
+from operator import attrgetter
 from typing import Any, NamedTuple
 
 from databus.config_base import parse_duration_ms
@@ -77,6 +78,10 @@ ACCEPT, RELEASE, REJECT = 1, 2, 3
 # broker acquired it: a retry is held only if it falls due this much before that estimate
 # runs out (a tenth of the lock, at least LOCK_MARGIN_MS).
 LOCK_MARGIN_MS = 500
+
+_SOURCE = attrgetter("topic", "partition")
+_OFFSET = attrgetter("offset")
+_ENTRY_SOURCE = attrgetter("source")
 
 def retry_delay_ms(failed_attempt: int, levels_ms: tuple[int, ...]) -> int:
     """How long after its ``failed_attempt``-th delivery (1: the first) a message is retried."""
@@ -154,7 +159,8 @@ class Entry:
     headers = property(lambda self: self.rec.headers)
 
     def wire(self) -> list[Any]:
-        """The consumed-message array for the socket (sidecar_wire.consumed_array's shape)."""
+        """The consumed-message array for the socket (sidecar_wire.consumed_array's shape;
+        a frame of them is packed by sidecar_wire.encode_messages without this list)."""
         r = self.rec
         fields = [self.delivery_id, r.partition, r.offset, r.timestamp, self.attempt, r.value]
         if r.headers:
@@ -311,19 +317,14 @@ class MemberCore:
     def _add_plain(self, records: Iterable[Any]) -> list[Any]:
         """The hot path of ``add``: runs of the stream topic's records of one partition,
         taken a run at a time; returns the records left for the general path (retries)."""
-        rest = []
-        run: list[Any] = []
+        rest: list[Any] = []
         topic = self.topic
-        for r in records:
-            if r.topic != topic:
-                rest.append(r)
-            elif run and r.partition != run[0].partition:
-                self._add_run(run)
-                run = [r]
+        # (grouped in C: a poll's records come a partition at a time)
+        for (source_topic, _), group in groupby(records, _SOURCE):
+            if source_topic != topic:
+                rest.extend(group)
             else:
-                run.append(r)
-        if run:
-            self._add_run(run)
+                self._add_run(list(group))
         return rest
 
     def _add_run(self, run: list[Any]) -> None:
@@ -332,7 +333,7 @@ class MemberCore:
         prog = self.progress.get(source)
         if prog is None:
             prog = self.progress[source] = Progress()
-        prog.outstanding.extend([r.offset for r in run])
+        prog.outstanding.extend(map(_OFFSET, run))
         prog.next = run[-1].offset + 1
         entries = [Entry(source, r.offset, r, 1) for r in run]
         if self.ordered:
@@ -446,8 +447,13 @@ class MemberCore:
     def _take(self, sub: Subscriber, room: int, now: float) -> list[Entry]:
         taken: list[Entry] = []
         any_ = self.ready_any
-        while any_ and len(taken) < room:
-            taken.append(any_.popleft())
+        if any_:
+            if len(any_) <= room:
+                taken.extend(any_)
+                any_.clear()
+            else:
+                popleft = any_.popleft
+                taken.extend([popleft() for _ in range(room)])
         if self.ordered and len(taken) < room and self.ready:
             self._take_partitions(sub, room, taken)
         if not taken:
@@ -491,10 +497,13 @@ class MemberCore:
                     current.owned -= 1
                 owner[partition] = sub
                 sub.owned += 1
-            n = 0
-            while queue and len(taken) < room:
-                taken.append(queue.popleft())
-                n += 1
+            n = min(len(queue), room - len(taken))
+            if n == len(queue):  # (whole queues at a time: no Python step per message)
+                taken.extend(queue)
+                queue.clear()
+            elif n:
+                popleft = queue.popleft
+                taken.extend([popleft() for _ in range(n)])
             if n:
                 owner_inflight[partition] = owner_inflight.get(partition, 0) + n
 
@@ -511,13 +520,21 @@ class MemberCore:
 
     # --- acks and nacks --------------------------------------------------------------------
 
-    def ack(self, key: Hashable, ids: Iterable[int]) -> int:
-        """Acked messages are done.  Unknown ids (already redelivered elsewhere, revoked)
-        are ignored: the message may be delivered again, never lost.  Returns how many
-        were acked."""
+    def ack(self, key: Hashable, ids: Iterable[int],
+            ranges: Iterable[tuple[int, int]] | None = None) -> int:
+        """Acked messages are done: ``ids``, and every id of each inclusive (first, last)
+        of ``ranges`` (an app acking in order).  Unknown ids (already redelivered
+        elsewhere, revoked) are ignored: the message may be delivered again, never lost.
+        Returns how many were acked."""
         sub = self.subscribers.get(key)
         if sub is None:
             return 0
+        if ranges:
+            # Ids above the last one handed out name nothing: clipped, so that a range of
+            # 2**63 ids costs no more than the ids this subscriber was given.
+            top = sub.next_id
+            spans = [range(max(first, 1), min(last, top) + 1) for first, last in ranges]
+            ids = chain(ids, *spans)
         pop = sub.inflight.pop
         entries = [e for e in map(pop, ids, repeat(None)) if e is not None]
         acked = len(entries)
@@ -530,17 +547,16 @@ class MemberCore:
             topic = self.topic
             owned: dict[int, int] = {}
             done: dict[tuple[str, int], list[int]] = {}
-            offsets = last = None
-            for e in entries:
-                source = e.source
-                if source is not last:
-                    last = source
-                    offsets = done.get(source)
-                    if offsets is None:
-                        offsets = done[source] = []
-                offsets.append(e.offset)
+            # (runs of one source at a time, grouped and read in C: acks come in order)
+            for source, run in groupby(entries, _ENTRY_SOURCE):
+                offsets = list(map(_OFFSET, run))
+                known = done.get(source)
+                if known is None:
+                    done[source] = offsets
+                else:
+                    known += offsets
                 if source[0] == topic:  # (the stream's partition is where it was read)
-                    owned[source[1]] = owned.get(source[1], 0) + 1
+                    owned[source[1]] = owned.get(source[1], 0) + len(offsets)
             for source, offsets in done.items():
                 prog = self.progress.get(source)
                 if prog is not None:  # else revoked meanwhile: the new owner reads it again

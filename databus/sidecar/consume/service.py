@@ -310,10 +310,12 @@ class Member:
                 target = subs.get(key)
                 if target is not None:
                     session, sub_id = target
+                    if self.typed is None:  # packed straight from the entries (in C)
+                        session.send_encoded(wire.encode_messages(sub_id, entries))
+                        continue
                     arrays = [e.wire() for e in entries]
-                    if self.typed is not None:  # a typed stream: values decoded
-                        for array in arrays:
-                            array[5] = self.typed.decode(array[5])
+                    for array in arrays:  # a typed stream: values decoded
+                        array[5] = self.typed.decode(array[5])
                     session.send_frame(wire.messages(sub_id, arrays))
             self._after_dispatch()
             if core.pending - len(core.delayed) < self._max_pending:
@@ -686,9 +688,10 @@ class ConsumeService:
                           trio.current_time())
         member.kick()
 
-    def ack(self, conn: Any, sub_id: int, ids: list[int]) -> None:
+    def ack(self, conn: Any, sub_id: int, ids: list[int],
+            ranges: list[tuple[int, int]] | None = None) -> None:
         member = self._lookup(conn, sub_id)
-        if member is not None and member.core.ack((conn, sub_id), ids):
+        if member is not None and member.core.ack((conn, sub_id), ids, ranges):
             member.kick()  # room in the window, maybe a waiting poll to answer
 
     def nack(self, conn: Any, sub_id: int, items: list) -> None:

@@ -139,7 +139,7 @@ class Connection:
                 elif kind is Ping:
                     session.pong(event.id)
                 elif kind is Ack:
-                    self.consume.ack(self, event.id, event.ids)
+                    self.consume.ack(self, event.id, event.ids, event.ranges)
                 elif kind is Fetch:
                     self.consume.fetch(self, event.id, event.max_messages, event.max_wait_ms,
                                        event.min_bytes)

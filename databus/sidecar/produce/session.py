@@ -81,6 +81,7 @@ class Fetch(NamedTuple):
 class Ack(NamedTuple):
     id: int
     ids: list[int]
+    ranges: list[tuple[int, int]] = []  # inclusive [first, last] (the ack_ranges feature)
 
 
 class Nack(NamedTuple):
@@ -139,7 +140,7 @@ class Session:
         self._hello_reply = hello_reply
         self._on_output = on_output
         self._notified = False
-        self._out: list[Any] = []  # dict frames, or lists of report items (one frame each)
+        self._out: list[Any] = []  # dict frames, lists of report items (one frame each), encoded frames
         self._cur: list | None = None  # the reports frame still taking items
         self._cur_answered = 0  # messages the items in _cur answer
         self._seq = 0
@@ -267,11 +268,15 @@ class Session:
     def send_frame(self, frame: dict[str, Any]) -> None:
         """Queue a frame of consuming (subscribed, messages, unsubscribed)."""
         self._queue_frame(frame)
+    def send_encoded(self, frame: bytes) -> None:
+        """Queue a frame already encoded (length prefix included): a messages frame."""
+        self._queue_frame(frame)
+
     def send_check(self, group: str, txn: str) -> None:
         """Ask the app about a transaction of ``group`` (it registered with ``checks``)."""
         self._queue_frame(wire.check(group, txn))
 
-    def _queue_frame(self, frame: dict[str, Any]) -> None:
+    def _queue_frame(self, frame: dict[str, Any] | bytes) -> None:
         if self.discarding:
             return
         self._cur = None
@@ -293,7 +298,8 @@ class Session:
         encode = wire.encode_frame
         encode_reports = wire.encode_reports
         return b"".join([
-            encode_reports(item) if type(item) is list else encode(item) for item in out
+            item if type(item) is bytes
+            else encode_reports(item) if type(item) is list else encode(item) for item in out
         ])
 
     def discard_output(self) -> None:
