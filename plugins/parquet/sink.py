@@ -133,14 +133,7 @@ class ParquetSink:
         else:
             sizes = sizes or _sizes(keys, values)
             cuts = layout.cut_points(self.options, part.group, sizes, timestamps, now)
-        start = 0
-        for end in cuts if cuts and cuts[-1] == n else [*cuts, n]:
-            if end > start:
-                self._add(tp, part, table.slice(start, end - start), timestamps[start:end],
-                          offsets[end - 1])
-            if end in cuts:
-                self._roll(tp, part)
-            start = end
+        self._place(tp, part, table, timestamps, offsets, cuts)
         return rejected
 
     def _write_columns(self, tp, columns):
@@ -170,6 +163,13 @@ class ParquetSink:
             sizes = pc.add(pc.fill_null(pc.binary_length(keys), 0),
                            pc.fill_null(pc.binary_length(values), 0)).to_pylist()
             cuts = layout.cut_points(self.options, part.group, sizes, timestamps, now)
+        self._place(tp, part, table, timestamps, offsets, cuts)
+        return None
+
+    def _place(self, tp, part: _Partition, table: pa.Table, timestamps, offsets,
+               cuts: list[int]) -> None:
+        """Add ``table``'s rows to the partition's open file, rolling it at each cut."""
+        n = table.num_rows
         start = 0
         for end in cuts if cuts and cuts[-1] == n else [*cuts, n]:
             if end > start:
@@ -178,7 +178,6 @@ class ParquetSink:
             if end in cuts:
                 self._roll(tp, part)
             start = end
-        return None
 
     def _add(self, tp, part: _Partition, rows: pa.Table, timestamps, last_offset: int) -> None:
         by = self.options.partition_by
