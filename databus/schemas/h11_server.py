@@ -22,6 +22,8 @@ from urllib.parse import unquote
 import h11
 import trio
 
+from databus.protocol.addresses import format_host_port, parse_host_port
+
 log = logging.getLogger("databus.schemas")
 
 KEEP_ALIVE_SEC = 75.0  # idle keep-alive connections (hypercorn's default is 5 s; nginx's 75)
@@ -44,11 +46,11 @@ class _Disconnected(Exception):
 async def serve(app, listen: str, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
     """Serve ``app`` on ``listen`` (HOST:PORT, port 0: a free one) until cancelled;
     ``task_status.started(url)`` once it accepts connections."""
-    host, _, port = listen.rpartition(":")
-    host = host.strip("[]") or "0.0.0.0"
-    listeners = await trio.open_tcp_listeners(int(port), host=host)
+    host, port = parse_host_port(listen, allow_port_zero=True, what="schema.registry.listen")
+    host = host or "0.0.0.0"
+    listeners = await trio.open_tcp_listeners(port, host=host)
     bound = listeners[0].socket.getsockname()
-    url = f"http://{host if ':' not in host else f'[{host}]'}:{bound[1]}"
+    url = f"http://{format_host_port(host, bound[1])}"
     async with trio.open_nursery() as nursery:
         task_status.started(url)
         await trio.serve_listeners(lambda stream: _connection(app, stream, bound),
