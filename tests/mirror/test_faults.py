@@ -209,7 +209,9 @@ def test_kill9_of_the_at_least_once_mirror_copies_again_within_the_bound(regions
     # the span live).  A generous multiple, to catch a mirror that rewinds far too much.
     window = 4 * BUFFER // 100
     print(f"{mirror.kills} kills, {duplicates} duplicate(s), bound {mirror.kills * window}")
-    assert 0 < duplicates <= mirror.kills * window
+    # No lower bound: the columnar copy is fast enough that a kill can find nothing in
+    # flight (0 duplicates is then correct); what is claimed is the bound.
+    assert duplicates <= mirror.kills * window
     assert metric_values(text, "databus_mirror_exactly_once") == [0.0]
 
 
@@ -259,7 +261,10 @@ def test_two_processes_of_one_mirror_never_both_commit(regions, tmp_path):
             on_b = read_all(b.bootstrap, "A.stream", total, timeout=120, settle=1.0,
                             **{"isolation.level": "read_committed"})
     check_exactly_once(on_b, counts)
-    assert "fenced" in (first.log_text() + second.log_text()).lower()
+    # the loser learns it at its next InitProducerId/EndTxn (PRODUCER_FENCED) or, on
+    # transactions v2, at its next Produce's implicit join (INVALID_PRODUCER_EPOCH)
+    log = (first.log_text() + second.log_text()).lower()
+    assert "fenced" in log or "invalid_producer_epoch" in log, log[-3000:]
 
 
 def test_group_fails_over_to_the_target_without_skipping(regions, tmp_path):
